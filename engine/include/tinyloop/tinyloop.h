@@ -1,0 +1,469 @@
+// TinyLoop runtime: the one public engine header.
+//
+// Basic usage
+// -----------
+//     tinyloop::Model* m = tinyloop::load_model("resources/models/tinyloop-kjv/model-f32.tinyloop");
+//     std::vector<int32_t> prompt = tinyloop::tokenize(m, "In the beginning");
+//     tinyloop::GenerateConfig cfg;          // defaults as the seed's Generation API
+//     cfg.max_tokens = 32;
+//     std::vector<int32_t> out = tinyloop::generate(m, prompt.data(), (int)prompt.size(), cfg);
+//     std::string text = tinyloop::detokenize(m, out.data() + prompt.size(),
+//                                             out.size() - prompt.size());
+//     tinyloop::free_model(m);
+//
+// Errors: every function throws tinyloop::Error (code + message naming the field and the
+// allowed range) on bad input; nothing in the engine aborts or exits.
+//
+// Threads: a Model's weights are immutable after load_model. Every call allocates its own
+// working memory (KV cache, activations), so any number of threads may call generate/score on
+// one Model at the same time. free_model must not race with calls on the same Model.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tinyloop {
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+enum class ErrorCode {
+    InvalidArgument,  // a config field or argument outside its allowed range
+    BadFile,          // a model file that FORMAT.md says a loader must refuse
+    Io,               // a file that cannot be opened, read or written
+    OutOfMemory,      // an allocation failed
+    NotSupported,     // a feature that exists in the API but not (yet) in this build/back end
+    Backend,          // a back-end (CUDA) failure
+    Internal,         // a broken invariant: a bug
+};
+
+const char* error_code_name(ErrorCode code);
+
+class Error : public std::runtime_error {
+public:
+    Error(ErrorCode code, const std::string& message)
+        : std::runtime_error(message), code_(code) {}
+    ErrorCode code() const noexcept { return code_; }
+
+private:
+    ErrorCode code_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Model description
+// ---------------------------------------------------------------------------------------------
+
+enum class DType { F32, F16, Q8, Q4, Q2 };
+
+const char* dtype_name(DType t);              // "f32", "f16", "q8", "q4", "q2"
+DType parse_dtype(const std::string& name);    // throws InvalidArgument naming the allowed set
+
+// The hyperparameters of FORMAT.md §1.
+struct HParams {
+    int vocab_size = 0;
+    int d_model = 0;
+    int n_heads = 0;
+    int n_kv_heads = 0;
+    int head_dim = 0;
+    int d_ff = 0;
+    int n_pre_blocks = 0;
+    int n_loop_layers = 0;
+    int default_loops = 0;
+    int max_loops = 0;
+    int max_seq_len = 0;
+    float rope_theta = 10000.0f;
+    float norm_eps = 1e-5f;
+    bool tie_embeddings = true;
+};
+
+// The byte-level BPE tokenizer of FORMAT.md §3.
+struct TokenizerSpec {
+    std::string type = "byte_bpe";
+    std::string pretokenizer = "tinyloop-ascii-v1";
+    std::vector<std::pair<int32_t, int32_t>> merges;          // merge k makes id 256 + k
+    std::vector<std::pair<std::string, int32_t>> special_tokens;
+    int32_t eos_id = -1;  // -1: none
+    int32_t bos_id = -1;  // -1: none
+};
+
+struct TensorInfo {
+    std::string name;
+    DType dtype = DType::F32;
+    std::vector<int64_t> shape;  // [rows, cols] or [n]
+    int group_size = 0;          // quantized dtypes only
+    uint64_t bytes = 0;          // bytes in the file (codes + scales + zeros)
+};
+
+struct ModelInfo {
+    std::string path;
+    HParams hparams;
+    TokenizerSpec tokenizer;
+    int tokenizer_vocab = 0;            // ids the tokenizer can produce (256 + merges + specials)
+    std::vector<TensorInfo> tensors;
+    std::string metadata_json;          // the header's "metadata" object, serialised
+    uint64_t file_bytes = 0;
+    uint64_t weight_bytes = 0;          // resident weight bytes (as stored, never expanded)
+    uint64_t parameter_count = 0;
+    std::string backend;                // "cpu" or "cuda"
+    std::string backend_note;           // why auto chose this back end
+    int threads = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle
+// ---------------------------------------------------------------------------------------------
+
+enum class Backend { Auto, Cpu, Cuda };
+
+struct LoadOptions {
+    Backend backend = Backend::Auto;  // Auto: CUDA when a usable device exists, else CPU
+    int threads = 0;                  // worker threads for the CPU back end; 0 = all cores (1..256)
+    int max_seq_len = 0;              // 0 = the model's; else 1..model's max_seq_len
+    int prefill_chunk = 64;           // prompt tokens per prefill forward, 1..4096
+};
+
+struct Model;  // opaque; weights immutable after load
+
+// Loads and validates a .tinyloop file (FORMAT.md). Throws Error(BadFile) naming the file and
+// the field for every refusal in FORMAT.md §4, Error(Io) when it cannot be read.
+Model* load_model(const std::string& path, const LoadOptions& options = {});
+// Frees a model; nullptr is a no-op.
+void free_model(Model* model);
+// Device memory the model and its buffers hold (0 on the CPU back end).
+size_t vram_usage_bytes(const Model* model);
+ModelInfo model_info(const Model* model);
+const HParams& model_hparams(const Model* model);
+
+// The dequantized weights of one tensor (for tests and tools), row-major.
+std::vector<float> tensor_as_f32(const Model* model, const std::string& name);
+
+// ---------------------------------------------------------------------------------------------
+// Writing files
+// ---------------------------------------------------------------------------------------------
+
+// One tensor to write: values in f32, stored as `dtype` (quantized per FORMAT.md §2 when q*).
+struct TensorData {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<float> values;
+    DType dtype = DType::F32;
+    int group_size = 32;  // q8/q4/q2: 32, 64 or 128, dividing the row length
+};
+
+struct ModelSpec {
+    HParams hparams;
+    TokenizerSpec tokenizer;
+    std::vector<TensorData> tensors;
+    std::string metadata_json = "{}";  // a JSON object
+};
+
+// Writes a valid .tinyloop file. Throws InvalidArgument when the spec is inconsistent.
+void save_model(const std::string& path, const ModelSpec& spec);
+
+// A model with random weights (tests, benchmarks, the README's demo before a trained model).
+// Norm gains are 1 + small noise; matrices ~ N(0, 1/sqrt(cols)). The tokenizer is `tokenizer`
+// or, when it has no merges, bytes only plus one <|endoftext|> special token at the top id.
+ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype = DType::F32,
+                            int group_size = 32);
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizer
+// ---------------------------------------------------------------------------------------------
+
+// Encodes UTF-8 (or any bytes) text. Special-token strings are plain text unless parse_special.
+std::vector<int32_t> tokenize(const Model* model, std::string_view text,
+                              bool parse_special = false);
+// Concatenated raw bytes of the ids (may hold invalid or incomplete UTF-8). Throws
+// InvalidArgument for an id the tokenizer cannot decode.
+std::string detokenize(const Model* model, const int32_t* ids, size_t n);
+// Text for a person: invalid UTF-8 replaced by U+FFFD.
+std::string detokenize_text(const Model* model, const int32_t* ids, size_t n);
+std::string token_bytes(const Model* model, int32_t id);
+
+// Streaming detokenizer: push ids one at a time, get back the text that is complete so far.
+// An incomplete UTF-8 sequence is held back until it completes; invalid bytes become U+FFFD.
+class StreamDecoder {
+public:
+    explicit StreamDecoder(const Model* model);
+    std::string push(int32_t id);
+    std::string flush();  // whatever is held back, invalid bytes replaced
+
+private:
+    const Model* model_;
+    std::string pending_;
+};
+
+// Replaces invalid UTF-8 sequences with U+FFFD.
+std::string sanitize_utf8(std::string_view bytes);
+
+// ---------------------------------------------------------------------------------------------
+// Generation (the seed's Generation API)
+// ---------------------------------------------------------------------------------------------
+
+struct Grammar;  // constrained decoding (not in this build yet: a non-null grammar is refused)
+
+enum class EarlyExitCriterion {
+    HiddenL2,   // ||h_l - h_{l-1}|| / ||h_l|| below early_exit_threshold (the seed's default)
+    LogitMargin,
+    KL,
+    EntropyDelta,
+    ArgmaxStable,
+};
+
+struct GenerateConfig {
+    int max_tokens = 64;              // upper bound on emitted tokens, >= 0
+    int loops = 0;                    // loop depth 1..max_loops; 0 = model's default_loops
+    float temperature = 0.0f;         // >= 0; <= 0.01 means greedy argmax
+    int top_k = 50;                   // >= 1 when sampling; ignored when greedy
+    float top_p = 1.0f;               // (0, 1]; 1 disables; applied after top_k
+    float min_p = 0.0f;               // [0, 1]; drop tokens with p < min_p * p_max; 0 disables
+    int cache_window = 0;             // sliding-window cap on attended positions; 0 = unlimited
+    float repetition_penalty = 1.0f;  // > 0; HF convention over prompt + emitted; 1 disables
+    float frequency_penalty = 0.0f;   // [-2, 2]; minus penalty * count(token in emitted)
+    float presence_penalty = 0.0f;    // [-2, 2]; minus penalty if token in emitted
+    std::vector<std::pair<int32_t, float>> logit_bias;  // added after the penalties; [-100, 100]
+    std::vector<std::vector<int32_t>> stop_sequences;   // token tail match, included in output
+    std::vector<std::string> stop_strings;  // text match, excluded from the text (OpenAI stop)
+    bool ignore_eos = false;          // keep going past the model's EOS token
+    int beam_size = 0;                // 0 or 1 = sampling; >= 2 beam search (not in this build)
+    float length_penalty = 1.0f;      // beam only
+    int early_exit_patience = 0;      // 0 disables early exit (not in this build)
+    int early_exit_min_L = 2;
+    int early_exit_peek_every = 1;
+    float early_exit_logit_margin = 0.0f;
+    EarlyExitCriterion early_exit_criterion = EarlyExitCriterion::HiddenL2;
+    float early_exit_threshold = 0.05f;
+    uint64_t sample_seed = 0;         // deterministic given seed + config + model
+    Grammar* grammar = nullptr;       // constrained decoding (not in this build)
+};
+
+enum class StopReason {
+    EOS,
+    STOP_SEQUENCE,
+    MAX_TOKENS,
+    CALLBACK_ABORT,
+    GRAMMAR_DEAD_END,
+    STOP_STRING,
+};
+const char* stop_reason_name(StopReason r);
+
+struct GenerateStats {
+    double prefill_ms = 0;       // prompt -> first-token logits ready
+    double first_token_ms = 0;   // call entry -> first token emitted
+    double decode_ms = 0;        // steady-state decode loop (after the first token)
+    double total_ms = 0;         // call entry -> return
+    int prompt_tokens = 0;
+    int tokens_emitted = 0;      // excludes the prompt
+    StopReason stop_reason = StopReason::MAX_TOKENS;
+    int loops_used = 0;          // effective loop depth (mean over tokens, rounded, if adaptive)
+    std::vector<int> depth_per_token;  // loop depth each emitted token used
+    double decode_tokens_per_s() const {
+        return decode_ms > 0 && tokens_emitted > 1 ? (tokens_emitted - 1) * 1000.0 / decode_ms
+                                                   : 0.0;
+    }
+};
+
+// The seed's callback: after each emitted token; return false to abort (the token is kept).
+using GenerateTokenCallback = std::function<bool(int32_t token, int position)>;
+
+// One lens entry: the readout at one loop depth for one emitted position.
+struct LensDepth {
+    int depth = 0;
+    std::vector<int32_t> top_ids;
+    std::vector<float> top_probs;
+    float p_emitted = 0;  // probability of the token that was emitted
+    float entropy = 0;    // nats
+};
+
+// What the workbench sees per emitted token.
+struct TokenEvent {
+    int32_t token = 0;
+    int position = 0;          // absolute position of the token in the sequence
+    int index = 0;             // 0-based index among emitted tokens
+    std::string piece;         // text completed by this token (UTF-8 safe, may be empty)
+    int depth = 0;             // loop depth the token used
+    float prob = 0;            // probability of the token under the final (sampling) distribution
+    std::vector<LensDepth> lens;  // per depth 1..depth, when GenerateOptions::lens
+};
+
+using TokenObserver = std::function<bool(const TokenEvent& ev)>;
+
+struct GenerateOptions {
+    GenerateTokenCallback on_token;  // the seed's callback (optional)
+    TokenObserver observer;          // TokenEvents (optional); return false to abort
+    bool lens = false;               // fill TokenEvent::lens (costs one head product per depth)
+    int lens_top_k = 5;              // 1..64
+};
+
+struct GenerateResult {
+    std::vector<int32_t> tokens;  // prompt followed by the continuation
+    int prompt_len = 0;
+    std::string text;             // continuation text (stop string excluded, U+FFFD for invalid)
+    GenerateStats stats;
+};
+
+// The engine entry for every plain decode; the seed's functions below wrap it.
+GenerateResult generate_ex(Model* model, const int32_t* prompt, int prompt_len,
+                           const GenerateConfig& config, const GenerateOptions& options = {});
+
+// Blocking decode. Returns prompt followed by the emitted tokens.
+std::vector<int32_t> generate(Model* model, const int32_t* prompt, int prompt_len,
+                              const GenerateConfig& config);
+
+// Decode with a per-token callback and optional stats.
+std::vector<int32_t> generate_stream(Model* model, const int32_t* prompt, int prompt_len,
+                                     const GenerateConfig& config,
+                                     const GenerateTokenCallback& on_token,
+                                     GenerateStats* stats = nullptr);
+
+// Sequential batch decode: the flat concatenation of (prompt + continuation) for each prompt.
+// output_lengths (optional) receives each prompt's prompt+continuation length.
+std::vector<int32_t> generate_batch(Model* model, const std::vector<std::vector<int32_t>>& prompts,
+                                    const GenerateConfig& config,
+                                    std::vector<int>* output_lengths = nullptr);
+// Splits generate_batch's flat result back into per-prompt outputs.
+std::vector<std::vector<int32_t>> split_batch_output(const std::vector<int32_t>& flat,
+                                                     const std::vector<int>& output_lengths);
+
+// Validates a config against a model (every rule generate applies), throwing InvalidArgument.
+void validate_config(const Model* model, int prompt_len, const GenerateConfig& config);
+
+// ---------------------------------------------------------------------------------------------
+// Scoring
+// ---------------------------------------------------------------------------------------------
+
+struct ScoreResult {
+    std::vector<float> token_logprobs;  // log p(token[i+1] | token[..i]), size n-1
+    double total_nll = 0;               // -sum(token_logprobs)
+    double perplexity = 0;              // exp(total_nll / (n-1))
+    int loops = 0;
+};
+
+// Log-probability of every next token of `tokens` at loop depth `loops` (0 = default).
+ScoreResult score(Model* model, const int32_t* tokens, int n, int loops = 0);
+
+// Logits of every position (n x vocab, row-major) at depth `loops`; for tests and tools.
+std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops = 0);
+
+
+// The last position's logits at depth `loops` and its top-k (softmax, temperature 1).
+struct LastTokenScore {
+    std::vector<float> logits;  // vocab_size
+    std::vector<int32_t> top_ids;
+    std::vector<float> top_probs;
+    int loops = 0;
+};
+LastTokenScore score_last_token(Model* model, const int32_t* tokens, int n, int loops = 0, int top_k = 10);
+
+// One (position, depth) cell of the logit lens: the readout head · RMSNorm(h_l) at position i,
+// which predicts token i+1.
+struct LensCell {
+    std::vector<int32_t> top_ids;
+    std::vector<float> top_probs;
+    int32_t argmax = 0;
+    float p_final_argmax = 0;  // probability of the final depth's argmax at this depth
+    float p_next = -1;         // probability of the actual next token (-1 at the last position)
+    float entropy = 0;         // nats
+    float kl_to_final = 0;     // KL(lens at l || final), nats
+};
+
+struct LensResult {
+    int n_positions = 0;
+    int loops = 0;
+    int top_k = 0;
+    std::vector<LensCell> cells;  // [position][depth-1], row-major
+    const LensCell& at(int position, int depth) const {
+        return cells[static_cast<size_t>(position) * loops + static_cast<size_t>(depth - 1)];
+    }
+};
+// Raw lens logits: [loops][n][vocab] (depth-major); depth `loops` equals forward_logits bit for bit.
+std::vector<float> forward_lens_logits(Model* model, const int32_t* tokens, int n, int loops = 0);
+
+// The lens at every position and every depth 1..loops. At depth == loops it is the model's
+// output (bit-identical to forward_logits).
+LensResult score_logit_lens(Model* model, const int32_t* tokens, int n, int loops = 0, int top_k = 5);
+
+struct UncertaintyResult {
+    int loops = 0;
+    std::vector<float> token_logprobs;   // n-1: log p(token[i+1]) at the final depth
+    std::vector<float> entropy;          // n: entropy of the final distribution at position i
+    std::vector<float> margin;           // n: top-1 minus top-2 probability
+    std::vector<int> prediction_depth;   // n: first depth whose argmax equals the final one and stays
+};
+UncertaintyResult score_with_uncertainty(Model* model, const int32_t* tokens, int n, int loops = 0);
+
+enum class EscalationSignal {
+    Entropy,       // escalate when the entropy (nats) exceeds the threshold
+    Margin,        // escalate when the top-1/top-2 probability margin is below the threshold
+    Disagreement,  // escalate when the argmax at this depth differs from the one at depth - 1
+};
+
+struct EscalationConfig {
+    std::vector<int> depths = {2, 4, 8};  // increasing rungs, each 1..max_loops
+    EscalationSignal signal = EscalationSignal::Entropy;
+    float threshold = 2.0f;               // > 0 for Entropy; (0, 1] for Margin; unused for Disagreement
+};
+
+struct EscalationResult {
+    std::vector<float> token_logprobs;  // n-1: from the depth each position used
+    std::vector<int> depth_used;        // n-1
+    std::vector<char> escalated;        // n-1: 1 when the position went past the first rung
+    double total_nll = 0;
+    double perplexity = 0;
+    int deepest = 0;                    // deepest rung the sequence state was carried to
+    long long passes_run = 0;           // loop passes run, summed over positions
+};
+// Scores at the first rung; positions whose signal crosses the threshold go on to the next rung,
+// reached by deepening the existing state (only the new passes run, over all positions since
+// attention needs them); the positions that do not cross it keep their score from that rung.
+EscalationResult score_with_consistency_escalation(Model* model, const int32_t* tokens, int n,
+                                                   const EscalationConfig& config = {});
+
+// ---------------------------------------------------------------------------------------------
+// Caches (reuse of prefill state across calls)
+// ---------------------------------------------------------------------------------------------
+
+// A prefix prefilled once at one depth (and cache_window); reused by any prompt that starts with it.
+struct PrefixCache;
+PrefixCache* create_prefix_cache(Model* model, const int32_t* prefix, int n, int loops = 0, int cache_window = 0);
+void free_prefix_cache(PrefixCache* cache);
+size_t prefix_cache_bytes(const PrefixCache* cache);
+int prefix_cache_length(const PrefixCache* cache);
+// Generates as generate_ex would; the prompt must start with the cache's prefix and the config's
+// loops and cache_window must equal the cache's. Only the rest of the prompt is prefilled.
+GenerateResult generate_with_prefix(Model* model, const PrefixCache* cache, const int32_t* prompt,
+                                    int prompt_len, const GenerateConfig& config,
+                                    const GenerateOptions& options = {});
+
+// A prompt prefilled at some depth, kept with its states so it can be answered at another depth
+// without recomputing the prompt: deeper by running only the new passes, shallower for free.
+struct ResumeHandle;
+ResumeHandle* create_resume_handle(Model* model, const int32_t* prompt, int prompt_len, int loops = 0);
+void free_resume_handle(ResumeHandle* handle);
+int resume_handle_loops(const ResumeHandle* handle);   // deepest depth computed so far
+size_t resume_handle_bytes(const ResumeHandle* handle);
+// Generates from the handle's prompt at config.loops (0 = the handle's depth). When deeper than
+// the handle, passes handle+1 .. loops run over the prompt and the handle keeps the deeper state.
+GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& config,
+                               const GenerateOptions& options = {});
+
+// Registered prefixes at one depth; a request reuses the longest one its prompt starts with.
+struct PrefixPool;
+PrefixPool* create_prefix_pool(Model* model, int loops = 0);
+void free_prefix_pool(PrefixPool* pool);
+int prefix_pool_add(PrefixPool* pool, const int32_t* prefix, int n);  // returns its index
+size_t prefix_pool_bytes(const PrefixPool* pool);
+// reused_tokens (optional) receives the length of the prefix that was reused (0 if none).
+GenerateResult generate_with_pool(PrefixPool* pool, const int32_t* prompt, int prompt_len,
+                                  const GenerateConfig& config, const GenerateOptions& options = {},
+                                  int* reused_tokens = nullptr);
+
+}  // namespace tinyloop

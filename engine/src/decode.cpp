@@ -1,0 +1,196 @@
+#include "decode.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "early_exit.h"
+#include "lens.h"
+#include "sampling.h"
+#include "stop.h"
+
+namespace tinyloop {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+}  // namespace
+
+void check_prompt_ids(const Model& m, const int32_t* prompt, int prompt_len) {
+    if (prompt_len > 0 && prompt == nullptr) throw Error(ErrorCode::InvalidArgument, "prompt: must not be null");
+    for (int i = 0; i < prompt_len; ++i)
+        if (prompt[i] < 0 || prompt[i] >= m.hp.vocab_size)
+            throw Error(ErrorCode::InvalidArgument,
+                        "prompt[" + std::to_string(i) + "]: token id " + std::to_string(prompt[i]) +
+                            " is outside the vocabulary [0, " + std::to_string(m.hp.vocab_size) + ")");
+}
+
+GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                      const GenerateOptions& options, const DecodeStart* start) {
+    const auto t0 = Clock::now();
+    validate_config(&m, prompt_len, config);
+    check_prompt_ids(m, prompt, prompt_len);
+    if (options.lens && (options.lens_top_k < 1 || options.lens_top_k > 64))
+        throw Error(ErrorCode::InvalidArgument,
+                    "lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
+
+    const HParams& hp = m.hp;
+    const int V = hp.vocab_size;
+    const int d = hp.d_model;
+    const int loops = config.loops > 0 ? config.loops : hp.default_loops;
+    const bool greedy = is_greedy(config.temperature);
+    const ExitPolicy policy = ExitPolicy::from(config);
+
+    GenerateResult res;
+    res.prompt_len = prompt_len;
+    res.tokens.assign(prompt, prompt + prompt_len);
+    res.tokens.reserve(static_cast<size_t>(prompt_len) + config.max_tokens);
+    GenerateStats& st = res.stats;
+    st.prompt_tokens = prompt_len;
+
+    KVCache kv;
+    kv.allocate(exec_layers(hp, loops), prompt_len + config.max_tokens, hp.n_kv_heads * hp.head_dim);
+    Workspace ws;
+    std::vector<float> h, logits(static_cast<size_t>(V));
+
+    // The states after every pass of the row that produces the next token (for the lens).
+    std::vector<float> pass_states;
+    PassHook hook;
+    if (options.lens) {
+        pass_states.assign(static_cast<size_t>(loops) * d, 0.0f);
+        hook = last_row_hook(pass_states, d);
+    }
+
+    if (config.max_tokens > 0) {
+        int cached = 0;
+        if (start && start->kv) {
+            cached = std::min(start->n_cached, prompt_len);
+            const size_t row_bytes = static_cast<size_t>(kv.row) * sizeof(float);
+            for (int e = 0; e < kv.n_layers; ++e) {
+                std::memcpy(kv.k_at(e, 0), start->kv->k_layer(e), row_bytes * cached);
+                std::memcpy(kv.v_at(e, 0), start->kv->v_layer(e), row_bytes * cached);
+            }
+        }
+        if (cached == prompt_len && start->last_pass_states) {
+            const float* last = start->last_pass_states + static_cast<size_t>(loops - 1) * d;
+            h.assign(last, last + d);
+            if (options.lens)
+                std::copy(start->last_pass_states, start->last_pass_states + static_cast<size_t>(loops) * d,
+                          pass_states.begin());
+            compute_logits(m, h.data(), 1, logits.data(), ws);
+        } else {
+            ForwardArgs fa;
+            fa.tokens = prompt + cached;
+            fa.n = prompt_len - cached;
+            fa.pos0 = cached;
+            fa.loops = loops;
+            fa.window = config.cache_window;
+            fa.on_pass = options.lens ? &hook : nullptr;
+            forward(m, kv, ws, fa, h);
+            compute_logits(m, h.data() + static_cast<size_t>(fa.n - 1) * d, 1, logits.data(), ws);
+        }
+    }
+    st.prefill_ms = ms_since(t0);
+
+    Rng rng(config.sample_seed);
+    TextStream text(m, config.stop_strings);
+    std::vector<int32_t> emitted;
+    std::vector<float> z(static_cast<size_t>(V)), lens_logits(options.lens ? static_cast<size_t>(V) : 0);
+    Clock::time_point t_first{};
+    st.stop_reason = StopReason::MAX_TOKENS;
+    int depth = loops;  // depth of the row that produced `logits`
+    long long depth_sum = 0;
+
+    for (int i = 0; i < config.max_tokens; ++i) {
+        // The logits pipeline.
+        std::copy(logits.begin(), logits.end(), z.begin());
+        apply_repetition_penalty(z.data(), V, res.tokens, config.repetition_penalty);
+        apply_frequency_presence(z.data(), V, emitted, config.frequency_penalty, config.presence_penalty);
+        apply_logit_bias(z.data(), V, config.logit_bias);
+        mask_undecodable(z.data(), V, m.tokenizer.n_ids());
+        int32_t tok;
+        float prob;
+        if (greedy) {
+            tok = argmax(z.data(), V);
+            prob = softmax_prob(z.data(), V, tok);
+        } else {
+            const std::vector<float> p =
+                sampling_probs(z.data(), V, config.temperature, config.top_k, config.top_p, config.min_p);
+            tok = draw(p, rng);
+            prob = p[tok];
+        }
+        const int position = prompt_len + i;
+        emitted.push_back(tok);
+        res.tokens.push_back(tok);
+        st.tokens_emitted = static_cast<int>(emitted.size());
+        st.depth_per_token.push_back(depth);
+        depth_sum += depth;
+        if (i == 0) {
+            t_first = Clock::now();
+            st.first_token_ms = ms_since(t0);
+        }
+
+        // Stop conditions known before the token is reported, so its event can flush the text.
+        bool stop = true;
+        const bool stop_hit = text.push(tok);
+        if (tok == m.tokenizer.eos_id() && !config.ignore_eos) st.stop_reason = StopReason::EOS;
+        else if (tail_matches(emitted, config.stop_sequences)) st.stop_reason = StopReason::STOP_SEQUENCE;
+        else if (stop_hit) st.stop_reason = StopReason::STOP_STRING;
+        else if (i + 1 == config.max_tokens) st.stop_reason = StopReason::MAX_TOKENS;
+        else stop = false;
+
+        bool keep_going = true;
+        if (options.on_token) keep_going = options.on_token(tok, position);
+        if (options.observer) {
+            TokenEvent ev;
+            ev.token = tok;
+            ev.position = position;
+            ev.index = i;
+            ev.piece = text.take(stop);
+            ev.depth = depth;
+            ev.prob = prob;
+            if (options.lens) {
+                for (int l = 1; l <= depth; ++l) {
+                    compute_logits(m, pass_states.data() + static_cast<size_t>(l - 1) * d, 1, lens_logits.data(), ws);
+                    ev.lens.push_back(lens_entry(lens_logits.data(), V, l, options.lens_top_k, tok));
+                }
+            }
+            keep_going = options.observer(ev) && keep_going;
+        }
+        if (stop) break;
+        if (!keep_going) {
+            st.stop_reason = StopReason::CALLBACK_ABORT;
+            break;
+        }
+
+        // Advance: run the new token at its position.
+        if (policy.enabled) {
+            depth = decode_step_adaptive(m, kv, ws, tok, position, loops, config.cache_window, policy, h,
+                                         options.lens ? &hook : nullptr);
+        } else {
+            ForwardArgs fa;
+            fa.tokens = &res.tokens[static_cast<size_t>(position)];
+            fa.n = 1;
+            fa.pos0 = position;
+            fa.loops = loops;
+            fa.window = config.cache_window;
+            fa.on_pass = options.lens ? &hook : nullptr;
+            forward(m, kv, ws, fa, h);
+            depth = loops;
+        }
+        compute_logits(m, h.data(), 1, logits.data(), ws);
+    }
+    if (st.tokens_emitted > 0) {
+        st.decode_ms = ms_since(t_first);
+        st.loops_used = static_cast<int>((depth_sum + st.tokens_emitted / 2) / st.tokens_emitted);
+    } else {
+        st.loops_used = loops;
+    }
+    res.text = text.text();
+    st.total_ms = ms_since(t0);
+    return res;
+}
+
+}  // namespace tinyloop

@@ -1,0 +1,78 @@
+// Plain decoding (greedy and sampling) with the seed's canonical state machine, and the seed's
+// generate / generate_stream / generate_batch wrappers.
+#include "decode.h"
+
+namespace tinyloop {
+
+const char* stop_reason_name(StopReason r) {
+    switch (r) {
+        case StopReason::EOS: return "EOS";
+        case StopReason::STOP_SEQUENCE: return "STOP_SEQUENCE";
+        case StopReason::MAX_TOKENS: return "MAX_TOKENS";
+        case StopReason::CALLBACK_ABORT: return "CALLBACK_ABORT";
+        case StopReason::GRAMMAR_DEAD_END: return "GRAMMAR_DEAD_END";
+        case StopReason::STOP_STRING: return "STOP_STRING";
+    }
+    return "?";
+}
+
+GenerateResult generate_ex(Model* model, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                           const GenerateOptions& options) {
+    return decode(checked(model), prompt, prompt_len, config, options, nullptr);
+}
+
+std::vector<int32_t> generate(Model* model, const int32_t* prompt, int prompt_len, const GenerateConfig& config) {
+    return generate_ex(model, prompt, prompt_len, config).tokens;
+}
+
+std::vector<int32_t> generate_stream(Model* model, const int32_t* prompt, int prompt_len,
+                                     const GenerateConfig& config, const GenerateTokenCallback& on_token,
+                                     GenerateStats* stats) {
+    GenerateOptions opt;
+    opt.on_token = on_token;
+    GenerateResult r = generate_ex(model, prompt, prompt_len, config, opt);
+    if (stats) *stats = std::move(r.stats);
+    return std::move(r.tokens);
+}
+
+std::vector<int32_t> generate_batch(Model* model, const std::vector<std::vector<int32_t>>& prompts,
+                                    const GenerateConfig& config, std::vector<int>* output_lengths) {
+    checked(model);
+    // Validate every prompt before decoding any, so a bad one does not waste the others' work.
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        try {
+            validate_config(model, static_cast<int>(prompts[i].size()), config);
+            check_prompt_ids(*model, prompts[i].data(), static_cast<int>(prompts[i].size()));
+        } catch (const Error& e) {
+            throw Error(e.code(), "prompts[" + std::to_string(i) + "]: " + e.what());
+        }
+    }
+    std::vector<int32_t> flat;
+    if (output_lengths) output_lengths->clear();
+    for (const auto& p : prompts) {
+        std::vector<int32_t> out = generate(model, p.data(), static_cast<int>(p.size()), config);
+        if (output_lengths) output_lengths->push_back(static_cast<int>(out.size()));
+        flat.insert(flat.end(), out.begin(), out.end());
+    }
+    return flat;
+}
+
+std::vector<std::vector<int32_t>> split_batch_output(const std::vector<int32_t>& flat,
+                                                     const std::vector<int>& output_lengths) {
+    std::vector<std::vector<int32_t>> out;
+    size_t at = 0;
+    for (size_t i = 0; i < output_lengths.size(); ++i) {
+        const int n = output_lengths[i];
+        if (n < 0 || at + static_cast<size_t>(n) > flat.size())
+            throw Error(ErrorCode::InvalidArgument, "output_lengths[" + std::to_string(i) +
+                                                        "]: runs past the end of the flat output");
+        out.emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(at), flat.begin() + static_cast<std::ptrdiff_t>(at + n));
+        at += static_cast<size_t>(n);
+    }
+    if (at != flat.size())
+        throw Error(ErrorCode::InvalidArgument, "output_lengths: sum " + std::to_string(at) +
+                                                    " does not match the flat output's length " + std::to_string(flat.size()));
+    return out;
+}
+
+}  // namespace tinyloop

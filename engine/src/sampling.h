@@ -1,0 +1,50 @@
+// The logits pipeline, in the order the seed fixes: repetition penalty (Hugging Face
+// convention), frequency penalty, presence penalty, logit bias, mask of ids the tokenizer cannot
+// produce, then temperature, top-k, top-p, min-p and the draw.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "tinyloop/tinyloop.h"
+
+namespace tinyloop {
+
+// Penalties and bias, in place. `context` is prompt + emitted (repetition penalty, as HF's
+// input_ids); `emitted` the continuation so far (frequency/presence, as OpenAI's).
+void apply_repetition_penalty(float* logits, int vocab, const std::vector<int32_t>& context, float penalty);
+void apply_frequency_presence(float* logits, int vocab, const std::vector<int32_t>& emitted,
+                              float frequency, float presence);
+void apply_logit_bias(float* logits, int vocab, const std::vector<std::pair<int32_t, float>>& bias);
+// Sets logits[n_ids .. vocab) to -inf (a padded vocabulary).
+void mask_undecodable(float* logits, int vocab, int n_ids);
+
+bool is_greedy(float temperature);  // temperature <= 0.01
+
+// The exact distribution the sampler draws from: softmax(logits / T) restricted by top-k, then
+// top-p (keep the smallest prefix of the sorted tokens whose mass reaches top_p), then min-p
+// (drop p < min_p * p_max), renormalised. Zero mass on removed tokens. temperature > 0.
+std::vector<float> sampling_probs(const float* logits, int vocab, float temperature, int top_k,
+                                  float top_p, float min_p);
+
+// Lowest index of the maximum (NaN never wins).
+int32_t argmax(const float* logits, int vocab);
+
+// Deterministic portable RNG: uniform double in [0, 1).
+class Rng {
+public:
+    explicit Rng(uint64_t seed) : gen_(seed) {}
+    double uniform() { return static_cast<double>(gen_() >> 11) * (1.0 / 9007199254740992.0); }
+
+private:
+    std::mt19937_64 gen_;
+};
+
+// Draws an index from probabilities (need not sum exactly to 1), scanning in index order.
+int32_t draw(const std::vector<float>& probs, Rng& rng);
+
+// softmax probability of `id` under plain logits (temperature 1).
+float softmax_prob(const float* logits, int vocab, int32_t id);
+
+}  // namespace tinyloop

@@ -1,0 +1,124 @@
+// The numeric operations behind one small interface (ARCHITECTURE.md, "kernels/").
+//
+// Every op here has a plain scalar reference (`*_ref`) and a fast version chosen at run time
+// by the CPU's features (AVX-512, AVX2, scalar). Contract shared by all of them:
+//
+//   * Batch invariance: an output row's bits do not depend on how many rows are computed in
+//     the same call, nor on the thread count. Prefill, single-token decode and speculative
+//     verification therefore agree bit for bit.
+//   * Quantized weights are dequantized inside the kernel, never expanded in memory.
+//   * Shapes are checked by the caller (the engine), not here.
+//
+// Nothing in kernels/ includes engine headers, Qt or CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace tinyloop::kern {
+
+enum class WType { F32, F16, Q8, Q4, Q2 };
+
+inline int wtype_bits(WType t) {
+    switch (t) {
+        case WType::F32: return 32;
+        case WType::F16: return 16;
+        case WType::Q8: return 8;
+        case WType::Q4: return 4;
+        case WType::Q2: return 2;
+    }
+    return 0;
+}
+
+// A weight matrix [rows, cols] as stored in the file (FORMAT.md §2). For F32/F16, `data` is
+// row-major values. For Q8/Q4/Q2, `data` holds each row's codes packed into cols*bits/8 bytes
+// (lower index in lower bits), `scales`/`zeros` are rows x (cols/group_size) f16 values, and
+// w = scale * (q - zero).
+struct WeightView {
+    WType type = WType::F32;
+    int rows = 0;
+    int cols = 0;
+    int group_size = 0;
+    const uint8_t* data = nullptr;
+    const uint16_t* scales = nullptr;
+    const uint16_t* zeros = nullptr;
+};
+
+// IEEE binary16 <-> binary32 (round to nearest even; inf/nan preserved).
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+// Persistent worker threads. parallel_for runs fn(task) for task in [0, n_tasks) spread over
+// the workers and the calling thread, and returns when all are done. Calls from several
+// threads at once are serialised (one job at a time). No thread is created per call.
+class ThreadPool {
+public:
+    explicit ThreadPool(int n_threads);  // n_threads >= 1 (1 = run inline)
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+    int size() const;
+    void parallel_for(int n_tasks, const std::function<void(int task)>& fn);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// Which SIMD level the dispatcher chose: "avx512", "avx2" or "scalar".
+const char* simd_level();
+// Force a level for tests/benchmarks ("avx512", "avx2", "scalar"); returns false when the CPU
+// lacks it. Not thread-safe: call before work starts.
+bool force_simd_level(const char* level);
+
+// y[t*rows + r] = sum_c W[r, c] * x[t*cols + c]  for t < n_tok, r < rows.
+// x: [n_tok, cols] f32, y: [n_tok, rows] f32. pool may be nullptr (single thread).
+void matmul(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool* pool);
+void matmul_ref(const WeightView& W, const float* x, int n_tok, float* y);
+
+// out[c] = W[row, c] (dequantized), c < cols.
+void dequant_row(const WeightView& W, int row, float* out);
+
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * g, per row t of length d. y may alias x.
+void rmsnorm(const float* x, const float* g, int n_tok, int d, float eps, float* y);
+void rmsnorm_ref(const float* x, const float* g, int n_tok, int d, float eps, float* y);
+
+// In place: for each token t (at absolute position positions[t]) and each head, rotate the pair
+// (i, i + head_dim/2) by angle positions[t] * theta^(-2i/head_dim). x: [n_tok, n_heads*head_dim].
+void rope(float* x, int n_tok, int n_heads, int head_dim, const int* positions, float theta);
+void rope_ref(float* x, int n_tok, int n_heads, int head_dim, const int* positions, float theta);
+
+// out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)).
+void silu_mul(const float* gate, const float* up, float* out, size_t n);
+void silu_mul_ref(const float* gate, const float* up, float* out, size_t n);
+
+// y[i] += x[i]
+void add_inplace(float* y, const float* x, size_t n);
+
+// Causal attention over a KV cache layer.
+//   q:   [n_tok, n_heads, head_dim]
+//   k,v: cache rows, row p at k + p*kv_stride, holding [n_kv_heads, head_dim]
+//   query t attends cache rows [kv_begin[t], kv_end[t]) (end exclusive, begin < end)
+//   query head h reads kv head h / (n_heads / n_kv_heads)
+//   out: [n_tok, n_heads, head_dim]
+// scores = q.k / sqrt(head_dim), softmax over the rows, out = sum p * v. Each (t, h) is computed
+// independently with a fixed reduction order (batch-invariant).
+struct AttentionArgs {
+    const float* q = nullptr;
+    int n_tok = 0;
+    int n_heads = 0;
+    int n_kv_heads = 0;
+    int head_dim = 0;
+    const float* k = nullptr;
+    const float* v = nullptr;
+    int kv_stride = 0;
+    const int* kv_begin = nullptr;
+    const int* kv_end = nullptr;
+    float* out = nullptr;
+};
+void attention(const AttentionArgs& a, ThreadPool* pool);
+void attention_ref(const AttentionArgs& a);
+
+}  // namespace tinyloop::kern

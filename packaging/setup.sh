@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One script behind the README's two commands, for a fresh Debian 12 machine:
+#   bash packaging/setup.sh run    install what is needed, build, and run the demo
+#   bash packaging/setup.sh test   install what is needed, build, and run every test
+set -euo pipefail
+mode=${1:-run}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+build=${TINYLOOP_BUILD_DIR:-build}
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+pkgs=(build-essential cmake ninja-build git nlohmann-json3-dev libgtest-dev
+      qt6-base-dev libqcustomplot-dev pybind11-dev python3-dev xvfb)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+else
+  echo "== Debian packages already installed"
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+echo "== configuring and building in $build/"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build" -j "$jobs"
+
+case "$mode" in
+  run)
+    model=resources/models/tinyloop-kjv/model-f32.tinyloop
+    if [ ! -f "$model" ]; then
+      model="$build/models/random-demo.tinyloop"
+      echo "== no trained model bundled yet: using a RANDOM model, its text is noise"
+    fi
+    echo "== tinyloop generate $model"
+    "$build/bin/tinyloop" generate "$model" --prompt "In the beginning" --max-tokens 48
+    ;;
+  test)
+    echo "== running the tests"
+    ctest --test-dir "$build" --output-on-failure -j "$jobs"
+    ;;
+  *)
+    echo "usage: $0 run|test" >&2
+    exit 2
+    ;;
+esac

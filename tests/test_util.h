@@ -1,0 +1,50 @@
+// Shared helpers for the tests: small random models written with the engine's own writer.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tinyloop/tinyloop.h"
+
+namespace tltest {
+
+inline tinyloop::HParams small_hparams() {
+    tinyloop::HParams hp;
+    hp.vocab_size = 300;
+    hp.d_model = 64;
+    hp.n_heads = 4;
+    hp.n_kv_heads = 2;
+    hp.head_dim = 16;
+    hp.d_ff = 96;
+    hp.n_pre_blocks = 1;
+    hp.n_loop_layers = 2;
+    hp.default_loops = 3;
+    hp.max_loops = 6;
+    hp.max_seq_len = 128;
+    return hp;
+}
+
+inline std::string temp_path(const std::string& name) {
+    return (std::filesystem::path(::testing::TempDir()) / name).string();
+}
+
+// Writes a random model and returns its path.
+inline std::string write_random_model(const std::string& name, const tinyloop::HParams& hp, uint64_t seed = 7,
+                                      tinyloop::DType dt = tinyloop::DType::F32) {
+    const std::string path = temp_path(name);
+    tinyloop::save_model(path, tinyloop::random_model_spec(hp, seed, dt));
+    return path;
+}
+
+struct ModelPtr {
+    tinyloop::Model* m = nullptr;
+    explicit ModelPtr(const std::string& path, tinyloop::LoadOptions o = {}) : m(tinyloop::load_model(path, o)) {}
+    ~ModelPtr() { tinyloop::free_model(m); }
+    ModelPtr(const ModelPtr&) = delete;
+    ModelPtr& operator=(const ModelPtr&) = delete;
+    tinyloop::Model* get() const { return m; }
+};
+
+}  // namespace tltest
