@@ -36,6 +36,11 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         throw Error(ErrorCode::InvalidArgument,
                     "lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
 
+    if (config.beam_size >= 2) {
+        if (start) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
+        return decode_beam(m, prompt, prompt_len, config, options);
+    }
+
     const HParams& hp = m.hp;
     const int V = hp.vocab_size;
     const int d = hp.d_model;

@@ -18,6 +18,10 @@ struct DecodeStart {
 GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
                       const GenerateOptions& options, const DecodeStart* start);
 
+// Beam search (config.beam_size >= 2), reached through decode().
+GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                           const GenerateOptions& options);
+
 void check_prompt_ids(const Model& m, const int32_t* prompt, int prompt_len);
 
 }  // namespace tinyloop

@@ -24,7 +24,7 @@ public:
 
 private:
     const Model& m_;
-    const std::vector<std::string>& stops_;
+    std::vector<std::string> stops_;
     std::string bytes_;
     size_t released_ = 0;
     std::optional<size_t> cut_;

@@ -80,8 +80,10 @@ void validate_config(const Model* model, int prompt_len, const GenerateConfig& c
     if (c.beam_size < 2 && c.length_penalty != 1.0f)
         bad("length_penalty: " + num(c.length_penalty) +
             " only applies to beam search; set beam_size >= 2 or leave length_penalty at 1");
-    if (c.beam_size >= 2)
-        throw Error(ErrorCode::NotSupported, "beam_size: beam search (beam_size >= 2) is not supported yet in this build");
+    if (c.beam_size >= 2 && c.early_exit_patience > 0)
+        bad("beam_size: beam search and early exit cannot be combined (set early_exit_patience to 0)");
+    if (c.beam_size >= 2 && c.grammar != nullptr)
+        bad("beam_size: beam search and a grammar cannot be combined yet (set grammar to null)");
 
     // Early exit knobs.
     if (c.early_exit_patience < 0) bad("early_exit_patience: " + std::to_string(c.early_exit_patience) + " must be >= 0 (0 disables)");

@@ -265,6 +265,16 @@ struct GenerateStats {
     StopReason stop_reason = StopReason::MAX_TOKENS;
     int loops_used = 0;          // effective loop depth (mean over tokens, rounded, if adaptive)
     std::vector<int> depth_per_token;  // loop depth each emitted token used
+    // Speculative modes (zero otherwise).
+    int spec_cycles = 0;               // draft-verify cycles
+    int spec_drafted = 0;              // tokens (tree: nodes) drafted
+    int spec_tested = 0;               // drafted tokens compared with the verifier
+    int spec_accepted = 0;             // drafted tokens accepted
+    std::vector<int> spec_accept_hist; // [k] = cycles that accepted k drafted tokens
+    double draft_ms = 0;               // time drafting
+    double verify_ms = 0;              // time verifying
+    double spec_acceptance_rate() const { return spec_tested > 0 ? double(spec_accepted) / spec_tested : 0.0; }
+    double spec_mean_accepted() const { return spec_cycles > 0 ? double(spec_accepted) / spec_cycles : 0.0; }
     double decode_tokens_per_s() const {
         return decode_ms > 0 && tokens_emitted > 1 ? (tokens_emitted - 1) * 1000.0 / decode_ms
                                                    : 0.0;
@@ -292,6 +302,14 @@ struct TokenEvent {
     int depth = 0;             // loop depth the token used
     float prob = 0;            // probability of the token under the final (sampling) distribution
     std::vector<LensDepth> lens;  // per depth 1..depth, when GenerateOptions::lens
+    // Speculative modes: the cycle this token belongs to (-1 otherwise), the tokens drafted in
+    // that cycle (the accepted path's candidates for tree), how many of them were accepted, and
+    // whether this token is the verifier's own (the correction after a rejection) rather than
+    // an accepted draft.
+    int cycle = -1;
+    std::vector<int32_t> drafted;
+    int accepted = 0;
+    bool from_verifier = false;
 };
 
 using TokenObserver = std::function<bool(const TokenEvent& ev)>;
@@ -335,6 +353,48 @@ std::vector<std::vector<int32_t>> split_batch_output(const std::vector<int32_t>&
 
 // Validates a config against a model (every rule generate applies), throwing InvalidArgument.
 void validate_config(const Model* model, int prompt_len, const GenerateConfig& config);
+
+// ---------------------------------------------------------------------------------------------
+// Self-speculative decoding (the seed's generate_speculative / generate_tree_speculative)
+// ---------------------------------------------------------------------------------------------
+
+// Draft with the same model at draft_loops, verify at verify_loops. Verification resumes from
+// the draft's state (only passes draft_loops+1 .. verify_loops are new work). At temperature 0
+// the output equals plain greedy decoding at verify_loops, token for token.
+struct SpeculativeConfig {
+    int max_tokens = 64;      // total emission cap (excludes prompt), >= 0
+    int draft_loops = 2;      // draft depth, 1 .. verify_loops - 1
+    int verify_loops = 8;     // verify depth, 2 .. max_loops (typically the model's default_loops)
+    int draft_ahead = 4;      // tokens drafted per verify cycle, 1 .. 32
+    float temperature = 0.0f; // 0 (<= 0.01) greedy; > 0 lossless rejection sampling
+    uint64_t seed = 0;        // RNG seed for temperature > 0
+    int top_k = 0;            // sampling filter for temperature > 0; 0 = off
+    float top_p = 1.0f;       // sampling filter for temperature > 0, (0, 1]
+    bool ignore_eos = false;  // keep going past the model's EOS token
+};
+
+// Tree drafting: K_branches candidates per draft step, draft_ahead steps deep; the whole tree
+// is verified in one forward with a tree attention mask; the longest matching path is accepted.
+struct TreeSpeculativeConfig {
+    int max_tokens = 64;
+    int draft_loops = 2;
+    int verify_loops = 8;
+    int draft_ahead = 4;      // tree depth, 1 .. 8
+    int K_branches = 2;       // candidates per node, 1 .. 8 (tree nodes <= 1024)
+    float temperature = 0.0f; // greedy only (temperature > 0 is refused: use the chain mode)
+    uint64_t seed = 0;
+    bool ignore_eos = false;
+};
+
+GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
+                                       const SpeculativeConfig& config, const GenerateOptions& options = {});
+GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
+                                            const TreeSpeculativeConfig& config,
+                                            const GenerateOptions& options = {});
+std::vector<int32_t> generate_speculative(Model* model, const int32_t* prompt, int prompt_len,
+                                          const SpeculativeConfig& config);
+std::vector<int32_t> generate_tree_speculative(Model* model, const int32_t* prompt, int prompt_len,
+                                               const TreeSpeculativeConfig& config);
 
 // ---------------------------------------------------------------------------------------------
 // Scoring

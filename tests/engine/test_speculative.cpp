@@ -1,0 +1,207 @@
+// Self-speculative decoding: greedy chain equals plain greedy token for token; stochastic chain
+// is lossless (its output distribution equals plain sampling's).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "sampling.h"
+#include "test_util.h"
+
+using namespace tinyloop;
+using tltest::ModelPtr;
+
+namespace {
+
+HParams spec_hparams() {
+    HParams hp = tltest::small_hparams();
+    hp.max_loops = 8;
+    hp.default_loops = 6;
+    return hp;
+}
+
+const std::string& model_path() {
+    static const std::string p = tltest::write_random_model("spec.tinyloop", spec_hparams(), 31);
+    return p;
+}
+
+std::vector<std::vector<int32_t>> prompts(int count, uint64_t seed) {
+    std::mt19937_64 g(seed);
+    std::vector<std::vector<int32_t>> out;
+    for (int i = 0; i < count; ++i) {
+        std::vector<int32_t> p(1 + g() % 12);
+        for (auto& t : p) t = static_cast<int32_t>(g() % 256);
+        out.push_back(p);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST(Speculative, GreedyChainEqualsPlainGreedyOver50Prompts) {
+    ModelPtr mp(model_path());
+    const auto ps = prompts(50, 1);
+    struct S { int D, K; };
+    int total_cycles = 0, total_accepted = 0, total_rejections = 0;
+    for (S s : {S{1, 1}, S{2, 4}, S{3, 3}, S{5, 6}}) {
+        for (const auto& p : ps) {
+            GenerateConfig g;
+            g.max_tokens = 20;
+            g.loops = 6;
+            g.ignore_eos = true;
+            SpeculativeConfig c;
+            c.max_tokens = 20;
+            c.draft_loops = s.D;
+            c.verify_loops = 6;
+            c.draft_ahead = s.K;
+            c.ignore_eos = true;
+            const int n = static_cast<int>(p.size());
+            GenerateResult plain = generate_ex(mp.get(), p.data(), n, g);
+            GenerateResult spec = generate_speculative_ex(mp.get(), p.data(), n, c);
+            ASSERT_EQ(plain.tokens, spec.tokens) << "D=" << s.D << " K=" << s.K;
+            EXPECT_EQ(spec.stats.tokens_emitted, 20);
+            total_cycles += spec.stats.spec_cycles;
+            total_accepted += spec.stats.spec_accepted;
+            total_rejections += spec.stats.spec_tested - spec.stats.spec_accepted;
+            int hist_sum = 0, hist_acc = 0;
+            for (size_t k = 0; k < spec.stats.spec_accept_hist.size(); ++k) {
+                hist_sum += spec.stats.spec_accept_hist[k];
+                hist_acc += static_cast<int>(k) * spec.stats.spec_accept_hist[k];
+            }
+            EXPECT_EQ(hist_sum, spec.stats.spec_cycles);
+            EXPECT_EQ(hist_acc, spec.stats.spec_accepted);
+        }
+    }
+    // The test means something only if both acceptance and rejection happened.
+    EXPECT_GT(total_accepted, 0);
+    EXPECT_GT(total_rejections, 0);
+    EXPECT_GT(total_cycles, 0);
+}
+
+TEST(Speculative, EventsDescribeCyclesAndStopOnEos) {
+    ModelPtr mp(model_path());
+    const auto p = prompts(1, 9)[0];
+    SpeculativeConfig c;
+    c.max_tokens = 15;
+    c.verify_loops = 6;
+    c.draft_loops = 2;
+    c.draft_ahead = 3;
+    c.ignore_eos = true;
+    std::vector<TokenEvent> evs;
+    GenerateOptions o;
+    o.observer = [&](const TokenEvent& e) {
+        evs.push_back(e);
+        return true;
+    };
+    GenerateResult r = generate_speculative_ex(mp.get(), p.data(), static_cast<int>(p.size()), c, o);
+    ASSERT_EQ(evs.size(), 15u);
+    EXPECT_EQ(evs[0].cycle, -1);  // from the prefill
+    for (size_t i = 1; i < evs.size(); ++i) {
+        EXPECT_GE(evs[i].cycle, 0);
+        EXPECT_LE(evs[i].accepted, 3);
+        if (!evs[i].from_verifier) EXPECT_NE(std::find(evs[i].drafted.begin(), evs[i].drafted.end(), evs[i].token), evs[i].drafted.end());
+    }
+    EXPECT_EQ(r.stats.stop_reason, StopReason::MAX_TOKENS);
+    // Errors name the field.
+    c.draft_loops = 6;
+    EXPECT_THROW(generate_speculative_ex(mp.get(), p.data(), 1, c), Error);
+    c.draft_loops = 2;
+    c.verify_loops = 9;
+    try {
+        generate_speculative_ex(mp.get(), p.data(), 1, c);
+        ADD_FAILURE();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("verify_loops"), std::string::npos);
+    }
+}
+
+TEST(Speculative, StochasticChainIsLossless) {
+    // Joint distribution of the first three emitted tokens (the first from the prefill, the next
+    // two from one draft-verify cycle) against the exact distribution of plain sampling.
+    HParams hp = spec_hparams();
+    hp.d_model = 32;
+    hp.n_heads = 2;
+    hp.n_kv_heads = 2;
+    hp.d_ff = 64;
+    hp.n_loop_layers = 1;
+    const std::string path = tltest::write_random_model("spec_small.tinyloop", hp, 77);
+    ModelPtr mp(path);
+    const std::vector<int32_t> prompt = {65, 66, 67};
+    const float T = 1.0f;
+    const int top_k = 3;
+    const int V = hp.vocab_size;
+    const int n_ids = model_info(mp.get()).tokenizer_vocab;
+    auto dist = [&](std::vector<int32_t> seq) {
+        auto l = forward_logits(mp.get(), seq.data(), static_cast<int>(seq.size()), 6);
+        std::vector<float> row(l.end() - V, l.end());
+        mask_undecodable(row.data(), V, n_ids);
+        return sampling_probs(row.data(), V, T, top_k, 1.0f, 0.0f);
+    };
+    std::map<std::vector<int32_t>, double> expected;
+    const auto p1 = dist(prompt);
+    for (int a = 0; a < V; ++a) {
+        if (p1[a] <= 0) continue;
+        auto s1 = prompt;
+        s1.push_back(a);
+        const auto p2 = dist(s1);
+        for (int b = 0; b < V; ++b) {
+            if (p2[b] <= 0) continue;
+            auto s2 = s1;
+            s2.push_back(b);
+            const auto p3 = dist(s2);
+            for (int cc = 0; cc < V; ++cc)
+                if (p3[cc] > 0) expected[{a, b, cc}] = static_cast<double>(p1[a]) * p2[b] * p3[cc];
+        }
+    }
+    SpeculativeConfig c;
+    c.max_tokens = 3;
+    c.draft_loops = 1;
+    c.verify_loops = 6;
+    c.draft_ahead = 2;
+    c.temperature = T;
+    c.top_k = top_k;
+    c.ignore_eos = true;
+    const int N = 20000;
+    std::map<std::vector<int32_t>, int> seen;
+    int accepted = 0, tested = 0;
+    for (int i = 0; i < N; ++i) {
+        c.seed = static_cast<uint64_t>(i) * 7919 + 1;
+        GenerateResult r = generate_speculative_ex(mp.get(), prompt.data(), 3, c);
+        ASSERT_EQ(r.tokens.size(), 6u);
+        ++seen[{r.tokens[3], r.tokens[4], r.tokens[5]}];
+        accepted += r.stats.spec_accepted;
+        tested += r.stats.spec_tested;
+    }
+    // Chi-square with cells of expected count < 5 pooled.
+    double chi2 = 0, pooled_e = 0, pooled_o = 0;
+    int cells = 0;
+    for (const auto& [k, pr] : expected) {
+        const double e = pr * N;
+        const auto it = seen.find(k);
+        const double o = it == seen.end() ? 0 : it->second;
+        if (e < 5) {
+            pooled_e += e;
+            pooled_o += o;
+            continue;
+        }
+        chi2 += (o - e) * (o - e) / e;
+        ++cells;
+    }
+    if (pooled_e > 0) {
+        chi2 += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
+        ++cells;
+    }
+    for (const auto& [k, o] : seen) EXPECT_TRUE(expected.count(k)) << "a sequence plain sampling never makes";
+    // Critical values of chi-square at p = 0.01 for up to 26 degrees of freedom.
+    static const double crit[] = {0, 6.63, 9.21, 11.34, 13.28, 15.09, 16.81, 18.48, 20.09, 21.67, 23.21, 24.72, 26.22,
+                                  27.69, 29.14, 30.58, 32.0, 33.41, 34.81, 36.19, 37.57, 38.93, 40.29, 41.64, 42.98,
+                                  44.31, 45.64};
+    ASSERT_GE(cells, 2);
+    ASSERT_LE(cells - 1, 26);
+    EXPECT_LT(chi2, crit[cells - 1]) << "cells " << cells;
+    // Draft and verifier disagree sometimes: the rejection path is exercised.
+    EXPECT_GT(accepted, 0);
+    EXPECT_LT(accepted, tested);
+}
