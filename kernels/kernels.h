@@ -117,6 +117,11 @@ struct AttentionArgs {
     const int* kv_begin = nullptr;
     const int* kv_end = nullptr;
     float* out = nullptr;
+    // Tree attention (optional): after its range, query t also attends the rows
+    // extra_rows[extra_offsets[t] .. extra_offsets[t+1]) in that order (n_tok + 1 offsets).
+    // A query whose range and extras list the same rows as a plain range gets the same bits.
+    const int* extra_rows = nullptr;
+    const int* extra_offsets = nullptr;
 };
 void attention(const AttentionArgs& a, ThreadPool* pool);
 void attention_ref(const AttentionArgs& a);

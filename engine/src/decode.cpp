@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
+#include <memory>
 
 #include "early_exit.h"
+#include "grammar.h"
 #include "lens.h"
 #include "sampling.h"
 #include "stop.h"
@@ -105,6 +108,21 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     std::vector<float> z(static_cast<size_t>(V)), lens_logits(options.lens ? static_cast<size_t>(V) : 0);
     Clock::time_point t_first{};
     st.stop_reason = StopReason::MAX_TOKENS;
+    // Grammar: the mask for the next token is computed right after the previous one is taken,
+    // so a dead end is known before that token is reported (its event then flushes the text).
+    std::unique_ptr<GrammarMatcher> gm;
+    std::vector<char> gmask;
+    if (config.grammar) {
+        gm = std::make_unique<GrammarMatcher>(*config.grammar, m.tokenizer);
+        gm->allowed(gmask);
+        if (std::find(gmask.begin(), gmask.end(), 1) == gmask.end()) {
+            st.stop_reason = StopReason::GRAMMAR_DEAD_END;
+            res.text = text.text();
+            st.loops_used = loops;
+            st.total_ms = ms_since(t0);
+            return res;
+        }
+    }
     int depth = loops;  // depth of the row that produced `logits`
     long long depth_sum = 0;
 
@@ -115,6 +133,9 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         apply_frequency_presence(z.data(), V, emitted, config.frequency_penalty, config.presence_penalty);
         apply_logit_bias(z.data(), V, config.logit_bias);
         mask_undecodable(z.data(), V, m.tokenizer.n_ids());
+        if (gm)
+            for (size_t j = 0; j < gmask.size(); ++j)
+                if (!gmask[j]) z[j] = -std::numeric_limits<float>::infinity();
         int32_t tok;
         float prob;
         if (greedy) {
@@ -138,12 +159,19 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         }
 
         // Stop conditions known before the token is reported, so its event can flush the text.
+        bool dead_end = false;
+        if (gm) {
+            gm->accept(tok);
+            gm->allowed(gmask);
+            dead_end = std::find(gmask.begin(), gmask.end(), 1) == gmask.end();
+        }
         bool stop = true;
         const bool stop_hit = text.push(tok);
         if (tok == m.tokenizer.eos_id() && !config.ignore_eos) st.stop_reason = StopReason::EOS;
         else if (tail_matches(emitted, config.stop_sequences)) st.stop_reason = StopReason::STOP_SEQUENCE;
         else if (stop_hit) st.stop_reason = StopReason::STOP_STRING;
         else if (i + 1 == config.max_tokens) st.stop_reason = StopReason::MAX_TOKENS;
+        else if (dead_end) st.stop_reason = StopReason::GRAMMAR_DEAD_END;
         else stop = false;
 
         bool keep_going = true;

@@ -39,6 +39,7 @@ void Workspace::reserve(const HParams& hp, int n_tok) {
         g.resize(n * hp.d_ff);
         u.resize(n * hp.d_ff);
         pos.resize(n);
+        row.resize(n);
         kv_begin.resize(n);
         kv_end.resize(n);
     } catch (const std::bad_alloc&) {
@@ -55,9 +56,11 @@ PassHook last_row_hook(std::vector<float>& states, int d) {
 }
 
 void set_rows(Workspace& ws, int pos0, int n, int window) {
+    ws.extra_offsets.clear();
     for (int t = 0; t < n; ++t) {
         const int p = pos0 + t;
         ws.pos[t] = p;
+        ws.row[t] = p;
         ws.kv_end[t] = p + 1;
         ws.kv_begin[t] = window > 0 ? std::max(0, p + 1 - window) : 0;
     }
@@ -77,8 +80,8 @@ void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Wo
     kern::rope(ws.q.data(), n, hp.n_heads, hp.head_dim, ws.pos.data(), hp.rope_theta);
     kern::rope(ws.k.data(), n, hp.n_kv_heads, hp.head_dim, ws.pos.data(), hp.rope_theta);
     for (int t = 0; t < n; ++t) {
-        std::memcpy(kv.k_at(layer, ws.pos[t]), ws.k.data() + static_cast<size_t>(t) * Hkv, Hkv * sizeof(float));
-        std::memcpy(kv.v_at(layer, ws.pos[t]), ws.v.data() + static_cast<size_t>(t) * Hkv, Hkv * sizeof(float));
+        std::memcpy(kv.k_at(layer, ws.row[t]), ws.k.data() + static_cast<size_t>(t) * Hkv, Hkv * sizeof(float));
+        std::memcpy(kv.v_at(layer, ws.row[t]), ws.v.data() + static_cast<size_t>(t) * Hkv, Hkv * sizeof(float));
     }
     kern::AttentionArgs at;
     at.q = ws.q.data();
@@ -92,6 +95,10 @@ void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Wo
     at.kv_begin = ws.kv_begin.data();
     at.kv_end = ws.kv_end.data();
     at.out = ws.att.data();
+    if (!ws.extra_offsets.empty()) {
+        at.extra_rows = ws.extra_rows.data();
+        at.extra_offsets = ws.extra_offsets.data();
+    }
     kern::attention(at, pool);
     kern::matmul(w.wo, ws.att.data(), n, ws.o.data(), pool);
     kern::add_inplace(x, ws.o.data(), static_cast<size_t>(n) * d);

@@ -14,6 +14,9 @@ struct Workspace {
     int max_tok = 0;
     std::vector<float> h, a, q, k, v, att, o, g, u;
     std::vector<int> pos, kv_begin, kv_end;
+    std::vector<int> row;  // cache row each token's keys/values go to (== pos except in trees)
+    // Tree attention: per-token extra rows after the range (empty offsets = none).
+    std::vector<int> extra_rows, extra_offsets;
     void reserve(const HParams& hp, int n_tok);
 };
 

@@ -96,8 +96,6 @@ void validate_config(const Model* model, int prompt_len, const GenerateConfig& c
     if (c.early_exit_threshold <= 0) bad("early_exit_threshold: " + num(c.early_exit_threshold) + " must be > 0");
     if (static_cast<int>(c.early_exit_criterion) < 0 || static_cast<int>(c.early_exit_criterion) > 4)
         bad("early_exit_criterion: " + std::to_string(static_cast<int>(c.early_exit_criterion)) + " is not a criterion");
-    if (c.grammar != nullptr)
-        throw Error(ErrorCode::NotSupported, "grammar: constrained decoding is not supported yet in this build");
 }
 
 }  // namespace tinyloop

@@ -205,3 +205,69 @@ TEST(Speculative, StochasticChainIsLossless) {
     EXPECT_GT(accepted, 0);
     EXPECT_LT(accepted, tested);
 }
+
+TEST(TreeSpeculative, GreedyTreeEqualsPlainGreedyOver50Prompts) {
+    ModelPtr mp(model_path());
+    const auto ps = prompts(50, 2);
+    struct S { int D, depth, K; };
+    int accepted = 0, rejected = 0, deep_accepts = 0;
+    for (S s : {S{1, 1, 2}, S{2, 2, 2}, S{3, 3, 3}, S{2, 4, 2}, S{4, 2, 4}}) {
+        for (const auto& p : ps) {
+            GenerateConfig g;
+            g.max_tokens = 18;
+            g.loops = 6;
+            g.ignore_eos = true;
+            TreeSpeculativeConfig c;
+            c.max_tokens = 18;
+            c.draft_loops = s.D;
+            c.verify_loops = 6;
+            c.draft_ahead = s.depth;
+            c.K_branches = s.K;
+            c.ignore_eos = true;
+            const int n = static_cast<int>(p.size());
+            GenerateResult plain = generate_ex(mp.get(), p.data(), n, g);
+            GenerateResult tree = generate_tree_speculative_ex(mp.get(), p.data(), n, c);
+            ASSERT_EQ(plain.tokens, tree.tokens) << "D=" << s.D << " depth=" << s.depth << " K=" << s.K;
+            accepted += tree.stats.spec_accepted;
+            rejected += tree.stats.spec_tested - tree.stats.spec_accepted;
+            for (size_t k = 2; k < tree.stats.spec_accept_hist.size(); ++k) deep_accepts += tree.stats.spec_accept_hist[k];
+        }
+    }
+    EXPECT_GT(accepted, 0);
+    EXPECT_GT(rejected, 0);
+    EXPECT_GT(deep_accepts, 0);  // paths of two or more accepted nodes happened
+}
+
+TEST(TreeSpeculative, MatchesChainWithOneBranchAndRefusesBadKnobs) {
+    ModelPtr mp(model_path());
+    const auto p = prompts(1, 3)[0];
+    const int n = static_cast<int>(p.size());
+    TreeSpeculativeConfig t;
+    t.max_tokens = 12;
+    t.verify_loops = 6;
+    t.K_branches = 1;
+    t.draft_ahead = 3;
+    t.ignore_eos = true;
+    SpeculativeConfig c;
+    c.max_tokens = 12;
+    c.verify_loops = 6;
+    c.draft_ahead = 3;
+    c.ignore_eos = true;
+    GenerateResult a = generate_tree_speculative_ex(mp.get(), p.data(), n, t);
+    GenerateResult b = generate_speculative_ex(mp.get(), p.data(), n, c);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.stats.spec_accepted, b.stats.spec_accepted);
+    EXPECT_EQ(a.stats.spec_cycles, b.stats.spec_cycles);
+    t.K_branches = 8;
+    t.draft_ahead = 8;
+    EXPECT_THROW(generate_tree_speculative_ex(mp.get(), p.data(), n, t), Error);
+    t.K_branches = 2;
+    t.draft_ahead = 2;
+    t.temperature = 0.8f;
+    try {
+        generate_tree_speculative_ex(mp.get(), p.data(), n, t);
+        ADD_FAILURE();
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::NotSupported);
+    }
+}

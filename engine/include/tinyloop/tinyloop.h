@@ -208,7 +208,17 @@ std::string sanitize_utf8(std::string_view bytes);
 // Generation (the seed's Generation API)
 // ---------------------------------------------------------------------------------------------
 
-struct Grammar;  // constrained decoding (not in this build yet: a non-null grammar is refused)
+// Grammar-constrained decoding: a GBNF-style grammar (named rules `name ::= ...`, "literals",
+// [classes] with ranges and negation, ( groups ), |, ?, *, +, # comments; start rule `root`).
+// A token is allowed when its bytes keep the output inside the grammar; EOS only when the output
+// is a whole sentence. When nothing is allowed, decoding stops with GRAMMAR_DEAD_END.
+struct Grammar;
+// Throws Error(InvalidArgument) "grammar:LINE:COL: message" for a malformed grammar.
+Grammar* parse_grammar(const std::string& text);
+// Error(Io) naming the path when unreadable; "PATH:LINE:COL: message" when malformed.
+Grammar* load_grammar_file(const std::string& path);
+// nullptr is a no-op. A Grammar is immutable: any number of calls may share it.
+void free_grammar(Grammar* g);
 
 enum class EarlyExitCriterion {
     HiddenL2,   // ||h_l - h_{l-1}|| / ||h_l|| below early_exit_threshold (the seed's default)
@@ -233,16 +243,16 @@ struct GenerateConfig {
     std::vector<std::vector<int32_t>> stop_sequences;   // token tail match, included in output
     std::vector<std::string> stop_strings;  // text match, excluded from the text (OpenAI stop)
     bool ignore_eos = false;          // keep going past the model's EOS token
-    int beam_size = 0;                // 0 or 1 = sampling; >= 2 beam search (not in this build)
+    int beam_size = 0;                // 0 or 1 = sampling; >= 2 beam search, 2..64
     float length_penalty = 1.0f;      // beam only
-    int early_exit_patience = 0;      // 0 disables early exit (not in this build)
+    int early_exit_patience = 0;      // 0 disables early exit; > 0: exit after this many stable probes
     int early_exit_min_L = 2;
     int early_exit_peek_every = 1;
     float early_exit_logit_margin = 0.0f;
     EarlyExitCriterion early_exit_criterion = EarlyExitCriterion::HiddenL2;
     float early_exit_threshold = 0.05f;
     uint64_t sample_seed = 0;         // deterministic given seed + config + model
-    Grammar* grammar = nullptr;       // constrained decoding (not in this build)
+    Grammar* grammar = nullptr;       // constrained decoding (see parse_grammar); not owned
 };
 
 enum class StopReason {
