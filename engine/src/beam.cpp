@@ -91,6 +91,8 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
             apply_repetition_penalty(z.data(), V, context, c.repetition_penalty);
             apply_frequency_presence(z.data(), V, bm.tokens, c.frequency_penalty, c.presence_penalty);
             apply_logit_bias(z.data(), V, c.logit_bias);
+            ban_repeated_ngrams(z.data(), V, context, c.no_repeat_ngram_size);
+            ban_bad_words(z.data(), V, context, c.bad_words);
             mask_undecodable(z.data(), V, m.tokenizer.n_ids());
             float mx = -std::numeric_limits<float>::infinity();
             for (float x : z) mx = std::max(mx, x);

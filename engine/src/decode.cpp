@@ -132,6 +132,8 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         apply_repetition_penalty(z.data(), V, res.tokens, config.repetition_penalty);
         apply_frequency_presence(z.data(), V, emitted, config.frequency_penalty, config.presence_penalty);
         apply_logit_bias(z.data(), V, config.logit_bias);
+        ban_repeated_ngrams(z.data(), V, res.tokens, config.no_repeat_ngram_size);
+        ban_bad_words(z.data(), V, res.tokens, config.bad_words);
         mask_undecodable(z.data(), V, m.tokenizer.n_ids());
         if (gm)
             for (size_t j = 0; j < gmask.size(); ++j)
@@ -172,6 +174,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         else if (stop_hit) st.stop_reason = StopReason::STOP_STRING;
         else if (i + 1 == config.max_tokens) st.stop_reason = StopReason::MAX_TOKENS;
         else if (dead_end) st.stop_reason = StopReason::GRAMMAR_DEAD_END;
+        else if (config.max_time > 0 && ms_since(t0) >= config.max_time * 1000.0) st.stop_reason = StopReason::MAX_TIME;
         else stop = false;
 
         bool keep_going = true;

@@ -12,6 +12,7 @@ const char* stop_reason_name(StopReason r) {
         case StopReason::CALLBACK_ABORT: return "CALLBACK_ABORT";
         case StopReason::GRAMMAR_DEAD_END: return "GRAMMAR_DEAD_END";
         case StopReason::STOP_STRING: return "STOP_STRING";
+        case StopReason::MAX_TIME: return "MAX_TIME";
     }
     return "?";
 }

@@ -35,6 +35,30 @@ void apply_logit_bias(float* logits, int vocab, const std::vector<std::pair<int3
         if (id >= 0 && id < vocab) logits[id] += b;
 }
 
+void ban_repeated_ngrams(float* logits, int vocab, const std::vector<int32_t>& context, int n) {
+    const int len = static_cast<int>(context.size());
+    if (n <= 0 || len + 1 < n) return;
+    // The last n-1 tokens; every earlier occurrence of them bans the token that followed.
+    const int32_t* tail = context.data() + (len - (n - 1));
+    for (int s = 0; s + n <= len; ++s)
+        if (std::equal(tail, tail + (n - 1), context.data() + s)) {
+            const int32_t banned = context[static_cast<size_t>(s + n - 1)];
+            if (banned >= 0 && banned < vocab) logits[banned] = -std::numeric_limits<float>::infinity();
+        }
+}
+
+void ban_bad_words(float* logits, int vocab, const std::vector<int32_t>& context,
+                   const std::vector<std::vector<int32_t>>& bad_words) {
+    for (const auto& w : bad_words) {
+        if (w.empty()) continue;
+        const size_t k = w.size() - 1;
+        if (k > context.size()) continue;
+        if (std::equal(w.begin(), w.end() - 1, context.end() - static_cast<std::ptrdiff_t>(k)) && w.back() >= 0 &&
+            w.back() < vocab)
+            logits[w.back()] = -std::numeric_limits<float>::infinity();
+    }
+}
+
 void mask_undecodable(float* logits, int vocab, int n_ids) {
     for (int i = std::max(0, n_ids); i < vocab; ++i) logits[i] = -std::numeric_limits<float>::infinity();
 }

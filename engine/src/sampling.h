@@ -17,6 +17,13 @@ void apply_repetition_penalty(float* logits, int vocab, const std::vector<int32_
 void apply_frequency_presence(float* logits, int vocab, const std::vector<int32_t>& emitted,
                               float frequency, float presence);
 void apply_logit_bias(float* logits, int vocab, const std::vector<std::pair<int32_t, float>>& bias);
+// Hugging Face's no_repeat_ngram_size: -inf for every token that would complete an n-gram
+// already present in `context`.
+void ban_repeated_ngrams(float* logits, int vocab, const std::vector<int32_t>& context, int n);
+// Hugging Face's bad_words_ids: -inf for the last token of each sequence whose other tokens
+// are the tail of `context` (single-token sequences always).
+void ban_bad_words(float* logits, int vocab, const std::vector<int32_t>& context,
+                   const std::vector<std::vector<int32_t>>& bad_words);
 // Sets logits[n_ids .. vocab) to -inf (a padded vocabulary).
 void mask_undecodable(float* logits, int vocab, int n_ids);
 

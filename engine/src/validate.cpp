@@ -74,6 +74,18 @@ void validate_config(const Model* model, int prompt_len, const GenerateConfig& c
     for (size_t i = 0; i < c.stop_strings.size(); ++i)
         if (c.stop_strings[i].empty()) bad("stop_strings[" + std::to_string(i) + "]: must not be empty");
 
+    if (!std::isfinite(c.max_time) || c.max_time < 0) bad("max_time: " + num(c.max_time) + " must be >= 0 seconds (0 = no limit)");
+    if (c.no_repeat_ngram_size < 0) bad("no_repeat_ngram_size: " + std::to_string(c.no_repeat_ngram_size) + " must be >= 0 (0 disables)");
+    for (size_t i = 0; i < c.bad_words.size(); ++i) {
+        const auto& s = c.bad_words[i];
+        const std::string f = "bad_words[" + std::to_string(i) + "]";
+        if (s.empty()) bad(f + ": must not be empty");
+        for (size_t j = 0; j < s.size(); ++j)
+            if (s[j] < 0 || s[j] >= hp.vocab_size)
+                bad(f + "[" + std::to_string(j) + "]: token id " + std::to_string(s[j]) +
+                    " is outside the vocabulary [0, " + std::to_string(hp.vocab_size) + ")");
+    }
+
     // Beam search knobs.
     if (c.beam_size < 0 || c.beam_size > 64) bad("beam_size: " + std::to_string(c.beam_size) + " is outside [0, 64]");
     finite("length_penalty", c.length_penalty);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "forward.h"
 #include "model.h"
@@ -172,6 +173,36 @@ TEST(Generate, StopStringIsCutFromTheTextAndPiecesAddUp) {
     EXPECT_EQ(r.stats.stop_reason, StopReason::STOP_STRING);
     EXPECT_EQ(r.text, sanitize_utf8(bytes.substr(0, first)));
     EXPECT_EQ(pieces, r.text);
+}
+
+TEST(Generate, MaxTimeStopsWithItsOwnReason) {
+    ModelPtr mp(model_path());
+    GenerateConfig c;
+    c.max_tokens = 100;
+    c.ignore_eos = true;
+    c.max_time = 1e-9;  // already over after the first token
+    GenerateResult r = generate_ex(mp.get(), prompt_ids().data(), 7, c);
+    EXPECT_EQ(r.stats.stop_reason, StopReason::MAX_TIME);
+    EXPECT_EQ(r.stats.tokens_emitted, 1);
+}
+
+TEST(Generate, BadWordsAndNgramBansHoldInGeneration) {
+    ModelPtr mp(model_path());
+    GenerateConfig c;
+    c.max_tokens = 30;
+    c.ignore_eos = true;
+    auto plain = generate(mp.get(), prompt_ids().data(), 7, c);
+    const int32_t first = plain[7];
+    c.bad_words = {{first}};
+    auto out = generate(mp.get(), prompt_ids().data(), 7, c);
+    for (size_t i = 7; i < out.size(); ++i) EXPECT_NE(out[i], first);
+    GenerateConfig n;
+    n.max_tokens = 30;
+    n.ignore_eos = true;
+    n.no_repeat_ngram_size = 2;
+    out = generate(mp.get(), prompt_ids().data(), 7, n);
+    std::set<std::pair<int32_t, int32_t>> seen;
+    for (size_t i = 0; i + 1 < out.size(); ++i) EXPECT_TRUE(seen.insert({out[i], out[i + 1]}).second) << i;
 }
 
 TEST(Generate, CallbackAbortKeepsTheLastToken) {

@@ -77,3 +77,27 @@ TEST(Sampling, FrequenciesMatchTheDistribution) {
     Rng a(99), b(99);
     for (int i = 0; i < 100; ++i) EXPECT_EQ(draw(p, a), draw(p, b));
 }
+
+TEST(Sampling, NoRepeatNgramBansTheTokenThatWouldRepeat) {
+    std::vector<float> l(10, 0.0f);
+    // context 1 2 3 1 2 : with n = 3 the tail (1 2) was followed by 3 -> 3 is banned.
+    ban_repeated_ngrams(l.data(), 10, {1, 2, 3, 1, 2}, 3);
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(std::isinf(l[i]), i == 3) << i;
+    std::vector<float> m(10, 0.0f);
+    ban_repeated_ngrams(m.data(), 10, {4, 5, 4}, 2);  // tail (4) was followed by 5
+    EXPECT_TRUE(std::isinf(m[5]));
+    EXPECT_FALSE(std::isinf(m[4]));
+    std::vector<float> o(10, 0.0f);
+    ban_repeated_ngrams(o.data(), 10, {7, 8}, 1);  // n = 1: every seen token
+    EXPECT_TRUE(std::isinf(o[7]) && std::isinf(o[8]));
+    EXPECT_FALSE(std::isinf(o[6]));
+}
+
+TEST(Sampling, BadWordsBanSingleTokensAndCompletedSequences) {
+    std::vector<float> l(10, 0.0f);
+    ban_bad_words(l.data(), 10, {1, 2, 3}, {{9}, {3, 4}, {2, 5}, {7, 3, 6}});
+    EXPECT_TRUE(std::isinf(l[9]));   // single token: always
+    EXPECT_TRUE(std::isinf(l[4]));   // 3 is the tail
+    EXPECT_FALSE(std::isinf(l[5]));  // 2 is not the tail
+    EXPECT_FALSE(std::isinf(l[6]));  // (7, 3) is not the tail
+}

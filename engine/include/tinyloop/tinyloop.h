@@ -243,6 +243,10 @@ struct GenerateConfig {
     std::vector<std::vector<int32_t>> stop_sequences;   // token tail match, included in output
     std::vector<std::string> stop_strings;  // text match, excluded from the text (OpenAI stop)
     bool ignore_eos = false;          // keep going past the model's EOS token
+    double max_time = 0.0;            // seconds of wall clock for the call, >= 0; 0 = no limit
+    int no_repeat_ngram_size = 0;     // >= 0; n > 0 bans a token that would repeat an n-gram of
+                                      // prompt + emitted (Hugging Face convention)
+    std::vector<std::vector<int32_t>> bad_words;  // token sequences never emitted (each non-empty)
     int beam_size = 0;                // 0 or 1 = sampling; >= 2 beam search, 2..64
     float length_penalty = 1.0f;      // beam only
     int early_exit_patience = 0;      // 0 disables early exit; > 0: exit after this many stable probes
@@ -262,6 +266,7 @@ enum class StopReason {
     CALLBACK_ABORT,
     GRAMMAR_DEAD_END,
     STOP_STRING,
+    MAX_TIME,
 };
 const char* stop_reason_name(StopReason r);
 
