@@ -174,6 +174,24 @@ void save_model(const std::string& path, const ModelSpec& spec);
 ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype = DType::F32,
                             int group_size = 32);
 
+// Re-writes a model with every matrix stored as `dtype` (q8/q4/q2: asymmetric groups of
+// group_size, range searched to minimise squared error; f16/f32 also allowed). Norms stay f32.
+// Metadata is kept, with "quantization" added. Reports each tensor's relative error
+// ||W' - W|| / ||W|| (against the input's values) and the file sizes.
+struct QuantizeTensorReport {
+    std::string name;
+    DType from = DType::F32;
+    DType to = DType::F32;
+    double rel_error = 0;
+    uint64_t bytes_in = 0, bytes_out = 0;
+};
+struct QuantizeReport {
+    std::vector<QuantizeTensorReport> tensors;
+    uint64_t file_bytes_in = 0, file_bytes_out = 0;
+};
+QuantizeReport quantize_model_file(const std::string& in_path, const std::string& out_path, DType dtype,
+                                   int group_size = 32);
+
 // ---------------------------------------------------------------------------------------------
 // Tokenizer
 // ---------------------------------------------------------------------------------------------
