@@ -170,7 +170,8 @@ void save_model(const std::string& path, const ModelSpec& spec);
 
 // A model with random weights (tests, benchmarks, the README's demo before a trained model).
 // Norm gains are 1 + small noise; matrices ~ N(0, 1/sqrt(cols)). The tokenizer is `tokenizer`
-// or, when it has no merges, bytes only plus one <|endoftext|> special token at the top id.
+// or, when it has no merges, bytes only plus one <|endoftext|> special token at id 256 (specials
+// follow the merges, FORMAT.md §3); ids 257 .. vocab_size-1 are padding and never sampled.
 ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype = DType::F32,
                             int group_size = 32);
 

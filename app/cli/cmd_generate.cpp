@@ -1,0 +1,680 @@
+// tinyloop generate MODEL (--prompt TEXT | --prompt-file F | --prompt-ids 1,2,3) [options]
+//
+// Flags fill a GenerateConfig; the engine validates its ranges (validate_config) so range
+// messages come from one place, and this file only prefixes them with the flag's name.
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <optional>
+#include <sstream>
+#include <unistd.h>
+
+#include "commands.h"
+#include "common.h"
+
+namespace tinyloop::cli {
+
+CommandSpec generate_spec() {
+    CommandSpec s;
+    s.name = "generate";
+    s.synopsis = "MODEL (--prompt TEXT | --prompt-file F | --prompt-ids 1,2,3) [options]";
+    s.summary =
+        "Generates a continuation of the prompt. Text streams to stdout as tokens arrive and\n"
+        "timing goes to stderr; --json prints one object instead.";
+    const std::string P = "Prompt", D = "Decoding", S = "Stopping",
+                      SP = "Self-speculation (--mode speculative; --mode tree not in this build yet)",
+                      B = "Beam search (--mode beam)", E = "Early exit (adaptive loop depth)",
+                      G = "Constrained decoding", O = "Output";
+    s.options = {
+        {"--prompt", "TEXT", "the prompt text", "", false, P},
+        {"--prompt-file", "F", "read the prompt text from file F (- for stdin)", "", false, P},
+        {"--prompt-ids", "IDS", "the prompt as token ids: 1,2,3", "", false, P},
+        {"--parse-special", "", "treat special-token strings (<|endoftext|>) in the text as tokens",
+         "", false, P},
+
+        {"--max-tokens", "N", "most tokens to emit (default 64)", "an integer >= 0", false, D},
+        {"--loops", "L", "loop depth, 1..max_loops (default: the model's default_loops)",
+         "an integer in [1, max_loops]", false, D},
+        {"--mode", "M",
+         "greedy|sample|speculative|tree|beam (default: by --temperature)",
+         "one of greedy, sample, speculative, tree, beam", false, D},
+        {"--temperature", "T",
+         ">= 0; <= 0.01 is greedy (default 0; 0.8 with --mode sample)",
+         "a number >= 0", false, D},
+        {"--top-k", "K", "keep the K most likely tokens when sampling, >= 1 (default 50)",
+         "an integer >= 1", false, D},
+        {"--top-p", "P", "nucleus threshold in (0, 1]; 1 disables (default 1)",
+         "a number in (0, 1]", false, D},
+        {"--min-p", "P", "drop tokens with p < P * p_max, in [0, 1]; 0 disables (default 0)",
+         "a number in [0, 1]", false, D},
+        {"--repetition-penalty", "R", "HF-style penalty > 0 over prompt + output; 1 disables",
+         "a number > 0", false, D},
+        {"--frequency-penalty", "F", "minus F * count(token in output), in [-2, 2] (default 0)",
+         "a number in [-2, 2]", false, D},
+        {"--presence-penalty", "P", "minus P if the token is in the output, in [-2, 2] (default 0)",
+         "a number in [-2, 2]", false, D},
+        {"--logit-bias", "ID:BIAS", "add BIAS in [-100, 100] to token ID's logit (repeatable)",
+         "ID:BIAS like 10:-100", true, D},
+        {"--seed", "S", "sampling seed, 0..2^64-1 (default 0); same seed, same output",
+         "an integer in [0, 2^64-1]", false, D},
+        {"--no-repeat-ngram", "N", "never repeat an N-gram of prompt + output; 0 disables (default)",
+         "an integer >= 0", false, D},
+        {"--bad-words", "IDS", "never emit this token sequence, e.g. 13 or 50,51 (repeatable)",
+         "a comma-separated list of token ids", true, D},
+        {"--cache-window", "W", "attend to the last W positions only; 0 = unlimited (default)",
+         "an integer >= 0", false, D},
+
+        {"--stop", "TEXT", "stop when the output text contains TEXT; TEXT is left out (repeatable)",
+         "a non-empty text", true, S},
+        {"--stop-ids", "IDS", "stop when the output ends with these token ids (repeatable)",
+         "a comma-separated list of token ids", true, S},
+        {"--ignore-eos", "", "keep generating past the model's end-of-text token", "", false, S},
+        {"--max-time", "SEC", "stop after SEC seconds of wall clock; 0 = no limit (default)",
+         "a number of seconds >= 0", false, S},
+
+        {"--draft-loops", "D", "draft depth, 1..V-1 (default min(2, V-1))", "an integer >= 1",
+         false, SP},
+        {"--verify-loops", "V", "verify depth (default --loops, else the model's default_loops)",
+         "an integer >= 2", false, SP},
+        {"--draft-ahead", "K", "tokens drafted per cycle, 1..32 (tree: depth 1..8; default 4)",
+         "an integer >= 1", false, SP},
+        {"--branches", "B", "candidates per draft step, 1..8 (--mode tree; default 2)",
+         "an integer >= 1", false, SP},
+
+        {"--beam-size", "N", "beams, >= 2 (default 4 with --mode beam)", "an integer >= 2", false,
+         B},
+        {"--length-penalty", "X", "rank beams by logprob / len^X (default 1)", "a number", false,
+         B},
+
+        {"--early-exit", "C", "stop looping a token early: l2 | margin | kl | entropy | argmax",
+         "one of l2, margin, kl, entropy, argmax", false, E},
+        {"--early-exit-patience", "P",
+         "consecutive stable probes before exiting (default 1 with --early-exit)",
+         "an integer >= 1", false, E},
+        {"--early-exit-min-l", "M", "first depth probed (default 2)", "an integer >= 1", false, E},
+        {"--early-exit-peek-every", "E", "probe every E depths (default 1)", "an integer >= 1",
+         false, E},
+        {"--early-exit-threshold", "X",
+         "stability threshold (default 0.05; with margin: the logit margin)", "a number >= 0",
+         false, E},
+
+        {"--grammar", "FILE", "constrain the output with a grammar (not in this build yet)", "",
+         false, G},
+
+        {"--events", "", "per-token events: stderr table, or \"events\" in --json", "", false, O},
+        {"--lens", "", "add the logit lens (per depth top-k) to each event; implies --events", "",
+         false, O},
+        {"--lens-top-k", "K", "lens entries per depth, 1..64 (default 5)", "an integer in [1, 64]",
+         false, O},
+        {"--quiet", "", "no timing on stderr (plain output)", "", false, O},
+    };
+    for (auto& o : common_options()) s.options.push_back(o);
+    s.notes =
+        "Modes: greedy is temperature 0 (argmax). sample uses --temperature, 0.8 when not given.\n"
+        "beam sets --beam-size (default 4). speculative drafts at --draft-loops and verifies at\n"
+        "--verify-loops (exact greedy output at temperature 0; with --temperature it samples\n"
+        "losslessly, --top-k/--top-p optional); it takes no penalties, bias, stops or cache window.\n"
+        "tree is parsed but not in this build yet.\n"
+        "--early-exit without --early-exit-patience uses patience 1.\n"
+        "\n"
+        "--json prints one object: model, backend, prompt_ids, output_ids (the continuation),\n"
+        "text, stats{prefill_ms, first_token_ms, decode_ms, total_ms, prompt_tokens,\n"
+        "tokens_emitted, stop_reason, loops_used, decode_tokens_per_s, depth_per_token}, config\n"
+        "(the settings used), and with --events: events[{token, position, index, piece, depth,\n"
+        "prob, lens?[{depth, top_ids, top_probs, p_emitted, entropy}], and for speculative\n"
+        "modes cycle, drafted, accepted, from_verifier}]. Speculative stats add spec_cycles,\n"
+        "spec_drafted, spec_tested, spec_accepted, spec_accept_hist, spec_acceptance_rate,\n"
+        "spec_mean_accepted, draft_ms, verify_ms.\n"
+        "\n"
+        "Ctrl-C stops the generation after the current token (stop reason CALLBACK_ABORT, exit 130).\n";
+    return s;
+}
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_sigint(int) { g_interrupted = 1; }
+
+// Restores SIGINT's previous disposition when generation ends.
+class SigintGuard {
+public:
+    SigintGuard() {
+        struct sigaction sa {};
+        sa.sa_handler = on_sigint;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C kills as usual
+        installed_ = sigaction(SIGINT, &sa, &old_) == 0;
+    }
+    ~SigintGuard() {
+        if (installed_) sigaction(SIGINT, &old_, nullptr);
+    }
+
+private:
+    struct sigaction old_ {};
+    bool installed_ = false;
+};
+
+// Engine field names -> the flags that set them, for messages.
+const std::vector<std::pair<std::string, std::string>>& config_fields() {
+    static const std::vector<std::pair<std::string, std::string>> f = {
+        {"max_tokens", "--max-tokens"},
+        {"loops", "--loops"},
+        {"temperature", "--temperature"},
+        {"top_k", "--top-k"},
+        {"top_p", "--top-p"},
+        {"min_p", "--min-p"},
+        {"cache_window", "--cache-window"},
+        {"repetition_penalty", "--repetition-penalty"},
+        {"frequency_penalty", "--frequency-penalty"},
+        {"presence_penalty", "--presence-penalty"},
+        {"logit_bias", "--logit-bias"},
+        {"stop_sequences", "--stop-ids"},
+        {"stop_strings", "--stop"},
+        {"max_time", "--max-time"},
+        {"no_repeat_ngram_size", "--no-repeat-ngram"},
+        {"bad_words", "--bad-words"},
+        {"beam_size", "--beam-size"},
+        {"length_penalty", "--length-penalty"},
+        {"early_exit_patience", "--early-exit-patience"},
+        {"early_exit_min_L", "--early-exit-min-l"},
+        {"early_exit_peek_every", "--early-exit-peek-every"},
+        {"early_exit_logit_margin", "--early-exit-threshold"},
+        {"early_exit_criterion", "--early-exit"},
+        {"early_exit_threshold", "--early-exit-threshold"},
+        {"sample_seed", "--seed"},
+        {"grammar", "--grammar"},
+        {"lens_top_k", "--lens-top-k"},
+        {"draft_loops", "--draft-loops"},
+        {"verify_loops", "--verify-loops"},
+        {"draft_ahead", "--draft-ahead"},
+        {"K_branches", "--branches"},
+    };
+    return f;
+}
+
+// Runs f; an engine error naming a config field gets the flag's name in front.
+template <class F>
+auto with_flag_messages(F&& f) -> decltype(f()) {
+    try {
+        return f();
+    } catch (const Error& e) {
+        throw Error(e.code(), with_flag_name(e.what(), config_fields()));
+    }
+}
+
+struct EarlyExitName {
+    const char* name;
+    EarlyExitCriterion criterion;
+};
+const EarlyExitName kCriteria[] = {
+    {"l2", EarlyExitCriterion::HiddenL2},       {"margin", EarlyExitCriterion::LogitMargin},
+    {"kl", EarlyExitCriterion::KL},             {"entropy", EarlyExitCriterion::EntropyDelta},
+    {"argmax", EarlyExitCriterion::ArgmaxStable},
+};
+
+const char* criterion_name(EarlyExitCriterion c) {
+    for (const auto& k : kCriteria)
+        if (k.criterion == c) return k.name;
+    return "?";
+}
+
+// The speculative knobs as given on the command line.
+struct SpeculativeFlags {
+    std::optional<int> draft_loops, verify_loops, draft_ahead, branches;
+};
+
+// Flags the speculative configs have no field for: refused rather than silently ignored.
+void check_speculative_flags(const Args& args, const std::string& mode) {
+    for (const char* f : {"--min-p", "--repetition-penalty", "--frequency-penalty",
+                          "--presence-penalty", "--logit-bias", "--stop", "--stop-ids",
+                          "--cache-window", "--no-repeat-ngram", "--bad-words", "--max-time",
+                          "--beam-size", "--length-penalty", "--early-exit",
+                          "--early-exit-patience"})
+        if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode " + mode);
+    if (mode == "tree")
+        for (const char* f : {"--top-k", "--top-p", "--seed"})
+            if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode tree (greedy only)");
+    auto loops = args.get_int("--loops"), verify = args.get_int("--verify-loops");
+    if (loops && verify && *loops != *verify)
+        throw UsageError("--loops " + std::to_string(*loops) + " and --verify-loops " +
+                         std::to_string(*verify) + " disagree (with --mode " + mode +
+                         ", --loops is the verify depth)");
+}
+
+// Speculative and tree-speculative decoding. `echo` receives the depths used, for --json.
+GenerateResult run_speculative(Model* model, const std::string& mode, const SpeculativeFlags& flags,
+                               const GenerateConfig& cfg, const Args& args,
+                               const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                               nlohmann::json& echo) {
+    const HParams& hp = model_hparams(model);
+    const int verify = flags.verify_loops.value_or(cfg.loops > 0 ? cfg.loops : hp.default_loops);
+    const int draft = flags.draft_loops.value_or(std::max(1, std::min(2, verify - 1)));
+    const int ahead = flags.draft_ahead.value_or(4);
+    echo = {{"draft_loops", draft}, {"verify_loops", verify}, {"draft_ahead", ahead}};
+
+    if (mode == "speculative") {
+        SpeculativeConfig sc;
+        sc.max_tokens = cfg.max_tokens;
+        sc.draft_loops = draft;
+        sc.verify_loops = verify;
+        sc.draft_ahead = ahead;
+        sc.temperature = cfg.temperature;
+        sc.seed = cfg.sample_seed;
+        if (args.has("--top-k")) sc.top_k = cfg.top_k;  // else the config's own default (off)
+        if (args.has("--top-p")) sc.top_p = cfg.top_p;
+        sc.ignore_eos = cfg.ignore_eos;
+        echo["top_k"] = sc.top_k;
+        echo["top_p"] = f2d(sc.top_p);
+        return generate_speculative_ex(model, prompt.data(), static_cast<int>(prompt.size()), sc,
+                                       options);
+    }
+
+    TreeSpeculativeConfig tc;
+    tc.max_tokens = cfg.max_tokens;
+    tc.draft_loops = draft;
+    tc.verify_loops = verify;
+    tc.draft_ahead = ahead;
+    tc.K_branches = flags.branches.value_or(2);
+    tc.temperature = cfg.temperature;
+    tc.ignore_eos = cfg.ignore_eos;
+    echo["branches"] = tc.K_branches;
+    // ---- WIRE-UP POINT: tree self-speculation ----------------------------------------------
+    // The header declares generate_tree_speculative_ex but the engine does not define it yet
+    // (calling it would not link). When it does, replace the throw with:
+    //   return generate_tree_speculative_ex(model, prompt.data(), (int)prompt.size(), tc, options);
+    (void)options;
+    throw UsageError("--mode tree: not supported yet in this build");
+    // ------------------------------------------------------------------------------------------
+}
+
+// Prints streamed text, holding back any tail that could still become a stop string (the
+// engine leaves stop strings out of the text, so they must never reach the terminal).
+class StreamPrinter {
+public:
+    explicit StreamPrinter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+
+    void push(const std::string& piece) {
+        pending_ += piece;
+        size_t keep_from = pending_.size();
+        for (size_t i = 0; i < pending_.size() && keep_from == pending_.size(); ++i) {
+            std::string_view tail(pending_.data() + i, pending_.size() - i);
+            for (const auto& s : stops_) {
+                size_t n = std::min(tail.size(), s.size());
+                if (tail.substr(0, n) == std::string_view(s).substr(0, n)) {
+                    keep_from = i;
+                    break;
+                }
+            }
+        }
+        write(pending_.substr(0, keep_from));
+        pending_.erase(0, keep_from);
+    }
+
+    // The engine's final text is the truth; print whatever of it has not been printed.
+    void finish(const std::string& text) {
+        if (text.compare(0, printed_.size(), printed_) == 0) write(text.substr(printed_.size()));
+        pending_.clear();
+    }
+
+    const std::string& printed() const { return printed_; }
+
+private:
+    void write(const std::string& s) {
+        if (s.empty()) return;
+        std::fwrite(s.data(), 1, s.size(), stdout);
+        std::fflush(stdout);
+        printed_ += s;
+    }
+    std::vector<std::string> stops_;
+    std::string pending_, printed_;
+};
+
+nlohmann::json event_json(const TokenEvent& ev) {
+    nlohmann::json j = {{"token", ev.token}, {"position", ev.position}, {"index", ev.index},
+                        {"piece", ev.piece}, {"depth", ev.depth},       {"prob", f2d(ev.prob)}};
+    if (ev.cycle >= 0) {
+        j["cycle"] = ev.cycle;
+        j["drafted"] = ev.drafted;
+        j["accepted"] = ev.accepted;
+        j["from_verifier"] = ev.from_verifier;
+    }
+    if (!ev.lens.empty()) {
+        nlohmann::json lens = nlohmann::json::array();
+        for (const auto& l : ev.lens) {
+            std::vector<double> probs;
+            for (float p : l.top_probs) probs.push_back(f2d(p));
+            lens.push_back({{"depth", l.depth},
+                            {"top_ids", l.top_ids},
+                            {"top_probs", probs},
+                            {"p_emitted", f2d(l.p_emitted)},
+                            {"entropy", f2d(l.entropy)}});
+        }
+        j["lens"] = lens;
+    }
+    return j;
+}
+
+void print_events_table(const Model* model, const std::vector<TokenEvent>& events) {
+    std::ostringstream o;
+    o << "    #    pos      id  depth     prob  piece\n";
+    for (const auto& ev : events) {
+        char line[128];
+        std::snprintf(line, sizeof(line), "%5d %6d %7d %6d %8.4f  ", ev.index, ev.position,
+                      ev.token, ev.depth, static_cast<double>(ev.prob));
+        o << line << "\"" << display_text(ev.piece) << "\"\n";
+        for (const auto& l : ev.lens) {
+            std::snprintf(line, sizeof(line), "        depth %2d  p=%.4f  H=%.3f  top:", l.depth,
+                          static_cast<double>(l.p_emitted), static_cast<double>(l.entropy));
+            o << line;
+            for (size_t k = 0; k < l.top_ids.size(); ++k) {
+                std::string t;
+                try {
+                    t = token_bytes(model, l.top_ids[k]);
+                } catch (const Error&) {
+                    t = "<" + std::to_string(l.top_ids[k]) + ">";
+                }
+                std::snprintf(line, sizeof(line), " %.3f",
+                              k < l.top_probs.size() ? static_cast<double>(l.top_probs[k]) : 0.0);
+                o << " \"" << display_text(t) << "\"" << line;
+            }
+            o << "\n";
+        }
+    }
+    std::string s = o.str();
+    std::fwrite(s.data(), 1, s.size(), stderr);
+}
+
+}  // namespace
+
+int run_generate(const Args& args) {
+    const std::string model_path = args.single_positional("MODEL");
+    const bool json = args.has("--json");
+
+    // ---- the prompt source ----
+    const std::string source = args.exclusive({"--prompt", "--prompt-file", "--prompt-ids"});
+    if (source.empty())
+        throw UsageError("missing prompt: give --prompt TEXT, --prompt-file F or --prompt-ids 1,2,3");
+    std::string prompt_text;
+    std::vector<int32_t> prompt_ids;
+    if (source == "--prompt") prompt_text = *args.value("--prompt");
+    if (source == "--prompt-file") prompt_text = read_text_file(source, *args.value(source));
+    if (source == "--prompt-ids") prompt_ids = parse_id_list(source, *args.value(source));
+    if (source == "--prompt-ids" && args.has("--parse-special"))
+        throw UsageError("--parse-special applies to prompt text, not to --prompt-ids");
+
+    // ---- decoding knobs ----
+    GenerateConfig cfg;
+    if (auto v = args.get_int("--max-tokens")) cfg.max_tokens = *v;
+    if (auto v = args.get_int("--loops")) cfg.loops = *v;
+    if (auto v = args.get_int("--top-k")) cfg.top_k = *v;
+    if (auto v = args.get_float("--top-p")) cfg.top_p = *v;
+    if (auto v = args.get_float("--min-p")) cfg.min_p = *v;
+    if (auto v = args.get_float("--repetition-penalty")) cfg.repetition_penalty = *v;
+    if (auto v = args.get_float("--frequency-penalty")) cfg.frequency_penalty = *v;
+    if (auto v = args.get_float("--presence-penalty")) cfg.presence_penalty = *v;
+    if (auto v = args.get_u64("--seed")) cfg.sample_seed = *v;
+    if (auto v = args.get_int("--cache-window")) cfg.cache_window = *v;
+    for (const auto& item : args.values("--logit-bias")) {
+        const std::string expect = "ID:BIAS like 10:-100";
+        size_t colon = item.find(':');
+        if (colon == std::string::npos)
+            throw UsageError("--logit-bias: expected " + expect + ", got '" + item + "'");
+        int32_t id = static_cast<int32_t>(parse_integer(
+            "--logit-bias", item.substr(0, colon), 0, INT32_MAX, "a token id (an integer >= 0) before ':'"));
+        float bias = parse_number("--logit-bias", item.substr(colon + 1),
+                                  "a number in [-100, 100] after ':'");
+        cfg.logit_bias.emplace_back(id, bias);
+    }
+    for (const auto& s : args.values("--stop")) {
+        if (s.empty()) throw UsageError("--stop: expected a non-empty text, got ''");
+        cfg.stop_strings.push_back(s);
+    }
+    for (const auto& s : args.values("--stop-ids"))
+        cfg.stop_sequences.push_back(parse_id_list("--stop-ids", s));
+    cfg.ignore_eos = args.has("--ignore-eos");
+    if (auto v = args.get_float("--max-time")) cfg.max_time = *v;
+    if (auto v = args.get_int("--no-repeat-ngram")) cfg.no_repeat_ngram_size = *v;
+    for (const auto& s : args.values("--bad-words"))
+        cfg.bad_words.push_back(parse_id_list("--bad-words", s));
+
+    // ---- mode ----
+    std::string mode = args.value("--mode").value_or("");
+    if (!mode.empty() && mode != "greedy" && mode != "sample" && mode != "speculative" &&
+        mode != "tree" && mode != "beam")
+        throw UsageError("--mode: expected one of greedy, sample, speculative, tree, beam, got '" +
+                         mode + "'");
+    const std::optional<float> temperature = args.get_float("--temperature");
+    const auto tstr = [&] { return *args.value("--temperature"); };
+    if (mode == "greedy") {
+        if (temperature && *temperature > 0.01f)
+            throw UsageError("--mode greedy conflicts with --temperature " + tstr() +
+                             " (greedy decoding is temperature 0)");
+        cfg.temperature = 0.0f;
+    } else if (mode == "sample") {
+        if (temperature && *temperature >= 0.0f && *temperature <= 0.01f)
+            throw UsageError("--mode sample needs --temperature > 0.01, got " + tstr() +
+                             " (use --mode greedy for argmax decoding)");
+        cfg.temperature = temperature.value_or(0.8f);
+    } else if (temperature) {
+        cfg.temperature = *temperature;
+    }
+
+    SpeculativeFlags spec;
+    spec.draft_loops = args.get_int("--draft-loops");
+    spec.verify_loops = args.get_int("--verify-loops");
+    spec.draft_ahead = args.get_int("--draft-ahead");
+    spec.branches = args.get_int("--branches");
+    const bool speculative = mode == "speculative" || mode == "tree";
+    if (speculative) check_speculative_flags(args, mode);
+    for (const char* f : {"--draft-loops", "--verify-loops", "--draft-ahead"})
+        if (args.has(f) && !speculative)
+            throw UsageError(std::string(f) + ": only used with --mode speculative or --mode tree");
+    if (args.has("--branches") && mode != "tree")
+        throw UsageError("--branches: only used with --mode tree");
+
+    if (auto v = args.get_int("--beam-size")) {
+        if (!mode.empty() && mode != "beam")
+            throw UsageError("--beam-size: only used with --mode beam, not --mode " + mode);
+        cfg.beam_size = *v;
+    }
+    if (mode == "beam") {
+        if (!args.has("--beam-size")) cfg.beam_size = 4;
+        if (cfg.beam_size < 2)
+            throw UsageError("--mode beam needs --beam-size >= 2, got " +
+                             std::to_string(cfg.beam_size));
+    }
+    if (auto v = args.get_float("--length-penalty")) {
+        if (mode != "beam" && !args.has("--beam-size"))
+            throw UsageError("--length-penalty: only used with --mode beam");
+        cfg.length_penalty = *v;
+    }
+
+    // ---- early exit ----
+    const bool early = args.has("--early-exit") || args.has("--early-exit-patience");
+    if (auto c = args.value("--early-exit")) {
+        bool found = false;
+        for (const auto& k : kCriteria)
+            if (*c == k.name) cfg.early_exit_criterion = k.criterion, found = true;
+        if (!found)
+            throw UsageError("--early-exit: expected one of l2, margin, kl, entropy, argmax, got '" +
+                             *c + "'");
+        cfg.early_exit_patience = 1;
+    }
+    if (auto v = args.get_int("--early-exit-patience")) cfg.early_exit_patience = *v;
+    for (const char* f : {"--early-exit-min-l", "--early-exit-peek-every", "--early-exit-threshold"})
+        if (args.has(f) && !early)
+            throw UsageError(std::string(f) + ": only used with --early-exit");
+    if (auto v = args.get_int("--early-exit-min-l")) cfg.early_exit_min_L = *v;
+    if (auto v = args.get_int("--early-exit-peek-every")) cfg.early_exit_peek_every = *v;
+    if (auto v = args.get_float("--early-exit-threshold")) {
+        cfg.early_exit_threshold = *v;
+        // The seed's knob for the margin criterion is early_exit_logit_margin; keep both in step.
+        if (cfg.early_exit_criterion == EarlyExitCriterion::LogitMargin)
+            cfg.early_exit_logit_margin = *v;
+    }
+
+    // ---- output ----
+    GenerateOptions options;
+    options.lens = args.has("--lens");
+    if (auto v = args.get_int("--lens-top-k")) {
+        if (!options.lens) throw UsageError("--lens-top-k: only used with --lens");
+        options.lens_top_k = *v;
+    }
+    const bool want_events = args.has("--events") || options.lens;
+    const LoadOptions load = load_options(args);
+
+    // ---- what this build cannot do yet: refuse before loading anything ----
+    if (args.has("--grammar"))
+        throw UsageError("--grammar: not supported yet in this build (no grammar API in the engine)");
+
+    // ---- the model and the prompt ----
+    ModelPtr model = open_model(model_path, load);
+    const HParams& hp = model_hparams(model.get());
+    if (source == "--prompt-ids") {
+        for (int32_t id : prompt_ids)
+            if (id >= hp.vocab_size)
+                throw UsageError("--prompt-ids: token id " + std::to_string(id) +
+                                 " is outside the model's vocabulary (ids 0.." +
+                                 std::to_string(hp.vocab_size - 1) + ", vocab_size " +
+                                 std::to_string(hp.vocab_size) + ")");
+    } else {
+        prompt_ids = tokenize(model.get(), prompt_text, args.has("--parse-special"));
+    }
+    if (prompt_ids.empty())
+        throw UsageError(source + ": the prompt is empty (at least one token is needed)");
+    const int prompt_len = static_cast<int>(prompt_ids.size());
+
+    nlohmann::json spec_echo;
+    if (!speculative) with_flag_messages([&] { validate_config(model.get(), prompt_len, cfg); });
+
+    // ---- generate ----
+    StreamPrinter printer(cfg.stop_strings);
+    std::vector<TokenEvent> events;
+    g_interrupted = 0;
+    options.observer = [&](const TokenEvent& ev) {
+        if (!json) printer.push(ev.piece);
+        if (want_events) events.push_back(ev);
+        return g_interrupted == 0;
+    };
+    GenerateResult result;
+    {
+        SigintGuard guard;
+        result = with_flag_messages([&] {
+            if (speculative)
+                return run_speculative(model.get(), mode, spec, cfg, args, prompt_ids, options,
+                                       spec_echo);
+            return generate_ex(model.get(), prompt_ids.data(), prompt_len, cfg, options);
+        });
+    }
+    const bool interrupted = g_interrupted != 0;
+    const GenerateStats& st = result.stats;
+    const int resolved_loops = speculative ? spec_echo.value("verify_loops", 0)
+                                           : cfg.loops > 0 ? cfg.loops : hp.default_loops;
+    const std::string mode_used =
+        !mode.empty() ? mode
+                      : (cfg.beam_size >= 2 ? "beam" : cfg.temperature > 0.01f ? "sample" : "greedy");
+
+    if (json) {
+        std::vector<int32_t> output(result.tokens.begin() +
+                                        std::min<size_t>(result.tokens.size(),
+                                                         static_cast<size_t>(result.prompt_len)),
+                                    result.tokens.end());
+        nlohmann::json j;
+        j["model"] = model_path;
+        j["backend"] = model_info(model.get()).backend;
+        j["prompt_ids"] = prompt_ids;
+        j["output_ids"] = output;
+        j["text"] = result.text;
+        j["stats"] = {
+            {"prefill_ms", st.prefill_ms},
+            {"first_token_ms", st.first_token_ms},
+            {"decode_ms", st.decode_ms},
+            {"total_ms", st.total_ms},
+            {"prompt_tokens", st.prompt_tokens},
+            {"tokens_emitted", st.tokens_emitted},
+            {"stop_reason", stop_reason_name(st.stop_reason)},
+            {"loops_used", st.loops_used},
+            {"decode_tokens_per_s", st.decode_tokens_per_s()},
+            {"depth_per_token", st.depth_per_token},
+        };
+        if (speculative) {
+            auto& js = j["stats"];
+            js["spec_cycles"] = st.spec_cycles;
+            js["spec_drafted"] = st.spec_drafted;
+            js["spec_tested"] = st.spec_tested;
+            js["spec_accepted"] = st.spec_accepted;
+            js["spec_accept_hist"] = st.spec_accept_hist;
+            js["spec_acceptance_rate"] = st.spec_acceptance_rate();
+            js["spec_mean_accepted"] = st.spec_mean_accepted();
+            js["draft_ms"] = st.draft_ms;
+            js["verify_ms"] = st.verify_ms;
+        }
+        nlohmann::json bias = nlohmann::json::array();
+        for (const auto& [id, b] : cfg.logit_bias) bias.push_back({id, f2d(b)});
+        j["config"] = {
+            {"mode", mode_used},
+            {"max_tokens", cfg.max_tokens},
+            {"loops", resolved_loops},
+            {"temperature", f2d(cfg.temperature)},
+            {"top_k", cfg.top_k},
+            {"top_p", f2d(cfg.top_p)},
+            {"min_p", f2d(cfg.min_p)},
+            {"repetition_penalty", f2d(cfg.repetition_penalty)},
+            {"frequency_penalty", f2d(cfg.frequency_penalty)},
+            {"presence_penalty", f2d(cfg.presence_penalty)},
+            {"logit_bias", bias},
+            {"seed", cfg.sample_seed},
+            {"stop", cfg.stop_strings},
+            {"stop_ids", cfg.stop_sequences},
+            {"ignore_eos", cfg.ignore_eos},
+            {"max_time", cfg.max_time},
+            {"no_repeat_ngram", cfg.no_repeat_ngram_size},
+            {"bad_words", cfg.bad_words},
+            {"cache_window", cfg.cache_window},
+            {"beam_size", cfg.beam_size},
+            {"length_penalty", f2d(cfg.length_penalty)},
+            {"early_exit",
+             {{"criterion", criterion_name(cfg.early_exit_criterion)},
+              {"patience", cfg.early_exit_patience},
+              {"min_l", cfg.early_exit_min_L},
+              {"peek_every", cfg.early_exit_peek_every},
+              {"threshold", f2d(cfg.early_exit_threshold)},
+              {"logit_margin", f2d(cfg.early_exit_logit_margin)}}},
+            {"parse_special", args.has("--parse-special")},
+        };
+        for (const auto& [k, v] : spec_echo.items()) j["config"][k] = v;
+        if (want_events) {
+            nlohmann::json ev = nlohmann::json::array();
+            for (const auto& e : events) ev.push_back(event_json(e));
+            j["events"] = ev;
+        }
+        print_json(j);
+        return interrupted ? 130 : 0;
+    }
+
+    printer.finish(result.text);
+    if (isatty(STDOUT_FILENO) && !printer.printed().empty() && printer.printed().back() != '\n')
+        std::fputs("\n", stdout);
+    std::fflush(stdout);
+    if (want_events) print_events_table(model.get(), events);
+    if (!args.has("--quiet")) {
+        std::fprintf(stderr,
+                     "tinyloop: prompt %d tokens, prefill %.2f ms, first token %.2f ms\n"
+                     "tinyloop: %d tokens, decode %.2f ms (%.1f tok/s), total %.2f ms, "
+                     "stop %s, loops %d%s\n",
+                     st.prompt_tokens, st.prefill_ms, st.first_token_ms, st.tokens_emitted,
+                     st.decode_ms, st.decode_tokens_per_s(), st.total_ms,
+                     stop_reason_name(st.stop_reason), st.loops_used,
+                     interrupted ? " (interrupted)" : "");
+        if (speculative)
+            std::fprintf(stderr,
+                         "tinyloop: speculative %d cycles, %d/%d drafted tokens accepted (%.1f%%, "
+                         "%.2f per cycle), draft %.2f ms, verify %.2f ms\n",
+                         st.spec_cycles, st.spec_accepted, st.spec_tested,
+                         100.0 * st.spec_acceptance_rate(), st.spec_mean_accepted(), st.draft_ms,
+                         st.verify_ms);
+    }
+    return interrupted ? 130 : 0;
+}
+
+}  // namespace tinyloop::cli

@@ -1,0 +1,205 @@
+// tinyloop info MODEL: what a .tinyloop file holds and how this machine would run it.
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "commands.h"
+#include "common.h"
+
+namespace tinyloop::cli {
+
+CommandSpec info_spec() {
+    CommandSpec s;
+    s.name = "info";
+    s.synopsis = "MODEL [--json] [--tensors] [--backend B] [--threads N]";
+    s.summary =
+        "Loads MODEL and prints its hyperparameters, the dtypes of its tensors, its tokenizer,\n"
+        "its metadata, file and weight sizes, parameter count, and the back end chosen (and why).";
+    s.options = {
+        {"--tensors", "", "list every tensor (name, dtype, shape, bytes) in the text output", "",
+         false, "Info"},
+    };
+    for (auto& o : common_options()) s.options.push_back(o);
+    s.notes =
+        "--json prints one object: path, file_bytes, weight_bytes, parameter_count, backend,\n"
+        "backend_note, threads, vram_bytes, hparams{...}, dtypes{dtype: {tensors, parameters,\n"
+        "bytes}}, tensors[{name, dtype, shape, group_size, bytes}], tokenizer{type, pretokenizer,\n"
+        "merges, vocab, special_tokens{text: id}, eos_id, bos_id}, metadata (the file's object).\n";
+    return s;
+}
+
+namespace {
+
+uint64_t elements(const TensorInfo& t) {
+    uint64_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d > 0 ? d : 0);
+    return n;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+std::string token_name(const TokenizerSpec& tok, int32_t id) {
+    if (id < 0) return "none";
+    for (const auto& [text, sid] : tok.special_tokens)
+        if (sid == id) return std::to_string(id) + " \"" + display_text(text) + "\"";
+    return std::to_string(id);
+}
+
+}  // namespace
+
+int run_info(const Args& args) {
+    const std::string path = args.single_positional("MODEL");
+    ModelPtr model = open_model(path, load_options(args));
+    const ModelInfo info = model_info(model.get());
+    const HParams& hp = info.hparams;
+    const size_t vram = vram_usage_bytes(model.get());
+
+    struct DtypeSum {
+        int tensors = 0;
+        uint64_t params = 0, bytes = 0;
+    };
+    std::map<std::string, DtypeSum> by_dtype;
+    for (const auto& t : info.tensors) {
+        auto& d = by_dtype[dtype_name(t.dtype)];
+        d.tensors++;
+        d.params += elements(t);
+        d.bytes += t.bytes;
+    }
+
+    nlohmann::json metadata;
+    bool metadata_ok = true;
+    try {
+        metadata = nlohmann::json::parse(info.metadata_json.empty() ? "{}" : info.metadata_json);
+    } catch (const std::exception&) {
+        metadata_ok = false;
+        metadata = info.metadata_json;
+    }
+
+    if (args.has("--json")) {
+        nlohmann::json j;
+        j["path"] = info.path.empty() ? path : info.path;
+        j["file_bytes"] = info.file_bytes;
+        j["weight_bytes"] = info.weight_bytes;
+        j["parameter_count"] = info.parameter_count;
+        j["backend"] = info.backend;
+        j["backend_note"] = info.backend_note;
+        j["threads"] = info.threads;
+        j["vram_bytes"] = vram;
+        j["hparams"] = hparams_json(hp);
+        nlohmann::json dt = nlohmann::json::object();
+        for (const auto& [name, d] : by_dtype)
+            dt[name] = {{"tensors", d.tensors}, {"parameters", d.params}, {"bytes", d.bytes}};
+        j["dtypes"] = dt;
+        nlohmann::json tensors = nlohmann::json::array();
+        for (const auto& t : info.tensors) {
+            nlohmann::json tj = {{"name", t.name},
+                                 {"dtype", dtype_name(t.dtype)},
+                                 {"shape", t.shape},
+                                 {"bytes", t.bytes}};
+            if (t.group_size > 0) tj["group_size"] = t.group_size;
+            tensors.push_back(tj);
+        }
+        j["tensors"] = tensors;
+        nlohmann::json specials = nlohmann::json::object();
+        for (const auto& [text, id] : info.tokenizer.special_tokens) specials[text] = id;
+        j["tokenizer"] = {
+            {"type", info.tokenizer.type},
+            {"pretokenizer", info.tokenizer.pretokenizer},
+            {"merges", info.tokenizer.merges.size()},
+            {"vocab", info.tokenizer_vocab},
+            {"special_tokens", specials},
+            {"eos_id", info.tokenizer.eos_id >= 0 ? nlohmann::json(info.tokenizer.eos_id)
+                                                  : nlohmann::json(nullptr)},
+            {"bos_id", info.tokenizer.bos_id >= 0 ? nlohmann::json(info.tokenizer.bos_id)
+                                                  : nlohmann::json(nullptr)},
+        };
+        j["metadata"] = metadata;
+        print_json(j);
+        return 0;
+    }
+
+    std::ostringstream o;
+    o << "model        " << (info.path.empty() ? path : info.path) << "\n";
+    o << "file         " << human_bytes(info.file_bytes) << " (" << grouped(info.file_bytes)
+      << " bytes)\n";
+    o << "parameters   " << grouped(info.parameter_count) << "\n";
+    o << "weights      " << human_bytes(info.weight_bytes) << " resident";
+    if (vram) o << ", " << human_bytes(vram) << " on the device";
+    o << "\n";
+    o << "backend      " << info.backend;
+    if (!info.backend_note.empty()) o << " (" << info.backend_note << ")";
+    if (info.backend == "cpu" && info.threads > 0) o << ", " << info.threads << " threads";
+    o << "\n\nhyperparameters\n";
+    // The struct's order, not the JSON object's alphabetical one.
+    const std::pair<const char*, std::string> rows[] = {
+        {"vocab_size", std::to_string(hp.vocab_size)},
+        {"d_model", std::to_string(hp.d_model)},
+        {"n_heads", std::to_string(hp.n_heads)},
+        {"n_kv_heads", std::to_string(hp.n_kv_heads)},
+        {"head_dim", std::to_string(hp.head_dim)},
+        {"d_ff", std::to_string(hp.d_ff)},
+        {"n_pre_blocks", std::to_string(hp.n_pre_blocks)},
+        {"n_loop_layers", std::to_string(hp.n_loop_layers)},
+        {"default_loops", std::to_string(hp.default_loops)},
+        {"max_loops", std::to_string(hp.max_loops)},
+        {"max_seq_len", std::to_string(hp.max_seq_len)},
+        {"rope_theta", nlohmann::json(f2d(hp.rope_theta)).dump()},
+        {"norm_eps", nlohmann::json(f2d(hp.norm_eps)).dump()},
+        {"tie_embeddings", hp.tie_embeddings ? "true" : "false"},
+    };
+    for (const auto& [k, v] : rows) {
+        std::string key = k;
+        o << "  " << key << std::string(16 - key.size(), ' ') << v << "\n";
+    }
+
+    o << "\ndtypes\n";
+    for (const auto& [name, d] : by_dtype) {
+        char line[160];
+        std::snprintf(line, sizeof(line), "  %-5s %4d tensors  %16s parameters  %s\n",
+                      name.c_str(), d.tensors, grouped(d.params).c_str(),
+                      human_bytes(d.bytes).c_str());
+        o << line;
+    }
+    if (args.has("--tensors")) {
+        o << "\ntensors\n";
+        for (const auto& t : info.tensors) {
+            char line[300];
+            std::string dt = dtype_name(t.dtype);
+            if (t.group_size > 0) dt += "/g" + std::to_string(t.group_size);
+            std::snprintf(line, sizeof(line), "  %-20s %-8s %-14s %s\n", t.name.c_str(),
+                          dt.c_str(), shape_text(t.shape).c_str(), human_bytes(t.bytes).c_str());
+            o << line;
+        }
+    }
+
+    const TokenizerSpec& tok = info.tokenizer;
+    o << "\ntokenizer\n";
+    o << "  type          " << tok.type << " (" << tok.pretokenizer << ")\n";
+    o << "  merges        " << tok.merges.size() << "\n";
+    o << "  ids           " << info.tokenizer_vocab << " (model vocab " << hp.vocab_size << ")\n";
+    o << "  specials      ";
+    if (tok.special_tokens.empty()) o << "none";
+    for (size_t i = 0; i < tok.special_tokens.size(); ++i)
+        o << (i ? ", " : "") << "\"" << display_text(tok.special_tokens[i].first)
+          << "\"=" << tok.special_tokens[i].second;
+    o << "\n";
+    o << "  eos           " << token_name(tok, tok.eos_id) << "\n";
+    o << "  bos           " << token_name(tok, tok.bos_id) << "\n";
+
+    o << "\nmetadata\n";
+    std::string meta = metadata_ok ? metadata.dump(2, ' ', false,
+                                                   nlohmann::json::error_handler_t::replace)
+                                   : display_text(info.metadata_json);
+    std::istringstream lines(meta);
+    for (std::string line; std::getline(lines, line);) o << "  " << line << "\n";
+
+    std::string s = o.str();
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    return 0;
+}
+
+}  // namespace tinyloop::cli

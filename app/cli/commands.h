@@ -1,0 +1,21 @@
+// The subcommands of `tinyloop`. Each has a spec (its options and --help) and a run function
+// that returns the exit status; they throw UsageError / tinyloop::Error, which main() prints.
+#pragma once
+
+#include "args.h"
+
+namespace tinyloop::cli {
+
+CommandSpec info_spec();
+int run_info(const Args& args);
+
+CommandSpec generate_spec();
+int run_generate(const Args& args);
+
+CommandSpec score_spec();
+int run_score(const Args& args);
+
+CommandSpec make_random_spec();
+int run_make_random(const Args& args);
+
+}  // namespace tinyloop::cli

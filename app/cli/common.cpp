@@ -1,0 +1,203 @@
+#include "common.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace tinyloop::cli {
+
+LoadOptions load_options(const Args& args) {
+    LoadOptions opt;
+    if (auto b = args.value("--backend")) {
+        if (*b == "cpu")
+            opt.backend = Backend::Cpu;
+        else if (*b == "cuda")
+            opt.backend = Backend::Cuda;
+        else if (*b == "auto")
+            opt.backend = Backend::Auto;
+        else
+            throw UsageError("--backend: expected one of cpu, cuda, auto, got '" + *b + "'");
+    }
+    if (auto t = args.get_int("--threads", 1, 256)) opt.threads = *t;
+    return opt;
+}
+
+namespace {
+
+// Refuses what the engine would only describe less directly: a missing path, a directory.
+void check_readable(const std::string& what, const std::string& path) {
+    std::error_code ec;
+    auto st = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(st))
+        throw UsageError("cannot open " + what + " '" + path + "': " +
+                         (ec ? ec.message() : std::string(std::strerror(ENOENT))));
+    if (std::filesystem::is_directory(st))
+        throw UsageError("cannot open " + what + " '" + path + "': it is a directory");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw UsageError("cannot open " + what + " '" + path + "': " + std::strerror(errno));
+}
+
+}  // namespace
+
+ModelPtr open_model(const std::string& path, const LoadOptions& options) {
+    check_readable("model", path);
+    try {
+        return ModelPtr(load_model(path, options));
+    } catch (const Error& e) {
+        std::string msg = e.what();
+        if (msg.find(path) == std::string::npos) msg = "model '" + path + "': " + msg;
+        throw Error(e.code(), msg);
+    }
+}
+
+std::string read_text_file(const std::string& flag, const std::string& path) {
+    // A prompt or a text to score; the cap turns /dev/zero or a mistaken multi-GiB file into
+    // a message instead of an out-of-memory kill.
+    constexpr size_t kMaxBytes = size_t(64) << 20;
+    std::FILE* f = nullptr;
+    if (path == "-") {
+        f = stdin;
+    } else {
+        try {
+            check_readable("file", path);
+        } catch (const UsageError& e) {
+            throw UsageError(flag + ": " + e.what());
+        }
+        f = std::fopen(path.c_str(), "rb");
+        if (!f) throw UsageError(flag + ": cannot open '" + path + "': " + std::strerror(errno));
+    }
+    std::string text;
+    char buf[1 << 16];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) {
+        text.append(buf, n);
+        if (text.size() > kMaxBytes) break;
+    }
+    const bool failed = std::ferror(f) != 0;
+    if (f != stdin) std::fclose(f);
+    const std::string name = path == "-" ? "standard input" : "'" + path + "'";
+    if (failed) throw UsageError(flag + ": cannot read " + name + ": read error");
+    if (text.size() > kMaxBytes)
+        throw UsageError(flag + ": " + name + " is larger than 64 MiB");
+    return text;
+}
+
+std::string dump_json(const nlohmann::json& j) {
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void print_json(const nlohmann::json& j) {
+    std::string s = dump_json(j);
+    s += '\n';
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+}
+
+double f2d(float f) {
+    char buf[64];
+    auto [ptr, ec] = std::to_chars(buf, buf + sizeof(buf) - 1, f);
+    if (ec != std::errc()) return static_cast<double>(f);
+    *ptr = '\0';
+    return std::strtod(buf, nullptr);
+}
+
+std::string display_text(const std::string& bytes) {
+    std::string clean = sanitize_utf8(bytes);
+    std::string out;
+    static const char* hex = "0123456789abcdef";
+    for (unsigned char c : clean) {
+        switch (c) {
+            case '\n': out += "\\n"; break;
+            case '\t': out += "\\t"; break;
+            case '\r': out += "\\r"; break;
+            case '\\': out += "\\\\"; break;
+            case '"': out += "\\\""; break;
+            default:
+                if (c < 0x20 || c == 0x7f) {
+                    out += "\\x";
+                    out += hex[c >> 4];
+                    out += hex[c & 15];
+                } else {
+                    out += static_cast<char>(c);
+                }
+        }
+    }
+    return out;
+}
+
+std::string with_flag_name(const std::string& message,
+                           const std::vector<std::pair<std::string, std::string>>& fields) {
+    auto word_char = [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_';
+    };
+    size_t best_pos = std::string::npos;
+    const std::pair<std::string, std::string>* best = nullptr;
+    for (const auto& f : fields) {
+        for (size_t pos = message.find(f.first); pos != std::string::npos;
+             pos = message.find(f.first, pos + 1)) {
+            bool left = pos == 0 || !word_char(message[pos - 1]);
+            size_t end = pos + f.first.size();
+            bool right = end >= message.size() || !word_char(message[end]);
+            if (left && right) {
+                if (pos < best_pos) best_pos = pos, best = &f;
+                break;
+            }
+        }
+    }
+    if (!best) return message;
+    if (message.rfind(best->second, 0) == 0) return message;
+    // "top_p: 1.5 is outside (0, 1]" -> "--top-p (top_p): 1.5 is outside (0, 1]";
+    // "logit_bias[0]: token id ..." -> "--logit-bias (logit_bias[0]): token id ...".
+    if (best_pos == 0) {
+        size_t colon = message.find(": ");
+        size_t after = best->first.size();
+        if (colon != std::string::npos &&
+            (colon == after || (after < message.size() && message[after] == '[')))
+            return best->second + " (" + message.substr(0, colon) + ")" + message.substr(colon);
+    }
+    return best->second + " (" + best->first + "): " + message;
+}
+
+nlohmann::json hparams_json(const HParams& hp) {
+    return {
+        {"vocab_size", hp.vocab_size},       {"d_model", hp.d_model},
+        {"n_heads", hp.n_heads},             {"n_kv_heads", hp.n_kv_heads},
+        {"head_dim", hp.head_dim},           {"d_ff", hp.d_ff},
+        {"n_pre_blocks", hp.n_pre_blocks},   {"n_loop_layers", hp.n_loop_layers},
+        {"default_loops", hp.default_loops}, {"max_loops", hp.max_loops},
+        {"max_seq_len", hp.max_seq_len},     {"rope_theta", f2d(hp.rope_theta)},
+        {"norm_eps", f2d(hp.norm_eps)},      {"tie_embeddings", hp.tie_embeddings},
+    };
+}
+
+std::string human_bytes(uint64_t bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
+    char buf[64];
+    if (u == 0)
+        std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
+    else
+        std::snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
+    return buf;
+}
+
+std::string grouped(uint64_t n) {
+    const std::string digits = std::to_string(n);
+    std::string s;
+    for (size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+        s += digits[i];
+    }
+    return s;
+}
+
+}  // namespace tinyloop::cli

@@ -1,0 +1,55 @@
+// What the subcommands share: loading a model from the common options, reading files,
+// JSON output, and turning engine field names into flag names in messages.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "tinyloop/tinyloop.h"
+
+namespace tinyloop::cli {
+
+struct ModelDeleter {
+    void operator()(Model* m) const { free_model(m); }
+};
+using ModelPtr = std::unique_ptr<Model, ModelDeleter>;
+
+// --backend and --threads into LoadOptions (UsageError on a bad value).
+LoadOptions load_options(const Args& args);
+
+// Loads MODEL. A path that does not exist or is not a readable file is a UsageError naming it;
+// engine errors are rethrown with the path in the message.
+ModelPtr open_model(const std::string& path, const LoadOptions& options);
+
+// The whole file, or UsageError "FLAG: cannot read 'path': reason".
+std::string read_text_file(const std::string& flag, const std::string& path);
+
+// One line of JSON; invalid UTF-8 becomes U+FFFD instead of an exception.
+std::string dump_json(const nlohmann::json& j);
+void print_json(const nlohmann::json& j);
+
+// A float as the double with the same shortest decimal form (0.8f -> 0.8, not 0.800000011).
+double f2d(float f);
+
+// Bytes shown to a person on one line: invalid UTF-8 -> U+FFFD, control characters escaped.
+std::string display_text(const std::string& bytes);
+
+// An engine message with the flag that sets the field it names prefixed:
+// "top_p must be in (0, 1]" -> "--top-p (top_p): top_p must be in (0, 1]". `fields` maps
+// engine field names to flags; the first one found as a whole word wins.
+std::string with_flag_name(const std::string& message,
+                           const std::vector<std::pair<std::string, std::string>>& fields);
+
+nlohmann::json hparams_json(const HParams& hp);
+
+// "12.3 MiB"
+std::string human_bytes(uint64_t bytes);
+// "12,345,678"
+std::string grouped(uint64_t n);
+
+}  // namespace tinyloop::cli

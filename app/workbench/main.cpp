@@ -1,0 +1,125 @@
+// tinyloop-workbench: the Qt desktop workbench. Thin: parse the command line, open the window
+// on the bundled model (or the one named), optionally run once and save a screenshot.
+//
+//   tinyloop-workbench [MODEL] [--prompt TEXT] [--autorun] [--screenshot OUT.png] [--tab NAME]
+//   tinyloop-workbench --demo-run "In the beginning" --screenshot docs/screenshots/main.png
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDir>
+#include <QFileInfo>
+#include <QPixmap>
+#include <QTabWidget>
+#include <QTimer>
+
+#include <cstdio>
+
+#include "config_panel.h"
+#include "lens_heatmap.h"
+#include "main_window.h"
+#include "model_paths.h"
+#include "presets_panel.h"
+
+int main(int argc, char** argv) {
+    QApplication app(argc, argv);
+    QApplication::setOrganizationName("TinyLoop");
+    QApplication::setApplicationName("tinyloop-workbench");
+    QApplication::setApplicationDisplayName("TinyLoop Workbench");
+    QApplication::setApplicationVersion(TINYLOOP_VERSION);
+    QApplication::setDesktopFileName("tinyloop-workbench");
+
+    QCommandLineParser cli;
+    cli.setApplicationDescription("Desktop workbench for weight-shared looped transformers (.tinyloop models).");
+    cli.addHelpOption();
+    cli.addVersionOption();
+    cli.addPositionalArgument("model", "A .tinyloop model to open (default: the bundled model).", "[MODEL]");
+    QCommandLineOption promptOpt("prompt", "Prompt text to put in the editor.", "TEXT");
+    QCommandLineOption autorunOpt("autorun", "Generate once the model is loaded.");
+    QCommandLineOption demoOpt("demo-run", "Same as --prompt TEXT --autorun.", "TEXT");
+    QCommandLineOption shotOpt("screenshot", "After the run (or the load, without --autorun), save the window as PNG and quit.", "OUT.png");
+    QCommandLineOption tabOpt("tab", "Plot tab to show: lens, depth, speculative, timing.", "NAME", "lens");
+    QCommandLineOption metricOpt("lens-metric", "Heatmap metric: final, emitted, entropy, kl.", "NAME", "emitted");
+    QCommandLineOption presetOpt("preset", "Apply a named preset at start.", "NAME");
+    QCommandLineOption maxTokOpt("max-tokens", "Override max_tokens of the config.", "N");
+    QCommandLineOption sizeOpt("size", "Window size WxH (screenshots).", "WxH", "1440x900");
+    cli.addOptions({promptOpt, autorunOpt, demoOpt, shotOpt, tabOpt, metricOpt, presetOpt, maxTokOpt, sizeOpt});
+    cli.process(app);
+
+    tlui::MainWindow w;
+    const QStringList size = cli.value(sizeOpt).split('x');
+    if (size.size() == 2) w.resize(size[0].toInt(), size[1].toInt());
+
+    QString prompt = cli.value(promptOpt);
+    bool autorun = cli.isSet(autorunOpt);
+    if (cli.isSet(demoOpt)) {
+        prompt = cli.value(demoOpt);
+        autorun = true;
+    }
+    if (!prompt.isEmpty()) w.setPrompt(prompt);
+    if (cli.isSet(presetOpt)) w.presetsPanel()->applyPreset(cli.value(presetOpt));
+    const QString tab = cli.value(tabOpt).toLower();
+    const QStringList tabs = {"lens", "depth", "speculative", "timing"};
+    if (tabs.contains(tab)) w.plotTabs()->setCurrentIndex(tabs.indexOf(tab));
+    const QStringList metrics = {"final", "emitted", "entropy", "kl"};
+    const QString metric = cli.value(metricOpt).toLower();
+    if (metrics.contains(metric)) w.heatmap()->setMetric(static_cast<tlui::LensMetric>(metrics.indexOf(metric)));
+
+    const QString shot = cli.value(shotOpt);
+    int exitCode = 0;
+    auto grabAndQuit = [&w, &shot, &exitCode] {
+        // let the 30 Hz frame timer draw the last tokens and plots first
+        QTimer::singleShot(400, &w, [&w, &shot, &exitCode] {
+            QDir().mkpath(QFileInfo(shot).absolutePath());
+            if (!w.grab().save(shot)) {
+                std::fprintf(stderr, "tinyloop-workbench: could not write %s\n", qPrintable(shot));
+                exitCode = 1;
+            } else {
+                std::printf("screenshot: %s\n", qPrintable(shot));
+            }
+            w.close();
+        });
+    };
+
+    QObject::connect(&w, &tlui::MainWindow::modelReady, &w, [&](bool ok) {
+        static bool first = true;
+        if (!first) return;
+        first = false;
+        if (!ok && (autorun || !shot.isEmpty())) {
+            std::fprintf(stderr, "tinyloop-workbench: %s\n", qPrintable(w.lastError()));
+            exitCode = 1;
+            w.close();
+            return;
+        }
+        if (cli.isSet(maxTokOpt)) {
+            if (auto c = w.configPanel()->config()) {
+                c->max_tokens = cli.value(maxTokOpt).toInt();
+                w.configPanel()->setConfig(*c);
+            }
+        }
+        if (autorun) {
+            if (!w.generate()) {
+                std::fprintf(stderr, "tinyloop-workbench: could not start the run\n");
+                if (!shot.isEmpty()) grabAndQuit();
+            }
+        } else if (!shot.isEmpty()) {
+            grabAndQuit();
+        }
+    });
+    if (!shot.isEmpty() && autorun)
+        QObject::connect(&w, &tlui::MainWindow::sessionSettled, &w, [&] { grabAndQuit(); });
+
+    const QStringList pos = cli.positionalArguments();
+    const tlui::StartupModel sm = tlui::resolveStartupModel(pos.isEmpty() ? QString() : pos.first());
+    w.show();
+    if (sm.path.isEmpty()) {
+        std::fprintf(stderr, "tinyloop-workbench: no model found; looked at:\n  %s\n",
+                     qPrintable(sm.tried.join("\n  ")));
+        if (!shot.isEmpty()) return 1;
+    } else {
+        if (sm.randomFallback)
+            std::fprintf(stderr, "tinyloop-workbench: the bundled model is not there; opening %s (random model: text is noise)\n",
+                         qPrintable(sm.path));
+        w.openModel(sm.path, sm.randomFallback);
+    }
+    const int rc = app.exec();
+    return exitCode ? exitCode : rc;
+}
