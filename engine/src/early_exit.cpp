@@ -171,3 +171,51 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
 }
 
 }  // namespace tinyloop
+
+// ---------------------------------------------------------------------------------------------
+
+#include "scoring.h"
+
+namespace tinyloop {
+
+ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const GenerateConfig& config,
+                             std::vector<int>* depth_used) {
+    const Model& m = checked(model);
+    check_score_tokens(m, tokens, n, 2);
+    validate_config(model, 1, config);
+    const int L = config.loops > 0 ? config.loops : m.hp.default_loops;
+    const ExitPolicy policy = ExitPolicy::from(config);
+    const int V = m.hp.vocab_size;
+    KVCache kv;
+    kv.allocate(exec_layers(m.hp, L), n, m.hp.n_kv_heads * m.hp.head_dim);
+    Workspace ws;
+    std::vector<float> h, logits(static_cast<size_t>(V));
+    ScoreResult r;
+    r.loops = L;
+    if (depth_used) depth_used->clear();
+    for (int p = 0; p < n; ++p) {
+        int e = L;
+        if (policy.enabled) {
+            e = decode_step_adaptive(m, kv, ws, tokens[p], p, L, config.cache_window, policy, h, nullptr);
+        } else {
+            ForwardArgs fa;
+            fa.tokens = tokens + p;
+            fa.n = 1;
+            fa.pos0 = p;
+            fa.loops = L;
+            fa.window = config.cache_window;
+            forward(m, kv, ws, fa, h);
+        }
+        if (depth_used) depth_used->push_back(e);
+        if (p + 1 < n) {
+            compute_logits(m, h.data(), 1, logits.data(), ws);
+            const double lp = row_logprob(logits.data(), V, tokens[p + 1]);
+            r.token_logprobs.push_back(static_cast<float>(lp));
+            r.total_nll -= lp;
+        }
+    }
+    r.perplexity = std::exp(r.total_nll / (n - 1));
+    return r;
+}
+
+}  // namespace tinyloop

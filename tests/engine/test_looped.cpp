@@ -469,3 +469,23 @@ TEST(Caches, PrefixPoolReusesTheLongestRegisteredPrefix) {
     EXPECT_EQ(b.tokens, generate_ex(mp.get(), none.data(), 3, c).tokens);
     free_prefix_pool(pool);
 }
+
+TEST(EarlyExit, ScoringWithEarlyExitMatchesScoreWhenOffAndGenerateDepthsWhenOn) {
+    ModelPtr mp(model_path());
+    const auto t = ids();
+    const int n = static_cast<int>(t.size());
+    GenerateConfig c;
+    c.loops = 6;
+    std::vector<int> depth;
+    ScoreResult off = score_early_exit(mp.get(), t.data(), n, c, &depth);
+    ScoreResult ref = score(mp.get(), t.data(), n, 6);
+    EXPECT_EQ(off.token_logprobs, ref.token_logprobs);  // bit-exact: batch-invariant kernels
+    for (int d : depth) EXPECT_EQ(d, 6);
+    c.early_exit_patience = 1;
+    c.early_exit_min_L = 3;
+    c.early_exit_threshold = 1e30f;  // exit at the first probe
+    ScoreResult on = score_early_exit(mp.get(), t.data(), n, c, &depth);
+    for (int d : depth) EXPECT_EQ(d, 3);
+    EXPECT_NE(on.total_nll, ref.total_nll);
+    EXPECT_EQ(on.token_logprobs.size(), static_cast<size_t>(n - 1));
+}

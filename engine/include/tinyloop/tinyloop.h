@@ -444,6 +444,14 @@ struct ScoreResult {
 // Log-probability of every next token of `tokens` at loop depth `loops` (0 = default).
 ScoreResult score(Model* model, const int32_t* tokens, int n, int loops = 0);
 
+// Teacher-forced scoring with early exit: every position runs the passes the config's early-exit
+// policy lets it (early_exit_* fields and loops; exited positions feed deeper passes by state
+// propagation, as in generate), and its next-token log-probability is read from the lens at its
+// exit depth. depth_used (optional) receives each position's depth (n entries). With
+// early_exit_patience = 0 it equals score() at config.loops.
+ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const GenerateConfig& config,
+                             std::vector<int>* depth_used = nullptr);
+
 // Logits of every position (n x vocab, row-major) at depth `loops`; for tests and tools.
 std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops = 0);
 
