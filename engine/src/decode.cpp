@@ -169,7 +169,9 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         }
         bool stop = true;
         const bool stop_hit = text.push(tok);
-        if (tok == m.tokenizer.eos_id() && !config.ignore_eos) st.stop_reason = StopReason::EOS;
+        // With a grammar that can take nothing more, EOS ends the output even under ignore_eos.
+        if (tok == m.tokenizer.eos_id() && (!config.ignore_eos || (gm && gm->at_end())))
+            st.stop_reason = StopReason::EOS;
         else if (tail_matches(emitted, config.stop_sequences)) st.stop_reason = StopReason::STOP_SEQUENCE;
         else if (stop_hit) st.stop_reason = StopReason::STOP_STRING;
         else if (i + 1 == config.max_tokens) st.stop_reason = StopReason::MAX_TOKENS;
