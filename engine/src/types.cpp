@@ -1,0 +1,52 @@
+// Names of the public enums (tinyloop.h): dtypes and error codes.
+#include "tinyloop/tinyloop.h"
+
+namespace tinyloop {
+
+const char* dtype_name(DType t) {
+    switch (t) {
+        case DType::F32:
+            return "f32";
+        case DType::F16:
+            return "f16";
+        case DType::Q8:
+            return "q8";
+        case DType::Q4:
+            return "q4";
+        case DType::Q2:
+            return "q2";
+    }
+    return "unknown";
+}
+
+DType parse_dtype(const std::string& name) {
+    if (name == "f32") return DType::F32;
+    if (name == "f16") return DType::F16;
+    if (name == "q8") return DType::Q8;
+    if (name == "q4") return DType::Q4;
+    if (name == "q2") return DType::Q2;
+    throw Error(ErrorCode::InvalidArgument,
+                "dtype: '" + name + "' unknown, allowed f32, f16, q8, q4, q2");
+}
+
+const char* error_code_name(ErrorCode code) {
+    switch (code) {
+        case ErrorCode::InvalidArgument:
+            return "InvalidArgument";
+        case ErrorCode::BadFile:
+            return "BadFile";
+        case ErrorCode::Io:
+            return "Io";
+        case ErrorCode::OutOfMemory:
+            return "OutOfMemory";
+        case ErrorCode::NotSupported:
+            return "NotSupported";
+        case ErrorCode::Backend:
+            return "Backend";
+        case ErrorCode::Internal:
+            return "Internal";
+    }
+    return "Unknown";
+}
+
+}  // namespace tinyloop

@@ -1,0 +1,647 @@
+// Golden whole-model test: the engine's logits against an independent double-precision
+// reference forward written straight from FORMAT.md §1.
+//
+// The reference shares nothing with the engine's kernels: it includes only the public header
+// and the standard library, and runs plain loops in double. Its weights come from
+// tensor_as_f32 (the engine's dequantization of what is stored: "reference on the dequantized
+// weights"), so a quantized model is compared at float-arithmetic accuracy, not at
+// quantization accuracy. So that a wrong dequantization cannot hide behind that choice, the
+// dequantized weights are themselves checked against the values handed to save_model: exactly
+// for f32, exactly the round-to-nearest-even binary16 value for f16, and within the
+// quantization error of the original values (plus a grid check) for q8/q4/q2.
+//
+// Every model is random (random_model_spec), written with the engine's own writer into
+// ::testing::TempDir() and loaded back. Each case is compared at every loop depth
+// 1..max_loops, every position, every vocabulary entry.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <ostream>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tinyloop/tinyloop.h"
+
+namespace {
+
+using tinyloop::DType;
+using tinyloop::HParams;
+
+// Per position row: max_j |engine_j - reference_j| / max_j |reference_j| must not exceed this.
+// A float engine on these small shapes lands near 1e-7..1e-6; 1e-5 leaves room for a different
+// summation order and still catches any real mistake (a wrong angle, a wrong head mapping, a
+// missing residual, an off-by-one in the causal mask all give errors of order 1).
+constexpr double kRowRelTol = 1e-5;
+
+struct Case {
+    std::string name;
+    HParams hp;
+    DType dtype = DType::F32;
+    int group_size = 32;
+    int threads = 2;
+    int prefill_chunk = 64;
+    int n_tokens = 10;
+    uint64_t seed = 1;
+    tinyloop::Backend backend = tinyloop::Backend::Cpu;
+};
+
+// gtest prints a failing parameter with this instead of a byte dump.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+HParams make_hp(int vocab, int d, int n_heads, int n_kv, int head_dim, int d_ff, int n_pre,
+                int n_loop, int max_loops, bool tied, float theta = 10000.0f,
+                float eps = 1e-5f) {
+    HParams hp;
+    hp.vocab_size = vocab;
+    hp.d_model = d;
+    hp.n_heads = n_heads;
+    hp.n_kv_heads = n_kv;
+    hp.head_dim = head_dim;
+    hp.d_ff = d_ff;
+    hp.n_pre_blocks = n_pre;
+    hp.n_loop_layers = n_loop;
+    hp.default_loops = std::min(2, max_loops);
+    hp.max_loops = max_loops;
+    hp.max_seq_len = 32;
+    hp.rope_theta = theta;
+    hp.norm_eps = eps;
+    hp.tie_embeddings = tied;
+    return hp;
+}
+
+std::vector<Case> all_cases() {
+    std::vector<Case> cs;
+    auto add = [&](std::string name, HParams hp, DType dt, int gs, int threads, int chunk,
+                   int n, uint64_t seed) {
+        Case c;
+        c.name = std::move(name);
+        c.hp = hp;
+        c.dtype = dt;
+        c.group_size = gs;
+        c.threads = threads;
+        c.prefill_chunk = chunk;
+        c.n_tokens = n;
+        c.seed = seed;
+        cs.push_back(c);
+    };
+    // name                                 vocab  d  nh nkv hd  dff pre loop maxL tied
+    add("f32_mha_tied_pre1_loop2", make_hp(300, 32, 4, 4, 8, 96, 1, 2, 4, true), DType::F32, 32,
+        2, 64, 10, 11);
+    add("f32_gqa_untied_pre0_loop1_chunk3_t1",
+        make_hp(300, 64, 4, 2, 16, 96, 0, 1, 6, false, 100.0f), DType::F32, 32, 1, 3, 11, 12);
+    add("f16_gqa_tied_pre2_loop1_d48",
+        make_hp(300, 48, 4, 2, 8, 80, 2, 1, 5, true, 10000.0f, 1e-6f), DType::F16, 32, 2, 64, 9,
+        13);
+    add("q8_g32_mha_untied_pre1_loop2_chunk3", make_hp(320, 64, 4, 4, 8, 96, 1, 2, 4, false),
+        DType::Q8, 32, 2, 3, 12, 14);
+    add("q4_g32_gqa_tied_pre0_loop2", make_hp(300, 32, 4, 2, 8, 96, 0, 2, 6, true), DType::Q4,
+        32, 2, 64, 10, 15);
+    add("q2_g32_gqa4to1_untied_pre2_loop1", make_hp(300, 64, 4, 1, 16, 128, 2, 1, 4, false),
+        DType::Q2, 32, 2, 64, 9, 16);
+    add("q4_g64_gqa_tied_pre1_loop1", make_hp(300, 64, 4, 2, 16, 128, 1, 1, 5, true), DType::Q4,
+        64, 2, 64, 10, 17);
+    return cs;
+}
+
+struct ModelDeleter {
+    void operator()(tinyloop::Model* m) const { tinyloop::free_model(m); }
+};
+using ModelPtr = std::unique_ptr<tinyloop::Model, ModelDeleter>;
+
+// A written-and-loaded model plus the spec it came from; removes its file when done.
+struct Built {
+    tinyloop::ModelSpec spec;
+    std::string path;
+    ModelPtr model;
+    ~Built() {
+        model.reset();
+        std::error_code ec;
+        if (!path.empty()) std::filesystem::remove(path, ec);
+    }
+};
+
+std::unique_ptr<Built> build(const Case& c) {
+    auto b = std::make_unique<Built>();
+    b->spec = tinyloop::random_model_spec(c.hp, c.seed, c.dtype, c.group_size);
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string test = info ? std::string(info->name()) : std::string("x");
+    for (char& ch : test)
+        if (ch == '/') ch = '_';
+    b->path = (std::filesystem::path(::testing::TempDir()) /
+               ("tl_golden_" + test + "_" + c.name + ".tinyloop"))
+                  .string();
+    tinyloop::save_model(b->path, b->spec);
+    tinyloop::LoadOptions opts;
+    opts.backend = c.backend;
+    opts.threads = c.threads;
+    opts.prefill_chunk = c.prefill_chunk;
+    b->model.reset(tinyloop::load_model(b->path, opts));
+    return b;
+}
+
+std::vector<int32_t> random_tokens(const tinyloop::Model* m, int n, uint64_t seed) {
+    int limit = tinyloop::model_info(m).tokenizer_vocab;
+    if (limit <= 0) limit = 256;
+    limit = std::min(limit, tinyloop::model_hparams(m).vocab_size);
+    std::mt19937_64 rng(seed * 7919 + 3);
+    std::uniform_int_distribution<int32_t> dist(0, limit - 1);
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = dist(rng);
+    return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference (FORMAT.md §1), double precision, plain loops.
+// ---------------------------------------------------------------------------------------------
+
+using Vec = std::vector<double>;
+
+struct RefMatrix {
+    int rows = 0, cols = 0;
+    Vec w;  // [rows, cols] row-major: y = W x
+};
+
+struct RefLayer {
+    Vec attn_norm, mlp_norm;
+    RefMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+struct RefModel {
+    HParams hp;
+    RefMatrix embed, head;
+    Vec final_norm;
+    std::vector<RefLayer> pre, loop;
+};
+
+Vec fetch(const tinyloop::Model* m, const std::string& name, size_t expect) {
+    std::vector<float> f = tinyloop::tensor_as_f32(m, name);
+    EXPECT_EQ(f.size(), expect) << "tensor_as_f32(" << name << ") size";
+    f.resize(expect, 0.0f);
+    return Vec(f.begin(), f.end());
+}
+
+RefMatrix fetch_matrix(const tinyloop::Model* m, const std::string& name, int rows, int cols) {
+    RefMatrix r;
+    r.rows = rows;
+    r.cols = cols;
+    r.w = fetch(m, name, static_cast<size_t>(rows) * cols);
+    return r;
+}
+
+RefLayer fetch_layer(const tinyloop::Model* m, const HParams& hp, const std::string& p) {
+    const int d = hp.d_model, H = hp.n_heads * hp.head_dim, Hkv = hp.n_kv_heads * hp.head_dim;
+    RefLayer l;
+    l.attn_norm = fetch(m, p + ".attn_norm", d);
+    l.mlp_norm = fetch(m, p + ".mlp_norm", d);
+    l.wq = fetch_matrix(m, p + ".wq", H, d);
+    l.wk = fetch_matrix(m, p + ".wk", Hkv, d);
+    l.wv = fetch_matrix(m, p + ".wv", Hkv, d);
+    l.wo = fetch_matrix(m, p + ".wo", d, H);
+    l.w_gate = fetch_matrix(m, p + ".w_gate", hp.d_ff, d);
+    l.w_up = fetch_matrix(m, p + ".w_up", hp.d_ff, d);
+    l.w_down = fetch_matrix(m, p + ".w_down", d, hp.d_ff);
+    return l;
+}
+
+RefModel fetch_model(const tinyloop::Model* m) {
+    RefModel r;
+    r.hp = tinyloop::model_hparams(m);
+    const HParams& hp = r.hp;
+    r.embed = fetch_matrix(m, "embed", hp.vocab_size, hp.d_model);
+    r.head = hp.tie_embeddings ? r.embed : fetch_matrix(m, "head", hp.vocab_size, hp.d_model);
+    r.final_norm = fetch(m, "final_norm", hp.d_model);
+    for (int i = 0; i < hp.n_pre_blocks; ++i)
+        r.pre.push_back(fetch_layer(m, hp, "pre." + std::to_string(i)));
+    for (int j = 0; j < hp.n_loop_layers; ++j)
+        r.loop.push_back(fetch_layer(m, hp, "loop." + std::to_string(j)));
+    return r;
+}
+
+Vec matvec(const RefMatrix& W, const Vec& x) {
+    Vec y(W.rows, 0.0);
+    for (int o = 0; o < W.rows; ++o) {
+        double s = 0.0;
+        for (int i = 0; i < W.cols; ++i) s += W.w[static_cast<size_t>(o) * W.cols + i] * x[i];
+        y[o] = s;
+    }
+    return y;
+}
+
+// RMSNorm(x, g) = x / sqrt(mean(x^2) + eps) * g
+Vec rmsnorm(const Vec& x, const Vec& g, double eps) {
+    double ss = 0.0;
+    for (double v : x) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+    Vec y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
+    return y;
+}
+
+// Rotates the pair (i, i + head_dim/2) of every head by p * theta^(-2i/head_dim).
+void rope(Vec& v, int n_heads, int head_dim, int pos, double theta) {
+    const int half = head_dim / 2;
+    for (int h = 0; h < n_heads; ++h) {
+        for (int i = 0; i < half; ++i) {
+            const double angle = pos * std::pow(theta, -2.0 * i / head_dim);
+            const double c = std::cos(angle), s = std::sin(angle);
+            double& x0 = v[static_cast<size_t>(h) * head_dim + i];
+            double& x1 = v[static_cast<size_t>(h) * head_dim + i + half];
+            const double a = x0, b = x1;
+            x0 = a * c - b * s;
+            x1 = a * s + b * c;
+        }
+    }
+}
+
+// One pre-norm block over the whole (causal) sequence.
+void block(const RefLayer& L, const HParams& hp, std::vector<Vec>& h) {
+    const int n = static_cast<int>(h.size());
+    const int hd = hp.head_dim, group = hp.n_heads / hp.n_kv_heads;
+    const double eps = hp.norm_eps, theta = hp.rope_theta;
+    std::vector<Vec> q(n), k(n), v(n);
+    for (int p = 0; p < n; ++p) {
+        const Vec a = rmsnorm(h[p], L.attn_norm, eps);
+        q[p] = matvec(L.wq, a);
+        k[p] = matvec(L.wk, a);
+        v[p] = matvec(L.wv, a);
+        rope(q[p], hp.n_heads, hd, p, theta);
+        rope(k[p], hp.n_kv_heads, hd, p, theta);
+    }
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    for (int p = 0; p < n; ++p) {
+        Vec cat(static_cast<size_t>(hp.n_heads) * hd, 0.0);
+        for (int qh = 0; qh < hp.n_heads; ++qh) {
+            const int kvh = qh / group;
+            Vec sc(p + 1);
+            double mx = -INFINITY;
+            for (int t = 0; t <= p; ++t) {
+                double s = 0.0;
+                for (int i = 0; i < hd; ++i)
+                    s += q[p][static_cast<size_t>(qh) * hd + i] *
+                         k[t][static_cast<size_t>(kvh) * hd + i];
+                sc[t] = s * scale;
+                mx = std::max(mx, sc[t]);
+            }
+            double z = 0.0;
+            for (int t = 0; t <= p; ++t) {
+                sc[t] = std::exp(sc[t] - mx);
+                z += sc[t];
+            }
+            for (int t = 0; t <= p; ++t)
+                for (int i = 0; i < hd; ++i)
+                    cat[static_cast<size_t>(qh) * hd + i] +=
+                        sc[t] / z * v[t][static_cast<size_t>(kvh) * hd + i];
+        }
+        const Vec o = matvec(L.wo, cat);
+        for (int i = 0; i < hp.d_model; ++i) h[p][i] += o[i];
+        const Vec mm = rmsnorm(h[p], L.mlp_norm, eps);
+        const Vec g = matvec(L.w_gate, mm), u = matvec(L.w_up, mm);
+        Vec act(g.size());
+        for (size_t i = 0; i < g.size(); ++i) act[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+        const Vec dn = matvec(L.w_down, act);
+        for (int i = 0; i < hp.d_model; ++i) h[p][i] += dn[i];
+    }
+}
+
+// Reference logits at every depth 1..max_loops: out[L-1] is n x vocab, row-major. The forward
+// at depth L is the first L passes followed by the head, so one run yields every depth.
+std::vector<Vec> reference_logits(const RefModel& r, const std::vector<int32_t>& tokens) {
+    const HParams& hp = r.hp;
+    const int n = static_cast<int>(tokens.size()), d = hp.d_model, V = hp.vocab_size;
+    std::vector<Vec> h(n, Vec(d));
+    for (int p = 0; p < n; ++p)
+        for (int i = 0; i < d; ++i) h[p][i] = r.embed.w[static_cast<size_t>(tokens[p]) * d + i];
+    for (const RefLayer& L : r.pre) block(L, hp, h);
+    std::vector<Vec> out;
+    for (int pass = 1; pass <= hp.max_loops; ++pass) {
+        for (const RefLayer& L : r.loop) block(L, hp, h);
+        Vec logits(static_cast<size_t>(n) * V);
+        for (int p = 0; p < n; ++p) {
+            const Vec x = rmsnorm(h[p], r.final_norm, hp.norm_eps);
+            const Vec y = matvec(r.head, x);
+            std::copy(y.begin(), y.end(), logits.begin() + static_cast<ptrdiff_t>(p) * V);
+        }
+        out.push_back(std::move(logits));
+    }
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Independent checks of the stored weights.
+// ---------------------------------------------------------------------------------------------
+
+// Round-to-nearest-even to IEEE binary16 (subnormals included), returned as a double. The
+// scaling by a power of two is exact, and nearbyint rounds ties to even in the default mode.
+double round_to_f16(double x) {
+    if (x == 0.0 || !std::isfinite(x)) return x;
+    int e = 0;
+    std::frexp(std::fabs(x), &e);  // |x| = m * 2^e, m in [0.5, 1): leading bit weight 2^(e-1)
+    int lead = e - 1;
+    if (lead < -14) lead = -14;  // subnormal range: quantum 2^-24
+    const double quantum = std::ldexp(1.0, lead - 10);
+    return std::nearbyint(x / quantum) * quantum;
+}
+
+int bits_of(DType t) {
+    switch (t) {
+        case DType::Q8: return 8;
+        case DType::Q4: return 4;
+        case DType::Q2: return 2;
+        default: return 0;
+    }
+}
+
+// Checks one quantized tensor's dequantized values against the originals. Per group:
+//  * at most 2^bits distinct values (they are scale * (q - zero));
+//  * root-sum-square error <= sqrt(group) * (step/2 + f16 allowance), step = range/(2^bits-1):
+//    what the full-range (min/max) quantizer guarantees element by element; the engine's
+//    range search minimises squared error, so it can only do better;
+//  * no element off by more than the group's range.
+// Per tensor: the total rss error is at most 1.25 x that of a plain min/max quantizer computed
+// here (grid aligned on each group's min), plus the f16 allowance: a working range search
+// lands at or below 1.0 x; a decoder that mixes up codes, scales or zeros lands far above.
+void check_quantized(const tinyloop::TensorData& td, const std::vector<float>& deq,
+                     double* rss_vs_minmax) {
+    ASSERT_EQ(td.shape.size(), 2u) << td.name;
+    const int64_t rows = td.shape[0], cols = td.shape[1];
+    const int gs = td.group_size, bits = bits_of(td.dtype);
+    ASSERT_GT(gs, 0) << td.name;
+    ASSERT_EQ(cols % gs, 0) << td.name;
+    const double levels = std::ldexp(1.0, bits) - 1.0;
+    int reported = 0;
+    double worst_ratio = 0.0, sse_ref_total = 0.0, sse_total = 0.0, slack_sq_total = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t g0 = 0; g0 < cols; g0 += gs) {
+            const size_t base = static_cast<size_t>(r * cols + g0);
+            double mn = INFINITY, mx = -INFINITY;
+            for (int i = 0; i < gs; ++i) {
+                mn = std::min(mn, static_cast<double>(td.values[base + i]));
+                mx = std::max(mx, static_cast<double>(td.values[base + i]));
+            }
+            const double range = mx - mn, step = range / levels;
+            double sse_ref = 0.0, sse = 0.0, max_err = 0.0;
+            std::set<float> distinct;
+            bool finite = true;
+            for (int i = 0; i < gs; ++i) {
+                const double w = td.values[base + i];
+                const double e = deq[base + i];
+                finite = finite && std::isfinite(e);
+                distinct.insert(deq[base + i]);
+                const double qref = step > 0 ? mn + step * std::nearbyint((w - mn) / step) : mn;
+                sse_ref += (w - qref) * (w - qref);
+                sse += (w - e) * (w - e);
+                max_err = std::max(max_err, std::fabs(w - e));
+            }
+            // f16 scale: relative error <= 2^-11, times |q - zero| <= levels; f16 zero: error
+            // <= levels * 2^-11 codes. Together <= levels * 2^-10 steps; 0.05 step on top.
+            const double slack = step * (0.05 + levels * std::ldexp(1.0, -10)) +
+                                 1e-7 * std::max(std::fabs(mn), std::fabs(mx));
+            const double bound = std::sqrt(static_cast<double>(gs)) * (0.5 * step + slack);
+            sse_ref_total += sse_ref;
+            sse_total += sse;
+            slack_sq_total += gs * slack * slack;
+            const bool ok = finite && distinct.size() <= static_cast<size_t>(levels + 1) &&
+                            std::sqrt(sse) <= bound && max_err <= range + 1e-7;
+            if (bound > 0) worst_ratio = std::max(worst_ratio, std::sqrt(sse) / bound);
+            if (!ok && reported < 5) {
+                ++reported;
+                ADD_FAILURE() << td.name << " (" << tinyloop::dtype_name(td.dtype) << ", group "
+                              << gs << ") row " << r << " group at col " << g0
+                              << ": distinct values " << distinct.size() << " (max "
+                              << levels + 1 << "), rss error " << std::sqrt(sse)
+                              << " vs bound " << bound << " (min/max quantizer rss "
+                              << std::sqrt(sse_ref) << "), max |err| " << max_err
+                              << ", range " << range << (finite ? "" : ", NON-FINITE value");
+            }
+        }
+    }
+    const double total_bound = 1.25 * std::sqrt(sse_ref_total) + std::sqrt(slack_sq_total);
+    EXPECT_LE(std::sqrt(sse_total), total_bound)
+        << td.name << " (" << tinyloop::dtype_name(td.dtype) << ", group " << gs
+        << "): total rss error " << std::sqrt(sse_total) << ", min/max quantizer "
+        << std::sqrt(sse_ref_total);
+    *rss_vs_minmax = sse_ref_total > 0 ? std::sqrt(sse_total / sse_ref_total) : 0.0;
+    ::testing::Test::RecordProperty(td.name + "_rss_over_group_bound",
+                                    std::to_string(worst_ratio));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+class GoldenForward : public ::testing::TestWithParam<Case> {};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+
+// The dequantized weights (what the reference runs on) are the values handed to save_model:
+// exactly for f32, the nearest binary16 for f16, within quantization error for q8/q4/q2.
+TEST_P(GoldenForward, StoredWeightsMatchSpec) {
+    const Case& c = GetParam();
+    auto b = build(c);
+    const tinyloop::HParams& hp = tinyloop::model_hparams(b->model.get());
+    EXPECT_EQ(hp.vocab_size, c.hp.vocab_size);
+    EXPECT_EQ(hp.d_model, c.hp.d_model);
+    EXPECT_EQ(hp.n_heads, c.hp.n_heads);
+    EXPECT_EQ(hp.n_kv_heads, c.hp.n_kv_heads);
+    EXPECT_EQ(hp.head_dim, c.hp.head_dim);
+    EXPECT_EQ(hp.d_ff, c.hp.d_ff);
+    EXPECT_EQ(hp.n_pre_blocks, c.hp.n_pre_blocks);
+    EXPECT_EQ(hp.n_loop_layers, c.hp.n_loop_layers);
+    EXPECT_EQ(hp.max_loops, c.hp.max_loops);
+    EXPECT_EQ(hp.rope_theta, c.hp.rope_theta);
+    EXPECT_EQ(hp.norm_eps, c.hp.norm_eps);
+    EXPECT_EQ(hp.tie_embeddings, c.hp.tie_embeddings);
+
+    // The spec holds exactly the tensors of FORMAT.md §2.
+    std::set<std::string> expected = {"embed", "final_norm"};
+    if (!c.hp.tie_embeddings) expected.insert("head");
+    const char* parts[] = {"attn_norm", "mlp_norm", "wq",     "wk",  "wv",
+                           "wo",        "w_gate",   "w_up",   "w_down"};
+    for (int i = 0; i < c.hp.n_pre_blocks; ++i)
+        for (const char* s : parts) expected.insert("pre." + std::to_string(i) + "." + s);
+    for (int j = 0; j < c.hp.n_loop_layers; ++j)
+        for (const char* s : parts) expected.insert("loop." + std::to_string(j) + "." + s);
+    std::set<std::string> got;
+    for (const auto& td : b->spec.tensors) got.insert(td.name);
+    EXPECT_EQ(got, expected);
+
+    int n_quantized = 0;
+    double worst_q = 0.0;  // largest (rss error / min-max quantizer's rss error) over tensors
+    for (const auto& td : b->spec.tensors) {
+        SCOPED_TRACE(td.name);
+        const std::vector<float> deq = tinyloop::tensor_as_f32(b->model.get(), td.name);
+        ASSERT_EQ(deq.size(), td.values.size());
+        if (td.shape.size() == 1) {
+            EXPECT_EQ(td.dtype, DType::F32) << "norms are f32";
+        }
+        if (td.shape.size() == 2 && td.dtype != c.dtype)
+            ADD_FAILURE() << "matrix stored as " << tinyloop::dtype_name(td.dtype)
+                          << ", asked for " << tinyloop::dtype_name(c.dtype);
+        switch (td.dtype) {
+            case DType::F32: {
+                size_t bad = 0;
+                for (size_t i = 0; i < deq.size(); ++i) bad += (deq[i] != td.values[i]);
+                EXPECT_EQ(bad, 0u) << "f32 values not stored exactly";
+                break;
+            }
+            case DType::F16: {
+                size_t bad = 0, first = 0;
+                for (size_t i = 0; i < deq.size(); ++i) {
+                    if (static_cast<double>(deq[i]) != round_to_f16(td.values[i])) {
+                        if (bad++ == 0) first = i;
+                    }
+                }
+                EXPECT_EQ(bad, 0u) << "f16 values not the nearest binary16; first at " << first
+                                   << ": original " << td.values[first] << ", got "
+                                   << deq[first] << ", expected " << round_to_f16(td.values[first]);
+                break;
+            }
+            default:
+                ++n_quantized;
+                double ratio = 0.0;
+                check_quantized(td, deq, &ratio);
+                worst_q = std::max(worst_q, ratio);
+                break;
+        }
+    }
+    if (bits_of(c.dtype) > 0) {
+        EXPECT_GT(n_quantized, 0);
+        std::printf("[ case %s ] quantized rss error / min-max quantizer's, worst tensor: %.3f\n",
+                    c.name.c_str(), worst_q);
+    }
+}
+
+// The engine's logits equal the double reference at every depth, position and vocab entry.
+TEST_P(GoldenForward, MatchesDoubleReference) {
+    const Case& c = GetParam();
+    auto b = build(c);
+    tinyloop::Model* m = b->model.get();
+    const HParams hp = tinyloop::model_hparams(m);
+    const std::vector<int32_t> tokens = random_tokens(m, c.n_tokens, c.seed);
+    const RefModel ref = fetch_model(m);
+    const std::vector<Vec> want = reference_logits(ref, tokens);
+    const int n = c.n_tokens, V = hp.vocab_size;
+    double worst_all = 0.0;
+    for (int L = 1; L <= hp.max_loops; ++L) {
+        const std::vector<float> got = tinyloop::forward_logits(m, tokens.data(), n, L);
+        ASSERT_EQ(got.size(), static_cast<size_t>(n) * V) << "depth " << L;
+        for (int p = 0; p < n; ++p) {
+            const size_t row = static_cast<size_t>(p) * V;
+            double max_ref = 0.0, max_diff = 0.0;
+            int arg = 0, nonfinite = 0;
+            for (int j = 0; j < V; ++j) {
+                const double a = got[row + j], r = want[L - 1][row + j];
+                if (!std::isfinite(a)) ++nonfinite;
+                max_ref = std::max(max_ref, std::fabs(r));
+                const double diff = std::isfinite(a) ? std::fabs(a - r) : INFINITY;
+                if (j == 0 || diff > max_diff) {
+                    max_diff = diff;
+                    arg = j;
+                }
+            }
+            const double rel = max_ref > 0 ? max_diff / max_ref : max_diff;
+            worst_all = std::max(worst_all, rel);
+            EXPECT_EQ(nonfinite, 0) << "depth " << L << " position " << p;
+            EXPECT_LE(rel, kRowRelTol)
+                << "depth " << L << " position " << p << ": max|engine-ref| " << max_diff
+                << " at vocab " << arg << " (engine " << got[row + arg] << ", ref "
+                << want[L - 1][row + arg] << "), max|ref| " << max_ref;
+        }
+    }
+    RecordProperty("worst_row_rel_error", std::to_string(worst_all));
+    std::printf("[ case %s ] worst row relative error %.3g over depths 1..%d\n", c.name.c_str(),
+                worst_all, hp.max_loops);
+}
+
+// The logits of a prefix computed alone equal the same rows of the full call, bit for bit: a
+// position's result must not depend on how many tokens follow it or on the chunking.
+TEST_P(GoldenForward, PrefixRowsBitIdentical) {
+    const Case& c = GetParam();
+    auto b = build(c);
+    tinyloop::Model* m = b->model.get();
+    const HParams hp = tinyloop::model_hparams(m);
+    const std::vector<int32_t> tokens = random_tokens(m, c.n_tokens, c.seed);
+    const int n = c.n_tokens, V = hp.vocab_size;
+    const std::set<int> ks = {1, 2, n / 2 + 1, n - 1, n};  // n: the same call twice
+    for (int L = 1; L <= hp.max_loops; ++L) {
+        const std::vector<float> full = tinyloop::forward_logits(m, tokens.data(), n, L);
+        ASSERT_EQ(full.size(), static_cast<size_t>(n) * V);
+        for (int k : ks) {
+            const std::vector<float> pre = tinyloop::forward_logits(m, tokens.data(), k, L);
+            ASSERT_EQ(pre.size(), static_cast<size_t>(k) * V);
+            for (int p = 0; p < k; ++p) {
+                const size_t row = static_cast<size_t>(p) * V;
+                if (std::memcmp(pre.data() + row, full.data() + row, sizeof(float) * V) == 0)
+                    continue;
+                double maxd = 0.0;
+                int first = -1;
+                for (int j = 0; j < V; ++j) {
+                    if (std::memcmp(&pre[row + j], &full[row + j], sizeof(float)) != 0 &&
+                        first < 0)
+                        first = j;
+                    maxd = std::max(maxd, std::fabs(static_cast<double>(pre[row + j]) -
+                                                    full[row + j]));
+                }
+                ADD_FAILURE() << "depth " << L << ", prefix of " << k << " tokens, position "
+                              << p << ": row differs from the full " << n
+                              << "-token call; first at vocab " << first << " (" << pre[row + first]
+                              << " vs " << full[row + first] << "), max|diff| " << maxd;
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenForward, ::testing::ValuesIn(all_cases()), case_name);
+
+// The same comparison on the CUDA back end, where one is built and a device is present.
+TEST(GoldenForwardCuda, MatchesDoubleReference) {
+    for (Case c : all_cases()) {
+        if (c.name != "q4_g32_gqa_tied_pre0_loop2" && c.name != "f32_mha_tied_pre1_loop2")
+            continue;
+        SCOPED_TRACE(c.name);
+        c.backend = tinyloop::Backend::Cuda;
+        std::unique_ptr<Built> b;
+        try {
+            b = build(c);
+        } catch (const tinyloop::Error& e) {
+            if (e.code() == tinyloop::ErrorCode::NotSupported ||
+                e.code() == tinyloop::ErrorCode::Backend)
+                GTEST_SKIP() << "skipped: no CUDA device (" << e.what() << ")";
+            throw;
+        }
+        tinyloop::Model* m = b->model.get();
+        const HParams hp = tinyloop::model_hparams(m);
+        const std::vector<int32_t> tokens = random_tokens(m, c.n_tokens, c.seed);
+        const std::vector<Vec> want = reference_logits(fetch_model(m), tokens);
+        const int n = c.n_tokens, V = hp.vocab_size;
+        for (int L = 1; L <= hp.max_loops; ++L) {
+            const std::vector<float> got = tinyloop::forward_logits(m, tokens.data(), n, L);
+            ASSERT_EQ(got.size(), static_cast<size_t>(n) * V);
+            for (int p = 0; p < n; ++p) {
+                double max_ref = 0.0, max_diff = 0.0;
+                for (int j = 0; j < V; ++j) {
+                    const double a = got[static_cast<size_t>(p) * V + j];
+                    const double r = want[L - 1][static_cast<size_t>(p) * V + j];
+                    max_ref = std::max(max_ref, std::fabs(r));
+                    max_diff = std::max(max_diff, std::isfinite(a) ? std::fabs(a - r) : INFINITY);
+                }
+                EXPECT_LE(max_diff / max_ref, kRowRelTol)
+                    << "cuda depth " << L << " position " << p << ": max|diff| " << max_diff
+                    << ", max|ref| " << max_ref;
+            }
+        }
+    }
+}
+
+}  // namespace
