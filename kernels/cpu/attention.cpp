@@ -1,0 +1,142 @@
+// Causal attention over one KV-cache layer (contract: kernels.h, AttentionArgs).
+//
+// For query t, head h (kv head kh = h / (n_heads / n_kv_heads)), over its rows p: the range
+// [kv_begin[t], kv_end[t]) and then, for tree attention, extra_rows[extra_offsets[t] ..
+// extra_offsets[t+1]):
+//   s_p = (q_th . k_p,kh) / sqrt(head_dim)
+//   out_th = sum_p exp(s_p - max s) v_p,kh / sum_p exp(s_p - max s)
+//
+// attention_ref does this in double. The fast versions (attend_one_*) use two passes in float:
+// scores and their max, then exponentials and the weighted sum of v, each in one fixed order
+// over the row sequence (so a range and an extras list naming the same rows give the same
+// bits). Every (t, h) is computed on its own: neither the batch nor the thread split changes a
+// bit. A query with no rows at all gets zeros.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/cpu_internal.h"
+
+namespace tinyloop::kern {
+namespace detail {
+
+void attend_one_scalar(const float* q, const float* k, const float* v, int kv_stride, int head_dim,
+                       int b, int e, const int* extra, int n_extra, float scale, float* scratch,
+                       float* out) {
+    const int nr = e - b, n = nr + n_extra;
+    for (int d = 0; d < head_dim; ++d) out[d] = 0.0f;
+    if (n <= 0) return;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < n; ++i) {
+        const float* kp = k + static_cast<size_t>(i < nr ? b + i : extra[i - nr]) * kv_stride;
+        float a[8] = {};
+        for (int d = 0; d < head_dim; ++d) a[d & 7] += q[d] * kp[d];
+        const float s = (((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))) * scale;
+        scratch[i] = s;
+        mx = std::max(mx, s);
+    }
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        const float w = std::exp(scratch[i] - mx);
+        sum += w;
+        const float* vp = v + static_cast<size_t>(i < nr ? b + i : extra[i - nr]) * kv_stride;
+        for (int d = 0; d < head_dim; ++d) out[d] += w * vp[d];
+    }
+    const float inv = 1.0f / sum;
+    for (int d = 0; d < head_dim; ++d) out[d] *= inv;
+}
+
+}  // namespace detail
+
+namespace {
+
+// The rows of query t: its range, then its extras (if any).
+void rows_of(const AttentionArgs& a, int t, std::vector<int>& rows) {
+    rows.clear();
+    for (int p = a.kv_begin[t]; p < a.kv_end[t]; ++p) rows.push_back(p);
+    if (a.extra_offsets != nullptr) {
+        for (int i = a.extra_offsets[t]; i < a.extra_offsets[t + 1]; ++i) rows.push_back(a.extra_rows[i]);
+    }
+}
+
+int n_extra_of(const AttentionArgs& a, int t) {
+    return a.extra_offsets ? a.extra_offsets[t + 1] - a.extra_offsets[t] : 0;
+}
+
+}  // namespace
+
+void attention_ref(const AttentionArgs& a) {
+    const int group = a.n_heads / a.n_kv_heads;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(a.head_dim));
+    std::vector<int> rows;
+    std::vector<double> s, acc(static_cast<size_t>(a.head_dim));
+    for (int t = 0; t < a.n_tok; ++t) {
+        rows_of(a, t, rows);
+        s.resize(rows.size());
+        for (int h = 0; h < a.n_heads; ++h) {
+            const float* q = a.q + (static_cast<size_t>(t) * a.n_heads + h) * a.head_dim;
+            const size_t koff = static_cast<size_t>(h / group) * a.head_dim;
+            double mx = -std::numeric_limits<double>::infinity();
+            for (size_t i = 0; i < rows.size(); ++i) {
+                const float* kp = a.k + static_cast<size_t>(rows[i]) * a.kv_stride + koff;
+                double d = 0.0;
+                for (int j = 0; j < a.head_dim; ++j) d += static_cast<double>(q[j]) * kp[j];
+                s[i] = d * scale;
+                mx = std::max(mx, s[i]);
+            }
+            std::fill(acc.begin(), acc.end(), 0.0);
+            double sum = 0.0;
+            for (size_t i = 0; i < rows.size(); ++i) {
+                const double w = std::exp(s[i] - mx);
+                sum += w;
+                const float* vp = a.v + static_cast<size_t>(rows[i]) * a.kv_stride + koff;
+                for (int j = 0; j < a.head_dim; ++j) acc[j] += w * vp[j];
+            }
+            float* o = a.out + (static_cast<size_t>(t) * a.n_heads + h) * a.head_dim;
+            for (int j = 0; j < a.head_dim; ++j) o[j] = rows.empty() ? 0.0f : static_cast<float>(acc[j] / sum);
+        }
+    }
+}
+
+void attention(const AttentionArgs& a, ThreadPool* pool) {
+    if (a.n_tok <= 0 || a.n_heads <= 0) return;
+    const auto attend = detail::active_isa().attend_one;
+    const int group = a.n_heads / a.n_kv_heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+    const int pairs = a.n_tok * a.n_heads;
+
+    int max_rows = 0;
+    double work = 0.0;
+    for (int t = 0; t < a.n_tok; ++t) {
+        const int n = std::max(0, a.kv_end[t] - a.kv_begin[t]) + n_extra_of(a, t);
+        max_rows = std::max(max_rows, n);
+        work += static_cast<double>(n) * a.n_heads * a.head_dim;
+    }
+    // Pairs [p0, p1), with this thread's scratch (padded: SIMD tails may touch a full vector).
+    auto run = [&](int p0, int p1) {
+        thread_local std::vector<float> scratch;
+        if (scratch.size() < static_cast<size_t>(max_rows) + 16) scratch.resize(static_cast<size_t>(max_rows) + 16);
+        for (int pr = p0; pr < p1; ++pr) {
+            const int t = pr / a.n_heads, h = pr % a.n_heads;
+            const size_t koff = static_cast<size_t>(h / group) * a.head_dim;
+            const size_t qoff = static_cast<size_t>(pr) * a.head_dim;
+            const int* extra = a.extra_offsets ? a.extra_rows + a.extra_offsets[t] : nullptr;
+            attend(a.q + qoff, a.k + koff, a.v + koff, a.kv_stride, a.head_dim, a.kv_begin[t],
+                   std::max(a.kv_begin[t], a.kv_end[t]), extra, n_extra_of(a, t), scale, scratch.data(),
+                   a.out + qoff);
+        }
+    };
+    const int threads = pool ? pool->size() : 1;
+    if (threads == 1 || work < 32.0 * 1024 || pairs == 1) {
+        run(0, pairs);
+        return;
+    }
+    const int n_tasks = std::min(pairs, 4 * threads);
+    pool->parallel_for(n_tasks, [&](int task) {
+        run(static_cast<int>(static_cast<long long>(pairs) * task / n_tasks),
+            static_cast<int>(static_cast<long long>(pairs) * (task + 1) / n_tasks));
+    });
+}
+
+}  // namespace tinyloop::kern

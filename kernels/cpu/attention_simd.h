@@ -1,0 +1,71 @@
+// SIMD attention for one (query, head) over its row sequence (range, then extras; math and
+// reference: attention.cpp). Scores: one dot per cache row in V::W lanes + hsum. Exponentials: vexp over the score array, summed in lanes.
+// Output: per slice of up to 4 vectors of head_dim, sum over rows in order, times 1/sum.
+#pragma once
+
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/simd.h"
+
+namespace tinyloop::kern::detail {
+namespace {
+
+void attend_one_simd(const float* q, const float* k, const float* v, int kv_stride, int head_dim,
+                     int b, int e, const int* extra, int n_extra, float scale, float* scratch,
+                     float* out) {
+    const int nr = e - b, n = nr + n_extra;
+    if (n <= 0) {
+        for (int d = 0; d < head_dim; ++d) out[d] = 0.0f;
+        return;
+    }
+    const int full = head_dim / V::W * V::W, tail = head_dim - full;
+    auto dot = [&](int i) {  // q . k of the i-th row of the sequence, in lanes
+        const float* kp = k + static_cast<size_t>(i < nr ? b + i : extra[i - nr]) * kv_stride;
+        V::T acc = V::zero();
+        for (int d = 0; d < full; d += V::W) acc = V::fma(V::load(q + d), V::load(kp + d), acc);
+        if (tail) acc = V::fma(V::load_n(q + full, tail), V::load_n(kp + full, tail), acc);
+        return acc;
+    };
+    V::T vmx = V::set1(-__builtin_inff());
+    for (int i = 0; i < n; ++i) {
+        const float s = V::hsum(dot(i)) * scale;
+        scratch[i] = s;
+        vmx = V::max(vmx, V::set1(s));
+    }
+    const V::T mx = vmx;  // every lane holds the max
+    V::T vsum = V::zero();
+    int i = 0;
+    for (; i + V::W <= n; i += V::W) {
+        const V::T w = vexp(V::sub(V::load(scratch + i), mx));
+        V::store(scratch + i, w);
+        vsum = V::add(vsum, w);
+    }
+    if (i < n) {
+        V::store_n(scratch + i, vexp(V::sub(V::load_n(scratch + i, n - i), mx)), n - i);
+        vsum = V::add(vsum, V::load_n(scratch + i, n - i));  // masked lanes read as 0
+    }
+    const V::T inv = V::set1(1.0f / V::hsum(vsum));
+    for (int d0 = 0; d0 < head_dim; d0 += 4 * V::W) {
+        V::T acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+        const int nv = (head_dim - d0 + V::W - 1) / V::W < 4 ? (head_dim - d0 + V::W - 1) / V::W : 4;
+        for (int r = 0; r < n; ++r) {
+            const float* vp = v + static_cast<size_t>(r < nr ? b + r : extra[r - nr]) * kv_stride + d0;
+            const V::T w = V::set1(scratch[r]);
+            for (int u = 0; u < nv; ++u) {
+                const int m = head_dim - d0 - u * V::W;
+                const V::T x = m >= V::W ? V::load(vp + u * V::W) : V::load_n(vp + u * V::W, m);
+                acc[u] = V::fma(w, x, acc[u]);
+            }
+        }
+        for (int u = 0; u < nv; ++u) {
+            const int m = head_dim - d0 - u * V::W;
+            if (m >= V::W) {
+                V::store(out + d0 + u * V::W, V::mul(acc[u], inv));
+            } else {
+                V::store_n(out + d0 + u * V::W, V::mul(acc[u], inv), m);
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace tinyloop::kern::detail

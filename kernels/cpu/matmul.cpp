@@ -1,0 +1,184 @@
+// y = W x for every token, W in any stored dtype (FORMAT.md §2).
+//
+//   y[t, r] = sum_c W[r, c] * x[t, c],  W[r, c] = scale[r, g] * (q[r, c] - zero[r, g]),
+//   g = c / group_size  (F32/F16: W[r, c] is the stored value).
+//
+// matmul_ref: dequantize each row exactly as dequant_row does, then sum in double.
+// matmul: the SIMD kernels (matmul_simd.h) over chunks of rows on the thread pool. Every y[t, r]
+// is produced by one fixed sequence of operations (lane k % width accumulates column k in order,
+// then one fixed horizontal sum) whatever n_tok, the token tile, the row chunk or the thread
+// count, so decode, prefill and verification agree bit for bit.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "kernels/cpu/cpu_internal.h"
+
+namespace tinyloop::kern {
+namespace detail {
+namespace {
+
+uint32_t code_at(const uint8_t* row, int bits, int c) {
+    switch (bits) {
+        case 8: return row[c];
+        case 4: return (row[c >> 1] >> ((c & 1) * 4)) & 0xfu;
+        default: return (row[c >> 2] >> ((c & 3) * 2)) & 0x3u;
+    }
+}
+
+// Dequantizes columns [c0, c0 + n) of one row (n within one group for quantized types).
+void dequant_span(const WeightView& W, int row, int c0, int n, float* out) {
+    const size_t rr = static_cast<size_t>(row);
+    switch (W.type) {
+        case WType::F32: {
+            std::memcpy(out, W.data + (rr * W.cols + c0) * 4, static_cast<size_t>(n) * 4);
+            return;
+        }
+        case WType::F16: {
+            const uint16_t* p = reinterpret_cast<const uint16_t*>(W.data) + rr * W.cols + c0;
+            for (int i = 0; i < n; ++i) out[i] = f16_to_f32(p[i]);
+            return;
+        }
+        default: break;
+    }
+    const int bits = wtype_bits(W.type);
+    const uint8_t* codes = W.data + rr * static_cast<size_t>(W.cols) * bits / 8;
+    const size_t gi = rr * (W.cols / W.group_size) + c0 / W.group_size;
+    const float s = f16_to_f32(W.scales[gi]), z = f16_to_f32(W.zeros[gi]);
+    for (int i = 0; i < n; ++i) {
+        out[i] = s * (static_cast<float>(code_at(codes, bits, c0 + i)) - z);
+    }
+}
+
+// Column permutations of a 32-column block: position j of the SIMD block multiplies x[perm[j]].
+struct Perms {
+    int q4_512[32], q4_256[32], q2[32];
+    Perms() {
+        for (int i = 0; i < 16; ++i) {
+            q4_512[i] = 2 * i;       // low nibbles of bytes 0..15
+            q4_512[16 + i] = 2 * i + 1;  // high nibbles
+        }
+        for (int h = 0; h < 2; ++h) {
+            for (int i = 0; i < 8; ++i) {
+                q4_256[16 * h + i] = 16 * h + 2 * i;
+                q4_256[16 * h + 8 + i] = 16 * h + 2 * i + 1;
+            }
+        }
+        for (int k = 0; k < 4; ++k) {
+            for (int i = 0; i < 8; ++i) q2[8 * k + i] = 4 * i + k;  // 2-bit plane k of bytes 0..7
+        }
+    }
+};
+const Perms& perms() {
+    static const Perms p;
+    return p;
+}
+
+// Rows per thread-pool task: a multiple of 4 (the row tile), about 4 tasks per thread.
+int rows_per_task(int rows, int threads) {
+    int chunk = (rows + 4 * threads - 1) / (4 * threads);
+    chunk = (chunk + 3) / 4 * 4;
+    return std::max(chunk, 8);
+}
+
+}  // namespace
+
+const int* matmul_block_perm(WType type, Simd level) {
+    if (level == Simd::Scalar) return nullptr;
+    if (type == WType::Q4) return level == Simd::Avx512 ? perms().q4_512 : perms().q4_256;
+    if (type == WType::Q2) return perms().q2;
+    return nullptr;
+}
+
+// Scalar level: dequantize one 32-column chunk at a time into a small buffer, then eight lane
+// accumulators per token (lane = column % 8) and a fixed pairwise sum. Same sequence for any
+// number of tokens.
+void matmul_rows_scalar(const WeightView& W, const float* x, int n_tok, float* y, int r0, int r1) {
+    constexpr int kChunk = 32, kTok = 4;
+    const int cols = W.cols;
+    // A chunk never straddles two groups (group sizes outside FORMAT.md's 32/64/128 included).
+    const int chunk = (W.type == WType::F32 || W.type == WType::F16) ? kChunk : std::gcd(kChunk, W.group_size);
+    float w[kChunk];
+    for (int t0 = 0; t0 < n_tok; t0 += kTok) {
+        const int nt = std::min(kTok, n_tok - t0);
+        for (int r = r0; r < r1; ++r) {
+            float acc[kTok][8] = {};
+            for (int c0 = 0; c0 < cols; c0 += chunk) {
+                const int n = std::min(chunk, cols - c0);
+                dequant_span(W, r, c0, n, w);
+                for (int j = 0; j < nt; ++j) {
+                    const float* xj = x + static_cast<size_t>(t0 + j) * cols + c0;
+                    for (int i = 0; i < n; ++i) acc[j][(c0 + i) & 7] += w[i] * xj[i];
+                }
+            }
+            for (int j = 0; j < nt; ++j) {
+                const float* a = acc[j];
+                y[static_cast<size_t>(t0 + j) * W.rows + r] =
+                    ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+            }
+        }
+    }
+}
+
+}  // namespace detail
+
+void dequant_row(const WeightView& W, int row, float* out) {
+    if (W.type == WType::F32 || W.type == WType::F16) {
+        detail::dequant_span(W, row, 0, W.cols, out);
+        return;
+    }
+    for (int c0 = 0; c0 < W.cols; c0 += W.group_size) {
+        detail::dequant_span(W, row, c0, W.group_size, out + c0);
+    }
+}
+
+void matmul_ref(const WeightView& W, const float* x, int n_tok, float* y) {
+    std::vector<float> w(static_cast<size_t>(W.cols));
+    for (int r = 0; r < W.rows; ++r) {
+        dequant_row(W, r, w.data());
+        for (int t = 0; t < n_tok; ++t) {
+            const float* xt = x + static_cast<size_t>(t) * W.cols;
+            double s = 0.0;
+            for (int c = 0; c < W.cols; ++c) s += static_cast<double>(w[c]) * xt[c];
+            y[static_cast<size_t>(t) * W.rows + r] = static_cast<float>(s);
+        }
+    }
+}
+
+void matmul(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool* pool) {
+    if (n_tok <= 0 || W.rows <= 0) return;
+    // The SIMD kernels work in 32-column blocks inside a group; any other group size (the loader
+    // refuses them, but the kernels should not misbehave) takes the scalar path.
+    const bool quant = W.type != WType::F32 && W.type != WType::F16;
+    const bool simd_ok = !quant || (W.group_size > 0 && W.group_size % 32 == 0);
+    const detail::Simd level = simd_ok ? detail::active_simd() : detail::Simd::Scalar;
+    const detail::IsaTable& isa = simd_ok ? detail::active_isa() : detail::isa_scalar();
+
+    // Put each 32-column block of x in the order the codes unpack in (once per call, per token).
+    const float* xs = x;
+    thread_local std::vector<float> permuted;
+    if (const int* perm = detail::matmul_block_perm(W.type, level)) {
+        const size_t n = static_cast<size_t>(n_tok) * W.cols;
+        if (permuted.size() < n) permuted.resize(n);
+        for (size_t b = 0; b < n; b += 32) {
+            for (int j = 0; j < 32; ++j) permuted[b + j] = x[b + perm[j]];
+        }
+        xs = permuted.data();
+    }
+
+    const int threads = pool ? pool->size() : 1;
+    const double work = static_cast<double>(W.rows) * W.cols * n_tok;
+    if (threads == 1 || work < 64.0 * 1024 || W.rows < 16) {
+        isa.matmul_rows(W, xs, n_tok, y, 0, W.rows);
+        return;
+    }
+    const int chunk = detail::rows_per_task(W.rows, threads);
+    const int n_tasks = (W.rows + chunk - 1) / chunk;
+    pool->parallel_for(n_tasks, [&](int task) {
+        const int r0 = task * chunk;
+        isa.matmul_rows(W, xs, n_tok, y, r0, std::min(W.rows, r0 + chunk));
+    });
+}
+
+}  // namespace tinyloop::kern
