@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Write parity.json: tokenizer ids and reference logits for the C++ engine (see README.md,
+section "Parity fixture").  Logits come from the exported model-f32.tinyloop (re-read with
+the pure-Python reader), computed in float64 in torch eval mode, stored as float32 values."""
+import argparse
+import hashlib
+import json
+import os
+import sys
+
+import torch
+torch.set_num_threads(int(os.environ.get("TL_THREADS", "2")))
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from export import model_from_file  # noqa: E402
+from tokenizer import Tokenizer  # noqa: E402
+
+PROMPTS = [
+    "In the beginning God created the heaven and the earth. And",
+    "k=3;b=7;q=k;x=b;z=q;z?",
+    "  Verse 12, chapter 3456:\t\"quoted\"... (yes!)\n\n   indented   text  ",
+    "café — ok",
+]
+
+
+TOKENIZER_CASES = [
+    "", " ", "  ", "a", "Hello  world", "a   b", "x \t\ny", "a\t\tb", "end   ", "\r\n\r\n",
+    "\x0c\x0bform feed", "12 34", "3.14159", "1,000,000!", " ...!x", "(yes!)", "don't", "café — ok",
+    "naïve 😀 emoji", "\u00a0nbsp", "<|endoftext|> is ordinary text", "And the LORD spake unto Moses, saying,",
+    "k=3;b=7;q=k;x=b;z=q;z?3", "+274+983=168", "%101101=0",
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=os.path.join(HERE, "model-f32.tinyloop"))
+    ap.add_argument("--out", default=os.path.join(HERE, "parity.json"))
+    ap.add_argument("--last", type=int, default=3)
+    args = ap.parse_args()
+    model, header = model_from_file(args.model)
+    tok = Tokenizer.from_json(header["tokenizer"])
+    hp = model.hp
+    depths = [1, hp.default_loops]
+    model64 = model.double()
+    sha = hashlib.sha256(open(args.model, "rb").read()).hexdigest()
+    cases = []
+    for text in PROMPTS:
+        ids = tok.encode(text)
+        assert tok.decode(ids) == text
+        x = torch.tensor([ids])
+        ent = {"text": text, "ids": ids, "positions": list(range(max(0, len(ids) - args.last), len(ids))),
+               "logits": {}, "argmax": {}}
+        with torch.no_grad():
+            outs = model64(x, max(depths), lens_depths=set(depths))
+        for L in depths:
+            lg = outs[L][0, ent["positions"]].to(torch.float32)
+            ent["logits"][str(L)] = [[float(f"{v:.7g}") for v in row.tolist()] for row in lg]
+            ent["argmax"][str(L)] = [int(i) for i in lg.argmax(-1).tolist()]
+        cases.append(ent)
+    tcases = []
+    for text in TOKENIZER_CASES:
+        ids = tok.encode(text)
+        assert tok.decode(ids) == text
+        tcases.append({"text": text, "ids": ids})
+    fx = {
+        "schema": "tinyloop-parity-v1",
+        "model_file": os.path.basename(args.model),
+        "model_sha256": sha,
+        "vocab_size": hp.vocab_size,
+        "eos_id": tok.eos_id,
+        "depths": depths,
+        "computed_in": "torch float64, eval mode, no special tokens added; values rounded to float32 (7 significant digits)",
+        "suggested_tolerance": {"abs": 2e-3, "rel": 1e-3,
+                                "note": "f32 engine vs f64 reference; argmax must match exactly"},
+        "cases": cases,
+        "tokenizer_cases": tcases,
+    }
+    with open(args.out, "w") as f:
+        json.dump(fx, f, separators=(",", ":"))
+    print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes); ids:",
+          [c["ids"] for c in cases])
+
+
+if __name__ == "__main__":
+    main()

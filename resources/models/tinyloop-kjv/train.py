@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Train tinyloop-kjv: a weight-shared looped transformer (FORMAT.md section 1), recipe v1.
+
+Loop depth is sampled per batch (1 .. default_loops+2) and the loss is taken at several depths
+through the logit lens (final norm + tied head on h_l): always at l=1 and l=L, plus one
+depth in between, so every pass is a usable readout.  ~20% of sequences are synthetic depth
+tasks (synth.py): variable chains query every variable (dense supervision) with a hop
+curriculum (1 hop first, up to 6 hops by 50% of training), and answer tokens get an extra
+averaged loss term (--answer-weight) so they are not drowned by unpredictable tokens.
+Training stops after --minutes of wall clock (or after --steps if given); the LR schedule and
+the curriculum follow progress = elapsed/budget (or step/steps with --steps, which makes a run
+reproducible step for step on any machine).
+Seeds: torch 1337 (init), python random 1337 (batches), synthetic eval sets seed 2026.
+"""
+import os
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # the 2 cores are shared: don't spin
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import common  # noqa: E402
+from model import HParams, LoopedLM  # noqa: E402
+
+RECIPE_VERSION = "tinyloop-kjv recipe v1"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=75.0, help="wall-clock training budget")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=0, help="fixed step count (overrides the time budget)")
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--min-lr-frac", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--synth-frac", type=float, default=0.2)
+    ap.add_argument("--answer-weight", type=float, default=1.0)
+    ap.add_argument("--hops-full-at", type=float, default=0.5, help="progress at which 6 hops are reached")
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--n-heads", type=int, default=4)
+    ap.add_argument("--n-kv-heads", type=int, default=2)
+    ap.add_argument("--d-ff", type=int, default=704)
+    ap.add_argument("--n-pre-blocks", type=int, default=1)
+    ap.add_argument("--n-loop-layers", type=int, default=1)
+    ap.add_argument("--default-loops", type=int, default=4)
+    ap.add_argument("--max-loops", type=int, default=16)
+    ap.add_argument("--max-train-loops", type=int, default=6)
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=os.path.join(common.WORK, "ckpt.pt"))
+    ap.add_argument("--eval-every", type=int, default=250)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+
+    tok = common.load_tokenizer()
+    hp = HParams(vocab_size=tok.n_ids, d_model=args.d_model, n_heads=args.n_heads,
+                 n_kv_heads=args.n_kv_heads, head_dim=args.d_model // args.n_heads,
+                 d_ff=args.d_ff, n_pre_blocks=args.n_pre_blocks, n_loop_layers=args.n_loop_layers,
+                 default_loops=args.default_loops, max_loops=args.max_loops, max_seq_len=512)
+    t_enc = time.time()
+    train_ids = common.encode_docs(tok, os.path.join(common.WORK, "corpus", "train.txt"))
+    val_ids = common.encode_docs(tok, os.path.join(common.WORK, "corpus", "val.txt"))
+    print(f"train tokens {len(train_ids)}  val tokens {len(val_ids)}  (encoded in {time.time()-t_enc:.1f}s)",
+          flush=True)
+    val_w = common.val_windows(val_ids, args.seq, 48)
+
+    model = LoopedLM(hp)
+    model.reset_parameters(seed=args.seed)
+    model.to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"params {n_params}  hparams {hp.to_json()}", flush=True)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+
+    budget = args.minutes * 60.0
+    T, B = args.seq, args.batch
+    t0 = time.time()
+    total_steps = args.steps or None
+    step = 0
+    tokens_seen = 0
+    synth_tokens = 0
+    log = []
+    depth_choices = list(range(1, args.max_train_loops + 1))
+
+    def progress():
+        if total_steps:
+            return min(1.0, step / total_steps)
+        return min(1.0, (time.time() - t0) / budget)
+
+    def lr_at(p):
+        if step < args.warmup:
+            return args.lr * (step + 1) / args.warmup
+        if p < 0.6:
+            return args.lr
+        q = (p - 0.6) / 0.4
+        return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * q)))
+
+    last_print = time.time()
+    while True:
+        p = progress()
+        if p >= 1.0 or (total_steps and step >= total_steps):
+            break
+        max_hops = min(6, 1 + int(5 * p / args.hops_full_at))
+        seqs, masks = [], []
+        for _ in range(B):
+            if rng.random() < args.synth_frac:
+                s_ids, s_mask = common.synth_sequence(tok, rng, T, max_hops)
+                seqs.append(s_ids)
+                masks.append(s_mask)
+                synth_tokens += T
+            else:
+                i = rng.randrange(0, len(train_ids) - T - 1)
+                seqs.append(train_ids[i:i + T + 1])
+                masks.append(torch.zeros(T + 1))
+        x = torch.stack(seqs).to(device)
+        amask = torch.stack(masks)[:, 1:].reshape(-1).to(device)
+        L = rng.choice(depth_choices)
+        lens = {1, L}
+        if L > 2:
+            lens.add(rng.randint(2, L - 1))
+        for g in opt.param_groups:
+            g["lr"] = lr_at(p)
+        model.train()
+        outs = model(x[:, :-1], L, lens_depths=lens)
+        tgt = x[:, 1:].reshape(-1)
+        wsum, loss = 0.0, 0.0
+        n_ans = amask.sum()
+        for l, lo in outs.items():
+            w = 1.0 if l == L else 0.5
+            ce = F.cross_entropy(lo.reshape(-1, lo.shape[-1]), tgt, reduction="none")
+            term = ce.mean()
+            if n_ans > 0:  # answer tokens of the synthetic tasks get an extra, averaged term
+                term = term + args.answer_weight * (ce * amask).sum() / n_ans
+            loss = loss + w * term
+            wsum += w
+        loss = loss / wsum
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        tokens_seen += B * T
+        if time.time() - last_print > 30 or step == 1:
+            el = time.time() - t0
+            print(f"step {step}/{total_steps} L={L} loss {loss.item():.3f} gn {gn:.2f} lr {lr_at(p):.2e} "
+                  f"hops<= {max_hops} tok/s {tokens_seen/el:.0f} elapsed {el/60:.1f}m "
+                  f"left {max(0, budget-el)/60:.1f}m", flush=True)
+            last_print = time.time()
+        if step % args.eval_every == 0:
+            vl = common.prose_loss_per_depth(model, val_w[:16], [1, 2, hp.default_loops])
+            acc = common.task_accuracy(model, tok, hp.default_loops, 50, tasks=["chain_h2", "chain_h4", "chain_h6"])
+            acc1 = common.task_accuracy(model, tok, 1, 50, tasks=["chain_h4"])
+            rec = {"step": step, "tokens": tokens_seen, "minutes": (time.time() - t0) / 60,
+                   "val": vl, "acc_default": acc, "acc_L1": acc1}
+            log.append(rec)
+            print("EVAL", json.dumps(rec), flush=True)
+            save(model, hp, args, step, tokens_seen, synth_tokens, t0, log, n_params, args.out)
+    save(model, hp, args, step, tokens_seen, synth_tokens, t0, log, n_params, args.out)
+    print(f"done: {step} steps, {tokens_seen} tokens in {(time.time()-t0)/60:.1f} min", flush=True)
+
+
+def save(model, hp, args, step, tokens, synth_tokens, t0, log, n_params, path):
+    ck = {"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+          "hparams": hp.to_json(),
+          "train": {"recipe": RECIPE_VERSION, "args": vars(args), "steps": step,
+                    "tokens": tokens, "synthetic_tokens": synth_tokens,
+                    "minutes": (time.time() - t0) / 60, "params": n_params,
+                    "torch": str(torch.__version__), "threads": args.threads,
+                    "seeds": {"torch_init": args.seed, "python_batches": args.seed,
+                              "eval_sets": 2026},
+                    "log": log}}
+    tmp = path + ".tmp"
+    torch.save(ck, tmp)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    main()
