@@ -79,3 +79,45 @@ TEST(BundledModel, LogitsMatchTheTrainer) {
     }
     EXPECT_GE(rows, 8);
 }
+
+TEST(BundledModel, SpeculationAndEarlyExitOffEqualGreedyOn50Prompts) {
+    const auto fx = fixture();
+    tltest::ModelPtr mp(model_path(fx));
+    Model* m = mp.get();
+    const std::vector<std::string> words = {"And", " God", " said", " the", " LORD", " of", " Israel", ",", " unto",
+                                            " him", " hacker", " n.", " a", " terminal", " DEVIL", " is", " my"};
+    int accepted = 0, rejected = 0;
+    for (int i = 0; i < 50; ++i) {
+        std::string text;
+        for (int w = 0; w < 2 + i % 5; ++w) text += words[(i * 7 + w * 3) % words.size()];
+        std::vector<int32_t> p = tokenize(m, "<|endoftext|>", true);
+        const auto body = tokenize(m, text);
+        p.insert(p.end(), body.begin(), body.end());
+        const int n = static_cast<int>(p.size());
+        GenerateConfig g;
+        g.max_tokens = 16;
+        g.ignore_eos = true;
+        g.loops = 4;
+        const auto plain = generate(m, p.data(), n, g);
+        SpeculativeConfig s;
+        s.max_tokens = 16;
+        s.ignore_eos = true;
+        s.verify_loops = 4;
+        s.draft_loops = 1 + i % 3;
+        s.draft_ahead = 2 + i % 4;
+        GenerateResult sr = generate_speculative_ex(m, p.data(), n, s);
+        EXPECT_EQ(sr.tokens, plain) << text;
+        accepted += sr.stats.spec_accepted;
+        rejected += sr.stats.spec_tested - sr.stats.spec_accepted;
+        TreeSpeculativeConfig t;
+        t.max_tokens = 16;
+        t.ignore_eos = true;
+        t.verify_loops = 4;
+        t.draft_loops = 1 + i % 2;
+        t.draft_ahead = 2 + i % 2;
+        t.K_branches = 2 + i % 2;
+        EXPECT_EQ(generate_tree_speculative(m, p.data(), n, t), plain) << text;
+    }
+    EXPECT_GT(accepted, 0);
+    EXPECT_GT(rejected, 0);
+}
