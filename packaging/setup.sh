@@ -12,7 +12,8 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 pkgs=(build-essential cmake ninja-build git nlohmann-json3-dev libgtest-dev
-      qt6-base-dev libqcustomplot-dev pybind11-dev python3-dev xvfb)
+      qt6-base-dev libqcustomplot-dev pybind11-dev python3-dev python3-venv
+      python3-fastapi python3-uvicorn xvfb clang)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -41,6 +42,9 @@ case "$mode" in
     "$build/bin/tinyloop" generate "$model" --prompt "In the beginning" --max-tokens 48
     ;;
   test)
+    echo "== Python test environment ($build/pyenv)"
+    if [ ! -x "$build/pyenv/bin/python" ]; then /usr/bin/python3 -m venv --system-site-packages "$build/pyenv"; fi
+    "$build/pyenv/bin/pip" install --disable-pip-version-check -q -r tests/python/requirements.txt
     echo "== running the tests"
     ctest --test-dir "$build" --output-on-failure -j "$jobs"
     ;;

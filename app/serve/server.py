@@ -14,10 +14,11 @@ Endpoints
                              logprobs (0..5), echo, stream (SSE, ends with `data: [DONE]`),
                              stream_options {include_usage}, user, model (informational).
                              Extensions: loops, top_k (default: the whole vocabulary, as OpenAI),
-                             min_p, repetition_penalty, ignore_eos, early_exit {patience, min_L,
-                             peek_every, criterion, threshold, logit_margin}, speculative
-                             {draft_loops, verify_loops, draft_ahead, branches} (400 while the
-                             binding has no generate_speculative). Every response carries usage
+                             min_p, repetition_penalty, ignore_eos, no_repeat_ngram_size,
+                             max_time (s), beam_size, length_penalty, grammar (GBNF text),
+                             early_exit {patience, min_L, peek_every, criterion, threshold,
+                             logit_margin}, speculative {mode: chain|tree, draft_loops,
+                             verify_loops, draft_ahead, branches}. Every response carries usage
                              and "tinyloop_stats" (the engine's GenerateStats per choice).
     GET  /health             {"status", "active", "max_queue", "aborted_total", "recent": [...]}
 
@@ -122,6 +123,7 @@ KNOWN_FIELDS = {
     "suffix",
     # extensions
     "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "speculative",
+    "no_repeat_ngram_size", "max_time", "beam_size", "length_penalty", "grammar",
 }
 
 
@@ -184,6 +186,7 @@ class Completion:
     seed: int | None = None
     config: dict = field(default_factory=dict)  # tinyloop_py GenerateConfig fields
     speculative: dict | None = None
+    grammar: Any = None  # a tinyloop_py.Grammar
 
 
 EARLY_EXIT_KEYS = {"patience": "early_exit_patience", "min_L": "early_exit_min_L",
@@ -288,6 +291,22 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
     cfg["min_p"] = _num(body, "min_p", 0.0, 0.0, 1.0)
     cfg["repetition_penalty"] = _num(body, "repetition_penalty", 1.0, 0.0, None, lo_open=True)
     cfg["ignore_eos"] = _bool(body, "ignore_eos", False)
+    for k, lo in (("no_repeat_ngram_size", 0), ("beam_size", 0)):
+        v = _int(body, k, None, lo)
+        if v is not None:
+            cfg[k] = v
+    for k in ("max_time", "length_penalty"):
+        v = _num(body, k, None, 0.0)
+        if v is not None:
+            cfg[k] = v
+    gr = body.get("grammar")
+    if gr is not None:
+        if not isinstance(gr, str) or not gr.strip():
+            raise bad("grammar", "grammar: expected GBNF text (start rule root)")
+        try:
+            c.grammar = tl.Grammar(gr)
+        except ValueError as exc:
+            raise bad("grammar", str(exc)) from None
     ee = body.get("early_exit")
     if ee is not None:
         if not isinstance(ee, dict):
@@ -334,7 +353,8 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
         raise bad("speculative", "speculative.mode: %s is not one of chain, tree" % json.dumps(mode))
     # Knobs the speculative decoders do not have.
     unsupported = {"stop": None, "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": None, "min_p": 0,
-                   "repetition_penalty": 1, "early_exit": None}
+                   "repetition_penalty": 1, "early_exit": None, "grammar": None, "beam_size": 0,
+                   "no_repeat_ngram_size": 0, "max_time": 0}
     for k, default in unsupported.items():
         v = body.get(k)
         if v is not None and v != default and v != {} and v != []:
@@ -389,7 +409,7 @@ def streamed_text(events: list[dict], result: dict) -> str:
 
 
 def finish_reason(stats: dict) -> str:
-    return "length" if stats["stop_reason"] == "MAX_TOKENS" else "stop"
+    return "length" if stats["stop_reason"] in ("MAX_TOKENS", "MAX_TIME") else "stop"
 
 
 class Server:
@@ -478,7 +498,8 @@ class Server:
             if not p:
                 raise bad("prompt", "prompt%s: must not be empty (it has no tokens)" % ("" if len(ids) == 1 else "[%d]" % i))
             try:
-                tl.validate_config(self.model, len(p), **req.config)
+                tl.validate_config(self.model, len(p), **req.config,
+                                   **({"grammar": req.grammar} if req.grammar is not None else {}))
             except Exception as exc:  # engine errors -> 400 naming the field
                 raise engine_error(exc, i if len(ids) > 1 else None) from None
 
@@ -533,6 +554,8 @@ class Server:
             return fn(self.model, ids, stream=True, queue_size=8, **kw, **lens)
         kw = dict(req.config)
         kw["seed"] = seed
+        if req.grammar is not None:
+            kw["grammar"] = req.grammar
         return tl.generate_stream(self.model, ids, queue_size=8, **kw, **lens)
 
 

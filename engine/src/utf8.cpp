@@ -8,9 +8,11 @@ namespace tinyloop {
 
 namespace {
 
-// Length of the valid UTF-8 sequence starting at s[i] (1..4), 0 if invalid, -1 if valid so far
-// but cut by the end of s.
-int seq_len(std::string_view s, size_t i) {
+// The sequence starting at s[i]: its length n (1..4) when valid; otherwise -m where m >= 1 is the
+// length of its maximal subpart (the longest prefix of a valid sequence, Unicode §3.9), and
+// `cut` is set when that subpart runs into the end of s (it may still complete).
+int seq_len(std::string_view s, size_t i, bool& cut) {
+    cut = false;
     const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
     const unsigned c = b(i);
     int n;
@@ -26,12 +28,15 @@ int seq_len(std::string_view s, size_t i) {
         if (c == 0xf0) lo = 0x90;
         if (c == 0xf4) hi = 0x8f;
     } else {
-        return 0;
+        return -1;
     }
     for (int k = 1; k < n; ++k) {
-        if (i + k >= s.size()) return -1;
+        if (i + k >= s.size()) {
+            cut = true;
+            return -k;
+        }
         const unsigned x = b(i + k);
-        if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xbf)) return 0;
+        if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xbf)) return -k;
     }
     return n;
 }
@@ -41,9 +46,10 @@ int seq_len(std::string_view s, size_t i) {
 size_t utf8_complete_prefix(std::string_view s) {
     size_t i = 0;
     while (i < s.size()) {
-        const int n = seq_len(s, i);
-        if (n == -1) return i;
-        i += n == 0 ? 1 : static_cast<size_t>(n);
+        bool cut;
+        const int n = seq_len(s, i, cut);
+        if (cut) return i;
+        i += static_cast<size_t>(n > 0 ? n : -n);
     }
     return s.size();
 }
@@ -53,14 +59,14 @@ std::string sanitize_utf8(std::string_view s) {
     out.reserve(s.size());
     size_t i = 0;
     while (i < s.size()) {
-        const int n = seq_len(s, i);
+        bool cut;
+        const int n = seq_len(s, i, cut);
         if (n > 0) {
             out.append(s.substr(i, static_cast<size_t>(n)));
             i += static_cast<size_t>(n);
-        } else {  // invalid byte, or a sequence cut by the end: one U+FFFD per maximal bad part
+        } else {  // one U+FFFD per maximal subpart of an ill-formed sequence
             out += "\xef\xbf\xbd";
-            ++i;
-            while (i < s.size() && (static_cast<unsigned char>(s[i]) & 0xc0) == 0x80 && n == -1) ++i;
+            i += static_cast<size_t>(-n);
         }
     }
     return out;

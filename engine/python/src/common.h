@@ -1,0 +1,90 @@
+// Shared pieces of the tinyloop_py binding: the model handle every wrapper keeps alive, the
+// conversions between Python values and the engine's structs, and the result dictionaries.
+//
+// Lifetime rule: every object that uses a Model (a call in flight with the GIL released, a
+// stream's worker thread, a cache) holds a std::shared_ptr<Model> copy, so Model.free() only
+// drops the Python object's reference and the weights go when the last user is done.
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tinyloop/tinyloop.h"
+
+namespace tinyloop_py {
+
+namespace py = pybind11;
+using ModelPtr = std::shared_ptr<tinyloop::Model>;
+
+// The Python `Model` object: a loaded model until free() or the end of a `with` block.
+class PyModel {
+public:
+    PyModel(ModelPtr m, std::string path) : m_(std::move(m)), path_(std::move(path)) {}
+    // The model, or ValueError("model is closed") after free().
+    ModelPtr get() const;
+    void free() { m_.reset(); }
+    bool closed() const { return !m_; }
+    const std::string& path() const { return path_; }
+
+private:
+    ModelPtr m_;
+    std::string path_;
+};
+
+// A prompt given as text (tokenized without special tokens) or as a sequence of token ids.
+std::vector<int32_t> prompt_ids(const tinyloop::Model* m, const py::handle& prompt);
+
+// The config for one call: a copy of `base` (a GenerateConfig or None) with `kwargs` applied
+// by field name; an unknown name raises TypeError naming it and `fn`.
+tinyloop::GenerateConfig make_config(const py::object& base, const py::kwargs& kwargs,
+                                     const char* fn);
+// Options that are not part of GenerateConfig (events, lens, lens_top_k), removed from kwargs.
+struct CallOptions {
+    bool events = false;
+    bool lens = false;
+    int lens_top_k = 5;
+    std::shared_ptr<tinyloop::Grammar> grammar;  // kept alive for the call (and a stream's thread)
+};
+// The Python `Grammar` object: a parsed grammar shared by every call that uses it.
+struct PyGrammar {
+    std::shared_ptr<tinyloop::Grammar> g;
+    std::string source;
+};
+// Removes events, lens, lens_top_k and grammar (a Grammar, GBNF text or None) from kwargs.
+CallOptions take_call_options(py::kwargs& kwargs);
+
+// Result dictionaries (the shapes the .pyi stub declares).
+py::dict stats_dict(const tinyloop::GenerateStats& s);
+py::dict event_dict(const tinyloop::TokenEvent& ev);
+py::dict result_dict(const tinyloop::GenerateResult& r, const std::vector<tinyloop::TokenEvent>* events);
+
+// Runs a GenerateResult-returning engine call with the GIL released, collecting events when asked.
+template <class F>
+py::dict run_generate(const CallOptions& co, F&& call) {
+    std::vector<tinyloop::TokenEvent> events;
+    tinyloop::GenerateOptions opts;
+    opts.lens = co.lens;
+    opts.lens_top_k = co.lens_top_k;
+    if (co.events || co.lens)
+        opts.observer = [&events](const tinyloop::TokenEvent& ev) {
+            events.push_back(ev);
+            return true;
+        };
+    tinyloop::GenerateResult r;
+    {
+        py::gil_scoped_release nogil;
+        r = call(opts);
+    }
+    return result_dict(r, (co.events || co.lens) ? &events : nullptr);
+}
+
+void register_config(py::module_& m);
+void register_generate(py::module_& m);
+void register_scoring(py::module_& m);
+void register_caches(py::module_& m);
+
+}  // namespace tinyloop_py

@@ -1,0 +1,349 @@
+// GenerateConfig as a Python class (defaults from the C++ struct), keyword arguments applied
+// onto it by name, prompt conversion and the result dictionaries.
+#include <cmath>
+#include <stdexcept>
+
+#include "common.h"
+
+namespace tinyloop_py {
+
+namespace tl = tinyloop;
+
+ModelPtr PyModel::get() const {
+    if (!m_) throw py::value_error("model is closed (Model.free() was called or its with-block ended)");
+    return m_;
+}
+
+std::vector<int32_t> prompt_ids(const tl::Model* m, const py::handle& prompt) {
+    if (py::isinstance<py::str>(prompt)) return tl::tokenize(m, prompt.cast<std::string>());
+    if (py::isinstance<py::bytes>(prompt)) return tl::tokenize(m, prompt.cast<std::string>());
+    if (!py::isinstance<py::sequence>(prompt))
+        throw py::type_error("prompt: expected a str or a sequence of token ids, got " +
+                             std::string(py::str(prompt.get_type().attr("__name__"))));
+    std::vector<int32_t> ids;
+    for (const auto& item : prompt) {
+        if (!py::isinstance<py::int_>(item) || py::isinstance<py::bool_>(item))
+            throw py::type_error("prompt: token ids must be int, got " +
+                                 std::string(py::str(item.get_type().attr("__name__"))));
+        const long long v = item.cast<long long>();
+        if (v < INT32_MIN || v > INT32_MAX)
+            throw py::value_error("prompt: token id " + std::to_string(v) + " is outside int32");
+        ids.push_back(static_cast<int32_t>(v));
+    }
+    return ids;
+}
+
+namespace {
+
+struct CriterionName {
+    const char* name;
+    tl::EarlyExitCriterion c;
+};
+const CriterionName kCriteria[] = {
+    {"hidden_l2", tl::EarlyExitCriterion::HiddenL2}, {"logit_margin", tl::EarlyExitCriterion::LogitMargin},
+    {"kl", tl::EarlyExitCriterion::KL},              {"entropy_delta", tl::EarlyExitCriterion::EntropyDelta},
+    {"argmax_stable", tl::EarlyExitCriterion::ArgmaxStable},
+};
+// Short names the CLI uses, accepted too.
+const CriterionName kCriterionAliases[] = {
+    {"l2", tl::EarlyExitCriterion::HiddenL2},   {"margin", tl::EarlyExitCriterion::LogitMargin},
+    {"entropy", tl::EarlyExitCriterion::EntropyDelta}, {"argmax", tl::EarlyExitCriterion::ArgmaxStable},
+};
+
+std::string criterion_name(tl::EarlyExitCriterion c) {
+    for (const auto& k : kCriteria)
+        if (k.c == c) return k.name;
+    return "?";
+}
+
+tl::EarlyExitCriterion parse_criterion(const std::string& s) {
+    for (const auto& k : kCriteria)
+        if (s == k.name) return k.c;
+    for (const auto& k : kCriterionAliases)
+        if (s == k.name) return k.c;
+    throw py::value_error("early_exit_criterion: '" + s +
+                          "' is not one of hidden_l2, logit_margin, kl, entropy_delta, argmax_stable "
+                          "(or l2, margin, entropy, argmax)");
+}
+
+// Every name make_config accepts (the GenerateConfig properties below).
+const char* const kFields[] = {
+    "max_tokens", "loops", "temperature", "top_k", "top_p", "min_p", "cache_window",
+    "repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias", "stop_sequences",
+    "stop_strings", "stop", "ignore_eos", "max_time", "no_repeat_ngram_size", "bad_words", "beam_size", "length_penalty", "early_exit_patience",
+    "early_exit_min_L", "early_exit_peek_every", "early_exit_logit_margin", "early_exit_criterion",
+    "early_exit_threshold", "sample_seed", "seed",
+};
+
+bool is_field(const std::string& k) {
+    for (const char* f : kFields)
+        if (k == f) return true;
+    return false;
+}
+
+// logit_bias: {id: bias}; keys may be int or str holding an int (OpenAI's JSON boundary).
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const py::handle& obj) {
+    std::vector<std::pair<int32_t, float>> out;
+    if (obj.is_none()) return out;
+    if (!py::isinstance<py::dict>(obj)) throw py::type_error("logit_bias: expected a dict {token_id: bias}");
+    for (const auto& [k, v] : py::reinterpret_borrow<py::dict>(obj)) {
+        long long id;
+        if (py::isinstance<py::int_>(k) && !py::isinstance<py::bool_>(k)) {
+            id = k.cast<long long>();
+        } else if (py::isinstance<py::str>(k)) {
+            const std::string s = k.cast<std::string>();
+            size_t used = 0;
+            try {
+                id = std::stoll(s, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used == 0 || used != s.size())
+                throw py::value_error("logit_bias: key '" + s + "' is not a token id");
+        } else {
+            throw py::type_error("logit_bias: keys must be token ids (int or str of an int)");
+        }
+        if (id < INT32_MIN || id > INT32_MAX)
+            throw py::value_error("logit_bias: token id " + std::to_string(id) + " is outside int32");
+        if (!py::isinstance<py::float_>(v) && !py::isinstance<py::int_>(v))
+            throw py::type_error("logit_bias: bias for token " + std::to_string(id) + " must be a number");
+        out.emplace_back(static_cast<int32_t>(id), v.cast<float>());
+    }
+    return out;
+}
+
+std::vector<std::string> parse_stop(const py::handle& obj) {
+    if (obj.is_none()) return {};
+    if (py::isinstance<py::str>(obj)) return {obj.cast<std::string>()};
+    if (!py::isinstance<py::sequence>(obj)) throw py::type_error("stop: expected a str or a list of str");
+    std::vector<std::string> out;
+    for (const auto& s : obj) {
+        if (!py::isinstance<py::str>(s)) throw py::type_error("stop: expected a str or a list of str");
+        out.push_back(s.cast<std::string>());
+    }
+    return out;
+}
+
+py::dict logit_bias_dict(const tl::GenerateConfig& c) {
+    py::dict d;
+    for (const auto& [id, b] : c.logit_bias) d[py::int_(id)] = b;
+    return d;
+}
+
+}  // namespace
+
+tl::GenerateConfig make_config(const py::object& base, const py::kwargs& kwargs, const char* fn) {
+    tl::GenerateConfig c;
+    if (kwargs.contains("grammar"))
+        throw py::type_error(std::string(fn) + "(): grammar must be given to the call, not to GenerateConfig");
+    if (!base.is_none()) {
+        if (!py::isinstance<tl::GenerateConfig>(base))
+            throw py::type_error(std::string(fn) + "(): config must be a GenerateConfig or None");
+        c = base.cast<tl::GenerateConfig>();
+    }
+    py::object ref = py::cast(&c, py::return_value_policy::reference);
+    for (const auto& [k, v] : kwargs) {
+        const std::string key = k.cast<std::string>();
+        if (!is_field(key))
+            throw py::type_error(std::string(fn) + "() got an unexpected keyword argument '" + key + "'");
+        try {
+            py::setattr(ref, key.c_str(), v);
+        } catch (py::error_already_set& e) {
+            if (e.matches(PyExc_TypeError))
+            {
+                std::string doc = py::str(py::type::of(ref).attr(key.c_str()).attr("__doc__"));
+                doc = doc.substr(0, doc.find(':'));
+                throw py::type_error(key + ": expected " + doc + ", got " +
+                                     std::string(py::str(v.get_type().attr("__name__"))));
+            }
+            throw;
+        }
+    }
+    return c;
+}
+
+CallOptions take_call_options(py::kwargs& kwargs) {
+    CallOptions o;
+    if (kwargs.contains("grammar")) {
+        py::object g = kwargs["grammar"];
+        PyDict_DelItemString(kwargs.ptr(), "grammar");
+        if (py::isinstance<PyGrammar>(g)) {
+            o.grammar = g.cast<const PyGrammar&>().g;
+        } else if (py::isinstance<py::str>(g)) {
+            o.grammar = std::shared_ptr<tl::Grammar>(tl::parse_grammar(g.cast<std::string>()),
+                                                     [](tl::Grammar* p) { tl::free_grammar(p); });
+        } else if (!g.is_none()) {
+            throw py::type_error("grammar: expected a Grammar, GBNF text or None");
+        }
+    }
+    if (kwargs.contains("events")) {
+        o.events = kwargs["events"].cast<bool>();
+        PyDict_DelItemString(kwargs.ptr(), "events");
+    }
+    if (kwargs.contains("lens")) {
+        o.lens = kwargs["lens"].cast<bool>();
+        PyDict_DelItemString(kwargs.ptr(), "lens");
+    }
+    if (kwargs.contains("lens_top_k")) {
+        o.lens_top_k = kwargs["lens_top_k"].cast<int>();
+        PyDict_DelItemString(kwargs.ptr(), "lens_top_k");
+        if (o.lens_top_k < 1 || o.lens_top_k > 64)
+            throw py::value_error("lens_top_k: " + std::to_string(o.lens_top_k) + " is outside [1, 64]");
+    }
+    return o;
+}
+
+py::dict stats_dict(const tl::GenerateStats& s) {
+    py::dict d;
+    d["prefill_ms"] = s.prefill_ms;
+    d["first_token_ms"] = s.first_token_ms;
+    d["decode_ms"] = s.decode_ms;
+    d["total_ms"] = s.total_ms;
+    d["prompt_tokens"] = s.prompt_tokens;
+    d["tokens_emitted"] = s.tokens_emitted;
+    d["stop_reason"] = tl::stop_reason_name(s.stop_reason);
+    d["loops_used"] = s.loops_used;
+    d["depth_per_token"] = s.depth_per_token;
+    d["decode_tokens_per_s"] = s.decode_tokens_per_s();
+    d["spec_cycles"] = s.spec_cycles;
+    d["spec_drafted"] = s.spec_drafted;
+    d["spec_tested"] = s.spec_tested;
+    d["spec_accepted"] = s.spec_accepted;
+    d["spec_accept_hist"] = s.spec_accept_hist;
+    d["draft_ms"] = s.draft_ms;
+    d["verify_ms"] = s.verify_ms;
+    d["spec_acceptance_rate"] = s.spec_acceptance_rate();
+    d["spec_mean_accepted"] = s.spec_mean_accepted();
+    return d;
+}
+
+py::dict event_dict(const tl::TokenEvent& ev) {
+    py::dict d;
+    d["token"] = ev.token;
+    d["position"] = ev.position;
+    d["index"] = ev.index;
+    d["piece"] = py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(ev.piece.data(), (Py_ssize_t)ev.piece.size(), "replace"));
+    d["depth"] = ev.depth;
+    d["prob"] = ev.prob;
+    if (ev.cycle >= 0) {
+        d["cycle"] = ev.cycle;
+        d["drafted"] = ev.drafted;
+        d["accepted"] = ev.accepted;
+        d["from_verifier"] = ev.from_verifier;
+    }
+    if (!ev.lens.empty()) {
+        py::list lens;
+        for (const auto& l : ev.lens) {
+            py::dict e;
+            e["depth"] = l.depth;
+            e["top_ids"] = l.top_ids;
+            e["top_probs"] = l.top_probs;
+            e["p_emitted"] = l.p_emitted;
+            e["entropy"] = l.entropy;
+            lens.append(e);
+        }
+        d["lens"] = lens;
+    }
+    return d;
+}
+
+py::dict result_dict(const tl::GenerateResult& r, const std::vector<tl::TokenEvent>* events) {
+    py::dict d;
+    const auto pl = static_cast<std::ptrdiff_t>(r.prompt_len);
+    d["tokens"] = r.tokens;
+    d["prompt_ids"] = std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + pl);
+    d["output_ids"] = std::vector<int32_t>(r.tokens.begin() + pl, r.tokens.end());
+    d["text"] = py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(r.text.data(), (Py_ssize_t)r.text.size(), "replace"));
+    d["stats"] = stats_dict(r.stats);
+    if (events) {
+        py::list l;
+        for (const auto& ev : *events) l.append(event_dict(ev));
+        d["events"] = l;
+    }
+    return d;
+}
+
+void register_config(py::module_& m) {
+    using C = tl::GenerateConfig;
+    py::class_<C>(m, "GenerateConfig",
+                  "Decode settings (the seed's GenerateConfig). Every generate* function takes one as\n"
+                  "`config=` and/or its fields as keyword arguments (keywords win). Defaults are the\n"
+                  "C++ defaults; the engine validates ranges when a call starts and raises ValueError\n"
+                  "naming the field.")
+        .def(py::init([](const py::kwargs& kw) { return make_config(py::none(), kw, "GenerateConfig"); }),
+             "GenerateConfig(**fields): a config with the C++ defaults, then the given fields.")
+        .def_readwrite("max_tokens", &C::max_tokens, "int: upper bound on emitted tokens, >= 0 (default 64)")
+        .def_readwrite("loops", &C::loops, "int: loop depth 1..max_loops; 0 = the model's default_loops (default 0)")
+        .def_readwrite("temperature", &C::temperature, "float: >= 0; <= 0.01 is greedy argmax (default 0)")
+        .def_readwrite("top_k", &C::top_k, "int: keep the k most likely tokens when sampling, >= 1 (default 50)")
+        .def_readwrite("top_p", &C::top_p, "float: nucleus threshold in (0, 1]; 1 disables (default 1)")
+        .def_readwrite("min_p", &C::min_p, "float: drop tokens with p < min_p * p_max, [0, 1] (default 0)")
+        .def_readwrite("cache_window", &C::cache_window, "int: attend to the last W positions; 0 = unlimited (default 0)")
+        .def_readwrite("repetition_penalty", &C::repetition_penalty,
+                       "float: HF-style penalty > 0 over prompt + output; 1 disables (default 1)")
+        .def_readwrite("frequency_penalty", &C::frequency_penalty,
+                       "float: minus penalty * count(token in output), [-2, 2] (default 0)")
+        .def_readwrite("presence_penalty", &C::presence_penalty,
+                       "float: minus penalty if the token is in the output, [-2, 2] (default 0)")
+        .def_property(
+            "logit_bias", [](const C& c) { return logit_bias_dict(c); },
+            [](C& c, const py::object& v) { c.logit_bias = parse_logit_bias(v); },
+            "dict[int, float]: bias in [-100, 100] added to a token's logit after the penalties; "
+            "keys may be str holding an int (OpenAI JSON) (default {})")
+        .def_readwrite("stop_sequences", &C::stop_sequences,
+                       "list[list[int]]: token-id tails that stop decoding; kept in the output (default [])")
+        .def_readwrite("stop_strings", &C::stop_strings,
+                       "list[str]: texts that stop decoding; excluded from the text (OpenAI stop) (default [])")
+        .def_property(
+            "stop", [](const C& c) { return c.stop_strings; },
+            [](C& c, const py::object& v) { c.stop_strings = parse_stop(v); },
+            "str | list[str] | None: alias of stop_strings (OpenAI's `stop`)")
+        .def_readwrite("ignore_eos", &C::ignore_eos, "bool: keep generating past the EOS token (default False)")
+        .def_readwrite("max_time", &C::max_time, "float: wall-clock seconds for the call, >= 0; 0 = no limit (default 0)")
+        .def_readwrite("no_repeat_ngram_size", &C::no_repeat_ngram_size,
+                       "int: n > 0 bans a token that would repeat an n-gram of prompt + output (default 0)")
+        .def_readwrite("bad_words", &C::bad_words, "list[list[int]]: token sequences never emitted (default [])")
+        .def_readwrite("beam_size", &C::beam_size, "int: 0 or 1 = sampling; >= 2 beam search (default 0)")
+        .def_readwrite("length_penalty", &C::length_penalty, "float: beam only; rank by logp / len^x (default 1)")
+        .def_readwrite("early_exit_patience", &C::early_exit_patience,
+                       "int: 0 disables early exit; > 0 consecutive stable probes before exiting (default 0)")
+        .def_readwrite("early_exit_min_L", &C::early_exit_min_L, "int: first depth probed, 1..max_loops (default 2)")
+        .def_readwrite("early_exit_peek_every", &C::early_exit_peek_every, "int: probe cadence, >= 1 (default 1)")
+        .def_readwrite("early_exit_logit_margin", &C::early_exit_logit_margin,
+                       "float: > 0 switches to logit-margin stability (default 0)")
+        .def_property(
+            "early_exit_criterion", [](const C& c) { return criterion_name(c.early_exit_criterion); },
+            [](C& c, const std::string& s) { c.early_exit_criterion = parse_criterion(s); },
+            "str: hidden_l2 | logit_margin | kl | entropy_delta | argmax_stable (default hidden_l2)")
+        .def_readwrite("early_exit_threshold", &C::early_exit_threshold, "float: stability threshold > 0 (default 0.05)")
+        .def_readwrite("sample_seed", &C::sample_seed, "int: RNG seed, 0..2^64-1 (default 0)")
+        .def_property(
+            "seed", [](const C& c) { return c.sample_seed; }, [](C& c, uint64_t s) { c.sample_seed = s; },
+            "int: alias of sample_seed")
+        .def(
+            "to_dict",
+            [](const C& c) {
+                py::dict d;
+                py::object self = py::cast(c);
+                for (const char* f : kFields) {
+                    const std::string k = f;
+                    if (k == "stop" || k == "seed") continue;
+                    d[f] = self.attr(f);
+                }
+                return d;
+            },
+            "The fields as a dict.")
+        .def("__repr__", [](const C& c) {
+            py::object self = py::cast(c);
+            std::string out = "GenerateConfig(";
+            bool first = true;
+            for (const auto& [k, v] : py::dict(self.attr("to_dict")())) {
+                if (!first) out += ", ";
+                first = false;
+                out += std::string(py::str(k)) + "=" + std::string(py::repr(v));
+            }
+            return out + ")";
+        });
+}
+
+}  // namespace tinyloop_py

@@ -1,0 +1,392 @@
+// generate, generate_stream (a Python iterator fed by a worker thread), generate_batch.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "common.h"
+
+namespace tinyloop_py {
+
+namespace tl = tinyloop;
+
+namespace {
+
+// One streamed generation. The engine runs on a worker std::thread without the GIL; its
+// observer pushes TokenEvents into a bounded queue (blocking while the queue is full, so a
+// consumer that stops reading stops the decode too) and returns false once abort() was called.
+// __next__ waits for an event with the GIL released. Closing, breaking out of a for loop (the
+// iterator is released) or garbage collection aborts the decode and joins the thread.
+class GenerationStream {
+public:
+    using Call = std::function<tl::GenerateResult(const tl::GenerateOptions&)>;
+
+    // `call` runs the decode (generate_ex, a speculative entry, ...) with the options it is given;
+    // it owns copies of everything it needs (the model, the prompt, the config).
+    GenerationStream(Call call, std::vector<int32_t> prompt, CallOptions co, size_t capacity)
+        : call_(std::move(call)), prompt_(std::move(prompt)), co_(co), capacity_(capacity) {
+        worker_ = std::thread([this] { run(); });
+    }
+    GenerationStream(const GenerationStream&) = delete;
+    GenerationStream& operator=(const GenerationStream&) = delete;
+
+    ~GenerationStream() {
+        abort();
+        // The worker never takes the GIL, so joining while holding it cannot deadlock; it returns
+        // after at most the token step in progress.
+        if (worker_.joinable()) worker_.join();
+    }
+
+    py::dict next() {
+        for (;;) {
+            bool have = false, finished = false;
+            tl::TokenEvent ev;
+            {
+                py::gil_scoped_release nogil;
+                std::unique_lock<std::mutex> lk(mu_);
+                cv_.wait_for(lk, std::chrono::milliseconds(100), [this] { return !queue_.empty() || finished_; });
+                if (!queue_.empty()) {
+                    ev = std::move(queue_.front());
+                    queue_.pop_front();
+                    have = true;
+                    cv_.notify_all();
+                } else {
+                    finished = finished_;
+                }
+            }
+            if (have) return event_dict(ev);
+            if (finished) {
+                if (error_ && !error_raised_) {
+                    error_raised_ = true;
+                    std::rethrow_exception(error_);
+                }
+                throw py::stop_iteration();
+            }
+            // Let Ctrl-C (KeyboardInterrupt) reach a consumer waiting for a slow token.
+            if (PyErr_CheckSignals() != 0) {
+                abort();
+                throw py::error_already_set();
+            }
+        }
+    }
+
+    // Asks the worker to stop after the token in progress and drops the events not yet read
+    // (iteration ends); does not wait.
+    void abort() {
+        abort_.store(true);
+        std::lock_guard<std::mutex> lk(mu_);
+        queue_.clear();
+        cv_.notify_all();
+    }
+
+    // abort() and wait for the worker (GIL released).
+    void close() {
+        abort();
+        py::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> jl(join_mu_);
+        if (worker_.joinable()) worker_.join();
+    }
+
+    bool finished() {
+        std::lock_guard<std::mutex> lk(mu_);
+        return finished_;
+    }
+
+    // The final result (tokens, text, stats) once the worker is done, else None.
+    py::object result() {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            if (!finished_ || error_) return py::none();
+        }
+        return result_dict(result_, nullptr);
+    }
+
+    const std::vector<int32_t>& prompt() const { return prompt_; }
+
+private:
+    void run() {
+        tl::GenerateOptions opts;
+        opts.lens = co_.lens;
+        opts.lens_top_k = co_.lens_top_k;
+        opts.observer = [this](const tl::TokenEvent& ev) {
+            std::unique_lock<std::mutex> lk(mu_);
+            cv_.wait(lk, [this] { return queue_.size() < capacity_ || abort_.load(); });
+            if (abort_.load()) return false;
+            queue_.push_back(ev);
+            cv_.notify_all();
+            return true;
+        };
+        tl::GenerateResult r;
+        std::exception_ptr err;
+        try {
+            r = call_(opts);
+        } catch (...) {
+            err = std::current_exception();
+        }
+        std::lock_guard<std::mutex> lk(mu_);
+        result_ = std::move(r);
+        error_ = err;
+        finished_ = true;
+        cv_.notify_all();
+    }
+
+    Call call_;
+    std::vector<int32_t> prompt_;
+    CallOptions co_;
+    size_t capacity_;
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<tl::TokenEvent> queue_;
+    bool finished_ = false;
+    std::atomic<bool> abort_{false};
+    tl::GenerateResult result_;
+    std::exception_ptr error_;
+    bool error_raised_ = false;  // touched only with the GIL held
+    std::mutex join_mu_;
+    std::thread worker_;  // last: started once everything above exists
+};
+
+const char* kConfigDoc =
+    "Config: `config` (a GenerateConfig) and/or its fields as keywords, with the C++ defaults:\n"
+    "max_tokens=64, loops=0 (model default), temperature=0.0 (greedy), top_k=50, top_p=1.0,\n"
+    "min_p=0.0, cache_window=0, repetition_penalty=1.0, frequency_penalty=0.0,\n"
+    "presence_penalty=0.0, logit_bias={}, stop=None (str or list, excluded from text),\n"
+    "stop_sequences=[] (token-id tails), ignore_eos=False, max_time=0.0 (seconds; 0 = none),\n"
+    "no_repeat_ngram_size=0, bad_words=[] (token sequences), beam_size=0, length_penalty=1.0,\n"
+    "early_exit_patience=0, early_exit_min_L=2, early_exit_peek_every=1,\n"
+    "early_exit_logit_margin=0.0, early_exit_criterion='hidden_l2', early_exit_threshold=0.05,\n"
+    "seed (sample_seed)=0. Call options: grammar (a Grammar or GBNF text), events=False,\n"
+    "lens=False, lens_top_k=5 (1..64).\n";
+
+py::dict generate_py(const PyModel& model, const py::object& prompt, const py::object& config, py::kwargs kw) {
+    const ModelPtr m = model.get();
+    const CallOptions co = take_call_options(kw);
+    tl::GenerateConfig cfg = make_config(config, kw, "generate");
+    cfg.grammar = co.grammar.get();
+    const std::vector<int32_t> ids = prompt_ids(m.get(), prompt);
+    return run_generate(co, [&](const tl::GenerateOptions& o) {
+        return tl::generate_ex(m.get(), ids.data(), static_cast<int>(ids.size()), cfg, o);
+    });
+}
+
+std::unique_ptr<GenerationStream> stream_py(const PyModel& model, const py::object& prompt, const py::object& config,
+                                            int queue_size, py::kwargs kw) {
+    const ModelPtr m = model.get();
+    const CallOptions co = take_call_options(kw);
+    tl::GenerateConfig cfg = make_config(config, kw, "generate_stream");
+    cfg.grammar = co.grammar.get();
+    std::vector<int32_t> ids = prompt_ids(m.get(), prompt);
+    if (queue_size < 1) throw py::value_error("queue_size: " + std::to_string(queue_size) + " must be >= 1");
+    // Bad settings raise here, in the caller's thread, not on the first next().
+    tl::validate_config(m.get(), static_cast<int>(ids.size()), cfg);
+    const std::vector<int32_t> p = ids;
+    auto call = [m, p, cfg, g = co.grammar](const tl::GenerateOptions& o) {
+        return tl::generate_ex(m.get(), p.data(), static_cast<int>(p.size()), cfg, o);
+    };
+    return std::make_unique<GenerationStream>(std::move(call), std::move(ids), co, static_cast<size_t>(queue_size));
+}
+
+py::list batch_py(const PyModel& model, const py::sequence& prompts, const py::object& config, py::kwargs kw) {
+    const ModelPtr m = model.get();
+    const CallOptions co = take_call_options(kw);
+    tl::GenerateConfig cfg = make_config(config, kw, "generate_batch");
+    cfg.grammar = co.grammar.get();
+    if (py::isinstance<py::str>(prompts))
+        throw py::type_error("prompts: expected a list of prompts (str or token-id lists), got one str");
+    std::vector<std::vector<int32_t>> all;
+    for (const auto& p : prompts) all.push_back(prompt_ids(m.get(), p));
+    for (size_t i = 0; i < all.size(); ++i) {
+        try {
+            tl::validate_config(m.get(), static_cast<int>(all[i].size()), cfg);
+        } catch (const tl::Error& e) {
+            throw tl::Error(e.code(), std::string(e.what()) + " (prompts[" + std::to_string(i) + "])");
+        }
+    }
+    py::list out;
+    for (const auto& ids : all)
+        out.append(run_generate(co, [&](const tl::GenerateOptions& o) {
+            return tl::generate_ex(m.get(), ids.data(), static_cast<int>(ids.size()), cfg, o);
+        }));
+    return out;
+}
+
+// Speculative entries: a blocking result dict, or a GenerationStream when stream=True.
+template <class Cfg, class Fn>
+py::object speculative_call(const PyModel& model, const py::object& prompt, const Cfg& cfg, bool stream,
+                            int queue_size, const CallOptions& co, Fn fn) {
+    const ModelPtr m = model.get();
+    std::vector<int32_t> ids = prompt_ids(m.get(), prompt);
+    if (!stream)
+        return run_generate(co, [&](const tl::GenerateOptions& o) {
+            return fn(m.get(), ids.data(), static_cast<int>(ids.size()), cfg, o);
+        });
+    if (queue_size < 1) throw py::value_error("queue_size: " + std::to_string(queue_size) + " must be >= 1");
+    const std::vector<int32_t> p = ids;
+    auto call = [m, p, cfg, fn](const tl::GenerateOptions& o) {
+        return fn(m.get(), p.data(), static_cast<int>(p.size()), cfg, o);
+    };
+    return py::cast(std::make_unique<GenerationStream>(std::move(call), std::move(ids), co,
+                                                       static_cast<size_t>(queue_size)));
+}
+
+py::object speculative_py(const PyModel& model, const py::object& prompt, int max_tokens, int draft_loops,
+                          int verify_loops, int draft_ahead, float temperature, uint64_t seed, int top_k, float top_p,
+                          bool ignore_eos, bool stream, int queue_size, bool events, bool lens, int lens_top_k) {
+    tl::SpeculativeConfig c;
+    c.max_tokens = max_tokens;
+    c.draft_loops = draft_loops;
+    c.verify_loops = verify_loops;
+    c.draft_ahead = draft_ahead;
+    c.temperature = temperature;
+    c.seed = seed;
+    c.top_k = top_k;
+    c.top_p = top_p;
+    c.ignore_eos = ignore_eos;
+    return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, lens, lens_top_k},
+                            [](tl::Model* mm, const int32_t* p, int n, const tl::SpeculativeConfig& cc,
+                               const tl::GenerateOptions& o) { return tl::generate_speculative_ex(mm, p, n, cc, o); });
+}
+
+py::object tree_py(const PyModel& model, const py::object& prompt, int max_tokens, int draft_loops, int verify_loops,
+                   int draft_ahead, int K_branches, float temperature, uint64_t seed, bool ignore_eos, bool stream,
+                   int queue_size, bool events, bool lens, int lens_top_k) {
+    tl::TreeSpeculativeConfig c;
+    c.max_tokens = max_tokens;
+    c.draft_loops = draft_loops;
+    c.verify_loops = verify_loops;
+    c.draft_ahead = draft_ahead;
+    c.K_branches = K_branches;
+    c.temperature = temperature;
+    c.seed = seed;
+    c.ignore_eos = ignore_eos;
+    return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, lens, lens_top_k},
+                            [](tl::Model* mm, const int32_t* p, int n, const tl::TreeSpeculativeConfig& cc,
+                               const tl::GenerateOptions& o) {
+                                return tl::generate_tree_speculative_ex(mm, p, n, cc, o);
+                            });
+}
+
+}  // namespace
+
+void register_generate(py::module_& m) {
+    const std::string cfg_doc = kConfigDoc;
+
+    py::class_<GenerationStream>(
+        m, "GenerationStream",
+        "Iterator over the TokenEvents of one generation (dicts: token, position, index, piece,\n"
+        "depth, prob, lens?). The decode runs on a worker thread; events pass through a bounded\n"
+        "queue. Breaking out of the loop (the iterator is released), close(), leaving a with-block\n"
+        "or garbage collection aborts the decode (stop_reason CALLBACK_ABORT) and joins the thread.\n"
+        "After the last event, .result holds tokens, text and stats. An engine error is raised by\n"
+        "the next() that reaches it.")
+        .def("__iter__", [](GenerationStream& s) -> GenerationStream& { return s; })
+        .def("__next__", &GenerationStream::next)
+        .def("abort", &GenerationStream::abort, "Asks the decode to stop after the current token and drops unread events; does not wait.")
+        .def("close", &GenerationStream::close, "Aborts the decode (unread events are dropped) and waits for its thread. Idempotent.")
+        .def("__enter__", [](GenerationStream& s) -> GenerationStream& { return s; }, py::return_value_policy::reference)
+        .def("__exit__", [](GenerationStream& s, py::args) { s.close(); return false; })
+        .def_property_readonly("finished", &GenerationStream::finished, "True once the decode has returned.")
+        .def_property_readonly("result", &GenerationStream::result,
+                               "The result dict (tokens, prompt_ids, output_ids, text, stats) once finished, else None.")
+        .def_property_readonly("prompt_ids", &GenerationStream::prompt, "The prompt's token ids.");
+
+    m.def("generate", &generate_py, py::arg("model"), py::arg("prompt"), py::arg("config") = py::none(),
+          ("Blocking decode of `prompt` (text or token ids). Returns a dict: tokens (prompt +\n"
+           "continuation), prompt_ids, output_ids, text (stop strings excluded), stats (GenerateStats\n"
+           "as a dict; stop_reason as a name), and events when events=True or lens=True\n"
+           "(lens_top_k=5 entries per depth).\n\n" + cfg_doc).c_str());
+    m.def("generate_stream", &stream_py, py::arg("model"), py::arg("prompt"), py::arg("config") = py::none(),
+          py::arg("queue_size") = 16,
+          ("Starts a decode and returns a GenerationStream yielding one event dict per token.\n"
+           "queue_size bounds the events buffered ahead of the consumer. lens=True adds the logit\n"
+           "lens to each event. Config errors raise here.\n\n" + cfg_doc).c_str());
+    m.def("generate_batch", &batch_py, py::arg("model"), py::arg("prompts"), py::arg("config") = py::none(),
+          ("Sequential batch decode (the seed's generate_batch): each prompt decoded to completion\n"
+           "with a fresh cache, then the next, with one shared config. Every prompt is validated\n"
+           "before any decoding. Returns a list of result dicts, one per prompt.\n\n" + cfg_doc).c_str());
+
+    py::class_<PyGrammar>(m, "Grammar",
+                          "A GBNF-style grammar for constrained decoding (named rules `name ::= ...`, \"literals\",\n"
+                          "[classes], ( groups ), |, ?, *, +, # comments; start rule `root`). Pass it as grammar=\n"
+                          "to the generate* functions (GBNF text is accepted there too). Immutable; shareable.")
+        .def(py::init([](const std::string& text) {
+                 return PyGrammar{std::shared_ptr<tl::Grammar>(tl::parse_grammar(text),
+                                                               [](tl::Grammar* p) { tl::free_grammar(p); }),
+                                  text};
+             }),
+             py::arg("text"), "Parses GBNF text; ValueError 'grammar:LINE:COL: message' when malformed.")
+        .def_static(
+            "from_file",
+            [](const std::string& path) {
+                return PyGrammar{std::shared_ptr<tl::Grammar>(tl::load_grammar_file(path),
+                                                              [](tl::Grammar* p) { tl::free_grammar(p); }),
+                                 path};
+            },
+            py::arg("path"), "Loads a grammar file; OSError when unreadable, ValueError when malformed.")
+        .def("__repr__", [](const PyGrammar& g) { return "<tinyloop_py.Grammar " + std::to_string(g.source.size()) + " chars>"; });
+
+    m.def(
+        "validate_config",
+        [](const PyModel& model, const py::object& prompt, const py::object& config, py::kwargs kw) {
+            const ModelPtr mp = model.get();
+            const CallOptions co = take_call_options(kw);
+            tl::GenerateConfig cfg = make_config(config, kw, "validate_config");
+            cfg.grammar = co.grammar.get();
+            const int n = py::isinstance<py::int_>(prompt) ? prompt.cast<int>()
+                                                           : static_cast<int>(prompt_ids(mp.get(), prompt).size());
+            tl::validate_config(mp.get(), n, cfg);
+        },
+        py::arg("model"), py::arg("prompt"), py::arg("config") = py::none(),
+        ("Checks a config against a model and a prompt (text, ids, or its length as an int) with\n"
+         "every rule generate applies; raises ValueError naming the field (NotImplementedError for a\n"
+         "feature not in this build). Returns None.\n\n" + cfg_doc).c_str());
+
+    m.def("generate_speculative", &speculative_py, py::arg("model"), py::arg("prompt"), py::kw_only(),
+          py::arg("max_tokens") = 64, py::arg("draft_loops") = 2, py::arg("verify_loops") = 8, py::arg("draft_ahead") = 4,
+          py::arg("temperature") = 0.0f, py::arg("seed") = 0, py::arg("top_k") = 0, py::arg("top_p") = 1.0f,
+          py::arg("ignore_eos") = false, py::arg("stream") = false, py::arg("queue_size") = 16,
+          py::arg("events") = false, py::arg("lens") = false, py::arg("lens_top_k") = 5,
+          "Chain self-speculative decoding (the seed's SpeculativeConfig, C++ defaults): draft\n"
+          "draft_ahead tokens at draft_loops (1 .. verify_loops-1), verify them at verify_loops\n"
+          "(2 .. max_loops); greedy at temperature 0 equals plain greedy decoding at verify_loops,\n"
+          "temperature > 0 is lossless rejection sampling (top_k 0 = off, top_p). Returns the\n"
+          "generate() result dict (stats has spec_cycles, spec_drafted, spec_tested, spec_accepted,\n"
+          "spec_accept_hist, draft_ms, verify_ms, spec_acceptance_rate, spec_mean_accepted; events\n"
+          "carry cycle, drafted, accepted, from_verifier), or a GenerationStream when stream=True.");
+    m.def("generate_tree_speculative", &tree_py, py::arg("model"), py::arg("prompt"), py::kw_only(),
+          py::arg("max_tokens") = 64, py::arg("draft_loops") = 2, py::arg("verify_loops") = 8, py::arg("draft_ahead") = 4,
+          py::arg("K_branches") = 2, py::arg("temperature") = 0.0f, py::arg("seed") = 0, py::arg("ignore_eos") = false,
+          py::arg("stream") = false, py::arg("queue_size") = 16, py::arg("events") = false, py::arg("lens") = false,
+          py::arg("lens_top_k") = 5,
+          "Tree self-speculative decoding (the seed's TreeSpeculativeConfig, C++ defaults): K_branches\n"
+          "candidates per draft step (1..8), draft_ahead steps deep (1..8), the whole tree verified in\n"
+          "one forward. Greedy only (temperature > 0 is refused). Returns the generate() result dict,\n"
+          "or a GenerationStream when stream=True.");
+
+    auto cls = py::reinterpret_borrow<py::class_<PyModel, std::shared_ptr<PyModel>>>(m.attr("Model"));
+    cls.def(
+           "generate",
+           [](const PyModel& self, const py::object& prompt, const py::object& config, py::kwargs kw) {
+               return generate_py(self, prompt, config, std::move(kw));
+           },
+           py::arg("prompt"), py::arg("config") = py::none(), "generate(self, prompt, ...): see tinyloop_py.generate.")
+        .def(
+            "generate_stream",
+            [](const PyModel& self, const py::object& prompt, const py::object& config, int queue_size, py::kwargs kw) {
+                return stream_py(self, prompt, config, queue_size, std::move(kw));
+            },
+            py::arg("prompt"), py::arg("config") = py::none(), py::arg("queue_size") = 16,
+            "generate_stream(self, prompt, ...): see tinyloop_py.generate_stream.")
+        .def(
+            "generate_batch",
+            [](const PyModel& self, const py::sequence& prompts, const py::object& config, py::kwargs kw) {
+                return batch_py(self, prompts, config, std::move(kw));
+            },
+            py::arg("prompts"), py::arg("config") = py::none(), "See tinyloop_py.generate_batch.");
+}
+
+}  // namespace tinyloop_py
