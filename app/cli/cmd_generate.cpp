@@ -22,7 +22,7 @@ CommandSpec generate_spec() {
         "Generates a continuation of the prompt. Text streams to stdout as tokens arrive and\n"
         "timing goes to stderr; --json prints one object instead.";
     const std::string P = "Prompt", D = "Decoding", S = "Stopping",
-                      SP = "Self-speculation (--mode speculative; --mode tree not in this build yet)",
+                      SP = "Self-speculation (--mode speculative and --mode tree)",
                       B = "Beam search (--mode beam)", E = "Early exit (adaptive loop depth)",
                       G = "Constrained decoding", O = "Output";
     s.options = {
@@ -98,7 +98,8 @@ CommandSpec generate_spec() {
          "stability threshold (default 0.05; with margin: the logit margin)", "a number >= 0",
          false, E},
 
-        {"--grammar", "FILE", "constrain the output with a grammar (not in this build yet)", "",
+        {"--grammar", "FILE",
+         "constrain the output with a GBNF grammar file (greedy, sample; beam is refused)", "",
          false, G},
 
         {"--events", "", "per-token events: stderr table, or \"events\" in --json", "", false, O},
@@ -114,7 +115,11 @@ CommandSpec generate_spec() {
         "beam sets --beam-size (default 4). speculative drafts at --draft-loops and verifies at\n"
         "--verify-loops (exact greedy output at temperature 0; with --temperature it samples\n"
         "losslessly, --top-k/--top-p optional); it takes no penalties, bias, stops or cache window.\n"
-        "tree is parsed but not in this build yet.\n"
+        "tree drafts --branches candidates per step, --draft-ahead steps deep, and verifies the\n"
+        "whole tree in one forward; greedy only (exact greedy output at --verify-loops).\n"
+        "--grammar FILE (GBNF: rule ::= ..., \"literals\", [classes], ( ), |, ?, *, +, start rule\n"
+        "root) allows only tokens that keep the output inside the grammar; a malformed file is\n"
+        "refused with FILE:LINE:COL; the stop reason GRAMMAR_DEAD_END means nothing was allowed.\n"
         "--early-exit without --early-exit-patience uses patience 1.\n"
         "\n"
         "--json prints one object: model, backend, prompt_ids, output_ids (the continuation),\n"
@@ -229,7 +234,7 @@ void check_speculative_flags(const Args& args, const std::string& mode) {
                           "--presence-penalty", "--logit-bias", "--stop", "--stop-ids",
                           "--cache-window", "--no-repeat-ngram", "--bad-words", "--max-time",
                           "--beam-size", "--length-penalty", "--early-exit",
-                          "--early-exit-patience"})
+                          "--early-exit-patience", "--grammar"})
         if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode " + mode);
     if (mode == "tree")
         for (const char* f : {"--top-k", "--top-p", "--seed"})
@@ -278,13 +283,10 @@ GenerateResult run_speculative(Model* model, const std::string& mode, const Spec
     tc.temperature = cfg.temperature;
     tc.ignore_eos = cfg.ignore_eos;
     echo["branches"] = tc.K_branches;
-    // ---- WIRE-UP POINT: tree self-speculation ----------------------------------------------
-    // The header declares generate_tree_speculative_ex but the engine does not define it yet
-    // (calling it would not link). When it does, replace the throw with:
-    //   return generate_tree_speculative_ex(model, prompt.data(), (int)prompt.size(), tc, options);
-    (void)options;
-    throw UsageError("--mode tree: not supported yet in this build");
-    // ------------------------------------------------------------------------------------------
+    // Greedy only: a temperature > 0.01 reaches the engine, whose NotSupported message names
+    // the chain mode to use instead.
+    return generate_tree_speculative_ex(model, prompt.data(), static_cast<int>(prompt.size()), tc,
+                                        options);
 }
 
 // Prints streamed text, holding back any tail that could still become a stop string (the
@@ -523,9 +525,18 @@ int run_generate(const Args& args) {
     const bool want_events = args.has("--events") || options.lens;
     const LoadOptions load = load_options(args);
 
-    // ---- what this build cannot do yet: refuse before loading anything ----
-    if (args.has("--grammar"))
-        throw UsageError("--grammar: not supported yet in this build (no grammar API in the engine)");
+    // ---- the grammar: parsed before the model loads, so a malformed one fails fast ----
+    std::unique_ptr<Grammar, void (*)(Grammar*)> grammar(nullptr, free_grammar);
+    if (auto g = args.value("--grammar")) {
+        if (g->empty()) throw UsageError("--grammar: expected a grammar file, got ''");
+        try {
+            check_file_readable("--grammar", *g);
+            grammar.reset(load_grammar_file(*g));
+        } catch (const Error& e) {
+            throw Error(e.code(), std::string("--grammar: ") + e.what());
+        }
+        cfg.grammar = grammar.get();
+    }
 
     // ---- the model and the prompt ----
     ModelPtr model = open_model(model_path, load);
@@ -641,6 +652,8 @@ int run_generate(const Args& args) {
               {"threshold", f2d(cfg.early_exit_threshold)},
               {"logit_margin", f2d(cfg.early_exit_logit_margin)}}},
             {"parse_special", args.has("--parse-special")},
+            {"grammar", args.has("--grammar") ? nlohmann::json(*args.value("--grammar"))
+                                              : nlohmann::json(nullptr)},
         };
         for (const auto& [k, v] : spec_echo.items()) j["config"][k] = v;
         if (want_events) {

@@ -1,5 +1,6 @@
 // tinyloop score MODEL (--text TEXT | --file F | --ids 1,2,3): per-token log-probabilities,
-// total negative log-likelihood and perplexity at one loop depth.
+// total negative log-likelihood and perplexity at one loop depth; optionally the uncertainty
+// signals (entropy, margin, prediction depth) and consistency escalation over depth rungs.
 #include <cstdio>
 #include <sstream>
 
@@ -11,11 +12,16 @@ namespace tinyloop::cli {
 CommandSpec score_spec() {
     CommandSpec s;
     s.name = "score";
-    s.synopsis = "MODEL (--text TEXT | --file F | --ids 1,2,3) [--loops L] [--json]";
+    s.synopsis =
+        "MODEL (--text TEXT | --file F | --ids 1,2,3) [--loops L] [--uncertainty]\n"
+        "       [--escalate DEPTHS [--signal entropy|margin|disagreement] [--threshold X]] [--json]";
     s.summary =
         "Scores a text: the log-probability of every token given the ones before it, the total\n"
-        "negative log-likelihood and the perplexity, at loop depth L.";
-    const std::string I = "Input", O = "Scoring";
+        "negative log-likelihood and the perplexity, at loop depth L. --uncertainty adds per\n"
+        "position the entropy and top-1/top-2 margin of the final distribution and the depth from\n"
+        "which its argmax stays put. --escalate scores at the first depth rung and sends only the\n"
+        "positions whose signal crosses the threshold on to deeper rungs.";
+    const std::string I = "Input", O = "Scoring", E = "Escalation (--escalate)";
     s.options = {
         {"--text", "TEXT", "the text to score", "", false, I},
         {"--file", "F", "read the text from file F (- for stdin)", "", false, I},
@@ -24,93 +30,210 @@ CommandSpec score_spec() {
          "", false, I},
         {"--loops", "L", "loop depth, 1..max_loops (default: the model's default_loops)",
          "an integer in [1, max_loops]", false, O},
+        {"--uncertainty", "", "add entropy, margin and prediction depth per position", "", false,
+         O},
+        {"--escalate", "DEPTHS", "increasing depth rungs, e.g. 2,4,8 (replaces --loops)",
+         "a comma-separated list of increasing depths like 2,4,8", false, E},
+        {"--signal", "S",
+         "entropy (> X nats escalates; default) | margin (top-1 - top-2 < X) | disagreement\n"
+         "                              (argmax changed from the depth before; no threshold)",
+         "one of entropy, margin, disagreement", false, E},
+        {"--threshold", "X", "escalation threshold (default 2.0 for entropy, 0.1 for margin)",
+         "a number", false, E},
     };
     for (auto& o : common_options()) s.options.push_back(o);
     s.notes =
         "The first token has no log-probability (nothing precedes it); at least two are needed.\n"
+        "\n"
         "--json prints one object: model, tokens (ids), token_texts, token_logprobs (n-1 values:\n"
-        "log p(token[i+1] | tokens[..i])), total_nll, perplexity, loops.\n";
+        "log p(token[i+1] | tokens[..i])), total_nll, perplexity, loops.\n"
+        "--uncertainty adds uncertainty{loops, entropy[n], margin[n], prediction_depth[n]}\n"
+        "(position i's values describe the prediction of token i+1).\n"
+        "--escalate: token_logprobs, total_nll and perplexity come from the depth each position\n"
+        "used, loops is the deepest rung, and escalation{depths, signal, threshold, depth_used[n-1],\n"
+        "escalated[n-1] (booleans), n_escalated, mean_depth, deepest, passes_run,\n"
+        "passes_full (n x the deepest rung: what scoring everything at that depth runs)}.\n";
     return s;
 }
 
 int run_score(const Args& args) {
     const std::string model_path = args.single_positional("MODEL");
-    const std::string source = args.exclusive({"--text", "--file", "--ids"});
-    if (source.empty()) throw UsageError("missing input: give --text TEXT, --file F or --ids 1,2,3");
-    if (source == "--ids" && args.has("--parse-special"))
-        throw UsageError("--parse-special applies to text, not to --ids");
-    std::string text;
-    std::vector<int32_t> ids;
-    if (source == "--text") text = *args.value("--text");
-    if (source == "--file") text = read_text_file("--file", *args.value("--file"));
-    if (source == "--ids") ids = parse_id_list("--ids", *args.value("--ids"));
-    const int loops = args.get_int("--loops").value_or(0);
+    const TokenInput input = read_token_input(args);
+    const std::optional<int> loops_flag = args.get_int("--loops");
+    const int loops = loops_flag.value_or(0);
+    const bool want_uncertainty = args.has("--uncertainty");
+
+    const bool escalate = args.has("--escalate");
+    EscalationConfig esc;
+    std::string signal_name = "entropy";
+    if (escalate) {
+        if (loops_flag)
+            throw UsageError("--loops: not used with --escalate (the rungs are the depths)");
+        esc.depths.clear();
+        for (const auto& item : split_list("--escalate", *args.value("--escalate")))
+            esc.depths.push_back(static_cast<int>(
+                parse_integer("--escalate", item, 1, 1 << 16, "a depth (an integer >= 1)")));
+        for (size_t i = 1; i < esc.depths.size(); ++i)
+            if (esc.depths[i] <= esc.depths[i - 1])
+                throw UsageError("--escalate: depths must increase, got '" +
+                                 *args.value("--escalate") + "'");
+        if (auto sig = args.value("--signal")) {
+            signal_name = *sig;
+            if (*sig == "entropy")
+                esc.signal = EscalationSignal::Entropy;
+            else if (*sig == "margin")
+                esc.signal = EscalationSignal::Margin, esc.threshold = 0.1f;
+            else if (*sig == "disagreement")
+                esc.signal = EscalationSignal::Disagreement;
+            else
+                throw UsageError("--signal: expected one of entropy, margin, disagreement, got '" +
+                                 *sig + "'");
+        }
+        if (auto t = args.get_float("--threshold")) {
+            if (esc.signal == EscalationSignal::Disagreement)
+                throw UsageError("--threshold: not used with --signal disagreement");
+            esc.threshold = *t;
+        }
+    } else {
+        for (const char* f : {"--signal", "--threshold"})
+            if (args.has(f)) throw UsageError(std::string(f) + ": only used with --escalate");
+    }
     const LoadOptions load = load_options(args);
 
     ModelPtr model = open_model(model_path, load);
-    const HParams& hp = model_hparams(model.get());
-    if (source == "--ids") {
-        for (int32_t id : ids)
-            if (id >= hp.vocab_size)
-                throw UsageError("--ids: token id " + std::to_string(id) +
-                                 " is outside the model's vocabulary (ids 0.." +
-                                 std::to_string(hp.vocab_size - 1) + ")");
-    } else {
-        ids = tokenize(model.get(), text, args.has("--parse-special"));
-    }
-    if (ids.size() < 2)
-        throw UsageError(source + ": need at least 2 tokens to score, got " +
-                         std::to_string(ids.size()));
+    const std::vector<int32_t> ids = input_tokens(input, model.get(), 2);
+    const int n = static_cast<int>(ids.size());
+    const std::vector<std::pair<std::string, std::string>> fields = {
+        {"loops", "--loops"}, {"depths", "--escalate"}, {"threshold", "--threshold"},
+        {"signal", "--signal"}};
+    auto engine = [&](auto&& f) {
+        try {
+            return f();
+        } catch (const Error& e) {
+            throw Error(e.code(), with_flag_name(e.what(), fields));
+        }
+    };
 
     ScoreResult r;
-    try {
-        r = score(model.get(), ids.data(), static_cast<int>(ids.size()), loops);
-    } catch (const Error& e) {
-        throw Error(e.code(), with_flag_name(e.what(), {{"loops", "--loops"}}));
+    EscalationResult er;
+    if (escalate) {
+        er = engine([&] { return score_with_consistency_escalation(model.get(), ids.data(), n, esc); });
+        r.token_logprobs = er.token_logprobs;
+        r.total_nll = er.total_nll;
+        r.perplexity = er.perplexity;
+        r.loops = esc.depths.back();
+    } else {
+        r = engine([&] { return score(model.get(), ids.data(), n, loops); });
     }
+    UncertaintyResult ur;
+    if (want_uncertainty)
+        ur = engine([&] { return score_with_uncertainty(model.get(), ids.data(), n, loops); });
 
     std::vector<std::string> texts;
-    for (int32_t id : ids) {
-        try {
-            texts.push_back(token_bytes(model.get(), id));
-        } catch (const Error&) {
-            texts.push_back("");  // a padded id the tokenizer cannot spell
-        }
+    for (int32_t id : ids) texts.push_back(token_text(model.get(), id));
+
+    int n_escalated = 0;
+    double mean_depth = 0;
+    for (size_t i = 0; i < er.depth_used.size(); ++i) {
+        n_escalated += er.escalated[i] ? 1 : 0;
+        mean_depth += er.depth_used[i];
     }
+    if (!er.depth_used.empty()) mean_depth /= static_cast<double>(er.depth_used.size());
+    const long long passes_full = static_cast<long long>(n) * (escalate ? esc.depths.back() : 0);
 
     if (args.has("--json")) {
         std::vector<double> lp;
         for (float v : r.token_logprobs) lp.push_back(static_cast<double>(v));
         std::vector<std::string> clean;
         for (const auto& t : texts) clean.push_back(sanitize_utf8(t));
-        print_json({{"model", model_path},
-                    {"tokens", ids},
-                    {"token_texts", clean},
-                    {"token_logprobs", lp},
-                    {"total_nll", r.total_nll},
-                    {"perplexity", r.perplexity},
-                    {"loops", r.loops}});
+        nlohmann::json j = {{"model", model_path},
+                            {"tokens", ids},
+                            {"token_texts", clean},
+                            {"token_logprobs", lp},
+                            {"total_nll", r.total_nll},
+                            {"perplexity", r.perplexity},
+                            {"loops", r.loops}};
+        if (want_uncertainty) {
+            std::vector<double> ent, mar;
+            for (float v : ur.entropy) ent.push_back(f2d(v));
+            for (float v : ur.margin) mar.push_back(f2d(v));
+            j["uncertainty"] = {{"loops", ur.loops},
+                                {"entropy", ent},
+                                {"margin", mar},
+                                {"prediction_depth", ur.prediction_depth}};
+        }
+        if (escalate) {
+            std::vector<bool> escd;
+            for (char c : er.escalated) escd.push_back(c != 0);
+            j["escalation"] = {
+                {"depths", esc.depths},
+                {"signal", signal_name},
+                {"threshold", esc.signal == EscalationSignal::Disagreement
+                                  ? nlohmann::json(nullptr)
+                                  : nlohmann::json(f2d(esc.threshold))},
+                {"depth_used", er.depth_used},
+                {"escalated", escd},
+                {"n_escalated", n_escalated},
+                {"mean_depth", mean_depth},
+                {"deepest", er.deepest},
+                {"passes_run", er.passes_run},
+                {"passes_full", passes_full}};
+        }
+        print_json(j);
         return 0;
     }
 
     std::ostringstream o;
-    o << "     #       id  logprob  token\n";
+    o << "     #       id  logprob";
+    if (want_uncertainty) o << "  entropy  margin  pred_d";
+    if (escalate) o << "  depth esc";
+    o << "  token\n";
     for (size_t i = 0; i < ids.size(); ++i) {
-        char line[96];
+        char line[160];
         if (i == 0)
-            std::snprintf(line, sizeof(line), "%6zu %8d %8s  ", i, ids[i], "-");
+            std::snprintf(line, sizeof(line), "%6zu %8d %8s", i, ids[i], "-");
         else
-            std::snprintf(line, sizeof(line), "%6zu %8d %8.4f  ", i, ids[i],
+            std::snprintf(line, sizeof(line), "%6zu %8d %8.4f", i, ids[i],
                           i - 1 < r.token_logprobs.size()
                               ? static_cast<double>(r.token_logprobs[i - 1])
                               : 0.0);
-        o << line << "\"" << display_text(texts[i]) << "\"\n";
+        o << line;
+        // Position i's uncertainty describes the prediction of token i+1; shown on token i+1's
+        // row beside its logprob, so each row reads "how this token was predicted".
+        if (want_uncertainty) {
+            if (i == 0)
+                std::snprintf(line, sizeof(line), "  %7s %7s %7s", "-", "-", "-");
+            else
+                std::snprintf(line, sizeof(line), "  %7.3f %7.3f %7d",
+                              static_cast<double>(ur.entropy[i - 1]),
+                              static_cast<double>(ur.margin[i - 1]), ur.prediction_depth[i - 1]);
+            o << line;
+        }
+        if (escalate) {
+            if (i == 0)
+                std::snprintf(line, sizeof(line), "  %5s %3s", "-", "-");
+            else
+                std::snprintf(line, sizeof(line), "  %5d %3s", er.depth_used[i - 1],
+                              er.escalated[i - 1] ? "yes" : "");
+            o << line;
+        }
+        o << "  \"" << display_text(texts[i]) << "\"\n";
     }
-    char summary[200];
+    char summary[400];
     std::snprintf(summary, sizeof(summary),
                   "total NLL %.4f nats over %zu predicted tokens, perplexity %.4f, loops %d\n",
                   r.total_nll, ids.size() - 1, r.perplexity, r.loops);
     o << summary;
+    if (escalate) {
+        std::string rungs;
+        for (int d : esc.depths) rungs += (rungs.empty() ? "" : ",") + std::to_string(d);
+        std::snprintf(summary, sizeof(summary),
+                      "escalation: rungs %s, signal %s, %d of %zu positions escalated, mean depth "
+                      "%.2f, %lld loop passes run (%lld for all positions at depth %d)\n",
+                      rungs.c_str(), signal_name.c_str(), n_escalated, er.depth_used.size(),
+                      mean_depth, er.passes_run, passes_full, esc.depths.back());
+        o << summary;
+    }
     std::string s = o.str();
     std::fwrite(s.data(), 1, s.size(), stdout);
     return 0;

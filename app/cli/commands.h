@@ -18,4 +18,17 @@ int run_score(const Args& args);
 CommandSpec make_random_spec();
 int run_make_random(const Args& args);
 
+CommandSpec lens_spec();
+int run_lens(const Args& args);
+
+CommandSpec quantize_spec();
+int run_quantize(const Args& args);
+
+CommandSpec bench_spec();
+int run_bench(const Args& args);
+
+// serve passes its arguments through to the server unparsed (it execs and returns only on error).
+CommandSpec serve_spec();
+int run_serve(int argc, char** argv, int first);
+
 }  // namespace tinyloop::cli

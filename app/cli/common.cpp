@@ -45,6 +45,14 @@ void check_readable(const std::string& what, const std::string& path) {
 
 }  // namespace
 
+void check_file_readable(const std::string& flag, const std::string& path) {
+    try {
+        check_readable("file", path);
+    } catch (const UsageError& e) {
+        throw UsageError(flag + ": " + e.what());
+    }
+}
+
 ModelPtr open_model(const std::string& path, const LoadOptions& options) {
     check_readable("model", path);
     try {
@@ -163,6 +171,65 @@ std::string with_flag_name(const std::string& message,
             return best->second + " (" + message.substr(0, colon) + ")" + message.substr(colon);
     }
     return best->second + " (" + best->first + "): " + message;
+}
+
+TokenInput read_token_input(const Args& args) {
+    TokenInput in;
+    in.source = args.exclusive({"--text", "--file", "--ids"});
+    if (in.source.empty())
+        throw UsageError("missing input: give --text TEXT, --file F or --ids 1,2,3");
+    in.parse_special = args.has("--parse-special");
+    if (in.source == "--ids" && in.parse_special)
+        throw UsageError("--parse-special applies to text, not to --ids");
+    if (in.source == "--text") in.text = *args.value("--text");
+    if (in.source == "--file") in.text = read_text_file("--file", *args.value("--file"));
+    if (in.source == "--ids") in.ids = parse_id_list("--ids", *args.value("--ids"));
+    return in;
+}
+
+std::vector<int32_t> input_tokens(const TokenInput& in, Model* model, size_t min_tokens) {
+    const HParams& hp = model_hparams(model);
+    std::vector<int32_t> ids = in.ids;
+    if (in.source == "--ids") {
+        for (int32_t id : ids)
+            if (id >= hp.vocab_size)
+                throw UsageError("--ids: token id " + std::to_string(id) +
+                                 " is outside the model's vocabulary (ids 0.." +
+                                 std::to_string(hp.vocab_size - 1) + ")");
+    } else {
+        ids = tokenize(model, in.text, in.parse_special);
+    }
+    if (ids.size() < min_tokens)
+        throw UsageError(in.source + ": need at least " + std::to_string(min_tokens) +
+                         " tokens, got " + std::to_string(ids.size()));
+    if (ids.size() > static_cast<size_t>(hp.max_seq_len))
+        throw UsageError(in.source + ": " + std::to_string(ids.size()) +
+                         " tokens is more than the model's max_seq_len " +
+                         std::to_string(hp.max_seq_len));
+    return ids;
+}
+
+std::string token_text(const Model* model, int32_t id) {
+    try {
+        return token_bytes(model, id);
+    } catch (const Error&) {
+        return "";
+    }
+}
+
+std::vector<std::string> split_list(const std::string& flag, const std::string& text) {
+    std::vector<std::string> items;
+    std::string item;
+    std::istringstream in(text);
+    while (std::getline(in, item, ',')) {
+        size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+        if (b == std::string::npos)
+            throw UsageError(flag + ": empty item in '" + text + "' (expected a list like a,b,c)");
+        items.push_back(item.substr(b, e - b + 1));
+    }
+    if (items.empty() || text.back() == ',')
+        throw UsageError(flag + ": expected a comma-separated list, got '" + text + "'");
+    return items;
 }
 
 nlohmann::json hparams_json(const HParams& hp) {

@@ -26,6 +26,9 @@ LoadOptions load_options(const Args& args);
 // engine errors are rethrown with the path in the message.
 ModelPtr open_model(const std::string& path, const LoadOptions& options);
 
+// UsageError "FLAG: cannot open file 'path': reason" unless path is a readable regular file.
+void check_file_readable(const std::string& flag, const std::string& path);
+
 // The whole file, or UsageError "FLAG: cannot read 'path': reason".
 std::string read_text_file(const std::string& flag, const std::string& path);
 
@@ -44,6 +47,36 @@ std::string display_text(const std::string& bytes);
 // engine field names to flags; the first one found as a whole word wins.
 std::string with_flag_name(const std::string& message,
                            const std::vector<std::pair<std::string, std::string>>& fields);
+
+// The text or ids a scoring command reads: exactly one of --text, --file, --ids (plus
+// --parse-special for text). read_token_input checks the flags before anything loads;
+// input_tokens tokenizes (or checks the ids against the vocabulary) once the model is loaded and
+// refuses fewer than `min_tokens`.
+struct TokenInput {
+    std::string source;  // "--text", "--file" or "--ids"
+    std::string text;
+    std::vector<int32_t> ids;
+    bool parse_special = false;
+};
+TokenInput read_token_input(const Args& args);
+std::vector<int32_t> input_tokens(const TokenInput& in, Model* model, size_t min_tokens);
+
+// A token's bytes, or "" for an id the tokenizer cannot spell (padding ids of random models).
+std::string token_text(const Model* model, int32_t id);
+
+// Comma-separated items ("1,2,4", "f32,q8"), each trimmed and non-empty.
+std::vector<std::string> split_list(const std::string& flag, const std::string& text);
+
+// Runs f; an engine error naming one of `fields` (engine field -> flag) gets the flag in front.
+template <class F>
+auto with_engine_fields(const std::vector<std::pair<std::string, std::string>>& fields, F&& f)
+    -> decltype(f()) {
+    try {
+        return f();
+    } catch (const Error& e) {
+        throw Error(e.code(), with_flag_name(e.what(), fields));
+    }
+}
 
 nlohmann::json hparams_json(const HParams& hp);
 

@@ -29,7 +29,12 @@ struct Entry {
 const Entry kCommands[] = {
     {"info", info_spec, run_info, "hyperparameters, dtypes, tokenizer, metadata, memory"},
     {"generate", generate_spec, run_generate, "generate a continuation of a prompt"},
-    {"score", score_spec, run_score, "per-token log-probabilities and perplexity of a text"},
+    {"score", score_spec, run_score,
+     "per-token log-probabilities, perplexity, uncertainty, escalation"},
+    {"lens", lens_spec, run_lens, "logit lens: the prediction at every loop depth, token x depth"},
+    {"bench", bench_spec, run_bench, "prefill/decode tok/s, GB/s, speedups of early exit and speculation"},
+    {"quantize", quantize_spec, run_quantize, "re-write a model as f16, q8, q4 or q2"},
+    {"serve", serve_spec, nullptr, "OpenAI-compatible HTTP server (Python, over the binding)"},
     {"make-random", make_random_spec, run_make_random,
      "write a model with random weights (tests, demos)"},
 };
@@ -45,7 +50,8 @@ void print_usage(std::FILE* to) {
         s += "  " + name + std::string(14 - name.size(), ' ') + c.summary + "\n";
     }
     s += "\nEvery command takes --json (one JSON object on stdout), --backend cpu|cuda|auto\n"
-         "and --threads N. Errors go to stderr with exit status 2.\n";
+         "and --threads N (serve passes its arguments to the server). Errors go to stderr with\n"
+         "exit status 2.\n";
     std::fputs(s.c_str(), to);
 }
 
@@ -82,7 +88,7 @@ int main(int argc, char** argv) {
                 return 0;
             }
         return fail("tinyloop", std::string("unknown command '") + (argv[2] ? argv[2] : "") +
-                                    "' (commands: info, generate, score, make-random)");
+                                    "' (commands: info, generate, score, lens, bench, quantize, serve, make-random)");
     }
 
     const Entry* entry = nullptr;
@@ -93,12 +99,20 @@ int main(int argc, char** argv) {
             return fail("tinyloop", "unknown option '" + first +
                                         "' (expected a command first; see 'tinyloop --help')");
         return fail("tinyloop", "unknown command '" + first +
-                                    "' (commands: info, generate, score, make-random)");
+                                    "' (commands: info, generate, score, lens, bench, quantize, serve, make-random)");
     }
 
     const std::string prefix = std::string("tinyloop ") + entry->name;
     try {
         const CommandSpec spec = entry->spec();
+        if (!entry->run) {  // serve: the arguments belong to the server
+            for (int i = 2; i < argc; ++i)
+                if (argv[i] && (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h")) {
+                    std::fputs(help_text(spec).c_str(), stdout);
+                    return 0;
+                }
+            return run_serve(argc, argv, 2);
+        }
         Args args(spec, argc, argv, 2);
         if (args.help()) {
             std::fputs(help_text(spec).c_str(), stdout);

@@ -6,8 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
+#include <set>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -132,7 +135,7 @@ TEST_F(CliTest, HelpAndVersion) {
     r = run({"--version"});
     EXPECT_EQ(r.status, 0);
     EXPECT_EQ(r.out.rfind("tinyloop ", 0), 0u) << r.out;
-    for (const char* cmd : {"info", "generate", "score", "make-random"}) {
+    for (const char* cmd : {"info", "generate", "score", "lens", "bench", "quantize", "make-random"}) {
         r = run({cmd, "--help"});
         EXPECT_EQ(r.status, 0) << cmd;
         EXPECT_NE(r.out.find("usage: tinyloop " + std::string(cmd)), std::string::npos) << r.out;
@@ -343,7 +346,10 @@ TEST_F(CliTest, BadValuesNameTheFlag) {
         {{"--mode", "speculative", "--loops", "3", "--verify-loops", "4"}, "--verify-loops"},
         {{"--mode", "speculative", "--draft-loops", "5", "--verify-loops", "3"}, "draft_loops"},
         {{"--mode", "speculative", "--draft-ahead", "0"}, "draft_ahead"},
-        {{"--mode", "tree", "--branches", "2"}, "--mode tree: not supported yet"},
+        {{"--mode", "tree", "--temperature", "0.8"}, "temperature"},
+        {{"--mode", "tree", "--top-k", "5"}, "--top-k"},
+        {{"--mode", "tree", "--branches", "0"}, "--branches"},
+        {{"--mode", "speculative", "--grammar", "x.gbnf"}, "--grammar"},
     };
     for (const auto& c : cases) {
         SCOPED_TRACE(::testing::PrintToString(c.extra));
@@ -609,6 +615,409 @@ TEST_F(CliTest, OddArgvNeverCrashes) {
             EXPECT_FALSE(r.err.empty());
         }
     }
+}
+
+
+// ---- tree speculation and grammars ----------------------------------------------------------
+
+TEST_F(CliTest, GreedyTreeSpeculationEqualsGreedyDecoding) {
+    CliRun plain = generate({"--max-tokens", "20", "--loops", "4", "--ignore-eos", "--json"});
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    CliRun tree = generate({"--max-tokens", "20", "--mode", "tree", "--draft-loops", "2",
+                            "--verify-loops", "4", "--draft-ahead", "3", "--branches", "3",
+                            "--ignore-eos", "--events", "--json"});
+    ASSERT_EQ(tree.status, 0) << tree.err;
+    json p = parse_json(plain), j = parse_json(tree);
+    EXPECT_EQ(j["output_ids"], p["output_ids"]);
+    EXPECT_EQ(j["text"], p["text"]);
+    EXPECT_EQ(j["config"]["mode"], "tree");
+    EXPECT_EQ(j["config"]["branches"], 3);
+    EXPECT_GT(j["stats"]["spec_cycles"].get<int>(), 0);
+    EXPECT_LE(j["stats"]["spec_accepted"].get<int>(), j["stats"]["spec_tested"].get<int>());
+    ASSERT_EQ(j["events"].size(), j["output_ids"].size());
+
+    CliRun text = generate({"--max-tokens", "8", "--mode", "tree", "--loops", "4"});
+    ASSERT_EQ(text.status, 0) << text.err;
+    EXPECT_NE(text.err.find("accepted"), std::string::npos) << text.err;
+}
+
+// Whether `t` can be continued into a sentence of resources/grammars/answer.gbnf:
+//   root ::= ("yes" | "no") ", because " [a-z] [a-z ,']* "."
+bool answer_prefix(const std::string& t, bool* complete) {
+    *complete = false;
+    size_t i = 0;
+    std::string head;
+    for (const std::string w : {"yes", "no"}) {
+        const std::string lead = w + ", because ";
+        const size_t n = std::min(t.size(), lead.size());
+        if (t.compare(0, n, lead, 0, n) == 0) head = lead;
+    }
+    if (head.empty()) return false;
+    if (t.size() <= head.size()) return true;
+    i = head.size();
+    if (!(t[i] >= 'a' && t[i] <= 'z')) return false;
+    for (++i; i < t.size(); ++i) {
+        const char c = t[i];
+        if ((c >= 'a' && c <= 'z') || c == ' ' || c == ',' || c == '\'') continue;
+        if (c == '.' && i + 1 == t.size()) {
+            *complete = true;
+            return true;
+        }
+        return false;
+    }
+    return true;
+}
+
+TEST_F(CliTest, GrammarConstrainsTheText) {
+    const std::string g = std::string(TL_SOURCE_DIR) + "/resources/grammars/answer.gbnf";
+    ASSERT_TRUE(fs::exists(g)) << g;
+    for (const auto& mode : std::vector<std::vector<std::string>>{
+             {"--mode", "greedy"}, {"--mode", "sample", "--seed", "7"},
+             {"--mode", "sample", "--seed", "8", "--temperature", "1.5"}}) {
+        SCOPED_TRACE(::testing::PrintToString(mode));
+        std::vector<std::string> a = {"--grammar", g, "--max-tokens", "40", "--json"};
+        a.insert(a.end(), mode.begin(), mode.end());
+        CliRun r = generate(a, "Q: is it so? A: ");
+        ASSERT_EQ(r.status, 0) << r.err;
+        json j = parse_json(r);
+        const std::string text = j["text"];
+        bool complete = false;
+        EXPECT_TRUE(answer_prefix(text, &complete)) << "'" << text << "'";
+        EXPECT_GE(text.size(), 3u) << "'" << text << "'";
+        const std::string stop = j["stats"]["stop_reason"];
+        if (stop == "EOS") {
+            EXPECT_TRUE(complete) << "EOS before the sentence ended: '" << text << "'";
+        }
+        EXPECT_EQ(j["config"]["grammar"], g);
+    }
+    // Without the grammar the random model's text is not such a sentence.
+    CliRun free = generate({"--max-tokens", "40", "--ignore-eos", "--json"}, "Q: is it so? A: ");
+    ASSERT_EQ(free.status, 0) << free.err;
+    bool complete = false;
+    EXPECT_FALSE(answer_prefix(parse_json(free)["text"], &complete));
+
+    // Beam search with a grammar: the engine refuses it; a message, exit 2.
+    CliRun beam = generate({"--grammar", g, "--mode", "beam", "--max-tokens", "4"});
+    EXPECT_FALSE(beam.signaled) << beam.err;
+    EXPECT_EQ(beam.status, 2) << beam.err;
+    EXPECT_FALSE(beam.err.empty());
+}
+
+TEST_F(CliTest, MalformedGrammarNamesLineAndColumn) {
+    const std::string bad = dir_ + "/bad.gbnf";
+    std::ofstream(bad) << "# a comment\nroot ::= \"yes\" | (\"no\"\n";
+    CliRun r = generate({"--grammar", bad, "--max-tokens", "4"});
+    EXPECT_FALSE(r.signaled);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(std::regex_search(r.err, std::regex("bad\\.gbnf:[0-9]+:[0-9]+"))) << r.err;
+    EXPECT_NE(r.err.find("--grammar"), std::string::npos) << r.err;
+    r = generate({"--grammar", dir_ + "/missing.gbnf"});
+    EXPECT_USAGE_ERROR(r, "missing.gbnf");
+}
+
+// ---- lens ---------------------------------------------------------------------------------------
+
+TEST_F(CliTest, LensJsonHasEveryPositionAndDepth) {
+    const std::string text = "In the beginning was";
+    CliRun r = run({"lens", model_, "--text", text, "--loops", "4", "--top-k", "3", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    json j = parse_json(r);
+    const auto ids = j["tokens"].get<std::vector<int32_t>>();
+    const size_t n = ids.size();
+    ASSERT_GE(n, 3u);
+    EXPECT_EQ(j["loops"], 4);
+    EXPECT_EQ(j["top_k"], 3);
+    EXPECT_EQ(j["n_positions"], n);
+    ASSERT_EQ(j["positions"].size(), n);
+    CliRun sc = run({"score", model_, "--text", text, "--loops", "4", "--json"});
+    ASSERT_EQ(sc.status, 0) << sc.err;
+    const auto lp = parse_json(sc)["token_logprobs"].get<std::vector<double>>();
+    for (size_t i = 0; i < n; ++i) {
+        const json& p = j["positions"][i];
+        EXPECT_EQ(p["position"], i);
+        EXPECT_EQ(p["token"], ids[i]);
+        ASSERT_EQ(p["depths"].size(), 4u);
+        for (int d = 1; d <= 4; ++d) {
+            const json& c = p["depths"][d - 1];
+            EXPECT_EQ(c["depth"], d);
+            ASSERT_EQ(c["top_ids"].size(), 3u);
+            EXPECT_EQ(c["top_probs"].size(), 3u);
+            EXPECT_EQ(c["top_texts"].size(), 3u);
+            EXPECT_EQ(c["argmax"], c["top_ids"][0]);
+            EXPECT_GE(c["top_probs"][0].get<double>(), c["top_probs"][2].get<double>());
+            for (const char* k : {"p_final_argmax", "entropy", "kl_to_final", "argmax_text"})
+                EXPECT_TRUE(c.contains(k)) << k;
+            EXPECT_GE(c["entropy"].get<double>(), 0.0);
+            if (i + 1 < n) {
+                EXPECT_EQ(p["next_token"], ids[i + 1]);
+                const double pn = c["p_next"].get<double>();
+                EXPECT_GE(pn, 0.0);
+                EXPECT_LE(pn, 1.0 + 1e-6);
+                // The final depth is the model's output: p_next is score's probability.
+                if (d == 4) {
+                    EXPECT_NEAR(std::log(std::max(pn, 1e-30)), lp[i], 1e-3 * (1 + std::fabs(lp[i])));
+                }
+            } else {
+                EXPECT_TRUE(c["p_next"].is_null());
+                EXPECT_TRUE(p["next_token"].is_null());
+            }
+        }
+        const json& last = p["depths"][3];
+        EXPECT_NEAR(last["kl_to_final"].get<double>(), 0.0, 1e-5);
+        EXPECT_NEAR(last["p_final_argmax"].get<double>(), last["top_probs"][0].get<double>(), 1e-6);
+    }
+    // The last position's final-depth argmax is what greedy decoding emits next.
+    std::string ids_s;
+    for (int32_t id : ids) ids_s += (ids_s.empty() ? "" : ",") + std::to_string(id);
+    CliRun g = run({"generate", model_, "--prompt-ids", ids_s, "--loops", "4", "--max-tokens", "1",
+                    "--ignore-eos", "--json"});
+    ASSERT_EQ(g.status, 0) << g.err;
+    EXPECT_EQ(parse_json(g)["output_ids"][0], j["positions"][n - 1]["depths"][3]["argmax"]);
+
+    CliRun t = run({"lens", model_, "--text", text, "--loops", "4", "--width", "80"});
+    ASSERT_EQ(t.status, 0) << t.err;
+    EXPECT_NE(t.out.find("depth 1"), std::string::npos) << t.out;
+    EXPECT_NE(t.out.find("depth 4"), std::string::npos) << t.out;
+    std::istringstream lines(t.out);
+    for (std::string line; std::getline(lines, line);) {
+        size_t cps = 0;
+        for (unsigned char c : line) cps += (c & 0xc0) != 0x80;
+        EXPECT_LE(cps, 80u) << line;
+    }
+
+    EXPECT_USAGE_ERROR(run({"lens", model_, "--text", text, "--top-k", "0"}), "--top-k");
+    EXPECT_USAGE_ERROR(run({"lens", model_, "--text", text, "--loops", "99"}), "loops");
+    EXPECT_USAGE_ERROR(run({"lens", model_}), "--text");
+    EXPECT_USAGE_ERROR(run({"lens", model_, "--ids", "1,2,9999"}), "--ids");
+}
+
+// ---- score --uncertainty / --escalate -------------------------------------------------------------
+
+TEST_F(CliTest, ScoreUncertaintyAndEscalation) {
+    const std::string text = "In the beginning was the word";
+    CliRun r = run({"score", model_, "--text", text, "--uncertainty", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    json j = parse_json(r);
+    const size_t n = j["tokens"].size();
+    ASSERT_TRUE(j.contains("uncertainty"));
+    EXPECT_EQ(j["uncertainty"]["entropy"].size(), n);
+    EXPECT_EQ(j["uncertainty"]["margin"].size(), n);
+    ASSERT_EQ(j["uncertainty"]["prediction_depth"].size(), n);
+    for (size_t i = 0; i < n; ++i) {
+        EXPECT_GE(j["uncertainty"]["margin"][i].get<double>(), 0.0);
+        EXPECT_LE(j["uncertainty"]["margin"][i].get<double>(), 1.0);
+        const int pd = j["uncertainty"]["prediction_depth"][i];
+        EXPECT_GE(pd, 1);
+        EXPECT_LE(pd, 3);
+    }
+    CliRun t = run({"score", model_, "--text", text, "--uncertainty"});
+    ASSERT_EQ(t.status, 0) << t.err;
+    EXPECT_NE(t.out.find("entropy"), std::string::npos);
+
+    CliRun e = run({"score", model_, "--text", text, "--escalate", "1,2,4", "--signal", "entropy",
+                    "--threshold", "5.0", "--json"});
+    ASSERT_EQ(e.status, 0) << e.err;
+    json ej = parse_json(e);
+    const json& esc = ej["escalation"];
+    ASSERT_EQ(esc["depth_used"].size(), n - 1);
+    ASSERT_EQ(esc["escalated"].size(), n - 1);
+    EXPECT_EQ(ej["token_logprobs"].size(), n - 1);
+    double sum = 0;
+    for (size_t i = 0; i < n - 1; ++i) {
+        const int d = esc["depth_used"][i];
+        EXPECT_TRUE(d == 1 || d == 2 || d == 4) << d;
+        EXPECT_EQ(esc["escalated"][i].get<bool>(), d > 1);
+        sum -= ej["token_logprobs"][i].get<double>();
+    }
+    EXPECT_NEAR(sum, ej["total_nll"].get<double>(), 1e-3 * (1 + sum));
+    EXPECT_GT(esc["passes_run"].get<long long>(), 0);
+    EXPECT_EQ(esc["depths"], json({1, 2, 4}));
+
+    // A threshold nothing crosses: every position stays at the first rung, scored as --loops 1.
+    CliRun none = run({"score", model_, "--text", text, "--escalate", "1,3", "--threshold", "1000", "--json"});
+    ASSERT_EQ(none.status, 0) << none.err;
+    CliRun one = run({"score", model_, "--text", text, "--loops", "1", "--json"});
+    ASSERT_EQ(one.status, 0) << one.err;
+    json nj = parse_json(none);
+    EXPECT_EQ(nj["escalation"]["n_escalated"], 0);
+    EXPECT_NEAR(nj["total_nll"].get<double>(), parse_json(one)["total_nll"].get<double>(), 1e-3);
+
+    CliRun dis = run({"score", model_, "--text", text, "--escalate", "2,3", "--signal", "disagreement"});
+    ASSERT_EQ(dis.status, 0) << dis.err;
+    EXPECT_NE(dis.out.find("escalation"), std::string::npos);
+
+    EXPECT_USAGE_ERROR(run({"score", model_, "--text", text, "--escalate", "4,2"}), "--escalate");
+    EXPECT_USAGE_ERROR(run({"score", model_, "--text", text, "--escalate", "2,x"}), "--escalate");
+    EXPECT_USAGE_ERROR(run({"score", model_, "--text", text, "--escalate", "2,4", "--signal", "vibes"}), "--signal");
+    EXPECT_USAGE_ERROR(run({"score", model_, "--text", text, "--threshold", "1"}), "--threshold");
+    EXPECT_USAGE_ERROR(run({"score", model_, "--text", text, "--escalate", "2,4", "--loops", "3"}), "--loops");
+    EXPECT_USAGE_ERROR(run({"score", model_, "--text", text, "--escalate", "2,40"}), "--escalate");
+}
+
+// ---- quantize -------------------------------------------------------------------------------------
+
+TEST_F(CliTest, QuantizeWritesLoadableFiles) {
+    struct Case {
+        std::string dtype, group;
+        double max_err;
+    };
+    for (const Case& c : std::vector<Case>{{"q8", "32", 0.02}, {"q4", "64", 0.3}, {"f16", "32", 1e-3}}) {
+        SCOPED_TRACE(c.dtype);
+        const std::string out = dir_ + "/quant-" + c.dtype + ".tinyloop";
+        CliRun r = run({"quantize", model_, out, "--dtype", c.dtype, "--group-size", c.group, "--json"});
+        ASSERT_EQ(r.status, 0) << r.err;
+        json j = parse_json(r);
+        EXPECT_EQ(j["dtype"], c.dtype);
+        EXPECT_GT(j["tensors"].size(), 0u);
+        EXPECT_LT(j["file_bytes_out"].get<uint64_t>(), j["file_bytes_in"].get<uint64_t>());
+        EXPECT_EQ(j["file_bytes_out"].get<uint64_t>(), fs::file_size(out));
+        bool any_converted = false;
+        for (const auto& t : j["tensors"]) {
+            EXPECT_LE(t["rel_error"].get<double>(), c.max_err) << t.dump();
+            EXPECT_GE(t["rel_error"].get<double>(), 0.0);
+            any_converted = any_converted || t["to"] == c.dtype;
+        }
+        EXPECT_TRUE(any_converted);
+        CliRun info = run({"info", out, "--json"});
+        ASSERT_EQ(info.status, 0) << info.err;
+        EXPECT_TRUE(parse_json(info)["dtypes"].contains(c.dtype)) << info.out;
+        CliRun g = run({"generate", out, "--prompt", "Hello", "--max-tokens", "4", "--json"});
+        ASSERT_EQ(g.status, 0) << g.err;
+    }
+    CliRun text = run({"quantize", model_, dir_ + "/quant-text.tinyloop", "--dtype", "q8"});
+    ASSERT_EQ(text.status, 0) << text.err;
+    EXPECT_NE(text.out.find("rel error"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("wrote"), std::string::npos) << text.out;
+
+    const std::string out = dir_ + "/quant-bad.tinyloop";
+    EXPECT_USAGE_ERROR(run({"quantize", model_, out, "--dtype", "q9"}), "--dtype");
+    EXPECT_USAGE_ERROR(run({"quantize", model_, out}), "--dtype");
+    EXPECT_USAGE_ERROR(run({"quantize", model_, out, "--dtype", "q4", "--group-size", "48"}), "--group-size");
+    EXPECT_USAGE_ERROR(run({"quantize", model_, "--dtype", "q4"}), "OUT");
+    EXPECT_USAGE_ERROR(run({"quantize", model_, model_, "--dtype", "q4"}), "input file");
+    EXPECT_USAGE_ERROR(run({"quantize", dir_ + "/nope.tinyloop", out, "--dtype", "q4"}), "nope.tinyloop");
+    EXPECT_FALSE(fs::exists(out));
+}
+
+// ---- bench ----------------------------------------------------------------------------------------
+
+TEST_F(CliTest, BenchJsonHasMachineFiguresAndOneRowPerCell) {
+    const std::string spec =
+        "d_model=64,n_heads=4,d_ff=128,vocab=300,n_pre=1,n_loop=1,loops=3,max_seq_len=128,seed=2";
+    CliRun r = run({"bench", "--random", spec, "--tokens", "8", "--prompt-tokens", "16", "--repeat", "1",
+                    "--dtypes", "f32,q8", "--threads", "1,2", "--modes",
+                    "plain,early-exit,speculative,tree", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    json j = parse_json(r);
+    ASSERT_TRUE(j["machine"].is_object()) << j.dump();
+    ASSERT_EQ(j["machine"]["per_threads"].size(), 2u);
+    for (const auto& m : j["machine"]["per_threads"]) {
+        EXPECT_GT(m["read_gbs"].get<double>(), 0.0);
+        EXPECT_GT(m["fma_gflops"].get<double>(), 0.0);
+    }
+    EXPECT_FALSE(j["machine"]["fma_isa"].get<std::string>().empty());
+    EXPECT_EQ(j["loops"], 3);
+    EXPECT_EQ(j["hparams"]["d_model"], 64);
+    ASSERT_EQ(j["rows"].size(), 2u * 2u * 4u);
+    std::set<std::string> cells;
+    for (const auto& row : j["rows"]) {
+        SCOPED_TRACE(row.dump());
+        const std::string mode = row["mode"];
+        cells.insert(row["dtype"].get<std::string>() + "/" + std::to_string(row["threads"].get<int>()) + "/" + mode);
+        EXPECT_GT(row["decode_tok_s"].get<double>(), 0.0);
+        EXPECT_GT(row["prefill_tok_s"].get<double>(), 0.0);
+        EXPECT_EQ(row["tokens_emitted"], 8);
+        EXPECT_GT(row["speedup_vs_plain"].get<double>(), 0.0);
+        if (mode == "plain") {
+            EXPECT_DOUBLE_EQ(row["speedup_vs_plain"].get<double>(), 1.0);
+            EXPECT_EQ(row["mean_depth"], 3.0);
+            EXPECT_TRUE(row["identical"].get<bool>());
+        }
+        if (mode == "plain" || mode == "early-exit") {
+            EXPECT_GT(row["gb_s"].get<double>(), 0.0);
+            EXPECT_GT(row["gflop_s"].get<double>(), 0.0);
+            EXPECT_GT(row["bw_fraction"].get<double>(), 0.0);
+            EXPECT_GT(row["peak_fraction"].get<double>(), 0.0);
+            EXPECT_GE(row["mean_depth"].get<double>(), 1.0);
+            EXPECT_LE(row["mean_depth"].get<double>(), 3.0);
+        }
+        if (mode == "speculative" || mode == "tree") {
+            EXPECT_TRUE(row["identical"].get<bool>());
+            EXPECT_GE(row["acceptance_rate"].get<double>(), 0.0);
+            EXPECT_LE(row["acceptance_rate"].get<double>(), 1.0);
+            EXPECT_TRUE(row["gb_s"].is_null());
+        }
+    }
+    EXPECT_EQ(cells.size(), 16u);
+    const auto& f32 = j["rows"][0];
+    const auto& q8 = j["rows"][8];
+    EXPECT_EQ(f32["dtype"], "f32");
+    EXPECT_EQ(q8["dtype"], "q8");
+    EXPECT_LT(q8["bytes_per_token"].get<double>(), f32["bytes_per_token"].get<double>());
+
+    CliRun t = run({"bench", "--random", spec, "--tokens", "4", "--prompt-tokens", "8", "--repeat", "1",
+                    "--modes", "plain", "--threads", "1", "--no-machine"});
+    ASSERT_EQ(t.status, 0) << t.err;
+    EXPECT_NE(t.out.find("decode/s"), std::string::npos) << t.out;
+    EXPECT_NE(t.out.find("plain"), std::string::npos) << t.out;
+
+    CliRun m = run({"bench", model_, "--tokens", "4", "--prompt-tokens", "8", "--repeat", "1",
+                    "--modes", "plain,speculative", "--threads", "1", "--no-machine", "--json"});
+    ASSERT_EQ(m.status, 0) << m.err;
+    json mj = parse_json(m);
+    EXPECT_TRUE(mj["machine"].is_null());
+    ASSERT_EQ(mj["rows"].size(), 2u);
+    EXPECT_EQ(mj["rows"][0]["dtype"], "f32");
+    EXPECT_TRUE(mj["rows"][1]["identical"].get<bool>());
+}
+
+TEST_F(CliTest, BenchBadFlagsNameTheFlag) {
+    const std::string spec = "d_model=64,n_heads=4,d_ff=128,vocab=300,n_pre=1,n_loop=1,loops=3,max_seq_len=128";
+    struct Case {
+        std::vector<std::string> a;
+        std::string needle;
+    };
+    const std::vector<Case> cases = {
+        {{"--random", spec, "--modes", "plain,fast"}, "--modes"},
+        {{"--random", spec, "--dtypes", "f32,q9"}, "--dtypes"},
+        {{"--random", spec, "--threads", "0"}, "--threads"},
+        {{"--random", spec, "--threads", "1,,2"}, "--threads"},
+        {{"--random", spec, "--tokens", "0"}, "--tokens"},
+        {{"--random", spec, "--repeat", "x"}, "--repeat"},
+        {{"--random", spec, "--group-size", "48"}, "--group-size"},
+        {{"--random", "d_model=x"}, "--random"},
+        {{"--random", "colour=blue"}, "colour"},
+        {{"--random", spec, "--prompt-tokens", "200", "--no-machine"}, "max_seq_len"},
+        {{"--random", spec, "--modes", "plain", "--branches", "2"}, "--branches"},
+        {{"--random", spec, "--early-exit", "vibes"}, "--early-exit"},
+        {{"--random", spec, "--bogus"}, "--bogus"},
+        {{model_, "--random", spec}, "--random"},
+        {{}, "MODEL"},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(::testing::PrintToString(c.a));
+        std::vector<std::string> a = {"bench"};
+        a.insert(a.end(), c.a.begin(), c.a.end());
+        CliRun r = run(a);
+        EXPECT_USAGE_ERROR(r, c.needle);
+    }
+}
+
+// ---- serve ----------------------------------------------------------------------------------------
+
+TEST_F(CliTest, ServeExplainsWhatIsMissing) {
+    CliRun h = run({"serve", "--help"});
+    EXPECT_EQ(h.status, 0);
+    EXPECT_NE(h.out.find("--port"), std::string::npos);
+    setenv("TINYLOOP_SERVE_SCRIPT", "/nonexistent/server.py", 1);
+    CliRun r = run({"serve", model_, "--port", "0"});
+    unsetenv("TINYLOOP_SERVE_SCRIPT");
+    EXPECT_USAGE_ERROR(r, "/nonexistent/server.py");
+    setenv("TINYLOOP_PYTHON", "/nonexistent/python3", 1);
+    r = run({"serve", model_, "--port", "0"});
+    unsetenv("TINYLOOP_PYTHON");
+    EXPECT_USAGE_ERROR(r, "/nonexistent/python3");
 }
 
 }  // namespace

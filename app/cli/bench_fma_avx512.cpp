@@ -1,0 +1,32 @@
+// The AVX-512 FMA peak loop for `tinyloop bench`. This file alone is compiled with
+// -mavx512f -mfma (app/CMakeLists.txt); bench_machine.cpp calls it only after
+// __builtin_cpu_supports("avx512f").
+#include "bench_machine.h"
+
+#if defined(TL_X86_FMA_KERNELS)
+#include <immintrin.h>
+
+namespace tinyloop::cli {
+
+// 12 independent chains: FMA latency (4 cycles) x 2 ports = 8 in flight, with room to spare.
+constexpr int kChains = 12;
+const int fma_avx512_flops_per_iter = kChains * 16 * 2;
+
+float fma_avx512_kernel(long iters, float a, float b) {
+    __m512 acc[kChains];
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c) * 1e-3f);
+    const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+    for (long i = 0; i < iters; ++i)
+        for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], va, vb);
+    __m512 s = acc[0];
+    for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
+    return _mm512_reduce_add_ps(s);
+}
+
+}  // namespace tinyloop::cli
+#else
+namespace tinyloop::cli {
+const int fma_avx512_flops_per_iter = 0;
+float fma_avx512_kernel(long, float, float) { return 0.0f; }
+}  // namespace tinyloop::cli
+#endif

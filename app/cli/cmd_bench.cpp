@@ -1,0 +1,586 @@
+// tinyloop bench (MODEL | --random SPEC): prefill and decode speed per dtype x thread count x
+// decode mode, measured side by side in one run, with the effective weight bandwidth and
+// FLOP rate as fractions of this machine's measured ceilings (bench_machine.cpp).
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "bench_machine.h"
+#include "commands.h"
+#include "common.h"
+
+namespace tinyloop::cli {
+
+namespace fs = std::filesystem;
+
+CommandSpec bench_spec() {
+    CommandSpec s;
+    s.name = "bench";
+    s.synopsis =
+        "(MODEL | --random SPEC) [--tokens N] [--prompt-tokens P] [--modes M,...]\n"
+        "       [--dtypes T,...] [--loops L] [--threads N,...] [--repeat R] [--json]";
+    s.summary =
+        "Measures prefill tokens/s on a P-token prompt and decode tokens/s over N greedy tokens\n"
+        "(EOS ignored) for every dtype x thread count x mode, all in one run: a warm-up, then the\n"
+        "median of R runs, the modes interleaved. Reports the effective weight bandwidth (matrix\n"
+        "bytes read per token x tokens/s) and GFLOP/s, as fractions of this machine's read\n"
+        "bandwidth and FMA peak (measured first), and the early-exit / speculative / tree speedups\n"
+        "over plain decoding at the same depth; speculative and tree output must equal plain greedy.";
+    const std::string M = "Model", W = "Workload", MO = "Modes", O = "Output";
+    s.options = {
+        {"--random", "SPEC",
+         "bench a random model: key=value,... with keys d_model, n_heads, d_ff,\n"
+         "                              vocab, n_pre, n_loop, loops, n_kv_heads, head_dim,\n"
+         "                              max_loops, max_seq_len, seed (see below)",
+         "key=value pairs like d_model=512,n_heads=8", false, M},
+        {"--dtypes", "T,...", "f32,f16,q8,q4,q2 (default: the model's own; f32 with --random)",
+         "a list of f32, f16, q8, q4, q2", false, M},
+        {"--group-size", "G", "quantization group for --dtypes q*: 32, 64, 128 (default 32)",
+         "one of 32, 64, 128", false, M},
+        {"--tokens", "N", "decoded tokens per run, 1..100000 (default 128)",
+         "an integer in [1, 100000]", false, W},
+        {"--prompt-tokens", "P", "prompt length for prefill, 1..max_seq_len (default 256)",
+         "an integer in [1, 1000000]", false, W},
+        {"--loops", "L", "loop depth (default: the model's default_loops)", "an integer >= 1",
+         false, W},
+        {"--threads", "N,...", "CPU thread counts to compare, e.g. 1,2 (default: all cores)",
+         "a list of integers in [1, 256]", false, W},
+        {"--repeat", "R", "timed runs per cell, median reported, 1..100 (default 3)",
+         "an integer in [1, 100]", false, W},
+        {"--no-machine", "", "skip measuring the machine's bandwidth and FMA peak", "", false, W},
+        {"--modes", "M,...",
+         "plain,early-exit,speculative,tree (default: all four; plain always runs)",
+         "a list of plain, early-exit, speculative, tree", false, MO},
+        {"--early-exit", "C", "early-exit criterion: l2 | margin | kl | entropy | argmax (default l2)",
+         "one of l2, margin, kl, entropy, argmax", false, MO},
+        {"--early-exit-threshold", "X", "early-exit threshold (default 0.05)", "a number >= 0",
+         false, MO},
+        {"--draft-loops", "D", "draft depth for speculative/tree (default min(2, L-1))",
+         "an integer >= 1", false, MO},
+        {"--draft-ahead", "K", "tokens drafted per cycle / tree depth (default 4)",
+         "an integer >= 1", false, MO},
+        {"--branches", "B", "tree candidates per node (default 2)", "an integer >= 1", false, MO},
+    };
+    for (auto& o : common_options())
+        if (o.name != "--threads") s.options.push_back(o);
+    s.notes =
+        "--random SPEC defaults: d_model=512, n_heads=8, d_ff=1408, vocab=4096, n_pre=2, n_loop=2,\n"
+        "loops=7, n_kv_heads=n_heads, head_dim=d_model/n_heads, max_loops=max(16, 2*loops),\n"
+        "max_seq_len=1024, seed=1. The model is written once per dtype into a temporary directory\n"
+        "(deleted after); with MODEL, --dtypes other than the model's own are made with quantize.\n"
+        "\n"
+        "Weight bytes per token = prelude + loop block x depth + head (the matrices as stored);\n"
+        "FLOPs per token = 2 x (matrix MACs at that depth + attention MACs at the mean context).\n"
+        "GB/s and GFLOP/s are those per-token figures x decode tokens/s (plain and early-exit only:\n"
+        "speculation reads the weights once per verified batch). Fractions use the machine figures\n"
+        "measured with the same thread count. The shared loop block is counted once per pass, so a\n"
+        "bandwidth fraction above 100% means its re-reads are served from cache (the looped\n"
+        "model's edge), not that DRAM went faster.\n"
+        "\n"
+        "--json prints one object: model, random_spec, hparams, prompt_tokens, tokens, loops,\n"
+        "repeat, group_size, machine{hardware_threads, fma_isa, per_threads[{threads, read_gbs,\n"
+        "fma_gflops}]} (null with --no-machine), rows[{dtype, threads, mode, loops, weight_bytes,\n"
+        "prefill_tok_s, decode_tok_s, total_ms, tokens_emitted, mean_depth, speedup_vs_plain,\n"
+        "bytes_per_token, flops_per_token, gb_s, gflop_s, bw_fraction, peak_fraction,\n"
+        "acceptance_rate, mean_accepted, identical, draft_loops, draft_ahead, branches,\n"
+        "early_exit, early_exit_threshold}] (fields that do not apply are null).\n";
+    return s;
+}
+
+namespace {
+
+struct TempDir {
+    std::string path;
+    TempDir() {
+        std::string tmpl = (fs::temp_directory_path() / "tinyloop_bench_XXXXXX").string();
+        if (!mkdtemp(tmpl.data())) throw Error(ErrorCode::Io, "bench: cannot create a temporary directory");
+        path = tmpl;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+HParams parse_random_spec(const std::string& text, uint64_t* seed) {
+    std::map<std::string, int64_t> kv;
+    static const char* kKeys[] = {"d_model", "n_heads",   "d_ff",      "vocab",       "n_pre",
+                                  "n_loop",  "loops",     "n_kv_heads", "head_dim",   "max_loops",
+                                  "max_seq_len", "seed"};
+    for (const auto& item : split_list("--random", text)) {
+        size_t eq = item.find('=');
+        if (eq == std::string::npos)
+            throw UsageError("--random: expected key=value, got '" + item + "'");
+        std::string key = item.substr(0, eq);
+        bool known = false;
+        for (const char* k : kKeys) known = known || key == k;
+        if (!known)
+            throw UsageError("--random: unknown key '" + key +
+                             "' (keys: d_model, n_heads, d_ff, vocab, n_pre, n_loop, loops, "
+                             "n_kv_heads, head_dim, max_loops, max_seq_len, seed)");
+        if (kv.count(key)) throw UsageError("--random: key '" + key + "' given twice");
+        kv[key] = parse_integer("--random", item.substr(eq + 1), key == "n_pre" || key == "seed" ? 0 : 1,
+                                1 << 22, key + "=N with N a positive integer");
+    }
+    auto get = [&](const char* k, int64_t def) { return kv.count(k) ? kv[k] : def; };
+    HParams hp;
+    hp.d_model = static_cast<int>(get("d_model", 512));
+    hp.n_heads = static_cast<int>(get("n_heads", 8));
+    hp.d_ff = static_cast<int>(get("d_ff", 1408));
+    hp.vocab_size = static_cast<int>(get("vocab", 4096));
+    hp.n_pre_blocks = static_cast<int>(get("n_pre", 2));
+    hp.n_loop_layers = static_cast<int>(get("n_loop", 2));
+    hp.default_loops = static_cast<int>(get("loops", 7));
+    hp.n_kv_heads = static_cast<int>(get("n_kv_heads", hp.n_heads));
+    hp.head_dim = static_cast<int>(get("head_dim", hp.d_model / std::max(1, hp.n_heads)));
+    hp.max_loops = static_cast<int>(get("max_loops", std::max(16, 2 * hp.default_loops)));
+    hp.max_seq_len = static_cast<int>(get("max_seq_len", 1024));
+    *seed = static_cast<uint64_t>(get("seed", 1));
+    const uint64_t d = hp.d_model, q = uint64_t(hp.n_heads) * hp.head_dim,
+                   kvd = uint64_t(hp.n_kv_heads) * hp.head_dim, ff = hp.d_ff;
+    const uint64_t params = uint64_t(hp.vocab_size) * d +
+                            uint64_t(hp.n_pre_blocks + hp.n_loop_layers) * (d * q * 2 + d * kvd * 2 + d * ff * 3);
+    if (params > 2'000'000'000ull)
+        throw UsageError("--random: the model would have " + grouped(params) +
+                         " parameters; bench writes at most 2,000,000,000");
+    return hp;
+}
+
+// What a decoded token reads and computes, from the tensors as stored.
+struct Costs {
+    double pre_bytes = 0, loop_bytes = 0, head_bytes = 0;
+    double pre_macs = 0, loop_macs = 0, head_macs = 0;
+    uint64_t weight_bytes = 0;
+    std::string matrix_dtype;
+};
+
+Costs model_costs(const ModelInfo& info) {
+    Costs c;
+    bool has_head = false;
+    for (const auto& t : info.tensors) has_head = has_head || t.name == "head";
+    std::map<std::string, uint64_t> dtype_bytes;
+    for (const auto& t : info.tensors) {
+        const double macs = t.shape.size() == 2 ? double(t.shape[0]) * double(t.shape[1]) : 0.0;
+        if (t.name.rfind("pre.", 0) == 0) {
+            c.pre_bytes += double(t.bytes), c.pre_macs += macs;
+        } else if (t.name.rfind("loop.", 0) == 0) {
+            c.loop_bytes += double(t.bytes), c.loop_macs += macs;
+        } else if (t.name == "head" || (t.name == "embed" && !has_head)) {
+            c.head_bytes += double(t.bytes), c.head_macs += macs;
+        } else if (t.name == "final_norm") {
+            c.head_bytes += double(t.bytes);
+        }
+        if (t.shape.size() == 2) dtype_bytes[dtype_name(t.dtype)] += t.bytes;
+    }
+    uint64_t best = 0;
+    for (const auto& [name, b] : dtype_bytes)
+        if (b > best) best = b, c.matrix_dtype = name;
+    c.weight_bytes = info.weight_bytes;
+    return c;
+}
+
+// The prompt: an English paragraph, repeated to P tokens (a trained model sees text it knows).
+std::vector<int32_t> bench_prompt(Model* m, int P) {
+    static const char* kText =
+        "In the beginning God created the heaven and the earth. And the earth was without form, "
+        "and void; and darkness was upon the face of the deep. And the Spirit of God moved upon "
+        "the face of the waters. And God said, Let there be light: and there was light. ";
+    std::vector<int32_t> base = tokenize(m, kText);
+    std::vector<int32_t> ids;
+    while (static_cast<int>(ids.size()) < P) ids.insert(ids.end(), base.begin(), base.end());
+    ids.resize(P);
+    return ids;
+}
+
+struct Sample {
+    double prefill_tok_s = 0, decode_tok_s = 0, total_ms = 0, mean_depth = 0;
+    double acceptance = 0, mean_accepted = 0;
+    int emitted = 0;
+    bool identical = true;
+};
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct EarlyExitName {
+    const char* name;
+    EarlyExitCriterion c;
+};
+const EarlyExitName kCriteria[] = {{"l2", EarlyExitCriterion::HiddenL2},
+                                   {"margin", EarlyExitCriterion::LogitMargin},
+                                   {"kl", EarlyExitCriterion::KL},
+                                   {"entropy", EarlyExitCriterion::EntropyDelta},
+                                   {"argmax", EarlyExitCriterion::ArgmaxStable}};
+
+nlohmann::json num_or_null(bool ok, double v) { return ok ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+}  // namespace
+
+int run_bench(const Args& args) {
+    // ---- flags ----
+    const bool random = args.has("--random");
+    std::string model_path;
+    if (random) {
+        if (!args.positionals().empty())
+            throw UsageError("MODEL and --random cannot be used together");
+    } else {
+        model_path = args.single_positional("MODEL (or --random SPEC)");
+    }
+    uint64_t seed = 1;
+    HParams rhp;
+    if (random) rhp = parse_random_spec(*args.value("--random"), &seed);
+
+    std::vector<std::string> dtypes;
+    if (auto d = args.value("--dtypes"))
+        for (const auto& t : split_list("--dtypes", *d)) {
+            if (t != "f32" && t != "f16" && t != "q8" && t != "q4" && t != "q2")
+                throw UsageError("--dtypes: expected items among f32, f16, q8, q4, q2, got '" + t + "'");
+            if (std::find(dtypes.begin(), dtypes.end(), t) == dtypes.end()) dtypes.push_back(t);
+        }
+    const int group = args.get_int("--group-size", 1, 1 << 20).value_or(32);
+    if (group != 32 && group != 64 && group != 128)
+        throw UsageError("--group-size: expected one of 32, 64, 128, got '" + *args.value("--group-size") + "'");
+    const int N = args.get_int("--tokens", 1, 100000).value_or(128);
+    const int P = args.get_int("--prompt-tokens", 1, 1000000).value_or(256);
+    const std::optional<int> loops_flag = args.get_int("--loops", 1, 1 << 16);
+    const int repeat = args.get_int("--repeat", 1, 100).value_or(3);
+    std::vector<int> threads;
+    if (auto t = args.value("--threads")) {
+        for (const auto& item : split_list("--threads", *t)) {
+            int v = static_cast<int>(parse_integer("--threads", item, 1, 256, "a list of integers in [1, 256]"));
+            if (std::find(threads.begin(), threads.end(), v) == threads.end()) threads.push_back(v);
+        }
+    } else {
+        threads.push_back(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    }
+    std::vector<std::string> modes = {"plain"};
+    if (auto m = args.value("--modes")) {
+        for (const auto& item : split_list("--modes", *m)) {
+            if (item != "plain" && item != "early-exit" && item != "speculative" && item != "tree")
+                throw UsageError("--modes: expected items among plain, early-exit, speculative, tree, got '" +
+                                 item + "'");
+            if (std::find(modes.begin(), modes.end(), item) == modes.end()) modes.push_back(item);
+        }
+    } else {
+        modes = {"plain", "early-exit", "speculative", "tree"};
+    }
+    auto has_mode = [&](const char* m) { return std::find(modes.begin(), modes.end(), m) != modes.end(); };
+    EarlyExitCriterion criterion = EarlyExitCriterion::HiddenL2;
+    std::string criterion_name = "l2";
+    if (auto c = args.value("--early-exit")) {
+        bool found = false;
+        for (const auto& k : kCriteria)
+            if (*c == k.name) criterion = k.c, criterion_name = k.name, found = true;
+        if (!found)
+            throw UsageError("--early-exit: expected one of l2, margin, kl, entropy, argmax, got '" + *c + "'");
+    }
+    const float ee_threshold = args.get_float("--early-exit-threshold").value_or(0.05f);
+    if (ee_threshold < 0) throw UsageError("--early-exit-threshold: expected a number >= 0, got '" +
+                                           *args.value("--early-exit-threshold") + "'");
+    const std::optional<int> draft_flag = args.get_int("--draft-loops", 1, 1 << 16);
+    const int ahead = args.get_int("--draft-ahead", 1, 1 << 16).value_or(4);
+    const int branches = args.get_int("--branches", 1, 1 << 16).value_or(2);
+    for (const char* f : {"--early-exit", "--early-exit-threshold"})
+        if (args.has(f) && !has_mode("early-exit")) throw UsageError(std::string(f) + ": only used with --modes early-exit");
+    for (const char* f : {"--draft-loops", "--draft-ahead"})
+        if (args.has(f) && !has_mode("speculative") && !has_mode("tree"))
+            throw UsageError(std::string(f) + ": only used with --modes speculative or tree");
+    if (args.has("--branches") && !has_mode("tree")) throw UsageError("--branches: only used with --modes tree");
+    LoadOptions base_load;
+    if (auto b = args.value("--backend")) {
+        if (*b == "cpu") base_load.backend = Backend::Cpu;
+        else if (*b == "cuda") base_load.backend = Backend::Cuda;
+        else if (*b == "auto") base_load.backend = Backend::Auto;
+        else throw UsageError("--backend: expected one of cpu, cuda, auto, got '" + *b + "'");
+    }
+    const bool json = args.has("--json");
+    if (!random) check_file_readable("MODEL", model_path);
+
+    // ---- the machine ----
+    nlohmann::json machine = nullptr;
+    std::map<int, std::pair<double, double>> ceilings;  // threads -> (GB/s, GFLOP/s)
+    if (!args.has("--no-machine")) {
+        machine = {{"hardware_threads", std::thread::hardware_concurrency()}};
+        nlohmann::json per = nlohmann::json::array();
+        std::string isa;
+        for (int t : threads) {
+            const double gbs = measure_read_bandwidth_gbs(t);
+            const double gf = measure_fma_gflops(t, &isa);
+            ceilings[t] = {gbs, gf};
+            per.push_back({{"threads", t}, {"read_gbs", gbs}, {"fma_gflops", gf}});
+        }
+        machine["fma_isa"] = isa;
+        machine["per_threads"] = per;
+    }
+
+    // ---- the model files, one per dtype ----
+    TempDir tmp;
+    struct Variant {
+        std::string dtype, path;
+    };
+    std::vector<Variant> variants;
+    if (random) {
+        if (dtypes.empty()) dtypes = {"f32"};
+        for (const auto& d : dtypes) {
+            const std::string path = tmp.path + "/random-" + d + ".tinyloop";
+            try {
+                save_model(path, random_model_spec(rhp, seed, parse_dtype(d), group));
+            } catch (const Error& e) {
+                throw Error(e.code(), "--random: " + std::string(e.what()));
+            }
+            variants.push_back({d, path});
+        }
+    } else {
+        std::string own;
+        {
+            LoadOptions lo = base_load;
+            lo.threads = 1;
+            ModelPtr m = open_model(model_path, lo);
+            own = model_costs(model_info(m.get())).matrix_dtype;
+        }
+        if (dtypes.empty()) dtypes = {own};
+        for (const auto& d : dtypes) {
+            if (d == own) {
+                variants.push_back({d, model_path});
+                continue;
+            }
+            const std::string path = tmp.path + "/model-" + d + ".tinyloop";
+            quantize_model_file(model_path, path, parse_dtype(d), group);
+            variants.push_back({d, path});
+        }
+    }
+
+    // ---- the runs ----
+    nlohmann::json rows = nlohmann::json::array();
+    HParams hp_out;
+    int L = 0, draft = 0;
+    const auto fields = std::vector<std::pair<std::string, std::string>>{
+        {"loops", "--loops"},           {"verify_loops", "--loops"},
+        {"draft_loops", "--draft-loops"}, {"draft_ahead", "--draft-ahead"},
+        {"K_branches", "--branches"},   {"max_tokens", "--tokens"},
+        {"early_exit_threshold", "--early-exit-threshold"}};
+    struct Row {
+        std::string dtype, mode;
+        int threads;
+        std::vector<Sample> samples;
+        Costs costs;
+    };
+    std::vector<Row> table;
+    for (const auto& v : variants) {
+        for (int t : threads) {
+            LoadOptions lo = base_load;
+            lo.threads = t;
+            ModelPtr model = open_model(v.path, lo);
+            const HParams& hp = model_hparams(model.get());
+            hp_out = hp;
+            L = loops_flag.value_or(hp.default_loops);
+            if (L > hp.max_loops)
+                throw UsageError("--loops: " + std::to_string(L) + " is deeper than the model's max_loops " +
+                                 std::to_string(hp.max_loops));
+            draft = draft_flag.value_or(std::max(1, std::min(2, L - 1)));
+            if ((has_mode("speculative") || has_mode("tree")) && L < 2)
+                throw UsageError("--loops: speculative and tree modes need a depth >= 2, got " + std::to_string(L));
+            if (P + N > hp.max_seq_len)
+                throw UsageError("--prompt-tokens " + std::to_string(P) + " + --tokens " + std::to_string(N) +
+                                 " exceed the model's max_seq_len " + std::to_string(hp.max_seq_len));
+            const Costs costs = model_costs(model_info(model.get()));
+            const std::vector<int32_t> prompt = bench_prompt(model.get(), P);
+
+            auto run_mode = [&](const std::string& mode, int max_tokens) {
+                return with_engine_fields(fields, [&] {
+                    if (mode == "plain" || mode == "early-exit") {
+                        GenerateConfig c;
+                        c.max_tokens = max_tokens;
+                        c.loops = L;
+                        c.ignore_eos = true;
+                        if (mode == "early-exit") {
+                            c.early_exit_patience = 1;
+                            c.early_exit_criterion = criterion;
+                            c.early_exit_threshold = ee_threshold;
+                            if (criterion == EarlyExitCriterion::LogitMargin) c.early_exit_logit_margin = ee_threshold;
+                        }
+                        return generate_ex(model.get(), prompt.data(), P, c);
+                    }
+                    if (mode == "speculative") {
+                        SpeculativeConfig c;
+                        c.max_tokens = max_tokens;
+                        c.draft_loops = draft;
+                        c.verify_loops = L;
+                        c.draft_ahead = ahead;
+                        c.ignore_eos = true;
+                        return generate_speculative_ex(model.get(), prompt.data(), P, c);
+                    }
+                    TreeSpeculativeConfig c;
+                    c.max_tokens = max_tokens;
+                    c.draft_loops = draft;
+                    c.verify_loops = L;
+                    c.draft_ahead = ahead;
+                    c.K_branches = branches;
+                    c.ignore_eos = true;
+                    return generate_tree_speculative_ex(model.get(), prompt.data(), P, c);
+                });
+            };
+
+            for (const auto& mode : modes) run_mode(mode, std::min(N, 8));  // warm-up
+            std::vector<Row> rows_here;
+            for (const auto& mode : modes) rows_here.push_back({v.dtype, mode, t, {}, costs});
+            std::vector<int32_t> reference;
+            for (int r = 0; r < repeat; ++r) {
+                for (size_t k = 0; k < modes.size(); ++k) {
+                    GenerateResult res = run_mode(modes[k], N);
+                    const GenerateStats& st = res.stats;
+                    if (modes[k] == "plain" && reference.empty()) reference = res.tokens;
+                    Sample s;
+                    s.prefill_tok_s = st.prefill_ms > 0 ? P * 1000.0 / st.prefill_ms : 0.0;
+                    s.decode_tok_s = st.decode_tokens_per_s();
+                    s.total_ms = st.total_ms;
+                    s.emitted = st.tokens_emitted;
+                    double depth = 0;
+                    for (int dd : st.depth_per_token) depth += dd;
+                    s.mean_depth = st.depth_per_token.empty() ? L : depth / st.depth_per_token.size();
+                    s.acceptance = st.spec_acceptance_rate();
+                    s.mean_accepted = st.spec_mean_accepted();
+                    s.identical = res.tokens == reference;
+                    rows_here[k].samples.push_back(s);
+                }
+            }
+            for (auto& r : rows_here) table.push_back(std::move(r));
+        }
+    }
+
+    // ---- medians, speedups, fractions ----
+    const double ctx = std::min<double>(P + N / 2.0, hp_out.max_seq_len);
+    const double attn_macs_per_layer = 2.0 * hp_out.n_heads * hp_out.head_dim * ctx;
+    std::map<std::pair<std::string, int>, double> plain_decode;
+    struct Med {
+        double prefill, decode, total, depth, acc, mean_acc, emitted;
+        bool identical;
+    };
+    std::vector<Med> meds;
+    for (const auto& r : table) {
+        auto col = [&](double Sample::*f) {
+            std::vector<double> v;
+            for (const auto& s : r.samples) v.push_back(s.*f);
+            return median(v);
+        };
+        Med m{col(&Sample::prefill_tok_s), col(&Sample::decode_tok_s), col(&Sample::total_ms),
+              col(&Sample::mean_depth),    col(&Sample::acceptance),   col(&Sample::mean_accepted),
+              0, true};
+        std::vector<double> em;
+        for (const auto& s : r.samples) em.push_back(s.emitted), m.identical = m.identical && s.identical;
+        m.emitted = median(em);
+        meds.push_back(m);
+        if (r.mode == "plain") plain_decode[{r.dtype, r.threads}] = m.decode;
+    }
+
+    std::ostringstream o;
+    if (!json) {
+        char line[320];
+        std::snprintf(line, sizeof(line), "tinyloop bench: %s, prompt %d tokens, %d decoded, depth %d, median of %d\n",
+                      random ? ("random " + *args.value("--random")).c_str() : model_path.c_str(), P, N, L, repeat);
+        o << line;
+        if (!machine.is_null()) {
+            for (const auto& pt : machine["per_threads"]) {
+                std::snprintf(line, sizeof(line), "machine: %d thread%s: read %.1f GB/s, FMA peak %.1f GFLOP/s (%s)\n",
+                              pt["threads"].get<int>(), pt["threads"].get<int>() == 1 ? "" : "s",
+                              pt["read_gbs"].get<double>(), pt["fma_gflops"].get<double>(),
+                              machine["fma_isa"].get<std::string>().c_str());
+                o << line;
+            }
+        }
+        o << "\ndtype thr mode         depth  prefill/s  decode/s  speedup    GB/s   %bw  GFLOP/s  %peak  accept  acc/cyc  same\n";
+    }
+    for (size_t i = 0; i < table.size(); ++i) {
+        const Row& r = table[i];
+        const Med& m = meds[i];
+        const bool weights_model = r.mode == "plain" || r.mode == "early-exit";
+        const bool spec = r.mode == "speculative" || r.mode == "tree";
+        const double depth = m.depth;
+        const double bytes = r.costs.pre_bytes + r.costs.loop_bytes * depth + r.costs.head_bytes;
+        const double layers = hp_out.n_pre_blocks + hp_out.n_loop_layers * depth;
+        const double flops = 2.0 * (r.costs.pre_macs + r.costs.loop_macs * depth + r.costs.head_macs +
+                                    attn_macs_per_layer * layers);
+        const double gbs = bytes * m.decode / 1e9, gflops = flops * m.decode / 1e9;
+        const double pd = plain_decode[{r.dtype, r.threads}];
+        const double speedup = pd > 0 ? m.decode / pd : 0.0;
+        const bool have_machine = ceilings.count(r.threads) != 0;
+        const double bwf = have_machine && ceilings[r.threads].first > 0 ? gbs / ceilings[r.threads].first : 0;
+        const double pkf = have_machine && ceilings[r.threads].second > 0 ? gflops / ceilings[r.threads].second : 0;
+        if (json) {
+            rows.push_back({{"dtype", r.dtype},
+                            {"threads", r.threads},
+                            {"mode", r.mode},
+                            {"loops", L},
+                            {"weight_bytes", r.costs.weight_bytes},
+                            {"prefill_tok_s", m.prefill},
+                            {"decode_tok_s", m.decode},
+                            {"total_ms", m.total},
+                            {"tokens_emitted", m.emitted},
+                            {"mean_depth", num_or_null(!spec, depth)},
+                            {"speedup_vs_plain", speedup},
+                            {"bytes_per_token", num_or_null(weights_model, bytes)},
+                            {"flops_per_token", num_or_null(weights_model, flops)},
+                            {"gb_s", num_or_null(weights_model, gbs)},
+                            {"gflop_s", num_or_null(weights_model, gflops)},
+                            {"bw_fraction", num_or_null(weights_model && have_machine, bwf)},
+                            {"peak_fraction", num_or_null(weights_model && have_machine, pkf)},
+                            {"acceptance_rate", num_or_null(spec, m.acc)},
+                            {"mean_accepted", num_or_null(spec, m.mean_acc)},
+                            {"identical", m.identical},
+                            {"draft_loops", spec ? nlohmann::json(draft) : nlohmann::json(nullptr)},
+                            {"draft_ahead", spec ? nlohmann::json(ahead) : nlohmann::json(nullptr)},
+                            {"branches", r.mode == "tree" ? nlohmann::json(branches) : nlohmann::json(nullptr)},
+                            {"early_exit", r.mode == "early-exit" ? nlohmann::json(criterion_name) : nlohmann::json(nullptr)},
+                            {"early_exit_threshold", r.mode == "early-exit" ? nlohmann::json(f2d(ee_threshold)) : nlohmann::json(nullptr)}});
+            continue;
+        }
+        char line[320], dcol[16], gb[16], bwp[16], gf[16], pkp[16], acc[16], macc[16];
+        auto fmt = [](char* b, bool ok, const char* f, double v) {
+            if (ok) std::snprintf(b, 16, f, v);
+            else std::snprintf(b, 16, "-");
+        };
+        fmt(dcol, !spec, "%.2f", depth);
+        fmt(gb, weights_model, "%.2f", gbs);
+        fmt(bwp, weights_model && have_machine, "%.0f%%", 100 * bwf);
+        fmt(gf, weights_model, "%.2f", gflops);
+        fmt(pkp, weights_model && have_machine, "%.1f%%", 100 * pkf);
+        fmt(acc, spec, "%.0f%%", 100 * m.acc);
+        fmt(macc, spec, "%.2f", m.mean_acc);
+        std::snprintf(line, sizeof(line), "%-5s %3d %-12s %5s %10.1f %9.1f %7.2fx %7s %5s %8s %6s %7s %8s  %s\n",
+                      r.dtype.c_str(), r.threads, r.mode.c_str(), dcol, m.prefill, m.decode, speedup, gb, bwp,
+                      gf, pkp, acc, macc, m.identical ? "yes" : "NO");
+        o << line;
+    }
+    if (json) {
+        print_json({{"model", random ? nlohmann::json(nullptr) : nlohmann::json(model_path)},
+                    {"random_spec", random ? nlohmann::json(*args.value("--random")) : nlohmann::json(nullptr)},
+                    {"hparams", hparams_json(hp_out)},
+                    {"prompt_tokens", P},
+                    {"tokens", N},
+                    {"loops", L},
+                    {"repeat", repeat},
+                    {"group_size", group},
+                    {"machine", machine},
+                    {"rows", rows}});
+        return 0;
+    }
+    o << "\nspeedup: decode tok/s over plain at the same dtype and threads; same: output tokens equal\n"
+         "plain greedy's. GB/s counts the loop block once per pass: over 100% of the measured read\n"
+         "bandwidth means its re-reads hit the cache.\n";
+    std::string s = o.str();
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    return 0;
+}
+
+}  // namespace tinyloop::cli
