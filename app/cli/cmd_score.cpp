@@ -40,6 +40,14 @@ CommandSpec score_spec() {
          "one of entropy, margin, disagreement", false, E},
         {"--threshold", "X", "escalation threshold (default 2.0 for entropy, 0.1 for margin)",
          "a number", false, E},
+        {"--early-exit", "C", "score with early exit: l2 | margin | kl | entropy | argmax (at --loops)",
+         "one of l2, margin, kl, entropy, argmax", false, "Early exit (--early-exit)"},
+        {"--early-exit-threshold", "X", "stability threshold (default 0.05; margin: logit margin)",
+         "a number > 0", false, "Early exit (--early-exit)"},
+        {"--early-exit-patience", "P", "consecutive stable probes before exiting (default 1)",
+         "an integer >= 1", false, "Early exit (--early-exit)"},
+        {"--early-exit-min-l", "M", "first depth probed (default 2)", "an integer >= 1", false,
+         "Early exit (--early-exit)"},
     };
     for (auto& o : common_options()) s.options.push_back(o);
     s.notes =
@@ -52,6 +60,9 @@ CommandSpec score_spec() {
         "--escalate: token_logprobs, total_nll and perplexity come from the depth each position\n"
         "used, loops is the deepest rung, and escalation{depths, signal, threshold, depth_used[n-1],\n"
         "escalated[n-1] (booleans), n_escalated, mean_depth, deepest, passes_run,\n"
+        "--early-exit: scoring with each position stopping where the policy says (teacher-forced,\n"
+        "exact keys by state propagation); adds early_exit{criterion, threshold, patience, min_L,\n"
+        "depth_used[n], mean_depth}.\n"
         "passes_full (n x the deepest rung: what scoring everything at that depth runs)}.\n";
     return s;
 }
@@ -98,6 +109,32 @@ int run_score(const Args& args) {
         for (const char* f : {"--signal", "--threshold"})
             if (args.has(f)) throw UsageError(std::string(f) + ": only used with --escalate");
     }
+    // Early exit: teacher-forced, each position stops where the policy says (score_early_exit).
+    const bool early = args.has("--early-exit");
+    GenerateConfig ee;
+    std::string crit_name = "l2";
+    if (early) {
+        if (escalate) throw UsageError("--early-exit: not used with --escalate");
+        crit_name = *args.value("--early-exit");
+        static const std::pair<const char*, EarlyExitCriterion> crits[] = {
+            {"l2", EarlyExitCriterion::HiddenL2}, {"margin", EarlyExitCriterion::LogitMargin},
+            {"kl", EarlyExitCriterion::KL}, {"entropy", EarlyExitCriterion::EntropyDelta},
+            {"argmax", EarlyExitCriterion::ArgmaxStable}};
+        bool found = false;
+        for (const auto& [name, c] : crits)
+            if (crit_name == name) ee.early_exit_criterion = c, found = true;
+        if (!found)
+            throw UsageError("--early-exit: expected one of l2, margin, kl, entropy, argmax, got '" + crit_name + "'");
+        ee.loops = loops;
+        ee.early_exit_patience = args.get_int("--early-exit-patience").value_or(1);
+        if (auto v = args.get_int("--early-exit-min-l")) ee.early_exit_min_L = *v;
+        if (auto v = args.get_float("--early-exit-threshold")) ee.early_exit_threshold = *v;
+        if (ee.early_exit_criterion == EarlyExitCriterion::LogitMargin)
+            ee.early_exit_logit_margin = ee.early_exit_threshold;
+    } else {
+        for (const char* f : {"--early-exit-threshold", "--early-exit-patience", "--early-exit-min-l"})
+            if (args.has(f)) throw UsageError(std::string(f) + ": only used with --early-exit");
+    }
     const LoadOptions load = load_options(args);
 
     ModelPtr model = open_model(model_path, load);
@@ -105,7 +142,9 @@ int run_score(const Args& args) {
     const int n = static_cast<int>(ids.size());
     const std::vector<std::pair<std::string, std::string>> fields = {
         {"loops", "--loops"}, {"depths", "--escalate"}, {"threshold", "--threshold"},
-        {"signal", "--signal"}};
+        {"signal", "--signal"}, {"early_exit_threshold", "--early-exit-threshold"},
+        {"early_exit_patience", "--early-exit-patience"}, {"early_exit_min_L", "--early-exit-min-l"},
+        {"early_exit_logit_margin", "--early-exit-threshold"}};
     auto engine = [&](auto&& f) {
         try {
             return f();
@@ -116,12 +155,15 @@ int run_score(const Args& args) {
 
     ScoreResult r;
     EscalationResult er;
+    std::vector<int> ee_depth;
     if (escalate) {
         er = engine([&] { return score_with_consistency_escalation(model.get(), ids.data(), n, esc); });
         r.token_logprobs = er.token_logprobs;
         r.total_nll = er.total_nll;
         r.perplexity = er.perplexity;
         r.loops = esc.depths.back();
+    } else if (early) {
+        r = engine([&] { return score_early_exit(model.get(), ids.data(), n, ee, &ee_depth); });
     } else {
         r = engine([&] { return score(model.get(), ids.data(), n, loops); });
     }
@@ -178,6 +220,16 @@ int run_score(const Args& args) {
                 {"deepest", er.deepest},
                 {"passes_run", er.passes_run},
                 {"passes_full", passes_full}};
+        }
+        if (early) {
+            double md = 0;
+            for (int dd : ee_depth) md += dd;
+            j["early_exit"] = {{"criterion", crit_name},
+                               {"threshold", f2d(ee.early_exit_threshold)},
+                               {"patience", ee.early_exit_patience},
+                               {"min_L", ee.early_exit_min_L},
+                               {"depth_used", ee_depth},
+                               {"mean_depth", ee_depth.empty() ? 0.0 : md / ee_depth.size()}};
         }
         print_json(j);
         return 0;

@@ -1021,3 +1021,24 @@ TEST_F(CliTest, ServeExplainsWhatIsMissing) {
 }
 
 }  // namespace
+
+TEST_F(CliTest, ScoreWithEarlyExitReportsDepthsAndLoss) {
+    // A threshold that always holds exits every position at the first probe (min-l 2).
+    CliRun r = run({"score", model_, "--text", "In the beginning was the word", "--loops", "5", "--early-exit", "l2",
+                    "--early-exit-threshold", "1e30", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    json j = parse_json(r);
+    const size_t n = j["tokens"].size();
+    ASSERT_EQ(j["early_exit"]["depth_used"].size(), n);
+    for (int d : j["early_exit"]["depth_used"]) EXPECT_EQ(d, 2);
+    EXPECT_DOUBLE_EQ(j["early_exit"]["mean_depth"].get<double>(), 2.0);
+    // A threshold that never holds equals plain scoring at the same depth.
+    CliRun never = run({"score", model_, "--text", "In the beginning was the word", "--loops", "5", "--early-exit",
+                        "l2", "--early-exit-threshold", "1e-30", "--json"});
+    CliRun plain = run({"score", model_, "--text", "In the beginning was the word", "--loops", "5", "--json"});
+    ASSERT_EQ(never.status, 0) << never.err;
+    EXPECT_EQ(parse_json(never)["token_logprobs"], parse_json(plain)["token_logprobs"]);
+    CliRun bad = run({"score", model_, "--text", "abc", "--early-exit-threshold", "0.1"});
+    EXPECT_EQ(bad.status, 2);
+    EXPECT_NE(bad.err.find("--early-exit-threshold"), std::string::npos);
+}
