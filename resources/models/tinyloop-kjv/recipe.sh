@@ -37,12 +37,14 @@ echo "== 5. evaluation"; "$PY" evaluate.py            # work/eval.json, work/eva
 echo "== 6. parity fixture"; "$PY" make_parity.py     # parity.json (from the exported file)
 
 echo "== 7. quantization (C++ tool, optional)"
-# Quantization to q8 is done by the C++ `tinyloop quantize` tool; run it only when the binary exists.
+# Quantization is done by the C++ `tinyloop quantize` tool (built by packaging/setup.sh into
+# build/bin); run it only when the binary exists.
 TL="${TINYLOOP_BIN:-$(command -v tinyloop || true)}"
-[[ -z "$TL" && -x ../../../build/app/tinyloop ]] && TL=../../../build/app/tinyloop
+[[ -z "$TL" && -x ../../../build/bin/tinyloop ]] && TL=../../../build/bin/tinyloop
 if [[ -n "$TL" && -x "$TL" ]]; then
-  "$TL" quantize model-f32.tinyloop model-q8.tinyloop --dtype q8   # TODO: check flags against `tinyloop quantize --help`
+  "$TL" quantize model-f32.tinyloop model-q8.tinyloop --dtype q8 --group-size 32
+  "$TL" quantize model-f32.tinyloop model-q4.tinyloop --dtype q4 --group-size 32
 else
-  echo "tinyloop binary not found: skipping q8 quantization (model-q8.tinyloop not produced)"
+  echo "tinyloop binary not found: skipping quantization (model-q8/q4.tinyloop not produced)"
 fi
 ls -la model-*.tinyloop parity.json
