@@ -34,12 +34,16 @@ cmake --build "$build" -j "$jobs"
 case "$mode" in
   run)
     model=resources/models/tinyloop-kjv/model-f32.tinyloop
-    if [ ! -f "$model" ]; then
-      model="$build/models/random-demo.tinyloop"
-      echo "== no trained model bundled yet: using a RANDOM model, its text is noise"
+    if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ] && [ -x "$build/bin/tinyloop-workbench" ]; then
+      echo "== opening the workbench on $model"
+      exec "$build/bin/tinyloop-workbench" "$model"
     fi
-    echo "== tinyloop generate $model"
-    "$build/bin/tinyloop" generate "$model" --prompt "In the beginning" --max-tokens 48
+    echo "== no display (DISPLAY/WAYLAND_DISPLAY unset): generating on the command line instead"
+    "$build/bin/tinyloop" generate "$model" --prompt "<|endoftext|>In the beginning" --parse-special \
+      --max-tokens 48 --temperature 0.8 --top-k 40 --seed 1
+    ;;
+  screenshots)
+    bash packaging/screenshots.sh "$build"
     ;;
   test)
     echo "== Python test environment ($build/pyenv)"

@@ -1,0 +1,240 @@
+// The config panel round-trips every GenerateConfig field (and the speculative knobs); input
+// outside a field's range is refused in place, naming the field; the engine's validate_config
+// has the final word on the whole config.
+#include <QCheckBox>
+#include <QComboBox>
+#include <QLabel>
+#include <QLineEdit>
+#include <QSignalSpy>
+#include <QTest>
+
+#include "config_panel.h"
+#include "main_window.h"
+#include "ui_test_util.h"
+
+using namespace tlui;
+
+static tinyloop::GenerateConfig everyFieldChanged() {
+    tinyloop::GenerateConfig c;  // each field away from its default
+    c.max_tokens = 77;
+    c.loops = 5;
+    c.temperature = 0.73f;
+    c.top_k = 17;
+    c.top_p = 0.91f;
+    c.min_p = 0.05f;
+    c.cache_window = 33;
+    c.repetition_penalty = 1.15f;
+    c.frequency_penalty = -0.5f;
+    c.presence_penalty = 1.25f;
+    c.logit_bias = {{10, -3.5f}, {256, -100.0f}};
+    c.stop_sequences = {{13}, {1, 2, 3}};
+    c.stop_strings = {"\n\n", "Amen; \"quoted\""};
+    c.ignore_eos = true;
+    c.max_time = 2.5;
+    c.no_repeat_ngram_size = 3;
+    c.bad_words = {{256}, {10, 10}};
+    c.beam_size = 3;
+    c.length_penalty = 0.6f;
+    c.early_exit_patience = 2;
+    c.early_exit_min_L = 3;
+    c.early_exit_peek_every = 2;
+    c.early_exit_logit_margin = 0.25f;
+    c.early_exit_criterion = tinyloop::EarlyExitCriterion::KL;
+    c.early_exit_threshold = 0.125f;
+    c.sample_seed = 18446744073709551557ull;
+    return c;
+}
+
+class TestConfigPanel : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+
+    static void setText(ConfigPanel& p, const char* key, const QString& text) {
+        auto* e = qobject_cast<QLineEdit*>(p.editor(key));
+        QVERIFY(e);
+        e->selectAll();
+        QTest::keyClicks(e, text);  // typed, as a user would
+        if (text.isEmpty()) e->clear();
+    }
+
+private slots:
+    void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+
+    void roundTripsEveryField() {
+        ConfigPanel p;
+        const auto c = everyFieldChanged();
+        p.setConfig(c);
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        QString err;
+        auto back = p.config(&err);
+        QVERIFY2(back.has_value(), qPrintable(err));
+        QCOMPARE(back->max_tokens, c.max_tokens);
+        QCOMPARE(back->loops, c.loops);
+        QCOMPARE(back->temperature, c.temperature);
+        QCOMPARE(back->top_k, c.top_k);
+        QCOMPARE(back->top_p, c.top_p);
+        QCOMPARE(back->min_p, c.min_p);
+        QCOMPARE(back->cache_window, c.cache_window);
+        QCOMPARE(back->repetition_penalty, c.repetition_penalty);
+        QCOMPARE(back->frequency_penalty, c.frequency_penalty);
+        QCOMPARE(back->presence_penalty, c.presence_penalty);
+        QVERIFY(back->logit_bias == c.logit_bias);
+        QVERIFY(back->stop_sequences == c.stop_sequences);
+        QVERIFY(back->stop_strings == c.stop_strings);
+        QCOMPARE(back->ignore_eos, c.ignore_eos);
+        QCOMPARE(back->max_time, c.max_time);
+        QCOMPARE(back->no_repeat_ngram_size, c.no_repeat_ngram_size);
+        QVERIFY(back->bad_words == c.bad_words);
+        QCOMPARE(back->beam_size, c.beam_size);
+        QCOMPARE(back->length_penalty, c.length_penalty);
+        QCOMPARE(back->early_exit_patience, c.early_exit_patience);
+        QCOMPARE(back->early_exit_min_L, c.early_exit_min_L);
+        QCOMPARE(back->early_exit_peek_every, c.early_exit_peek_every);
+        QCOMPARE(back->early_exit_logit_margin, c.early_exit_logit_margin);
+        QCOMPARE(back->early_exit_criterion, c.early_exit_criterion);
+        QCOMPARE(back->early_exit_threshold, c.early_exit_threshold);
+        QCOMPARE(back->sample_seed, c.sample_seed);
+        QVERIFY(back->grammar == nullptr);
+        QVERIFY(configsEqual(*back, c));
+
+        // and the defaults come back as defaults
+        p.setConfig(tinyloop::GenerateConfig{});
+        QVERIFY(configsEqual(*p.config(), tinyloop::GenerateConfig{}));
+
+        // the JSON form used by presets and exports round-trips too
+        QVERIFY(configsEqual(configFromJson(configToJson(c)), c));
+
+        SpeculativeKnobs k{3, 6, 5, 3};
+        p.setMode(DecodeMode::Tree);
+        p.setKnobs(k);
+        QVERIFY(p.knobs().has_value());
+        QVERIFY(*p.knobs() == k);
+        QCOMPARE(p.mode(), DecodeMode::Tree);
+    }
+
+    void everyFieldHasRangeAndTooltip() {
+        ConfigPanel p;
+        for (const FieldInfo& f : configFields()) {
+            QWidget* e = p.editor(f.key);
+            QVERIFY2(e, f.key);
+            QVERIFY2(e->toolTip().contains(QString(f.tooltip).left(20).toHtmlEscaped()), f.key);
+        }
+        QVERIFY(p.editor("temperature")->toolTip().contains("means greedy argmax"));
+        QCOMPARE(p.modeSelector()->count(), 6);
+    }
+
+    void refusesOutOfRangeInPlace() {
+        ConfigPanel p;
+        ConfigLimits lim;
+        lim.max_loops = 6;
+        lim.max_seq_len = 256;
+        lim.vocab_size = 300;
+        p.setLimits(lim);
+        QVERIFY(p.isValid());
+        auto* label = p.findChild<QLabel*>("configMessage");
+        QVERIFY(label);
+
+        struct Bad { const char* key; const char* text; const char* why; };
+        const Bad cases[] = {
+            {"top_p", "1.5", "outside (0, 1]"},
+            {"top_p", "0", "outside (0, 1]"},
+            {"temperature", "-0.1", "outside [0"},
+            {"loops", "7", "outside [0, 6]"},
+            {"max_tokens", "abc", "not an integer"},
+            {"max_tokens", "300", "outside [0, 256]"},
+            {"min_p", "2", "outside [0, 1]"},
+            {"frequency_penalty", "2.5", "outside [-2, 2]"},
+            {"repetition_penalty", "0", "outside (0"},
+            {"top_k", "0", "outside [1, 300]"},
+            {"early_exit_min_L", "0", "outside [1, 6]"},
+            {"early_exit_threshold", "0", "outside (0"},
+            {"beam_size", "65", "outside [0, 64]"},
+            {"logit_bias", "400:1", "token id"},
+            {"logit_bias", "5:150", "bias"},
+            {"logit_bias", "5", "expected id:bias"},
+            {"stop_sequences", "1 2; x", "not a token id"},
+            {"stop_sequences", "999", "token id"},
+            {"stop_strings", "[\"a\", 3]", "expected a string"},
+            {"stop_strings", "not json", "JSON array"},
+            {"sample_seed", "-1", "not an integer"},
+            {"max_time", "-1", "outside [0"},
+            {"no_repeat_ngram_size", "-2", "outside [0"},
+            {"bad_words", "1;;2", "must not be empty"},
+            {"grammar", "/no/such/file.gbnf", "no such file"},
+            {"length_penalty", "0.5", "only applies to beam search"},
+        };
+        for (const Bad& b : cases) {
+            p.setConfig(tinyloop::GenerateConfig{});
+            p.setGrammarFile(QString());
+            QVERIFY2(p.isValid(), qPrintable(p.message()));
+            setText(p, b.key, b.text);
+            const QString ctx = QString("%1=%2: '%3'").arg(b.key, b.text, p.message());
+            QVERIFY2(!p.isValid(), qPrintable(ctx));
+            QVERIFY2(p.invalidFields().contains(b.key), qPrintable(ctx));
+            QVERIFY2(p.message().startsWith(QString(b.key) + ":"), qPrintable(ctx));
+            QVERIFY2(p.message().contains(b.why), qPrintable(ctx));
+            QVERIFY2(label->isVisibleTo(&p) && label->text() == p.message(), qPrintable(ctx));
+            QVERIFY2(p.editor(b.key)->styleSheet().contains("#d33"), qPrintable(ctx));  // red border
+            QString err;
+            QVERIFY2(!p.config(&err).has_value(), qPrintable(ctx));
+            QVERIFY2(err.startsWith(b.key), qPrintable(ctx + " / " + err));
+        }
+        // fixing the field clears the refusal
+        setText(p, "length_penalty", "1");
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        QVERIFY(p.editor("length_penalty")->styleSheet().isEmpty());
+        QVERIFY(!label->isVisibleTo(&p));
+    }
+
+    void modeSelectorMakesTheModeRunnable() {
+        ConfigPanel p;
+        QComboBox* m = p.modeSelector();
+        const int beam = m->findData("beam");
+        m->setCurrentIndex(beam);
+        emit m->activated(beam);
+        QVERIFY(p.config()->beam_size >= 2);
+        const int ee = m->findData("early-exit");
+        m->setCurrentIndex(ee);
+        emit m->activated(ee);
+        QVERIFY(p.config()->early_exit_patience >= 1);
+        QCOMPARE(p.config()->beam_size, 0);
+        const int s = m->findData("sampling");
+        m->setCurrentIndex(s);
+        emit m->activated(s);
+        QVERIFY(p.config()->temperature > 0.01f);
+        QCOMPARE(p.mode(), DecodeMode::Sampling);
+    }
+
+    void engineHasTheFinalWord() {
+        // max_tokens within max_seq_len passes the field check, but prompt + max_tokens does not:
+        // only validate_config (asked through the worker) knows the prompt length.
+        QVERIFY(m_dir.isValid());
+        const QString model = tltest::writeTinyModel(m_dir.path());
+        WindowOptions o;
+        o.presetDir = m_dir.filePath("presets");
+        o.errorDialogs = false;
+        MainWindow w(o);
+        QSignalSpy ready(&w, &MainWindow::modelReady);
+        w.openModel(model);
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+        w.setPrompt("a prompt of several tokens");
+        auto c = *w.configPanel()->config();
+        c.max_tokens = 256;
+        w.configPanel()->setConfig(c);
+        QVERIFY(w.configPanel()->isValid());
+        QVERIFY(tltest::waitFor([&] { return w.configPanel()->message().startsWith("engine: max_tokens"); }, 10000));
+        QVERIFY(w.configPanel()->message().contains("max_seq_len"));
+        // and a run with it is refused by the engine, with the same reason, and nothing crashes
+        QSignalSpy ended(&w, &MainWindow::runEnded);
+        QVERIFY(w.generate());
+        QVERIFY(tltest::waitFor([&] { return ended.count() == 1; }));
+        QCOMPARE(ended.at(0).at(1).toBool(), false);
+        QVERIFY(w.lastError().contains("max_tokens"));
+        c.max_tokens = 8;
+        w.configPanel()->setConfig(c);
+        QVERIFY(tltest::waitFor([&] { return w.configPanel()->message().isEmpty(); }, 10000));
+    }
+};
+
+QTEST_MAIN(TestConfigPanel)
+#include "test_config_panel.moc"

@@ -1,0 +1,194 @@
+// Presets save and load back equal; import/export/delete work; a malformed preset file is
+// refused with a message naming the field; the shipped presets are valid; a model opens with
+// its default preset.
+#include <QFile>
+#include <QLabel>
+#include <QLineEdit>
+#include <QSignalSpy>
+#include <QTest>
+
+#include "config_panel.h"
+#include "main_window.h"
+#include "preset_store.h"
+#include "presets_panel.h"
+#include "ui_test_util.h"
+
+using namespace tlui;
+
+class TestPresets : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+
+    static void writeText(const QString& path, const QByteArray& text) {
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        f.write(text);
+    }
+
+private slots:
+    void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true);
+        QCoreApplication::setOrganizationName("TinyLoopTest");
+        QCoreApplication::setApplicationName("test_presets");
+        QVERIFY(m_dir.isValid());
+    }
+
+    void saveAndLoadBackEqual() {
+        PresetStore store(m_dir.filePath("store1"));
+        Preset p;
+        p.name = "My preset / with odd chars";
+        p.description = "for the test";
+        p.mode = DecodeMode::Tree;
+        p.config.max_tokens = 12;
+        p.config.loops = 4;
+        p.config.temperature = 0.3f;
+        p.config.top_p = 0.9f;
+        p.config.stop_strings = {"END"};
+        p.config.stop_sequences = {{5, 6}};
+        p.config.logit_bias = {{3, 1.5f}};
+        p.config.early_exit_criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
+        p.config.sample_seed = 123456789012345ull;
+        p.knobs = SpeculativeKnobs{1, 4, 3, 2};
+        p.grammarFile = "/tmp/answer.gbnf";
+        p.config.bad_words = {{7}};
+        p.config.max_time = 1.5;
+        QString err;
+        QVERIFY2(store.save(p, &err), qPrintable(err));
+        QVERIFY(store.names().contains(p.name));
+        auto back = store.load(p.name, &err);
+        QVERIFY2(back.has_value(), qPrintable(err));
+        QVERIFY(presetsEqual(*back, p));
+
+        // export, delete, import: the same preset comes back
+        const QString out = m_dir.filePath("exported.json");
+        QVERIFY2(store.exportFile(p.name, out, &err), qPrintable(err));
+        QVERIFY(store.remove(p.name, &err));
+        QVERIFY(!store.names().contains(p.name));
+        QVERIFY(!store.load(p.name).has_value());
+        auto imported = store.importFile(out, &err);
+        QVERIFY2(imported.has_value(), qPrintable(err));
+        QVERIFY(presetsEqual(*imported, p));
+        QVERIFY(store.names().contains(p.name));
+    }
+
+    void panelRoundTripThroughTheEditors() {
+        ConfigPanel cfg;
+        PresetsPanel panel(&cfg, m_dir.filePath("store2"));
+        tinyloop::GenerateConfig c;
+        c.max_tokens = 99;
+        c.temperature = 0.65f;
+        c.top_k = 12;
+        c.repetition_penalty = 1.3f;
+        c.stop_strings = {"\n\n"};
+        cfg.setMode(DecodeMode::Sampling);
+        cfg.setConfig(c);
+        QString err;
+        QVERIFY2(panel.saveCurrent("sampler", &err), qPrintable(err));
+        cfg.setMode(DecodeMode::Greedy);
+        cfg.setConfig(tinyloop::GenerateConfig{});
+        QVERIFY2(panel.applyPreset("sampler", &err), qPrintable(err));
+        QCOMPARE(cfg.mode(), DecodeMode::Sampling);
+        QVERIFY(configsEqual(*cfg.config(), c));
+        // the shipped presets are installed and valid
+        for (const char* shipped : {"Greedy", "Sampling", "Early exit"}) {
+            QVERIFY2(panel.names().contains(shipped), shipped);
+            QVERIFY2(panel.applyPreset(shipped, &err), qPrintable(err));
+        }
+        // an invalid editor state is not saved
+        auto* e = qobject_cast<QLineEdit*>(cfg.editor("top_p"));
+        e->setText("7");
+        QVERIFY(!panel.saveCurrent("broken", &err));
+        QVERIFY(err.contains("top_p"));
+        QVERIFY(!panel.names().contains("broken"));
+        QVERIFY(panel.removePreset("sampler", &err));
+        QVERIFY(!panel.names().contains("sampler"));
+        // a shipped preset the user deleted does not come back at the next start
+        QVERIFY(panel.removePreset("Greedy", &err));
+        PresetsPanel again(&cfg, m_dir.filePath("store2"));
+        QVERIFY(!again.names().contains("Greedy"));
+        QVERIFY(again.names().contains("Sampling"));
+    }
+
+    void malformedPresetRefusedNamingTheField() {
+        PresetStore store(m_dir.filePath("store3"));
+        struct Case { const char* text; const char* field; };
+        const Case cases[] = {
+            {R"({"name": "a", "config": {"top_p": 3}})", "config.top_p"},
+            {R"({"name": "a", "config": {"temperature": "hot"}})", "config.temperature"},
+            {R"({"name": "a", "config": {"tmperature": 0.5}})", "config.tmperature"},
+            {R"({"name": "a", "config": {"max_tokens": 1.5}})", "config.max_tokens"},
+            {R"({"name": "a", "config": {"stop_sequences": [[1, -4]]}})", "config.stop_sequences"},
+            {R"({"name": "a", "config": {"logit_bias": [[1]]}})", "config.logit_bias"},
+            {R"({"name": "a", "config": {"early_exit_criterion": "vibes"}})", "config.early_exit_criterion"},
+            {R"({"name": "a", "mode": "warp"})", "mode"},
+            {R"({"name": "", "mode": "greedy"})", "name"},
+            {R"({"mode": "greedy"})", "name"},
+            {R"({"name": "a", "speculative": {"draft_ahead": 0}})", "speculative.draft_ahead"},
+            {R"({"name": "a", "colour": "red"})", "colour"},
+            {R"({"name": "a", "config": []})", "config"},
+        };
+        int i = 0;
+        for (const Case& c : cases) {
+            const QString path = m_dir.filePath(QString("bad%1.json").arg(i++));
+            writeText(path, c.text);
+            QString err;
+            QVERIFY2(!store.importFile(path, &err).has_value(), c.text);
+            QVERIFY2(err.contains(QString("field %1:").arg(c.field)), qPrintable(QString(c.text) + " -> " + err));
+        }
+        writeText(m_dir.filePath("notjson.json"), "{ this is not json");
+        QString err;
+        QVERIFY(!store.importFile(m_dir.filePath("notjson.json"), &err).has_value());
+        QVERIFY(err.contains("not valid JSON"));
+        QVERIFY(store.names().isEmpty());  // nothing refused was stored
+
+        // the panel shows the refusal to the user
+        ConfigPanel cfg;
+        PresetsPanel panel(&cfg, m_dir.filePath("store4"));
+        QVERIFY(!panel.importFrom(m_dir.filePath("bad0.json")));
+        QVERIFY(panel.statusText().contains("config.top_p"));
+        // a valid file placed by hand under another file name is listed and loads by its name
+        writeText(m_dir.filePath("store4/hand.json"), R"({"name": "By hand", "mode": "sampling", "config": {"temperature": 0.5}})");
+        panel.reload();
+        QVERIFY(panel.names().contains("By hand"));
+        QVERIFY2(panel.applyPreset("By hand", &err), qPrintable(err));
+        QCOMPARE(cfg.mode(), DecodeMode::Sampling);
+        QCOMPARE(cfg.config()->temperature, 0.5f);
+        // a broken file in the preset directory is refused on load, and the editors keep their values
+        writeText(PresetStore(m_dir.filePath("store4")).pathFor("Hand edited"),
+                  R"({"name": "Hand edited", "config": {"min_p": -1}})");
+        cfg.setConfig(tinyloop::GenerateConfig{});
+        QVERIFY(!panel.applyPreset("Hand edited", &err));
+        QVERIFY(err.contains("config.min_p"));
+        QVERIFY(configsEqual(*cfg.config(), tinyloop::GenerateConfig{}));
+    }
+
+    void modelOpensWithItsDefaultPreset() {
+        const QString model = tltest::writeTinyModel(m_dir.path());
+        WindowOptions o;
+        o.presetDir = m_dir.filePath("store5");
+        o.errorDialogs = false;
+        {
+            MainWindow w(o);
+            QSignalSpy ready(&w, &MainWindow::modelReady);
+            w.openModel(model);
+            QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+            auto c = *w.configPanel()->config();
+            c.max_tokens = 5;
+            c.loops = 2;
+            w.configPanel()->setConfig(c);
+            QVERIFY(w.presetsPanel()->saveCurrent("short and shallow"));
+            w.presetsPanel()->setDefaultForModel("short and shallow");
+        }
+        MainWindow w(o);
+        QCOMPARE(w.configPanel()->config()->max_tokens, 64);
+        QSignalSpy ready(&w, &MainWindow::modelReady);
+        w.openModel(model);
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+        QCOMPARE(w.configPanel()->config()->max_tokens, 5);
+        QCOMPARE(w.configPanel()->config()->loops, 2);
+        PresetStore::setDefaultPresetFor(model, QString());
+    }
+};
+
+QTEST_MAIN(TestPresets)
+#include "test_presets.moc"

@@ -1,0 +1,27 @@
+# Qt Test executables for the workbench, run offscreen under CTest. Included from ui/CMakeLists.txt.
+find_package(Qt6 REQUIRED COMPONENTS Test)
+enable_testing()
+set(TL_UI_TESTS
+  test_engine_worker
+  test_config_panel
+  test_presets
+  test_lens_heatmap
+  test_session_export
+  test_main_window
+  test_plots)
+set(TL_UI_TESTS_BUILT)
+foreach(t IN LISTS TL_UI_TESTS)
+  if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)
+    continue()
+  endif()
+  list(APPEND TL_UI_TESTS_BUILT ${t})
+  add_executable(${t} ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)
+  target_link_libraries(${t} PRIVATE tinyloop_ui Qt6::Test)
+  target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR}/tests/ui)
+  set_target_properties(${t} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests/ui)
+  add_test(NAME ui.${t} COMMAND ${t})
+  set_tests_properties(ui.${t} PROPERTIES
+    ENVIRONMENT "QT_QPA_PLATFORM=offscreen;XDG_CONFIG_HOME=${PROJECT_BINARY_DIR}/tests/ui/xdg-${t}"
+    TIMEOUT 300 LABELS ui)
+endforeach()
+add_custom_target(tinyloop_ui_tests DEPENDS ${TL_UI_TESTS_BUILT})
