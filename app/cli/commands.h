@@ -21,6 +21,9 @@ int run_make_random(const Args& args);
 CommandSpec lens_spec();
 int run_lens(const Args& args);
 
+CommandSpec depths_spec();
+int run_depths(const Args& args);
+
 CommandSpec quantize_spec();
 int run_quantize(const Args& args);
 

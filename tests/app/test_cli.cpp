@@ -769,7 +769,10 @@ TEST_F(CliTest, LensJsonHasEveryPositionAndDepth) {
     }
     // The last position's final-depth argmax is what greedy decoding emits next.
     std::string ids_s;
-    for (int32_t id : ids) ids_s += (ids_s.empty() ? "" : ",") + std::to_string(id);
+    for (int32_t id : ids) {
+        if (!ids_s.empty()) ids_s.push_back(',');
+        ids_s.append(std::to_string(id));
+    }
     CliRun g = run({"generate", model_, "--prompt-ids", ids_s, "--loops", "4", "--max-tokens", "1",
                     "--ignore-eos", "--json"});
     ASSERT_EQ(g.status, 0) << g.err;
@@ -1041,4 +1044,22 @@ TEST_F(CliTest, ScoreWithEarlyExitReportsDepthsAndLoss) {
     CliRun bad = run({"score", model_, "--text", "abc", "--early-exit-threshold", "0.1"});
     EXPECT_EQ(bad.status, 2);
     EXPECT_NE(bad.err.find("--early-exit-threshold"), std::string::npos);
+}
+
+TEST_F(CliTest, DepthsAnswersEqualFreshGenerations) {
+    CliRun r = run({"depths", model_, "--text", "In the beginning", "--depths", "2,5,1", "--max-tokens", "6", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    json j = parse_json(r);
+    ASSERT_EQ(j["answers"].size(), 3u);
+    EXPECT_GT(j["handle_bytes"].get<long long>(), 0);
+    for (const auto& a : j["answers"]) {
+        CliRun g = run({"generate", model_, "--prompt", "In the beginning", "--loops", std::to_string(a["loops"].get<int>()),
+                        "--max-tokens", "6", "--json"});
+        ASSERT_EQ(g.status, 0) << g.err;
+        EXPECT_EQ(a["output_ids"], parse_json(g)["output_ids"]) << a["loops"];
+    }
+    EXPECT_EQ(j["answers"][2]["handle_loops"], 5);  // going back to depth 1 keeps the deeper state
+    CliRun bad = run({"depths", model_, "--text", "x", "--depths", "2,99"});
+    EXPECT_EQ(bad.status, 2);
+    EXPECT_NE(bad.err.find("--depths"), std::string::npos) << bad.err;
 }
