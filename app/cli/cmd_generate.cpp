@@ -441,6 +441,8 @@ int run_generate(const Args& args) {
 
     // ---- mode ----
     std::string mode = args.value("--mode").value_or("");
+    if (args.has("--mode") && mode.empty())
+        throw UsageError("--mode: expected one of greedy, sample, speculative, tree, beam, got ''");
     if (!mode.empty() && mode != "greedy" && mode != "sample" && mode != "speculative" &&
         mode != "tree" && mode != "beam")
         throw UsageError("--mode: expected one of greedy, sample, speculative, tree, beam, got '" +

@@ -24,6 +24,9 @@ int run_lens(const Args& args);
 CommandSpec depths_spec();
 int run_depths(const Args& args);
 
+CommandSpec reuse_spec();
+int run_reuse(const Args& args);
+
 CommandSpec quantize_spec();
 int run_quantize(const Args& args);
 

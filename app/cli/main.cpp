@@ -33,6 +33,7 @@ const Entry kCommands[] = {
      "per-token log-probabilities, perplexity, uncertainty, escalation"},
     {"lens", lens_spec, run_lens, "logit lens: the prediction at every loop depth, token x depth"},
     {"depths", depths_spec, run_depths, "answer one prompt at several loop depths from one prefill"},
+    {"reuse", reuse_spec, run_reuse, "answer prompts that share prefixes through a prefix pool"},
     {"bench", bench_spec, run_bench, "prefill/decode tok/s, GB/s, speedups of early exit and speculation"},
     {"quantize", quantize_spec, run_quantize, "re-write a model as f16, q8, q4 or q2"},
     {"serve", serve_spec, nullptr, "OpenAI-compatible HTTP server (Python, over the binding)"},

@@ -19,6 +19,9 @@ Model* load_model(const std::string& path, const LoadOptions& options) {
         throw Error(ErrorCode::InvalidArgument,
                     "max_seq_len: " + std::to_string(options.max_seq_len) + " must be >= 0 (0 = the model's)");
 
+    if (options.backend != Backend::Auto && options.backend != Backend::Cpu && options.backend != Backend::Cuda)
+        throw Error(ErrorCode::InvalidArgument, "backend: " + std::to_string(static_cast<int>(options.backend)) +
+                                                    " is not one of auto, cpu, cuda");
     std::string note;
     switch (options.backend) {
         case Backend::Cuda:
@@ -100,6 +103,7 @@ static void check_id(const Model& m, int32_t id, size_t index) {
 
 std::string detokenize(const Model* model, const int32_t* ids, size_t n) {
     const Model& m = checked(model);
+    if (n > 0 && ids == nullptr) throw Error(ErrorCode::InvalidArgument, "ids: must not be null when n > 0");
     std::string out;
     for (size_t i = 0; i < n; ++i) {
         check_id(m, ids[i], i);

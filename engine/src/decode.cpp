@@ -141,7 +141,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         int32_t tok;
         float prob;
         if (greedy) {
-            tok = argmax(z.data(), V);
+            tok = argmax(z.data(), std::min(V, m.tokenizer.n_ids()));  // never a masked id, even if all are NaN
             prob = softmax_prob(z.data(), V, tok);
         } else {
             const std::vector<float> p =

@@ -212,6 +212,9 @@ json Reader::parse_header(const Model& m) {
     if (depth > kMaxDepth)
         bad("header: JSON nested " + std::to_string(depth) + " levels deep, allowed at most " +
             std::to_string(kMaxDepth));
+    // nlohmann stops at a NUL byte, which would let junk after it pass unseen.
+    if (std::memchr(p + kPreambleBytes, 0, static_cast<size_t>(header_bytes)) != nullptr)
+        bad("header: contains a NUL byte, allowed UTF-8 JSON text only");
     json h;
     try {
         // nlohmann rejects ill-formed UTF-8 inside strings while parsing.
