@@ -1063,3 +1063,21 @@ TEST_F(CliTest, DepthsAnswersEqualFreshGenerations) {
     EXPECT_EQ(bad.status, 2);
     EXPECT_NE(bad.err.find("--depths"), std::string::npos) << bad.err;
 }
+
+TEST_F(CliTest, ReuseAnswersEqualFreshGenerationsAndReportReusedTokens) {
+    CliRun r = run({"reuse", model_, "--prefix", "In the beginning", "--prefix", "In the", "--prompt",
+                    "In the beginning God", "--prompt", "Nothing shared", "--max-tokens", "5", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    json j = parse_json(r);
+    ASSERT_EQ(j["answers"].size(), 2u);
+    EXPECT_GT(j["answers"][0]["reused_tokens"].get<int>(), 0);
+    EXPECT_EQ(j["answers"][1]["reused_tokens"].get<int>(), 0);
+    EXPECT_GT(j["pool_bytes"].get<long long>(), 0);
+    const char* prompts[] = {"In the beginning God", "Nothing shared"};
+    for (int i = 0; i < 2; ++i) {
+        CliRun g = run({"generate", model_, "--prompt", prompts[i], "--max-tokens", "5", "--json"});
+        ASSERT_EQ(g.status, 0) << g.err;
+        EXPECT_EQ(j["answers"][i]["output_ids"], parse_json(g)["output_ids"]) << prompts[i];
+    }
+    EXPECT_EQ(run({"reuse", model_, "--prompt", "x"}).status, 2);
+}
