@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+#include <unistd.h>
+
 #include "tinyloop/tinyloop.h"
 
 namespace tltest {
@@ -26,8 +28,13 @@ inline tinyloop::HParams small_hparams() {
     return hp;
 }
 
+// A path in a directory of this process's own: CTest runs each test as its own process, in
+// parallel, so files with fixed names must not be shared between processes.
 inline std::string temp_path(const std::string& name) {
-    return (std::filesystem::path(::testing::TempDir()) / name).string();
+    const std::filesystem::path dir =
+        std::filesystem::path(::testing::TempDir()) / ("tinyloop-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    return (dir / name).string();
 }
 
 // Writes a random model and returns its path.

@@ -94,7 +94,9 @@ TEST(Beam, LengthPenaltyAndEosRanking) {
     GenerateResult r = generate_ex(m, prompt.data(), 3, c);
     EXPECT_GE(r.stats.tokens_emitted, 1);
     EXPECT_LE(r.stats.tokens_emitted, 6);
-    if (r.tokens.back() == eos) EXPECT_EQ(r.stats.stop_reason, StopReason::EOS);
+    if (r.tokens.back() == eos) {
+        EXPECT_EQ(r.stats.stop_reason, StopReason::EOS);
+    }
     // Inconsistent knobs are errors that name the field.
     GenerateConfig bad;
     bad.beam_size = 1;

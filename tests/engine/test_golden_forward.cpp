@@ -22,6 +22,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+
+#include <unistd.h>
 #include <map>
 #include <ostream>
 #include <memory>
@@ -139,7 +141,7 @@ std::unique_ptr<Built> build(const Case& c) {
     for (char& ch : test)
         if (ch == '/') ch = '_';
     b->path = (std::filesystem::path(::testing::TempDir()) /
-               ("tl_golden_" + test + "_" + c.name + ".tinyloop"))
+               ("tl_golden_" + std::to_string(::getpid()) + "_" + test + "_" + c.name + ".tinyloop"))
                   .string();
     tinyloop::save_model(b->path, b->spec);
     tinyloop::LoadOptions opts;

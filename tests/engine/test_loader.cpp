@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+
+#include <unistd.h>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -22,7 +24,9 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 std::string temp_path(const std::string& name) {
-    const std::filesystem::path dir = std::filesystem::path(TL_BINARY_DIR) / "test_loader_tmp";
+    // One directory per process: CTest runs the tests of this file as parallel processes.
+    const std::filesystem::path dir =
+        std::filesystem::path(TL_BINARY_DIR) / "test_loader_tmp" / std::to_string(::getpid());
     std::filesystem::create_directories(dir);
     return (dir / name).string();
 }

@@ -101,7 +101,9 @@ TEST(Speculative, EventsDescribeCyclesAndStopOnEos) {
     for (size_t i = 1; i < evs.size(); ++i) {
         EXPECT_GE(evs[i].cycle, 0);
         EXPECT_LE(evs[i].accepted, 3);
-        if (!evs[i].from_verifier) EXPECT_NE(std::find(evs[i].drafted.begin(), evs[i].drafted.end(), evs[i].token), evs[i].drafted.end());
+        if (!evs[i].from_verifier) {
+            EXPECT_NE(std::find(evs[i].drafted.begin(), evs[i].drafted.end(), evs[i].token), evs[i].drafted.end());
+        }
     }
     EXPECT_EQ(r.stats.stop_reason, StopReason::MAX_TOKENS);
     // Errors name the field.

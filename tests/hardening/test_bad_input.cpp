@@ -478,8 +478,11 @@ std::string slurp(const std::string& path) {
 CliRun run_cli(const std::vector<std::string>& args) {
     const std::string out = tltest::temp_path("cli_out.txt"), err = tltest::temp_path("cli_err.txt");
     std::string cmd = shell_quote(TL_CLI_PATH);
-    for (const auto& a : args) cmd += " " + shell_quote(a);
-    cmd += " </dev/null >" + shell_quote(out) + " 2>" + shell_quote(err);
+    for (const auto& a : args) {
+        cmd.push_back(' ');
+        cmd.append(shell_quote(a));
+    }
+    cmd.append(" </dev/null >").append(shell_quote(out)).append(" 2>").append(shell_quote(err));
     const int rc = std::system(cmd.c_str());
     CliRun r;
     if (rc != -1 && WIFEXITED(rc)) {
