@@ -96,9 +96,8 @@ std::string prob3(double p) {
     if (p < 0) return " - ";
     int pct = static_cast<int>(p * 100.0 + 0.5);
     if (pct >= 100) return "1.0";
-    char buf[8];
-    std::snprintf(buf, sizeof(buf), ".%02d", pct);
-    return buf;
+    const char digits[] = {'.', static_cast<char>('0' + pct / 10), static_cast<char>('0' + pct % 10), 0};
+    return digits;
 }
 
 int terminal_width() {
