@@ -20,7 +20,11 @@ float fma_avx512_kernel(long iters, float a, float b) {
         for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], va, vb);
     __m512 s = acc[0];
     for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
-    return _mm512_reduce_add_ps(s);
+    alignas(64) float lanes[16];  // (GCC 12's _mm512_reduce_add_ps trips -Wuninitialized)
+    _mm512_store_ps(lanes, s);
+    float total = 0.0f;
+    for (float x : lanes) total += x;
+    return total;
 }
 
 }  // namespace tinyloop::cli

@@ -178,7 +178,10 @@ int run_lens(const Args& args) {
     // An id the tokenizer cannot spell (padding of random models) shows as <id>.
     auto spell = [&](int32_t id) {
         std::string t = token_text(model.get(), id);
-        return t.empty() ? "<" + std::to_string(id) + ">" : t;
+        if (!t.empty()) return t;
+        std::string r(1, '<');
+        r.append(std::to_string(id)).push_back('>');
+        return r;
     };
     // Layout: "  pos  token     next      | d1 cell | d2 cell ..." wrapped into blocks of depths.
     constexpr size_t kTok = 8, kCellTok = 6;

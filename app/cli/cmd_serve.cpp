@@ -143,7 +143,7 @@ int run_serve(int argc, char** argv, int first) {
                          TL_PYTHON_MODULE_DIR + "' and '" + python +
                          "' cannot import it (build the target tinyloop_py, or install it)");
     if (!pythonpath.empty()) {
-        if (const char* old = std::getenv("PYTHONPATH"); old && *old) pythonpath += ":" + std::string(old);
+        if (const char* old = std::getenv("PYTHONPATH"); old && *old) pythonpath.append(1, ':').append(old);
         setenv("PYTHONPATH", pythonpath.c_str(), 1);
     }
 
