@@ -246,7 +246,7 @@ py::object speculative_py(const PyModel& model, const py::object& prompt, int ma
     c.top_k = top_k;
     c.top_p = top_p;
     c.ignore_eos = ignore_eos;
-    return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, lens, lens_top_k},
+    return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, lens, lens_top_k, nullptr},
                             [](tl::Model* mm, const int32_t* p, int n, const tl::SpeculativeConfig& cc,
                                const tl::GenerateOptions& o) { return tl::generate_speculative_ex(mm, p, n, cc, o); });
 }
@@ -263,7 +263,7 @@ py::object tree_py(const PyModel& model, const py::object& prompt, int max_token
     c.temperature = temperature;
     c.seed = seed;
     c.ignore_eos = ignore_eos;
-    return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, lens, lens_top_k},
+    return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, lens, lens_top_k, nullptr},
                             [](tl::Model* mm, const int32_t* p, int n, const tl::TreeSpeculativeConfig& cc,
                                const tl::GenerateOptions& o) {
                                 return tl::generate_tree_speculative_ex(mm, p, n, cc, o);
