@@ -59,6 +59,59 @@ void validate_spec_common(const Model& m, int prompt_len, int max_tokens, int dr
     if (!std::isfinite(temperature) || temperature < 0) bad("temperature: must be a finite number >= 0");
 }
 
+SpecEmitter::SpecEmitter(const Model& m, GenerateResult& res, const GenerateOptions& options, int loops,
+                         int max_tokens, bool ignore_eos, Clock::time_point t0)
+    : m_(m), res_(res), options_(options), loops_(loops), max_tokens_(max_tokens), ignore_eos_(ignore_eos), t0_(t0),
+      text_(m, {}) {}
+
+bool SpecEmitter::emit(int32_t tok, float prob, int cycle, const std::vector<int32_t>& drafted, int accepted,
+                       bool from_verifier, const std::vector<float>* lens_states) {
+    GenerateStats& st = res_.stats;
+    const int position = static_cast<int>(res_.tokens.size());
+    res_.tokens.push_back(tok);
+    st.tokens_emitted++;
+    st.depth_per_token.push_back(loops_);
+    if (st.tokens_emitted == 1) {
+        t_first_ = Clock::now();
+        st.first_token_ms = ms_since(t0_);
+    }
+    bool stop = true;
+    text_.push(tok);
+    if (tok == m_.tokenizer.eos_id() && !ignore_eos_) st.stop_reason = StopReason::EOS;
+    else if (st.tokens_emitted == max_tokens_) st.stop_reason = StopReason::MAX_TOKENS;
+    else stop = false;
+    bool keep = true;
+    if (options_.on_token) keep = options_.on_token(tok, position);
+    if (options_.observer) {
+        TokenEvent ev;
+        ev.token = tok;
+        ev.position = position;
+        ev.index = st.tokens_emitted - 1;
+        ev.piece = text_.take(stop);
+        ev.depth = loops_;
+        ev.prob = prob;
+        ev.cycle = cycle;
+        ev.drafted = drafted;
+        ev.accepted = accepted;
+        ev.from_verifier = from_verifier;
+        if (options_.lens && lens_states) {
+            const int V = m_.hp.vocab_size, d = m_.hp.d_model;
+            lens_logits_.resize(static_cast<size_t>(V));
+            for (int l = 1; l <= loops_; ++l) {
+                compute_logits(m_, lens_states->data() + static_cast<size_t>(l - 1) * d, 1, lens_logits_.data(), ws_);
+                ev.lens.push_back(lens_entry(lens_logits_.data(), V, l, options_.lens_top_k, tok));
+            }
+        }
+        keep = options_.observer(ev) && keep;
+    }
+    if (stop) return false;
+    if (!keep) {
+        st.stop_reason = StopReason::CALLBACK_ABORT;
+        return false;
+    }
+    return true;
+}
+
 GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int prompt_len, const SpeculativeConfig& c,
                                        const GenerateOptions& options) {
     const auto t0 = Clock::now();
@@ -111,58 +164,8 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
     st.prefill_ms = ms_since(t0);
 
     Rng rng(c.seed);
-    TextStream text(m, {});
-    std::vector<int32_t> emitted;
-    Clock::time_point t_first{};
+    SpecEmitter out(m, res, options, L, c.max_tokens, c.ignore_eos, t0);
     bool done = false;
-
-    // Emits one token; returns false when generation must stop.
-    auto emit = [&](int32_t tok, float prob, int cycle, const std::vector<int32_t>& drafted, int accepted,
-                    bool from_verifier, const std::vector<float>* lens_states, int lens_depth) {
-        const int position = static_cast<int>(res.tokens.size());
-        emitted.push_back(tok);
-        res.tokens.push_back(tok);
-        st.tokens_emitted = static_cast<int>(emitted.size());
-        st.depth_per_token.push_back(L);
-        if (emitted.size() == 1) {
-            t_first = Clock::now();
-            st.first_token_ms = ms_since(t0);
-        }
-        bool stop = true;
-        text.push(tok);
-        if (tok == m.tokenizer.eos_id() && !c.ignore_eos) st.stop_reason = StopReason::EOS;
-        else if (st.tokens_emitted == c.max_tokens) st.stop_reason = StopReason::MAX_TOKENS;
-        else stop = false;
-        bool keep = true;
-        if (options.on_token) keep = options.on_token(tok, position);
-        if (options.observer) {
-            TokenEvent ev;
-            ev.token = tok;
-            ev.position = position;
-            ev.index = st.tokens_emitted - 1;
-            ev.piece = text.take(stop);
-            ev.depth = L;
-            ev.prob = prob;
-            ev.cycle = cycle;
-            ev.drafted = drafted;
-            ev.accepted = accepted;
-            ev.from_verifier = from_verifier;
-            if (options.lens && lens_states) {
-                std::vector<float> ll(static_cast<size_t>(V));
-                for (int l = 1; l <= lens_depth; ++l) {
-                    compute_logits(m, lens_states->data() + static_cast<size_t>(l - 1) * d, 1, ll.data(), ws);
-                    ev.lens.push_back(lens_entry(ll.data(), V, l, options.lens_top_k, tok));
-                }
-            }
-            keep = options.observer(ev) && keep;
-        }
-        if (stop) return false;
-        if (!keep) {
-            st.stop_reason = StopReason::CALLBACK_ABORT;
-            return false;
-        }
-        return true;
-    };
 
     // The first token, from the prefill.
     {
@@ -176,7 +179,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
             tok = draw(p, rng);
             prob = p[tok];
         }
-        done = !emit(tok, prob, -1, {}, 0, true, options.lens ? &pass_states : nullptr, L);
+        done = !out.emit(tok, prob, -1, {}, 0, true, options.lens ? &pass_states : nullptr);
     }
 
     std::vector<float> draft_h(static_cast<size_t>(K) * d);       // states after pass D per drafted row
@@ -282,15 +285,15 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
 
         const std::vector<int32_t> drafted_tokens(x.begin() + 1, x.begin() + 1 + drafted);
         for (int i = 0; i < a && !done; ++i)
-            done = !emit(x[i + 1], accept_prob[i], cycle, drafted_tokens, a, false,
-                         options.lens ? &row_states[i] : nullptr, L);
+            done = !out.emit(x[i + 1], accept_prob[i], cycle, drafted_tokens, a, false,
+                             options.lens ? &row_states[i] : nullptr);
         if (!done && correction >= 0)
-            done = !emit(correction, corr_prob, cycle, drafted_tokens, a, true,
-                         options.lens ? &row_states[a] : nullptr, L);
+            done = !out.emit(correction, corr_prob, cycle, drafted_tokens, a, true,
+                             options.lens ? &row_states[a] : nullptr);
         ++cycle;
     }
-    st.decode_ms = ms_since(t_first);
-    res.text = text.text();
+    st.decode_ms = ms_since(out.first_token_time());
+    res.text = out.text();
     st.total_ms = ms_since(t0);
     return res;
 }

@@ -131,46 +131,9 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
     }
     st.prefill_ms = ms_since(t0);
 
-    TextStream text(m, {});
-    Clock::time_point t_first{};
-    auto emit = [&](int32_t tok, int cycle, const std::vector<int32_t>& drafted, int accepted, bool from_verifier) {
-        const int position = static_cast<int>(res.tokens.size());
-        res.tokens.push_back(tok);
-        st.tokens_emitted++;
-        st.depth_per_token.push_back(L);
-        if (st.tokens_emitted == 1) {
-            t_first = Clock::now();
-            st.first_token_ms = ms_since(t0);
-        }
-        bool stop = true;
-        text.push(tok);
-        if (tok == m.tokenizer.eos_id() && !c.ignore_eos) st.stop_reason = StopReason::EOS;
-        else if (st.tokens_emitted == c.max_tokens) st.stop_reason = StopReason::MAX_TOKENS;
-        else stop = false;
-        bool keep = true;
-        if (options.on_token) keep = options.on_token(tok, position);
-        if (options.observer) {
-            TokenEvent ev;
-            ev.token = tok;
-            ev.position = position;
-            ev.index = st.tokens_emitted - 1;
-            ev.piece = text.take(stop);
-            ev.depth = L;
-            ev.cycle = cycle;
-            ev.drafted = drafted;
-            ev.accepted = accepted;
-            ev.from_verifier = from_verifier;
-            keep = options.observer(ev) && keep;
-        }
-        if (stop) return false;
-        if (!keep) {
-            st.stop_reason = StopReason::CALLBACK_ABORT;
-            return false;
-        }
-        return true;
-    };
-
-    bool done = !emit(argmax(logits.data(), std::min(V, m.tokenizer.n_ids())), -1, {}, 0, true);
+    SpecEmitter out(m, res, options, L, c.max_tokens, c.ignore_eos, t0);
+    const int32_t first = argmax(logits.data(), std::min(V, m.tokenizer.n_ids()));
+    bool done = !out.emit(first, softmax_prob(logits.data(), V, first), -1, {}, 0, true);
     std::vector<float> hv, all_logits;
     std::vector<int32_t> kids;
     const size_t row_floats = static_cast<size_t>(kv.row);
@@ -256,12 +219,12 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
         std::vector<int32_t> path_tokens;
         for (int x : path) path_tokens.push_back(nodes[static_cast<size_t>(x)].token);
         if (correction >= 0) path_tokens.push_back(correction);
-        for (int i = 0; i < a && !done; ++i) done = !emit(path_tokens[i], cycle, path_tokens, a, false);
-        if (!done && correction >= 0) done = !emit(correction, cycle, path_tokens, a, true);
+        for (int i = 0; i < a && !done; ++i) done = !out.emit(path_tokens[i], 0.0f, cycle, path_tokens, a, false);
+        if (!done && correction >= 0) done = !out.emit(correction, 0.0f, cycle, path_tokens, a, true);
         ++cycle;
     }
-    st.decode_ms = ms_since(t_first);
-    res.text = text.text();
+    st.decode_ms = ms_since(out.first_token_time());
+    res.text = out.text();
     st.total_ms = ms_since(t0);
     return res;
 }
