@@ -30,6 +30,8 @@ CommandSpec score_spec() {
          "", false, I},
         {"--loops", "L", "loop depth, 1..max_loops (default: the model's default_loops)",
          "an integer in [1, max_loops]", false, O},
+        {"--last-token", "K", "add the last position's top-K next tokens (score_last_token)", "an integer >= 1",
+         false, O},
         {"--uncertainty", "", "add entropy, margin and prediction depth per position", "", false,
          O},
         {"--escalate", "DEPTHS", "increasing depth rungs, e.g. 2,4,8 (replaces --loops)",
@@ -60,6 +62,7 @@ CommandSpec score_spec() {
         "--escalate: token_logprobs, total_nll and perplexity come from the depth each position\n"
         "used, loops is the deepest rung, and escalation{depths, signal, threshold, depth_used[n-1],\n"
         "escalated[n-1] (booleans), n_escalated, mean_depth, deepest, passes_run,\n"
+        "--last-token K adds last_token{loops, top_ids, top_texts, top_probs}.\n"
         "--early-exit: scoring with each position stopping where the policy says (teacher-forced,\n"
         "exact keys by state propagation); adds early_exit{criterion, threshold, patience, min_L,\n"
         "depth_used[n], mean_depth}.\n"
@@ -167,6 +170,10 @@ int run_score(const Args& args) {
     } else {
         r = engine([&] { return score(model.get(), ids.data(), n, loops); });
     }
+    const int last_k = static_cast<int>(args.get_int("--last-token").value_or(0));
+    if (args.has("--last-token") && last_k < 1) throw UsageError("--last-token: expected an integer >= 1");
+    LastTokenScore last;
+    if (last_k > 0) last = engine([&] { return score_last_token(model.get(), ids.data(), n, loops, last_k); });
     UncertaintyResult ur;
     if (want_uncertainty)
         ur = engine([&] { return score_with_uncertainty(model.get(), ids.data(), n, loops); });
@@ -195,6 +202,13 @@ int run_score(const Args& args) {
                             {"total_nll", r.total_nll},
                             {"perplexity", r.perplexity},
                             {"loops", r.loops}};
+        if (last_k > 0) {
+            std::vector<std::string> tt;
+            std::vector<double> tp;
+            for (int32_t id : last.top_ids) tt.push_back(sanitize_utf8(token_text(model.get(), id)));
+            for (float v : last.top_probs) tp.push_back(f2d(v));
+            j["last_token"] = {{"loops", last.loops}, {"top_ids", last.top_ids}, {"top_texts", tt}, {"top_probs", tp}};
+        }
         if (want_uncertainty) {
             std::vector<double> ent, mar;
             for (float v : ur.entropy) ent.push_back(f2d(v));
@@ -285,6 +299,15 @@ int run_score(const Args& args) {
                       rungs.c_str(), signal_name.c_str(), n_escalated, er.depth_used.size(),
                       mean_depth, er.passes_run, passes_full, esc.depths.back());
         o << summary;
+    }
+    if (last_k > 0) {
+        o << "next token after the last position (depth " << last.loops << "):";
+        for (size_t k = 0; k < last.top_ids.size(); ++k) {
+            char cell[64];
+            std::snprintf(cell, sizeof(cell), " %.4f", static_cast<double>(last.top_probs[k]));
+            o << " '" << display_text(token_text(model.get(), last.top_ids[k])) << "'" << cell;
+        }
+        o << "\n";
     }
     std::string s = o.str();
     std::fwrite(s.data(), 1, s.size(), stdout);

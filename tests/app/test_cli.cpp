@@ -1081,3 +1081,19 @@ TEST_F(CliTest, ReuseAnswersEqualFreshGenerationsAndReportReusedTokens) {
     }
     EXPECT_EQ(run({"reuse", model_, "--prompt", "x"}).status, 2);
 }
+
+TEST_F(CliTest, ScoreLastTokenTopKIsWhatGreedyEmitsNext) {
+    CliRun r = run({"score", model_, "--text", "In the beginning", "--last-token", "3", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    json j = parse_json(r);
+    ASSERT_EQ(j["last_token"]["top_ids"].size(), 3u);
+    EXPECT_GE(j["last_token"]["top_probs"][0].get<double>(), j["last_token"]["top_probs"][1].get<double>());
+    CliRun g = run({"generate", model_, "--prompt", "In the beginning", "--max-tokens", "1", "--ignore-eos", "--json"});
+    ASSERT_EQ(g.status, 0) << g.err;
+    // Greedy picks among the ids the tokenizer can produce; the model's top-1 here is one of them
+    // unless it is a padding id, so compare against the first producible entry.
+    EXPECT_NE(std::find(j["last_token"]["top_ids"].begin(), j["last_token"]["top_ids"].end(),
+                        parse_json(g)["output_ids"][0]),
+              j["last_token"]["top_ids"].end());
+    EXPECT_EQ(run({"score", model_, "--text", "abc", "--last-token", "0"}).status, 2);
+}
