@@ -51,6 +51,18 @@ case "$mode" in
     "$build/pyenv/bin/pip" install --disable-pip-version-check -q -r tests/python/requirements.txt
     echo "== running the tests"
     ctest --test-dir "$build" --output-on-failure -j "$jobs"
+    if [ "${TINYLOOP_SKIP_SANITIZERS:-0}" != 1 ]; then
+      # Issue 9: the engine, CLI and their whole test suite again under AddressSanitizer +
+      # UndefinedBehaviorSanitizer (any report fails the test that triggered it).
+      san=${TINYLOOP_SAN_BUILD_DIR:-build-asan}
+      echo "== AddressSanitizer + UndefinedBehaviorSanitizer: engine, CLI and their tests in $san/"
+      cmake -S . -B "$san" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTINYLOOP_SANITIZE=ON \
+        -DTINYLOOP_BUILD_UI=OFF -DTINYLOOP_BUILD_PYTHON=OFF -DTINYLOOP_CUDA=OFF
+      cmake --build "$san" -j "$jobs"
+      ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        ctest --test-dir "$san" --output-on-failure -j "$jobs"
+    fi
     ;;
   *)
     echo "usage: $0 run|test" >&2
