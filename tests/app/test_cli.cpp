@@ -1097,3 +1097,25 @@ TEST_F(CliTest, ScoreLastTokenTopKIsWhatGreedyEmitsNext) {
               j["last_token"]["top_ids"].end());
     EXPECT_EQ(run({"score", model_, "--text", "abc", "--last-token", "0"}).status, 2);
 }
+
+// Issue 12: `tinyloop generate` on the bundled model reproduces the model card's greedy samples
+// exactly. The samples (prompt, depth, token ids, text) are computed by the trainer's float64
+// reference (make_parity.py) and stored in parity.json; the card quotes the same texts.
+TEST_F(CliTest, BundledModelReproducesTheCardsGreedySamples) {
+    const std::string dir = std::string(TL_SOURCE_DIR) + "/resources/models/tinyloop-kjv";
+    const json fx = json::parse(slurp(dir + "/parity.json"), nullptr, false);
+    ASSERT_FALSE(fx.is_discarded());
+    ASSERT_TRUE(fx.contains("greedy_samples"));
+    ASSERT_GE(fx["greedy_samples"].size(), 2u);
+    for (const auto& s : fx["greedy_samples"]) {
+        const std::string prompt = s["prompt"];
+        const int loops = s["loops"], max_tokens = s["max_tokens"];
+        CliRun r = run({"generate", dir + "/model-f32.tinyloop", "--prompt", prompt, "--parse-special",
+                        "--loops", std::to_string(loops), "--max-tokens", std::to_string(max_tokens),
+                        "--temperature", "0", "--json"});
+        ASSERT_EQ(r.status, 0) << r.err;
+        const json j = parse_json(r);
+        EXPECT_EQ(j["output_ids"], s["ids"]) << prompt << " at L=" << loops;
+        EXPECT_EQ(j["text"].get<std::string>(), s["text"].get<std::string>()) << prompt << " at L=" << loops;
+    }
+}

@@ -24,6 +24,27 @@ PROMPTS = [
 ]
 
 
+# The model card's greedy samples: "<|endoftext|>" + prompt, greedy at these depths, stopped at
+# eos or after GREEDY_TOKENS tokens.  `tinyloop generate` must reproduce them exactly
+# (tests/app/test_cli.cpp, CliTest.BundledModelReproducesTheCardsGreedySamples).
+GREEDY_PROMPTS = ["And God said", "The LORD is my shepherd"]
+GREEDY_TOKENS = 40
+
+
+def greedy(model64, tok, prompt, L, n_tokens):
+    ids = [tok.eos_id] + tok.encode(prompt)
+    out = []
+    with torch.no_grad():
+        for _ in range(n_tokens):
+            logits = model64(torch.tensor([ids]), L)[0, -1]
+            nxt = int(logits.argmax())
+            if nxt == tok.eos_id:
+                break
+            ids.append(nxt)
+            out.append(nxt)
+    return out
+
+
 TOKENIZER_CASES = [
     "", " ", "  ", "a", "Hello  world", "a   b", "x \t\ny", "a\t\tb", "end   ", "\r\n\r\n",
     "\x0c\x0bform feed", "12 34", "3.14159", "1,000,000!", " ...!x", "(yes!)", "don't", "café — ok",
@@ -63,6 +84,13 @@ def main():
         ids = tok.encode(text)
         assert tok.decode(ids) == text
         tcases.append({"text": text, "ids": ids})
+    samples = []
+    for prompt in GREEDY_PROMPTS:
+        for L in sorted({2, hp.default_loops}):
+            out = greedy(model64, tok, prompt, L, GREEDY_TOKENS)
+            samples.append({"prompt": "<|endoftext|>" + prompt, "loops": L, "max_tokens": GREEDY_TOKENS,
+                            "ids": out, "text": tok.decode(out)})
+            print(f"greedy L={L} {prompt!r}: {tok.decode(out)!r}", flush=True)
     fx = {
         "schema": "tinyloop-parity-v1",
         "model_file": os.path.basename(args.model),
@@ -75,6 +103,7 @@ def main():
                                 "note": "f32 engine vs f64 reference; argmax must match exactly"},
         "cases": cases,
         "tokenizer_cases": tcases,
+        "greedy_samples": samples,
     }
     with open(args.out, "w") as f:
         json.dump(fx, f, separators=(",", ":"))
