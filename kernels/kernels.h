@@ -122,8 +122,22 @@ struct AttentionArgs {
     // A query whose range and extras list the same rows as a plain range gets the same bits.
     const int* extra_rows = nullptr;
     const int* extra_offsets = nullptr;
+    // INT8 cache (optional): when kq != nullptr the keys and values are int8 codes kq/vq laid out
+    // like k/v (row p at p*kv_stride), each (row, kv head) with its own scale at
+    // ks/vs[p*scale_stride + kv_head]: key = ks * kq, value = vs * vq. k and v are then unused.
+    const int8_t* kq = nullptr;
+    const int8_t* vq = nullptr;
+    const float* ks = nullptr;
+    const float* vs = nullptr;
+    int scale_stride = 0;
 };
 void attention(const AttentionArgs& a, ThreadPool* pool);
 void attention_ref(const AttentionArgs& a);
+
+// Symmetric INT8 quantization of one cache row, per head: s_h = max|x_h| / 127 (0 when x_h is
+// all zeros), q = round(x / s_h) in [-127, 127]. x: [n_heads, head_dim]; codes likewise;
+// scales: [n_heads]. dequant: x' = s_h * q, |x - x'| <= s_h / 2.
+void quantize_kv_row(const float* x, int n_heads, int head_dim, int8_t* codes, float* scales);
+void dequantize_kv_row(const int8_t* codes, const float* scales, int n_heads, int head_dim, float* x);
 
 }  // namespace tinyloop::kern

@@ -60,7 +60,7 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
     Workspace ws;
     std::vector<float> h;
     auto first = std::make_shared<KVCache>();
-    first->allocate(exec_layers(hp, L), prompt_len + c.max_tokens, hp.n_kv_heads * hp.head_dim);
+    first->allocate(hp, exec_layers(hp, L), prompt_len + c.max_tokens, c.kv_cache);
     ForwardArgs fa;
     fa.tokens = prompt;
     fa.n = prompt_len;

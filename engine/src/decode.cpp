@@ -58,8 +58,12 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     GenerateStats& st = res.stats;
     st.prompt_tokens = prompt_len;
 
+    if (start && config.kv_cache != KVCacheType::F32)
+        throw Error(ErrorCode::NotSupported, "kv_cache: int8 needs its own prefill; prefix caches, resume handles "
+                                             "and pools hold f32 keys and values (use kv_cache f32)");
     KVCache kv;
-    kv.allocate(exec_layers(hp, loops), prompt_len + config.max_tokens, hp.n_kv_heads * hp.head_dim);
+    kv.allocate(hp, exec_layers(hp, loops), prompt_len + config.max_tokens, config.kv_cache);
+    st.kv_cache_bytes = kv.bytes();
     Workspace ws;
     std::vector<float> h, logits(static_cast<size_t>(V));
 

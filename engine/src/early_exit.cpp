@@ -104,8 +104,6 @@ bool exit_stable(const ExitPolicy& p, float signal) {
 void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, int pos, int e, int loops) {
     if (e >= loops) return;
     const HParams& hp = m.hp;
-    const int Hkv = hp.n_kv_heads * hp.head_dim;
-    const size_t bytes = static_cast<size_t>(Hkv) * sizeof(float);
     for (int j = 0; j < hp.n_loop_layers; ++j) {
         const LayerWeights& w = m.loop[static_cast<size_t>(j)];
         kern::rmsnorm(h_e, w.attn_norm, 1, hp.d_model, hp.norm_eps, ws.a.data());
@@ -114,8 +112,7 @@ void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const fl
         kern::rope(ws.k.data(), 1, hp.n_kv_heads, hp.head_dim, &pos, hp.rope_theta);
         for (int l = e + 1; l <= loops; ++l) {
             const int layer = hp.n_pre_blocks + (l - 1) * hp.n_loop_layers + j;
-            std::memcpy(kv.k_at(layer, pos), ws.k.data(), bytes);
-            std::memcpy(kv.v_at(layer, pos), ws.v.data(), bytes);
+            kv.store(layer, pos, ws.k.data(), ws.v.data());
         }
     }
 }

@@ -6,22 +6,6 @@
 
 namespace tinyloop {
 
-void KVCache::allocate(int layers, int positions, int row_floats) {
-    n_layers = layers;
-    capacity = positions;
-    row = row_floats;
-    const size_t n = static_cast<size_t>(layers) * static_cast<size_t>(positions) * row_floats;
-    try {
-        k.assign(n, 0.0f);
-        v.assign(n, 0.0f);
-    } catch (const std::bad_alloc&) {
-        throw Error(ErrorCode::OutOfMemory,
-                    "KV cache: cannot allocate " + std::to_string(2 * n * sizeof(float)) +
-                        " bytes for " + std::to_string(layers) + " layers x " +
-                        std::to_string(positions) + " positions");
-    }
-}
-
 void Workspace::reserve(const HParams& hp, int n_tok) {
     if (n_tok <= max_tok) return;
     max_tok = n_tok;
@@ -57,6 +41,7 @@ PassHook last_row_hook(std::vector<float>& states, int d) {
 
 void set_rows(Workspace& ws, int pos0, int n, int window) {
     ws.extra_offsets.clear();
+    ws.row_kv.clear();
     for (int t = 0; t < n; ++t) {
         const int p = pos0 + t;
         ws.pos[t] = p;
@@ -65,6 +50,80 @@ void set_rows(Workspace& ws, int pos0, int n, int window) {
         ws.kv_begin[t] = window > 0 ? std::max(0, p + 1 - window) : 0;
     }
 }
+
+namespace {
+
+void set_kv_source(kern::AttentionArgs& at, const KVStorage& st, size_t base_row) {
+    at.kv_stride = st.row;
+    if (st.type == KVCacheType::F32) {
+        at.k = st.k.data() + base_row * st.row;
+        at.v = st.v.data() + base_row * st.row;
+        return;
+    }
+    at.kq = st.kq.data() + base_row * st.row;
+    at.vq = st.vq.data() + base_row * st.row;
+    at.ks = st.ks.data() + base_row * st.kv_heads;
+    at.vs = st.vs.data() + base_row * st.kv_heads;
+    at.scale_stride = st.kv_heads;
+}
+
+// Attention of rows 0..n-1 (q in ws.q, out to ws.att) at execution layer `layer`. A contiguous
+// cache of one sequence is read by ranges; paged caches and batched rows (ws.row_kv) by the list
+// of storage rows of each query (the kernel gives a list the same bits as the range), one
+// kernel call per run of rows that share a storage.
+void attend_rows(const Model& m, KVCache& kv, int layer, Workspace& ws, int n) {
+    const HParams& hp = m.hp;
+    const size_t H = static_cast<size_t>(hp.n_heads) * hp.head_dim;
+    kern::AttentionArgs base;
+    base.n_heads = hp.n_heads;
+    base.n_kv_heads = hp.n_kv_heads;
+    base.head_dim = hp.head_dim;
+    if (ws.row_kv.empty() && !kv.paged()) {
+        kern::AttentionArgs at = base;
+        set_kv_source(at, kv.own, static_cast<size_t>(layer) * kv.capacity);
+        at.q = ws.q.data();
+        at.n_tok = n;
+        at.kv_begin = ws.kv_begin.data();
+        at.kv_end = ws.kv_end.data();
+        at.out = ws.att.data();
+        if (!ws.extra_offsets.empty()) {
+            at.extra_rows = ws.extra_rows.data();
+            at.extra_offsets = ws.extra_offsets.data();
+        }
+        kern::attention(at, m.pool.get());
+        return;
+    }
+    auto cache_of = [&](int t) -> const KVCache& { return ws.row_kv.empty() ? kv : *ws.row_kv[static_cast<size_t>(t)]; };
+    ws.pg_zero.assign(static_cast<size_t>(n), 0);
+    for (int t0 = 0; t0 < n;) {
+        const KVStorage* st = &cache_of(t0).storage();
+        int t1 = t0 + 1;
+        while (t1 < n && &cache_of(t1).storage() == st) ++t1;
+        ws.pg_rows.clear();
+        ws.pg_offsets.assign(1, 0);
+        for (int t = t0; t < t1; ++t) {
+            const KVCache& c = cache_of(t);
+            for (int p = ws.kv_begin[t]; p < ws.kv_end[t]; ++p) ws.pg_rows.push_back(static_cast<int>(c.phys(layer, p)));
+            if (!ws.extra_offsets.empty())
+                for (int i = ws.extra_offsets[t]; i < ws.extra_offsets[t + 1]; ++i)
+                    ws.pg_rows.push_back(static_cast<int>(c.phys(layer, ws.extra_rows[i])));
+            ws.pg_offsets.push_back(static_cast<int>(ws.pg_rows.size()));
+        }
+        kern::AttentionArgs at = base;
+        set_kv_source(at, *st, 0);
+        at.q = ws.q.data() + static_cast<size_t>(t0) * H;
+        at.n_tok = t1 - t0;
+        at.kv_begin = ws.pg_zero.data();
+        at.kv_end = ws.pg_zero.data();
+        at.extra_rows = ws.pg_rows.data();
+        at.extra_offsets = ws.pg_offsets.data();
+        at.out = ws.att.data() + static_cast<size_t>(t0) * H;
+        kern::attention(at, m.pool.get());
+        t0 = t1;
+    }
+}
+
+}  // namespace
 
 void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Workspace& ws,
                float* x, int n) {
@@ -80,26 +139,10 @@ void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Wo
     kern::rope(ws.q.data(), n, hp.n_heads, hp.head_dim, ws.pos.data(), hp.rope_theta);
     kern::rope(ws.k.data(), n, hp.n_kv_heads, hp.head_dim, ws.pos.data(), hp.rope_theta);
     for (int t = 0; t < n; ++t) {
-        std::memcpy(kv.k_at(layer, ws.row[t]), ws.k.data() + static_cast<size_t>(t) * Hkv, Hkv * sizeof(float));
-        std::memcpy(kv.v_at(layer, ws.row[t]), ws.v.data() + static_cast<size_t>(t) * Hkv, Hkv * sizeof(float));
+        KVCache& c = ws.row_kv.empty() ? kv : *ws.row_kv[static_cast<size_t>(t)];
+        c.store(layer, ws.row[t], ws.k.data() + static_cast<size_t>(t) * Hkv, ws.v.data() + static_cast<size_t>(t) * Hkv);
     }
-    kern::AttentionArgs at;
-    at.q = ws.q.data();
-    at.n_tok = n;
-    at.n_heads = hp.n_heads;
-    at.n_kv_heads = hp.n_kv_heads;
-    at.head_dim = hp.head_dim;
-    at.k = kv.k_layer(layer);
-    at.v = kv.v_layer(layer);
-    at.kv_stride = Hkv;
-    at.kv_begin = ws.kv_begin.data();
-    at.kv_end = ws.kv_end.data();
-    at.out = ws.att.data();
-    if (!ws.extra_offsets.empty()) {
-        at.extra_rows = ws.extra_rows.data();
-        at.extra_offsets = ws.extra_offsets.data();
-    }
-    kern::attention(at, pool);
+    attend_rows(m, kv, layer, ws, n);
     kern::matmul(w.wo, ws.att.data(), n, ws.o.data(), pool);
     kern::add_inplace(x, ws.o.data(), static_cast<size_t>(n) * d);
 
@@ -147,6 +190,50 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
             if (args.on_pass && *args.on_pass) (*args.on_pass)(pass, c0, x, n);
         }
     }
+}
+
+void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& ws, std::vector<float>& out_h) {
+    const HParams& hp = m.hp;
+    const int d = hp.d_model;
+    int total = 0, max_loops = 0;
+    for (int s = 0; s < n_seqs; ++s) {
+        const BatchSeq& q = seqs[s];
+        if (q.n <= 0 || q.loops < 1 || q.loops > hp.max_loops || (s > 0 && q.loops > seqs[s - 1].loops) ||
+            q.kv == nullptr || q.kv->n_layers < exec_layers(hp, q.loops) || q.pos0 < 0 || q.pos0 + q.n > q.kv->capacity)
+            throw Error(ErrorCode::Internal, "forward_batch: bad sequence " + std::to_string(s));
+        total += q.n;
+        max_loops = std::max(max_loops, q.loops);
+    }
+    out_h.resize(static_cast<size_t>(total) * d);
+    if (total == 0) return;
+    ws.reserve(hp, total);
+    ws.extra_offsets.clear();
+    ws.row_kv.assign(static_cast<size_t>(total), nullptr);
+    std::vector<int> rows_at_depth(static_cast<size_t>(max_loops) + 1, 0);  // rows of sequences with loops >= l
+    int t = 0;
+    for (int s = 0; s < n_seqs; ++s) {
+        const BatchSeq& q = seqs[s];
+        for (int i = 0; i < q.n; ++i, ++t) {
+            const int p = q.pos0 + i;
+            ws.pos[t] = p;
+            ws.row[t] = p;
+            ws.kv_end[t] = p + 1;
+            ws.kv_begin[t] = q.window > 0 ? std::max(0, p + 1 - q.window) : 0;
+            ws.row_kv[static_cast<size_t>(t)] = q.kv;
+            kern::dequant_row(m.embed, q.tokens[i], out_h.data() + static_cast<size_t>(t) * d);
+        }
+        for (int l = 1; l <= q.loops; ++l) rows_at_depth[static_cast<size_t>(l)] = t;
+    }
+    float* x = out_h.data();
+    int layer = 0;
+    // Every sequence's first cache's kv argument is only a fallback: rows name their own caches.
+    KVCache& any = *seqs[0].kv;
+    for (const LayerWeights& w : m.pre) run_block(m, w, any, layer++, ws, x, total);
+    for (int pass = 1; pass <= max_loops; ++pass) {
+        const int n = rows_at_depth[static_cast<size_t>(pass)];
+        for (const LayerWeights& w : m.loop) run_block(m, w, any, layer++, ws, x, n);
+    }
+    ws.row_kv.clear();
 }
 
 void compute_logits(const Model& m, const float* h, int n, float* logits, Workspace& ws) {

@@ -17,6 +17,11 @@ struct Workspace {
     std::vector<int> row;  // cache row each token's keys/values go to (== pos except in trees)
     // Tree attention: per-token extra rows after the range (empty offsets = none).
     std::vector<int> extra_rows, extra_offsets;
+    // Batched rows (forward_batch): the cache each row's keys/values go to and are read from
+    // (empty: every row uses the call's cache).
+    std::vector<KVCache*> row_kv;
+    // Paged attention: the storage rows each query attends (offsets per query), and zeros.
+    std::vector<int> pg_rows, pg_offsets, pg_zero;
     void reserve(const HParams& hp, int n_tok);
 };
 
@@ -43,6 +48,21 @@ struct ForwardArgs {
 // processed in chunks of the model's prefill_chunk; results are identical for any chunking.
 void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args,
              std::vector<float>& out_h);
+
+// Several sequences' rows through the model in one pass per layer (continuous batching): the
+// matmuls see all rows at once, attention reads each row's own cache. seqs must be sorted by
+// loops, deepest first (pass l runs the rows of the sequences with loops >= l, a prefix).
+// out_h receives the rows' final states in order ([sum n, d]). Each cache must hold positions
+// pos0 .. pos0+n-1 (paged caches: pages taken). Bit for bit what forward() gives each alone.
+struct BatchSeq {
+    KVCache* kv = nullptr;
+    const int32_t* tokens = nullptr;
+    int n = 0;
+    int pos0 = 0;
+    int loops = 1;
+    int window = 0;
+};
+void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& ws, std::vector<float>& out_h);
 
 // A hook that keeps, per pass, the state of the last row seen ([passes, d] in `states`, which
 // must be sized by the caller): after a forward it holds the last position's state per pass.

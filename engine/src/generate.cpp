@@ -2,6 +2,10 @@
 // generate / generate_stream / generate_batch wrappers.
 #include "decode.h"
 
+#include <algorithm>
+#include <functional>
+#include <memory>
+
 namespace tinyloop {
 
 const char* stop_reason_name(StopReason r) {
@@ -50,8 +54,34 @@ std::vector<int32_t> generate_batch(Model* model, const std::vector<std::vector<
     }
     std::vector<int32_t> flat;
     if (output_lengths) output_lengths->clear();
-    for (const auto& p : prompts) {
-        std::vector<int32_t> out = generate(model, p.data(), static_cast<int>(p.size()), config);
+    std::vector<std::vector<int32_t>> outs;
+    if (config.beam_size >= 2) {  // the batch engine does not run beam search
+        for (const auto& p : prompts) outs.push_back(generate(model, p.data(), static_cast<int>(p.size()), config));
+    } else if (!prompts.empty()) {
+        // All prompts (up to 64 at a time) in one engine whose pool holds the largest 64 at once.
+        const HParams& hp = model_hparams(model);
+        const int loops = config.loops > 0 ? config.loops : hp.default_loops;
+        BatchEngineOptions opt;
+        opt.max_batch = static_cast<int>(std::min<size_t>(prompts.size(), 64));
+        std::vector<int> need;
+        for (const auto& p : prompts)
+            need.push_back(pages_needed(exec_layers(hp, loops), static_cast<int>(p.size()) + config.max_tokens, opt.page_size));
+        std::sort(need.begin(), need.end(), std::greater<int>());
+        long long pages = 0;
+        for (int i = 0; i < opt.max_batch; ++i) pages += need[static_cast<size_t>(i)];
+        opt.kv_pages = static_cast<int>(std::clamp<long long>(pages, 1, 1 << 20));
+        std::unique_ptr<BatchEngine, void (*)(BatchEngine*)> engine(create_batch_engine(model, opt), free_batch_engine);
+        std::vector<uint64_t> ids;
+        for (const auto& p : prompts) {
+            BatchRequest r;
+            r.prompt = p;
+            r.config = config;
+            ids.push_back(batch_submit(engine.get(), std::move(r)));
+        }
+        batch_run_until_idle(engine.get());
+        for (uint64_t id : ids) outs.push_back(batch_result(engine.get(), id).tokens);
+    }
+    for (const auto& out : outs) {
         if (output_lengths) output_lengths->push_back(static_cast<int>(out.size()));
         flat.insert(flat.end(), out.begin(), out.end());
     }

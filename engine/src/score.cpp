@@ -55,12 +55,15 @@ double row_logprob(const float* row, int vocab, int32_t id) {
     return static_cast<double>(row[id]) - mx - std::log(s);
 }
 
-std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops) {
+std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
     const Model& m = checked(model);
     loops = checked_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
+    if (kv_cache != KVCacheType::F32 && kv_cache != KVCacheType::Int8)
+        throw Error(ErrorCode::InvalidArgument, "kv_cache: " + std::to_string(static_cast<int>(kv_cache)) +
+                                                    " is not one of f32 (0), int8 (1)");
     KVCache kv;
-    kv.allocate(exec_layers(m.hp, loops), n, m.hp.n_kv_heads * m.hp.head_dim);
+    kv.allocate(m.hp, exec_layers(m.hp, loops), n, kv_cache);
     Workspace ws;
     std::vector<float> h;
     ForwardArgs fa;
@@ -73,11 +76,11 @@ std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, in
     return logits;
 }
 
-ScoreResult score(Model* model, const int32_t* tokens, int n, int loops) {
+ScoreResult score(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
     const Model& m = checked(model);
     const int L = checked_loops(m, loops);
     check_score_tokens(m, tokens, n, 2);
-    const std::vector<float> logits = forward_logits(model, tokens, n, L);
+    const std::vector<float> logits = forward_logits(model, tokens, n, L, kv_cache);
     const int V = m.hp.vocab_size;
     ScoreResult r;
     r.loops = L;

@@ -88,6 +88,8 @@ void validate_config(const Model* model, int prompt_len, const GenerateConfig& c
 
     // Beam search knobs.
     if (c.beam_size < 0 || c.beam_size > 64) bad("beam_size: " + std::to_string(c.beam_size) + " is outside [0, 64]");
+    if (c.kv_cache != KVCacheType::F32 && c.kv_cache != KVCacheType::Int8)
+        bad("kv_cache: " + std::to_string(static_cast<int>(c.kv_cache)) + " is not one of f32 (0), int8 (1)");
     finite("length_penalty", c.length_penalty);
     if (c.beam_size < 2 && c.length_penalty != 1.0f)
         bad("length_penalty: " + num(c.length_penalty) +

@@ -11,6 +11,11 @@
 // over the row sequence (so a range and an extras list naming the same rows give the same
 // bits). Every (t, h) is computed on its own: neither the batch nor the thread split changes a
 // bit. A query with no rows at all gets zeros.
+//
+// INT8 cache (kq set): key/value p of kv head kh is ks[p, kh] * kq[p, kh, :]. The fast path
+// dequantizes the query's rows of its kv head into per-thread float buffers (in the row
+// sequence's order) and runs the same attend_one on them, so it is as batch-invariant as the f32
+// path; attention_ref dequantizes inline in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -64,7 +69,40 @@ int n_extra_of(const AttentionArgs& a, int t) {
     return a.extra_offsets ? a.extra_offsets[t + 1] - a.extra_offsets[t] : 0;
 }
 
+// Key (which = 0) or value element j of kv head kh at cache row p, as a float.
+float kv_elem(const AttentionArgs& a, int which, int p, int kh, int j) {
+    const size_t off = static_cast<size_t>(p) * a.kv_stride + static_cast<size_t>(kh) * a.head_dim + j;
+    if (a.kq == nullptr) return which == 0 ? a.k[off] : a.v[off];
+    const float s = (which == 0 ? a.ks : a.vs)[static_cast<size_t>(p) * a.scale_stride + kh];
+    return s * static_cast<float>((which == 0 ? a.kq : a.vq)[off]);
+}
+
 }  // namespace
+
+void quantize_kv_row(const float* x, int n_heads, int head_dim, int8_t* codes, float* scales) {
+    for (int h = 0; h < n_heads; ++h) {
+        const float* xh = x + static_cast<size_t>(h) * head_dim;
+        int8_t* qh = codes + static_cast<size_t>(h) * head_dim;
+        float amax = 0.0f;
+        for (int j = 0; j < head_dim; ++j) amax = std::max(amax, std::fabs(xh[j]));
+        const float s = amax / 127.0f;
+        scales[h] = s;
+        const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+        for (int j = 0; j < head_dim; ++j) {
+            const float r = std::nearbyint(xh[j] * inv);
+            qh[j] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+        }
+    }
+}
+
+void dequantize_kv_row(const int8_t* codes, const float* scales, int n_heads, int head_dim, float* x) {
+    for (int h = 0; h < n_heads; ++h) {
+        for (int j = 0; j < head_dim; ++j) {
+            const size_t i = static_cast<size_t>(h) * head_dim + j;
+            x[i] = scales[h] * static_cast<float>(codes[i]);
+        }
+    }
+}
 
 void attention_ref(const AttentionArgs& a) {
     const int group = a.n_heads / a.n_kv_heads;
@@ -76,12 +114,10 @@ void attention_ref(const AttentionArgs& a) {
         s.resize(rows.size());
         for (int h = 0; h < a.n_heads; ++h) {
             const float* q = a.q + (static_cast<size_t>(t) * a.n_heads + h) * a.head_dim;
-            const size_t koff = static_cast<size_t>(h / group) * a.head_dim;
             double mx = -std::numeric_limits<double>::infinity();
             for (size_t i = 0; i < rows.size(); ++i) {
-                const float* kp = a.k + static_cast<size_t>(rows[i]) * a.kv_stride + koff;
                 double d = 0.0;
-                for (int j = 0; j < a.head_dim; ++j) d += static_cast<double>(q[j]) * kp[j];
+                for (int j = 0; j < a.head_dim; ++j) d += static_cast<double>(q[j]) * kv_elem(a, 0, rows[i], h / group, j);
                 s[i] = d * scale;
                 mx = std::max(mx, s[i]);
             }
@@ -90,8 +126,7 @@ void attention_ref(const AttentionArgs& a) {
             for (size_t i = 0; i < rows.size(); ++i) {
                 const double w = std::exp(s[i] - mx);
                 sum += w;
-                const float* vp = a.v + static_cast<size_t>(rows[i]) * a.kv_stride + koff;
-                for (int j = 0; j < a.head_dim; ++j) acc[j] += w * vp[j];
+                for (int j = 0; j < a.head_dim; ++j) acc[j] += w * kv_elem(a, 1, rows[i], h / group, j);
             }
             float* o = a.out + (static_cast<size_t>(t) * a.n_heads + h) * a.head_dim;
             for (int j = 0; j < a.head_dim; ++j) o[j] = rows.empty() ? 0.0f : static_cast<float>(acc[j] / sum);
@@ -117,14 +152,38 @@ void attention(const AttentionArgs& a, ThreadPool* pool) {
     auto run = [&](int p0, int p1) {
         thread_local std::vector<float> scratch;
         if (scratch.size() < static_cast<size_t>(max_rows) + 16) scratch.resize(static_cast<size_t>(max_rows) + 16);
+        int deq_t = -1, deq_kh = -1;  // INT8: the (query, kv head) whose rows kbuf/vbuf hold
         for (int pr = p0; pr < p1; ++pr) {
             const int t = pr / a.n_heads, h = pr % a.n_heads;
             const size_t koff = static_cast<size_t>(h / group) * a.head_dim;
             const size_t qoff = static_cast<size_t>(pr) * a.head_dim;
             const int* extra = a.extra_offsets ? a.extra_rows + a.extra_offsets[t] : nullptr;
-            attend(a.q + qoff, a.k + koff, a.v + koff, a.kv_stride, a.head_dim, a.kv_begin[t],
-                   std::max(a.kv_begin[t], a.kv_end[t]), extra, n_extra_of(a, t), scale, scratch.data(),
-                   a.out + qoff);
+            if (a.kq == nullptr) {
+                attend(a.q + qoff, a.k + koff, a.v + koff, a.kv_stride, a.head_dim, a.kv_begin[t],
+                       std::max(a.kv_begin[t], a.kv_end[t]), extra, n_extra_of(a, t), scale, scratch.data(),
+                       a.out + qoff);
+                continue;
+            }
+            thread_local std::vector<float> kbuf, vbuf;
+            thread_local std::vector<int> rows;
+            if (t != deq_t || h / group != deq_kh) {  // heads of one group share the dequantized rows
+                deq_t = t;
+                deq_kh = h / group;
+                rows_of(a, t, rows);
+                const size_t need = rows.size() * static_cast<size_t>(a.head_dim) + 16;
+                if (kbuf.size() < need) {
+                    kbuf.resize(need);
+                    vbuf.resize(need);
+                }
+                for (size_t i = 0; i < rows.size(); ++i) {
+                    const size_t src = static_cast<size_t>(rows[i]) * a.kv_stride + koff;
+                    const size_t sc = static_cast<size_t>(rows[i]) * a.scale_stride + static_cast<size_t>(deq_kh);
+                    dequantize_kv_row(a.kq + src, a.ks + sc, 1, a.head_dim, kbuf.data() + i * a.head_dim);
+                    dequantize_kv_row(a.vq + src, a.vs + sc, 1, a.head_dim, vbuf.data() + i * a.head_dim);
+                }
+            }
+            attend(a.q + qoff, kbuf.data(), vbuf.data(), a.head_dim, a.head_dim, 0, static_cast<int>(rows.size()),
+                   nullptr, 0, scale, scratch.data(), a.out + qoff);
         }
     };
     const int threads = pool ? pool->size() : 1;

@@ -62,7 +62,7 @@ TEST(Forward, PrefillEqualsTokenByTokenDecodeBitForBit) {
             EXPECT_EQ(0, std::memcmp(one.data(), all.data() + static_cast<size_t>(t) * V, V * sizeof(float)))
                 << "position " << t << " chunk " << chunk;
         }
-        EXPECT_EQ(0, std::memcmp(kv1.k.data(), kv2.k.data(), kv1.k.size() * sizeof(float)));
+        EXPECT_EQ(0, std::memcmp(kv1.own.k.data(), kv2.own.k.data(), kv1.own.k.size() * sizeof(float)));
     }
 }
 

@@ -247,6 +247,13 @@ enum class EarlyExitCriterion {
     ArgmaxStable,
 };
 
+// How the KV cache stores keys and values. Int8: symmetric INT8 codes with one f32 scale per
+// (position, layer, kv head), scale = max|x| / 127 (Hugging Face's quantized cache, without its
+// f32 residual window): about 3.6x less memory at head_dim 64, logits within ~1e-2 of f32.
+enum class KVCacheType { F32, Int8 };
+const char* kv_cache_type_name(KVCacheType t);              // "f32", "int8"
+KVCacheType parse_kv_cache_type(const std::string& name);   // throws InvalidArgument "kv_cache: ..."
+
 struct GenerateConfig {
     int max_tokens = 64;              // upper bound on emitted tokens, >= 0
     int loops = 0;                    // loop depth 1..max_loops; 0 = model's default_loops
@@ -276,6 +283,8 @@ struct GenerateConfig {
     float early_exit_threshold = 0.05f;
     uint64_t sample_seed = 0;         // deterministic given seed + config + model
     Grammar* grammar = nullptr;       // constrained decoding (see parse_grammar); not owned
+    KVCacheType kv_cache = KVCacheType::F32;  // f32 or int8 (plain decode, beam, batch engine;
+                                              // not from prefix caches / resume handles / pools)
 };
 
 enum class StopReason {
@@ -307,6 +316,7 @@ struct GenerateStats {
     std::vector<int> spec_accept_hist; // [k] = cycles that accepted k drafted tokens
     double draft_ms = 0;               // time drafting
     double verify_ms = 0;              // time verifying
+    size_t kv_cache_bytes = 0;         // bytes the call's KV cache held (batch engine: its pages)
     double spec_acceptance_rate() const { return spec_tested > 0 ? double(spec_accepted) / spec_tested : 0.0; }
     double spec_mean_accepted() const { return spec_cycles > 0 ? double(spec_accepted) / spec_cycles : 0.0; }
     double decode_tokens_per_s() const {
@@ -376,14 +386,89 @@ std::vector<int32_t> generate_stream(Model* model, const int32_t* prompt, int pr
                                      const GenerateTokenCallback& on_token,
                                      GenerateStats* stats = nullptr);
 
-// Sequential batch decode: the flat concatenation of (prompt + continuation) for each prompt.
-// output_lengths (optional) receives each prompt's prompt+continuation length.
+// Batch decode: the flat concatenation of (prompt + continuation) for each prompt.
+// output_lengths (optional) receives each prompt's prompt+continuation length. Runs the prompts
+// together through a BatchEngine (below; beam search runs them one after another); each
+// prompt's tokens equal generate()'s for it alone.
 std::vector<int32_t> generate_batch(Model* model, const std::vector<std::vector<int32_t>>& prompts,
                                     const GenerateConfig& config,
                                     std::vector<int>* output_lengths = nullptr);
 // Splits generate_batch's flat result back into per-prompt outputs.
 std::vector<std::vector<int32_t>> split_batch_output(const std::vector<int32_t>& flat,
                                                      const std::vector<int>& output_lengths);
+
+// ---------------------------------------------------------------------------------------------
+// Continuous batching
+// ---------------------------------------------------------------------------------------------
+//
+// A BatchEngine accepts requests at any time and advances every active sequence together, one
+// decode step per iteration (iteration-level scheduling): each step runs one batched forward
+// whose matmuls take all the sequences' rows at once (each weight read once per step), with at
+// most prefill_chunk prompt tokens of newly admitted requests mixed in, so a long prompt does
+// not stall the running sequences. Each sequence has its own config, stop policy, callbacks and
+// KV pages from a shared pool (one pool per KV type, f32 and int8, allocated on first use).
+// The kernels are batch-invariant, so every request's tokens equal generate()'s for it alone.
+// Early exit (early_exit_patience > 0) runs its decode steps one sequence at a time (its
+// prompt still prefills batched); beam search is refused.
+//
+// Pages: a request is admitted once the pool can reserve pages for its whole length
+// (prompt + max_tokens positions at every execution layer of its depth), so a running
+// sequence never waits; until then it waits in the queue (first in, first out). A request that
+// could not fit even in an empty pool is refused by batch_submit (InvalidArgument naming
+// kv_pages). Pages return to the pool when a request finishes.
+//
+// Threads: batch_submit, batch_cancel, batch_result, batch_stats may be called from any thread;
+// batch_step / batch_run_until_idle from one thread at a time (they serialise). Callbacks run on
+// the stepping thread with no engine lock held (they may submit or cancel).
+struct BatchEngineOptions {
+    int kv_pages = 2048;       // pages per KV type in the pool, 1..1048576
+    int page_size = 16;        // positions per page (one execution layer), 1..4096
+    int max_batch = 64;        // sequences advanced together, 1..4096
+    int prefill_chunk = 64;    // prompt tokens prefilled per step over all new requests, 1..4096
+};
+
+struct BatchRequest {
+    std::vector<int32_t> prompt;
+    GenerateConfig config;
+    GenerateTokenCallback on_token;  // as generate_stream's; return false to stop (CALLBACK_ABORT)
+    TokenObserver observer;          // TokenEvents without lens rows; return false to stop
+    // Called once when the request ends (result ready, error empty) or fails (error set).
+    std::function<void(uint64_t id, const GenerateResult& result, const std::string& error)> on_done;
+};
+
+struct BatchEngineStats {
+    int queued = 0;           // submitted, waiting for pages or a batch slot
+    int active = 0;           // prefilling or decoding
+    int finished = 0;         // results not yet taken
+    int pages_total = 0;      // per pool that exists (f32 + int8)
+    int pages_free = 0;
+    size_t pool_bytes = 0;    // bytes of the pools' storage
+    long long steps = 0;      // iterations run
+    long long rows = 0;       // forward rows run (decode + prefill)
+    int max_active = 0;       // most sequences advanced in one step
+};
+
+struct BatchEngine;
+// Throws InvalidArgument naming the option and its range.
+BatchEngine* create_batch_engine(Model* model, const BatchEngineOptions& options = {});
+// nullptr is a no-op. Requests still running are dropped.
+void free_batch_engine(BatchEngine* engine);
+// Validates the request (as generate would, plus the pool's size) and queues it; returns its id.
+uint64_t batch_submit(BatchEngine* engine, BatchRequest request);
+// One iteration: admit what fits, one batched forward, one token per decoding sequence.
+// Returns the number of requests still queued or active.
+int batch_step(BatchEngine* engine);
+// Steps until nothing is queued or active.
+void batch_run_until_idle(BatchEngine* engine);
+// Stops a queued or active request at the next step (stop reason CALLBACK_ABORT; the tokens
+// emitted so far are kept). Returns false when the id is unknown or already finished.
+bool batch_cancel(BatchEngine* engine, uint64_t id);
+// True once the request has finished (its result can be taken).
+bool batch_done(const BatchEngine* engine, uint64_t id);
+// Takes a finished request's result (once). Throws InvalidArgument when the id is unknown, not
+// finished or already taken, and the request's own Error when it failed.
+GenerateResult batch_result(BatchEngine* engine, uint64_t id);
+BatchEngineStats batch_stats(const BatchEngine* engine);
 
 // Validates a config against a model (every rule generate applies), throwing InvalidArgument.
 void validate_config(const Model* model, int prompt_len, const GenerateConfig& config);
@@ -442,7 +527,9 @@ struct ScoreResult {
 };
 
 // Log-probability of every next token of `tokens` at loop depth `loops` (0 = default).
-ScoreResult score(Model* model, const int32_t* tokens, int n, int loops = 0);
+// kv_cache: the layout the prefill's keys and values go through (int8 measures its quality cost).
+ScoreResult score(Model* model, const int32_t* tokens, int n, int loops = 0,
+                  KVCacheType kv_cache = KVCacheType::F32);
 
 // Teacher-forced scoring with early exit: every position runs the passes the config's early-exit
 // policy lets it (early_exit_* fields and loops; exited positions feed deeper passes by state
@@ -453,7 +540,8 @@ ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const G
                              std::vector<int>* depth_used = nullptr);
 
 // Logits of every position (n x vocab, row-major) at depth `loops`; for tests and tools.
-std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops = 0);
+std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops = 0,
+                                  KVCacheType kv_cache = KVCacheType::F32);
 
 
 // The last position's logits at depth `loops` and its top-k (softmax, temperature 1).
