@@ -516,6 +516,32 @@ std::vector<int32_t> generate_tree_speculative(Model* model, const int32_t* prom
                                                const TreeSpeculativeConfig& config);
 
 // ---------------------------------------------------------------------------------------------
+// Draft-model speculative decoding (seed 002's SpeculativeDecodingBackend, Leviathan et al. 2023)
+// ---------------------------------------------------------------------------------------------
+
+// A second model with the same vocabulary (vocab_size, merges, special tokens, eos/bos) drafts
+// `gamma` tokens one at a time from its own KV cache; the target scores all of them and the token
+// after them in one batched forward. Every GenerateConfig rule applies to both models' logits
+// (penalties, bias, n-gram and bad-word bans, grammar, then temperature/top-k/top-p/min-p), so:
+// greedy output equals generate_ex(target, ...) token for token, and sampled output has exactly
+// the distribution of sampling the target (accept a draft with min(1, p/q), else draw from
+// norm(max(0, p - q)); the bonus token when all are accepted comes from p). Rejected positions
+// are rolled back in both caches. Stops as generate does (EOS, stop sequences and strings,
+// max_tokens, max_time, grammar dead end, callback). Stats: spec_* as the self-speculation's.
+// beam_size >= 2 and early exit are refused (NotSupported); a null or vocabulary-mismatched
+// draft is refused (InvalidArgument, "draft: ...").
+struct DraftSpeculativeConfig {
+    int gamma = 4;         // tokens the draft proposes per cycle, 1 .. 32
+    int draft_loops = 0;   // the draft model's loop depth, 1 .. its max_loops; 0 = its default_loops
+};
+
+GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const int32_t* prompt, int prompt_len,
+                                             const GenerateConfig& config, const DraftSpeculativeConfig& spec,
+                                             const GenerateOptions& options = {});
+GenerateResult draft_speculative_generate(Model* target, Model* draft, const int32_t* prompt, int prompt_len,
+                                          const GenerateConfig& config, const DraftSpeculativeConfig& spec = {});
+
+// ---------------------------------------------------------------------------------------------
 // Scoring
 // ---------------------------------------------------------------------------------------------
 
