@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "cuda_backend.h"
 #include "loader.h"
 #include "model.h"
 #include "utf8.h"
@@ -22,18 +23,8 @@ Model* load_model(const std::string& path, const LoadOptions& options) {
     if (options.backend != Backend::Auto && options.backend != Backend::Cpu && options.backend != Backend::Cuda)
         throw Error(ErrorCode::InvalidArgument, "backend: " + std::to_string(static_cast<int>(options.backend)) +
                                                     " is not one of auto, cpu, cuda");
-    std::string note;
-    switch (options.backend) {
-        case Backend::Cuda:
-            throw Error(ErrorCode::NotSupported,
-                        "backend cuda: this build has no CUDA back end; use cpu or auto");
-        case Backend::Auto:
-            note = "auto: no CUDA back end in this build, using the CPU";
-            break;
-        case Backend::Cpu:
-            note = "cpu: requested";
-            break;
-    }
+    // cpu | cuda | auto, and why (cuda_backend.cpp); throws for cuda without a usable device.
+    const std::string note = choose_backend(options.backend).note;
 
     std::unique_ptr<Model> m = read_model_file(path);
     if (options.max_seq_len > m->hp.max_seq_len)

@@ -1,0 +1,199 @@
+// The CUDA back end's kernels behind one small host interface (ARCHITECTURE.md, "kernels/").
+//
+// Basic usage:
+//
+//     using namespace tinyloop::kern::cuda;
+//     DeviceProbe p = probe_device();          // never throws; p.usable, p.reason
+//     Context ctx(p.device);                   // a stream and a cuBLAS handle on that device
+//     DeviceBuffer x(ctx, n * sizeof(float));  // device memory, freed by the destructor
+//     ctx.upload(x.get(), host, n * sizeof(float));
+//     rmsnorm(ctx, x.f32(), g, n_tok, d, eps, y);
+//     ctx.download(host, y, bytes);            // waits for the stream
+//
+// This header shows no CUDA type: the engine and the tests include it with a plain C++
+// compiler. Every pointer an op takes is a device address (WeightView / AttentionArgs from
+// kernels.h describe device memory here); every op is asynchronous on the context's stream.
+//
+// Errors: every CUDA or cuBLAS failure throws CudaError (what() names the call and the CUDA
+// error); out_of_memory() is true for an allocation the device cannot satisfy, so the engine
+// turns it into Error(OutOfMemory) rather than crashing. Kernels here never include engine
+// headers; the engine converts CudaError into tinyloop::Error (engine/src/cuda_backend.cpp).
+//
+// Numerics: the same contracts as the CPU ops in kernels.h. matmul, attention, rmsnorm, rope,
+// silu_mul, lens and argmax compute each output row with one fixed reduction order whatever
+// the number of rows in the call (batch invariance: decode and verification agree bit for bit
+// on this back end). gemm (cuBLAS) does not promise that and is meant for large prefills only.
+//
+// Threads: a Context (its stream and cuBLAS handle) belongs to one thread at a time; device
+// buffers may be shared read-only between contexts on the same device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/kernels.h"
+
+namespace tinyloop::kern::cuda {
+
+// A CUDA runtime, cuBLAS or launch failure. what() names the call and the error.
+class CudaError : public std::runtime_error {
+public:
+    CudaError(const std::string& message, bool out_of_memory)
+        : std::runtime_error(message), oom_(out_of_memory) {}
+    bool out_of_memory() const noexcept { return oom_; }
+
+private:
+    bool oom_;
+};
+
+// What the machine offers. Never throws; `reason` says why a device is not usable, e.g.
+// "cudaGetDeviceCount: cudaErrorInsufficientDriver (CUDA driver version is insufficient for
+// CUDA runtime version)".
+struct DeviceProbe {
+    bool usable = false;
+    int device_count = 0;
+    int device = -1;             // the device chosen (the first usable one)
+    std::string name;            // e.g. "NVIDIA H200"
+    int cc_major = 0, cc_minor = 0;
+    size_t total_bytes = 0;      // device memory
+    size_t free_bytes = 0;
+    int runtime_version = 0;     // cudaRuntimeGetVersion
+    int driver_version = 0;      // cudaDriverGetVersion (0 when no driver)
+    std::string reason;          // empty when usable
+};
+DeviceProbe probe_device();
+// One line for a person: "NVIDIA H200 (sm_90, 140 GiB, driver 13.0)" or the reason.
+std::string describe(const DeviceProbe& p);
+
+// Device memory currently held through DeviceBuffer on all devices (for vram_usage_bytes).
+size_t device_bytes_in_use();
+
+class Context;
+
+// Owned device memory (cudaMalloc / cudaFree). Throws CudaError (out_of_memory()) when the
+// device cannot give `bytes`. Zero bytes is a valid empty buffer.
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    DeviceBuffer(Context& ctx, size_t bytes);
+    ~DeviceBuffer();
+    DeviceBuffer(DeviceBuffer&& o) noexcept;
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    void* get() const { return ptr_; }
+    float* f32() const { return static_cast<float*>(ptr_); }
+    int* i32() const { return static_cast<int*>(ptr_); }
+    size_t size() const { return bytes_; }
+
+private:
+    void* ptr_ = nullptr;
+    size_t bytes_ = 0;
+    int device_ = 0;
+};
+
+// A captured sequence of launches on a context's stream, replayed with one launch.
+class Graph {
+public:
+    Graph();
+    ~Graph();
+    Graph(Graph&&) noexcept;
+    Graph& operator=(Graph&&) noexcept;
+    bool empty() const;
+    struct Impl;
+    std::unique_ptr<Impl> impl;
+};
+
+// A device, one stream on it, a cuBLAS handle, and pinned host staging for small reads.
+class Context {
+public:
+    explicit Context(int device = 0);  // throws CudaError (no such device, no driver, ...)
+    ~Context();
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+
+    int device() const;
+    // Copies on the stream. upload returns once `src` may be reused (it synchronises);
+    // download returns once `dst` holds the data.
+    void upload(void* dst, const void* src, size_t bytes);
+    void download(void* dst, const void* src, size_t bytes);
+    void memset(void* dst, int byte, size_t bytes);
+    // Device-to-device copy on the stream (asynchronous; may be captured in a graph).
+    void copy(void* dst, const void* src, size_t bytes);
+    // Copies `n` ints from device to the context's pinned staging area, asynchronously (may be
+    // captured); read them with staged() after synchronize(). n <= 64.
+    void stage_ints(const int* src, int n);
+    const int* staged() const;
+    // Waits for every launch so far; throws the first asynchronous error.
+    void synchronize();
+
+    // Graph capture: every op issued between begin_capture and end_capture is recorded, not
+    // run; launch(g) runs the recording once.
+    void begin_capture();
+    Graph end_capture();
+    void launch(const Graph& g);
+
+    struct Impl;
+    Impl& impl() const { return *impl_; }
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+// ---- the ops (device pointers; asynchronous on ctx's stream) -------------------------------
+
+// out[t, :] = dequantized row ids[t] of E (an id outside [0, E.rows) gives a row of NaN).
+void embedding(Context& ctx, const WeightView& E, const int* ids, int n_tok, float* out);
+
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * g, per row t of length d. y may alias x.
+void rmsnorm(Context& ctx, const float* x, const float* g, int n_tok, int d, float eps, float* y);
+
+// In place, as kern::rope (half-split pairs (i, i + head_dim/2), angle p * theta^(-2i/hd),
+// cos/sin from double rounded to float, two products and one add without fma): bit-identical
+// to the CPU reference.
+void rope(Context& ctx, float* x, int n_tok, int n_heads, int head_dim, const int* positions, float theta);
+
+// out[i] = silu(gate[i]) * up[i]; y[i] += x[i].
+void silu_mul(Context& ctx, const float* gate, const float* up, float* out, size_t n);
+void add_inplace(Context& ctx, float* y, const float* x, size_t n);
+
+// Attention as kern::attention (AttentionArgs with device pointers, tree extras included):
+// each (t, h) one fixed order over its row list. head_dim <= 256.
+void attention(Context& ctx, const AttentionArgs& a);
+
+// y[t, r] = sum_c W[r, c] x[t, c], W dequantized inside the kernel (FORMAT.md §2): the
+// batch-invariant product for decode and verification (any n_tok; meant for n_tok <= ~64).
+void matmul(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y);
+
+// The same product through cublasGemmEx (f32 in, f32 accumulate) for large prefills. A
+// quantized or f16 W is dequantized into `scratch` (rows*cols floats, the caller's, reused
+// per matrix) first; an f32 W is used in place. Not batch-invariant. tf32: allow TF32 tensor
+// cores (faster, ~1e-3 relative error).
+void gemm(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y, float* scratch,
+          bool tf32 = false);
+// Bytes of scratch gemm needs for W (0 for f32).
+size_t gemm_scratch_bytes(const WeightView& W);
+
+// The lens on the device, per row t of logits [n_rows, vocab]: softmax (temperature 1),
+// top-k ids and probabilities (ties: lower id first), the entropy in nats, and the probability
+// of emitted[t] (-1 or out of range: 0). Outputs: top_ids/top_probs [n_rows, k], entropy and
+// p_emitted [n_rows]. emitted may be nullptr. 1 <= k <= 64.
+void lens_topk(Context& ctx, const float* logits, int n_rows, int vocab, int k, const int* emitted,
+               int* top_ids, float* top_probs, float* entropy, float* p_emitted);
+
+// out[t] = the lowest index of the maximum of logits[t, 0 .. vocab) (NaN skipped; all NaN: 0),
+// as the CPU's argmax after mask_undecodable: ids >= n_valid (the padded vocabulary) read -inf.
+void argmax(Context& ctx, const float* logits, int n_rows, int vocab, int n_valid, int* out);
+
+// dst_base[dst_rows[i], :] = src[i, :] for i < n, rows of row_floats (K/V into the cache at
+// positions held in device memory).
+void store_rows(Context& ctx, const float* src, int n, int row_floats, float* dst_base, const int* dst_rows);
+
+// One decode step's bookkeeping on the device (single sequence): ids[0] = chosen[0];
+// pos[0] += 1; kv_end[0] = pos[0] + 1; kv_begin[0] = window ? max(0, pos[0] + 1 - window) : 0.
+void advance(Context& ctx, const int* chosen, int* ids, int* pos, int* kv_begin, int* kv_end, int window);
+
+}  // namespace tinyloop::kern::cuda

@@ -1,0 +1,160 @@
+// bench_cuda MODEL [--prompt N] [--tokens N] [--loops L] [--reps R]
+//
+// Speed of the CUDA forward (engine/src/cuda_forward.cpp) on one model, as one JSON line:
+// prefill tok/s of an N-token prompt (cuBLAS for 64-row chunks and the batch-invariant kernel),
+// cuBLAS alone on the same products (the prefill target's yardstick), decode tok/s with the
+// graph-captured step and with direct launches, the weight bytes one decode token reads and the
+// effective bandwidth that makes, kernel launches per token, device memory held.
+// Used by kernels/cuda/check_on_gpu.sh until `tinyloop bench --backend cuda` runs on the GPU;
+// not a test (speed is never asserted).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda_forward.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "tinyloop/tinyloop.h"
+
+namespace {
+
+double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int arg_int(int argc, char** argv, const char* name, int def) {
+    for (int i = 2; i + 1 < argc; ++i)
+        if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
+    return def;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: bench_cuda MODEL [--prompt N] [--tokens N] [--loops L] [--reps R]\n");
+        return 2;
+    }
+    namespace kc = tinyloop::kern::cuda;
+    try {
+        const kc::DeviceProbe p = kc::probe_device();
+        if (!p.usable) {
+            std::fprintf(stderr, "bench_cuda: no usable CUDA device (%s)\n", p.reason.c_str());
+            return 3;
+        }
+        tinyloop::LoadOptions lo;
+        lo.backend = tinyloop::Backend::Cpu;
+        lo.threads = 1;
+        lo.prefill_chunk = 64;
+        tinyloop::Model* m = tinyloop::load_model(argv[1], lo);
+        const tinyloop::HParams hp = tinyloop::model_hparams(m);
+        const tinyloop::ModelInfo info = tinyloop::model_info(m);
+        const int L = arg_int(argc, argv, "--loops", hp.default_loops);
+        const int reps = std::max(1, arg_int(argc, argv, "--reps", 3));
+        int n_prompt = arg_int(argc, argv, "--prompt", 2048);
+        int n_tok = arg_int(argc, argv, "--tokens", 256);
+        n_prompt = std::min(n_prompt, hp.max_seq_len - 1);
+        n_tok = std::min(n_tok, hp.max_seq_len - n_prompt);
+        std::vector<int32_t> prompt(n_prompt);
+        for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 131 + 7) % 256;
+
+        tinyloop::CudaWeights w(*m, p.device);
+
+        // prefill (best of reps), both product paths
+        double best_gemm = 1e30, best_kernel = 1e30;
+        for (int r = 0; r < reps; ++r) {
+            for (int gemm_min : {64, 1 << 30}) {
+                tinyloop::CudaSessionOptions o;
+                o.loops = L;
+                o.capacity = n_prompt + n_tok;
+                o.gemm_min_tokens = gemm_min;
+                tinyloop::CudaSession s(w, o);
+                const double t0 = now();
+                s.prefill(prompt.data(), n_prompt);
+                const double dt = now() - t0;
+                double& best = gemm_min == 64 ? best_gemm : best_kernel;
+                best = std::min(best, dt);
+            }
+        }
+
+        // cuBLAS alone on the prefill's products (64-row chunks, every matrix of every layer)
+        double best_blas = 1e30;
+        {
+            kc::Context ctx(p.device);
+            const int R = 64;
+            size_t maxc = 0, maxr = 0, scratch = 0;
+            std::vector<tinyloop::kern::WeightView> mats;
+            for (const auto* set : {&w.pre, &w.loop})
+                for (const auto& l : *set)
+                    for (const auto* W : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) mats.push_back(*W);
+            for (const auto& W : mats) {
+                maxc = std::max<size_t>(maxc, W.cols);
+                maxr = std::max<size_t>(maxr, W.rows);
+                scratch = std::max(scratch, kc::gemm_scratch_bytes(W));
+            }
+            kc::DeviceBuffer x(ctx, R * maxc * 4), y(ctx, R * maxr * 4), s(ctx, scratch);
+            ctx.memset(x.get(), 0, x.size());
+            const int chunks = (n_prompt + R - 1) / R;
+            for (int r = 0; r < reps; ++r) {
+                ctx.synchronize();
+                const double t0 = now();
+                for (int c = 0; c < chunks; ++c) {
+                    for (int i = 0; i < static_cast<int>(mats.size()); ++i) {
+                        const bool in_loop = i >= hp.n_pre_blocks * 7;  // 7 matrices per block
+                        for (int rep = 0; rep < (in_loop ? L : 1); ++rep) kc::gemm(ctx, mats[i], x.f32(), R, y.f32(), s.f32());
+                    }
+                }
+                ctx.synchronize();
+                best_blas = std::min(best_blas, now() - t0);
+            }
+        }
+
+        // decode, graph and direct
+        double dec_graph = 0, dec_direct = 0;
+        size_t session_bytes = 0;
+        for (bool graph : {true, false}) {
+            tinyloop::CudaSessionOptions o;
+            o.loops = L;
+            o.capacity = n_prompt + n_tok;
+            o.use_graph = graph;
+            tinyloop::CudaSession s(w, o);
+            session_bytes = s.device_bytes();
+            int32_t t = s.prefill(prompt.data(), n_prompt);
+            t = s.decode(t);  // captures the graph
+            const int n = n_tok - 2;
+            const double t0 = now();
+            for (int i = 0; i < n; ++i) t = s.decode(t);
+            const double dt = now() - t0;
+            (graph ? dec_graph : dec_direct) = n / dt;
+        }
+
+        // bytes one decode token reads: every matrix of the pre blocks once, the loop block L
+        // times, the head, one embedding row
+        double per_token = 0;
+        for (const auto& t : info.tensors) {
+            if (t.name.rfind("pre.", 0) == 0) per_token += t.bytes;
+            else if (t.name.rfind("loop.", 0) == 0) per_token += double(t.bytes) * L;
+            else if (t.name == "head" || (t.name == "embed" && hp.tie_embeddings)) per_token += t.bytes;
+            else if (t.name == "embed") per_token += double(t.bytes) / hp.vocab_size;
+        }
+        const int layers = hp.n_pre_blocks + L * hp.n_loop_layers;
+        const int launches = 1 + 17 * layers + 3 + 2;  // embedding, blocks, head+argmax, stage+advance
+
+        std::printf(
+            "{\"model\":\"%s\",\"device\":\"%s\",\"loops\":%d,\"prompt\":%d,\"tokens\":%d,"
+            "\"prefill_tok_s\":%.1f,\"prefill_kernel_tok_s\":%.1f,\"cublas_only_tok_s\":%.1f,"
+            "\"prefill_vs_cublas\":%.3f,\"decode_graph_tok_s\":%.1f,\"decode_direct_tok_s\":%.1f,"
+            "\"bytes_per_token\":%.0f,\"decode_gb_s\":%.1f,\"launches_per_token\":%d,"
+            "\"weights_device_bytes\":%zu,\"session_device_bytes\":%zu}\n",
+            argv[1], kc::describe(p).c_str(), L, n_prompt, n_tok, n_prompt / best_gemm, n_prompt / best_kernel,
+            n_prompt / best_blas, best_blas / best_gemm, dec_graph, dec_direct, per_token, per_token * dec_graph / 1e9,
+            launches, w.device_bytes(), session_bytes);
+        tinyloop::free_model(m);
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_cuda: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,185 @@
+// Whole-model parity of the CUDA forward (engine/src/cuda_forward.cpp) with the CPU back end:
+//   * the bundled trained model (f32, q8, q4 files): greedy tokens identical, CPU generate()
+//     against the CUDA session (prefill, then graph-replayed decode steps), and the same tokens
+//     again without the graph;
+//   * prefill logits within a stated tolerance of forward_logits, through both product paths
+//     (the batch-invariant kernel for short chunks, cuBLAS for 64-row chunks);
+//   * random models (f32, q4, q2, GQA) at every depth: logits of a prefill and of a decode step.
+// Skipped, saying so, without a usable CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda_backend.h"
+#include "cuda_forward.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "test_util.h"
+#include "tinyloop/tinyloop.h"
+
+namespace {
+
+namespace kc = tinyloop::kern::cuda;
+using tinyloop::Backend;
+
+const kc::DeviceProbe& probe() {
+    static const kc::DeviceProbe p = kc::probe_device();
+    return p;
+}
+
+#define TL_REQUIRE_DEVICE()                                                                   \
+    do {                                                                                      \
+        if (!probe().usable) GTEST_SKIP() << "skipped: no CUDA device (" << probe().reason << ")"; \
+    } while (0)
+
+// Logits rows agree when max|diff| / max|ref| per row stays under this (f32 accumulation in a
+// different order through up to ~40 layers; the CPU is the reference).
+constexpr double kRowRelTol = 2e-3;
+
+const std::string kDir = std::string(TL_SOURCE_DIR) + "/resources/models/tinyloop-kjv/";
+
+tinyloop::LoadOptions cpu() {
+    tinyloop::LoadOptions o;
+    o.backend = Backend::Cpu;
+    return o;
+}
+
+void expect_rows_close(const std::vector<float>& got, const std::vector<float>& want, int n, int V, const std::string& what) {
+    ASSERT_EQ(got.size(), size_t(n) * V);
+    ASSERT_EQ(want.size(), size_t(n) * V);
+    for (int r = 0; r < n; ++r) {
+        double mr = 0, md = 0;
+        for (int j = 0; j < V; ++j) {
+            const double a = got[size_t(r) * V + j], b = want[size_t(r) * V + j];
+            mr = std::max(mr, std::fabs(b));
+            md = std::max(md, std::isfinite(a) ? std::fabs(a - b) : INFINITY);
+        }
+        EXPECT_LE(md / std::max(mr, 1e-30), kRowRelTol) << what << " row " << r << ": max|diff| " << md << " max|ref| " << mr;
+    }
+}
+
+class BundledModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BundledModel, GreedyTokensIdenticalToCpu) {
+    TL_REQUIRE_DEVICE();
+    tltest::ModelPtr m(kDir + GetParam(), cpu());
+    const tinyloop::HParams& hp = tinyloop::model_hparams(m.get());
+    const std::vector<int32_t> prompt = tinyloop::tokenize(m.get(), "In the beginning God created the heaven and the earth. And");
+    const int n_new = 64;
+    for (int L : {1, hp.default_loops, hp.max_loops}) {
+        SCOPED_TRACE("loops " + std::to_string(L));
+        tinyloop::GenerateConfig g;
+        g.max_tokens = n_new;
+        g.loops = L;
+        g.temperature = 0.0f;
+        g.ignore_eos = true;
+        std::vector<int32_t> want = tinyloop::generate(m.get(), prompt.data(), int(prompt.size()), g);
+        ASSERT_EQ(want.size(), prompt.size() + n_new);  // the prompt, then the continuation
+        want.erase(want.begin(), want.begin() + long(prompt.size()));
+
+        tinyloop::CudaWeights w(*m.get(), probe().device);
+        for (bool graph : {true, false}) {
+            tinyloop::CudaSessionOptions o;
+            o.loops = L;
+            o.use_graph = graph;
+            o.capacity = int(prompt.size()) + n_new;
+            tinyloop::CudaSession s(w, o);
+            std::vector<int32_t> got = {s.prefill(prompt.data(), int(prompt.size()))};
+            while (int(got.size()) < n_new) got.push_back(s.decode(got.back()));
+            EXPECT_EQ(got, want) << (graph ? "graph-replayed" : "direct") << " decode differs from the CPU";
+        }
+    }
+}
+
+TEST_P(BundledModel, PrefillLogitsWithinTolerance) {
+    TL_REQUIRE_DEVICE();
+    tltest::ModelPtr m(kDir + GetParam(), cpu());
+    const tinyloop::HParams& hp = tinyloop::model_hparams(m.get());
+    std::string text;
+    while (text.size() < 600) text += "And God said, Let there be light: and there was light. ";
+    std::vector<int32_t> toks = tinyloop::tokenize(m.get(), text);
+    toks.resize(std::min<size_t>(toks.size(), 150));  // 64 + 64 rows through cuBLAS, 22 through the kernel
+    const int n = int(toks.size()), V = hp.vocab_size;
+    const std::vector<float> want = tinyloop::forward_logits(m.get(), toks.data(), n, hp.default_loops);
+    tinyloop::CudaWeights w(*m.get(), probe().device);
+    for (int gemm_min : {64, 1 << 30}) {
+        tinyloop::CudaSessionOptions o;
+        o.loops = hp.default_loops;
+        o.gemm_min_tokens = gemm_min;
+        tinyloop::CudaSession s(w, o);
+        std::vector<float> got;
+        s.prefill(toks.data(), n, &got);
+        expect_rows_close(got, want, n, V, gemm_min == 64 ? "cuBLAS prefill" : "kernel prefill");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, BundledModel,
+                         ::testing::Values("model-f32.tinyloop", "model-q8.tinyloop", "model-q4.tinyloop"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                             return i.param.substr(6, i.param.find('.') - 6);
+                         });
+
+struct RandomCase {
+    const char* name;
+    tinyloop::DType dt;
+    int group_size;
+};
+
+class RandomModel : public ::testing::TestWithParam<RandomCase> {};
+
+TEST_P(RandomModel, LogitsAtEveryDepth) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::HParams hp = tltest::small_hparams();
+    const std::string path = tltest::write_random_model(std::string("cuda_") + GetParam().name + ".tinyloop", hp, 11,
+                                                        GetParam().dt);
+    tltest::ModelPtr m(path, cpu());
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 37; ++i) toks.push_back((i * 37 + 11) % 256);
+    const int n = int(toks.size()), V = hp.vocab_size;
+    tinyloop::CudaWeights w(*m.get(), probe().device);
+    for (int L = 1; L <= hp.max_loops; ++L) {
+        SCOPED_TRACE("loops " + std::to_string(L));
+        const std::vector<float> want = tinyloop::forward_logits(m.get(), toks.data(), n, L);
+        tinyloop::CudaSessionOptions o;
+        o.loops = L;
+        tinyloop::CudaSession s(w, o);
+        std::vector<float> got;
+        s.prefill(toks.data(), n - 1, &got);
+        expect_rows_close(got, std::vector<float>(want.begin(), want.end() - V), n - 1, V, "prefill");
+        s.decode(toks[n - 1]);
+        expect_rows_close(s.last_logits(), std::vector<float>(want.end() - V, want.end()), 1, V, "decode step");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, RandomModel,
+                         ::testing::Values(RandomCase{"f32", tinyloop::DType::F32, 32}, RandomCase{"q4", tinyloop::DType::Q4, 32},
+                                           RandomCase{"q2", tinyloop::DType::Q2, 32}, RandomCase{"f16", tinyloop::DType::F16, 32}),
+                         [](const ::testing::TestParamInfo<RandomCase>& i) { return std::string(i.param.name); });
+
+// Out of device memory reaches the engine as Error(OutOfMemory), naming what was allocated,
+// and the weights stay usable afterwards.
+TEST(CudaForward, OutOfDeviceMemoryIsAnEngineError) {
+    TL_REQUIRE_DEVICE();
+    const tinyloop::HParams hp = tltest::small_hparams();
+    tltest::ModelPtr m(tltest::write_random_model("cuda_oom.tinyloop", hp, 3), cpu());
+    tinyloop::CudaWeights w(*m.get(), probe().device);
+    try {
+        tinyloop::with_cuda_errors("huge buffer", [&] {
+            kc::Context ctx(probe().device);
+            kc::DeviceBuffer b(ctx, size_t{1} << 50);
+        });
+        FAIL() << "a 1 PiB device allocation succeeded";
+    } catch (const tinyloop::Error& e) {
+        EXPECT_EQ(e.code(), tinyloop::ErrorCode::OutOfMemory) << e.what();
+        EXPECT_NE(std::string(e.what()).find("huge buffer"), std::string::npos) << e.what();
+    }
+    tinyloop::CudaSession s(w, {});
+    const int32_t t[3] = {1, 2, 3};
+    const int32_t next = s.prefill(t, 3);
+    EXPECT_GE(next, 0);
+    EXPECT_LT(next, hp.vocab_size);
+}
+
+}  // namespace
