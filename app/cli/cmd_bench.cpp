@@ -56,17 +56,21 @@ CommandSpec bench_spec() {
          "an integer in [1, 100]", false, W},
         {"--no-machine", "", "skip measuring the machine's bandwidth and FMA peak", "", false, W},
         {"--modes", "M,...",
-         "plain,early-exit,speculative,tree (default: all four; plain always runs)",
-         "a list of plain, early-exit, speculative, tree", false, MO},
+         "plain,early-exit,speculative,tree,draft (default: the first four; plain always runs)",
+         "a list of plain, early-exit, speculative, tree, draft", false, MO},
         {"--early-exit", "C", "early-exit criterion: l2 | margin | kl | entropy | argmax (default l2)",
          "one of l2, margin, kl, entropy, argmax", false, MO},
         {"--early-exit-threshold", "X", "early-exit threshold (default 0.05)", "a number >= 0",
          false, MO},
-        {"--draft-loops", "D", "draft depth for speculative/tree (default min(2, L-1))",
+        {"--draft-loops", "D", "draft depth for speculative/tree/draft (default min(2, L-1))",
          "an integer >= 1", false, MO},
         {"--draft-ahead", "K", "tokens drafted per cycle / tree depth (default 4)",
          "an integer >= 1", false, MO},
         {"--branches", "B", "tree candidates per node (default 2)", "an integer >= 1", false, MO},
+        {"--draft-model", "FILE", "draft model of --modes draft (default: MODEL quantized to q4)", "",
+         false, MO},
+        {"--gamma", "N", "tokens the draft model drafts per cycle, 1..32 (default 4)",
+         "an integer >= 1", false, MO},
     };
     for (auto& o : common_options())
         if (o.name != "--threads") s.options.push_back(o);
@@ -75,6 +79,8 @@ CommandSpec bench_spec() {
         "loops=7, n_kv_heads=n_heads, head_dim=d_model/n_heads, max_loops=max(16, 2*loops),\n"
         "max_seq_len=1024, seed=1. The model is written once per dtype into a temporary directory\n"
         "(deleted after); with MODEL, --dtypes other than the model's own are made with quantize.\n"
+        "--modes draft: a second model (--draft-model, default MODEL quantized to q4) drafts\n"
+        "--gamma tokens per cycle at --draft-loops (default min(2, L-1)) and MODEL verifies them.\n"
         "\n"
         "Weight bytes per token = prelude + loop block x depth + head (the matrices as stored);\n"
         "FLOPs per token = 2 x (matrix MACs at that depth + attention MACs at the mean context).\n"
@@ -267,8 +273,9 @@ int run_bench(const Args& args) {
     std::vector<std::string> modes = {"plain"};
     if (auto m = args.value("--modes")) {
         for (const auto& item : split_list("--modes", *m)) {
-            if (item != "plain" && item != "early-exit" && item != "speculative" && item != "tree")
-                throw UsageError("--modes: expected items among plain, early-exit, speculative, tree, got '" +
+            if (item != "plain" && item != "early-exit" && item != "speculative" && item != "tree" &&
+                item != "draft")
+                throw UsageError("--modes: expected items among plain, early-exit, speculative, tree, draft, got '" +
                                  item + "'");
             if (std::find(modes.begin(), modes.end(), item) == modes.end()) modes.push_back(item);
         }
@@ -294,8 +301,14 @@ int run_bench(const Args& args) {
     for (const char* f : {"--early-exit", "--early-exit-threshold"})
         if (args.has(f) && !has_mode("early-exit")) throw UsageError(std::string(f) + ": only used with --modes early-exit");
     for (const char* f : {"--draft-loops", "--draft-ahead"})
-        if (args.has(f) && !has_mode("speculative") && !has_mode("tree"))
-            throw UsageError(std::string(f) + ": only used with --modes speculative or tree");
+        if (args.has(f) && !has_mode("speculative") && !has_mode("tree") &&
+            !(has_mode("draft") && std::string(f) == "--draft-loops"))
+            throw UsageError(std::string(f) + ": only used with --modes speculative or tree" +
+                             (std::string(f) == "--draft-loops" ? " (or draft)" : ""));
+    const int gamma = args.get_int("--gamma", 1, 1 << 16).value_or(4);
+    for (const char* f : {"--gamma", "--draft-model"})
+        if (args.has(f) && !has_mode("draft")) throw UsageError(std::string(f) + ": only used with --modes draft");
+    if (auto d = args.value("--draft-model")) check_file_readable("--draft-model", *d);
     if (args.has("--branches") && !has_mode("tree")) throw UsageError("--branches: only used with --modes tree");
     LoadOptions base_load;
     if (auto b = args.value("--backend")) {
@@ -361,6 +374,17 @@ int run_bench(const Args& args) {
         }
     }
 
+    // The draft model of --modes draft: the flag's, else the model quantized to q4.
+    std::string draft_file;
+    if (has_mode("draft")) {
+        if (auto d = args.value("--draft-model")) {
+            draft_file = *d;
+        } else {
+            draft_file = tmp.path + "/draft-q4.tinyloop";
+            quantize_model_file(random ? variants.front().path : model_path, draft_file, DType::Q4, group);
+        }
+    }
+
     // ---- the runs ----
     nlohmann::json rows = nlohmann::json::array();
     HParams hp_out;
@@ -369,6 +393,7 @@ int run_bench(const Args& args) {
         {"loops", "--loops"},           {"verify_loops", "--loops"},
         {"draft_loops", "--draft-loops"}, {"draft_ahead", "--draft-ahead"},
         {"K_branches", "--branches"},   {"max_tokens", "--tokens"},
+        {"gamma", "--gamma"},           {"draft", "--draft-model"},
         {"early_exit_threshold", "--early-exit-threshold"}};
     struct Row {
         std::string dtype, mode;
@@ -396,6 +421,8 @@ int run_bench(const Args& args) {
                                  " exceed the model's max_seq_len " + std::to_string(hp.max_seq_len));
             const Costs costs = model_costs(model_info(model.get()));
             const std::vector<int32_t> prompt = bench_prompt(model.get(), P);
+            ModelPtr draft_model;
+            if (has_mode("draft")) draft_model = open_model(draft_file, lo);
 
             auto run_mode = [&](const std::string& mode, int max_tokens) {
                 return with_engine_fields(fields, [&] {
@@ -411,6 +438,17 @@ int run_bench(const Args& args) {
                             if (criterion == EarlyExitCriterion::LogitMargin) c.early_exit_logit_margin = ee_threshold;
                         }
                         return generate_ex(model.get(), prompt.data(), P, c);
+                    }
+                    if (mode == "draft") {
+                        GenerateConfig c;
+                        c.max_tokens = max_tokens;
+                        c.loops = L;
+                        c.ignore_eos = true;
+                        DraftSpeculativeConfig dc;
+                        dc.gamma = gamma;
+                        dc.draft_loops = draft;
+                        return draft_speculative_generate_ex(model.get(), draft_model.get(), prompt.data(), P, c,
+                                                             dc);
                     }
                     if (mode == "speculative") {
                         SpeculativeConfig c;
@@ -505,7 +543,7 @@ int run_bench(const Args& args) {
         const Row& r = table[i];
         const Med& m = meds[i];
         const bool weights_model = r.mode == "plain" || r.mode == "early-exit";
-        const bool spec = r.mode == "speculative" || r.mode == "tree";
+        const bool spec = r.mode == "speculative" || r.mode == "tree" || r.mode == "draft";
         const double depth = m.depth;
         const double bytes = r.costs.pre_bytes + r.costs.loop_bytes * depth + r.costs.head_bytes;
         const double layers = hp_out.n_pre_blocks + hp_out.n_loop_layers * depth;
@@ -539,7 +577,7 @@ int run_bench(const Args& args) {
                             {"mean_accepted", num_or_null(spec, m.mean_acc)},
                             {"identical", m.identical},
                             {"draft_loops", spec ? nlohmann::json(draft) : nlohmann::json(nullptr)},
-                            {"draft_ahead", spec ? nlohmann::json(ahead) : nlohmann::json(nullptr)},
+                            {"draft_ahead", spec ? nlohmann::json(r.mode == "draft" ? gamma : ahead) : nlohmann::json(nullptr)},
                             {"branches", r.mode == "tree" ? nlohmann::json(branches) : nlohmann::json(nullptr)},
                             {"early_exit", r.mode == "early-exit" ? nlohmann::json(criterion_name) : nlohmann::json(nullptr)},
                             {"early_exit_threshold", r.mode == "early-exit" ? nlohmann::json(f2d(ee_threshold)) : nlohmann::json(nullptr)}});

@@ -23,6 +23,7 @@ CommandSpec generate_spec() {
         "timing goes to stderr; --json prints one object instead.";
     const std::string P = "Prompt", D = "Decoding", S = "Stopping",
                       SP = "Self-speculation (--mode speculative and --mode tree)",
+                      DM = "Draft-model speculation (greedy or sample)",
                       B = "Beam search (--mode beam)", E = "Early exit (adaptive loop depth)",
                       G = "Constrained decoding", O = "Output";
     s.options = {
@@ -81,6 +82,12 @@ CommandSpec generate_spec() {
         {"--branches", "B", "candidates per draft step, 1..8 (--mode tree; default 2)",
          "an integer >= 1", false, SP},
 
+        {"--draft-model", "DRAFT",
+         "a model with the same vocabulary (e.g. a q4 copy) that drafts for MODEL", "", false,
+         DM},
+        {"--gamma", "N", "tokens the draft model drafts per cycle, 1..32 (default 4)",
+         "an integer in [1, 32]", false, DM},
+
         {"--beam-size", "N", "beams, >= 2 (default 4 with --mode beam)", "an integer >= 2", false,
          B},
         {"--length-penalty", "X", "rank beams by logprob / len^X (default 1)", "a number", false,
@@ -120,6 +127,11 @@ CommandSpec generate_spec() {
         "--grammar FILE (GBNF: rule ::= ..., \"literals\", [classes], ( ), |, ?, *, +, start rule\n"
         "root) allows only tokens that keep the output inside the grammar; a malformed file is\n"
         "refused with FILE:LINE:COL; the stop reason GRAMMAR_DEAD_END means nothing was allowed.\n"
+        "--draft-model DRAFT speculates with a second model that has the same vocabulary (e.g.\n"
+        "a quantized copy): it drafts --gamma tokens, MODEL verifies them in one forward. The\n"
+        "output is MODEL's own (greedy: identical; sampled: the same distribution), with every\n"
+        "penalty, bias, ban, stop and --grammar; --draft-loops sets the draft's depth (default\n"
+        "its default_loops). Not with --mode speculative/tree/beam or --early-exit.\n"
         "--early-exit without --early-exit-patience uses patience 1.\n"
         "\n"
         "--json prints one object: model, backend, prompt_ids, output_ids (the continuation),\n"
@@ -193,6 +205,8 @@ const std::vector<std::pair<std::string, std::string>>& config_fields() {
         {"verify_loops", "--verify-loops"},
         {"draft_ahead", "--draft-ahead"},
         {"K_branches", "--branches"},
+        {"gamma", "--gamma"},
+        {"draft", "--draft-model"},
     };
     return f;
 }
@@ -470,9 +484,19 @@ int run_generate(const Args& args) {
     spec.branches = args.get_int("--branches");
     const bool speculative = mode == "speculative" || mode == "tree";
     if (speculative) check_speculative_flags(args, mode);
+    const std::optional<std::string> draft_path = args.value("--draft-model");
+    if (draft_path) {
+        if (draft_path->empty()) throw UsageError("--draft-model: expected a model file, got ''");
+        if (speculative || mode == "beam")
+            throw UsageError("--draft-model: not used with --mode " + mode +
+                             " (draft-model speculation decodes greedy or sample)");
+    }
+    const std::optional<int> gamma = args.get_int("--gamma");
+    if (gamma && !draft_path) throw UsageError("--gamma: only used with --draft-model");
     for (const char* f : {"--draft-loops", "--verify-loops", "--draft-ahead"})
-        if (args.has(f) && !speculative)
-            throw UsageError(std::string(f) + ": only used with --mode speculative or --mode tree");
+        if (args.has(f) && !speculative && !(draft_path && std::string(f) == "--draft-loops"))
+            throw UsageError(std::string(f) + ": only used with --mode speculative or --mode tree" +
+                             (draft_path ? "" : " (--draft-loops also with --draft-model)"));
     if (args.has("--branches") && mode != "tree")
         throw UsageError("--branches: only used with --mode tree");
 
@@ -559,6 +583,24 @@ int run_generate(const Args& args) {
 
     nlohmann::json spec_echo;
     if (!speculative) with_flag_messages([&] { validate_config(model.get(), prompt_len, cfg); });
+    ModelPtr draft_model;
+    DraftSpeculativeConfig draft_cfg;
+    if (draft_path) {
+        try {
+            check_file_readable("--draft-model", *draft_path);
+            draft_model = open_model(*draft_path, load);
+        } catch (const Error& e) {
+            throw Error(e.code(), std::string("--draft-model: ") + e.what());
+        }
+        if (gamma) draft_cfg.gamma = *gamma;
+        if (spec.draft_loops) draft_cfg.draft_loops = *spec.draft_loops;
+        spec_echo = {{"draft_model", *draft_path},
+                     {"gamma", draft_cfg.gamma},
+                     {"draft_loops", draft_cfg.draft_loops > 0
+                                         ? draft_cfg.draft_loops
+                                         : model_hparams(draft_model.get()).default_loops}};
+    }
+    const bool speculating = speculative || draft_path.has_value();
 
     // ---- generate ----
     StreamPrinter printer(cfg.stop_strings);
@@ -576,6 +618,9 @@ int run_generate(const Args& args) {
             if (speculative)
                 return run_speculative(model.get(), mode, spec, cfg, args, prompt_ids, options,
                                        spec_echo);
+            if (draft_path)
+                return draft_speculative_generate_ex(model.get(), draft_model.get(), prompt_ids.data(),
+                                                     prompt_len, cfg, draft_cfg, options);
             return generate_ex(model.get(), prompt_ids.data(), prompt_len, cfg, options);
         });
     }
@@ -610,7 +655,7 @@ int run_generate(const Args& args) {
             {"decode_tokens_per_s", st.decode_tokens_per_s()},
             {"depth_per_token", st.depth_per_token},
         };
-        if (speculative) {
+        if (speculating) {
             auto& js = j["stats"];
             js["spec_cycles"] = st.spec_cycles;
             js["spec_drafted"] = st.spec_drafted;
@@ -681,7 +726,7 @@ int run_generate(const Args& args) {
                      st.decode_ms, st.decode_tokens_per_s(), st.total_ms,
                      stop_reason_name(st.stop_reason), st.loops_used,
                      interrupted ? " (interrupted)" : "");
-        if (speculative)
+        if (speculating)
             std::fprintf(stderr,
                          "tinyloop: speculative %d cycles, %d/%d drafted tokens accepted (%.1f%%, "
                          "%.2f per cycle), draft %.2f ms, verify %.2f ms\n",

@@ -226,8 +226,9 @@ GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const 
     // Row capacity: the target's furthest row is x_k at p + k <= prompt_len + max_tokens - 2.
     const int cap = prompt_len + c.max_tokens;
     KVCache tkv, dkv;
-    tkv.allocate(exec_layers(hp, LT), cap, hp.n_kv_heads * hp.head_dim);
-    dkv.allocate(exec_layers(dm.hp, LD), cap, dm.hp.n_kv_heads * dm.hp.head_dim);
+    tkv.allocate(hp, exec_layers(hp, LT), cap, c.kv_cache);
+    dkv.allocate(dm.hp, exec_layers(dm.hp, LD), cap, c.kv_cache);
+    st.kv_cache_bytes = tkv.bytes() + dkv.bytes();
     Workspace tws, dws;
     std::vector<float> h, logits(static_cast<size_t>(V));
     std::vector<float> pass_states;  // lens: the prefill's last row, [LT, d]

@@ -215,6 +215,7 @@ TEST(DraftSpeculative, RandomModelsGreedyEqualsTargetGreedyUnderEveryRule) {
     with([](GenerateConfig& c) { c.cache_window = 5; });
     with([](GenerateConfig& c) { c.loops = 3; });
     with([](GenerateConfig& c) { c.ignore_eos = false; });
+    with([](GenerateConfig& c) { c.kv_cache = KVCacheType::Int8; });  // both caches int8
     int accepted = 0, tested = 0;
     for (Model* d : {q4.get(), small.get()}) {
         for (size_t ci = 0; ci < cases.size(); ++ci) {

@@ -527,7 +527,8 @@ std::vector<int32_t> generate_tree_speculative(Model* model, const int32_t* prom
 // the distribution of sampling the target (accept a draft with min(1, p/q), else draw from
 // norm(max(0, p - q)); the bonus token when all are accepted comes from p). Rejected positions
 // are rolled back in both caches. Stops as generate does (EOS, stop sequences and strings,
-// max_tokens, max_time, grammar dead end, callback). Stats: spec_* as the self-speculation's.
+// max_tokens, max_time, grammar dead end, callback). Stats: spec_* as the self-speculation's;
+// config.kv_cache applies to both caches and kv_cache_bytes counts both.
 // beam_size >= 2 and early exit are refused (NotSupported); a null or vocabulary-mismatched
 // draft is refused (InvalidArgument, "draft: ...").
 struct DraftSpeculativeConfig {

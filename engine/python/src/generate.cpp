@@ -270,6 +270,32 @@ py::object tree_py(const PyModel& model, const py::object& prompt, int max_token
                             });
 }
 
+// Draft-model speculation: the target's GenerateConfig, the draft model and its knobs, kept alive
+// together for a stream's worker thread.
+struct DraftCall {
+    tl::GenerateConfig cfg;
+    tl::DraftSpeculativeConfig dc;
+    ModelPtr draft;
+    std::shared_ptr<tl::Grammar> grammar;
+};
+
+py::object draft_py(const PyModel& model, const PyModel& draft, const py::object& prompt, const py::object& config,
+                    int gamma, int draft_loops, bool stream, int queue_size, py::kwargs kw) {
+    const CallOptions co = take_call_options(kw);
+    DraftCall c;
+    c.cfg = make_config(config, kw, "generate_draft_speculative");
+    c.cfg.grammar = co.grammar.get();
+    c.grammar = co.grammar;
+    c.dc.gamma = gamma;
+    c.dc.draft_loops = draft_loops;
+    c.draft = draft.get();
+    return speculative_call(model, prompt, c, stream, queue_size, co,
+                            [](tl::Model* mm, const int32_t* p, int n, const DraftCall& cc,
+                               const tl::GenerateOptions& o) {
+                                return tl::draft_speculative_generate_ex(mm, cc.draft.get(), p, n, cc.cfg, cc.dc, o);
+                            });
+}
+
 }  // namespace
 
 void register_generate(py::module_& m) {
@@ -366,6 +392,16 @@ void register_generate(py::module_& m) {
           "candidates per draft step (1..8), draft_ahead steps deep (1..8), the whole tree verified in\n"
           "one forward. Greedy only (temperature > 0 is refused). Returns the generate() result dict,\n"
           "or a GenerationStream when stream=True.");
+
+    m.def("generate_draft_speculative", &draft_py, py::arg("model"), py::arg("draft"), py::arg("prompt"),
+          py::arg("config") = py::none(), py::kw_only(), py::arg("gamma") = 4, py::arg("draft_loops") = 0,
+          py::arg("stream") = false, py::arg("queue_size") = 16,
+          ("Draft-model speculative decoding (seed 002's SpeculativeDecodingBackend): `draft`, a Model\n"
+           "with the same vocabulary, drafts gamma (1..32) tokens per cycle at draft_loops (0 = its\n"
+           "default), `model` verifies them in one forward. Every config rule applies; greedy output\n"
+           "equals generate(model, ...), sampled output has its distribution. A draft whose\n"
+           "vocabulary differs raises ValueError. Returns the generate() result dict with the\n"
+           "speculative stats, or a GenerationStream when stream=True.\n\n" + cfg_doc).c_str());
 
     auto cls = py::reinterpret_borrow<py::class_<PyModel, std::shared_ptr<PyModel>>>(m.attr("Model"));
     cls.def(
