@@ -152,8 +152,8 @@ void embedding(Context& ctx, const WeightView& E, const int* ids, int n_tok, flo
 void rmsnorm(Context& ctx, const float* x, const float* g, int n_tok, int d, float eps, float* y);
 
 // In place, as kern::rope (half-split pairs (i, i + head_dim/2), angle p * theta^(-2i/hd),
-// cos/sin from double rounded to float, two products and one add without fma): bit-identical
-// to the CPU reference.
+// cos/sin from double rounded to float, two products and one add without fma): the CPU's
+// sequence, so equal to it bit for bit wherever the device's double cos/sin round alike.
 void rope(Context& ctx, float* x, int n_tok, int n_heads, int head_dim, const int* positions, float theta);
 
 // out[i] = silu(gate[i]) * up[i]; y[i] += x[i].

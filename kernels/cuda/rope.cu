@@ -1,7 +1,9 @@
 // RoPE, half-split (FORMAT.md §1; kern::rope_ref): for token t at position p, each head,
 // pair (i, i + hd/2) rotated by p * theta^(-2i/hd). The angle, cos and sin in double, rounded
 // to float once; then x0*c - x1*s and x0*s + x1*c with explicit round-to-nearest products and
-// no fma, the CPU's exact sequence: the results are bit-identical to the CPU.
+// no fma, the CPU's exact sequence. The results equal the CPU's bit for bit wherever CUDA's
+// double pow/cos/sin round to the same float as the host's libm (nearly always; the op test
+// bounds the difference and records the exact fraction as rope_exact_fraction).
 #include "kernels/cuda/common.cuh"
 
 namespace tinyloop::kern::cuda {
