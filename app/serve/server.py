@@ -123,7 +123,7 @@ KNOWN_FIELDS = {
     "suffix",
     # extensions
     "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "speculative",
-    "no_repeat_ngram_size", "max_time", "beam_size", "length_penalty", "grammar",
+    "no_repeat_ngram_size", "max_time", "beam_size", "length_penalty", "grammar", "kv_cache",
 }
 
 
@@ -287,6 +287,13 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
 
     # Extensions.
     cfg["loops"] = _int(body, "loops", 0, 0)
+    kv = body.get("kv_cache")
+    if kv is not None:
+        if kv not in ("f32", "int8"):
+            raise bad("kv_cache", "kv_cache: %s is not one of f32, int8" % json.dumps(kv))
+        if kv == "int8" and body.get("speculative") is not None:
+            raise bad("kv_cache", "kv_cache: int8 is not used by speculative decoding (leave it out or use f32)")
+        cfg["kv_cache"] = kv
     cfg["top_k"] = _int(body, "top_k", vocab_size, 1)
     cfg["min_p"] = _num(body, "min_p", 0.0, 0.0, 1.0)
     cfg["repetition_penalty"] = _num(body, "repetition_penalty", 1.0, 0.0, None, lo_open=True)
@@ -416,7 +423,7 @@ class Server:
     """Holds the model, admission control and the threads that wait on streams."""
 
     def __init__(self, model, name: str, max_queue: int = 16, max_concurrent: int = 4,
-                 token_delay_s: float = 0.0):
+                 token_delay_s: float = 0.0, batching: bool = True):
         self.model = model
         self.name = name
         self.created = int(time.time())
@@ -431,6 +438,10 @@ class Server:
         self.recent: collections.deque = collections.deque(maxlen=64)
         self._lock = threading.Lock()
         self._slots: asyncio.Semaphore | None = None
+        # Continuous batching: plain decodes (greedy, sampling, early exit, grammar) of all the
+        # requests in flight advance together, one token each per engine step. Requests that ask
+        # for logprobs (lens rows), beam search or speculation keep their own decode.
+        self.batch = tl.BatchEngine(model, max_batch=max(1, max_concurrent * 16)) if batching else None
         # One thread per admitted request at most waits in a stream's next().
         self.pool = ThreadPoolExecutor(max_workers=max_queue + 2, thread_name_prefix="tinyloop-serve")
 
@@ -556,6 +567,8 @@ class Server:
         kw["seed"] = seed
         if req.grammar is not None:
             kw["grammar"] = req.grammar
+        if self.batch is not None and not lens and kw.get("beam_size", 0) < 2:
+            return self.batch.submit(ids, **kw)
         return tl.generate_stream(self.model, ids, queue_size=8, **kw, **lens)
 
 
@@ -576,10 +589,10 @@ def _log(p: float) -> float:
 
 
 def create_app(model, name: str | None = None, max_queue: int = 16, max_concurrent: int = 4,
-               token_delay_s: float = 0.0) -> FastAPI:
+               token_delay_s: float = 0.0, batching: bool = True) -> FastAPI:
     """The FastAPI app over a loaded tinyloop_py.Model (tests use it with TestClient)."""
     srv = Server(model, name or os.path.splitext(os.path.basename(model.path))[0], max_queue, max_concurrent,
-                 token_delay_s)
+                 token_delay_s, batching)
     app = FastAPI(title="TinyLoop", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = srv
 
@@ -602,6 +615,7 @@ def create_app(model, name: str | None = None, max_queue: int = 16, max_concurre
             return {"status": "ok", "model": srv.name, "active": srv.active, "max_queue": srv.max_queue,
                     "max_concurrent": srv.max_concurrent, "served_total": srv.served_total,
                     "refused_total": srv.refused_total, "aborted_total": srv.aborted_total,
+                    "batch": srv.batch.stats() if srv.batch is not None else None,
                     "recent": list(srv.recent)}
 
     def model_card():
@@ -829,6 +843,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-queue", type=int, default=16,
                     help="requests admitted at once, running or waiting; more are answered 503 (default 16)")
     ap.add_argument("--max-concurrent", type=int, default=4, help="requests decoding at once (default 4)")
+    ap.add_argument("--no-batching", action="store_true",
+                    help="decode each request on its own instead of through the continuous-batching engine")
     ap.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"], help="back end (default auto)")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads, 0 = all cores (default 0)")
     ap.add_argument("--model-name", default=None, help="the id /v1/models reports (default: the file's stem)")
@@ -844,7 +860,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, RuntimeError) as exc:
         sys.stderr.write("tinyloop serve: %s\n" % exc)
         return 1
-    app = create_app(model, args.model_name, args.max_queue, args.max_concurrent, args.debug_token_delay_ms / 1000.0)
+    app = create_app(model, args.model_name, args.max_queue, args.max_concurrent, args.debug_token_delay_ms / 1000.0,
+                     batching=not args.no_batching)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     server = uvicorn.Server(config)
     sys.stderr.write("tinyloop serve: %s (%s) on http://%s:%d/v1 (max queue %d, pid %d)\n"

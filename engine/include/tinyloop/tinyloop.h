@@ -459,6 +459,9 @@ struct BatchRequest {
     GenerateConfig config;
     GenerateTokenCallback on_token;  // as generate_stream's; return false to stop (CALLBACK_ABORT)
     TokenObserver observer;          // TokenEvents without lens rows; return false to stop
+    // Optional back-pressure: while it returns true the request is skipped by the steps (it keeps
+    // its pages and state; the others go on). Called on the stepping thread.
+    std::function<bool()> hold;
     // Called once when the request ends (result ready, error empty) or fails (error set).
     std::function<void(uint64_t id, const GenerateResult& result, const std::string& error)> on_done;
 };
