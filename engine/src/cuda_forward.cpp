@@ -2,6 +2,8 @@
 // forward.cpp's run_block (FORMAT.md §1), one kernels/cuda op per step:
 //   a = rmsnorm(h); q,k,v = W a; rope(q, k); K/V -> cache rows; att = attention; h += wo att;
 //   m = rmsnorm(h); h += w_down (silu(w_gate m) * (w_up m))
+// The residual adds ride in the products (matmul accumulate / cuBLAS beta = 1) and SwiGLU is one
+// launch on the kernel path: 13 launches per layer in the decode step.
 #ifdef TINYLOOP_HAVE_CUDA
 
 #include "cuda_forward.h"
@@ -123,9 +125,12 @@ struct CudaSession::Impl {
         }
     }
 
-    void mm(const kern::WeightView& W, const float* x, int n, float* y) {
-        if (n >= o.gemm_min_tokens && !force_kernel) kc::gemm(ctx, W, x, n, y, scratch.f32());
-        else kc::matmul(ctx, W, x, n, y);
+    bool use_gemm(int n) const { return n >= o.gemm_min_tokens && !force_kernel; }
+
+    // y = W x (accumulate: y += W x), cuBLAS for large row counts.
+    void mm(const kern::WeightView& W, const float* x, int n, float* y, bool accumulate = false) {
+        if (use_gemm(n)) kc::gemm(ctx, W, x, n, y, scratch.f32(), false, accumulate);
+        else kc::matmul(ctx, W, x, n, y, accumulate);
     }
 
     // One pre-norm block over n rows of h at execution layer `layer`; ids/pos/kvb/kve hold the
@@ -158,14 +163,16 @@ struct CudaSession::Impl {
         at.extra_rows = d_extra_rows;
         at.extra_offsets = d_extra_offsets;
         kc::attention(ctx, at);
-        mm(L.wo, att.f32(), n, o_.f32());
-        kc::add_inplace(ctx, h.f32(), o_.f32(), size_t(n) * d);
+        mm(L.wo, att.f32(), n, h.f32(), true);  // h += wo att
         kc::rmsnorm(ctx, h.f32(), L.mlp_norm, n, d, hp.norm_eps, a.f32());
-        mm(L.w_gate, a.f32(), n, g.f32());
-        mm(L.w_up, a.f32(), n, u.f32());
-        kc::silu_mul(ctx, g.f32(), u.f32(), g.f32(), size_t(n) * ff);
-        mm(L.w_down, g.f32(), n, o_.f32());
-        kc::add_inplace(ctx, h.f32(), o_.f32(), size_t(n) * d);
+        if (use_gemm(n)) {
+            mm(L.w_gate, a.f32(), n, g.f32());
+            mm(L.w_up, a.f32(), n, u.f32());
+            kc::silu_mul(ctx, g.f32(), u.f32(), g.f32(), size_t(n) * ff);
+        } else {
+            kc::matmul_swiglu(ctx, L.w_gate, L.w_up, a.f32(), n, g.f32());  // one launch, same bits
+        }
+        mm(L.w_down, g.f32(), n, h.f32(), true);  // h += w_down g
         (void)H;
     }
 

@@ -166,14 +166,19 @@ void attention(Context& ctx, const AttentionArgs& a);
 
 // y[t, r] = sum_c W[r, c] x[t, c], W dequantized inside the kernel (FORMAT.md §2): the
 // batch-invariant product for decode and verification (any n_tok; meant for n_tok <= ~64).
-void matmul(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y);
+// accumulate: y[t, r] += the product instead (the residual add fused: add_inplace's bits).
+void matmul(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y, bool accumulate = false);
+
+// out[t, r] = silu(gate x[t])[r] * (up x[t])[r] in one launch: the same bits as two matmul
+// calls and silu_mul. gate and up have the same shape.
+void matmul_swiglu(Context& ctx, const WeightView& gate, const WeightView& up, const float* x, int n_tok, float* out);
 
 // The same product through cublasGemmEx (f32 in, f32 accumulate) for large prefills. A
 // quantized or f16 W is dequantized into `scratch` (rows*cols floats, the caller's, reused
 // per matrix) first; an f32 W is used in place. Not batch-invariant. tf32: allow TF32 tensor
-// cores (faster, ~1e-3 relative error).
+// cores (faster, ~1e-3 relative error). accumulate: y += the product (beta = 1).
 void gemm(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y, float* scratch,
-          bool tf32 = false);
+          bool tf32 = false, bool accumulate = false);
 // Bytes of scratch gemm needs for W (0 for f32).
 size_t gemm_scratch_bytes(const WeightView& W);
 

@@ -284,6 +284,38 @@ std::vector<OpCase> cases() {
         }
     }
 
+    // the fused forms: y += W x and silu(G x) * (U x), the same bits as the unfused ops
+    for (WType t : {WType::F32, WType::F16, WType::Q4}) {
+        v.push_back({std::string("matmul_fused_") + type_name(t), [t](Rng& rng) {
+                         const int rows = 45, cols = 128, gs = 32;
+                         Weights G(t, rows, cols, gs, rng), U(t, rows, cols, gs, rng);
+                         for (int n : {1, 6}) {
+                             auto x = rng.normals(static_cast<size_t>(n) * cols);
+                             auto y0 = rng.normals(static_cast<size_t>(n) * rows);
+                             auto dx = up(x), dy = up(y0);
+                             auto plain = poisoned(y0.size() * 4);
+                             kc::matmul(ctx(), G.dev, dx.f32(), n, plain.f32());
+                             kc::matmul(ctx(), G.dev, dx.f32(), n, dy.f32(), true);
+                             const auto p = down<float>(plain, y0.size()), acc = down<float>(dy, y0.size());
+                             for (size_t i = 0; i < y0.size(); ++i)
+                                 ASSERT_EQ(acc[i], y0[i] + p[i]) << "matmul accumulate, element " << i;
+                             auto gu = poisoned(y0.size() * 4), uu = poisoned(y0.size() * 4), sw = poisoned(y0.size() * 4);
+                             auto fused = poisoned(y0.size() * 4);
+                             kc::matmul(ctx(), G.dev, dx.f32(), n, gu.f32());
+                             kc::matmul(ctx(), U.dev, dx.f32(), n, uu.f32());
+                             kc::silu_mul(ctx(), gu.f32(), uu.f32(), sw.f32(), y0.size());
+                             kc::matmul_swiglu(ctx(), G.dev, U.dev, dx.f32(), n, fused.f32());
+                             const auto a = down<float>(sw, y0.size()), b = down<float>(fused, y0.size());
+                             EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "matmul_swiglu differs from the unfused ops";
+                             std::vector<float> g(y0.size()), u(y0.size()), want(y0.size());
+                             matmul_ref(G.host, x.data(), n, g.data());
+                             matmul_ref(U.host, x.data(), n, u.data());
+                             silu_mul_ref(g.data(), u.data(), want.data(), want.size());
+                             expect_close(b, want, 1e-5, "matmul_swiglu vs the CPU");
+                         }
+                     }});
+    }
+
     // gemm (cuBLAS) for prefill: f32 accumulate, and TF32 with its looser bound.
     for (WType t : types) {
         for (bool tf32 : {false, true}) {
