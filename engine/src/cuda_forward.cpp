@@ -3,7 +3,8 @@
 //   a = rmsnorm(h); q,k,v = W a; rope(q, k); K/V -> cache rows; att = attention; h += wo att;
 //   m = rmsnorm(h); h += w_down (silu(w_gate m) * (w_up m))
 // The residual adds ride in the products (matmul accumulate / cuBLAS beta = 1) and SwiGLU is one
-// launch on the kernel path: 13 launches per layer in the decode step.
+// launch on the kernel path, q/k/v are one launch and RoPE + the cache writes another: 8
+// launches per layer in the decode step.
 #ifdef TINYLOOP_HAVE_CUDA
 
 #include "cuda_forward.h"
@@ -138,16 +139,18 @@ struct CudaSession::Impl {
     void block(const LayerWeights& L, int layer, int n) {
         const int d = hp.d_model, H = hp.n_heads * hp.head_dim, ff = hp.d_ff;
         kc::rmsnorm(ctx, h.f32(), L.attn_norm, n, d, hp.norm_eps, a.f32());
-        mm(L.wq, a.f32(), n, q.f32());
-        mm(L.wk, a.f32(), n, kk.f32());
-        mm(L.wv, a.f32(), n, vv.f32());
-        kc::rope(ctx, q.f32(), n, hp.n_heads, hp.head_dim, pos.i32(), hp.rope_theta);
-        kc::rope(ctx, kk.f32(), n, hp.n_kv_heads, hp.head_dim, pos.i32(), hp.rope_theta);
+        if (use_gemm(n)) {
+            mm(L.wq, a.f32(), n, q.f32());
+            mm(L.wk, a.f32(), n, kk.f32());
+            mm(L.wv, a.f32(), n, vv.f32());
+        } else {
+            kc::matmul3(ctx, L.wq, L.wk, L.wv, a.f32(), n, q.f32(), kk.f32(), vv.f32());
+        }
         float* kl = k.f32() + size_t(layer) * o.capacity * kv_row;
         float* vl = v.f32() + size_t(layer) * o.capacity * kv_row;
         const int* at_rows = store_at ? store_at : pos.i32();
-        kc::store_rows(ctx, kk.f32(), n, kv_row, kl, at_rows);
-        kc::store_rows(ctx, vv.f32(), n, kv_row, vl, at_rows);
+        kc::rope_store(ctx, q.f32(), kk.f32(), vv.f32(), n, hp.n_heads, hp.n_kv_heads, hp.head_dim, pos.i32(),
+                       hp.rope_theta, kl, vl, at_rows);
         kern::AttentionArgs at;
         at.q = q.f32();
         at.n_tok = n;

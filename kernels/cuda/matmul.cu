@@ -82,6 +82,51 @@ __global__ void matmul_kernel(WeightView W, WeightView U, const float* x, int n_
     }
 }
 
+// Three products of the same x in one launch (q, k, v): warps [0, A.rows) compute A's rows into
+// ya, the next B.rows into yb, the rest into yc. Each row exactly as matmul_kernel's kStore.
+template <int TT, bool kPack>
+__global__ void matmul3_kernel(WeightView A, WeightView B, WeightView C, const float* x, int n_tok, float* ya,
+                               float* yb, float* yc) {
+    const int lane = threadIdx.x & 31;
+    int r = blockIdx.x * kWarps + (threadIdx.x >> 5);
+    const WeightView* W = &A;
+    float* y = ya;
+    if (r >= A.rows) {
+        r -= A.rows;
+        W = &B;
+        y = yb;
+        if (r >= B.rows) {
+            r -= B.rows;
+            W = &C;
+            y = yc;
+            if (r >= C.rows) return;
+        }
+    }
+    for (int t0 = 0; t0 < n_tok; t0 += TT) {
+        const int nt = min(TT, n_tok - t0);
+        float acc[TT];
+        row_partials<TT, kPack>(*W, r, x, t0, nt, lane, acc);
+#pragma unroll
+        for (int j = 0; j < TT; ++j) {
+            const float s = warp_sum(acc[j]);
+            if (lane == 0 && j < nt) y[static_cast<size_t>(t0 + j) * W->rows + r] = s;
+        }
+    }
+}
+
+template <bool kPack>
+void launch3(Context& ctx, const WeightView& A, const WeightView& B, const WeightView& C, const float* x, int n_tok,
+             float* ya, float* yb, float* yc) {
+    const size_t rows = static_cast<size_t>(A.rows) + B.rows + C.rows;
+    const dim3 grid(blocks_for(rows, kWarps)), block(32 * kWarps);
+    cudaStream_t s = stream_of(ctx);
+    if (n_tok == 1) matmul3_kernel<1, kPack><<<grid, block, 0, s>>>(A, B, C, x, n_tok, ya, yb, yc);
+    else if (n_tok == 2) matmul3_kernel<2, kPack><<<grid, block, 0, s>>>(A, B, C, x, n_tok, ya, yb, yc);
+    else if (n_tok <= 4) matmul3_kernel<4, kPack><<<grid, block, 0, s>>>(A, B, C, x, n_tok, ya, yb, yc);
+    else matmul3_kernel<8, kPack><<<grid, block, 0, s>>>(A, B, C, x, n_tok, ya, yb, yc);
+    TL_CUDA_LAUNCHED();
+}
+
 template <bool kPack, int kMode>
 void launch(Context& ctx, const WeightView& W, const WeightView& U, const float* x, int n_tok, float* y) {
     const dim3 grid(blocks_for(static_cast<size_t>(W.rows), kWarps)), block(32 * kWarps);
@@ -109,6 +154,24 @@ void dispatch(Context& ctx, const WeightView& W, const WeightView& U, const floa
 void matmul(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y, bool accumulate) {
     if (accumulate) dispatch<kAccumulate>(ctx, W, W, x, n_tok, y);
     else dispatch<kStore>(ctx, W, W, x, n_tok, y);
+}
+
+void matmul3(Context& ctx, const WeightView& A, const WeightView& B, const WeightView& C, const float* x, int n_tok,
+             float* ya, float* yb, float* yc) {
+    if (A.cols != B.cols || A.cols != C.cols)
+        throw CudaError("matmul3: the three weights must have the same number of columns", false);
+    if (n_tok <= 0) return;
+    auto ok = [](const WeightView& W) { return pack8_ok(W) && reinterpret_cast<uintptr_t>(W.data) % 16 == 0; };
+    // the vector path must be chosen exactly as matmul would choose it for each weight alone
+    const bool x_ok = reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    const bool pa = ok(A) && x_ok, pb = ok(B) && x_ok, pc = ok(C) && x_ok;
+    if (pa && pb && pc) launch3<true>(ctx, A, B, C, x, n_tok, ya, yb, yc);
+    else if (!pa && !pb && !pc) launch3<false>(ctx, A, B, C, x, n_tok, ya, yb, yc);
+    else {  // mixed layouts: three launches, the same bits
+        matmul(ctx, A, x, n_tok, ya);
+        matmul(ctx, B, x, n_tok, yb);
+        matmul(ctx, C, x, n_tok, yc);
+    }
 }
 
 void matmul_swiglu(Context& ctx, const WeightView& gate, const WeightView& up, const float* x, int n_tok, float* out) {
