@@ -41,5 +41,8 @@ run workbench-kl       --demo-run "And God said, Let there be light" --max-token
 run workbench-depth    --demo-run "In the beginning" --preset "Early exit" --max-tokens 48 --tab depth
 run workbench-timing   --demo-run "In the beginning" --max-tokens 64 --tab timing
 run workbench-speculative --demo-run "In the beginning" --preset "Speculative" --max-tokens 64 --tab speculative
+# Views menu (issue 8): each view saves its own window after a real run on the model.
+run compare  --view compare  --prompt "In the beginning God created" --max-tokens 24
+run scrubber --view scrubber --prompt "And God said, Let there be light" --max-tokens 32
 echo "screenshots in $out:"
 ls -l "$out"

@@ -32,6 +32,7 @@
 #include "speculative_plot.h"
 #include "timing_plot.h"
 #include "token_view.h"
+#include "views_a.h"
 
 namespace tlui {
 
@@ -235,6 +236,11 @@ void MainWindow::buildMenus() {
     m_stopAct = run->addAction("&Stop", this, [this] { stop(); });
     m_stopAct->setShortcut(QKeySequence(Qt::Key_Escape));
     m_stopAct->setShortcutContext(Qt::WindowShortcut);
+
+    // Issue 8: the analysis views, each part installs its own entries.
+    auto* views = menuBar()->addMenu("&Views");
+    views->setObjectName("viewsMenu");
+    install_views_a(this, views);
 
     auto* help = menuBar()->addMenu("&Help");
     help->addAction("&About", this, [this] {

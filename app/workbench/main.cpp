@@ -18,6 +18,7 @@
 #include "main_window.h"
 #include "model_paths.h"
 #include "presets_panel.h"
+#include "views_a.h"
 
 int main(int argc, char** argv) {
     QApplication app(argc, argv);
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
     QCommandLineOption maxTokOpt("max-tokens", "Override max_tokens of the config.", "N");
     QCommandLineOption sizeOpt("size", "Window size WxH (screenshots).", "WxH", "1440x900");
     cli.addOptions({promptOpt, autorunOpt, demoOpt, shotOpt, tabOpt, metricOpt, presetOpt, maxTokOpt, sizeOpt});
+    QCommandLineOption viewAOpt("view", "Open a Views-menu window (compare, scrubber, agreement, sweep, step), fill it by a run on --prompt and, with --screenshot, save that window and quit.", "NAME");
+    cli.addOption(viewAOpt);
     cli.process(app);
 
     tlui::MainWindow w;
@@ -94,6 +97,18 @@ int main(int argc, char** argv) {
                 c->max_tokens = cli.value(maxTokOpt).toInt();
                 w.configPanel()->setConfig(*c);
             }
+        }
+        if (cli.isSet(viewAOpt)) {
+            tlui::demoViewA(&w, cli.value(viewAOpt).toLower(), prompt.isEmpty() ? QString("In the beginning") : prompt,
+                            cli.isSet(maxTokOpt) ? cli.value(maxTokOpt).toInt() : 24, shot, [&](bool ok) {
+                                if (!ok) std::fprintf(stderr, "tinyloop-workbench: the view could not be filled\n");
+                                else if (!shot.isEmpty()) std::printf("screenshot: %s\n", qPrintable(shot));
+                                if (!shot.isEmpty()) {
+                                    exitCode = ok ? 0 : 1;
+                                    QApplication::quit();
+                                }
+                            });
+            return;
         }
         if (autorun) {
             if (!w.generate()) {

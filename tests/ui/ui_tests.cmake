@@ -8,7 +8,8 @@ set(TL_UI_TESTS
   test_lens_heatmap
   test_session_export
   test_main_window
-  test_plots)
+  test_plots
+  test_views_a)
 set(TL_UI_TESTS_BUILT)
 foreach(t IN LISTS TL_UI_TESTS)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)
