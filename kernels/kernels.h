@@ -67,16 +67,38 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-// Which SIMD level the dispatcher chose: "avx512", "avx2" or "scalar".
+// Which SIMD level the dispatcher chose: "avx512", "avx2" or "scalar"; "avx512-novnni" is the
+// AVX-512 level without AVX512-VNNI (the int8 matmul then uses maddubs instead of vpdpbusd).
 const char* simd_level();
-// Force a level for tests/benchmarks ("avx512", "avx2", "scalar"); returns false when the CPU
-// lacks it. Not thread-safe: call before work starts.
+// Force a level for tests/benchmarks ("avx512", "avx512-novnni", "avx2", "scalar"); returns
+// false when the CPU lacks it. Not thread-safe: call before work starts.
 bool force_simd_level(const char* level);
 
 // y[t*rows + r] = sum_c W[r, c] * x[t*cols + c]  for t < n_tok, r < rows.
 // x: [n_tok, cols] f32, y: [n_tok, rows] f32. pool may be nullptr (single thread).
 void matmul(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool* pool);
 void matmul_ref(const WeightView& W, const float* x, int n_tok, float* y);
+
+// int8 activations (matmul_int8.cpp). For Q8 and Q4 weights (group_size 32, 64 or 128),
+// matmul quantizes each row of x once per call, per 32-column block b, symmetrically:
+//   dx_b = max_c |x_c| / 127,  xq_c = round_half_even(x_c * (127 / max|x|)) in [-127, 127]
+// and computes y[t, r] = sum_b dx_b * sum_{c in b} W[r, c] * xq_c with an exact integer dot per
+// block (VNNI vpdpbusd where the CPU has it). A row's quantization depends on that row only, so
+// batch invariance holds. This is the default; set_int8_activations(false) (or the environment
+// variable TINYLOOP_INT8_ACT=0 at start-up) selects the float-activation kernels instead, whose
+// reference is matmul_ref. Not thread-safe: call before work starts.
+void set_int8_activations(bool on);
+bool int8_activations();
+// Whether matmul takes the int8-activation path for W (the switch is on and W is Q8/Q4 with a
+// group_size of 32, 64 or 128).
+bool uses_int8_activations(const WeightView& W);
+// One row of x ([cols], cols a multiple of 32) as above: q[cols] codes, dx[cols / 32] scales.
+// A block holding a NaN or an infinity gets dx = NaN and zero codes (the product is then NaN, as
+// with float activations).
+void quantize_row_int8(const float* x, int cols, int8_t* q, float* dx);
+// The int8-activation product in double: x quantized with quantize_row_int8, W dequantized as
+// dequant_row, y[t, r] = sum_b dx_b * sum_{c in b} W[r, c] * xq_c.
+void matmul_int8_ref(const WeightView& W, const float* x, int n_tok, float* y);
 
 // out[c] = W[row, c] (dequantized), c < cols.
 void dequant_row(const WeightView& W, int row, float* out);

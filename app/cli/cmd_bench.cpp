@@ -71,6 +71,12 @@ CommandSpec bench_spec() {
          false, MO},
         {"--gamma", "N", "tokens the draft model drafts per cycle, 1..32 (default 4)",
          "an integer >= 1", false, MO},
+        {"--batch", "B,...",
+         "continuous batching instead: aggregate decode tok/s of the batch engine at each batch\n"
+         "                              size (e.g. 1,4,16), side by side; --prompt-tokens defaults to 32",
+         "a list of batch sizes in [1, 256]", false, MO},
+        {"--kv-cache", "T", "KV cache of the plain / early-exit / batch runs: f32 | int8 (default f32)",
+         "one of f32, int8", false, MO},
     };
     for (auto& o : common_options())
         if (o.name != "--threads") s.options.push_back(o);
@@ -233,7 +239,15 @@ nlohmann::json num_or_null(bool ok, double v) { return ok ? nlohmann::json(v) : 
 
 }  // namespace
 
+int run_bench_batch(const Args& args);  // bench_batch.cpp
+
 int run_bench(const Args& args) {
+    if (args.has("--batch")) return run_bench_batch(args);
+    KVCacheType kv_cache = KVCacheType::F32;
+    if (auto k = args.value("--kv-cache")) {
+        if (*k != "f32" && *k != "int8") throw UsageError("--kv-cache: expected one of f32, int8, got '" + *k + "'");
+        kv_cache = parse_kv_cache_type(*k);
+    }
     // ---- flags ----
     const bool random = args.has("--random");
     std::string model_path;
@@ -431,6 +445,7 @@ int run_bench(const Args& args) {
                         c.max_tokens = max_tokens;
                         c.loops = L;
                         c.ignore_eos = true;
+                        c.kv_cache = kv_cache;
                         if (mode == "early-exit") {
                             c.early_exit_patience = 1;
                             c.early_exit_criterion = criterion;

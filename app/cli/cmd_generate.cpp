@@ -64,6 +64,8 @@ CommandSpec generate_spec() {
          "a comma-separated list of token ids", true, D},
         {"--cache-window", "W", "attend to the last W positions only; 0 = unlimited (default)",
          "an integer >= 0", false, D},
+        {"--kv-cache", "T", "KV cache layout: f32 (default) | int8 (per-head, per-position scales)",
+         "one of f32, int8", false, D},
 
         {"--stop", "TEXT", "stop when the output text contains TEXT; TEXT is left out (repeatable)",
          "a non-empty text", true, S},
@@ -246,7 +248,7 @@ struct SpeculativeFlags {
 void check_speculative_flags(const Args& args, const std::string& mode) {
     for (const char* f : {"--min-p", "--repetition-penalty", "--frequency-penalty",
                           "--presence-penalty", "--logit-bias", "--stop", "--stop-ids",
-                          "--cache-window", "--no-repeat-ngram", "--bad-words", "--max-time",
+                          "--cache-window", "--no-repeat-ngram", "--bad-words", "--max-time", "--kv-cache",
                           "--beam-size", "--length-penalty", "--early-exit",
                           "--early-exit-patience", "--grammar"})
         if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode " + mode);
@@ -430,6 +432,10 @@ int run_generate(const Args& args) {
     if (auto v = args.get_float("--presence-penalty")) cfg.presence_penalty = *v;
     if (auto v = args.get_u64("--seed")) cfg.sample_seed = *v;
     if (auto v = args.get_int("--cache-window")) cfg.cache_window = *v;
+    if (auto v = args.value("--kv-cache")) {
+        if (*v != "f32" && *v != "int8") throw UsageError("--kv-cache: expected one of f32, int8, got '" + *v + "'");
+        cfg.kv_cache = parse_kv_cache_type(*v);
+    }
     for (const auto& item : args.values("--logit-bias")) {
         const std::string expect = "ID:BIAS like 10:-100";
         size_t colon = item.find(':');
@@ -654,6 +660,7 @@ int run_generate(const Args& args) {
             {"loops_used", st.loops_used},
             {"decode_tokens_per_s", st.decode_tokens_per_s()},
             {"depth_per_token", st.depth_per_token},
+            {"kv_cache_bytes", st.kv_cache_bytes},
         };
         if (speculating) {
             auto& js = j["stats"];
@@ -689,6 +696,7 @@ int run_generate(const Args& args) {
             {"no_repeat_ngram", cfg.no_repeat_ngram_size},
             {"bad_words", cfg.bad_words},
             {"cache_window", cfg.cache_window},
+            {"kv_cache", kv_cache_type_name(cfg.kv_cache)},
             {"beam_size", cfg.beam_size},
             {"length_penalty", f2d(cfg.length_penalty)},
             {"early_exit",

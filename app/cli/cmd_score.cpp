@@ -32,6 +32,8 @@ CommandSpec score_spec() {
          "an integer in [1, max_loops]", false, O},
         {"--last-token", "K", "add the last position's top-K next tokens (score_last_token)", "an integer >= 1",
          false, O},
+        {"--kv-cache", "T", "KV cache the scoring prefill goes through: f32 (default) | int8",
+         "one of f32, int8", false, O},
         {"--uncertainty", "", "add entropy, margin and prediction depth per position", "", false,
          O},
         {"--escalate", "DEPTHS", "increasing depth rungs, e.g. 2,4,8 (replaces --loops)",
@@ -138,6 +140,12 @@ int run_score(const Args& args) {
         for (const char* f : {"--early-exit-threshold", "--early-exit-patience", "--early-exit-min-l"})
             if (args.has(f)) throw UsageError(std::string(f) + ": only used with --early-exit");
     }
+    KVCacheType kv_cache = KVCacheType::F32;
+    if (auto k = args.value("--kv-cache")) {
+        if (*k != "f32" && *k != "int8") throw UsageError("--kv-cache: expected one of f32, int8, got '" + *k + "'");
+        if (escalate || early) throw UsageError("--kv-cache: not used with --escalate or --early-exit");
+        kv_cache = parse_kv_cache_type(*k);
+    }
     const LoadOptions load = load_options(args);
 
     ModelPtr model = open_model(model_path, load);
@@ -168,7 +176,7 @@ int run_score(const Args& args) {
     } else if (early) {
         r = engine([&] { return score_early_exit(model.get(), ids.data(), n, ee, &ee_depth); });
     } else {
-        r = engine([&] { return score(model.get(), ids.data(), n, loops); });
+        r = engine([&] { return score(model.get(), ids.data(), n, loops, kv_cache); });
     }
     const int last_k = static_cast<int>(args.get_int("--last-token").value_or(0));
     if (args.has("--last-token") && last_k < 1) throw UsageError("--last-token: expected an integer >= 1");
@@ -201,7 +209,8 @@ int run_score(const Args& args) {
                             {"token_logprobs", lp},
                             {"total_nll", r.total_nll},
                             {"perplexity", r.perplexity},
-                            {"loops", r.loops}};
+                            {"loops", r.loops},
+                            {"kv_cache", kv_cache_type_name(kv_cache)}};
         if (last_k > 0) {
             std::vector<std::string> tt;
             std::vector<double> tp;

@@ -18,7 +18,9 @@ Endpoints
                              max_time (s), beam_size, length_penalty, grammar (GBNF text),
                              early_exit {patience, min_L, peek_every, criterion, threshold,
                              logit_margin}, speculative {mode: chain|tree, draft_loops,
-                             verify_loops, draft_ahead, branches}. Every response carries usage
+                             verify_loops, draft_ahead, branches} or, on a server started with
+                             --draft-model DRAFT, {mode: draft, gamma, draft_loops} (draft-model
+                             speculation: every other field applies). Every response carries usage
                              and "tinyloop_stats" (the engine's GenerateStats per choice).
     GET  /health             {"status", "active", "max_queue", "aborted_total", "recent": [...]}
 
@@ -123,7 +125,7 @@ KNOWN_FIELDS = {
     "suffix",
     # extensions
     "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "speculative",
-    "no_repeat_ngram_size", "max_time", "beam_size", "length_penalty", "grammar",
+    "no_repeat_ngram_size", "max_time", "beam_size", "length_penalty", "grammar", "kv_cache",
 }
 
 
@@ -193,7 +195,7 @@ EARLY_EXIT_KEYS = {"patience": "early_exit_patience", "min_L": "early_exit_min_L
                    "peek_every": "early_exit_peek_every", "criterion": "early_exit_criterion",
                    "threshold": "early_exit_threshold", "logit_margin": "early_exit_logit_margin"}
 CRITERIA = {"hidden_l2", "l2", "logit_margin", "margin", "kl", "entropy_delta", "entropy", "argmax_stable", "argmax"}
-SPECULATIVE_KEYS = {"draft_loops", "verify_loops", "draft_ahead", "branches", "K_branches", "mode"}
+SPECULATIVE_KEYS = {"draft_loops", "verify_loops", "draft_ahead", "branches", "K_branches", "mode", "gamma"}
 
 
 def parse_completion(body: Any, vocab_size: int) -> Completion:
@@ -287,6 +289,13 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
 
     # Extensions.
     cfg["loops"] = _int(body, "loops", 0, 0)
+    kv = body.get("kv_cache")
+    if kv is not None:
+        if kv not in ("f32", "int8"):
+            raise bad("kv_cache", "kv_cache: %s is not one of f32, int8" % json.dumps(kv))
+        if kv == "int8" and body.get("speculative") is not None:
+            raise bad("kv_cache", "kv_cache: int8 is not used by speculative decoding (leave it out or use f32)")
+        cfg["kv_cache"] = kv
     cfg["top_k"] = _int(body, "top_k", vocab_size, 1)
     cfg["min_p"] = _num(body, "min_p", 0.0, 0.0, 1.0)
     cfg["repetition_penalty"] = _num(body, "repetition_penalty", 1.0, 0.0, None, lo_open=True)
@@ -349,8 +358,20 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
     mode = sp.get("mode")
     if mode is None:
         mode = "tree" if ("branches" in sp or "K_branches" in sp) else "chain"
-    if mode not in ("chain", "tree"):
-        raise bad("speculative", "speculative.mode: %s is not one of chain, tree" % json.dumps(mode))
+    if mode not in ("chain", "tree", "draft"):
+        raise bad("speculative", "speculative.mode: %s is not one of chain, tree, draft" % json.dumps(mode))
+    if mode == "draft":  # draft-model speculation takes the whole config; only its own knobs here
+        for k in ("verify_loops", "draft_ahead", "branches", "K_branches"):
+            if k in sp:
+                raise bad("speculative", "speculative.%s: not used by mode draft (gamma, draft_loops)" % k)
+        if cfg.get("early_exit_patience", 0) > 0:
+            raise bad("early_exit", "early_exit: not supported with speculative mode draft")
+        if cfg.get("beam_size", 0) >= 2:
+            raise bad("beam_size", "beam_size: not supported with speculative mode draft")
+        return {"mode": "draft", "gamma": _int(sp, "gamma", 4, 1, 32, param="speculative.gamma"),
+                "draft_loops": _int(sp, "draft_loops", 0, 1, param="speculative.draft_loops")}
+    if "gamma" in sp:
+        raise bad("speculative", "speculative.gamma: only with mode draft")
     # Knobs the speculative decoders do not have.
     unsupported = {"stop": None, "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": None, "min_p": 0,
                    "repetition_penalty": 1, "early_exit": None, "grammar": None, "beam_size": 0,
@@ -416,8 +437,9 @@ class Server:
     """Holds the model, admission control and the threads that wait on streams."""
 
     def __init__(self, model, name: str, max_queue: int = 16, max_concurrent: int = 4,
-                 token_delay_s: float = 0.0):
+                 token_delay_s: float = 0.0, batching: bool = True, draft=None):
         self.model = model
+        self.draft = draft  # the draft model of speculative {mode: draft}, or None
         self.name = name
         self.created = int(time.time())
         self.vocab_size = model.vocab_size
@@ -431,6 +453,10 @@ class Server:
         self.recent: collections.deque = collections.deque(maxlen=64)
         self._lock = threading.Lock()
         self._slots: asyncio.Semaphore | None = None
+        # Continuous batching: plain decodes (greedy, sampling, early exit, grammar) of all the
+        # requests in flight advance together, one token each per engine step. Requests that ask
+        # for logprobs (lens rows), beam search or speculation keep their own decode.
+        self.batch = tl.BatchEngine(model, max_batch=max(1, max_concurrent * 16)) if batching else None
         # One thread per admitted request at most waits in a stream's next().
         self.pool = ThreadPoolExecutor(max_workers=max_queue + 2, thread_name_prefix="tinyloop-serve")
 
@@ -471,6 +497,14 @@ class Server:
     def speculative_kw(self, req: Completion) -> dict:
         """The generate_speculative / generate_tree_speculative keywords of a request."""
         sp, cfg = req.speculative, req.config
+        if sp["mode"] == "draft":
+            if self.draft is None:
+                raise bad("speculative.mode", "speculative.mode: draft needs a server started with --draft-model DRAFT")
+            dmax = self.draft.hparams["max_loops"]
+            if sp["draft_loops"] > dmax:
+                raise bad("speculative.draft_loops", "speculative.draft_loops: %d is outside [1, %d] (the draft's "
+                          "max_loops)" % (sp["draft_loops"], dmax))
+            return dict(gamma=sp["gamma"], draft_loops=sp["draft_loops"])
         hp = self.model.hparams
         verify = sp["verify_loops"] or cfg.get("loops") or hp["default_loops"]
         draft = sp["draft_loops"] if sp["draft_loops"] is not None else max(1, min(2, verify - 1))
@@ -547,6 +581,12 @@ class Server:
         lens = {}
         if req.logprobs is not None:
             lens = {"lens": True, "lens_top_k": max(1, req.logprobs)}
+        if req.speculative is not None and req.speculative["mode"] == "draft":
+            kw = dict(req.config, **self.speculative_kw(req))
+            kw["seed"] = seed
+            if req.grammar is not None:
+                kw["grammar"] = req.grammar
+            return tl.generate_draft_speculative(self.model, self.draft, ids, stream=True, queue_size=8, **kw, **lens)
         if req.speculative is not None:
             kw = self.speculative_kw(req)
             kw["seed"] = seed
@@ -556,6 +596,8 @@ class Server:
         kw["seed"] = seed
         if req.grammar is not None:
             kw["grammar"] = req.grammar
+        if self.batch is not None and not lens and kw.get("beam_size", 0) < 2:
+            return self.batch.submit(ids, **kw)
         return tl.generate_stream(self.model, ids, queue_size=8, **kw, **lens)
 
 
@@ -576,10 +618,11 @@ def _log(p: float) -> float:
 
 
 def create_app(model, name: str | None = None, max_queue: int = 16, max_concurrent: int = 4,
-               token_delay_s: float = 0.0) -> FastAPI:
-    """The FastAPI app over a loaded tinyloop_py.Model (tests use it with TestClient)."""
+               token_delay_s: float = 0.0, batching: bool = True, draft=None) -> FastAPI:
+    """The FastAPI app over a loaded tinyloop_py.Model (tests use it with TestClient); `draft`, a
+    Model with the same vocabulary, enables speculative {mode: draft}."""
     srv = Server(model, name or os.path.splitext(os.path.basename(model.path))[0], max_queue, max_concurrent,
-                 token_delay_s)
+                 token_delay_s, batching, draft)
     app = FastAPI(title="TinyLoop", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = srv
 
@@ -602,6 +645,7 @@ def create_app(model, name: str | None = None, max_queue: int = 16, max_concurre
             return {"status": "ok", "model": srv.name, "active": srv.active, "max_queue": srv.max_queue,
                     "max_concurrent": srv.max_concurrent, "served_total": srv.served_total,
                     "refused_total": srv.refused_total, "aborted_total": srv.aborted_total,
+                    "batch": srv.batch.stats() if srv.batch is not None else None,
                     "recent": list(srv.recent)}
 
     def model_card():
@@ -829,9 +873,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-queue", type=int, default=16,
                     help="requests admitted at once, running or waiting; more are answered 503 (default 16)")
     ap.add_argument("--max-concurrent", type=int, default=4, help="requests decoding at once (default 4)")
+    ap.add_argument("--no-batching", action="store_true",
+                    help="decode each request on its own instead of through the continuous-batching engine")
     ap.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"], help="back end (default auto)")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads, 0 = all cores (default 0)")
     ap.add_argument("--model-name", default=None, help="the id /v1/models reports (default: the file's stem)")
+    ap.add_argument("--draft-model", default=None, metavar="DRAFT",
+                    help="a model with the same vocabulary for speculative {mode: draft} requests")
     ap.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     ap.add_argument("--debug-token-delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: a slow model
     args = ap.parse_args(argv)
@@ -844,7 +892,17 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, RuntimeError) as exc:
         sys.stderr.write("tinyloop serve: %s\n" % exc)
         return 1
-    app = create_app(model, args.model_name, args.max_queue, args.max_concurrent, args.debug_token_delay_ms / 1000.0)
+    draft = None
+    if args.draft_model is not None:
+        try:
+            draft = tl.load_model(args.draft_model, backend=args.backend, threads=args.threads)
+            # Refuses a draft whose vocabulary differs, now rather than on the first request.
+            tl.generate_draft_speculative(model, draft, [0], max_tokens=0)
+        except (OSError, ValueError, RuntimeError) as exc:
+            sys.stderr.write("tinyloop serve: --draft-model: %s\n" % exc)
+            return 1
+    app = create_app(model, args.model_name, args.max_queue, args.max_concurrent, args.debug_token_delay_ms / 1000.0,
+                     batching=not args.no_batching, draft=draft)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     server = uvicorn.Server(config)
     sys.stderr.write("tinyloop serve: %s (%s) on http://%s:%d/v1 (max queue %d, pid %d)\n"

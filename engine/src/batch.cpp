@@ -294,11 +294,15 @@ void finish(BatchEngine& e, std::unique_ptr<Seq> s) {
     const uint64_t id = s->id;
     GenerateResult copy;
     if (on_done) copy = f.result;
+    int free_pages = 0;
+    for (const auto& p : e.pools)
+        if (p) free_pages += p->n_free();
     {
         std::lock_guard<std::mutex> lk(e.mu);
         e.live.erase(id);
         e.cancels.erase(id);
         e.finished[id] = std::move(f);
+        e.counters.pages_free = free_pages;  // before on_done: a caller told "done" sees its pages back
     }
     if (on_done) on_done(id, copy, s->error);
 }
@@ -434,6 +438,7 @@ int batch_step(BatchEngine* engine) {
     for (auto& sp : e.active) {
         Seq& s = *sp;
         if (s.has_logits) continue;
+        if (s.req.hold && s.req.hold()) continue;
         if (s.prefilled < s.prompt_len) {
             if (budget == 0) continue;
             const int k = std::min(budget, s.prompt_len - s.prefilled);

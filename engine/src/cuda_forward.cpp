@@ -2,6 +2,9 @@
 // forward.cpp's run_block (FORMAT.md §1), one kernels/cuda op per step:
 //   a = rmsnorm(h); q,k,v = W a; rope(q, k); K/V -> cache rows; att = attention; h += wo att;
 //   m = rmsnorm(h); h += w_down (silu(w_gate m) * (w_up m))
+// The residual adds ride in the products (matmul accumulate / cuBLAS beta = 1) and SwiGLU is one
+// launch on the kernel path, q/k/v are one launch and RoPE + the cache writes another: 8
+// launches per layer in the decode step.
 #ifdef TINYLOOP_HAVE_CUDA
 
 #include "cuda_forward.h"
@@ -77,6 +80,11 @@ struct CudaSession::Impl {
     kc::DeviceBuffer k, v;                                // [layers, capacity, kv_row]
     kc::DeviceBuffer h, a, q, kk, vv, att, o_, g, u, logits, scratch;
     kc::DeviceBuffer ids, pos, kvb, kve, chosen;          // [rows] ints (chosen: [1])
+    kc::DeviceBuffer crow, extra_rows, extra_offsets;      // forward_rows only
+    const int* store_at = nullptr;     // cache rows of the current rows (nullptr: their positions)
+    const int* d_extra_rows = nullptr; // tree extras of the current rows (nullptr: none)
+    const int* d_extra_offsets = nullptr;
+    bool force_kernel = false;         // forward_rows: never cuBLAS
     kc::Graph step;
     bool primed = false;   // the device's ids/pos/kv range already hold the next step's input
     int32_t primed_token = -1;
@@ -118,9 +126,12 @@ struct CudaSession::Impl {
         }
     }
 
-    void mm(const kern::WeightView& W, const float* x, int n, float* y) {
-        if (n >= o.gemm_min_tokens) kc::gemm(ctx, W, x, n, y, scratch.f32());
-        else kc::matmul(ctx, W, x, n, y);
+    bool use_gemm(int n) const { return n >= o.gemm_min_tokens && !force_kernel; }
+
+    // y = W x (accumulate: y += W x), cuBLAS for large row counts.
+    void mm(const kern::WeightView& W, const float* x, int n, float* y, bool accumulate = false) {
+        if (use_gemm(n)) kc::gemm(ctx, W, x, n, y, scratch.f32(), false, accumulate);
+        else kc::matmul(ctx, W, x, n, y, accumulate);
     }
 
     // One pre-norm block over n rows of h at execution layer `layer`; ids/pos/kvb/kve hold the
@@ -128,15 +139,18 @@ struct CudaSession::Impl {
     void block(const LayerWeights& L, int layer, int n) {
         const int d = hp.d_model, H = hp.n_heads * hp.head_dim, ff = hp.d_ff;
         kc::rmsnorm(ctx, h.f32(), L.attn_norm, n, d, hp.norm_eps, a.f32());
-        mm(L.wq, a.f32(), n, q.f32());
-        mm(L.wk, a.f32(), n, kk.f32());
-        mm(L.wv, a.f32(), n, vv.f32());
-        kc::rope(ctx, q.f32(), n, hp.n_heads, hp.head_dim, pos.i32(), hp.rope_theta);
-        kc::rope(ctx, kk.f32(), n, hp.n_kv_heads, hp.head_dim, pos.i32(), hp.rope_theta);
+        if (use_gemm(n)) {
+            mm(L.wq, a.f32(), n, q.f32());
+            mm(L.wk, a.f32(), n, kk.f32());
+            mm(L.wv, a.f32(), n, vv.f32());
+        } else {
+            kc::matmul3(ctx, L.wq, L.wk, L.wv, a.f32(), n, q.f32(), kk.f32(), vv.f32());
+        }
         float* kl = k.f32() + size_t(layer) * o.capacity * kv_row;
         float* vl = v.f32() + size_t(layer) * o.capacity * kv_row;
-        kc::store_rows(ctx, kk.f32(), n, kv_row, kl, pos.i32());
-        kc::store_rows(ctx, vv.f32(), n, kv_row, vl, pos.i32());
+        const int* at_rows = store_at ? store_at : pos.i32();
+        kc::rope_store(ctx, q.f32(), kk.f32(), vv.f32(), n, hp.n_heads, hp.n_kv_heads, hp.head_dim, pos.i32(),
+                       hp.rope_theta, kl, vl, at_rows);
         kern::AttentionArgs at;
         at.q = q.f32();
         at.n_tok = n;
@@ -149,15 +163,19 @@ struct CudaSession::Impl {
         at.kv_begin = kvb.i32();
         at.kv_end = kve.i32();
         at.out = att.f32();
+        at.extra_rows = d_extra_rows;
+        at.extra_offsets = d_extra_offsets;
         kc::attention(ctx, at);
-        mm(L.wo, att.f32(), n, o_.f32());
-        kc::add_inplace(ctx, h.f32(), o_.f32(), size_t(n) * d);
+        mm(L.wo, att.f32(), n, h.f32(), true);  // h += wo att
         kc::rmsnorm(ctx, h.f32(), L.mlp_norm, n, d, hp.norm_eps, a.f32());
-        mm(L.w_gate, a.f32(), n, g.f32());
-        mm(L.w_up, a.f32(), n, u.f32());
-        kc::silu_mul(ctx, g.f32(), u.f32(), g.f32(), size_t(n) * ff);
-        mm(L.w_down, g.f32(), n, o_.f32());
-        kc::add_inplace(ctx, h.f32(), o_.f32(), size_t(n) * d);
+        if (use_gemm(n)) {
+            mm(L.w_gate, a.f32(), n, g.f32());
+            mm(L.w_up, a.f32(), n, u.f32());
+            kc::silu_mul(ctx, g.f32(), u.f32(), g.f32(), size_t(n) * ff);
+        } else {
+            kc::matmul_swiglu(ctx, L.w_gate, L.w_up, a.f32(), n, g.f32());  // one launch, same bits
+        }
+        mm(L.w_down, g.f32(), n, h.f32(), true);  // h += w_down g
         (void)H;
     }
 
@@ -221,7 +239,8 @@ size_t CudaSession::device_bytes() const {
     const Impl& s = *impl_;
     size_t n = 0;
     for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.h, &s.a, &s.q, &s.kk, &s.vv, &s.att, &s.o_, &s.g, &s.u, &s.logits,
-                                      &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen})
+                                      &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
+                                      &s.extra_offsets})
         n += b->size();
     return n;
 }
@@ -293,6 +312,80 @@ std::vector<float> CudaSession::last_logits() {
     std::vector<float> out(size_t(s.hp.vocab_size));
     with_cuda_errors("cuda logits", [&] { s.ctx.download(out.data(), s.logits.get(), out.size() * sizeof(float)); });
     return out;
+}
+
+void CudaSession::set_pos(int p) {
+    Impl& s = *impl_;
+    if (p < 0 || p > s.o.capacity)
+        throw Error(ErrorCode::InvalidArgument, "pos: " + std::to_string(p) + " is outside [0, " +
+                                                    std::to_string(s.o.capacity) + "]");
+    pos_ = p;
+    s.primed = false;
+}
+
+void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
+    Impl& s = *impl_;
+    if (r.n < 1 || r.n > s.rows)
+        throw Error(ErrorCode::InvalidArgument, "rows.n: " + std::to_string(r.n) + " is outside [1, " +
+                                                    std::to_string(s.rows) + "] (the prefill chunk)");
+    if (!r.tokens || !r.positions || !r.kv_begin || !r.kv_end)
+        throw Error(ErrorCode::InvalidArgument, "rows: tokens, positions, kv_begin and kv_end are required");
+    const int n = r.n, cap = s.o.capacity;
+    int n_extra = 0;
+    for (int t = 0; t < n; ++t) {
+        const int row = r.cache_rows ? r.cache_rows[t] : r.positions[t];
+        if (row < 0 || row >= cap || r.positions[t] < 0 || r.kv_begin[t] < 0 || r.kv_end[t] > cap ||
+            r.kv_begin[t] > r.kv_end[t])
+            throw Error(ErrorCode::InvalidArgument, "rows[" + std::to_string(t) + "]: a cache row or range is outside [0, " +
+                                                        std::to_string(cap) + ")");
+    }
+    if (r.extra_offsets) {
+        if (!r.extra_rows && r.extra_offsets[n] > 0)
+            throw Error(ErrorCode::InvalidArgument, "rows.extra_rows: required with extra_offsets");
+        n_extra = r.extra_offsets[n];
+        for (int t = 0; t < n; ++t)
+            if (r.extra_offsets[t] < 0 || r.extra_offsets[t] > r.extra_offsets[t + 1])
+                throw Error(ErrorCode::InvalidArgument, "rows.extra_offsets: must be non-decreasing from 0");
+        for (int i = 0; i < n_extra; ++i)
+            if (r.extra_rows[i] < 0 || r.extra_rows[i] >= cap)
+                throw Error(ErrorCode::InvalidArgument, "rows.extra_rows[" + std::to_string(i) + "]: outside [0, " +
+                                                            std::to_string(cap) + ")");
+    }
+    const int V = s.hp.vocab_size;
+    logits.assign(size_t(n) * V, 0.0f);
+    with_cuda_errors("cuda forward_rows", [&] {
+        std::vector<int> crow(r.cache_rows ? r.cache_rows : r.positions, (r.cache_rows ? r.cache_rows : r.positions) + n);
+        if (s.crow.size() < size_t(s.rows) * sizeof(int)) s.crow = kc::DeviceBuffer(s.ctx, size_t(s.rows) * sizeof(int));
+        s.ctx.upload(s.ids.get(), r.tokens, size_t(n) * sizeof(int));
+        s.ctx.upload(s.pos.get(), r.positions, size_t(n) * sizeof(int));
+        s.ctx.upload(s.kvb.get(), r.kv_begin, size_t(n) * sizeof(int));
+        s.ctx.upload(s.kve.get(), r.kv_end, size_t(n) * sizeof(int));
+        s.ctx.upload(s.crow.get(), crow.data(), size_t(n) * sizeof(int));
+        if (r.extra_offsets) {
+            if (s.extra_offsets.size() < size_t(n + 1) * sizeof(int))
+                s.extra_offsets = kc::DeviceBuffer(s.ctx, size_t(s.rows + 1) * sizeof(int));
+            if (s.extra_rows.size() < size_t(std::max(n_extra, 1)) * sizeof(int))
+                s.extra_rows = kc::DeviceBuffer(s.ctx, size_t(std::max(n_extra, 1)) * sizeof(int));
+            s.ctx.upload(s.extra_offsets.get(), r.extra_offsets, size_t(n + 1) * sizeof(int));
+            s.ctx.upload(s.extra_rows.get(), r.extra_rows, size_t(n_extra) * sizeof(int));
+            s.d_extra_rows = s.extra_rows.i32();
+            s.d_extra_offsets = s.extra_offsets.i32();
+        }
+        s.store_at = s.crow.i32();
+        s.force_kernel = true;
+        struct Reset {
+            Impl& s;
+            ~Reset() {
+                s.store_at = nullptr;
+                s.d_extra_rows = s.d_extra_offsets = nullptr;
+                s.force_kernel = false;
+            }
+        } reset{s};
+        s.rows_forward(n);
+        s.head_rows(0, n);
+        s.ctx.download(logits.data(), s.logits.get(), logits.size() * sizeof(float));
+        s.primed = false;
+    });
 }
 
 std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* prompt, int n, int loops,

@@ -52,6 +52,20 @@ struct CudaSessionOptions {
     bool use_graph = true;    // capture the decode step once and replay it
 };
 
+// Rows with explicit positions and attention ranges: speculative verification (a chain of
+// drafted tokens) and tree verification (branches sharing a prefix, each row attending its
+// range and then its path through the tree), as the CPU's Workspace rows/extras.
+struct CudaRows {
+    const int32_t* tokens = nullptr;     // n ids, validated by the caller
+    int n = 0;                           // 1 .. the model's prefill_chunk
+    const int* positions = nullptr;      // RoPE positions
+    const int* cache_rows = nullptr;     // cache row each row's K/V go to (nullptr: = positions)
+    const int* kv_begin = nullptr;       // each row attends cache rows [kv_begin, kv_end) ...
+    const int* kv_end = nullptr;
+    const int* extra_rows = nullptr;     // ... then extra_rows[extra_offsets[t] .. [t+1]) (or none)
+    const int* extra_offsets = nullptr;  // n + 1 offsets
+};
+
 // One sequence's state on the device: KV cache, workspace, the captured decode step.
 class CudaSession {
 public:
@@ -68,6 +82,13 @@ public:
     int32_t decode(int32_t token);
     // Logits of the most recent row (downloaded).
     std::vector<float> last_logits();
+    // Runs the rows through every layer (writing their K/V at their cache rows) and returns
+    // their logits [n, vocab]. Always the batch-invariant kernels (never cuBLAS), so a row's
+    // logits are bit-identical to those of the same row run alone or as a decode step. Does
+    // not move pos(); the caller sets it with set_pos() after accepting rows.
+    void forward_rows(const CudaRows& rows, std::vector<float>& logits);
+    // Where the next prefill/decode writes (after a verification accepted some rows).
+    void set_pos(int pos);
     int pos() const { return pos_; }
     size_t device_bytes() const;
 

@@ -19,7 +19,58 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+// KV provenance (GenerateOptions::kv_provenance): marked at each place decode writes the cache,
+// [layer][capacity] while decoding, trimmed to the positions the result holds at the end.
+class ProvenanceRecorder {
+public:
+    ProvenanceRecorder(KVProvenance* out, const HParams& hp, const KVCache& kv) : out_(out), kv_(kv) {
+        if (!out_) return;
+        *out_ = KVProvenance{};
+        out_->n_layers = kv.n_layers;
+        out_->n_pre_blocks = hp.n_pre_blocks;
+        out_->n_loop_layers = hp.n_loop_layers;
+        out_->kv_bytes_allocated = kv.bytes();
+        origin_.assign(static_cast<size_t>(kv.n_layers) * kv.capacity, KVOrigin::None);
+    }
+    // Layers [layer0, layer1) of positions [pos0, pos1).
+    void mark(int layer0, int layer1, int pos0, int pos1, KVOrigin o) {
+        if (!out_) return;
+        for (int e = layer0; e < layer1; ++e)
+            for (int p = pos0; p < pos1; ++p) origin_[static_cast<size_t>(e) * kv_.capacity + p] = o;
+    }
+    void finish(int n_positions) {
+        if (!out_) return;
+        out_->n_positions = n_positions;
+        out_->origin.resize(static_cast<size_t>(kv_.n_layers) * n_positions);
+        size_t written = 0;
+        for (int e = 0; e < kv_.n_layers; ++e)
+            for (int p = 0; p < n_positions; ++p) {
+                const KVOrigin o = origin_[static_cast<size_t>(e) * kv_.capacity + p];
+                out_->origin[static_cast<size_t>(e) * n_positions + p] = o;
+                written += o != KVOrigin::None;
+            }
+        // per (layer, position) row: keys + values (+ scales for a quantized cache)
+        const size_t rows = static_cast<size_t>(kv_.n_layers) * kv_.capacity;
+        out_->kv_bytes_written = rows > 0 ? written * (out_->kv_bytes_allocated / rows) : 0;
+    }
+
+private:
+    KVProvenance* out_;
+    const KVCache& kv_;
+    std::vector<KVOrigin> origin_;
+};
+
 }  // namespace
+
+const char* kv_origin_name(KVOrigin o) {
+    switch (o) {
+        case KVOrigin::None: return "none";
+        case KVOrigin::Computed: return "computed";
+        case KVOrigin::Propagated: return "propagated";
+        case KVOrigin::Reused: return "reused";
+    }
+    return "?";
+}
 
 void check_prompt_ids(const Model& m, const int32_t* prompt, int prompt_len) {
     if (prompt_len > 0 && prompt == nullptr) throw Error(ErrorCode::InvalidArgument, "prompt: must not be null");
@@ -41,6 +92,8 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
 
     if (config.beam_size >= 2) {
         if (start) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
+        if (options.kv_provenance)
+            throw Error(ErrorCode::NotSupported, "kv_provenance: not reported by beam search (beam_size >= 2)");
         return decode_beam(m, prompt, prompt_len, config, options);
     }
 
@@ -64,6 +117,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     KVCache kv;
     kv.allocate(hp, exec_layers(hp, loops), prompt_len + config.max_tokens, config.kv_cache);
     st.kv_cache_bytes = kv.bytes();
+    ProvenanceRecorder prov(options.kv_provenance, hp, kv);
     Workspace ws;
     std::vector<float> h, logits(static_cast<size_t>(V));
 
@@ -84,6 +138,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
                 std::memcpy(kv.k_at(e, 0), start->kv->k_layer(e), row_bytes * cached);
                 std::memcpy(kv.v_at(e, 0), start->kv->v_layer(e), row_bytes * cached);
             }
+            prov.mark(0, kv.n_layers, 0, cached, KVOrigin::Reused);
         }
         if (cached == prompt_len && start->last_pass_states) {
             const float* last = start->last_pass_states + static_cast<size_t>(loops - 1) * d;
@@ -101,6 +156,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
             fa.window = config.cache_window;
             fa.on_pass = options.lens ? &hook : nullptr;
             forward(m, kv, ws, fa, h);
+            prov.mark(0, kv.n_layers, cached, prompt_len, KVOrigin::Computed);
             compute_logits(m, h.data() + static_cast<size_t>(fa.n - 1) * d, 1, logits.data(), ws);
         }
     }
@@ -124,6 +180,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
             res.text = text.text();
             st.loops_used = loops;
             st.total_ms = ms_since(t0);
+            prov.finish(static_cast<int>(res.tokens.size()));
             return res;
         }
     }
@@ -211,6 +268,10 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         if (policy.enabled) {
             depth = decode_step_adaptive(m, kv, ws, tok, position, loops, config.cache_window, policy, h,
                                          options.lens ? &hook : nullptr);
+            // passes 1..depth ran; propagate_exited_state wrote the layers of the passes after it
+            const int ran = exec_layers(hp, depth);
+            prov.mark(0, ran, position, position + 1, KVOrigin::Computed);
+            prov.mark(ran, kv.n_layers, position, position + 1, KVOrigin::Propagated);
         } else {
             ForwardArgs fa;
             fa.tokens = &res.tokens[static_cast<size_t>(position)];
@@ -220,6 +281,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
             fa.window = config.cache_window;
             fa.on_pass = options.lens ? &hook : nullptr;
             forward(m, kv, ws, fa, h);
+            prov.mark(0, kv.n_layers, position, position + 1, KVOrigin::Computed);
             depth = loops;
         }
         compute_logits(m, h.data(), 1, logits.data(), ws);
@@ -232,6 +294,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     }
     res.text = text.text();
     st.total_ms = ms_since(t0);
+    prov.finish(static_cast<int>(res.tokens.size()));
     return res;
 }
 

@@ -216,3 +216,49 @@ ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const G
 }
 
 }  // namespace tinyloop
+
+// ---------------------------------------------------------------------------------------------
+
+namespace tinyloop {
+
+ExitSignals early_exit_signals(Model* model, const int32_t* tokens, int n, int loops) {
+    const Model& m = checked(model);
+    check_score_tokens(m, tokens, n, 1);
+    const int L = resolve_loops(m, loops);
+    const HParams& hp = m.hp;
+    const int d = hp.d_model;
+    const int V = hp.vocab_size;
+    constexpr int n_criteria = 5;
+    ExitSignals r;
+    r.n_positions = n;
+    r.loops = L;
+    r.values.assign(static_cast<size_t>(n_criteria) * n * L, 0.0f);
+    KVCache kv;
+    kv.allocate(exec_layers(hp, L), n, hp.n_kv_heads * hp.head_dim);
+    Workspace ws;
+    std::vector<float> h(static_cast<size_t>(d)), prev(static_cast<size_t>(d));
+    std::vector<float> prev_logits(static_cast<size_t>(V)), cur_logits(static_cast<size_t>(V));
+    // One row at a time through the same calls decode_step_adaptive makes, so every value is
+    // the one the decode would compare with its threshold.
+    for (int p = 0; p < n; ++p) {
+        ws.reserve(hp, 1);
+        set_rows(ws, p, 1, 0);
+        kern::dequant_row(m.embed, tokens[p], h.data());
+        int layer = 0;
+        for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, h.data(), 1);
+        compute_logits(m, h.data(), 1, prev_logits.data(), ws);
+        for (int pass = 1; pass <= L; ++pass) {
+            std::copy(h.begin(), h.end(), prev.begin());
+            for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, h.data(), 1);
+            compute_logits(m, h.data(), 1, cur_logits.data(), ws);
+            for (int c = 0; c < n_criteria; ++c)
+                r.values[(static_cast<size_t>(c) * n + p) * L + static_cast<size_t>(pass - 1)] =
+                    exit_signal(static_cast<EarlyExitCriterion>(c), prev.data(), h.data(), d, prev_logits.data(),
+                                cur_logits.data(), V);
+            std::swap(prev_logits, cur_logits);
+        }
+    }
+    return r;
+}
+
+}  // namespace tinyloop

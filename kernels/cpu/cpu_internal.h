@@ -16,6 +16,26 @@ enum class Simd : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 // The level in use (detected once; force_simd_level may override it).
 Simd active_simd();
 
+// Quantized activations for the int8 matmul, one record per token t (see kernels.h for the math):
+//   q   + t*q_stride: codes in chunks of I8Layout::chunk_cols columns (zero padded); for Q4 with
+//         q4_split, a chunk holds its even columns and then its odd ones (the order low and high
+//         nibbles unpack in);
+//   edx + t*e_stride: per chunk, `lanes` floats: dx of the block SIMD lane j covers, i.e. block
+//         j*cols_per_lane/32 of the chunk (zero past the last block);
+//   dx, dsx + t*s_stride: dx_b and dx_b * sum of block b's codes, zero padded to s_stride.
+struct ActI8 {
+    const int8_t* q = nullptr;
+    const float* edx = nullptr;
+    const float* dx = nullptr;
+    const float* dsx = nullptr;
+    size_t q_stride = 0, e_stride = 0, s_stride = 0;
+};
+struct I8Layout {
+    int chunk_cols = 32;    // columns per chunk (the SIMD kernel's step)
+    int lanes = 0;          // int32 lanes per chunk (0: no edx, the scalar kernel)
+    int cols_per_lane = 0;  // columns one int32 lane sums
+    bool q4_split = false;  // chunk = even columns, then odd columns
+};
 struct IsaTable {
     // y[t*W.rows + r] for r in [r0, r1), all t < n_tok. For Q8/Q4/Q2, x has been permuted per
     // 32-column block with matmul_block_perm(type, level) (the order the codes unpack in).
@@ -31,7 +51,19 @@ struct IsaTable {
     void (*attend_one)(const float* q, const float* k, const float* v, int kv_stride, int head_dim,
                        int b, int e, const int* extra, int n_extra, float scale, float* scratch,
                        float* out);
+    // int8 activations (matmul_int8.cpp): y[t*W.rows + r] for r in [r0, r1), all t < n_tok, W
+    // Q8 or Q4, x quantized into `a` in the layout i8_layout(W.type, level) gives.
+    void (*matmul_rows_i8)(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1);
 };
+
+I8Layout i8_layout(WType type, Simd level);
+void matmul_rows_i8_scalar(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1);
+// matmul's int8-activation path (uses_int8_activations(W) is true).
+void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool* pool);
+// Whether the AVX-512 level uses vpdpbusd (AVX512-VNNI) for the int8 matmul: the CPU has it and
+// the level was not forced to "avx512-novnni" (dispatch.cpp).
+bool cpu_has_avx512_vnni();
+bool avx512_vnni_active();
 
 const IsaTable& isa_scalar();
 const IsaTable& isa_avx2();    // only call when the CPU has AVX2+FMA+F16C

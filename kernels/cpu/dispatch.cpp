@@ -33,6 +33,7 @@ Simd detect() {
 }
 
 std::atomic<int> g_forced{-1};
+std::atomic<bool> g_no_vnni{false};  // "avx512-novnni" forced
 
 }  // namespace
 
@@ -42,9 +43,12 @@ Simd active_simd() {
     return f < 0 ? detected : static_cast<Simd>(f);
 }
 
+bool avx512_vnni_active() { return cpu_has_avx512_vnni() && !g_no_vnni.load(std::memory_order_relaxed); }
+
 const IsaTable& isa_scalar() {
     static const IsaTable t{matmul_rows_scalar, rmsnorm_scalar,     rope_token_scalar,
-                            silu_mul_scalar,    add_inplace_scalar, attend_one_scalar};
+                            silu_mul_scalar,    add_inplace_scalar, attend_one_scalar,
+                            matmul_rows_i8_scalar};
     return t;
 }
 
@@ -61,7 +65,7 @@ const IsaTable& active_isa() {
 
 const char* simd_level() {
     switch (detail::active_simd()) {
-        case detail::Simd::Avx512: return "avx512";
+        case detail::Simd::Avx512: return detail::avx512_vnni_active() ? "avx512" : "avx512-novnni";
         case detail::Simd::Avx2: return "avx2";
         case detail::Simd::Scalar: break;
     }
@@ -71,8 +75,13 @@ const char* simd_level() {
 bool force_simd_level(const char* level) {
     if (level == nullptr) return false;
     detail::Simd want;
+    bool no_vnni = false;
     if (std::strcmp(level, "avx512") == 0) {
         want = detail::Simd::Avx512;
+        if (!detail::cpu_has_avx512_vnni()) return false;  // this CPU's AVX-512 is "avx512-novnni"
+    } else if (std::strcmp(level, "avx512-novnni") == 0) {
+        want = detail::Simd::Avx512;
+        no_vnni = true;
     } else if (std::strcmp(level, "avx2") == 0) {
         want = detail::Simd::Avx2;
     } else if (std::strcmp(level, "scalar") == 0) {
@@ -81,6 +90,7 @@ bool force_simd_level(const char* level) {
         return false;
     }
     if (!detail::cpu_has(want)) return false;
+    detail::g_no_vnni.store(no_vnni, std::memory_order_relaxed);
     detail::g_forced.store(static_cast<int>(want), std::memory_order_relaxed);
     return true;
 }

@@ -8,6 +8,9 @@
 // is produced by one fixed sequence of operations (lane k % width accumulates column k in order,
 // then one fixed horizontal sum) whatever n_tok, the token tile, the row chunk or the thread
 // count, so decode, prefill and verification agree bit for bit.
+//
+// Q8/Q4 weights take the int8-activation path (matmul_int8.cpp) unless set_int8_activations(false)
+// selected these float-activation kernels; matmul_ref is the reference of the float path only.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -148,6 +151,10 @@ void matmul_ref(const WeightView& W, const float* x, int n_tok, float* y) {
 
 void matmul(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool* pool) {
     if (n_tok <= 0 || W.rows <= 0) return;
+    if (uses_int8_activations(W)) {
+        detail::matmul_int8_act(W, x, n_tok, y, pool);
+        return;
+    }
     // The SIMD kernels work in 32-column blocks inside a group; any other group size (the loader
     // refuses them, but the kernels should not misbehave) takes the scalar path.
     const bool quant = W.type != WType::F32 && W.type != WType::F16;

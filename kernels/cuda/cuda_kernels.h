@@ -166,14 +166,24 @@ void attention(Context& ctx, const AttentionArgs& a);
 
 // y[t, r] = sum_c W[r, c] x[t, c], W dequantized inside the kernel (FORMAT.md §2): the
 // batch-invariant product for decode and verification (any n_tok; meant for n_tok <= ~64).
-void matmul(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y);
+// accumulate: y[t, r] += the product instead (the residual add fused: add_inplace's bits).
+void matmul(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y, bool accumulate = false);
+
+// ya = A x, yb = B x, yc = C x in one launch (the q, k, v projections): the same bits as three
+// matmul calls. A, B, C have the same number of columns.
+void matmul3(Context& ctx, const WeightView& A, const WeightView& B, const WeightView& C, const float* x, int n_tok,
+             float* ya, float* yb, float* yc);
+
+// out[t, r] = silu(gate x[t])[r] * (up x[t])[r] in one launch: the same bits as two matmul
+// calls and silu_mul. gate and up have the same shape.
+void matmul_swiglu(Context& ctx, const WeightView& gate, const WeightView& up, const float* x, int n_tok, float* out);
 
 // The same product through cublasGemmEx (f32 in, f32 accumulate) for large prefills. A
 // quantized or f16 W is dequantized into `scratch` (rows*cols floats, the caller's, reused
 // per matrix) first; an f32 W is used in place. Not batch-invariant. tf32: allow TF32 tensor
-// cores (faster, ~1e-3 relative error).
+// cores (faster, ~1e-3 relative error). accumulate: y += the product (beta = 1).
 void gemm(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y, float* scratch,
-          bool tf32 = false);
+          bool tf32 = false, bool accumulate = false);
 // Bytes of scratch gemm needs for W (0 for f32).
 size_t gemm_scratch_bytes(const WeightView& W);
 
@@ -191,6 +201,11 @@ void argmax(Context& ctx, const float* logits, int n_rows, int vocab, int n_vali
 // dst_base[dst_rows[i], :] = src[i, :] for i < n, rows of row_floats (K/V into the cache at
 // positions held in device memory).
 void store_rows(Context& ctx, const float* src, int n, int row_floats, float* dst_base, const int* dst_rows);
+
+// rope on q [n_tok, n_heads*hd] and k [n_tok, n_kv_heads*hd] in place, then k and v rows into
+// the cache at dst_rows (as rope, rope, store_rows, store_rows: the same bits, one launch).
+void rope_store(Context& ctx, float* q, float* k, const float* v, int n_tok, int n_heads, int n_kv_heads, int head_dim,
+                const int* positions, float theta, float* k_cache, float* v_cache, const int* dst_rows);
 
 // One decode step's bookkeeping on the device (single sequence): ids[0] = chosen[0];
 // pos[0] += 1; kv_end[0] = pos[0] + 1; kv_begin[0] = window ? max(0, pos[0] + 1 - window) : 0.

@@ -23,7 +23,8 @@ size_t gemm_scratch_bytes(const WeightView& W) {
     return W.type == WType::F32 ? 0 : static_cast<size_t>(W.rows) * W.cols * sizeof(float);
 }
 
-void gemm(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y, float* scratch, bool tf32) {
+void gemm(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y, float* scratch, bool tf32,
+          bool accumulate) {
     if (n_tok <= 0 || W.rows <= 0) return;
     const float* a = reinterpret_cast<const float*>(W.data);
     if (W.type != WType::F32) {
@@ -33,7 +34,7 @@ void gemm(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y
         TL_CUDA_LAUNCHED();
         a = scratch;
     }
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     TL_CUBLAS_CHECK(cublas().gemm_ex(ctx.impl().cublas, CUBLAS_OP_T, CUBLAS_OP_N, W.rows, n_tok, W.cols, &alpha, a,
                                      CUDA_R_32F, W.cols, x, CUDA_R_32F, W.cols, &beta, y, CUDA_R_32F, W.rows,
                                      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

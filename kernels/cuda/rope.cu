@@ -26,7 +26,46 @@ __global__ void rope_kernel(float* x, int n_tok, int n_heads, int head_dim, cons
     }
 }
 
+// One block per token: every (head, pair) of q and of k rotated, then k's and v's rows copied
+// to the cache. A __syncthreads separates the rotation of k from its copy.
+__global__ void rope_store_kernel(float* q, float* k, const float* v, int n_heads, int n_kv_heads, int head_dim,
+                                  const int* positions, float theta, float* k_cache, float* v_cache, const int* rows) {
+    const int t = blockIdx.x, half = head_dim / 2;
+    const double p = static_cast<double>(positions[t]);
+    const int nq = n_heads * half, nk = n_kv_heads * half;
+    for (int idx = threadIdx.x; idx < nq + nk; idx += blockDim.x) {
+        const bool is_q = idx < nq;
+        const int j = is_q ? idx : idx - nq;
+        const int h = j / half, i = j % half;
+        const double ang = p * pow(static_cast<double>(theta), -2.0 * i / head_dim);
+        const float c = static_cast<float>(cos(ang)), s = static_cast<float>(sin(ang));
+        float* xh = is_q ? q + (static_cast<size_t>(t) * n_heads + h) * head_dim
+                         : k + (static_cast<size_t>(t) * n_kv_heads + h) * head_dim;
+        const float x0 = xh[i], x1 = xh[i + half];
+        xh[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        xh[i + half] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    }
+    __syncthreads();
+    const int row = n_kv_heads * head_dim;
+    const float* ks = k + static_cast<size_t>(t) * row;
+    const float* vs = v + static_cast<size_t>(t) * row;
+    float* kd = k_cache + static_cast<size_t>(rows[t]) * row;
+    float* vd = v_cache + static_cast<size_t>(rows[t]) * row;
+    for (int j = threadIdx.x; j < row; j += blockDim.x) {
+        kd[j] = ks[j];
+        vd[j] = vs[j];
+    }
+}
+
 }  // namespace
+
+void rope_store(Context& ctx, float* q, float* k, const float* v, int n_tok, int n_heads, int n_kv_heads, int head_dim,
+                const int* positions, float theta, float* k_cache, float* v_cache, const int* dst_rows) {
+    if (n_tok <= 0 || head_dim < 2) return;
+    rope_store_kernel<<<n_tok, 256, 0, stream_of(ctx)>>>(q, k, v, n_heads, n_kv_heads, head_dim, positions, theta,
+                                                         k_cache, v_cache, dst_rows);
+    TL_CUDA_LAUNCHED();
+}
 
 void rope(Context& ctx, float* x, int n_tok, int n_heads, int head_dim, const int* positions, float theta) {
     if (n_tok <= 0 || n_heads <= 0 || head_dim < 2) return;

@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
             else if (t.name == "embed") per_token += double(t.bytes) / hp.vocab_size;
         }
         const int layers = hp.n_pre_blocks + L * hp.n_loop_layers;
-        const int launches = 1 + 17 * layers + 3 + 2;  // embedding, blocks, head+argmax, stage+advance
+        const int launches = 1 + 8 * layers + 3 + 2;  // embedding, blocks (cuda_forward.cpp), head+argmax, stage+advance
 
         std::printf(
             "{\"model\":\"%s\",\"device\":\"%s\",\"loops\":%d,\"prompt\":%d,\"tokens\":%d,"

@@ -1,4 +1,5 @@
-// Whole-model parity of the CUDA forward (engine/src/cuda_forward.cpp) with the CPU back end:
+// Whole-model parity of the CUDA forward (engine/src/cuda_forward.cpp) with the CPU back end
+// (its float-activation kernels, see FloatActivations below):
 //   * the bundled trained model (f32, q8, q4 files): greedy tokens identical, CPU generate()
 //     against the CUDA session (prefill, then graph-replayed decode steps), and the same tokens
 //     again without the graph;
@@ -10,12 +11,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "cuda_backend.h"
 #include "cuda_forward.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 #include "tinyloop/tinyloop.h"
 
@@ -39,6 +42,14 @@ const kc::DeviceProbe& probe() {
 constexpr double kRowRelTol = 2e-3;
 
 const std::string kDir = std::string(TL_SOURCE_DIR) + "/resources/models/tinyloop-kjv/";
+
+// The CUDA back end computes with float activations, the CPU's reference numerics; the CPU's
+// default int8-activation path for q8/q4 weights (kernels.h) adds its own quantization error.
+// Parity is therefore checked against the CPU's float-activation kernels.
+struct FloatActivations : ::testing::Environment {
+    void SetUp() override { tinyloop::kern::set_int8_activations(false); }
+};
+const auto* const kFloatActivations = ::testing::AddGlobalTestEnvironment(new FloatActivations);
 
 tinyloop::LoadOptions cpu() {
     tinyloop::LoadOptions o;
@@ -112,6 +123,86 @@ TEST_P(BundledModel, PrefillLogitsWithinTolerance) {
         std::vector<float> got;
         s.prefill(toks.data(), n, &got);
         expect_rows_close(got, want, n, V, gemm_min == 64 ? "cuBLAS prefill" : "kernel prefill");
+    }
+}
+
+// Verification rows equal decode steps bit for bit on the device (the property that makes
+// speculative == greedy a test with ==): a chain of k drafted tokens run as one forward_rows
+// gives each row the logits the graph-replayed decode step gave it, and a tree of two branches
+// gives each branch the logits of that branch run as a chain.
+TEST_P(BundledModel, VerificationRowsEqualDecodeSteps) {
+    TL_REQUIRE_DEVICE();
+    tltest::ModelPtr m(kDir + GetParam(), cpu());
+    const tinyloop::HParams& hp = tinyloop::model_hparams(m.get());
+    const int V = hp.vocab_size, k = 5;
+    const std::vector<int32_t> prompt = tinyloop::tokenize(m.get(), "And the evening and the morning were");
+    const int p = int(prompt.size());
+    tinyloop::CudaWeights w(*m.get(), probe().device);
+    tinyloop::CudaSessionOptions o;
+    o.capacity = p + 2 * k + 4;
+
+    // decode steps: inputs x[0..k), logits after each
+    std::vector<int32_t> x;
+    std::vector<float> step_logits;
+    {
+        tinyloop::CudaSession s(w, o);
+        int32_t t = s.prefill(prompt.data(), p);
+        for (int i = 0; i < k; ++i) {
+            x.push_back(t);
+            t = s.decode(t);
+            const std::vector<float> l = s.last_logits();
+            step_logits.insert(step_logits.end(), l.begin(), l.end());
+        }
+    }
+    auto chain = [&](const std::vector<int32_t>& toks) {
+        tinyloop::CudaSession s(w, o);
+        s.prefill(prompt.data(), p);
+        const int n = int(toks.size());
+        std::vector<int> pos(n), b(n, 0), e(n);
+        for (int i = 0; i < n; ++i) {
+            pos[i] = p + i;
+            e[i] = p + i + 1;
+        }
+        tinyloop::CudaRows r;
+        r.tokens = toks.data();
+        r.n = n;
+        r.positions = pos.data();
+        r.kv_begin = b.data();
+        r.kv_end = e.data();
+        std::vector<float> logits;
+        s.forward_rows(r, logits);
+        return logits;
+    };
+    const std::vector<float> verified = chain(x);
+    ASSERT_EQ(verified.size(), step_logits.size());
+    for (int i = 0; i < k; ++i)
+        EXPECT_EQ(0, std::memcmp(verified.data() + size_t(i) * V, step_logits.data() + size_t(i) * V, size_t(V) * 4))
+            << "verification row " << i << " differs from its decode step";
+
+    // a tree: branch A = x[0], x[1]; branch B = y0, x[1] (both at positions p, p+1)
+    const int32_t y0 = (x[0] + 1) % 256;
+    const std::vector<int32_t> toks = {x[0], x[1], y0, x[1]};
+    const std::vector<int> pos = {p, p + 1, p, p + 1}, rows = {p, p + 1, p + 2, p + 3}, b(4, 0), e(4, p);
+    const std::vector<int> extra = {p, p, p + 1, p + 2, p + 2, p + 3}, offs = {0, 1, 3, 4, 6};
+    tinyloop::CudaSession s(w, o);
+    s.prefill(prompt.data(), p);
+    tinyloop::CudaRows r;
+    r.tokens = toks.data();
+    r.n = 4;
+    r.positions = pos.data();
+    r.cache_rows = rows.data();
+    r.kv_begin = b.data();
+    r.kv_end = e.data();
+    r.extra_rows = extra.data();
+    r.extra_offsets = offs.data();
+    std::vector<float> tree;
+    s.forward_rows(r, tree);
+    const std::vector<float> branch_b = chain({y0, x[1]});
+    for (int i = 0; i < 2; ++i) {
+        EXPECT_EQ(0, std::memcmp(tree.data() + size_t(i) * V, step_logits.data() + size_t(i) * V, size_t(V) * 4))
+            << "tree branch A row " << i;
+        EXPECT_EQ(0, std::memcmp(tree.data() + size_t(2 + i) * V, branch_b.data() + size_t(i) * V, size_t(V) * 4))
+            << "tree branch B row " << i;
     }
 }
 

@@ -284,6 +284,86 @@ std::vector<OpCase> cases() {
         }
     }
 
+    // the fused forms: y += W x and silu(G x) * (U x), the same bits as the unfused ops
+    for (WType t : {WType::F32, WType::F16, WType::Q4}) {
+        v.push_back({std::string("matmul_fused_") + type_name(t), [t](Rng& rng) {
+                         const int rows = 45, cols = 128, gs = 32;
+                         Weights G(t, rows, cols, gs, rng), U(t, rows, cols, gs, rng);
+                         for (int n : {1, 6}) {
+                             auto x = rng.normals(static_cast<size_t>(n) * cols);
+                             auto y0 = rng.normals(static_cast<size_t>(n) * rows);
+                             auto dx = up(x), dy = up(y0);
+                             auto plain = poisoned(y0.size() * 4);
+                             kc::matmul(ctx(), G.dev, dx.f32(), n, plain.f32());
+                             kc::matmul(ctx(), G.dev, dx.f32(), n, dy.f32(), true);
+                             const auto p = down<float>(plain, y0.size()), acc = down<float>(dy, y0.size());
+                             for (size_t i = 0; i < y0.size(); ++i)
+                                 ASSERT_EQ(acc[i], y0[i] + p[i]) << "matmul accumulate, element " << i;
+                             auto gu = poisoned(y0.size() * 4), uu = poisoned(y0.size() * 4), sw = poisoned(y0.size() * 4);
+                             auto fused = poisoned(y0.size() * 4);
+                             kc::matmul(ctx(), G.dev, dx.f32(), n, gu.f32());
+                             kc::matmul(ctx(), U.dev, dx.f32(), n, uu.f32());
+                             kc::silu_mul(ctx(), gu.f32(), uu.f32(), sw.f32(), y0.size());
+                             kc::matmul_swiglu(ctx(), G.dev, U.dev, dx.f32(), n, fused.f32());
+                             const auto a = down<float>(sw, y0.size()), b = down<float>(fused, y0.size());
+                             EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "matmul_swiglu differs from the unfused ops";
+                             std::vector<float> g(y0.size()), u(y0.size()), want(y0.size());
+                             matmul_ref(G.host, x.data(), n, g.data());
+                             matmul_ref(U.host, x.data(), n, u.data());
+                             silu_mul_ref(g.data(), u.data(), want.data(), want.size());
+                             expect_close(b, want, 1e-5, "matmul_swiglu vs the CPU");
+                         }
+                     }});
+    }
+
+    // q/k/v in one launch, and RoPE + the cache writes in one launch: the unfused ops' bits
+    for (WType t : {WType::F32, WType::Q8, WType::Q2}) {
+        v.push_back({std::string("matmul3_rope_store_") + type_name(t), [t](Rng& rng) {
+                         const int d = 96, heads = 6, kv_heads = 2, hd = 16, cap = 40;
+                         Weights A(t, heads * hd, d, 32, rng), B(t, kv_heads * hd, d, 32, rng), C(t, kv_heads * hd, d, 32, rng);
+                         for (int n : {1, 5}) {
+                             auto x = rng.normals(static_cast<size_t>(n) * d);
+                             auto dx = up(x);
+                             const size_t nq = size_t(n) * heads * hd, nk = size_t(n) * kv_heads * hd;
+                             auto qa = poisoned(nq * 4), ka = poisoned(nk * 4), va = poisoned(nk * 4);
+                             auto qb = poisoned(nq * 4), kb = poisoned(nk * 4), vb = poisoned(nk * 4);
+                             kc::matmul(ctx(), A.dev, dx.f32(), n, qa.f32());
+                             kc::matmul(ctx(), B.dev, dx.f32(), n, ka.f32());
+                             kc::matmul(ctx(), C.dev, dx.f32(), n, va.f32());
+                             kc::matmul3(ctx(), A.dev, B.dev, C.dev, dx.f32(), n, qb.f32(), kb.f32(), vb.f32());
+                             EXPECT_EQ(down<float>(qa, nq), down<float>(qb, nq)) << "matmul3 q";
+                             EXPECT_EQ(down<float>(ka, nk), down<float>(kb, nk)) << "matmul3 k";
+                             EXPECT_EQ(down<float>(va, nk), down<float>(vb, nk)) << "matmul3 v";
+                             {
+                                 std::vector<float> hq(nq), hk(nk);
+                                 matmul_ref(A.host, x.data(), n, hq.data());
+                                 matmul_ref(B.host, x.data(), n, hk.data());
+                                 expect_close(down<float>(qb, nq), hq, 3e-6, "matmul3 vs the CPU");
+                                 expect_close(down<float>(kb, nk), hk, 3e-6, "matmul3 vs the CPU");
+                             }
+                             std::vector<int> pos(n), rows(n);
+                             for (int i = 0; i < n; ++i) {
+                                 pos[i] = rng.integer(0, 3000);
+                                 rows[i] = (7 * i + 3) % cap;
+                             }
+                             auto dp = up(pos), dr = up(rows);
+                             const size_t cache = size_t(cap) * kv_heads * hd;
+                             auto kc1 = poisoned(cache * 4), vc1 = poisoned(cache * 4), kc2 = poisoned(cache * 4), vc2 = poisoned(cache * 4);
+                             kc::rope(ctx(), qa.f32(), n, heads, hd, dp.i32(), 10000.0f);
+                             kc::rope(ctx(), ka.f32(), n, kv_heads, hd, dp.i32(), 10000.0f);
+                             kc::store_rows(ctx(), ka.f32(), n, kv_heads * hd, kc1.f32(), dr.i32());
+                             kc::store_rows(ctx(), va.f32(), n, kv_heads * hd, vc1.f32(), dr.i32());
+                             kc::rope_store(ctx(), qb.f32(), kb.f32(), vb.f32(), n, heads, kv_heads, hd, dp.i32(), 10000.0f,
+                                            kc2.f32(), vc2.f32(), dr.i32());
+                             EXPECT_EQ(down<float>(qa, nq), down<float>(qb, nq)) << "rope_store q";
+                             const auto c1 = down<float>(kc1, cache), c2 = down<float>(kc2, cache);
+                             const auto w1 = down<float>(vc1, cache), w2 = down<float>(vc2, cache);
+                             EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), cache * 4)) << "rope_store k cache";
+                             EXPECT_EQ(0, std::memcmp(w1.data(), w2.data(), cache * 4)) << "rope_store v cache";
+                         }
+                     }});
+    }
+
     // gemm (cuBLAS) for prefill: f32 accumulate, and TF32 with its looser bound.
     for (WType t : types) {
         for (bool tf32 : {false, true}) {

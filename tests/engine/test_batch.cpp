@@ -388,3 +388,37 @@ TEST(Batch, GenerateBatchEqualsGenerateEach) {
     const auto beams = split_batch_output(generate_batch(m, two, c, &lens), lens);
     for (size_t i = 0; i < 2; ++i) EXPECT_EQ(beams[i], generate(m, two[i].data(), static_cast<int>(two[i].size()), c));
 }
+
+TEST(Batch, HeldRequestWaitsWithoutStallingTheOthers) {
+    ModelPtr mp(kBundled);
+    Model* m = mp.get();
+    EnginePtr e(create_batch_engine(m, {}));
+    GenerateConfig c;
+    c.max_tokens = 12;
+    c.ignore_eos = true;
+    const std::vector<int32_t> p = tokenize(m, "Thou shalt not");
+    const std::vector<int32_t> alone = generate(m, p.data(), static_cast<int>(p.size()), c);
+    bool held = true;
+    int held_tokens = 0;
+    BatchRequest r;
+    r.prompt = p;
+    r.config = c;
+    r.hold = [&held] { return held; };
+    r.on_token = [&held_tokens](int32_t, int) {
+        ++held_tokens;
+        return true;
+    };
+    const uint64_t slow = batch_submit(e.get(), r);
+    BatchRequest o;
+    o.prompt = p;
+    o.config = c;
+    const uint64_t fast = batch_submit(e.get(), o);
+    for (int i = 0; i < 30 && !batch_done(e.get(), fast); ++i) batch_step(e.get());
+    EXPECT_TRUE(batch_done(e.get(), fast)) << "the other request went on";
+    EXPECT_EQ(held_tokens, 0) << "a held request takes no step";
+    EXPECT_FALSE(batch_done(e.get(), slow));
+    held = false;
+    batch_run_until_idle(e.get());
+    EXPECT_EQ(batch_result(e.get(), slow).tokens, alone);
+    EXPECT_EQ(batch_result(e.get(), fast).tokens, alone);
+}

@@ -1,7 +1,8 @@
 // Local microbenchmark for the CPU kernels (not part of the build or of CTest).
 //   g++ -O2 -std=c++20 -I. tests/kernels/bench_ops.cpp build-kern/kernels/libtinyloop_kernels.a -lpthread -o /tmp/bench_ops
-//   /tmp/bench_ops [threads] [avx512|avx2|scalar] [attention context]
-// Prints matvec (decode) effective weight bandwidth and prefill GFLOP/s per dtype and level.
+//   /tmp/bench_ops [threads] [avx512|avx512-novnni|avx2|scalar] [attention context]
+// Prints matvec (decode) effective weight bandwidth and prefill GFLOP/s per dtype and level; q8
+// and q4 with float activations and with int8 activations (the default), side by side.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -90,19 +91,27 @@ int main(int argc, char** argv) {
     const WType types[] = {WType::F32, WType::F16, WType::Q8, WType::Q4, WType::Q2};
     std::printf("threads %d\n", threads);
     const char* only = argc > 2 ? argv[2] : nullptr;
-    for (const char* level : {"avx512", "avx2", "scalar"}) {
+    for (const char* level : {"avx512", "avx512-novnni", "avx2", "scalar"}) {
         if (only && std::strcmp(only, level) != 0) continue;
         if (!force_simd_level(level)) continue;
         for (int shape = 0; shape < 2; ++shape) {
             const int rows = shape == 0 ? 1408 : 512, cols = shape == 0 ? 512 : 1408;
             for (int ti = 0; ti < 5; ++ti) {
                 const Mat m = make(types[ti], rows, cols, 32);
-                std::vector<float> x(64 * static_cast<size_t>(cols), 0.5f), y(64 * static_cast<size_t>(rows));
-                const double t1 = time_it([&] { matmul(m.v, x.data(), 1, y.data(), &pool); });
-                const double t64 = time_it([&] { matmul(m.v, x.data(), 64, y.data(), &pool); });
-                std::printf("%-7s %4dx%-4d %-4s decode %7.1f us %6.1f GB/s | prefill64 %7.1f us %6.1f GFLOP/s\n",
-                            level, rows, cols, names[ti], t1 * 1e6, bytes_of(m) / t1 * 1e-9, t64 * 1e6,
-                            2.0 * rows * cols * 64 / t64 * 1e-9);
+                std::vector<float> x(64 * static_cast<size_t>(cols)), y(64 * static_cast<size_t>(rows));
+                std::mt19937 g(2);
+                for (auto& v : x) v = static_cast<float>(g() % 2001) * 1e-3f - 1.0f;
+                // Q8/Q4: the float-activation kernels, then the int8-activation ones.
+                const bool quant = types[ti] == WType::Q8 || types[ti] == WType::Q4;
+                for (int act = 0; act < (quant ? 2 : 1); ++act) {
+                    set_int8_activations(act == 1);
+                    const double t1 = time_it([&] { matmul(m.v, x.data(), 1, y.data(), &pool); });
+                    const double t64 = time_it([&] { matmul(m.v, x.data(), 64, y.data(), &pool); });
+                    std::printf("%-13s %4dx%-4d %-4s %-5s decode %7.1f us %6.1f GB/s | prefill64 %7.1f us %6.1f GFLOP/s\n",
+                                simd_level(), rows, cols, names[ti], act ? "int8" : "float", t1 * 1e6,
+                                bytes_of(m) / t1 * 1e-9, t64 * 1e6, 2.0 * rows * cols * 64 / t64 * 1e-9);
+                }
+                set_int8_activations(true);
             }
         }
     }

@@ -51,7 +51,7 @@ struct Levels {
     std::string saved = simd_level();
     std::vector<std::string> list;
     Levels() {
-        for (const char* l : {"scalar", "avx2", "avx512"}) {
+        for (const char* l : {"scalar", "avx2", "avx512-novnni", "avx512"}) {
             if (force_simd_level(l)) list.emplace_back(l);
         }
         force_simd_level(saved.c_str());
@@ -163,7 +163,7 @@ bool bits_equal(const float* a, const float* b, size_t n) { return std::memcmp(a
 TEST(Dispatch, LevelsAreNamedAndForceable) {
     Levels lv;
     const std::string now = simd_level();
-    EXPECT_TRUE(now == "scalar" || now == "avx2" || now == "avx512") << now;
+    EXPECT_TRUE(now == "scalar" || now == "avx2" || now == "avx512-novnni" || now == "avx512") << now;
     EXPECT_FALSE(force_simd_level("sse9"));
     EXPECT_FALSE(force_simd_level(nullptr));
     EXPECT_EQ(simd_level(), now);  // a refused force changes nothing
@@ -200,10 +200,19 @@ TEST(Ops, DequantRowMatchesTheFormat) {
     }
 }
 
+// Selects the int8- or float-activation path for a scope (the default is restored after).
+struct Int8Act {
+    bool saved = int8_activations();
+    explicit Int8Act(bool on) { set_int8_activations(on); }
+    ~Int8Act() { set_int8_activations(saved); }
+};
+
+// Float activations (the int8 path has its own tests below).
 // Normalised bound: |y - ref| <= tol * sum_c |W[r,c] x[t,c]| (plus a denormal floor).
 TEST(Ops, MatmulMatchesReferenceAtEveryLevel) {
     TL_SEED_TRACE;
     Levels lv;
+    Int8Act float_act(false);
     Rng rng(2);
     ThreadPool pool(2);
     struct Case {
@@ -272,6 +281,9 @@ TEST(Ops, MatmulIsBatchAndThreadInvariant) {
     Levels lv;
     Rng rng(3);
     ThreadPool pool2(2), pool3(3), pool1(1);
+    for (bool int8 : {true, false}) {
+    Int8Act act(int8);
+    SCOPED_TRACE(int8 ? "int8 activations" : "float activations");
     for (WType t : {WType::F32, WType::F16, WType::Q8, WType::Q4, WType::Q2}) {
         const int rows = 257, cols = 352, n = 17;
         const Weights w(t, rows, cols, 32, rng);
@@ -299,6 +311,184 @@ TEST(Ops, MatmulIsBatchAndThreadInvariant) {
             }
         }
     }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// int8 activations (Q8/Q4 weights)
+
+// The quantizer against its definition (kernels.h): per 32-block, dx = max|x| / 127 and
+// q = round_half_even(x * (127 / max|x|)); an all-zero block gets dx 0 and zero codes, a block
+// with a NaN or an infinity dx NaN and zero codes.
+TEST(Int8Act, QuantizerMatchesItsDefinition) {
+    TL_SEED_TRACE;
+    Rng rng(20);
+    const int cols = 32 * 9;
+    for (int rep = 0; rep < 20; ++rep) {
+        auto x = rng.normals(cols, rng.uniform(1e-3f, 50.0f));
+        std::fill(x.begin() + 32, x.begin() + 64, 0.0f);              // block 1: zeros
+        x[64 + rng.integer(0, 31)] = kNaN;                             // block 2: NaN
+        x[96 + rng.integer(0, 31)] = std::numeric_limits<float>::infinity();  // block 3
+        for (int i = 128; i < 160; ++i) x[i] = 0.5f * static_cast<float>(i - 144);  // ties
+        x[160] = 1e-40f;                                               // block 5: one denormal
+        std::vector<int8_t> q(cols, 99);
+        std::vector<float> dx(cols / 32, -1.0f);
+        quantize_row_int8(x.data(), cols, q.data(), dx.data());
+        for (int b = 0; b < cols / 32; ++b) {
+            float amax = 0.0f;
+            bool finite = true;
+            for (int i = 0; i < 32; ++i) {
+                finite = finite && std::isfinite(x[b * 32 + i]);
+                amax = std::max(amax, std::fabs(x[b * 32 + i]));
+            }
+            if (!finite) {
+                ASSERT_TRUE(std::isnan(dx[b])) << "block " << b;
+                for (int i = 0; i < 32; ++i) ASSERT_EQ(q[b * 32 + i], 0) << "block " << b;
+                continue;
+            }
+            ASSERT_EQ(dx[b], amax / 127.0f) << "block " << b;
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            for (int i = 0; i < 32; ++i) {
+                const float e = std::nearbyint(x[b * 32 + i] * inv);
+                ASSERT_EQ(static_cast<float>(q[b * 32 + i]), e) << "block " << b << " i " << i << " x " << x[b * 32 + i];
+                ASSERT_LE(std::fabs(e), 127.0f);
+            }
+        }
+    }
+}
+
+// Every level's int8 kernel against matmul_int8_ref (normalised by sum |W xq dx|), and
+// matmul_int8_ref against the float reference within the quantization error
+// sum_c |W[r,c]| dx_b / 2. Awkward sizes: blocks that leave the SIMD chunk partly empty.
+TEST(Int8Act, MatmulMatchesReferencesAtEveryLevel) {
+    TL_SEED_TRACE;
+    Levels lv;
+    Int8Act on(true);
+    Rng rng(21);
+    ThreadPool pool(2);
+    struct Case {
+        WType type;
+        int gs;
+        std::vector<int> cols;
+    };
+    const std::vector<Case> cases = {
+        {WType::Q8, 32, {32, 96, 160, 352, 1408, 2080}}, {WType::Q4, 32, {32, 96, 160, 352, 1408, 2080}},
+        {WType::Q8, 64, {64, 192, 320, 1408}},           {WType::Q4, 64, {64, 192, 320, 1408}},
+        {WType::Q8, 128, {128, 384, 1408}},              {WType::Q4, 128, {128, 384, 1408}},
+    };
+    double worst = 0.0, worst_q = 0.0;
+    for (const Case& cs : cases) {
+        for (int cols : cs.cols) {
+            for (int rows : {1, 7, 33, 257}) {
+                const Weights w(cs.type, rows, cols, cs.gs, rng);
+                const WeightView v = w.view();
+                ASSERT_TRUE(uses_int8_activations(v));
+                const int max_tok = 17;
+                auto x = rng.normals(static_cast<size_t>(max_tok) * cols);
+                for (int t = 0; t < max_tok; t += 3) {  // rows of very different scales
+                    for (int c = 0; c < cols; ++c) x[static_cast<size_t>(t) * cols + c] *= 1e3f;
+                }
+                std::vector<float> ref(static_cast<size_t>(max_tok) * rows, kNaN), fref(ref.size(), kNaN);
+                matmul_int8_ref(v, x.data(), max_tok, ref.data());
+                matmul_ref(v, x.data(), max_tok, fref.data());
+                std::vector<double> norm(ref.size()), qerr(ref.size());
+                std::vector<int8_t> q(static_cast<size_t>(cols));
+                std::vector<float> dx(static_cast<size_t>(cols / 32));
+                for (int t = 0; t < max_tok; ++t) {
+                    quantize_row_int8(x.data() + static_cast<size_t>(t) * cols, cols, q.data(), dx.data());
+                    for (int r = 0; r < rows; ++r) {
+                        double s = 0.0, e = 0.0;
+                        for (int c = 0; c < cols; ++c) {
+                            const double wc = w.at(r, c);
+                            s += std::fabs(wc * q[c] * dx[c / 32]);
+                            e += std::fabs(wc) * dx[c / 32] * 0.5;
+                        }
+                        norm[static_cast<size_t>(t) * rows + r] = s;
+                        qerr[static_cast<size_t>(t) * rows + r] = e;
+                    }
+                }
+                for (size_t i = 0; i < ref.size(); ++i) {
+                    const double d = std::fabs(static_cast<double>(ref[i]) - fref[i]);
+                    worst_q = std::max(worst_q, d / (qerr[i] + 1e-30));
+                    ASSERT_LE(d, qerr[i] * (1.0 + 1e-5) + 1e-6 * norm[i] + 1e-30)
+                        << type_name(cs.type) << " gs " << cs.gs << " " << rows << "x" << cols << " element " << i
+                        << ": int8 ref " << ref[i] << " vs float ref " << fref[i];
+                }
+                for (const auto& level : lv.list) {
+                    ASSERT_TRUE(force_simd_level(level.c_str()));
+                    for (int n_tok : {1, 3, 5, 17}) {
+                        const auto y = run_matmul(v, x.data(), n_tok, (cols & 32) ? &pool : nullptr);
+                        for (size_t i = 0; i < static_cast<size_t>(n_tok) * rows; ++i) {
+                            const double err = std::fabs(static_cast<double>(y[i]) - ref[i]);
+                            worst = std::max(worst, err / (norm[i] + 1e-30));
+                            ASSERT_LE(err, 2e-5 * norm[i] + 1e-30)
+                                << level << " " << type_name(cs.type) << " gs " << cs.gs << " " << rows << "x" << cols
+                                << " n_tok " << n_tok << " element " << i << ": " << y[i] << " vs ref " << ref[i];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    std::printf("[ info ] int8 matmul worst normalised error vs int8 reference: %.3g; int8 reference vs float "
+                "reference, worst fraction of the quantization bound: %.3g\n",
+                worst, worst_q);
+}
+
+// A row's result depends on that row only: the same row next to rows of other scales, NaN or
+// infinity, alone or at any place in the batch, gives the same bits at every level.
+TEST(Int8Act, RowIgnoresItsNeighbours) {
+    TL_SEED_TRACE;
+    Levels lv;
+    Int8Act on(true);
+    Rng rng(22);
+    ThreadPool pool2(2);
+    for (WType t : {WType::Q8, WType::Q4}) {
+        const int rows = 130, cols = 1408, n = 11;
+        const Weights w(t, rows, cols, 64, rng);
+        const auto probe = rng.normals(cols);
+        auto x = rng.normals(static_cast<size_t>(n) * cols, 100.0f);
+        x[3] = kNaN;
+        x[static_cast<size_t>(2) * cols + 5] = std::numeric_limits<float>::infinity();
+        for (const auto& level : lv.list) {
+            SCOPED_TRACE(level + " " + type_name(t));
+            ASSERT_TRUE(force_simd_level(level.c_str()));
+            const auto alone = run_matmul(w.view(), probe.data(), 1, nullptr);
+            for (float f : alone) ASSERT_TRUE(std::isfinite(f));
+            for (int at : {0, 4, 10}) {
+                auto batch = x;
+                std::copy(probe.begin(), probe.end(), batch.begin() + static_cast<size_t>(at) * cols);
+                const auto y = run_matmul(w.view(), batch.data(), n, &pool2);
+                ASSERT_TRUE(bits_equal(alone.data(), y.data() + static_cast<size_t>(at) * rows, rows)) << "at " << at;
+                if (at != 0) {
+                    EXPECT_TRUE(std::isnan(y[0])) << "a NaN input row gives NaN";
+                }
+            }
+        }
+    }
+}
+
+// The switch: off gives the float kernels (bit-identical to a call with the float path), on
+// gives the int8 path, and f32/f16/q2 weights never take it.
+TEST(Int8Act, SwitchSelectsThePath) {
+    Rng rng(23);
+    const Weights q8(WType::Q8, 20, 96, 32, rng), f32(WType::F32, 20, 96, 32, rng), q2(WType::Q2, 20, 96, 32, rng);
+    {
+        Int8Act on(true);
+        EXPECT_TRUE(uses_int8_activations(q8.view()));
+        EXPECT_FALSE(uses_int8_activations(f32.view()));
+        EXPECT_FALSE(uses_int8_activations(q2.view()));
+    }
+    Int8Act off(false);
+    EXPECT_FALSE(uses_int8_activations(q8.view()));
+    const auto x = rng.normals(96 * 2);
+    const auto yf = run_matmul(q8.view(), x.data(), 2, nullptr);
+    set_int8_activations(true);
+    const auto yi = run_matmul(q8.view(), x.data(), 2, nullptr);
+    EXPECT_FALSE(bits_equal(yf.data(), yi.data(), yf.size())) << "the two paths should differ in rounding";
+    std::vector<float> ref(yi.size());
+    matmul_int8_ref(q8.view(), x.data(), 2, ref.data());
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(yi[i], ref[i], 1e-4 * (std::fabs(ref[i]) + 1.0));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -48,3 +48,34 @@ def test_draft_refusals(pair, model):
         tl.generate_draft_speculative(target, draft, PROMPT, gamma=0)
     with pytest.raises(ValueError, match="vocab_size"):
         tl.generate_draft_speculative(target, model, PROMPT)
+
+
+def test_server_draft_mode(pair):
+    import sys
+
+    from fastapi.testclient import TestClient
+
+    sys.path.insert(0, str(ROOT / "app" / "serve"))
+    import server
+
+    target, draft = pair
+    body = dict(prompt=PROMPT, max_tokens=24, temperature=0, repetition_penalty=1.2, stop=["Moses"])
+    spec = dict(body, speculative={"mode": "draft", "gamma": 3})
+    with TestClient(server.create_app(target, draft=draft)) as c:
+        plain = c.post("/v1/completions", json=body)
+        assert plain.status_code == 200, plain.text
+        r = c.post("/v1/completions", json=spec)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"] == plain.json()["choices"][0]["text"]
+        st = r.json()["tinyloop_stats"][0]
+        assert st["spec_cycles"] > 0 and st["spec_accepted"] > 0
+        for sp, param in (({"mode": "draft", "gamma": 0}, "speculative.gamma"),
+                          ({"mode": "draft", "draft_loops": 99}, "speculative.draft_loops"),
+                          ({"mode": "draft", "draft_ahead": 2}, "speculative"),
+                          ({"gamma": 2}, "speculative")):
+            bad = c.post("/v1/completions", json=dict(body, speculative=sp))
+            assert bad.status_code == 400, bad.text
+            assert bad.json()["error"]["param"] == param
+    with TestClient(server.create_app(target)) as c:  # no --draft-model
+        bad = c.post("/v1/completions", json=spec)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "speculative.mode"

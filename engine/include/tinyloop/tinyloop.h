@@ -358,11 +358,38 @@ struct TokenEvent {
 
 using TokenObserver = std::function<bool(const TokenEvent& ev)>;
 
+// Where the keys/values of one (execution layer, position) row of a decode's KV cache came from.
+enum class KVOrigin : uint8_t {
+    None = 0,        // never written (the last emitted token is not run; a call that stopped)
+    Computed = 1,    // computed by the layer from the position's own state at that depth
+    Propagated = 2,  // early exit: written from the exited state h_e for every pass after e
+    Reused = 3,      // copied from a PrefixCache / ResumeHandle / PrefixPool entry, not recomputed
+};
+const char* kv_origin_name(KVOrigin o);  // "none", "computed", "propagated", "reused"
+
+// KV provenance of one decode, recorded where the decode writes its cache.
+struct KVProvenance {
+    int n_layers = 0;      // execution layers: n_pre_blocks + loops * n_loop_layers
+    int n_positions = 0;   // prompt + emitted tokens
+    int n_pre_blocks = 0;
+    int n_loop_layers = 0;
+    std::vector<KVOrigin> origin;   // [layer][position], row-major
+    size_t kv_bytes_allocated = 0;  // the call's KV cache (keys + values, every layer)
+    size_t kv_bytes_written = 0;    // rows written (any origin other than None), keys + values
+    KVOrigin at(int layer, int position) const {
+        return origin[static_cast<size_t>(layer) * n_positions + static_cast<size_t>(position)];
+    }
+};
+
 struct GenerateOptions {
     GenerateTokenCallback on_token;  // the seed's callback (optional)
     TokenObserver observer;          // TokenEvents (optional); return false to abort
     bool lens = false;               // fill TokenEvent::lens (costs one head product per depth)
     int lens_top_k = 5;              // 1..64
+    // Optional: filled with the KV provenance of the call by generate_ex, generate_with_prefix,
+    // resume_generate and generate_with_pool (plain decoding, early exit included). Beam search
+    // refuses it (NotSupported); the speculative entries do not fill it.
+    KVProvenance* kv_provenance = nullptr;
 };
 
 struct GenerateResult {
@@ -432,6 +459,9 @@ struct BatchRequest {
     GenerateConfig config;
     GenerateTokenCallback on_token;  // as generate_stream's; return false to stop (CALLBACK_ABORT)
     TokenObserver observer;          // TokenEvents without lens rows; return false to stop
+    // Optional back-pressure: while it returns true the request is skipped by the steps (it keeps
+    // its pages and state; the others go on). Called on the stepping thread.
+    std::function<bool()> hold;
     // Called once when the request ends (result ready, error empty) or fails (error set).
     std::function<void(uint64_t id, const GenerateResult& result, const std::string& error)> on_done;
 };
@@ -565,6 +595,23 @@ ScoreResult score(Model* model, const int32_t* tokens, int n, int loops = 0,
 // early_exit_patience = 0 it equals score() at config.loops.
 ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const GenerateConfig& config,
                              std::vector<int>* depth_used = nullptr);
+
+// Every early-exit criterion's signal at every position and pass, teacher-forced at full depth
+// `loops` (0 = default), computed exactly as the adaptive decode computes it for a row whose
+// earlier positions all ran every pass (one row at a time, window 0): the value at (position p,
+// pass l) compares p's states h_{l-1} and h_l (h_0: the prelude's output) and their lens logits.
+// Smaller = more stable for every criterion, as exit_stable reads it: LogitMargin holds -margin,
+// ArgmaxStable 0 (same argmax) or 1. Lets a tool re-score any threshold without generating.
+struct ExitSignals {
+    int n_positions = 0;
+    int loops = 0;
+    std::vector<float> values;  // [criterion, in EarlyExitCriterion order][position][pass-1]
+    float at(EarlyExitCriterion c, int position, int pass) const {
+        return values[(static_cast<size_t>(c) * n_positions + static_cast<size_t>(position)) * loops +
+                      static_cast<size_t>(pass - 1)];
+    }
+};
+ExitSignals early_exit_signals(Model* model, const int32_t* tokens, int n, int loops = 0);
 
 // Logits of every position (n x vocab, row-major) at depth `loops`; for tests and tools.
 std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops = 0,

@@ -86,5 +86,6 @@ void register_config(py::module_& m);
 void register_generate(py::module_& m);
 void register_scoring(py::module_& m);
 void register_caches(py::module_& m);
+void register_batch(py::module_& m);
 
 }  // namespace tinyloop_py

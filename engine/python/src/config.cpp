@@ -72,7 +72,7 @@ const char* const kFields[] = {
     "repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias", "stop_sequences",
     "stop_strings", "stop", "ignore_eos", "max_time", "no_repeat_ngram_size", "bad_words", "beam_size", "length_penalty", "early_exit_patience",
     "early_exit_min_L", "early_exit_peek_every", "early_exit_logit_margin", "early_exit_criterion",
-    "early_exit_threshold", "sample_seed", "seed",
+    "early_exit_threshold", "sample_seed", "seed", "kv_cache",
 };
 
 bool is_field(const std::string& k) {
@@ -201,6 +201,7 @@ py::dict stats_dict(const tl::GenerateStats& s) {
     d["total_ms"] = s.total_ms;
     d["prompt_tokens"] = s.prompt_tokens;
     d["tokens_emitted"] = s.tokens_emitted;
+    d["kv_cache_bytes"] = s.kv_cache_bytes;
     d["stop_reason"] = tl::stop_reason_name(s.stop_reason);
     d["loops_used"] = s.loops_used;
     d["depth_per_token"] = s.depth_per_token;
@@ -317,6 +318,10 @@ void register_config(py::module_& m) {
             "str: hidden_l2 | logit_margin | kl | entropy_delta | argmax_stable (default hidden_l2)")
         .def_readwrite("early_exit_threshold", &C::early_exit_threshold, "float: stability threshold > 0 (default 0.05)")
         .def_readwrite("sample_seed", &C::sample_seed, "int: RNG seed, 0..2^64-1 (default 0)")
+        .def_property(
+            "kv_cache", [](const C& c) { return std::string(tl::kv_cache_type_name(c.kv_cache)); },
+            [](C& c, const std::string& s) { c.kv_cache = tl::parse_kv_cache_type(s); },
+            "str: KV cache layout, f32 | int8 (per-head, per-position scales) (default f32)")
         .def_property(
             "seed", [](const C& c) { return c.sample_seed; }, [](C& c, uint64_t s) { c.sample_seed = s; },
             "int: alias of sample_seed")

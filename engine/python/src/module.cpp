@@ -269,4 +269,5 @@ PYBIND11_MODULE(tinyloop_py, m) {
     register_generate(m);
     register_scoring(m);
     register_caches(m);
+    register_batch(m);
 }

@@ -1,0 +1,278 @@
+// y = W x with int8 activations, for Q8 and Q4 weights (math and switch: kernels.h).
+//
+// Per token, per 32-column block b of x: dx_b = max|x| / 127, xq = round_half_even(x * 127/max|x|).
+// With W[r, c] = s_g * (q_c - z_g) (g the group of column c, m_g = -(z_g * s_g) in float):
+//
+//   y[t, r] = sum_b dx_b * sum_{c in b} s_g (q_c - z_g) xq_c
+//           = sum_b (s_g dx_b) D_b  +  sum_b m_g (dx_b S_b),   D_b = sum q_c xq_c,  S_b = sum xq_c
+//
+// D_b is an exact integer dot of unsigned codes and signed activations (vpdpbusd); S_b and
+// dsx_b = dx_b S_b are computed once per token here, so the zero points cost one fma per 16
+// blocks. matmul_int8_ref evaluates the first line in double. The SIMD kernels
+// (matmul_int8_simd.h) accumulate, per (row, token), one float vector in a fixed order: chunk by
+// chunk fma(D * s, dx, acc), then the zero-point terms, then one horizontal sum; nothing depends
+// on the row tile, the token tile, the thread split or the other rows of x (batch invariance).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "kernels/cpu/cpu_internal.h"
+
+namespace tinyloop::kern {
+namespace detail {
+namespace {
+
+std::atomic<bool> g_int8_act{[] {
+    const char* e = std::getenv("TINYLOOP_INT8_ACT");
+    return !(e != nullptr && std::strcmp(e, "0") == 0);
+}()};
+
+// Rows per thread-pool task: a multiple of 4 (the row tile), about 4 tasks per thread.
+int rows_per_task_i8(int rows, int threads) {
+    int chunk = (rows + 4 * threads - 1) / (4 * threads);
+    chunk = (chunk + 3) / 4 * 4;
+    return std::max(chunk, 8);
+}
+
+uint32_t code_i8(const uint8_t* row, bool q4, int c) {
+    return q4 ? (row[c >> 1] >> ((c & 1) * 4)) & 0xfu : row[c];
+}
+
+// Per-block (32 columns) scale s and offset m = -(z * s) of one row, as the SIMD path computes them.
+void block_params(const WeightView& W, int r, float* s, float* m) {
+    const int ng = W.cols / W.group_size, bpg = W.group_size / 32;
+    for (int g = 0; g < ng; ++g) {
+        const size_t gi = static_cast<size_t>(r) * ng + g;
+        const float sg = f16_to_f32(W.scales[gi]), zg = f16_to_f32(W.zeros[gi]);
+        const float mg = -(zg * sg);
+        for (int k = 0; k < bpg; ++k) {
+            s[g * bpg + k] = sg;
+            m[g * bpg + k] = mg;
+        }
+    }
+}
+
+}  // namespace
+
+I8Layout i8_layout(WType type, Simd level) {
+    I8Layout l;
+    const bool q4 = type == WType::Q4;
+    switch (level) {
+        case Simd::Avx512:
+            l.chunk_cols = q4 ? 128 : 64;
+            l.lanes = 16;
+            break;
+        case Simd::Avx2:
+            l.chunk_cols = q4 ? 64 : 32;
+            l.lanes = 8;
+            break;
+        case Simd::Scalar:
+            return l;  // natural order, no edx
+    }
+    l.cols_per_lane = q4 ? 8 : 4;
+    l.q4_split = q4;
+    return l;
+}
+
+// Scalar level: per (row, token), blocks in order: acc += (s_b * dx_b) * D_b, then the zero-point
+// terms acc += m_b * dsx_b in block order.
+void matmul_rows_i8_scalar(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1) {
+    const bool q4 = W.type == WType::Q4;
+    const int cols = W.cols, nb = cols / 32;
+    const size_t row_bytes = q4 ? static_cast<size_t>(cols) / 2 : static_cast<size_t>(cols);
+    thread_local std::vector<float> s, m;
+    thread_local std::vector<int32_t> codes;
+    if (s.size() < static_cast<size_t>(nb)) {
+        s.resize(nb);
+        m.resize(nb);
+    }
+    if (codes.size() < static_cast<size_t>(cols)) codes.resize(cols);
+    for (int r = r0; r < r1; ++r) {
+        block_params(W, r, s.data(), m.data());
+        const uint8_t* row = W.data + static_cast<size_t>(r) * row_bytes;
+        for (int c = 0; c < cols; ++c) codes[c] = static_cast<int32_t>(code_i8(row, q4, c));
+        for (int t = 0; t < n_tok; ++t) {
+            const int8_t* xq = a.q + static_cast<size_t>(t) * a.q_stride;
+            const float* dx = a.dx + static_cast<size_t>(t) * a.s_stride;
+            const float* dsx = a.dsx + static_cast<size_t>(t) * a.s_stride;
+            float acc = 0.0f;
+            for (int b = 0; b < nb; ++b) {
+                int32_t d = 0;
+                for (int c = b * 32; c < b * 32 + 32; ++c) d += codes[c] * xq[c];
+                acc += (s[b] * dx[b]) * static_cast<float>(d);
+            }
+            for (int b = 0; b < nb; ++b) acc += m[b] * dsx[b];
+            y[static_cast<size_t>(t) * W.rows + r] = acc;
+        }
+    }
+}
+
+bool cpu_has_avx512_vnni() {
+    static const bool has = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512vnni") != 0;
+    }();
+    return has;
+}
+
+}  // namespace detail
+
+void set_int8_activations(bool on) { detail::g_int8_act.store(on, std::memory_order_relaxed); }
+bool int8_activations() { return detail::g_int8_act.load(std::memory_order_relaxed); }
+
+bool uses_int8_activations(const WeightView& W) {
+    // FORMAT.md's group sizes (the SIMD kernels rely on 1, 2 or 4 blocks per group); others take
+    // the float path.
+    return int8_activations() && (W.type == WType::Q8 || W.type == WType::Q4) &&
+           (W.group_size == 32 || W.group_size == 64 || W.group_size == 128) && W.cols % W.group_size == 0;
+}
+
+void quantize_row_int8(const float* x, int cols, int8_t* q, float* dx) {
+    for (int b = 0; b * 32 < cols; ++b) {
+        const float* xb = x + b * 32;
+        int8_t* qb = q + b * 32;
+        float amax = 0.0f;
+        bool finite = true;
+        for (int i = 0; i < 32; ++i) {
+            finite = finite && std::isfinite(xb[i]);
+            amax = std::max(amax, std::fabs(xb[i]));
+        }
+        if (!finite) {
+            dx[b] = std::numeric_limits<float>::quiet_NaN();
+            std::memset(qb, 0, 32);
+            continue;
+        }
+        dx[b] = amax / 127.0f;
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+#if defined(__SSE2__)
+        // cvtps rounds half to even (the default MXCSR mode), like nearbyint; |x * inv| <= 127.
+        const __m128 vi = _mm_set1_ps(inv);
+        for (int i = 0; i < 32; i += 16) {
+            const __m128i a = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(xb + i), vi));
+            const __m128i b4 = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(xb + i + 4), vi));
+            const __m128i c = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(xb + i + 8), vi));
+            const __m128i d = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(xb + i + 12), vi));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + i),
+                             _mm_packs_epi16(_mm_packs_epi32(a, b4), _mm_packs_epi32(c, d)));
+        }
+#else
+        for (int i = 0; i < 32; ++i) qb[i] = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
+#endif
+    }
+}
+
+void matmul_int8_ref(const WeightView& W, const float* x, int n_tok, float* y) {
+    const int cols = W.cols, nb = cols / 32;
+    std::vector<int8_t> q(static_cast<size_t>(cols));
+    std::vector<float> dx(static_cast<size_t>(nb)), w(static_cast<size_t>(cols));
+    std::vector<double> acc(static_cast<size_t>(n_tok) * W.rows, 0.0);
+    for (int t = 0; t < n_tok; ++t) {
+        quantize_row_int8(x + static_cast<size_t>(t) * cols, cols, q.data(), dx.data());
+        for (int r = 0; r < W.rows; ++r) {
+            dequant_row(W, r, w.data());
+            double sum = 0.0;
+            for (int b = 0; b < nb; ++b) {
+                double s = 0.0;
+                for (int c = b * 32; c < b * 32 + 32; ++c) s += static_cast<double>(w[c]) * q[c];
+                sum += static_cast<double>(dx[b]) * s;
+            }
+            y[static_cast<size_t>(t) * W.rows + r] = static_cast<float>(sum);
+        }
+    }
+}
+
+namespace detail {
+
+// Quantizes x in the active level's layout and runs the level's int8 kernel over the rows.
+void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool* pool) {
+    const Simd level = active_simd();
+    const IsaTable& isa = active_isa();
+    const I8Layout lay = i8_layout(W.type, level);
+    const int cols = W.cols, nb = cols / 32;
+    const int n_chunks = (cols + lay.chunk_cols - 1) / lay.chunk_cols;
+    const size_t q_stride = static_cast<size_t>(n_chunks) * lay.chunk_cols;
+    const size_t e_stride = static_cast<size_t>(n_chunks) * lay.lanes;
+    const size_t s_stride = (static_cast<size_t>(nb) + 15) / 16 * 16 + 16;
+
+    // Per-call buffers, kept per thread (no allocation once grown).
+    thread_local std::vector<int8_t> qbuf, nat;
+    thread_local std::vector<float> edx, dx, dsx;
+    const size_t nt = static_cast<size_t>(n_tok);
+    if (qbuf.size() < nt * q_stride) qbuf.resize(nt * q_stride);
+    if (edx.size() < nt * e_stride) edx.resize(nt * e_stride);
+    if (dx.size() < nt * s_stride) {
+        dx.resize(nt * s_stride);
+        dsx.resize(nt * s_stride);
+    }
+    if (nat.size() < static_cast<size_t>(cols)) nat.resize(cols);
+
+    for (size_t t = 0; t < nt; ++t) {
+        int8_t* qt = qbuf.data() + t * q_stride;
+        float* dxt = dx.data() + t * s_stride;
+        float* dsxt = dsx.data() + t * s_stride;
+        int8_t* target = lay.q4_split ? nat.data() : qt;
+        quantize_row_int8(x + t * cols, cols, target, dxt);
+        std::fill(dxt + nb, dxt + s_stride, 0.0f);
+        for (int b = 0; b < nb; ++b) {
+            int32_t sum = 0;
+            for (int i = 0; i < 32; ++i) sum += target[b * 32 + i];
+            dsxt[b] = dxt[b] * static_cast<float>(sum);
+        }
+        std::fill(dsxt + nb, dsxt + s_stride, 0.0f);
+        if (lay.q4_split) {  // per chunk: even columns, then odd columns
+            std::memset(qt, 0, q_stride);
+            for (int c0 = 0; c0 < cols; c0 += lay.chunk_cols) {
+                const int n = std::min(lay.chunk_cols, cols - c0);
+                int8_t* dst = qt + c0;
+                for (int i = 0; i < n / 2; ++i) {
+                    dst[i] = target[c0 + 2 * i];
+                    dst[lay.chunk_cols / 2 + i] = target[c0 + 2 * i + 1];
+                }
+            }
+        } else if (q_stride > static_cast<size_t>(cols)) {
+            std::memset(qt + cols, 0, q_stride - cols);
+        }
+        if (lay.lanes > 0) {
+            float* et = edx.data() + t * e_stride;
+            for (int k = 0; k < n_chunks; ++k) {
+                const int b0 = k * lay.chunk_cols / 32;
+                for (int j = 0; j < lay.lanes; ++j) {
+                    const int b = b0 + j * lay.cols_per_lane / 32;
+                    et[static_cast<size_t>(k) * lay.lanes + j] = b < nb ? dxt[b] : 0.0f;
+                }
+            }
+        }
+    }
+    ActI8 a;
+    a.q = qbuf.data();
+    a.edx = edx.data();
+    a.dx = dx.data();
+    a.dsx = dsx.data();
+    a.q_stride = q_stride;
+    a.e_stride = e_stride;
+    a.s_stride = s_stride;
+
+    const int threads = pool ? pool->size() : 1;
+    const double work = static_cast<double>(W.rows) * W.cols * n_tok;
+    if (threads == 1 || work < 64.0 * 1024 || W.rows < 16) {
+        isa.matmul_rows_i8(W, a, n_tok, y, 0, W.rows);
+        return;
+    }
+    const int chunk = rows_per_task_i8(W.rows, threads);
+    const int n_tasks = (W.rows + chunk - 1) / chunk;
+    pool->parallel_for(n_tasks, [&](int task) {
+        const int r0 = task * chunk;
+        isa.matmul_rows_i8(W, a, n_tok, y, r0, std::min(W.rows, r0 + chunk));
+    });
+}
+
+}  // namespace detail
+}  // namespace tinyloop::kern
