@@ -33,6 +33,7 @@
 #include "timing_plot.h"
 #include "token_view.h"
 #include "views_a.h"
+#include "views_b.h"
 
 namespace tlui {
 
@@ -241,6 +242,7 @@ void MainWindow::buildMenus() {
     auto* views = menuBar()->addMenu("&Views");
     views->setObjectName("viewsMenu");
     install_views_a(this, views);
+    install_views_b(this, views);
 
     auto* help = menuBar()->addMenu("&Help");
     help->addAction("&About", this, [this] {
