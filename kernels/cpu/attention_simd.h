@@ -47,6 +47,25 @@ void attend_one_simd(const float* q, const float* k, const float* v, int kv_stri
     for (int d0 = 0; d0 < head_dim; d0 += 4 * V::W) {
         V::T acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
         const int nv = (head_dim - d0 + V::W - 1) / V::W < 4 ? (head_dim - d0 + V::W - 1) / V::W : 4;
+        if (head_dim - d0 >= 4 * V::W) {
+            // A full slice: the same fma sequence as the loop below, with the four accumulators
+            // named so they stay in registers (an array indexed by a run-time bound went through
+            // the stack: a store-forwarding round trip per row and vector).
+            V::T a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
+            for (int r = 0; r < n; ++r) {
+                const float* vp = v + static_cast<size_t>(r < nr ? b + r : extra[r - nr]) * kv_stride + d0;
+                const V::T w = V::set1(scratch[r]);
+                a0 = V::fma(w, V::load(vp), a0);
+                a1 = V::fma(w, V::load(vp + V::W), a1);
+                a2 = V::fma(w, V::load(vp + 2 * V::W), a2);
+                a3 = V::fma(w, V::load(vp + 3 * V::W), a3);
+            }
+            V::store(out + d0, V::mul(a0, inv));
+            V::store(out + d0 + V::W, V::mul(a1, inv));
+            V::store(out + d0 + 2 * V::W, V::mul(a2, inv));
+            V::store(out + d0 + 3 * V::W, V::mul(a3, inv));
+            continue;
+        }
         for (int r = 0; r < n; ++r) {
             const float* vp = v + static_cast<size_t>(r < nr ? b + r : extra[r - nr]) * kv_stride + d0;
             const V::T w = V::set1(scratch[r]);
