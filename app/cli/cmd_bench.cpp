@@ -81,6 +81,17 @@ CommandSpec bench_spec() {
     for (auto& o : common_options())
         if (o.name != "--threads") s.options.push_back(o);
     s.notes =
+        "--batch B,...: B requests with different P-token prompts (default 32) decode N greedy tokens\n"
+        "each (EOS ignored) through one BatchEngine, for each batch size, sizes interleaved, median\n"
+        "of R runs. The clock starts after the step that prefilled every prompt (each request then\n"
+        "has its first token) and stops when the last request ends: aggregate decode tok/s = tokens\n"
+        "emitted in that window / time. Takes MODEL, --tokens, --prompt-tokens, --loops, --repeat,\n"
+        "--kv-cache and one --threads count. Table: batch, decode tok/s, per-sequence tok/s, ratio\n"
+        "to the first size, steps, KV bytes held by the batch. --json: model, mode \"batch\", loops,\n"
+        "prompt_tokens, tokens, kv_cache, threads, repeat, batches[{batch, decode_tok_s,\n"
+        "per_sequence_tok_s, speedup_vs_first, decode_tokens, decode_ms, prefill_ms, steps,\n"
+        "kv_cache_bytes, runs_tok_s}].\n"
+        "\n"
         "--random SPEC defaults: d_model=512, n_heads=8, d_ff=1408, vocab=4096, n_pre=2, n_loop=2,\n"
         "loops=7, n_kv_heads=n_heads, head_dim=d_model/n_heads, max_loops=max(16, 2*loops),\n"
         "max_seq_len=1024, seed=1. The model is written once per dtype into a temporary directory\n"

@@ -45,6 +45,7 @@ CommandSpec serve_spec() {
         {"--port", "P", "port (default 8080; 0 picks a free one)", "", false, S},
         {"--max-queue", "N", "requests admitted, running or waiting (default 16)", "", false, S},
         {"--max-concurrent", "N", "requests decoding at once (default 4)", "", false, S},
+        {"--no-batching", "", "decode each request on its own, not through the batch engine", "", false, S},
         {"--model-name", "NAME", "the id /v1/models reports (default: the file's stem)", "", false, S},
         {"--log-level", "L", "critical | error | warning | info | debug (default info)", "", false, S},
         {"--backend", "B", "cpu, cuda or auto (default auto)", "", false, S},
@@ -53,7 +54,11 @@ CommandSpec serve_spec() {
     };
     s.notes =
         "Endpoints: GET /v1/models, POST /v1/completions (OpenAI legacy completions, streaming\n"
-        "with SSE), GET /health. The server's own --help lists everything it takes:\n"
+        "with SSE), GET /health. Plain decodes of concurrent requests (greedy, sampling, early\n"
+        "exit, grammar) run together through one continuous-batching engine (tokens identical to a\n"
+        "lone decode; /health shows its \"batch\" stats); logprobs, beam search and speculation run\n"
+        "on their own. Extension field \"kv_cache\": \"f32\" | \"int8\".\n"
+        "The server's own --help lists everything it takes:\n"
         "  tinyloop serve --server-help\n"
         "The script is $TINYLOOP_SERVE_SCRIPT when set, else the source tree's\n"
         "app/serve/server.py, then <prefix>/share/tinyloop/serve/server.py (beside the\n"
