@@ -1,4 +1,4 @@
-"""Synthetic depth tasks for the tinyloop-kjv recipe (recipe v1).
+"""Synthetic depth tasks for the tinyloop-kjv recipe (recipe v2).
 
 Every generator takes a random.Random and returns (prompt, answer) or a full training line.
 All tasks are written so that every character is its own pretokenizer chunk (single letters,
