@@ -69,7 +69,7 @@ BackendChoice choose_backend(Backend requested) {
     switch (requested) {
         case Backend::Cuda:
             throw Error(ErrorCode::NotSupported,
-                        "backend cuda: this build has no CUDA back end; use cpu or auto");
+                        "backend cuda: this build has no CUDA back end; use backend cpu or auto");
         case Backend::Auto:
             c.note = "auto: no CUDA back end in this build, using the CPU";
             break;
