@@ -145,7 +145,7 @@ struct SweepCell {
     int tokens = 0;                    // tokens emitted, summed over prompts
     int cycles = 0, drafted = 0, tested = 0, accepted = 0;
     double totalMs = 0;                // speculative wall time, summed over prompts
-    double baselineMs = 0;             // greedy at the verify depth, the same prompts
+    double baselineMs = 0;             // greedy at the verify depth, the same prompts (faster of two runs)
     bool equalsGreedy = true;          // every prompt's text equals greedy at the verify depth
     double predictedAcceptance = 0;    // from the agreement maps (pooled over prompts)
     std::string error;
@@ -170,7 +170,8 @@ struct SweepResult {
     Preset bestPreset() const;  // the best cell as a preset (mode, max_tokens, knobs)
 };
 
-// Runs the grid. `progress(done, total)` is called after each run (baseline or cell x prompt);
+// Runs the grid: the greedy baseline per prompt, every cell on every prompt, the baseline again
+// (each prompt keeps its faster baseline time). `progress(done, total)` is called after each run;
 // `cancel` ends it between runs and inside a run at its next token. Cells whose draft depth is not
 // below the verify depth are skipped (not planned). Throws tinyloop::Error on an empty prompt set
 // or grid, or a value outside its range, naming the field.
