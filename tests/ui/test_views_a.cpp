@@ -20,6 +20,7 @@
 #include "analysis_a_depth.h"
 #include "analysis_a_runs.h"
 #include "analysis_a_step.h"
+#include "analysis_a_worker.h"
 #include "main_window.h"
 #include "model_paths.h"
 #include "presets_panel.h"
@@ -556,6 +557,25 @@ private slots:
         QVERIFY(!name.isEmpty());
         QVERIFY(w.presetsPanel()->names().contains(name));
         exportAll(swp, "sweep");
+        // Cancel lands mid-sweep: the view keeps the cells it finished and says so.
+        swp->setPrompts({"In the beginning", "And God said"});
+        swp->setMaxTokens(24);
+        swp->setVerifyLoops(8);
+        swp->setGrid("1,2,3,4,5,6,7", "2,4,6,8", "0,2");
+        {
+            QSignalSpy prog(swp->worker(), &AnalysisWorker::progress);
+            QSignalSpy done(swp, &ViewA::workFinished);
+            swp->run();
+            QVERIFY(tltest::waitFor([&] { return prog.count() >= 4; }, 120000));
+            swp->worker()->cancel();
+            QVERIFY(tltest::waitFor([&] { return done.count() == 1 && !swp->isBusy(); }, 120000));
+            QCOMPARE(done.at(0).at(0).toBool(), false);
+            QCOMPARE(swp->lastError(), QString("cancelled"));
+            QVERIFY(swp->result()->cancelled);
+            int runs = 0;
+            for (const SweepCell& c : swp->result()->cells) runs += c.runs;
+            QVERIFY(runs < swp->result()->cellsPlanned * 2);
+        }
 
         auto* stp = qobject_cast<StepView*>(trigger("step"));
         QVERIFY(stp);
