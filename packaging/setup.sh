@@ -57,6 +57,7 @@ case "$mode" in
       san=${TINYLOOP_SAN_BUILD_DIR:-build-asan}
       echo "== AddressSanitizer + UndefinedBehaviorSanitizer: engine, CLI and their tests in $san/"
       cmake -S . -B "$san" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTINYLOOP_SANITIZE=ON \
+        -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
         -DTINYLOOP_BUILD_UI=OFF -DTINYLOOP_BUILD_PYTHON=OFF -DTINYLOOP_CUDA=OFF
       cmake --build "$san" -j "$jobs"
       ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
