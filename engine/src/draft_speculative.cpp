@@ -27,6 +27,7 @@
 #include "grammar.h"
 #include "lens.h"
 #include "sampling.h"
+#include "speculative.h"
 #include "stop.h"
 
 namespace tinyloop {
@@ -78,87 +79,6 @@ void pipeline(const Model& m, const GenerateConfig& c, const float* logits, cons
 }
 
 bool any_allowed(const std::vector<char>& mask) { return std::find(mask.begin(), mask.end(), 1) != mask.end(); }
-
-// Reports emitted tokens with generate's whole stop policy (EOS, stop sequences, stop strings,
-// max_tokens, grammar dead end, max_time, callback) and fills the events.
-class Emitter {
-public:
-    Emitter(const Model& m, const GenerateConfig& c, const GenerateOptions& o, GenerateResult& res, int loops,
-            Clock::time_point t0)
-        : m_(m), c_(c), o_(o), res_(res), loops_(loops), t0_(t0), text_(m, c.stop_strings) {}
-
-    // `dead_end`: the grammar allows nothing after this token. `lens_states` ([loops, d]) is the
-    // target row that predicted the token. Returns false when generation stops.
-    bool emit(int32_t tok, float prob, int cycle, const std::vector<int32_t>& drafted, int accepted,
-              bool from_verifier, bool dead_end, bool grammar_at_end, const std::vector<float>* lens_states) {
-        GenerateStats& st = res_.stats;
-        const int position = static_cast<int>(res_.tokens.size());
-        res_.tokens.push_back(tok);
-        emitted_.push_back(tok);
-        st.tokens_emitted = static_cast<int>(emitted_.size());
-        st.depth_per_token.push_back(loops_);
-        if (st.tokens_emitted == 1) {
-            t_first_ = Clock::now();
-            st.first_token_ms = ms_since(t0_);
-        }
-        bool stop = true;
-        const bool stop_hit = text_.push(tok);
-        if (tok == m_.tokenizer.eos_id() && (!c_.ignore_eos || grammar_at_end)) st.stop_reason = StopReason::EOS;
-        else if (tail_matches(emitted_, c_.stop_sequences)) st.stop_reason = StopReason::STOP_SEQUENCE;
-        else if (stop_hit) st.stop_reason = StopReason::STOP_STRING;
-        else if (st.tokens_emitted == c_.max_tokens) st.stop_reason = StopReason::MAX_TOKENS;
-        else if (dead_end) st.stop_reason = StopReason::GRAMMAR_DEAD_END;
-        else if (c_.max_time > 0 && ms_since(t0_) >= c_.max_time * 1000.0) st.stop_reason = StopReason::MAX_TIME;
-        else stop = false;
-
-        bool keep = true;
-        if (o_.on_token) keep = o_.on_token(tok, position);
-        if (o_.observer) {
-            TokenEvent ev;
-            ev.token = tok;
-            ev.position = position;
-            ev.index = st.tokens_emitted - 1;
-            ev.piece = text_.take(stop);
-            ev.depth = loops_;
-            ev.prob = prob;
-            ev.cycle = cycle;
-            ev.drafted = drafted;
-            ev.accepted = accepted;
-            ev.from_verifier = from_verifier;
-            if (o_.lens && lens_states) {
-                const int V = m_.hp.vocab_size, d = m_.hp.d_model;
-                lens_logits_.resize(static_cast<size_t>(V));
-                for (int l = 1; l <= loops_; ++l) {
-                    compute_logits(m_, lens_states->data() + static_cast<size_t>(l - 1) * d, 1, lens_logits_.data(),
-                                   ws_);
-                    ev.lens.push_back(lens_entry(lens_logits_.data(), V, l, o_.lens_top_k, tok));
-                }
-            }
-            keep = o_.observer(ev) && keep;
-        }
-        if (stop) return false;
-        if (!keep) {
-            st.stop_reason = StopReason::CALLBACK_ABORT;
-            return false;
-        }
-        return true;
-    }
-    const std::vector<int32_t>& emitted() const { return emitted_; }
-    Clock::time_point first_token_time() const { return t_first_; }
-    std::string text() const { return text_.text(); }
-
-private:
-    const Model& m_;
-    const GenerateConfig& c_;
-    const GenerateOptions& o_;
-    GenerateResult& res_;
-    int loops_;
-    Clock::time_point t0_, t_first_{};
-    TextStream text_;
-    std::vector<int32_t> emitted_;
-    Workspace ws_;
-    std::vector<float> lens_logits_;
-};
 
 }  // namespace
 
@@ -256,7 +176,8 @@ GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const 
     st.prefill_ms = ms_since(t0);
 
     Rng rng(c.sample_seed);
-    Emitter out(tm, c, options, res, LT, t0);
+    SpecEmitter out(tm, res, options, LT, SpecStopPolicy{c.max_tokens, c.ignore_eos, c.stop_sequences, c.stop_strings, c.max_time},
+                    t0);
     std::vector<int32_t> ctx(res.tokens), em;  // what the pipeline sees: committed + drafted so far
     std::vector<float> z;
     bool done = false;
@@ -287,7 +208,7 @@ GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const 
             gm->allowed(cur_mask);
             dead = !any_allowed(cur_mask);
         }
-        done = !out.emit(tok, prob, -1, {}, 0, true, dead, gm && gm->at_end(), options.lens ? &pass_states : nullptr);
+        done = !out.emit(tok, prob, -1, {}, 0, true, options.lens ? &pass_states : nullptr, dead, gm && gm->at_end());
         ctx.push_back(tok);
         em.push_back(tok);
     }
@@ -434,8 +355,8 @@ GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const 
                 gm->accept(t);
                 dead = !any_allowed(masks[static_cast<size_t>(i) + 1]);
             }
-            done = !out.emit(t, accept_prob[static_cast<size_t>(i)], this_cycle, drafted_tokens, a, false, dead,
-                             gm && gm->at_end(), options.lens ? &row_states[static_cast<size_t>(i)] : nullptr);
+            done = !out.emit(t, accept_prob[static_cast<size_t>(i)], this_cycle, drafted_tokens, a, false,
+                             options.lens ? &row_states[static_cast<size_t>(i)] : nullptr, dead, gm && gm->at_end());
         }
         if (!done) {
             bool dead = false;
@@ -444,8 +365,8 @@ GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const 
                 gm->allowed(cur_mask);
                 dead = !any_allowed(cur_mask);
             }
-            done = !out.emit(last, last_prob, this_cycle, drafted_tokens, a, true, dead, gm && gm->at_end(),
-                             options.lens ? &row_states[static_cast<size_t>(a)] : nullptr);
+            done = !out.emit(last, last_prob, this_cycle, drafted_tokens, a, true,
+                             options.lens ? &row_states[static_cast<size_t>(a)] : nullptr, dead, gm && gm->at_end());
             ctx.push_back(last);
             em.push_back(last);
         }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "lens.h"
 #include "sampling.h"
@@ -60,25 +61,32 @@ void validate_spec_common(const Model& m, int prompt_len, int max_tokens, int dr
 }
 
 SpecEmitter::SpecEmitter(const Model& m, GenerateResult& res, const GenerateOptions& options, int loops,
-                         int max_tokens, bool ignore_eos, Clock::time_point t0)
-    : m_(m), res_(res), options_(options), loops_(loops), max_tokens_(max_tokens), ignore_eos_(ignore_eos), t0_(t0),
-      text_(m, {}) {}
+                         SpecStopPolicy policy, Clock::time_point t0)
+    : m_(m), res_(res), options_(options), loops_(loops), policy_(std::move(policy)), t0_(t0),
+      text_(m, policy_.stop_strings) {}
 
 bool SpecEmitter::emit(int32_t tok, float prob, int cycle, const std::vector<int32_t>& drafted, int accepted,
-                       bool from_verifier, const std::vector<float>* lens_states) {
+                       bool from_verifier, const std::vector<float>* lens_states, bool dead_end,
+                       bool grammar_at_end) {
     GenerateStats& st = res_.stats;
     const int position = static_cast<int>(res_.tokens.size());
     res_.tokens.push_back(tok);
-    st.tokens_emitted++;
+    emitted_.push_back(tok);
+    st.tokens_emitted = static_cast<int>(emitted_.size());
     st.depth_per_token.push_back(loops_);
     if (st.tokens_emitted == 1) {
         t_first_ = Clock::now();
         st.first_token_ms = ms_since(t0_);
     }
     bool stop = true;
-    text_.push(tok);
-    if (tok == m_.tokenizer.eos_id() && !ignore_eos_) st.stop_reason = StopReason::EOS;
-    else if (st.tokens_emitted == max_tokens_) st.stop_reason = StopReason::MAX_TOKENS;
+    const bool stop_hit = text_.push(tok);
+    const SpecStopPolicy& p = policy_;
+    if (tok == m_.tokenizer.eos_id() && (!p.ignore_eos || grammar_at_end)) st.stop_reason = StopReason::EOS;
+    else if (tail_matches(emitted_, p.stop_sequences)) st.stop_reason = StopReason::STOP_SEQUENCE;
+    else if (stop_hit) st.stop_reason = StopReason::STOP_STRING;
+    else if (st.tokens_emitted == p.max_tokens) st.stop_reason = StopReason::MAX_TOKENS;
+    else if (dead_end) st.stop_reason = StopReason::GRAMMAR_DEAD_END;
+    else if (p.max_time > 0 && ms_since(t0_) >= p.max_time * 1000.0) st.stop_reason = StopReason::MAX_TIME;
     else stop = false;
     bool keep = true;
     if (options_.on_token) keep = options_.on_token(tok, position);
@@ -164,7 +172,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
     st.prefill_ms = ms_since(t0);
 
     Rng rng(c.seed);
-    SpecEmitter out(m, res, options, L, c.max_tokens, c.ignore_eos, t0);
+    SpecEmitter out(m, res, options, L, SpecStopPolicy{c.max_tokens, c.ignore_eos, {}, {}, 0.0}, t0);
     bool done = false;
 
     // The first token, from the prefill.

@@ -131,7 +131,7 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
     }
     st.prefill_ms = ms_since(t0);
 
-    SpecEmitter out(m, res, options, L, c.max_tokens, c.ignore_eos, t0);
+    SpecEmitter out(m, res, options, L, SpecStopPolicy{c.max_tokens, c.ignore_eos, {}, {}, 0.0}, t0);
     const int32_t first = argmax(logits.data(), std::min(V, m.tokenizer.n_ids()));
     bool done = !out.emit(first, softmax_prob(logits.data(), V, first), -1, {}, 0, true);
     std::vector<float> hv, all_logits;
