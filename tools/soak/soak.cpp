@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
     const int generations = arg_int(argc, argv, "--generations", 1000);
     const int cycles = arg_int(argc, argv, "--cycles", 1000);
     const int threads = arg_int(argc, argv, "--threads", 2);
-    const int max_growth = arg_int(argc, argv, "--max-growth", 1);
+    [[maybe_unused]] const int max_growth = arg_int(argc, argv, "--max-growth", 1);  // unused under ASan
     const int warmup = std::max(28, arg_int(argc, argv, "--warmup", 250));
     std::string path = arg_str(argc, argv, "--model");
     try {
