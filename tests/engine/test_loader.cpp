@@ -17,6 +17,7 @@
 
 #include "kernels/kernels.h"
 #include "loader.h"
+#include "quant_ref.h"
 
 using namespace tinyloop;
 using ojson = nlohmann::ordered_json;
@@ -91,54 +92,9 @@ std::string join_text(const std::string& header_text, const std::string& data) {
 
 std::string join(const Parts& p) { return join_text(p.header.dump(), p.data); }
 
-// Dequantizes a view with the rules of FORMAT.md §2, independently of the kernels.
-std::vector<float> decode_view(const kern::WeightView& v) {
-    const size_t rows = static_cast<size_t>(v.rows), cols = static_cast<size_t>(v.cols);
-    std::vector<float> out(rows * cols);
-    if (v.type == kern::WType::F32) {
-        std::memcpy(out.data(), v.data, out.size() * 4);
-    } else if (v.type == kern::WType::F16) {
-        const auto* h = reinterpret_cast<const uint16_t*>(v.data);
-        for (size_t i = 0; i < out.size(); ++i) out[i] = kern::f16_to_f32(h[i]);
-    } else {
-        const int bits = kern::wtype_bits(v.type);
-        const size_t row_bytes = cols * static_cast<size_t>(bits) / 8;
-        const size_t per_byte = static_cast<size_t>(8 / bits);
-        const size_t groups = cols / static_cast<size_t>(v.group_size);
-        for (size_t r = 0; r < rows; ++r)
-            for (size_t c = 0; c < cols; ++c) {
-                const uint8_t byte = v.data[r * row_bytes + c / per_byte];
-                const int q =
-                    (byte >> ((c % per_byte) * static_cast<size_t>(bits))) & ((1 << bits) - 1);
-                const size_t g = r * groups + c / static_cast<size_t>(v.group_size);
-                out[r * cols + c] = kern::f16_to_f32(v.scales[g]) *
-                                    (static_cast<float>(q) - kern::f16_to_f32(v.zeros[g]));
-            }
-    }
-    return out;
-}
-
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        den += double(b[i]) * b[i];
-    }
-    return std::sqrt(num / den);
-}
-
-double bound_for(DType t) {
-    switch (t) {
-        case DType::Q8:
-            return 0.01;
-        case DType::Q4:
-            return 0.1;
-        case DType::Q2:
-            return 0.5;
-        default:
-            return 0;
-    }
-}
+using tltest::bound_for;
+using tltest::decode_view;
+using tltest::rel_err;
 
 // A valid file the refusal tests corrupt, one per test run.
 class Corrupt : public ::testing::Test {
