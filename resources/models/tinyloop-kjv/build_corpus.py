@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the tinyloop-kjv corpus from Debian packages only (recipe v2).
+"""Build the tinyloop-kjv corpus from Debian packages only (recipe v3).
 
 Sources (all public domain, see README.md):
   bible-kjv-text : /usr/lib/bible.data, read through the `bible` program (package bible-kjv);

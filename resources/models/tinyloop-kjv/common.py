@@ -51,20 +51,26 @@ def prose_loss_per_depth(model, windows, depths, batch=16):
     return {l: tot[l] / n for l in depths}
 
 
-def synth_sequence(tok, rng, T, max_hops):
-    """Packed synthetic lines, each preceded by <|endoftext|>.  Returns (ids[T+1], mask[T+1]):
-    mask marks answer tokens (every synthetic character is one token)."""
-    ids, mask = [], []
+def synth_sequence(tok, rng, T, frontier):
+    """Packed synthetic lines, each preceded by <|endoftext|>.  Returns (ids[T+1], mask[T+1],
+    kind[T+1]): mask marks answer tokens (every synthetic character is one token); kind is the
+    number of operations k of a perm line at its answer token, -1 elsewhere."""
+    ids, mask, kind = [], [], []
     while len(ids) < T + 1:
-        line = synth.train_line(rng, max_hops)
+        line = synth.train_line(rng, frontier)
         li = tok.encode(line)
         assert len(li) == len(line)
         ids.append(tok.eos_id)
         mask.append(0)
+        kind.append(-1)
         ids.extend(li)
-        mask.extend(synth.answer_mask(line))
+        m = synth.answer_mask(line)
+        mask.extend(m)
+        k = synth.perm_k_of(line) if line[:1] == "#" else -1
+        kind.extend(k if a else -1 for a in m)
     return (torch.tensor(ids[:T + 1], dtype=torch.int64),
-            torch.tensor(mask[:T + 1], dtype=torch.float32))
+            torch.tensor(mask[:T + 1], dtype=torch.float32),
+            torch.tensor(kind[:T + 1], dtype=torch.int64))
 
 
 @torch.no_grad()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-depth evaluation of model-f32.tinyloop (what ships), recipe v2.
+"""Per-depth evaluation of model-f32.tinyloop (what ships), recipe v3.
 
 For L = 1 .. 2*default_loops: prose validation loss (nats/token, held-out documents of all
 three sources, <|endoftext|>-separated, 256-token windows) and greedy exact-match accuracy on

@@ -14,7 +14,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import common  # noqa: E402
+import common
+import synth  # noqa: E402
 from model import HParams, LoopedLM  # noqa: E402
 from tinyloop_file import read_tinyloop, write_tinyloop  # noqa: E402
 from tokenizer import Tokenizer  # noqa: E402
@@ -81,12 +82,12 @@ def main():
         "training_log": ck["train"]["log"],
         "synthetic_tasks": {
             "prompt_prefix": "<|endoftext|> is prepended to every prompt in evaluation and training",
-            "chain": "three interleaved copy chains rooted at distinct digits, statements in definition "
-                     "order; eval: 'k=3;b=7;q=k;z=q;z?' -> '3' (hops = statements on the path, eval 2/4/6); "
-                     "training lines then query every variable: ';z?3;b?7;...'",
+            "perm": "composition of three fixed permutations of the digits (synth.PERMS): '#7:1321=' applies "
+                    "permutation 1, 3, 2, 1 in turn to 7; k = number of operations (eval k = 1, 2, 4, 6); "
+                    "'#7:0=' -> '7' is the k = 0 warm-up; the longest k trained rises as it is solved",
             "add": "numbers and answer written least-significant digit first: "
-                   "'+274+983=' means 472+389, answer '168' is 861 reversed",
-            "parity": "'%10110=' -> '1'",
+                   "'+274+983=' means 472+389, answer '168' is 861 reversed (eval: 3 digits)",
+            "permutations": [list(p) for p in synth.PERMS],
         },
     }
     if os.path.exists(args.eval):

@@ -1,10 +1,16 @@
-"""Synthetic depth tasks for the tinyloop-kjv recipe (recipe v2).
+"""Synthetic depth tasks for the tinyloop-kjv recipe (recipe v3).
 
 Every generator takes a random.Random and returns (prompt, answer) or a full training line.
 All tasks are written so that every character is its own pretokenizer chunk (single letters,
 digits and punctuation with no spaces), hence one token per character.
 
-Tasks
+Tasks (training mix in recipe v3: perm 75%, add 25%; chain and parity are kept for reference,
+recipe v2 trained them and they stayed at chance at every depth)
+  perm    composition of fixed permutations: "#7:1321=" -> apply permutation 1, then 3, then 2,
+          then 1 (three fixed permutations of the digits 0-9, PERMS) to 7.  k = number of
+          operations.  Each operation needs the state after the previous one, so k operations
+          need about k sequential steps: the looped block can do one (or a few) per pass.
+          "#7:0=" -> "7" (k = 0, operation 0 = identity) is a warm-up form.
   chain   variable chains: three interleaved chains of copies rooted at distinct digits,
           statements in definition order, e.g. "k=3;b=7;q=k;x=b;z=q;z?3".
           hops = number of assignment statements on the queried variable's path (1..6).
@@ -61,10 +67,35 @@ def chain_train_line(rng, hops):
     return ";".join(stmts) + "".join(f";{v}?{x}" for v, x in qs)
 
 
+# Three fixed permutations of 0..9 (seeded, so every run of the recipe uses the same ones).
+PERMS = [random.Random(f"tinyloop-perm-{i}").sample(range(10), 10) for i in range(3)]
+
+
+def perm_apply(s, ops):
+    for o in ops:
+        s = PERMS[o][s]
+    return s
+
+
+def perm_example(rng, k):
+    """'#s:ops=' -> final state; ops are digits 1..3 (k >= 1), or the single identity op 0 (k = 0)."""
+    s = rng.randrange(10)
+    if k == 0:
+        return f"#{s}:0=", str(s)
+    ops = [rng.randrange(3) for _ in range(k)]
+    return f"#{s}:" + "".join(str(o + 1) for o in ops) + "=", str(perm_apply(s, ops))
+
+
+def perm_k_of(line):
+    """Number of operations of a perm line (0 for the identity form)."""
+    body = line[line.index(":") + 1:line.index("=")]
+    return 0 if body == "0" else len(body)
+
+
 def answer_mask(line):
     """1 for characters that are answers (predictable), else 0; one token per character."""
     m = [0] * len(line)
-    if line[:1] in "+%":
+    if line[:1] in "+%#":
         k = line.rindex("=")
         for i in range(k + 1, len(line)):
             m[i] = 1
@@ -86,27 +117,32 @@ def parity_example(rng, nbits):
     return f"%{bits}=", str(bits.count("1") % 2)
 
 
-def train_line(rng, max_hops):
-    """One synthetic training line; max_hops implements the curriculum (1..6)."""
-    r = rng.random()
-    if r < 0.7:
-        return chain_train_line(rng, rng.randint(1, max_hops))
-    if r < 0.9:
-        p, a = add_example(rng, rng.randint(1, 5))
+def perm_k_choice(rng, frontier):
+    """Curriculum: k = the frontier with probability 0.4, else uniform over 0..frontier-1."""
+    if frontier <= 0 or rng.random() < 0.4:
+        return frontier
+    return rng.randrange(frontier)
+
+
+def train_line(rng, frontier):
+    """One synthetic training line (recipe v3: perm 75%, add 25%). `frontier` is the perm
+    curriculum's current longest composition (train.py raises it as it is solved)."""
+    if rng.random() < 0.75:
+        p, a = perm_example(rng, perm_k_choice(rng, frontier))
         return p + a
-    p, a = parity_example(rng, rng.randint(2, 8))
+    p, a = add_example(rng, rng.randint(1, 4))
     return p + a
 
 
 # evaluation task suite: name -> (generator, arg); answers are exact-match, greedy
 EVAL_TASKS = {
-    "chain_h2": (chain_example, 2),
-    "chain_h4": (chain_example, 4),
-    "chain_h6": (chain_example, 6),
-    "add_4dig": (add_example, 4),
-    "parity_6": (parity_example, 6),
+    "perm_k1": (perm_example, 1),
+    "perm_k2": (perm_example, 2),
+    "perm_k4": (perm_example, 4),
+    "perm_k6": (perm_example, 6),
+    "add_3dig": (add_example, 3),
 }
-HARDEST_TASK = "chain_h6"
+HARDEST_TASK = "perm_k6"
 
 
 def eval_set(name, n, seed):

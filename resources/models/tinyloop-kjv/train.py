@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Train tinyloop-kjv: a weight-shared looped transformer (FORMAT.md section 1), recipe v2.
+"""Train tinyloop-kjv: a weight-shared looped transformer (FORMAT.md section 1), recipe v3.
 
 Loop depth L is sampled per batch (--min-train-loops .. --max-train-loops, default 2..6) and
 the loss is taken at several depths through the logit lens (final norm + tied head on h_l):
 weight 1 at l=L, and --aux-weight (default 0.25) at l=1 and at one depth in between, so every
 pass is a usable readout while the model is trained to use its loops (recipe v1 trained L=1
 as an endpoint and weighted the shallow readouts 0.5: its passes after the first barely
-mattered, 0.03 nats).  ~20% of sequences are synthetic depth
-tasks (synth.py): variable chains query every variable (dense supervision) with a hop
-curriculum (1 hop first, up to 6 hops by 50% of training), and answer tokens get an extra
-averaged loss term (--answer-weight) so they are not drowned by unpredictable tokens.
-Training stops after --minutes of wall clock (or after --steps if given); the LR schedule and
-the curriculum follow progress = elapsed/budget (or step/steps with --steps, which makes a run
-reproducible step for step on any machine).
+mattered, 0.03 nats).  --synth-frac (25%) of sequences are synthetic depth tasks (synth.py):
+composition of fixed permutations ("#7:1321=") with a curriculum gated on being solved (the
+longest composition k starts at 1 and rises by one each time the running training accuracy on
+it reaches --gate-acc at a depth that can hold it, up to --perm-max-k), and reversed addition;
+answer tokens get an extra averaged loss term (--answer-weight) so they are not drowned by
+unpredictable tokens.  (Recipe v2 trained variable chains and parity instead: both stayed at
+chance at every depth, the associative-recall plateau the issue warned of.)
+Training stops after --minutes of wall clock (or after --steps if given); the LR schedule
+follows progress = elapsed/budget (or step/steps with --steps, which makes a run reproducible
+step for step on any machine with the same thread count).
 Seeds: torch 1337 (init), python random 1337 (batches), synthetic eval sets seed 2026.
 """
 import os
@@ -33,21 +36,23 @@ sys.path.insert(0, HERE)
 import common  # noqa: E402
 from model import HParams, LoopedLM  # noqa: E402
 
-RECIPE_VERSION = "tinyloop-kjv recipe v2"
+RECIPE_VERSION = "tinyloop-kjv recipe v3"
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--minutes", type=float, default=75.0, help="wall-clock training budget")
+    ap.add_argument("--minutes", type=float, default=85.0, help="wall-clock training budget")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=0, help="fixed step count (overrides the time budget)")
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--synth-frac", type=float, default=0.2)
+    ap.add_argument("--synth-frac", type=float, default=0.25)
     ap.add_argument("--answer-weight", type=float, default=1.0)
-    ap.add_argument("--hops-full-at", type=float, default=0.5, help="progress at which 6 hops are reached")
+    ap.add_argument("--perm-max-k", type=int, default=8, help="longest composition the curriculum reaches")
+    ap.add_argument("--gate-acc", type=float, default=0.9,
+                    help="running training accuracy on the longest composition that raises it by one")
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--n-heads", type=int, default=4)
     ap.add_argument("--n-kv-heads", type=int, default=2)
@@ -103,6 +108,8 @@ def main():
     synth_tokens = 0
     log = []
     depth_choices = list(range(args.min_train_loops, args.max_train_loops + 1))
+    frontier, frontier_ema, frontier_since = 1, 0.0, 0  # perm curriculum: longest k trained now
+    curriculum = [{"step": 0, "k": 1}]
 
     def progress():
         if total_steps:
@@ -122,20 +129,22 @@ def main():
         p = progress()
         if p >= 1.0 or (total_steps and step >= total_steps):
             break
-        max_hops = min(6, 1 + int(5 * p / args.hops_full_at))
-        seqs, masks = [], []
+        seqs, masks, kinds = [], [], []
         for _ in range(B):
             if rng.random() < args.synth_frac:
-                s_ids, s_mask = common.synth_sequence(tok, rng, T, max_hops)
+                s_ids, s_mask, s_kind = common.synth_sequence(tok, rng, T, frontier)
                 seqs.append(s_ids)
                 masks.append(s_mask)
+                kinds.append(s_kind)
                 synth_tokens += T
             else:
                 i = rng.randrange(0, len(train_ids) - T - 1)
                 seqs.append(train_ids[i:i + T + 1])
                 masks.append(torch.zeros(T + 1))
+                kinds.append(torch.full((T + 1,), -1, dtype=torch.int64))
         x = torch.stack(seqs).to(device)
         amask = torch.stack(masks)[:, 1:].reshape(-1).to(device)
+        kind = torch.stack(kinds)[:, 1:].reshape(-1).to(device)
         L = rng.choice(depth_choices)
         lens = {1, L}
         if L > 2:
@@ -156,6 +165,19 @@ def main():
             loss = loss + w * term
             wsum += w
         loss = loss / wsum
+        # Curriculum gate: accuracy on the frontier's answers at this depth, when the depth can
+        # hold the composition (L >= k, capped at the deepest trained L).
+        at_front = kind == frontier
+        if frontier < args.perm_max_k and L >= min(frontier, args.max_train_loops) and bool(at_front.any()):
+            with torch.no_grad():
+                pred = outs[L].reshape(-1, outs[L].shape[-1]).argmax(-1)
+                acc_f = float((pred[at_front] == tgt[at_front]).float().mean())
+            frontier_ema = 0.9 * frontier_ema + 0.1 * acc_f
+            frontier_since += 1
+            if frontier_ema >= args.gate_acc and frontier_since >= 20:
+                frontier, frontier_ema, frontier_since = frontier + 1, 0.0, 0
+                curriculum.append({"step": step + 1, "k": frontier})
+                print(f"curriculum: perm k <= {frontier} from step {step + 1}", flush=True)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -165,23 +187,23 @@ def main():
         if time.time() - last_print > 30 or step == 1:
             el = time.time() - t0
             print(f"step {step}/{total_steps} L={L} loss {loss.item():.3f} gn {gn:.2f} lr {lr_at(p):.2e} "
-                  f"hops<= {max_hops} tok/s {tokens_seen/el:.0f} elapsed {el/60:.1f}m "
+                  f"perm k<= {frontier} (acc {frontier_ema:.2f}) tok/s {tokens_seen/el:.0f} elapsed {el/60:.1f}m "
                   f"left {max(0, budget-el)/60:.1f}m", flush=True)
             last_print = time.time()
         if step % args.eval_every == 0:
             vl = common.prose_loss_per_depth(model, val_w[:16], [1, 2, hp.default_loops])
-            acc = common.task_accuracy(model, tok, hp.default_loops, 50, tasks=["chain_h2", "chain_h4", "chain_h6"])
-            acc1 = common.task_accuracy(model, tok, 1, 50, tasks=["chain_h4"])
+            acc = common.task_accuracy_depths(model, tok, [1, 2, hp.default_loops, args.max_train_loops], 100,
+                                              tasks=["perm_k2", "perm_k4", "perm_k6"])
             rec = {"step": step, "tokens": tokens_seen, "minutes": (time.time() - t0) / 60,
-                   "val": vl, "acc_default": acc, "acc_L1": acc1}
+                   "val": vl, "acc_by_depth": acc, "perm_frontier": frontier}
             log.append(rec)
             print("EVAL", json.dumps(rec), flush=True)
-            save(model, hp, args, step, tokens_seen, synth_tokens, t0, log, n_params, args.out)
-    save(model, hp, args, step, tokens_seen, synth_tokens, t0, log, n_params, args.out)
+            save(model, hp, args, step, tokens_seen, synth_tokens, t0, log, n_params, args.out, curriculum)
+    save(model, hp, args, step, tokens_seen, synth_tokens, t0, log, n_params, args.out, curriculum)
     print(f"done: {step} steps, {tokens_seen} tokens in {(time.time()-t0)/60:.1f} min", flush=True)
 
 
-def save(model, hp, args, step, tokens, synth_tokens, t0, log, n_params, path):
+def save(model, hp, args, step, tokens, synth_tokens, t0, log, n_params, path, curriculum):
     ck = {"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
           "hparams": hp.to_json(),
           "train": {"recipe": RECIPE_VERSION, "args": vars(args), "steps": step,
@@ -190,7 +212,7 @@ def save(model, hp, args, step, tokens, synth_tokens, t0, log, n_params, path):
                     "torch": str(torch.__version__), "threads": args.threads,
                     "seeds": {"torch_init": args.seed, "python_batches": args.seed,
                               "eval_sets": 2026},
-                    "log": log}}
+                    "curriculum": curriculum, "log": log}}
     tmp = path + ".tmp"
     torch.save(ck, tmp)
     os.replace(tmp, path)
