@@ -1,5 +1,6 @@
 // SIMD attention for one (query, head) over its row sequence (range, then extras; math and
-// reference: attention.cpp). Scores: one dot per cache row in V::W lanes + hsum. Exponentials: vexp over the score array, summed in lanes.
+// reference: attention.cpp). Scores: V::W cache rows at a time, a dot in V::W lanes per row, then
+// hsum_rows (each row's bits equal hsum of its lanes). Exponentials: vexp over the score array, summed in lanes.
 // Output: per slice of up to 4 vectors of head_dim, sum over rows in order, times 1/sum.
 #pragma once
 
@@ -18,20 +19,52 @@ void attend_one_simd(const float* q, const float* k, const float* v, int kv_stri
         return;
     }
     const int full = head_dim / V::W * V::W, tail = head_dim - full;
-    auto dot = [&](int i) {  // q . k of the i-th row of the sequence, in lanes
-        const float* kp = k + static_cast<size_t>(i < nr ? b + i : extra[i - nr]) * kv_stride;
-        V::T acc = V::zero();
-        for (int d = 0; d < full; d += V::W) acc = V::fma(V::load(q + d), V::load(kp + d), acc);
-        if (tail) acc = V::fma(V::load_n(q + full, tail), V::load_n(kp + full, tail), acc);
-        return acc;
-    };
+    // Scores V::W rows at a time: one accumulator per row (the same fma sequence as dot), then
+    // hsum_rows, which gives each row exactly hsum's bits. Rows past n (the last block) are zero
+    // vectors whose scores are dropped.
+    const V::T vscale = V::set1(scale);
     V::T vmx = V::set1(-__builtin_inff());
-    for (int i = 0; i < n; ++i) {
-        const float s = V::hsum(dot(i)) * scale;
-        scratch[i] = s;
-        vmx = V::max(vmx, V::set1(s));
+    for (int i0 = 0; i0 < n; i0 += V::W) {
+        const int m = n - i0 < V::W ? n - i0 : V::W;
+        V::T acc[V::W];
+        const float* kp[V::W];
+        for (int r = 0; r < V::W; ++r) {
+            acc[r] = V::zero();
+            const int i = i0 + r;
+            kp[r] = r < m ? k + static_cast<size_t>(i < nr ? b + i : extra[i - nr]) * kv_stride : nullptr;
+        }
+        if (m == V::W) {  // a compile-time row count keeps the accumulators in registers
+            for (int d = 0; d < full; d += V::W) {
+                const V::T qd = V::load(q + d);
+                for (int r = 0; r < V::W; ++r) acc[r] = V::fma(qd, V::load(kp[r] + d), acc[r]);
+            }
+            if (tail) {
+                const V::T qd = V::load_n(q + full, tail);
+                for (int r = 0; r < V::W; ++r) acc[r] = V::fma(qd, V::load_n(kp[r] + full, tail), acc[r]);
+            }
+        } else {
+            for (int d = 0; d < full; d += V::W) {
+                const V::T qd = V::load(q + d);
+                for (int r = 0; r < m; ++r) acc[r] = V::fma(qd, V::load(kp[r] + d), acc[r]);
+            }
+            if (tail) {
+                const V::T qd = V::load_n(q + full, tail);
+                for (int r = 0; r < m; ++r) acc[r] = V::fma(qd, V::load_n(kp[r] + full, tail), acc[r]);
+            }
+        }
+        // hsum's product: hsum(acc) * scale, one rounding each, as the one-row version did.
+        const V::T s = V::mul(V::hsum_rows(acc), vscale);
+        if (m == V::W) {
+            V::store(scratch + i0, s);
+            vmx = V::max(vmx, s);
+        } else {
+            V::store_n(scratch + i0, s, m);
+            float t = scratch[i0];
+            for (int r = 1; r < m; ++r) t = scratch[i0 + r] > t ? scratch[i0 + r] : t;
+            vmx = V::max(vmx, V::set1(t));
+        }
     }
-    const V::T mx = vmx;  // every lane holds the max
+    const V::T mx = V::set1(V::hmax(vmx));  // every lane holds the max
     V::T vsum = V::zero();
     int i = 0;
     for (; i + V::W <= n; i += V::W) {

@@ -88,6 +88,24 @@ struct V {
     static float hmax(T v) {
         return hmax256(_mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
     }
+    // Lane r of the result = hsum(v[r]), for W vectors at once: the same pairwise adds as hsum
+    // (lanes i and i+8, then i and i+4, then i and i+2, then i and i+1), done for all vectors
+    // together by transposing shuffles, so every lane is bit-identical to hsum of its vector.
+    static T hsum_rows(const T* v) {
+        T t[8], u[4], w[2];
+        for (int r = 0; r < 8; ++r) {
+            t[r] = _mm512_add_ps(_mm512_shuffle_f32x4(v[r], v[r + 8], 0x44), _mm512_shuffle_f32x4(v[r], v[r + 8], 0xEE));
+        }
+        for (int r = 0; r < 4; ++r) {
+            u[r] = _mm512_add_ps(_mm512_shuffle_f32x4(t[r], t[r + 4], 0x88), _mm512_shuffle_f32x4(t[r], t[r + 4], 0xDD));
+        }
+        for (int r = 0; r < 2; ++r) {
+            w[r] = _mm512_add_ps(_mm512_shuffle_ps(u[r], u[r + 2], 0x44), _mm512_shuffle_ps(u[r], u[r + 2], 0xEE));
+        }
+        const T z = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+        // Lane 4L + j of z holds vector {0,2,1,3}[j] + {0,8,4,12}[L]; this index is its own inverse.
+        return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), z);
+    }
     // One 32-column block of codes -> 32 floats in two vectors, in the order of
     // matmul_block_perm (matmul.cpp).
     static T cvt(__m512i v) { return _mm512_cvtepi32_ps(v); }
@@ -178,6 +196,19 @@ struct V {
     }
     static float hsum(T v) { return hsum256(v); }
     static float hmax(T v) { return hmax256(v); }
+    // Lane r = hsum(v[r]) for W vectors at once, bit-identical to hsum (see the AVX-512 version).
+    static T hsum_rows(const T* v) {
+        T t[4], w[2];
+        for (int r = 0; r < 4; ++r) {
+            t[r] = _mm256_add_ps(_mm256_permute2f128_ps(v[r], v[r + 4], 0x20), _mm256_permute2f128_ps(v[r], v[r + 4], 0x31));
+        }
+        for (int r = 0; r < 2; ++r) {
+            w[r] = _mm256_add_ps(_mm256_shuffle_ps(t[r], t[r + 2], 0x44), _mm256_shuffle_ps(t[r], t[r + 2], 0xEE));
+        }
+        const T z = _mm256_add_ps(_mm256_shuffle_ps(w[0], w[1], 0x88), _mm256_shuffle_ps(w[0], w[1], 0xDD));
+        // Lane 4L + j of z holds vector {0,2,1,3}[j] + 4L; this index is its own inverse.
+        return _mm256_permutevar8x32_ps(z, _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7));
+    }
 
     static T cvt(__m256i v) { return _mm256_cvtepi32_ps(v); }
     static __m256i bytes8(const uint8_t* p) {
