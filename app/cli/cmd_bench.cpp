@@ -101,7 +101,8 @@ CommandSpec bench_spec() {
         "--modes draft: a second model (--draft-model, default MODEL quantized to q4) drafts\n"
         "--gamma tokens per cycle at --draft-loops (default min(2, L-1)) and MODEL verifies them.\n"
         "\n"
-        "Weight bytes per token = prelude + loop block x depth + head (the matrices as stored);\n"
+        "Bytes per token = prelude + loop block x depth + head (the matrices as stored) + the keys\n"
+        "and values every layer pass reads at the mean context (as the KV cache stores them);\n"
         "FLOPs per token = 2 x (matrix MACs at that depth + attention MACs at the mean context).\n"
         "GB/s and GFLOP/s are those per-token figures x decode tokens/s (plain and early-exit only:\n"
         "speculation reads the weights once per verified batch). Fractions use the machine figures\n"
@@ -111,11 +112,12 @@ CommandSpec bench_spec() {
         "\n"
         "--json prints one object: model, random_spec, hparams, prompt_tokens, tokens, loops,\n"
         "repeat, group_size, machine{hardware_threads, fma_isa, per_threads[{threads, read_gbs,\n"
-        "fma_gflops}]} (null with --no-machine), rows[{dtype, threads, mode, loops, weight_bytes,\n"
-        "prefill_tok_s, decode_tok_s, total_ms, tokens_emitted, mean_depth, speedup_vs_plain,\n"
-        "bytes_per_token, flops_per_token, gb_s, gflop_s, bw_fraction, peak_fraction,\n"
-        "acceptance_rate, mean_accepted, identical, draft_loops, draft_ahead, branches,\n"
-        "early_exit, early_exit_threshold}] (fields that do not apply are null).\n";
+        "cache_read_gbs, fma_gflops}]} (null with --no-machine), rows[{dtype, threads, mode, loops,\n"
+        "weight_bytes, prefill_tok_s, decode_tok_s, total_ms, tokens_emitted, mean_depth,\n"
+        "speedup_vs_plain, bytes_per_token, kv_bytes_per_token, flops_per_token, gb_s, gflop_s,\n"
+        "bw_fraction, cache_bound_tok_s, peak_fraction, acceptance_rate, mean_accepted, identical,\n"
+        "draft_loops, draft_ahead, branches, early_exit, early_exit_threshold}] (fields that do not\n"
+        "apply are null).\n";
     return s;
 }
 
@@ -349,7 +351,10 @@ int run_bench(const Args& args) {
 
     // ---- the machine ----
     nlohmann::json machine = nullptr;
-    std::map<int, std::pair<double, double>> ceilings;  // threads -> (GB/s, GFLOP/s)
+    struct Ceiling {
+        double read_gbs = 0, fma_gflops = 0, cache_read_gbs = 0;
+    };
+    std::map<int, Ceiling> ceilings;  // per thread count
     if (!args.has("--no-machine")) {
         machine = {{"hardware_threads", std::thread::hardware_concurrency()}};
         nlohmann::json per = nlohmann::json::array();
@@ -357,8 +362,11 @@ int run_bench(const Args& args) {
         for (int t : threads) {
             const double gbs = measure_read_bandwidth_gbs(t);
             const double gf = measure_fma_gflops(t, &isa);
-            ceilings[t] = {gbs, gf};
-            per.push_back({{"threads", t}, {"read_gbs", gbs}, {"fma_gflops", gf}});
+            // A decode step re-reads a working set (weights + KV) of a few to a few tens of MiB:
+            // on most machines that is last-level-cache bandwidth, not DRAM's.
+            const double cache_gbs = measure_read_bandwidth_gbs(t, size_t(32) << 20);
+            ceilings[t] = {gbs, gf, cache_gbs};
+            per.push_back({{"threads", t}, {"read_gbs", gbs}, {"cache_read_gbs", cache_gbs}, {"fma_gflops", gf}});
         }
         machine["fma_isa"] = isa;
         machine["per_threads"] = per;
@@ -528,6 +536,10 @@ int run_bench(const Args& args) {
     // ---- medians, speedups, fractions ----
     const double ctx = std::min<double>(P + N / 2.0, hp_out.max_seq_len);
     const double attn_macs_per_layer = 2.0 * hp_out.n_heads * hp_out.head_dim * ctx;
+    // Keys and values one layer-pass reads at the mean context, as the cache stores them (f32, or
+    // int8 codes plus one f32 scale per row and kv head).
+    const double kv_elem_bytes = kv_cache == KVCacheType::Int8 ? 1.0 + 4.0 / hp_out.head_dim : 4.0;
+    const double kv_bytes_per_layer = 2.0 * ctx * hp_out.n_kv_heads * hp_out.head_dim * kv_elem_bytes;
     std::map<std::pair<std::string, int>, double> plain_decode;
     struct Med {
         double prefill, decode, total, depth, acc, mean_acc, emitted;
@@ -558,14 +570,16 @@ int run_bench(const Args& args) {
         o << line;
         if (!machine.is_null()) {
             for (const auto& pt : machine["per_threads"]) {
-                std::snprintf(line, sizeof(line), "machine: %d thread%s: read %.1f GB/s, FMA peak %.1f GFLOP/s (%s)\n",
+                std::snprintf(line, sizeof(line),
+                              "machine: %d thread%s: read %.1f GB/s (256 MiB), %.1f GB/s (32 MiB, cache), FMA peak %.1f "
+                              "GFLOP/s (%s)\n",
                               pt["threads"].get<int>(), pt["threads"].get<int>() == 1 ? "" : "s",
-                              pt["read_gbs"].get<double>(), pt["fma_gflops"].get<double>(),
+                              pt["read_gbs"].get<double>(), pt["cache_read_gbs"].get<double>(), pt["fma_gflops"].get<double>(),
                               machine["fma_isa"].get<std::string>().c_str());
                 o << line;
             }
         }
-        o << "\ndtype thr mode         depth  prefill/s  decode/s  speedup    GB/s   %bw  GFLOP/s  %peak  accept  acc/cyc  same\n";
+        o << "\ndtype thr mode         depth  prefill/s  decode/s  speedup    GB/s   %bw  bound/s  GFLOP/s  %peak  accept  acc/cyc  same\n";
     }
     for (size_t i = 0; i < table.size(); ++i) {
         const Row& r = table[i];
@@ -573,16 +587,20 @@ int run_bench(const Args& args) {
         const bool weights_model = r.mode == "plain" || r.mode == "early-exit";
         const bool spec = r.mode == "speculative" || r.mode == "tree" || r.mode == "draft";
         const double depth = m.depth;
-        const double bytes = r.costs.pre_bytes + r.costs.loop_bytes * depth + r.costs.head_bytes;
         const double layers = hp_out.n_pre_blocks + hp_out.n_loop_layers * depth;
+        const double kv_bytes = kv_bytes_per_layer * layers;
+        const double bytes = r.costs.pre_bytes + r.costs.loop_bytes * depth + r.costs.head_bytes + kv_bytes;
         const double flops = 2.0 * (r.costs.pre_macs + r.costs.loop_macs * depth + r.costs.head_macs +
                                     attn_macs_per_layer * layers);
         const double gbs = bytes * m.decode / 1e9, gflops = flops * m.decode / 1e9;
         const double pd = plain_decode[{r.dtype, r.threads}];
         const double speedup = pd > 0 ? m.decode / pd : 0.0;
         const bool have_machine = ceilings.count(r.threads) != 0;
-        const double bwf = have_machine && ceilings[r.threads].first > 0 ? gbs / ceilings[r.threads].first : 0;
-        const double pkf = have_machine && ceilings[r.threads].second > 0 ? gflops / ceilings[r.threads].second : 0;
+        const Ceiling ce = have_machine ? ceilings[r.threads] : Ceiling{};
+        const double bwf = ce.read_gbs > 0 ? gbs / ce.read_gbs : 0;
+        const double pkf = ce.fma_gflops > 0 ? gflops / ce.fma_gflops : 0;
+        // The decode rate at which this token's bytes would take all of the cache read bandwidth.
+        const double bound = ce.cache_read_gbs > 0 && bytes > 0 ? ce.cache_read_gbs * 1e9 / bytes : 0;
         if (json) {
             rows.push_back({{"dtype", r.dtype},
                             {"threads", r.threads},
@@ -596,10 +614,12 @@ int run_bench(const Args& args) {
                             {"mean_depth", num_or_null(!spec, depth)},
                             {"speedup_vs_plain", speedup},
                             {"bytes_per_token", num_or_null(weights_model, bytes)},
+                            {"kv_bytes_per_token", num_or_null(weights_model, kv_bytes)},
                             {"flops_per_token", num_or_null(weights_model, flops)},
                             {"gb_s", num_or_null(weights_model, gbs)},
                             {"gflop_s", num_or_null(weights_model, gflops)},
                             {"bw_fraction", num_or_null(weights_model && have_machine, bwf)},
+                            {"cache_bound_tok_s", num_or_null(weights_model && have_machine, bound)},
                             {"peak_fraction", num_or_null(weights_model && have_machine, pkf)},
                             {"acceptance_rate", num_or_null(spec, m.acc)},
                             {"mean_accepted", num_or_null(spec, m.mean_acc)},
@@ -611,7 +631,7 @@ int run_bench(const Args& args) {
                             {"early_exit_threshold", r.mode == "early-exit" ? nlohmann::json(f2d(ee_threshold)) : nlohmann::json(nullptr)}});
             continue;
         }
-        char line[320], dcol[16], gb[16], bwp[16], gf[16], pkp[16], acc[16], macc[16];
+        char line[320], dcol[16], gb[16], bwp[16], bnd[16], gf[16], pkp[16], acc[16], macc[16];
         auto fmt = [](char* b, bool ok, const char* f, double v) {
             if (ok) std::snprintf(b, 16, f, v);
             else std::snprintf(b, 16, "-");
@@ -619,12 +639,13 @@ int run_bench(const Args& args) {
         fmt(dcol, !spec, "%.2f", depth);
         fmt(gb, weights_model, "%.2f", gbs);
         fmt(bwp, weights_model && have_machine, "%.0f%%", 100 * bwf);
+        fmt(bnd, weights_model && have_machine, "%.0f", bound);
         fmt(gf, weights_model, "%.2f", gflops);
         fmt(pkp, weights_model && have_machine, "%.1f%%", 100 * pkf);
         fmt(acc, spec, "%.0f%%", 100 * m.acc);
         fmt(macc, spec, "%.2f", m.mean_acc);
-        std::snprintf(line, sizeof(line), "%-5s %3d %-12s %5s %10.1f %9.1f %7.2fx %7s %5s %8s %6s %7s %8s  %s\n",
-                      r.dtype.c_str(), r.threads, r.mode.c_str(), dcol, m.prefill, m.decode, speedup, gb, bwp,
+        std::snprintf(line, sizeof(line), "%-5s %3d %-12s %5s %10.1f %9.1f %7.2fx %7s %5s %8s %8s %6s %7s %8s  %s\n",
+                      r.dtype.c_str(), r.threads, r.mode.c_str(), dcol, m.prefill, m.decode, speedup, gb, bwp, bnd,
                       gf, pkp, acc, macc, m.identical ? "yes" : "NO");
         o << line;
     }
@@ -643,7 +664,9 @@ int run_bench(const Args& args) {
     }
     o << "\nspeedup: decode tok/s over plain at the same dtype and threads; same: output tokens equal\n"
          "plain greedy's. GB/s counts the loop block once per pass: over 100% of the measured read\n"
-         "bandwidth means its re-reads hit the cache.\n";
+         "bandwidth means its re-reads hit the cache. bound/s: the decode rate at which each token's\n"
+         "bytes (weights + KV) would take all of the measured cache (32 MiB) read bandwidth; a decode\n"
+         "whose working set is larger than the core's private cache cannot pass it.\n";
     std::string s = o.str();
     std::fwrite(s.data(), 1, s.size(), stdout);
     return 0;

@@ -917,6 +917,7 @@ TEST_F(CliTest, BenchJsonHasMachineFiguresAndOneRowPerCell) {
     ASSERT_EQ(j["machine"]["per_threads"].size(), 2u);
     for (const auto& m : j["machine"]["per_threads"]) {
         EXPECT_GT(m["read_gbs"].get<double>(), 0.0);
+        EXPECT_GT(m["cache_read_gbs"].get<double>(), 0.0);
         EXPECT_GT(m["fma_gflops"].get<double>(), 0.0);
     }
     EXPECT_FALSE(j["machine"]["fma_isa"].get<std::string>().empty());
@@ -936,12 +937,19 @@ TEST_F(CliTest, BenchJsonHasMachineFiguresAndOneRowPerCell) {
             EXPECT_DOUBLE_EQ(row["speedup_vs_plain"].get<double>(), 1.0);
             EXPECT_EQ(row["mean_depth"], 3.0);
             EXPECT_TRUE(row["identical"].get<bool>());
+            // K and V read per token: 4 layer passes (1 prelude + 1 loop layer x 3) x the mean
+            // context (16 + 8/2 = 20 rows) x 4 kv heads x head_dim 16 x 2 x 4 bytes (f32 cache).
+            EXPECT_DOUBLE_EQ(row["kv_bytes_per_token"].get<double>(), 4.0 * 20 * 4 * 16 * 2 * 4);
         }
         if (mode == "plain" || mode == "early-exit") {
             EXPECT_GT(row["gb_s"].get<double>(), 0.0);
             EXPECT_GT(row["gflop_s"].get<double>(), 0.0);
             EXPECT_GT(row["bw_fraction"].get<double>(), 0.0);
             EXPECT_GT(row["peak_fraction"].get<double>(), 0.0);
+            // The cache bound: the measured 32 MiB read bandwidth over this token's bytes.
+            const double cache_gbs = j["machine"]["per_threads"][row["threads"].get<int>() == 1 ? 0 : 1]["cache_read_gbs"];
+            EXPECT_NEAR(row["cache_bound_tok_s"].get<double>(), cache_gbs * 1e9 / row["bytes_per_token"].get<double>(),
+                        1e-6 * row["cache_bound_tok_s"].get<double>());
             EXPECT_GE(row["mean_depth"].get<double>(), 1.0);
             EXPECT_LE(row["mean_depth"].get<double>(), 3.0);
         }
