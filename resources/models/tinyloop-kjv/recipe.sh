@@ -3,14 +3,14 @@
 #
 #   resources/models/tinyloop-kjv/recipe.sh [--minutes N]
 #
-# Default training budget: 85 minutes of wall clock, so the whole recipe fits in about 2 hours
+# Default training budget: 80 minutes of wall clock, so the whole recipe fits in about 2 hours
 # on a 2-core machine (corpus 1 s, tokenizer 10 s, evaluation ~5-10 min).  Set MINUTES or pass
 # --minutes.  For a step-exact rerun pass TRAIN_ARGS="--steps N" (N from the model card).
 # Scratch goes to work/ (git-ignored); the outputs are model-f32.tinyloop, parity.json,
 # work/eval.{json,md}.
 set -euo pipefail
 cd "$(dirname "$0")"
-MINUTES="${MINUTES:-85}"
+MINUTES="${MINUTES:-80}"
 if [[ "${1:-}" == "--minutes" ]]; then MINUTES="$2"; fi
 PY="${PYTHON:-python3}"
 
