@@ -103,6 +103,7 @@ const std::vector<FieldInfo>& configFields() {
         {"early_exit_criterion", K::Criterion, "", "Stability signal for early exit: hidden-state L2 change (the seed's default), logit margin, KL, entropy change or argmax stability.", false},
         {"early_exit_threshold", K::Float, "> 0", "Threshold the chosen early-exit criterion is compared with.", false},
         {"sample_seed", K::U64, "0 .. 2^64-1", "RNG seed for stochastic sampling. Deterministic given seed + config + model.", false},
+        {"kv_cache", K::KvCache, "f32 | int8", "Layout of the KV cache: f32 (exact) or int8 (one byte per element plus a scale per row and head: about 3.8x less KV memory, logits within about 0.1 of f32). Used by plain decode, beam search, early exit and draft-model speculation; chain and tree self-speculation keep f32.", false},
         {"grammar", K::Pointer, "a .gbnf file, or empty", "Optional constrained-decoding grammar (GBNF: rules name ::= ..., start rule root). A token is allowed when its bytes keep the output inside the grammar; when nothing is allowed the run stops with GRAMMAR_DEAD_END.", false},
         {"draft_loops", K::Int, "1 .. verify_loops - 1", "Cheap draft-pass loop depth. Lower = faster drafts, more rejections.", true},
         {"verify_loops", K::Int, "0 .. max_loops (0 = model default)", "Verify-pass loop depth. Typically equal to model.default_loops (0 = the model's default_loops).", true},
@@ -201,6 +202,10 @@ std::string checkField(const std::string& key, const json& v, const ConfigLimits
         if (v.is_string() && parseCriterion(v.get<std::string>(), &c)) return "";
         return "expected one of hidden_l2, logit_margin, kl, entropy_delta, argmax_stable";
     }
+    if (key == "kv_cache") {
+        if (v.is_string() && (v.get<std::string>() == "f32" || v.get<std::string>() == "int8")) return "";
+        return "expected one of f32, int8";
+    }
     if (key == "stop_sequences" || key == "bad_words") {
         if (!v.is_array()) return "expected an array of arrays of token ids";
         for (size_t i = 0; i < v.size(); ++i) {
@@ -265,6 +270,7 @@ json configToJson(const GenerateConfig& c) {
     j["early_exit_peek_every"] = c.early_exit_peek_every;
     j["early_exit_logit_margin"] = c.early_exit_logit_margin;
     j["early_exit_criterion"] = criterionName(c.early_exit_criterion);
+    j["kv_cache"] = tinyloop::kv_cache_type_name(c.kv_cache);
     j["early_exit_threshold"] = c.early_exit_threshold;
     j["sample_seed"] = c.sample_seed;
     j["grammar"] = nullptr;
@@ -323,6 +329,7 @@ GenerateConfig configFromJson(const json& j, const ConfigLimits& lim, const std:
         else if (k == "early_exit_peek_every") c.early_exit_peek_every = I();
         else if (k == "early_exit_logit_margin") c.early_exit_logit_margin = F();
         else if (k == "early_exit_criterion") parseCriterion(v.get<std::string>(), &c.early_exit_criterion);
+        else if (k == "kv_cache") c.kv_cache = tinyloop::parse_kv_cache_type(v.get<std::string>());
         else if (k == "early_exit_threshold") c.early_exit_threshold = F();
         else if (k == "sample_seed") c.sample_seed = v.get<uint64_t>();
     }

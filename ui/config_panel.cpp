@@ -74,6 +74,13 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
             r.editor = c;
             break;
         }
+        case FieldKind::KvCache: {
+            auto* c = new QComboBox;
+            c->addItems({"f32", "int8"});
+            connect(c, &QComboBox::currentIndexChanged, this, [this] { revalidate(); emit changed(); });
+            r.editor = c;
+            break;
+        }
         case FieldKind::Pointer: {  // grammar: a .gbnf file the worker parses for the run
             auto* e = new QLineEdit;
             e->setPlaceholderText("no grammar (path to a .gbnf file)");
@@ -140,6 +147,7 @@ void ConfigPanel::setConfig(const tinyloop::GenerateConfig& c) {
         case FieldKind::Float: setFieldText(key, num(v.get<float>())); break;
         case FieldKind::Bool: qobject_cast<QCheckBox*>(r.editor)->setChecked(v.get<bool>()); break;
         case FieldKind::Criterion:
+        case FieldKind::KvCache:
             qobject_cast<QComboBox*>(r.editor)->setCurrentText(QString::fromStdString(v.get<std::string>()));
             break;
         case FieldKind::IdLists:
@@ -206,7 +214,8 @@ json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
     try {
         switch (r.info->kind) {
         case FieldKind::Bool: return qobject_cast<QCheckBox*>(r.editor)->isChecked();
-        case FieldKind::Criterion: return qobject_cast<QComboBox*>(r.editor)->currentText().toStdString();
+        case FieldKind::Criterion:
+        case FieldKind::KvCache: return qobject_cast<QComboBox*>(r.editor)->currentText().toStdString();
         case FieldKind::Pointer: return nullptr;
         default: break;
         }

@@ -42,6 +42,7 @@ static tinyloop::GenerateConfig everyFieldChanged() {
     c.early_exit_criterion = tinyloop::EarlyExitCriterion::KL;
     c.early_exit_threshold = 0.125f;
     c.sample_seed = 18446744073709551557ull;
+    c.kv_cache = tinyloop::KVCacheType::Int8;
     return c;
 }
 
@@ -94,6 +95,7 @@ private slots:
         QCOMPARE(back->early_exit_criterion, c.early_exit_criterion);
         QCOMPARE(back->early_exit_threshold, c.early_exit_threshold);
         QCOMPARE(back->sample_seed, c.sample_seed);
+        QCOMPARE(back->kv_cache, c.kv_cache);
         QVERIFY(back->grammar == nullptr);
         QVERIFY(configsEqual(*back, c));
 

@@ -52,6 +52,7 @@ private slots:
         p.grammarFile = "/tmp/answer.gbnf";
         p.config.bad_words = {{7}};
         p.config.max_time = 1.5;
+        p.config.kv_cache = tinyloop::KVCacheType::Int8;
         QString err;
         QVERIFY2(store.save(p, &err), qPrintable(err));
         QVERIFY(store.names().contains(p.name));
@@ -120,6 +121,7 @@ private slots:
             {R"({"name": "a", "config": {"stop_sequences": [[1, -4]]}})", "config.stop_sequences"},
             {R"({"name": "a", "config": {"logit_bias": [[1]]}})", "config.logit_bias"},
             {R"({"name": "a", "config": {"early_exit_criterion": "vibes"}})", "config.early_exit_criterion"},
+            {R"({"name": "a", "config": {"kv_cache": "int4"}})", "config.kv_cache"},
             {R"({"name": "a", "mode": "warp"})", "mode"},
             {R"({"name": "", "mode": "greedy"})", "name"},
             {R"({"mode": "greedy"})", "name"},
