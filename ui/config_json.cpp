@@ -103,7 +103,7 @@ const std::vector<FieldInfo>& configFields() {
         {"early_exit_criterion", K::Criterion, "", "Stability signal for early exit: hidden-state L2 change (the seed's default), logit margin, KL, entropy change or argmax stability.", false},
         {"early_exit_threshold", K::Float, "> 0", "Threshold the chosen early-exit criterion is compared with.", false},
         {"sample_seed", K::U64, "0 .. 2^64-1", "RNG seed for stochastic sampling. Deterministic given seed + config + model.", false},
-        {"kv_cache", K::KvCache, "f32 | int8", "Layout of the KV cache: f32 (exact) or int8 (one byte per element plus a scale per row and head: about 3.8x less KV memory, logits within about 0.1 of f32). Used by plain decode, beam search, early exit and draft-model speculation; chain and tree self-speculation keep f32.", false},
+        {"kv_cache", K::KvCache, "f32 | int8", "Layout of the KV cache: f32 (exact) or int8 (one byte per element plus a scale per row and head: about 3.8x less KV memory, logits within about 1% of their span of f32's). Used by plain decode, beam search, early exit and draft-model speculation; chain and tree self-speculation keep f32.", false},
         {"grammar", K::Pointer, "a .gbnf file, or empty", "Optional constrained-decoding grammar (GBNF: rules name ::= ..., start rule root). A token is allowed when its bytes keep the output inside the grammar; when nothing is allowed the run stops with GRAMMAR_DEAD_END.", false},
         {"draft_loops", K::Int, "1 .. verify_loops - 1", "Cheap draft-pass loop depth. Lower = faster drafts, more rejections.", true},
         {"verify_loops", K::Int, "0 .. max_loops (0 = model default)", "Verify-pass loop depth. Typically equal to model.default_loops (0 = the model's default_loops).", true},

@@ -27,10 +27,28 @@ float fma_avx512_kernel(long iters, float a, float b) {
     return total;
 }
 
+// Sums n 64-bit words (n a multiple of 32) with 64-byte loads into four accumulators: a read
+// stream as wide as the kernels' own, so the bandwidth it measures is what they can get.
+uint64_t read_avx512_kernel(const uint64_t* p, size_t n) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < n; i += 32) {
+        a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
+        a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 8));
+        a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(p + i + 16));
+        a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(p + i + 24));
+    }
+    alignas(64) uint64_t lanes[8];
+    _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+    uint64_t total = 0;
+    for (uint64_t x : lanes) total += x;
+    return total;
+}
+
 }  // namespace tinyloop::cli
 #else
 namespace tinyloop::cli {
 const int fma_avx512_flops_per_iter = 0;
 float fma_avx512_kernel(long, float, float) { return 0.0f; }
+uint64_t read_avx512_kernel(const uint64_t*, size_t) { return 0; }
 }  // namespace tinyloop::cli
 #endif

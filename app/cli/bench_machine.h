@@ -3,6 +3,8 @@
 // fraction of what the hardware allows.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace tinyloop::cli {
@@ -25,5 +27,8 @@ float fma_avx512_kernel(long iters, float a, float b);
 float fma_avx2_kernel(long iters, float a, float b);
 extern const int fma_avx512_flops_per_iter;
 extern const int fma_avx2_flops_per_iter;
+// Read kernels for the bandwidth measurement (same files): the sum of n words, n % 32 == 0.
+uint64_t read_avx512_kernel(const uint64_t* p, size_t n);
+uint64_t read_avx2_kernel(const uint64_t* p, size_t n);
 
 }  // namespace tinyloop::cli
