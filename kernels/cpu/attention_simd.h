@@ -19,9 +19,10 @@ void attend_one_simd(const float* q, const float* k, const float* v, int kv_stri
         return;
     }
     const int full = head_dim / V::W * V::W, tail = head_dim - full;
-    // Scores V::W rows at a time: one accumulator per row (the same fma sequence as dot), then
-    // hsum_rows, which gives each row exactly hsum's bits. Rows past n (the last block) are zero
-    // vectors whose scores are dropped.
+    // Scores V::W rows at a time: one accumulator per row (the same fma sequence as a one-row
+    // dot), then hsum_rows, which gives each row exactly hsum's bits. In the last block the rows
+    // past n repeat the block's first row and their scores are dropped (accumulators are
+    // independent, so the kept ones do not change).
     const V::T vscale = V::set1(scale);
     V::T vmx = V::set1(-__builtin_inff());
     for (int i0 = 0; i0 < n; i0 += V::W) {
@@ -30,39 +31,22 @@ void attend_one_simd(const float* q, const float* k, const float* v, int kv_stri
         const float* kp[V::W];
         for (int r = 0; r < V::W; ++r) {
             acc[r] = V::zero();
-            const int i = i0 + r;
-            kp[r] = r < m ? k + static_cast<size_t>(i < nr ? b + i : extra[i - nr]) * kv_stride : nullptr;
+            const int i = i0 + (r < m ? r : 0);
+            kp[r] = k + static_cast<size_t>(i < nr ? b + i : extra[i - nr]) * kv_stride;
         }
-        if (m == V::W) {  // a compile-time row count keeps the accumulators in registers
-            for (int d = 0; d < full; d += V::W) {
-                const V::T qd = V::load(q + d);
-                for (int r = 0; r < V::W; ++r) acc[r] = V::fma(qd, V::load(kp[r] + d), acc[r]);
-            }
-            if (tail) {
-                const V::T qd = V::load_n(q + full, tail);
-                for (int r = 0; r < V::W; ++r) acc[r] = V::fma(qd, V::load_n(kp[r] + full, tail), acc[r]);
-            }
-        } else {
-            for (int d = 0; d < full; d += V::W) {
-                const V::T qd = V::load(q + d);
-                for (int r = 0; r < m; ++r) acc[r] = V::fma(qd, V::load(kp[r] + d), acc[r]);
-            }
-            if (tail) {
-                const V::T qd = V::load_n(q + full, tail);
-                for (int r = 0; r < m; ++r) acc[r] = V::fma(qd, V::load_n(kp[r] + full, tail), acc[r]);
-            }
+        for (int d = 0; d < full; d += V::W) {  // a compile-time row count keeps acc in registers
+            const V::T qd = V::load(q + d);
+            for (int r = 0; r < V::W; ++r) acc[r] = V::fma(qd, V::load(kp[r] + d), acc[r]);
         }
-        // hsum's product: hsum(acc) * scale, one rounding each, as the one-row version did.
+        if (tail) {
+            const V::T qd = V::load_n(q + full, tail);
+            for (int r = 0; r < V::W; ++r) acc[r] = V::fma(qd, V::load_n(kp[r] + full, tail), acc[r]);
+        }
+        // hsum's product: hsum(acc) * scale, one rounding each, as the one-row version did. The
+        // repeated rows of a last block hold its first row's score, so the max is unaffected.
         const V::T s = V::mul(V::hsum_rows(acc), vscale);
-        if (m == V::W) {
-            V::store(scratch + i0, s);
-            vmx = V::max(vmx, s);
-        } else {
-            V::store_n(scratch + i0, s, m);
-            float t = scratch[i0];
-            for (int r = 1; r < m; ++r) t = scratch[i0 + r] > t ? scratch[i0 + r] : t;
-            vmx = V::max(vmx, V::set1(t));
-        }
+        V::store_n(scratch + i0, s, m);
+        vmx = V::max(vmx, s);
     }
     const V::T mx = V::set1(V::hmax(vmx));  // every lane holds the max
     V::T vsum = V::zero();
