@@ -5,6 +5,7 @@
 // <range>"; nothing here reads outside the buffer: every offset and size is checked with
 // overflow-checked arithmetic before it is used.
 #include "loader.h"
+#include "quant.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -84,8 +85,6 @@ kern::WType to_wtype(DType t) {
     }
     return kern::WType::F32;
 }
-
-int dtype_bits(DType t) { return kern::wtype_bits(to_wtype(t)); }
 
 bool f16_finite(uint16_t h) { return (h & 0x7c00u) != 0x7c00u; }
 
@@ -423,7 +422,7 @@ void Reader::parse_tensors(const json& t, Model& m) {
         info.dtype = dtype;
         info.shape = e.shape;
         info.bytes = code_bytes;
-        if (dtype == DType::Q8 || dtype == DType::Q4 || dtype == DType::Q2) {
+        if (dtype_is_quantized(dtype)) {
             const auto gs = j.find("group_size");
             int64_t g = -1;
             if (gs != j.end() && gs->is_number_integer())

@@ -22,19 +22,6 @@ namespace {
 
 constexpr uint16_t kF16Max = 0x7bff;  // 65504
 
-int dtype_bits(DType t) {
-    switch (t) {
-        case DType::Q8:
-            return 8;
-        case DType::Q4:
-            return 4;
-        case DType::Q2:
-            return 2;
-        default:
-            return 0;
-    }
-}
-
 // f16 of a finite value, saturating instead of overflowing to infinity.
 uint16_t to_f16_sat(float v) {
     uint16_t h = kern::f32_to_f16(v);
@@ -139,10 +126,10 @@ void quantize_group(const float* x, int g, int bits, uint16_t* scale, uint16_t* 
 }  // namespace
 
 QuantizedMatrix quantize_matrix(const float* w, int rows, int cols, DType dtype, int group_size) {
-    const int bits = dtype_bits(dtype);
-    if (bits == 0)
+    if (!dtype_is_quantized(dtype))
         throw Error(ErrorCode::InvalidArgument,
                     std::string("quantize: dtype ") + dtype_name(dtype) + ", allowed q8, q4, q2");
+    const int bits = dtype_bits(dtype);
     if (group_size != 32 && group_size != 64 && group_size != 128)
         throw Error(
             ErrorCode::InvalidArgument,

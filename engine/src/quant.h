@@ -9,6 +9,21 @@
 
 namespace tinyloop {
 
+// Bits per stored weight (FORMAT.md §2): f32 32, f16 16, q8 8, q4 4, q2 2.
+inline int dtype_bits(DType t) {
+    switch (t) {
+        case DType::F32: return 32;
+        case DType::F16: return 16;
+        case DType::Q8: return 8;
+        case DType::Q4: return 4;
+        case DType::Q2: return 2;
+    }
+    return 0;
+}
+
+// Q8, Q4 and Q2 are stored as group-quantized codes with f16 scales and zeros.
+inline bool dtype_is_quantized(DType t) { return t == DType::Q8 || t == DType::Q4 || t == DType::Q2; }
+
 struct QuantizedMatrix {
     std::vector<uint8_t> codes;    // rows * cols * bits / 8
     std::vector<uint16_t> scales;  // rows * cols / group_size (f16)

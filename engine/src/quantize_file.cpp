@@ -47,7 +47,7 @@ std::vector<float> round_trip(const std::vector<float>& w, int rows, int cols, D
 
 QuantizeReport quantize_model_file(const std::string& in_path, const std::string& out_path, DType dtype,
                                    int group_size) {
-    const bool quantized = dtype == DType::Q8 || dtype == DType::Q4 || dtype == DType::Q2;
+    const bool quantized = dtype_is_quantized(dtype);
     if (quantized && group_size != 32 && group_size != 64 && group_size != 128)
         throw Error(ErrorCode::InvalidArgument, "group_size: " + std::to_string(group_size) + " is not one of 32, 64, 128");
     LoadOptions lo;

@@ -26,24 +26,6 @@ constexpr uint64_t kAlign = 64;
 
 uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-bool is_quantized(DType t) { return t == DType::Q8 || t == DType::Q4 || t == DType::Q2; }
-
-int bits_of(DType t) {
-    switch (t) {
-        case DType::F32:
-            return 32;
-        case DType::F16:
-            return 16;
-        case DType::Q8:
-            return 8;
-        case DType::Q4:
-            return 4;
-        case DType::Q2:
-            return 2;
-    }
-    return 0;
-}
-
 // The shortest decimal that reads back as the same float: 1e-5f is written "1e-05", not
 // "9.999999747378752e-06".
 double float_for_json(float v) {
@@ -144,7 +126,7 @@ void save_model(const std::string& path, const ModelSpec& spec) {
         if (e.is_norm && t.dtype != DType::F32)
             invalid(field + ".dtype: " + dtype_name(t.dtype) +
                     ", allowed f32 (norm gains are f32)");
-        if (is_quantized(t.dtype)) {
+        if (dtype_is_quantized(t.dtype)) {
             if (t.group_size != 32 && t.group_size != 64 && t.group_size != 128)
                 invalid(field + ".group_size: " + std::to_string(t.group_size) +
                         ", allowed 32, 64 or 128");
@@ -157,10 +139,10 @@ void save_model(const std::string& path, const ModelSpec& spec) {
             if (!std::isfinite(t.values[i]))
                 invalid(field + ".values: element " + std::to_string(i) +
                         " is not finite, allowed finite values");
-        p.code_bytes = n * static_cast<uint64_t>(bits_of(t.dtype)) / 8;
+        p.code_bytes = n * static_cast<uint64_t>(dtype_bits(t.dtype)) / 8;
         p.offset = cursor;
         cursor = align_up(cursor + p.code_bytes);
-        if (is_quantized(t.dtype)) {
+        if (dtype_is_quantized(t.dtype)) {
             p.sz_bytes = n / static_cast<uint64_t>(t.group_size) * 2;
             p.scales_offset = cursor;
             cursor = align_up(cursor + p.sz_bytes);
@@ -206,9 +188,9 @@ void save_model(const std::string& path, const ModelSpec& spec) {
         ojson j;
         j["dtype"] = dtype_name(p.t->dtype);
         j["shape"] = p.t->shape;
-        if (is_quantized(p.t->dtype)) j["group_size"] = p.t->group_size;
+        if (dtype_is_quantized(p.t->dtype)) j["group_size"] = p.t->group_size;
         j["offset"] = p.offset;
-        if (is_quantized(p.t->dtype)) {
+        if (dtype_is_quantized(p.t->dtype)) {
             j["scales_offset"] = p.scales_offset;
             j["zeros_offset"] = p.zeros_offset;
         }
@@ -276,7 +258,7 @@ void save_model(const std::string& path, const ModelSpec& spec) {
 
 ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype, int group_size) {
     if (const std::string p = hparams_problem(hp); !p.empty()) invalid(p);
-    if (is_quantized(dtype)) {
+    if (dtype_is_quantized(dtype)) {
         if (group_size != 32 && group_size != 64 && group_size != 128)
             invalid("group_size: " + std::to_string(group_size) + ", allowed 32, 64 or 128");
         for (int64_t cols :
