@@ -40,8 +40,8 @@ std::vector<int32_t> generate_stream(Model* model, const int32_t* prompt, int pr
     return std::move(r.tokens);
 }
 
-std::vector<int32_t> generate_batch(Model* model, const std::vector<std::vector<int32_t>>& prompts,
-                                    const GenerateConfig& config, std::vector<int>* output_lengths) {
+std::vector<GenerateResult> generate_batch_ex(Model* model, const std::vector<std::vector<int32_t>>& prompts,
+                                              const GenerateConfig& config, const GenerateBatchOptions& options) {
     checked(model);
     // Validate every prompt before decoding any, so a bad one does not waste the others' work.
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -52,11 +52,20 @@ std::vector<int32_t> generate_batch(Model* model, const std::vector<std::vector<
             throw Error(e.code(), "prompts[" + std::to_string(i) + "]: " + e.what());
         }
     }
-    std::vector<int32_t> flat;
-    if (output_lengths) output_lengths->clear();
-    std::vector<std::vector<int32_t>> outs;
-    if (config.beam_size >= 2) {  // the batch engine does not run beam search
-        for (const auto& p : prompts) outs.push_back(generate(model, p.data(), static_cast<int>(p.size()), config));
+    auto observer_for = [&options](size_t i) -> TokenObserver {
+        if (!options.observer) return {};
+        return [&options, i](const TokenEvent& ev) { return options.observer(i, ev); };
+    };
+    std::vector<GenerateResult> results;
+    if (config.beam_size >= 2 || options.lens) {
+        // The batch engine runs neither beam search nor the logit lens: one prompt after another.
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            GenerateOptions o;
+            o.observer = observer_for(i);
+            o.lens = options.lens;
+            o.lens_top_k = options.lens_top_k;
+            results.push_back(generate_ex(model, prompts[i].data(), static_cast<int>(prompts[i].size()), config, o));
+        }
     } else if (!prompts.empty()) {
         // All prompts (up to 64 at a time) in one engine whose pool holds the largest 64 at once.
         const HParams& hp = model_hparams(model);
@@ -72,18 +81,27 @@ std::vector<int32_t> generate_batch(Model* model, const std::vector<std::vector<
         opt.kv_pages = static_cast<int>(std::clamp<long long>(pages, 1, 1 << 20));
         std::unique_ptr<BatchEngine, void (*)(BatchEngine*)> engine(create_batch_engine(model, opt), free_batch_engine);
         std::vector<uint64_t> ids;
-        for (const auto& p : prompts) {
+        for (size_t i = 0; i < prompts.size(); ++i) {
             BatchRequest r;
-            r.prompt = p;
+            r.prompt = prompts[i];
             r.config = config;
+            r.observer = observer_for(i);
             ids.push_back(batch_submit(engine.get(), std::move(r)));
         }
         batch_run_until_idle(engine.get());
-        for (uint64_t id : ids) outs.push_back(batch_result(engine.get(), id).tokens);
+        for (uint64_t id : ids) results.push_back(batch_result(engine.get(), id));
     }
-    for (const auto& out : outs) {
-        if (output_lengths) output_lengths->push_back(static_cast<int>(out.size()));
-        flat.insert(flat.end(), out.begin(), out.end());
+    return results;
+}
+
+std::vector<int32_t> generate_batch(Model* model, const std::vector<std::vector<int32_t>>& prompts,
+                                    const GenerateConfig& config, std::vector<int>* output_lengths) {
+    std::vector<GenerateResult> results = generate_batch_ex(model, prompts, config);
+    std::vector<int32_t> flat;
+    if (output_lengths) output_lengths->clear();
+    for (const auto& r : results) {
+        if (output_lengths) output_lengths->push_back(static_cast<int>(r.tokens.size()));
+        flat.insert(flat.end(), r.tokens.begin(), r.tokens.end());
     }
     return flat;
 }

@@ -389,6 +389,85 @@ TEST(Batch, GenerateBatchEqualsGenerateEach) {
     for (size_t i = 0; i < 2; ++i) EXPECT_EQ(beams[i], generate(m, two[i].data(), static_cast<int>(two[i].size()), c));
 }
 
+// generate_batch_ex: each prompt's whole result (text, stop reason, token events by prompt
+// index) equals generate_ex's for it alone, batched or (lens) one after another; an observer
+// returning false stops only its own prompt; a bad prompt is named before anything decodes.
+TEST(Batch, GenerateBatchExGivesEachPromptItsOwnResultAndEvents) {
+    ModelPtr mp(kBundled);
+    Model* m = mp.get();
+    const std::vector<std::string> texts = {"In the beginning", "And God said", "The LORD is my shepherd", "Wisdom"};
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& t : texts) prompts.push_back(tokenize(m, t));
+    GenerateConfig c;
+    c.max_tokens = 12;
+    c.temperature = 0.8f;
+    c.top_k = 40;
+    c.sample_seed = 3;
+    c.stop_strings = {"."};
+    for (bool lens : {false, true}) {
+        std::vector<std::vector<TokenEvent>> seen(prompts.size());
+        GenerateBatchOptions o;
+        o.lens = lens;
+        o.lens_top_k = 3;
+        o.observer = [&seen](size_t i, const TokenEvent& ev) {
+            seen.at(i).push_back(ev);
+            return true;
+        };
+        const std::vector<GenerateResult> rs = generate_batch_ex(m, prompts, c, o);
+        ASSERT_EQ(rs.size(), prompts.size());
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            std::vector<TokenEvent> alone;
+            GenerateOptions go;
+            go.lens = lens;
+            go.lens_top_k = 3;
+            go.observer = [&alone](const TokenEvent& ev) {
+                alone.push_back(ev);
+                return true;
+            };
+            const GenerateResult want = generate_ex(m, prompts[i].data(), static_cast<int>(prompts[i].size()), c, go);
+            EXPECT_EQ(rs[i].tokens, want.tokens) << "lens " << lens << " prompt " << i;
+            EXPECT_EQ(rs[i].text, want.text) << i;
+            EXPECT_EQ(rs[i].stats.stop_reason, want.stats.stop_reason) << i;
+            EXPECT_EQ(rs[i].stats.tokens_emitted, want.stats.tokens_emitted) << i;
+            ASSERT_EQ(seen[i].size(), alone.size()) << i;
+            for (size_t k = 0; k < alone.size(); ++k) {
+                EXPECT_EQ(seen[i][k].token, alone[k].token);
+                EXPECT_EQ(seen[i][k].index, alone[k].index);
+                EXPECT_EQ(seen[i][k].piece, alone[k].piece);
+                EXPECT_EQ(seen[i][k].lens.size(), lens ? alone[k].lens.size() : 0u);
+            }
+            if (lens) {
+                ASSERT_FALSE(seen[i].empty());
+                EXPECT_EQ(static_cast<int>(seen[i][0].lens.size()), seen[i][0].depth);
+            }
+        }
+    }
+    // An observer that refuses prompt 1's third token stops prompt 1 alone.
+    GenerateConfig g;
+    g.max_tokens = 10;
+    g.ignore_eos = true;
+    GenerateBatchOptions o;
+    o.observer = [](size_t i, const TokenEvent& ev) { return !(i == 1 && ev.index == 2); };
+    const std::vector<GenerateResult> rs = generate_batch_ex(m, prompts, g, o);
+    for (size_t i = 0; i < rs.size(); ++i) {
+        if (i == 1) {
+            EXPECT_EQ(rs[i].stats.stop_reason, StopReason::CALLBACK_ABORT);
+            EXPECT_EQ(rs[i].stats.tokens_emitted, 3);
+        } else {
+            EXPECT_EQ(rs[i].stats.stop_reason, StopReason::MAX_TOKENS) << i;
+            EXPECT_EQ(rs[i].stats.tokens_emitted, 10) << i;
+        }
+    }
+    // A bad prompt is refused by index before any decoding.
+    prompts[2] = {static_cast<int32_t>(model_hparams(m).vocab_size)};
+    try {
+        generate_batch_ex(m, prompts, g, o);
+        FAIL() << "an out-of-vocabulary prompt was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("prompts[2]"), std::string::npos) << e.what();
+    }
+}
+
 TEST(Batch, HeldRequestWaitsWithoutStallingTheOthers) {
     ModelPtr mp(kBundled);
     Model* m = mp.get();

@@ -152,6 +152,27 @@ def test_generate_batch(model):
         tl.generate_batch(model, ["a", "b" * 300], max_tokens=7)
 
 
+def test_generate_batch_results_and_events_per_prompt(model):
+    # Sampled, with a stop string: each prompt's result and events equal generate()'s alone,
+    # batched (events=True) and one after another (lens=True).
+    prompts = [PROMPT, "Hello", "abc", "In"]
+    kw = {"max_tokens": 10, "temperature": 0.9, "top_k": 30, "seed": 11, "stop": "e"}
+    for extra in ({"events": True}, {"lens": True, "lens_top_k": 2}):
+        rs = tl.generate_batch(model, prompts, **kw, **extra)
+        assert len(rs) == len(prompts)
+        for p, r in zip(prompts, rs):
+            want = tl.generate(model, p, **kw, **extra)
+            assert r["output_ids"] == want["output_ids"]
+            assert r["text"] == want["text"]
+            assert r["stats"]["stop_reason"] == want["stats"]["stop_reason"]
+            assert [e["token"] for e in r["events"]] == [e["token"] for e in want["events"]]
+            assert [e["piece"] for e in r["events"]] == [e["piece"] for e in want["events"]]
+            if "lens" in extra:
+                assert all(len(e["lens"]) == e["depth"] for e in r["events"])
+                assert r["events"][0]["lens"] == want["events"][0]["lens"]
+    assert all("events" not in r for r in tl.generate_batch(model, prompts, max_tokens=3))
+
+
 # ---- errors ------------------------------------------------------------------------------------
 
 

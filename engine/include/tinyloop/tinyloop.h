@@ -420,6 +420,18 @@ std::vector<int32_t> generate_stream(Model* model, const int32_t* prompt, int pr
 std::vector<int32_t> generate_batch(Model* model, const std::vector<std::vector<int32_t>>& prompts,
                                     const GenerateConfig& config,
                                     std::vector<int>* output_lengths = nullptr);
+// generate_batch with each prompt's whole GenerateResult (tokens, text, stats, stop reason), in
+// prompt order. observer (optional) receives (prompt index, TokenEvent) on the calling thread;
+// returning false stops that prompt only (CALLBACK_ABORT). The prompts run together through a
+// BatchEngine; with lens = true (TokenEvent::lens filled, lens_top_k entries per depth) or beam
+// search they run one after another through generate_ex. Tokens equal generate()'s either way.
+struct GenerateBatchOptions {
+    std::function<bool(size_t prompt_index, const TokenEvent& ev)> observer;
+    bool lens = false;
+    int lens_top_k = 5;
+};
+std::vector<GenerateResult> generate_batch_ex(Model* model, const std::vector<std::vector<int32_t>>& prompts,
+                                              const GenerateConfig& config, const GenerateBatchOptions& options = {});
 // Splits generate_batch's flat result back into per-prompt outputs.
 std::vector<std::vector<int32_t>> split_batch_output(const std::vector<int32_t>& flat,
                                                      const std::vector<int>& output_lengths);

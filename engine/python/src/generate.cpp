@@ -199,18 +199,25 @@ py::list batch_py(const PyModel& model, const py::sequence& prompts, const py::o
         throw py::type_error("prompts: expected a list of prompts (str or token-id lists), got one str");
     std::vector<std::vector<int32_t>> all;
     for (const auto& p : prompts) all.push_back(prompt_ids(m.get(), p));
-    for (size_t i = 0; i < all.size(); ++i) {
-        try {
-            tl::validate_config(m.get(), static_cast<int>(all[i].size()), cfg);
-        } catch (const tl::Error& e) {
-            throw tl::Error(e.code(), std::string(e.what()) + " (prompts[" + std::to_string(i) + "])");
-        }
+    // Every prompt is validated (naming prompts[i]) before any decoding; the prompts run together
+    // through the engine's batch scheduler, or one after another with lens=True.
+    const bool want_events = co.events || co.lens;
+    std::vector<std::vector<tl::TokenEvent>> events(all.size());
+    tl::GenerateBatchOptions o;
+    o.lens = co.lens;
+    o.lens_top_k = co.lens_top_k;
+    if (want_events)
+        o.observer = [&events](size_t i, const tl::TokenEvent& ev) {
+            events[i].push_back(ev);
+            return true;
+        };
+    std::vector<tl::GenerateResult> results;
+    {
+        py::gil_scoped_release nogil;
+        results = tl::generate_batch_ex(m.get(), all, cfg, o);
     }
     py::list out;
-    for (const auto& ids : all)
-        out.append(run_generate(co, [&](const tl::GenerateOptions& o) {
-            return tl::generate_ex(m.get(), ids.data(), static_cast<int>(ids.size()), cfg, o);
-        }));
+    for (size_t i = 0; i < results.size(); ++i) out.append(result_dict(results[i], want_events ? &events[i] : nullptr));
     return out;
 }
 
@@ -331,9 +338,11 @@ void register_generate(py::module_& m) {
            "queue_size bounds the events buffered ahead of the consumer. lens=True adds the logit\n"
            "lens to each event. Config errors raise here.\n\n" + cfg_doc).c_str());
     m.def("generate_batch", &batch_py, py::arg("model"), py::arg("prompts"), py::arg("config") = py::none(),
-          ("Sequential batch decode (the seed's generate_batch): each prompt decoded to completion\n"
-           "with a fresh cache, then the next, with one shared config. Every prompt is validated\n"
-           "before any decoding. Returns a list of result dicts, one per prompt.\n\n" + cfg_doc).c_str());
+          ("Batch decode (the seed's generate_batch) with one shared config: the prompts run together\n"
+           "through the engine's batch scheduler (each weight read once per step for all of them;\n"
+           "with lens=True or beam search, one after another). Every prompt is validated before any\n"
+           "decoding. Returns a list of result dicts, one per prompt, in order; each prompt's tokens\n"
+           "equal generate()'s for it alone.\n\n" + cfg_doc).c_str());
 
     py::class_<PyGrammar>(m, "Grammar",
                           "A GBNF-style grammar for constrained decoding (named rules `name ::= ...`, \"literals\",\n"
