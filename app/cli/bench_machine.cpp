@@ -19,6 +19,19 @@ double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+enum class Isa { Scalar, Avx2, Avx512 };
+
+// The widest of this file's x86 kernel sets the CPU runs (AVX-512F; AVX2 with FMA), for both
+// the FMA and the read-bandwidth measurements.
+Isa x86_kernel_isa() {
+#if defined(TL_X86_FMA_KERNELS)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+#endif
+    return Isa::Scalar;
+}
+
 // Runs f(thread_index) on `threads` threads started together; returns the wall time of the
 // slowest, measured from a common start.
 template <class F>
@@ -64,14 +77,11 @@ double measure_read_bandwidth_gbs(int threads, size_t bytes) {
     });
     // The widest read the machine has (the kernels' own load width); plain C++ elsewhere.
     uint64_t (*vector_read)(const uint64_t*, size_t) = nullptr;
-#if defined(TL_X86_FMA_KERNELS)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) {
-        vector_read = read_avx512_kernel;
-    } else if (__builtin_cpu_supports("avx2")) {
-        vector_read = read_avx2_kernel;
+    switch (x86_kernel_isa()) {
+        case Isa::Avx512: vector_read = read_avx512_kernel; break;
+        case Isa::Avx2: vector_read = read_avx2_kernel; break;
+        case Isa::Scalar: break;
     }
-#endif
     std::vector<uint64_t> sink(threads * 8);
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
@@ -108,14 +118,11 @@ double measure_fma_gflops(int threads, std::string* isa) {
     float (*kernel)(long, float, float) = fma_scalar_kernel;
     int flops_per_iter = 16 * 2;
     std::string name = "scalar";
-#if defined(TL_X86_FMA_KERNELS)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) {
-        kernel = fma_avx512_kernel, flops_per_iter = fma_avx512_flops_per_iter, name = "avx512";
-    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        kernel = fma_avx2_kernel, flops_per_iter = fma_avx2_flops_per_iter, name = "avx2";
+    switch (x86_kernel_isa()) {
+        case Isa::Avx512: kernel = fma_avx512_kernel, flops_per_iter = fma_avx512_flops_per_iter, name = "avx512"; break;
+        case Isa::Avx2: kernel = fma_avx2_kernel, flops_per_iter = fma_avx2_flops_per_iter, name = "avx2"; break;
+        case Isa::Scalar: break;
     }
-#endif
     if (isa) *isa = name;
     // Size the loop to about 50 ms on one thread.
     volatile float va = 0.999999f, vb = 1e-7f;
