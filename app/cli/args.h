@@ -45,6 +45,8 @@ public:
     Args(const CommandSpec& spec, int argc, char** argv, int first);
 
     bool help() const { return help_; }
+    // The subcommand's name ("generate"), for messages.
+    const std::string& command() const { return spec_.name; }
     bool has(const std::string& name) const;
     // The value of a non-repeatable option, or nullopt.
     std::optional<std::string> value(const std::string& name) const;

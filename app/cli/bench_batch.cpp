@@ -179,8 +179,9 @@ int run_bench_batch(const Args& args) {
                     {"batches", rows}});
         return 0;
     }
-    std::printf("continuous batching: %s, L=%d, %d-token prompts, %d greedy tokens each, kv %s, %d threads, median of %d\n",
-                model_path.c_str(), L, P, N, kv_cache_type_name(kv), model_info(model.get()).threads, repeat);
+    std::printf("continuous batching: %s, L=%d, %d-token prompts, %d greedy tokens each, kv %s, %s, median of %d\n",
+                model_path.c_str(), L, P, N, kv_cache_type_name(kv),
+                plural(model_info(model.get()).threads, "thread").c_str(), repeat);
     std::printf("%6s %14s %14s %9s %14s %9s %7s %12s\n", "batch", "decode tok/s", "per seq tok/s", "vs first",
                 "tok/CPU-s", "vs first", "steps", "KV bytes");
     const double cbase = med[0].cpu_tok_s;

@@ -48,7 +48,7 @@ CommandSpec bench_spec() {
          "an integer in [1, 100000]", false, W},
         {"--prompt-tokens", "P", "prompt length for prefill, 1..max_seq_len (default 256)",
          "an integer in [1, 1000000]", false, W},
-        {"--loops", "L", "loop depth (default: the model's default_loops)", "an integer >= 1",
+        {"--loops", "L", "loop depth (default: the model's default_loops)", "an integer in [1, max_loops]",
          false, W},
         {"--threads", "N,...", "CPU thread counts to compare, e.g. 1,2 (default: all cores)",
          "a list of integers in [1, 256]", false, W},
@@ -153,8 +153,10 @@ HParams parse_random_spec(const std::string& text, uint64_t* seed) {
                              "' (keys: d_model, n_heads, d_ff, vocab, n_pre, n_loop, loops, "
                              "n_kv_heads, head_dim, max_loops, max_seq_len, seed)");
         if (kv.count(key)) throw UsageError("--random: key '" + key + "' given twice");
-        kv[key] = parse_integer("--random", item.substr(eq + 1), key == "n_pre" || key == "seed" ? 0 : 1,
-                                1 << 22, key + "=N with N a positive integer");
+        const int64_t lo = key == "n_pre" || key == "seed" ? 0 : 1, hi = 1 << 22;
+        kv[key] = parse_integer("--random", item.substr(eq + 1), lo, hi,
+                                key + "=N with N in [" + std::to_string(lo) + ", " +
+                                    std::to_string(hi) + "]");
     }
     auto get = [&](const char* k, int64_t def) { return kv.count(k) ? kv[k] : def; };
     HParams hp;
@@ -565,8 +567,9 @@ int run_bench(const Args& args) {
     std::ostringstream o;
     if (!json) {
         char line[320];
-        std::snprintf(line, sizeof(line), "tinyloop bench: %s, prompt %d tokens, %d decoded, depth %d, median of %d\n",
-                      random ? ("random " + *args.value("--random")).c_str() : model_path.c_str(), P, N, L, repeat);
+        std::snprintf(line, sizeof(line), "tinyloop bench: %s, prompt %s, %d decoded, depth %d, median of %d\n",
+                      random ? ("random " + *args.value("--random")).c_str() : model_path.c_str(),
+                      plural(P, "token").c_str(), N, L, repeat);
         o << line;
         if (!machine.is_null()) {
             for (const auto& pt : machine["per_threads"]) {

@@ -43,11 +43,12 @@ int run_depths(const Args& args) {
     if (!args.has("--depths")) throw UsageError("--depths: required, e.g. --depths 2,4,8");
     std::vector<int> depths;
     for (const auto& item : split_list("--depths", *args.value("--depths")))
-        depths.push_back(static_cast<int>(parse_integer("--depths", item, 1, 1 << 16, "a depth (an integer >= 1)")));
+        depths.push_back(static_cast<int>(parse_integer("--depths", item, 1, INT32_MAX, "a depth in [1, max_loops]")));
     const int max_tokens = static_cast<int>(args.get_int("--max-tokens").value_or(32));
     if (max_tokens < 0) throw UsageError("--max-tokens: expected an integer >= 0, got " + std::to_string(max_tokens));
     const LoadOptions load = load_options(args);
     ModelPtr model = open_model(model_path, load);
+    check_depths("--depths", depths, model_hparams(model.get()));
     const std::vector<int32_t> ids = input_tokens(input, model.get(), 1);
     const std::vector<std::pair<std::string, std::string>> fields = {{"loops", "--depths"},
                                                                      {"max_tokens", "--max-tokens"}};

@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <optional>
 #include <sstream>
-#include <unistd.h>
 
 #include "commands.h"
 #include "common.h"
+#include "generate_output.h"
 
 namespace tinyloop::cli {
 
@@ -19,8 +19,8 @@ CommandSpec generate_spec() {
     s.name = "generate";
     s.synopsis = "MODEL (--prompt TEXT | --prompt-file F | --prompt-ids 1,2,3) [options]";
     s.summary =
-        "Generates a continuation of the prompt. Text streams to stdout as tokens arrive and\n"
-        "timing goes to stderr; --json prints one object instead.";
+        "Generates a continuation of the prompt. Text streams to stdout as tokens arrive and ends\n"
+        "with a newline; timing goes to stderr; --json prints one object instead.";
     const std::string P = "Prompt", D = "Decoding", S = "Stopping",
                       SP = "Self-speculation (--mode speculative and --mode tree)",
                       DM = "Draft-model speculation (greedy or sample)",
@@ -116,7 +116,8 @@ CommandSpec generate_spec() {
          false, O},
         {"--lens-top-k", "K", "lens entries per depth, 1..64 (default 5)", "an integer in [1, 64]",
          false, O},
-        {"--quiet", "", "no timing on stderr (plain output)", "", false, O},
+        {"--quiet", "", "no timing on stderr and no newline added: stdout is the text exactly", "",
+         false, O},
     };
     for (auto& o : common_options()) s.options.push_back(o);
     s.notes =
@@ -125,7 +126,8 @@ CommandSpec generate_spec() {
         "--verify-loops (exact greedy output at temperature 0; with --temperature it samples\n"
         "losslessly, --top-k/--top-p optional); it takes no penalties, bias, stops or cache window.\n"
         "tree drafts --branches candidates per step, --draft-ahead steps deep, and verifies the\n"
-        "whole tree in one forward; greedy only (exact greedy output at --verify-loops).\n"
+        "whole tree in one forward; greedy only (exact greedy output at --verify-loops; to sample\n"
+        "with self-speculation use --mode speculative --temperature T).\n"
         "--grammar FILE (GBNF: rule ::= ..., \"literals\", [classes], ( ), |, ?, *, +, start rule\n"
         "root) allows only tokens that keep the output inside the grammar; a malformed file is\n"
         "refused with FILE:LINE:COL; the stop reason GRAMMAR_DEAD_END means nothing was allowed.\n"
@@ -255,7 +257,7 @@ void check_speculative_flags(const Args& args, const std::string& mode) {
     if (mode == "tree")
         for (const char* f : {"--top-k", "--top-p", "--seed"})
             if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode tree (greedy only)");
-    auto loops = args.get_int("--loops"), verify = args.get_int("--verify-loops");
+    auto loops = loops_flag(args), verify = args.get_int("--verify-loops");
     if (loops && verify && *loops != *verify)
         throw UsageError("--loops " + std::to_string(*loops) + " and --verify-loops " +
                          std::to_string(*verify) + " disagree (with --mode " + mode +
@@ -305,125 +307,15 @@ GenerateResult run_speculative(Model* model, const std::string& mode, const Spec
                                         options);
 }
 
-// Prints streamed text, holding back any tail that could still become a stop string (the
-// engine leaves stop strings out of the text, so they must never reach the terminal).
-class StreamPrinter {
-public:
-    explicit StreamPrinter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
-
-    void push(const std::string& piece) {
-        pending_ += piece;
-        size_t keep_from = pending_.size();
-        for (size_t i = 0; i < pending_.size() && keep_from == pending_.size(); ++i) {
-            std::string_view tail(pending_.data() + i, pending_.size() - i);
-            for (const auto& s : stops_) {
-                size_t n = std::min(tail.size(), s.size());
-                if (tail.substr(0, n) == std::string_view(s).substr(0, n)) {
-                    keep_from = i;
-                    break;
-                }
-            }
-        }
-        write(pending_.substr(0, keep_from));
-        pending_.erase(0, keep_from);
-    }
-
-    // The engine's final text is the truth; print whatever of it has not been printed.
-    void finish(const std::string& text) {
-        if (text.compare(0, printed_.size(), printed_) == 0) write(text.substr(printed_.size()));
-        pending_.clear();
-    }
-
-    const std::string& printed() const { return printed_; }
-
-private:
-    void write(const std::string& s) {
-        if (s.empty()) return;
-        std::fwrite(s.data(), 1, s.size(), stdout);
-        std::fflush(stdout);
-        printed_ += s;
-    }
-    std::vector<std::string> stops_;
-    std::string pending_, printed_;
-};
-
-nlohmann::json event_json(const TokenEvent& ev) {
-    nlohmann::json j = {{"token", ev.token}, {"position", ev.position}, {"index", ev.index},
-                        {"piece", ev.piece}, {"depth", ev.depth},       {"prob", f2d(ev.prob)}};
-    if (ev.cycle >= 0) {
-        j["cycle"] = ev.cycle;
-        j["drafted"] = ev.drafted;
-        j["accepted"] = ev.accepted;
-        j["from_verifier"] = ev.from_verifier;
-    }
-    if (!ev.lens.empty()) {
-        nlohmann::json lens = nlohmann::json::array();
-        for (const auto& l : ev.lens) {
-            std::vector<double> probs;
-            for (float p : l.top_probs) probs.push_back(f2d(p));
-            lens.push_back({{"depth", l.depth},
-                            {"top_ids", l.top_ids},
-                            {"top_probs", probs},
-                            {"p_emitted", f2d(l.p_emitted)},
-                            {"entropy", f2d(l.entropy)}});
-        }
-        j["lens"] = lens;
-    }
-    return j;
-}
-
-void print_events_table(const Model* model, const std::vector<TokenEvent>& events) {
-    std::ostringstream o;
-    o << "    #    pos      id  depth     prob  piece\n";
-    for (const auto& ev : events) {
-        char line[128];
-        std::snprintf(line, sizeof(line), "%5d %6d %7d %6d %8.4f  ", ev.index, ev.position,
-                      ev.token, ev.depth, static_cast<double>(ev.prob));
-        o << line << "\"" << display_text(ev.piece) << "\"\n";
-        for (const auto& l : ev.lens) {
-            std::snprintf(line, sizeof(line), "        depth %2d  p=%.4f  H=%.3f  top:", l.depth,
-                          static_cast<double>(l.p_emitted), static_cast<double>(l.entropy));
-            o << line;
-            for (size_t k = 0; k < l.top_ids.size(); ++k) {
-                std::string t;
-                try {
-                    t = token_bytes(model, l.top_ids[k]);
-                } catch (const Error&) {
-                    t = "<" + std::to_string(l.top_ids[k]) + ">";
-                }
-                std::snprintf(line, sizeof(line), " %.3f",
-                              k < l.top_probs.size() ? static_cast<double>(l.top_probs[k]) : 0.0);
-                o << " \"" << display_text(t) << "\"" << line;
-            }
-            o << "\n";
-        }
-    }
-    std::string s = o.str();
-    std::fwrite(s.data(), 1, s.size(), stderr);
-}
-
 }  // namespace
 
-int run_generate(const Args& args) {
-    const std::string model_path = args.single_positional("MODEL");
-    const bool json = args.has("--json");
+namespace {
 
-    // ---- the prompt source ----
-    const std::string source = args.exclusive({"--prompt", "--prompt-file", "--prompt-ids"});
-    if (source.empty())
-        throw UsageError("missing prompt: give --prompt TEXT, --prompt-file F or --prompt-ids 1,2,3");
-    std::string prompt_text;
-    std::vector<int32_t> prompt_ids;
-    if (source == "--prompt") prompt_text = *args.value("--prompt");
-    if (source == "--prompt-file") prompt_text = read_text_file(source, *args.value(source));
-    if (source == "--prompt-ids") prompt_ids = parse_id_list(source, *args.value(source));
-    if (source == "--prompt-ids" && args.has("--parse-special"))
-        throw UsageError("--parse-special applies to prompt text, not to --prompt-ids");
-
-    // ---- decoding knobs ----
+// The decoding knobs that fill GenerateConfig fields one to one.
+GenerateConfig read_decoding_flags(const Args& args) {
     GenerateConfig cfg;
     if (auto v = args.get_int("--max-tokens")) cfg.max_tokens = *v;
-    if (auto v = args.get_int("--loops")) cfg.loops = *v;
+    if (auto v = loops_flag(args)) cfg.loops = *v;
     if (auto v = args.get_int("--top-k")) cfg.top_k = *v;
     if (auto v = args.get_float("--top-p")) cfg.top_p = *v;
     if (auto v = args.get_float("--min-p")) cfg.min_p = *v;
@@ -458,13 +350,27 @@ int run_generate(const Args& args) {
     if (auto v = args.get_int("--no-repeat-ngram")) cfg.no_repeat_ngram_size = *v;
     for (const auto& s : args.values("--bad-words"))
         cfg.bad_words.push_back(parse_id_list("--bad-words", s));
+    return cfg;
+}
 
-    // ---- mode ----
-    std::string mode = args.value("--mode").value_or("");
-    if (args.has("--mode") && mode.empty())
-        throw UsageError("--mode: expected one of greedy, sample, speculative, tree, beam, got ''");
-    if (!mode.empty() && mode != "greedy" && mode != "sample" && mode != "speculative" &&
-        mode != "tree" && mode != "beam")
+// The decoding mode and the flags only some modes take.
+struct ModeFlags {
+    std::string mode;          // as given; "" without --mode
+    bool speculative = false;  // --mode speculative or --mode tree
+    SpeculativeFlags spec;
+    std::optional<std::string> draft_path;  // --draft-model
+    std::optional<int> gamma;
+};
+
+// --mode, --temperature, the speculative, draft-model and beam flags; refuses the combinations
+// that would be ignored. Sets cfg.temperature and cfg.beam_size.
+ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
+    ModeFlags m;
+    m.mode = args.value("--mode").value_or("");
+    const std::string& mode = m.mode;
+    if (args.has("--mode") && (mode.empty() || (mode != "greedy" && mode != "sample" &&
+                                                mode != "speculative" && mode != "tree" &&
+                                                mode != "beam")))
         throw UsageError("--mode: expected one of greedy, sample, speculative, tree, beam, got '" +
                          mode + "'");
     const std::optional<float> temperature = args.get_float("--temperature");
@@ -480,29 +386,32 @@ int run_generate(const Args& args) {
                              " (use --mode greedy for argmax decoding)");
         cfg.temperature = temperature.value_or(0.8f);
     } else if (temperature) {
+        if (mode == "tree" && *temperature > 0.01f)
+            throw UsageError("--temperature " + tstr() +
+                             ": --mode tree is greedy only; use --mode speculative to sample "
+                             "with self-speculation");
         cfg.temperature = *temperature;
     }
 
-    SpeculativeFlags spec;
-    spec.draft_loops = args.get_int("--draft-loops");
-    spec.verify_loops = args.get_int("--verify-loops");
-    spec.draft_ahead = args.get_int("--draft-ahead");
-    spec.branches = args.get_int("--branches");
-    const bool speculative = mode == "speculative" || mode == "tree";
-    if (speculative) check_speculative_flags(args, mode);
-    const std::optional<std::string> draft_path = args.value("--draft-model");
-    if (draft_path) {
-        if (draft_path->empty()) throw UsageError("--draft-model: expected a model file, got ''");
-        if (speculative || mode == "beam")
+    m.spec.draft_loops = args.get_int("--draft-loops");
+    m.spec.verify_loops = args.get_int("--verify-loops");
+    m.spec.draft_ahead = args.get_int("--draft-ahead");
+    m.spec.branches = args.get_int("--branches");
+    m.speculative = mode == "speculative" || mode == "tree";
+    if (m.speculative) check_speculative_flags(args, mode);
+    m.draft_path = args.value("--draft-model");
+    if (m.draft_path) {
+        if (m.draft_path->empty()) throw UsageError("--draft-model: expected a model file, got ''");
+        if (m.speculative || mode == "beam")
             throw UsageError("--draft-model: not used with --mode " + mode +
                              " (draft-model speculation decodes greedy or sample)");
     }
-    const std::optional<int> gamma = args.get_int("--gamma");
-    if (gamma && !draft_path) throw UsageError("--gamma: only used with --draft-model");
+    m.gamma = args.get_int("--gamma");
+    if (m.gamma && !m.draft_path) throw UsageError("--gamma: only used with --draft-model");
     for (const char* f : {"--draft-loops", "--verify-loops", "--draft-ahead"})
-        if (args.has(f) && !speculative && !(draft_path && std::string(f) == "--draft-loops"))
+        if (args.has(f) && !m.speculative && !(m.draft_path && std::string(f) == "--draft-loops"))
             throw UsageError(std::string(f) + ": only used with --mode speculative or --mode tree" +
-                             (draft_path ? "" : " (--draft-loops also with --draft-model)"));
+                             (m.draft_path ? "" : " (--draft-loops also with --draft-model)"));
     if (args.has("--branches") && mode != "tree")
         throw UsageError("--branches: only used with --mode tree");
 
@@ -522,8 +431,10 @@ int run_generate(const Args& args) {
             throw UsageError("--length-penalty: only used with --mode beam");
         cfg.length_penalty = *v;
     }
+    return m;
+}
 
-    // ---- early exit ----
+void read_early_exit_flags(const Args& args, GenerateConfig& cfg) {
     const bool early = args.has("--early-exit") || args.has("--early-exit-patience");
     if (auto c = args.value("--early-exit")) {
         bool found = false;
@@ -546,18 +457,51 @@ int run_generate(const Args& args) {
         if (cfg.early_exit_criterion == EarlyExitCriterion::LogitMargin)
             cfg.early_exit_logit_margin = *v;
     }
+}
 
-    // ---- output ----
-    GenerateOptions options;
-    options.lens = args.has("--lens");
-    if (auto v = args.get_int("--lens-top-k")) {
-        if (!options.lens) throw UsageError("--lens-top-k: only used with --lens");
-        options.lens_top_k = *v;
-    }
-    const bool want_events = args.has("--events") || options.lens;
-    const LoadOptions load = load_options(args);
+// The settings used, for --json's "config".
+nlohmann::json config_json(const GenerateConfig& cfg, const Args& args, const std::string& mode_used,
+                           int resolved_loops) {
+    nlohmann::json bias = nlohmann::json::array();
+    for (const auto& [id, b] : cfg.logit_bias) bias.push_back({id, f2d(b)});
+    return {
+        {"mode", mode_used},
+        {"max_tokens", cfg.max_tokens},
+        {"loops", resolved_loops},
+        {"temperature", f2d(cfg.temperature)},
+        {"top_k", cfg.top_k},
+        {"top_p", f2d(cfg.top_p)},
+        {"min_p", f2d(cfg.min_p)},
+        {"repetition_penalty", f2d(cfg.repetition_penalty)},
+        {"frequency_penalty", f2d(cfg.frequency_penalty)},
+        {"presence_penalty", f2d(cfg.presence_penalty)},
+        {"logit_bias", bias},
+        {"seed", cfg.sample_seed},
+        {"stop", cfg.stop_strings},
+        {"stop_ids", cfg.stop_sequences},
+        {"ignore_eos", cfg.ignore_eos},
+        {"max_time", cfg.max_time},
+        {"no_repeat_ngram", cfg.no_repeat_ngram_size},
+        {"bad_words", cfg.bad_words},
+        {"cache_window", cfg.cache_window},
+        {"kv_cache", kv_cache_type_name(cfg.kv_cache)},
+        {"beam_size", cfg.beam_size},
+        {"length_penalty", f2d(cfg.length_penalty)},
+        {"early_exit",
+         {{"criterion", criterion_name(cfg.early_exit_criterion)},
+          {"patience", cfg.early_exit_patience},
+          {"min_l", cfg.early_exit_min_L},
+          {"peek_every", cfg.early_exit_peek_every},
+          {"threshold", f2d(cfg.early_exit_threshold)},
+          {"logit_margin", f2d(cfg.early_exit_logit_margin)}}},
+        {"parse_special", args.has("--parse-special")},
+        {"grammar", args.has("--grammar") ? nlohmann::json(*args.value("--grammar"))
+                                          : nlohmann::json(nullptr)},
+    };
+}
 
-    // ---- the grammar: parsed before the model loads, so a malformed one fails fast ----
+// The grammar, parsed before the model loads so that a malformed one fails fast.
+std::unique_ptr<Grammar, void (*)(Grammar*)> read_grammar(const Args& args) {
     std::unique_ptr<Grammar, void (*)(Grammar*)> grammar(nullptr, free_grammar);
     if (auto g = args.value("--grammar")) {
         if (g->empty()) throw UsageError("--grammar: expected a grammar file, got ''");
@@ -567,8 +511,42 @@ int run_generate(const Args& args) {
         } catch (const Error& e) {
             throw Error(e.code(), std::string("--grammar: ") + e.what());
         }
-        cfg.grammar = grammar.get();
     }
+    return grammar;
+}
+
+}  // namespace
+
+int run_generate(const Args& args) {
+    const std::string model_path = args.single_positional("MODEL");
+    const bool json = args.has("--json");
+
+    // ---- the prompt source ----
+    const std::string source = args.exclusive({"--prompt", "--prompt-file", "--prompt-ids"});
+    if (source.empty())
+        throw UsageError("missing prompt: give --prompt TEXT, --prompt-file F or --prompt-ids 1,2,3");
+    std::string prompt_text;
+    std::vector<int32_t> prompt_ids;
+    if (source == "--prompt") prompt_text = *args.value("--prompt");
+    if (source == "--prompt-file") prompt_text = read_text_file(source, *args.value(source));
+    if (source == "--prompt-ids") prompt_ids = parse_id_list(source, *args.value(source));
+    if (source == "--prompt-ids" && args.has("--parse-special"))
+        throw UsageError("--parse-special applies to prompt text, not to --prompt-ids");
+
+    // ---- the flags, all checked before the model loads ----
+    GenerateConfig cfg = read_decoding_flags(args);
+    const ModeFlags m = read_mode_flags(args, cfg);
+    read_early_exit_flags(args, cfg);
+    GenerateOptions options;
+    options.lens = args.has("--lens");
+    if (auto v = args.get_int("--lens-top-k")) {
+        if (!options.lens) throw UsageError("--lens-top-k: only used with --lens");
+        options.lens_top_k = *v;
+    }
+    const bool want_events = args.has("--events") || options.lens;
+    const LoadOptions load = load_options(args);
+    const auto grammar = read_grammar(args);
+    cfg.grammar = grammar.get();
 
     // ---- the model and the prompt ----
     ModelPtr model = open_model(model_path, load);
@@ -581,32 +559,34 @@ int run_generate(const Args& args) {
                                  std::to_string(hp.vocab_size - 1) + ", vocab_size " +
                                  std::to_string(hp.vocab_size) + ")");
     } else {
-        prompt_ids = tokenize(model.get(), prompt_text, args.has("--parse-special"));
+        const bool parse_special = args.has("--parse-special");
+        if (!parse_special) hint_special_tokens("tinyloop generate", source, model.get(), prompt_text);
+        prompt_ids = tokenize(model.get(), prompt_text, parse_special);
     }
     if (prompt_ids.empty())
         throw UsageError(source + ": the prompt is empty (at least one token is needed)");
     const int prompt_len = static_cast<int>(prompt_ids.size());
 
     nlohmann::json spec_echo;
-    if (!speculative) with_flag_messages([&] { validate_config(model.get(), prompt_len, cfg); });
+    if (!m.speculative) with_flag_messages([&] { validate_config(model.get(), prompt_len, cfg); });
     ModelPtr draft_model;
     DraftSpeculativeConfig draft_cfg;
-    if (draft_path) {
+    if (m.draft_path) {
         try {
-            check_file_readable("--draft-model", *draft_path);
-            draft_model = open_model(*draft_path, load);
+            check_file_readable("--draft-model", *m.draft_path);
+            draft_model = open_model(*m.draft_path, load);
         } catch (const Error& e) {
             throw Error(e.code(), std::string("--draft-model: ") + e.what());
         }
-        if (gamma) draft_cfg.gamma = *gamma;
-        if (spec.draft_loops) draft_cfg.draft_loops = *spec.draft_loops;
-        spec_echo = {{"draft_model", *draft_path},
+        if (m.gamma) draft_cfg.gamma = *m.gamma;
+        if (m.spec.draft_loops) draft_cfg.draft_loops = *m.spec.draft_loops;
+        spec_echo = {{"draft_model", *m.draft_path},
                      {"gamma", draft_cfg.gamma},
                      {"draft_loops", draft_cfg.draft_loops > 0
                                          ? draft_cfg.draft_loops
                                          : model_hparams(draft_model.get()).default_loops}};
     }
-    const bool speculating = speculative || draft_path.has_value();
+    const bool speculating = m.speculative || m.draft_path.has_value();
 
     // ---- generate ----
     StreamPrinter printer(cfg.stop_strings);
@@ -621,95 +601,33 @@ int run_generate(const Args& args) {
     {
         SigintGuard guard;
         result = with_flag_messages([&] {
-            if (speculative)
-                return run_speculative(model.get(), mode, spec, cfg, args, prompt_ids, options,
+            if (m.speculative)
+                return run_speculative(model.get(), m.mode, m.spec, cfg, args, prompt_ids, options,
                                        spec_echo);
-            if (draft_path)
+            if (m.draft_path)
                 return draft_speculative_generate_ex(model.get(), draft_model.get(), prompt_ids.data(),
                                                      prompt_len, cfg, draft_cfg, options);
             return generate_ex(model.get(), prompt_ids.data(), prompt_len, cfg, options);
         });
     }
-    const bool interrupted = g_interrupted != 0;
+    const int exit_status = g_interrupted != 0 ? 130 : 0;
     const GenerateStats& st = result.stats;
-    const int resolved_loops = speculative ? spec_echo.value("verify_loops", 0)
-                                           : cfg.loops > 0 ? cfg.loops : hp.default_loops;
     const std::string mode_used =
-        !mode.empty() ? mode
-                      : (cfg.beam_size >= 2 ? "beam" : cfg.temperature > 0.01f ? "sample" : "greedy");
+        !m.mode.empty() ? m.mode
+                        : (cfg.beam_size >= 2 ? "beam" : cfg.temperature > 0.01f ? "sample" : "greedy");
 
     if (json) {
-        std::vector<int32_t> output(result.tokens.begin() +
-                                        std::min<size_t>(result.tokens.size(),
-                                                         static_cast<size_t>(result.prompt_len)),
-                                    result.tokens.end());
+        const int resolved_loops = m.speculative ? spec_echo.value("verify_loops", 0)
+                                                 : cfg.loops > 0 ? cfg.loops : hp.default_loops;
+        const size_t skip = std::min<size_t>(result.tokens.size(), static_cast<size_t>(result.prompt_len));
         nlohmann::json j;
         j["model"] = model_path;
         j["backend"] = model_info(model.get()).backend;
         j["prompt_ids"] = prompt_ids;
-        j["output_ids"] = output;
+        j["output_ids"] = std::vector<int32_t>(result.tokens.begin() + skip, result.tokens.end());
         j["text"] = result.text;
-        j["stats"] = {
-            {"prefill_ms", st.prefill_ms},
-            {"first_token_ms", st.first_token_ms},
-            {"decode_ms", st.decode_ms},
-            {"total_ms", st.total_ms},
-            {"prompt_tokens", st.prompt_tokens},
-            {"tokens_emitted", st.tokens_emitted},
-            {"stop_reason", stop_reason_name(st.stop_reason)},
-            {"loops_used", st.loops_used},
-            {"decode_tokens_per_s", st.decode_tokens_per_s()},
-            {"depth_per_token", st.depth_per_token},
-            {"kv_cache_bytes", st.kv_cache_bytes},
-        };
-        if (speculating) {
-            auto& js = j["stats"];
-            js["spec_cycles"] = st.spec_cycles;
-            js["spec_drafted"] = st.spec_drafted;
-            js["spec_tested"] = st.spec_tested;
-            js["spec_accepted"] = st.spec_accepted;
-            js["spec_accept_hist"] = st.spec_accept_hist;
-            js["spec_acceptance_rate"] = st.spec_acceptance_rate();
-            js["spec_mean_accepted"] = st.spec_mean_accepted();
-            js["draft_ms"] = st.draft_ms;
-            js["verify_ms"] = st.verify_ms;
-        }
-        nlohmann::json bias = nlohmann::json::array();
-        for (const auto& [id, b] : cfg.logit_bias) bias.push_back({id, f2d(b)});
-        j["config"] = {
-            {"mode", mode_used},
-            {"max_tokens", cfg.max_tokens},
-            {"loops", resolved_loops},
-            {"temperature", f2d(cfg.temperature)},
-            {"top_k", cfg.top_k},
-            {"top_p", f2d(cfg.top_p)},
-            {"min_p", f2d(cfg.min_p)},
-            {"repetition_penalty", f2d(cfg.repetition_penalty)},
-            {"frequency_penalty", f2d(cfg.frequency_penalty)},
-            {"presence_penalty", f2d(cfg.presence_penalty)},
-            {"logit_bias", bias},
-            {"seed", cfg.sample_seed},
-            {"stop", cfg.stop_strings},
-            {"stop_ids", cfg.stop_sequences},
-            {"ignore_eos", cfg.ignore_eos},
-            {"max_time", cfg.max_time},
-            {"no_repeat_ngram", cfg.no_repeat_ngram_size},
-            {"bad_words", cfg.bad_words},
-            {"cache_window", cfg.cache_window},
-            {"kv_cache", kv_cache_type_name(cfg.kv_cache)},
-            {"beam_size", cfg.beam_size},
-            {"length_penalty", f2d(cfg.length_penalty)},
-            {"early_exit",
-             {{"criterion", criterion_name(cfg.early_exit_criterion)},
-              {"patience", cfg.early_exit_patience},
-              {"min_l", cfg.early_exit_min_L},
-              {"peek_every", cfg.early_exit_peek_every},
-              {"threshold", f2d(cfg.early_exit_threshold)},
-              {"logit_margin", f2d(cfg.early_exit_logit_margin)}}},
-            {"parse_special", args.has("--parse-special")},
-            {"grammar", args.has("--grammar") ? nlohmann::json(*args.value("--grammar"))
-                                              : nlohmann::json(nullptr)},
-        };
+        j["stats"] = stats_json(st, speculating);
+        j["config"] = config_json(cfg, args, mode_used, resolved_loops);
         for (const auto& [k, v] : spec_echo.items()) j["config"][k] = v;
         if (want_events) {
             nlohmann::json ev = nlohmann::json::array();
@@ -717,32 +635,18 @@ int run_generate(const Args& args) {
             j["events"] = ev;
         }
         print_json(j);
-        return interrupted ? 130 : 0;
+        return exit_status;
     }
 
     printer.finish(result.text);
-    if (isatty(STDOUT_FILENO) && !printer.printed().empty() && printer.printed().back() != '\n')
+    // Text for a person ends its line, so that the timing and the events table on stderr never
+    // run on from it; --quiet leaves stdout exactly the generated text.
+    if (!args.has("--quiet") && !printer.printed().empty() && printer.printed().back() != '\n')
         std::fputs("\n", stdout);
     std::fflush(stdout);
     if (want_events) print_events_table(model.get(), events);
-    if (!args.has("--quiet")) {
-        std::fprintf(stderr,
-                     "tinyloop: prompt %d tokens, prefill %.2f ms, first token %.2f ms\n"
-                     "tinyloop: %d tokens, decode %.2f ms (%.1f tok/s), total %.2f ms, "
-                     "stop %s, loops %d%s\n",
-                     st.prompt_tokens, st.prefill_ms, st.first_token_ms, st.tokens_emitted,
-                     st.decode_ms, st.decode_tokens_per_s(), st.total_ms,
-                     stop_reason_name(st.stop_reason), st.loops_used,
-                     interrupted ? " (interrupted)" : "");
-        if (speculating)
-            std::fprintf(stderr,
-                         "tinyloop: speculative %d cycles, %d/%d drafted tokens accepted (%.1f%%, "
-                         "%.2f per cycle), draft %.2f ms, verify %.2f ms\n",
-                         st.spec_cycles, st.spec_accepted, st.spec_tested,
-                         100.0 * st.spec_acceptance_rate(), st.spec_mean_accepted(), st.draft_ms,
-                         st.verify_ms);
-    }
-    return interrupted ? 130 : 0;
+    if (!args.has("--quiet")) print_timing(st, mode_used, speculating, exit_status != 0);
+    return exit_status;
 }
 
 }  // namespace tinyloop::cli

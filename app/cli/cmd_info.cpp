@@ -1,4 +1,5 @@
 // tinyloop info MODEL: what a .tinyloop file holds and how this machine would run it.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -11,20 +12,28 @@ namespace tinyloop::cli {
 CommandSpec info_spec() {
     CommandSpec s;
     s.name = "info";
-    s.synopsis = "MODEL [--json] [--tensors] [--backend B] [--threads N]";
+    s.synopsis = "MODEL [--json] [--tensors] [--metadata | --no-metadata] [--backend B] [--threads N]";
     s.summary =
         "Loads MODEL and prints its hyperparameters, the dtypes of its tensors, its tokenizer,\n"
-        "its metadata, file and weight sizes, parameter count, and the back end chosen (and why).";
+        "a short form of its metadata, file and weight sizes, parameter count, and the back end\n"
+        "chosen (and why).";
     s.options = {
         {"--tensors", "", "list every tensor (name, dtype, shape, bytes) in the text output", "",
          false, "Info"},
+        {"--metadata", "", "print the whole metadata object (training log included)", "", false,
+         "Info"},
+        {"--no-metadata", "", "leave the metadata out (text and --json)", "", false, "Info"},
     };
     for (auto& o : common_options()) s.options.push_back(o);
     s.notes =
         "--json prints one object: path, file_bytes, weight_bytes, parameter_count, backend,\n"
         "backend_note, threads, vram_bytes, hparams{...}, dtypes{dtype: {tensors, parameters,\n"
         "bytes}}, tensors[{name, dtype, shape, group_size, bytes}], tokenizer{type, pretokenizer,\n"
-        "merges, vocab, special_tokens{text: id}, eos_id, bos_id}, metadata (the file's object).\n";
+        "merges, vocab, special_tokens{text: id}, eos_id, bos_id}, metadata (the file's whole\n"
+        "object; left out with --no-metadata).\n"
+        "The text output's metadata is one line per top-level key: numbers and strings as they\n"
+        "are (long strings cut at 100 characters), objects and lists by their size; --metadata\n"
+        "prints the whole object instead.\n";
     return s;
 }
 
@@ -42,6 +51,42 @@ std::string shape_text(const std::vector<int64_t>& shape) {
     return s + "]";
 }
 
+// One line per top-level key; objects and lists by their size.
+std::string metadata_summary(const nlohmann::json& metadata) {
+    std::ostringstream o;
+    if (!metadata.is_object() || metadata.empty()) {
+        o << "  " << (metadata.is_object() ? "(none)" : "(not a JSON object)") << "\n";
+        return o.str();
+    }
+    size_t width = 0;
+    for (const auto& [key, value] : metadata.items()) width = std::max(width, key.size());
+    for (const auto& [key, value] : metadata.items()) {
+        std::string shown;
+        if (value.is_object()) {
+            shown = "{" + plural(static_cast<long long>(value.size()), "key") + ": ";
+            size_t listed = 0;
+            for (const auto& [k, v] : value.items()) {
+                if (listed++ == 4) {
+                    shown += ", ...";
+                    break;
+                }
+                shown += (listed > 1 ? ", " : "") + k;
+            }
+            shown += "}";
+        } else if (value.is_array()) {
+            shown = "[" + std::to_string(value.size()) + (value.size() == 1 ? " entry]" : " entries]");
+        } else if (value.is_string()) {
+            shown = display_text(value.get<std::string>());
+            if (shown.size() > 100) shown = shown.substr(0, 97) + "...";
+        } else {
+            shown = value.dump();
+        }
+        o << "  " << key << std::string(width + 2 - key.size(), ' ') << shown << "\n";
+    }
+    o << "  (--metadata prints the whole object)\n";
+    return o.str();
+}
+
 std::string token_name(const TokenizerSpec& tok, int32_t id) {
     if (id < 0) return "none";
     for (const auto& [text, sid] : tok.special_tokens)
@@ -49,19 +94,12 @@ std::string token_name(const TokenizerSpec& tok, int32_t id) {
     return std::to_string(id);
 }
 
-}  // namespace
+struct DtypeSum {
+    int tensors = 0;
+    uint64_t params = 0, bytes = 0;
+};
 
-int run_info(const Args& args) {
-    const std::string path = args.single_positional("MODEL");
-    ModelPtr model = open_model(path, load_options(args));
-    const ModelInfo info = model_info(model.get());
-    const HParams& hp = info.hparams;
-    const size_t vram = vram_usage_bytes(model.get());
-
-    struct DtypeSum {
-        int tensors = 0;
-        uint64_t params = 0, bytes = 0;
-    };
+std::map<std::string, DtypeSum> dtype_sums(const ModelInfo& info) {
     std::map<std::string, DtypeSum> by_dtype;
     for (const auto& t : info.tensors) {
         auto& d = by_dtype[dtype_name(t.dtype)];
@@ -69,6 +107,65 @@ int run_info(const Args& args) {
         d.params += elements(t);
         d.bytes += t.bytes;
     }
+    return by_dtype;
+}
+
+// --json without the metadata: sizes, back end, hyperparameters, dtypes, tensors, tokenizer.
+nlohmann::json info_json(const ModelInfo& info, const std::string& path, size_t vram) {
+    const HParams& hp = info.hparams;
+    const std::map<std::string, DtypeSum> by_dtype = dtype_sums(info);
+    nlohmann::json j;
+    j["path"] = info.path.empty() ? path : info.path;
+    j["file_bytes"] = info.file_bytes;
+    j["weight_bytes"] = info.weight_bytes;
+    j["parameter_count"] = info.parameter_count;
+    j["backend"] = info.backend;
+    j["backend_note"] = info.backend_note;
+    j["threads"] = info.threads;
+    j["vram_bytes"] = vram;
+    j["hparams"] = hparams_json(hp);
+    nlohmann::json dt = nlohmann::json::object();
+    for (const auto& [name, d] : by_dtype)
+        dt[name] = {{"tensors", d.tensors}, {"parameters", d.params}, {"bytes", d.bytes}};
+    j["dtypes"] = dt;
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& t : info.tensors) {
+        nlohmann::json tj = {{"name", t.name},
+                             {"dtype", dtype_name(t.dtype)},
+                             {"shape", t.shape},
+                             {"bytes", t.bytes}};
+        if (t.group_size > 0) tj["group_size"] = t.group_size;
+        tensors.push_back(tj);
+    }
+    j["tensors"] = tensors;
+    nlohmann::json specials = nlohmann::json::object();
+    for (const auto& [text, id] : info.tokenizer.special_tokens) specials[text] = id;
+    j["tokenizer"] = {
+        {"type", info.tokenizer.type},
+        {"pretokenizer", info.tokenizer.pretokenizer},
+        {"merges", info.tokenizer.merges.size()},
+        {"vocab", info.tokenizer_vocab},
+        {"special_tokens", specials},
+        {"eos_id", info.tokenizer.eos_id >= 0 ? nlohmann::json(info.tokenizer.eos_id)
+                                              : nlohmann::json(nullptr)},
+        {"bos_id", info.tokenizer.bos_id >= 0 ? nlohmann::json(info.tokenizer.bos_id)
+                                              : nlohmann::json(nullptr)},
+    };
+    return j;
+}
+
+}  // namespace
+
+int run_info(const Args& args) {
+    const std::string path = args.single_positional("MODEL");
+    const bool full_metadata = args.has("--metadata"), no_metadata = args.has("--no-metadata");
+    if (full_metadata && no_metadata) throw UsageError("--metadata and --no-metadata cannot be used together");
+    ModelPtr model = open_model(path, load_options(args));
+    const ModelInfo info = model_info(model.get());
+    const HParams& hp = info.hparams;
+    const size_t vram = vram_usage_bytes(model.get());
+
+    const std::map<std::string, DtypeSum> by_dtype = dtype_sums(info);
 
     nlohmann::json metadata;
     bool metadata_ok = true;
@@ -80,44 +177,8 @@ int run_info(const Args& args) {
     }
 
     if (args.has("--json")) {
-        nlohmann::json j;
-        j["path"] = info.path.empty() ? path : info.path;
-        j["file_bytes"] = info.file_bytes;
-        j["weight_bytes"] = info.weight_bytes;
-        j["parameter_count"] = info.parameter_count;
-        j["backend"] = info.backend;
-        j["backend_note"] = info.backend_note;
-        j["threads"] = info.threads;
-        j["vram_bytes"] = vram;
-        j["hparams"] = hparams_json(hp);
-        nlohmann::json dt = nlohmann::json::object();
-        for (const auto& [name, d] : by_dtype)
-            dt[name] = {{"tensors", d.tensors}, {"parameters", d.params}, {"bytes", d.bytes}};
-        j["dtypes"] = dt;
-        nlohmann::json tensors = nlohmann::json::array();
-        for (const auto& t : info.tensors) {
-            nlohmann::json tj = {{"name", t.name},
-                                 {"dtype", dtype_name(t.dtype)},
-                                 {"shape", t.shape},
-                                 {"bytes", t.bytes}};
-            if (t.group_size > 0) tj["group_size"] = t.group_size;
-            tensors.push_back(tj);
-        }
-        j["tensors"] = tensors;
-        nlohmann::json specials = nlohmann::json::object();
-        for (const auto& [text, id] : info.tokenizer.special_tokens) specials[text] = id;
-        j["tokenizer"] = {
-            {"type", info.tokenizer.type},
-            {"pretokenizer", info.tokenizer.pretokenizer},
-            {"merges", info.tokenizer.merges.size()},
-            {"vocab", info.tokenizer_vocab},
-            {"special_tokens", specials},
-            {"eos_id", info.tokenizer.eos_id >= 0 ? nlohmann::json(info.tokenizer.eos_id)
-                                                  : nlohmann::json(nullptr)},
-            {"bos_id", info.tokenizer.bos_id >= 0 ? nlohmann::json(info.tokenizer.bos_id)
-                                                  : nlohmann::json(nullptr)},
-        };
-        j["metadata"] = metadata;
+        nlohmann::json j = info_json(info, path, vram);
+        if (!no_metadata) j["metadata"] = metadata;
         print_json(j);
         return 0;
     }
@@ -132,7 +193,7 @@ int run_info(const Args& args) {
     o << "\n";
     o << "backend      " << info.backend;
     if (!info.backend_note.empty()) o << " (" << info.backend_note << ")";
-    if (info.backend == "cpu" && info.threads > 0) o << ", " << info.threads << " threads";
+    if (info.backend == "cpu" && info.threads > 0) o << ", " << plural(info.threads, "thread");
     o << "\n\nhyperparameters\n";
     // The struct's order, not the JSON object's alphabetical one.
     const std::pair<const char*, std::string> rows[] = {
@@ -190,12 +251,17 @@ int run_info(const Args& args) {
     o << "  eos           " << token_name(tok, tok.eos_id) << "\n";
     o << "  bos           " << token_name(tok, tok.bos_id) << "\n";
 
-    o << "\nmetadata\n";
-    std::string meta = metadata_ok ? metadata.dump(2, ' ', false,
-                                                   nlohmann::json::error_handler_t::replace)
-                                   : display_text(info.metadata_json);
-    std::istringstream lines(meta);
-    for (std::string line; std::getline(lines, line);) o << "  " << line << "\n";
+    if (!no_metadata) {
+        o << "\nmetadata\n";
+        if (full_metadata || !metadata_ok) {
+            std::string meta = metadata_ok ? metadata.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                                           : display_text(info.metadata_json);
+            std::istringstream lines(meta);
+            for (std::string line; std::getline(lines, line);) o << "  " << line << "\n";
+        } else {
+            o << metadata_summary(metadata);
+        }
+    }
 
     std::string s = o.str();
     std::fwrite(s.data(), 1, s.size(), stdout);

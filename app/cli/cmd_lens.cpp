@@ -116,7 +116,7 @@ int terminal_width() {
 int run_lens(const Args& args) {
     const std::string model_path = args.single_positional("MODEL");
     const TokenInput input = read_token_input(args);
-    const int loops = args.get_int("--loops").value_or(0);
+    const int loops = loops_flag(args).value_or(0);
     const int top_k = args.get_int("--top-k", 1, 64).value_or(5);
     const int width = args.get_int("--width", 40, 1000).value_or(0);
     const LoadOptions load = load_options(args);

@@ -21,7 +21,7 @@ CommandSpec reuse_spec() {
         {"--prefix", "TEXT", "a prefix to register (repeatable)", "", true, R},
         {"--prompt", "TEXT", "a prompt to answer (repeatable)", "", true, R},
         {"--parse-special", "", "treat special-token strings (<|endoftext|>) in the texts as tokens", "", false, R},
-        {"--loops", "L", "loop depth of the pool and the answers (default: the model's)", "an integer >= 1", false, R},
+        {"--loops", "L", "loop depth of the pool and the answers (default: the model's)", "an integer in [1, max_loops]", false, R},
         {"--max-tokens", "N", "tokens to generate per prompt (default 32)", "an integer >= 0", false, R},
     };
     for (auto& o : common_options()) s.options.push_back(o);
@@ -37,7 +37,7 @@ int run_reuse(const Args& args) {
     const auto prompts = args.values("--prompt");
     if (prefixes.empty()) throw UsageError("--prefix: at least one is required");
     if (prompts.empty()) throw UsageError("--prompt: at least one is required");
-    const int loops = static_cast<int>(args.get_int("--loops").value_or(0));
+    const int loops = loops_flag(args).value_or(0);
     const int max_tokens = static_cast<int>(args.get_int("--max-tokens").value_or(32));
     const bool special = args.has("--parse-special");
     ModelPtr model = open_model(model_path, load_options(args));

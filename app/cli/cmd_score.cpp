@@ -56,269 +56,334 @@ CommandSpec score_spec() {
     for (auto& o : common_options()) s.options.push_back(o);
     s.notes =
         "The first token has no log-probability (nothing precedes it); at least two are needed.\n"
+        "Text output: one row per token (the logprob of that token given the ones before it,\n"
+        "and with --uncertainty, --escalate or --early-exit how it was predicted: entropy,\n"
+        "margin, prediction depth, the depth used), then a summary line per mode.\n"
         "\n"
         "--json prints one object: model, tokens (ids), token_texts, token_logprobs (n-1 values:\n"
-        "log p(token[i+1] | tokens[..i])), total_nll, perplexity, loops.\n"
+        "log p(token[i+1] | tokens[..i])), total_nll, perplexity, loops, kv_cache (f32 | int8:\n"
+        "the KV cache the scoring prefill went through).\n"
         "--uncertainty adds uncertainty{loops, entropy[n], margin[n], prediction_depth[n]}\n"
         "(position i's values describe the prediction of token i+1).\n"
         "--escalate: token_logprobs, total_nll and perplexity come from the depth each position\n"
         "used, loops is the deepest rung, and escalation{depths, signal, threshold, depth_used[n-1],\n"
-        "escalated[n-1] (booleans), n_escalated, mean_depth, deepest, passes_run,\n"
-        "--last-token K adds last_token{loops, top_ids, top_texts, top_probs}.\n"
+        "escalated[n-1] (booleans), n_escalated, mean_depth, deepest, passes_run, passes_full\n"
+        "(n x the deepest rung: what scoring everything at that depth runs)}.\n"
         "--early-exit: scoring with each position stopping where the policy says (teacher-forced,\n"
         "exact keys by state propagation); adds early_exit{criterion, threshold, patience, min_L,\n"
-        "depth_used[n], mean_depth}.\n"
-        "passes_full (n x the deepest rung: what scoring everything at that depth runs)}.\n";
+        "depth_used[n], mean_depth, n_exited (positions that stopped before loops)}. The text\n"
+        "output says when no position exited (the threshold was never met).\n"
+        "--last-token K adds last_token{loops, top_ids, top_texts, top_probs}.\n";
     return s;
 }
 
-int run_score(const Args& args) {
-    const std::string model_path = args.single_positional("MODEL");
-    const TokenInput input = read_token_input(args);
-    const std::optional<int> loops_flag = args.get_int("--loops");
-    const int loops = loops_flag.value_or(0);
-    const bool want_uncertainty = args.has("--uncertainty");
+namespace {
 
-    const bool escalate = args.has("--escalate");
+// Everything the flags ask for, checked before the model loads.
+struct ScoreFlags {
+    std::optional<int> loops_given;
+    int loops = 0;  // 0: the model's default_loops
+    bool uncertainty = false;
+    bool escalate = false;
     EscalationConfig esc;
     std::string signal_name = "entropy";
-    if (escalate) {
-        if (loops_flag)
-            throw UsageError("--loops: not used with --escalate (the rungs are the depths)");
-        esc.depths.clear();
-        for (const auto& item : split_list("--escalate", *args.value("--escalate")))
-            esc.depths.push_back(static_cast<int>(
-                parse_integer("--escalate", item, 1, 1 << 16, "a depth (an integer >= 1)")));
-        for (size_t i = 1; i < esc.depths.size(); ++i)
-            if (esc.depths[i] <= esc.depths[i - 1])
-                throw UsageError("--escalate: depths must increase, got '" +
-                                 *args.value("--escalate") + "'");
-        if (auto sig = args.value("--signal")) {
-            signal_name = *sig;
-            if (*sig == "entropy")
-                esc.signal = EscalationSignal::Entropy;
-            else if (*sig == "margin")
-                esc.signal = EscalationSignal::Margin, esc.threshold = 0.1f;
-            else if (*sig == "disagreement")
-                esc.signal = EscalationSignal::Disagreement;
-            else
-                throw UsageError("--signal: expected one of entropy, margin, disagreement, got '" +
-                                 *sig + "'");
-        }
-        if (auto t = args.get_float("--threshold")) {
-            if (esc.signal == EscalationSignal::Disagreement)
-                throw UsageError("--threshold: not used with --signal disagreement");
-            esc.threshold = *t;
-        }
-    } else {
-        for (const char* f : {"--signal", "--threshold"})
-            if (args.has(f)) throw UsageError(std::string(f) + ": only used with --escalate");
-    }
-    // Early exit: teacher-forced, each position stops where the policy says (score_early_exit).
-    const bool early = args.has("--early-exit");
-    GenerateConfig ee;
+    bool early = false;
+    GenerateConfig ee;  // the early-exit policy (score_early_exit)
     std::string crit_name = "l2";
-    if (early) {
-        if (escalate) throw UsageError("--early-exit: not used with --escalate");
-        crit_name = *args.value("--early-exit");
-        static const std::pair<const char*, EarlyExitCriterion> crits[] = {
-            {"l2", EarlyExitCriterion::HiddenL2}, {"margin", EarlyExitCriterion::LogitMargin},
-            {"kl", EarlyExitCriterion::KL}, {"entropy", EarlyExitCriterion::EntropyDelta},
-            {"argmax", EarlyExitCriterion::ArgmaxStable}};
-        bool found = false;
-        for (const auto& [name, c] : crits)
-            if (crit_name == name) ee.early_exit_criterion = c, found = true;
-        if (!found)
-            throw UsageError("--early-exit: expected one of l2, margin, kl, entropy, argmax, got '" + crit_name + "'");
-        ee.loops = loops;
-        ee.early_exit_patience = args.get_int("--early-exit-patience").value_or(1);
-        if (auto v = args.get_int("--early-exit-min-l")) ee.early_exit_min_L = *v;
-        if (auto v = args.get_float("--early-exit-threshold")) ee.early_exit_threshold = *v;
-        if (ee.early_exit_criterion == EarlyExitCriterion::LogitMargin)
-            ee.early_exit_logit_margin = ee.early_exit_threshold;
-    } else {
-        for (const char* f : {"--early-exit-threshold", "--early-exit-patience", "--early-exit-min-l"})
-            if (args.has(f)) throw UsageError(std::string(f) + ": only used with --early-exit");
-    }
     KVCacheType kv_cache = KVCacheType::F32;
+    int last_k = 0;
+};
+
+void read_escalation_flags(const Args& args, ScoreFlags& f) {
+    if (f.loops_given) throw UsageError("--loops: not used with --escalate (the rungs are the depths)");
+    f.esc.depths.clear();
+    for (const auto& item : split_list("--escalate", *args.value("--escalate")))
+        f.esc.depths.push_back(static_cast<int>(
+            parse_integer("--escalate", item, 1, INT32_MAX, "a depth in [1, max_loops]")));
+    for (size_t i = 1; i < f.esc.depths.size(); ++i)
+        if (f.esc.depths[i] <= f.esc.depths[i - 1])
+            throw UsageError("--escalate: depths must increase, got '" + *args.value("--escalate") + "'");
+    if (auto sig = args.value("--signal")) {
+        f.signal_name = *sig;
+        if (*sig == "entropy")
+            f.esc.signal = EscalationSignal::Entropy;
+        else if (*sig == "margin")
+            f.esc.signal = EscalationSignal::Margin, f.esc.threshold = 0.1f;
+        else if (*sig == "disagreement")
+            f.esc.signal = EscalationSignal::Disagreement;
+        else
+            throw UsageError("--signal: expected one of entropy, margin, disagreement, got '" + *sig + "'");
+    }
+    if (auto t = args.get_float("--threshold")) {
+        if (f.esc.signal == EscalationSignal::Disagreement)
+            throw UsageError("--threshold: not used with --signal disagreement");
+        f.esc.threshold = *t;
+    }
+}
+
+// Early exit: teacher-forced, each position stops where the policy says (score_early_exit).
+void read_early_exit_flags(const Args& args, ScoreFlags& f) {
+    if (f.escalate) throw UsageError("--early-exit: not used with --escalate");
+    f.crit_name = *args.value("--early-exit");
+    static const std::pair<const char*, EarlyExitCriterion> crits[] = {
+        {"l2", EarlyExitCriterion::HiddenL2}, {"margin", EarlyExitCriterion::LogitMargin},
+        {"kl", EarlyExitCriterion::KL}, {"entropy", EarlyExitCriterion::EntropyDelta},
+        {"argmax", EarlyExitCriterion::ArgmaxStable}};
+    bool found = false;
+    for (const auto& [name, c] : crits)
+        if (f.crit_name == name) f.ee.early_exit_criterion = c, found = true;
+    if (!found)
+        throw UsageError("--early-exit: expected one of l2, margin, kl, entropy, argmax, got '" +
+                         f.crit_name + "'");
+    f.ee.loops = f.loops;
+    f.ee.early_exit_patience = args.get_int("--early-exit-patience").value_or(1);
+    if (auto v = args.get_int("--early-exit-min-l")) f.ee.early_exit_min_L = *v;
+    if (auto v = args.get_float("--early-exit-threshold")) f.ee.early_exit_threshold = *v;
+    if (f.ee.early_exit_criterion == EarlyExitCriterion::LogitMargin)
+        f.ee.early_exit_logit_margin = f.ee.early_exit_threshold;
+}
+
+ScoreFlags read_score_flags(const Args& args) {
+    ScoreFlags f;
+    f.loops_given = loops_flag(args);
+    f.loops = f.loops_given.value_or(0);
+    f.uncertainty = args.has("--uncertainty");
+    f.escalate = args.has("--escalate");
+    if (f.escalate) {
+        read_escalation_flags(args, f);
+    } else {
+        for (const char* flag : {"--signal", "--threshold"})
+            if (args.has(flag)) throw UsageError(std::string(flag) + ": only used with --escalate");
+    }
+    f.early = args.has("--early-exit");
+    if (f.early) {
+        read_early_exit_flags(args, f);
+    } else {
+        for (const char* flag : {"--early-exit-threshold", "--early-exit-patience", "--early-exit-min-l"})
+            if (args.has(flag)) throw UsageError(std::string(flag) + ": only used with --early-exit");
+    }
     if (auto k = args.value("--kv-cache")) {
         if (*k != "f32" && *k != "int8") throw UsageError("--kv-cache: expected one of f32, int8, got '" + *k + "'");
-        if (escalate || early) throw UsageError("--kv-cache: not used with --escalate or --early-exit");
-        kv_cache = parse_kv_cache_type(*k);
+        if (f.escalate || f.early) throw UsageError("--kv-cache: not used with --escalate or --early-exit");
+        f.kv_cache = parse_kv_cache_type(*k);
     }
-    const LoadOptions load = load_options(args);
+    f.last_k = args.get_int("--last-token", 1, INT32_MAX).value_or(0);
+    return f;
+}
 
-    ModelPtr model = open_model(model_path, load);
-    const std::vector<int32_t> ids = input_tokens(input, model.get(), 2);
+// What the engine computed.
+struct ScoreOutputs {
+    ScoreResult r;
+    EscalationResult er;
+    std::vector<int> ee_depth;  // --early-exit: each position's depth (n entries)
+    LastTokenScore last;
+    UncertaintyResult ur;
+    int n_escalated = 0;
+    double mean_depth = 0;     // --escalate
+    long long passes_full = 0;
+    int n_exited = 0;          // --early-exit: positions that stopped before r.loops
+    double ee_mean_depth = 0;  // --early-exit
+};
+
+ScoreOutputs run_scoring(Model* model, const std::vector<int32_t>& ids, const ScoreFlags& f) {
     const int n = static_cast<int>(ids.size());
     const std::vector<std::pair<std::string, std::string>> fields = {
         {"loops", "--loops"}, {"depths", "--escalate"}, {"threshold", "--threshold"},
         {"signal", "--signal"}, {"early_exit_threshold", "--early-exit-threshold"},
         {"early_exit_patience", "--early-exit-patience"}, {"early_exit_min_L", "--early-exit-min-l"},
         {"early_exit_logit_margin", "--early-exit-threshold"}};
-    auto engine = [&](auto&& f) {
-        try {
-            return f();
-        } catch (const Error& e) {
-            throw Error(e.code(), with_flag_name(e.what(), fields));
+    ScoreOutputs o;
+    with_engine_fields(fields, [&] {
+        if (f.escalate) {
+            o.er = score_with_consistency_escalation(model, ids.data(), n, f.esc);
+            o.r.token_logprobs = o.er.token_logprobs;
+            o.r.total_nll = o.er.total_nll;
+            o.r.perplexity = o.er.perplexity;
+            o.r.loops = f.esc.depths.back();
+        } else if (f.early) {
+            o.r = score_early_exit(model, ids.data(), n, f.ee, &o.ee_depth);
+        } else {
+            o.r = score(model, ids.data(), n, f.loops, f.kv_cache);
         }
-    };
-
-    ScoreResult r;
-    EscalationResult er;
-    std::vector<int> ee_depth;
-    if (escalate) {
-        er = engine([&] { return score_with_consistency_escalation(model.get(), ids.data(), n, esc); });
-        r.token_logprobs = er.token_logprobs;
-        r.total_nll = er.total_nll;
-        r.perplexity = er.perplexity;
-        r.loops = esc.depths.back();
-    } else if (early) {
-        r = engine([&] { return score_early_exit(model.get(), ids.data(), n, ee, &ee_depth); });
-    } else {
-        r = engine([&] { return score(model.get(), ids.data(), n, loops, kv_cache); });
-    }
-    const int last_k = static_cast<int>(args.get_int("--last-token").value_or(0));
-    if (args.has("--last-token") && last_k < 1) throw UsageError("--last-token: expected an integer >= 1");
-    LastTokenScore last;
-    if (last_k > 0) last = engine([&] { return score_last_token(model.get(), ids.data(), n, loops, last_k); });
-    UncertaintyResult ur;
-    if (want_uncertainty)
-        ur = engine([&] { return score_with_uncertainty(model.get(), ids.data(), n, loops); });
-
-    std::vector<std::string> texts;
-    for (int32_t id : ids) texts.push_back(token_text(model.get(), id));
-
-    int n_escalated = 0;
-    double mean_depth = 0;
-    for (size_t i = 0; i < er.depth_used.size(); ++i) {
-        n_escalated += er.escalated[i] ? 1 : 0;
-        mean_depth += er.depth_used[i];
-    }
-    if (!er.depth_used.empty()) mean_depth /= static_cast<double>(er.depth_used.size());
-    const long long passes_full = static_cast<long long>(n) * (escalate ? esc.depths.back() : 0);
-
-    if (args.has("--json")) {
-        std::vector<double> lp;
-        for (float v : r.token_logprobs) lp.push_back(static_cast<double>(v));
-        std::vector<std::string> clean;
-        for (const auto& t : texts) clean.push_back(sanitize_utf8(t));
-        nlohmann::json j = {{"model", model_path},
-                            {"tokens", ids},
-                            {"token_texts", clean},
-                            {"token_logprobs", lp},
-                            {"total_nll", r.total_nll},
-                            {"perplexity", r.perplexity},
-                            {"loops", r.loops},
-                            {"kv_cache", kv_cache_type_name(kv_cache)}};
-        if (last_k > 0) {
-            std::vector<std::string> tt;
-            std::vector<double> tp;
-            for (int32_t id : last.top_ids) tt.push_back(sanitize_utf8(token_text(model.get(), id)));
-            for (float v : last.top_probs) tp.push_back(f2d(v));
-            j["last_token"] = {{"loops", last.loops}, {"top_ids", last.top_ids}, {"top_texts", tt}, {"top_probs", tp}};
-        }
-        if (want_uncertainty) {
-            std::vector<double> ent, mar;
-            for (float v : ur.entropy) ent.push_back(f2d(v));
-            for (float v : ur.margin) mar.push_back(f2d(v));
-            j["uncertainty"] = {{"loops", ur.loops},
-                                {"entropy", ent},
-                                {"margin", mar},
-                                {"prediction_depth", ur.prediction_depth}};
-        }
-        if (escalate) {
-            std::vector<bool> escd;
-            for (char c : er.escalated) escd.push_back(c != 0);
-            j["escalation"] = {
-                {"depths", esc.depths},
-                {"signal", signal_name},
-                {"threshold", esc.signal == EscalationSignal::Disagreement
-                                  ? nlohmann::json(nullptr)
-                                  : nlohmann::json(f2d(esc.threshold))},
-                {"depth_used", er.depth_used},
-                {"escalated", escd},
-                {"n_escalated", n_escalated},
-                {"mean_depth", mean_depth},
-                {"deepest", er.deepest},
-                {"passes_run", er.passes_run},
-                {"passes_full", passes_full}};
-        }
-        if (early) {
-            double md = 0;
-            for (int dd : ee_depth) md += dd;
-            j["early_exit"] = {{"criterion", crit_name},
-                               {"threshold", f2d(ee.early_exit_threshold)},
-                               {"patience", ee.early_exit_patience},
-                               {"min_L", ee.early_exit_min_L},
-                               {"depth_used", ee_depth},
-                               {"mean_depth", ee_depth.empty() ? 0.0 : md / ee_depth.size()}};
-        }
-        print_json(j);
+        if (f.last_k > 0) o.last = score_last_token(model, ids.data(), n, f.loops, f.last_k);
+        if (f.uncertainty) o.ur = score_with_uncertainty(model, ids.data(), n, f.loops);
         return 0;
+    });
+    for (size_t i = 0; i < o.er.depth_used.size(); ++i) {
+        o.n_escalated += o.er.escalated[i] ? 1 : 0;
+        o.mean_depth += o.er.depth_used[i];
     }
+    if (!o.er.depth_used.empty()) o.mean_depth /= static_cast<double>(o.er.depth_used.size());
+    o.passes_full = static_cast<long long>(n) * (f.escalate ? f.esc.depths.back() : 0);
+    for (int d : o.ee_depth) {
+        o.ee_mean_depth += d;
+        o.n_exited += d < o.r.loops ? 1 : 0;
+    }
+    if (!o.ee_depth.empty()) o.ee_mean_depth /= static_cast<double>(o.ee_depth.size());
+    return o;
+}
 
-    std::ostringstream o;
-    o << "     #       id  logprob";
-    if (want_uncertainty) o << "  entropy  margin  pred_d";
-    if (escalate) o << "  depth esc";
-    o << "  token\n";
+nlohmann::json score_json(const std::string& model_path, Model* model,
+                          const std::vector<int32_t>& ids, const std::vector<std::string>& texts,
+                          const ScoreFlags& f, const ScoreOutputs& o) {
+    std::vector<double> lp;
+    for (float v : o.r.token_logprobs) lp.push_back(static_cast<double>(v));
+    std::vector<std::string> clean;
+    for (const auto& t : texts) clean.push_back(sanitize_utf8(t));
+    nlohmann::json j = {{"model", model_path},           {"tokens", ids},
+                        {"token_texts", clean},          {"token_logprobs", lp},
+                        {"total_nll", o.r.total_nll},    {"perplexity", o.r.perplexity},
+                        {"loops", o.r.loops},            {"kv_cache", kv_cache_type_name(f.kv_cache)}};
+    if (f.last_k > 0) {
+        std::vector<std::string> tt;
+        std::vector<double> tp;
+        for (int32_t id : o.last.top_ids) tt.push_back(sanitize_utf8(token_text(model, id)));
+        for (float v : o.last.top_probs) tp.push_back(f2d(v));
+        j["last_token"] = {{"loops", o.last.loops}, {"top_ids", o.last.top_ids}, {"top_texts", tt}, {"top_probs", tp}};
+    }
+    if (f.uncertainty) {
+        std::vector<double> ent, mar;
+        for (float v : o.ur.entropy) ent.push_back(f2d(v));
+        for (float v : o.ur.margin) mar.push_back(f2d(v));
+        j["uncertainty"] = {{"loops", o.ur.loops}, {"entropy", ent}, {"margin", mar},
+                            {"prediction_depth", o.ur.prediction_depth}};
+    }
+    if (f.escalate) {
+        std::vector<bool> escd;
+        for (char c : o.er.escalated) escd.push_back(c != 0);
+        j["escalation"] = {
+            {"depths", f.esc.depths},
+            {"signal", f.signal_name},
+            {"threshold", f.esc.signal == EscalationSignal::Disagreement ? nlohmann::json(nullptr)
+                                                                         : nlohmann::json(f2d(f.esc.threshold))},
+            {"depth_used", o.er.depth_used},
+            {"escalated", escd},
+            {"n_escalated", o.n_escalated},
+            {"mean_depth", o.mean_depth},
+            {"deepest", o.er.deepest},
+            {"passes_run", o.er.passes_run},
+            {"passes_full", o.passes_full}};
+    }
+    if (f.early)
+        j["early_exit"] = {{"criterion", f.crit_name},
+                           {"threshold", f2d(f.ee.early_exit_threshold)},
+                           {"patience", f.ee.early_exit_patience},
+                           {"min_L", f.ee.early_exit_min_L},
+                           {"depth_used", o.ee_depth},
+                           {"mean_depth", o.ee_mean_depth},
+                           {"n_exited", o.n_exited}};
+    return j;
+}
+
+// One row per token: position i's extra columns describe the prediction of token i (made at
+// position i-1), so each row reads "how this token was predicted".
+std::string score_table(const std::vector<int32_t>& ids, const std::vector<std::string>& texts,
+                        const ScoreFlags& f, const ScoreOutputs& o) {
+    std::ostringstream out;
+    out << "     #       id  logprob";
+    if (f.uncertainty) out << "  entropy  margin  pred_d";
+    if (f.escalate) out << "  depth esc";
+    if (f.early) out << "  depth";
+    out << "  token\n";
     for (size_t i = 0; i < ids.size(); ++i) {
         char line[160];
         if (i == 0)
             std::snprintf(line, sizeof(line), "%6zu %8d %8s", i, ids[i], "-");
         else
             std::snprintf(line, sizeof(line), "%6zu %8d %8.4f", i, ids[i],
-                          i - 1 < r.token_logprobs.size()
-                              ? static_cast<double>(r.token_logprobs[i - 1])
-                              : 0.0);
-        o << line;
-        // Position i's uncertainty describes the prediction of token i+1; shown on token i+1's
-        // row beside its logprob, so each row reads "how this token was predicted".
-        if (want_uncertainty) {
+                          i - 1 < o.r.token_logprobs.size() ? static_cast<double>(o.r.token_logprobs[i - 1]) : 0.0);
+        out << line;
+        if (f.uncertainty) {
             if (i == 0)
                 std::snprintf(line, sizeof(line), "  %7s %7s %7s", "-", "-", "-");
             else
-                std::snprintf(line, sizeof(line), "  %7.3f %7.3f %7d",
-                              static_cast<double>(ur.entropy[i - 1]),
-                              static_cast<double>(ur.margin[i - 1]), ur.prediction_depth[i - 1]);
-            o << line;
+                std::snprintf(line, sizeof(line), "  %7.3f %7.3f %7d", static_cast<double>(o.ur.entropy[i - 1]),
+                              static_cast<double>(o.ur.margin[i - 1]), o.ur.prediction_depth[i - 1]);
+            out << line;
         }
-        if (escalate) {
+        if (f.escalate) {
             if (i == 0)
                 std::snprintf(line, sizeof(line), "  %5s %3s", "-", "-");
             else
-                std::snprintf(line, sizeof(line), "  %5d %3s", er.depth_used[i - 1],
-                              er.escalated[i - 1] ? "yes" : "");
-            o << line;
+                std::snprintf(line, sizeof(line), "  %5d %3s", o.er.depth_used[i - 1],
+                              o.er.escalated[i - 1] ? "yes" : "");
+            out << line;
         }
-        o << "  \"" << display_text(texts[i]) << "\"\n";
+        if (f.early) {
+            if (i == 0 || i - 1 >= o.ee_depth.size())
+                std::snprintf(line, sizeof(line), "  %5s", "-");
+            else
+                std::snprintf(line, sizeof(line), "  %5d", o.ee_depth[i - 1]);
+            out << line;
+        }
+        out << "  \"" << display_text(texts[i]) << "\"\n";
     }
-    char summary[400];
-    std::snprintf(summary, sizeof(summary),
-                  "total NLL %.4f nats over %zu predicted tokens, perplexity %.4f, loops %d\n",
-                  r.total_nll, ids.size() - 1, r.perplexity, r.loops);
-    o << summary;
-    if (escalate) {
+    return out.str();
+}
+
+// The summary lines under the table.
+std::string score_summary(Model* model, const std::vector<int32_t>& ids, const ScoreFlags& f,
+                          const ScoreOutputs& o) {
+    std::ostringstream out;
+    char line[512];
+    std::snprintf(line, sizeof(line), "total NLL %.4f nats over %s, perplexity %.4f, loops %d\n",
+                  o.r.total_nll, plural(static_cast<long long>(ids.size()) - 1, "predicted token").c_str(),
+                  o.r.perplexity, o.r.loops);
+    out << line;
+    if (f.escalate) {
         std::string rungs;
-        for (int d : esc.depths) rungs += (rungs.empty() ? "" : ",") + std::to_string(d);
-        std::snprintf(summary, sizeof(summary),
+        for (int d : f.esc.depths) rungs += (rungs.empty() ? "" : ",") + std::to_string(d);
+        std::snprintf(line, sizeof(line),
                       "escalation: rungs %s, signal %s, %d of %zu positions escalated, mean depth "
                       "%.2f, %lld loop passes run (%lld for all positions at depth %d)\n",
-                      rungs.c_str(), signal_name.c_str(), n_escalated, er.depth_used.size(),
-                      mean_depth, er.passes_run, passes_full, esc.depths.back());
-        o << summary;
+                      rungs.c_str(), f.signal_name.c_str(), o.n_escalated, o.er.depth_used.size(),
+                      o.mean_depth, o.er.passes_run, o.passes_full, f.esc.depths.back());
+        out << line;
     }
-    if (last_k > 0) {
-        o << "next token after the last position (depth " << last.loops << "):";
-        for (size_t k = 0; k < last.top_ids.size(); ++k) {
-            char cell[64];
-            std::snprintf(cell, sizeof(cell), " %.4f", static_cast<double>(last.top_probs[k]));
-            o << " '" << display_text(token_text(model.get(), last.top_ids[k])) << "'" << cell;
+    if (f.early) {
+        std::snprintf(line, sizeof(line),
+                      "early exit: %s, threshold %g, patience %d, first probe at depth %d: mean "
+                      "depth %.2f of %d, %d of %zu positions exited early\n",
+                      f.crit_name.c_str(), static_cast<double>(f.ee.early_exit_threshold),
+                      f.ee.early_exit_patience, f.ee.early_exit_min_L, o.ee_mean_depth, o.r.loops,
+                      o.n_exited, o.ee_depth.size());
+        out << line;
+        if (o.n_exited == 0)
+            out << "early exit: no position exited before depth " << o.r.loops
+                << " (the criterion never met the threshold): every logprob above is the full "
+                   "depth's; a looser --early-exit-threshold or another criterion exits earlier\n";
+    }
+    if (f.last_k > 0) {
+        out << "next token after the last position (depth " << o.last.loops << "):";
+        for (size_t k = 0; k < o.last.top_ids.size(); ++k) {
+            std::snprintf(line, sizeof(line), " %.4f", static_cast<double>(o.last.top_probs[k]));
+            out << " '" << display_text(token_text(model, o.last.top_ids[k])) << "'" << line;
         }
-        o << "\n";
+        out << "\n";
     }
-    std::string s = o.str();
+    return out.str();
+}
+
+}  // namespace
+
+int run_score(const Args& args) {
+    const std::string model_path = args.single_positional("MODEL");
+    const TokenInput input = read_token_input(args);
+    const ScoreFlags f = read_score_flags(args);
+    const LoadOptions load = load_options(args);
+
+    ModelPtr model = open_model(model_path, load);
+    if (f.escalate) check_depths("--escalate", f.esc.depths, model_hparams(model.get()));
+    const std::vector<int32_t> ids = input_tokens(input, model.get(), 2);
+    const ScoreOutputs o = run_scoring(model.get(), ids, f);
+    std::vector<std::string> texts;
+    for (int32_t id : ids) texts.push_back(token_text(model.get(), id));
+
+    if (args.has("--json")) {
+        print_json(score_json(model_path, model.get(), ids, texts, f, o));
+        return 0;
+    }
+    const std::string s = score_table(ids, texts, f, o) + score_summary(model.get(), ids, f, o);
     std::fwrite(s.data(), 1, s.size(), stdout);
     return 0;
 }

@@ -47,9 +47,10 @@ CommandSpec serve_spec() {
         {"--max-concurrent", "N", "requests decoding at once (default 4)", "", false, S},
         {"--no-batching", "", "decode each request on its own, not through the batch engine", "", false, S},
         {"--model-name", "NAME", "the id /v1/models reports (default: the file's stem)", "", false, S},
+        {"--draft-model", "DRAFT", "a model with the same vocabulary for {mode: draft} requests", "", false, S},
         {"--log-level", "L", "critical | error | warning | info | debug (default info)", "", false, S},
         {"--backend", "B", "cpu, cuda or auto (default auto)", "", false, S},
-        {"--threads", "N", "CPU worker threads, 0 = all cores (default 0)", "", false, S},
+        {"--threads", "N", "CPU worker threads, 1..256 (default: all cores)", "", false, S},
         {"--help", "", "show this help", "", false, S},
     };
     s.notes =
@@ -57,7 +58,9 @@ CommandSpec serve_spec() {
         "with SSE), GET /health. Plain decodes of concurrent requests (greedy, sampling, early\n"
         "exit, grammar) run together through one continuous-batching engine (tokens identical to a\n"
         "lone decode; /health shows its \"batch\" stats); logprobs, beam search and speculation run\n"
-        "on their own. Extension field \"kv_cache\": \"f32\" | \"int8\".\n"
+        "on their own. Extension field \"kv_cache\": \"f32\" | \"int8\". With --draft-model DRAFT,\n"
+        "a request with \"speculative\": {\"mode\": \"draft\", \"gamma\": N, \"draft_loops\": D}\n"
+        "decodes through draft-model speculation (the vocabularies are checked at start-up).\n"
         "The server's own --help lists everything it takes:\n"
         "  tinyloop serve --server-help\n"
         "The script is $TINYLOOP_SERVE_SCRIPT when set, else the source tree's\n"
@@ -66,7 +69,9 @@ CommandSpec serve_spec() {
         "build tree's python/ folder when present, else from the interpreter's own path.\n"
         "The interpreter is $TINYLOOP_PYTHON, else the one found at configure time.\n"
         "There is no --json: the server answers HTTP. Exit status 2 when the script, the\n"
-        "interpreter or the binding is missing.\n";
+        "interpreter or the binding is missing, on a malformed command line, when MODEL or\n"
+        "DRAFT cannot be loaded and when the address cannot be listened on (a port in use);\n"
+        "1 only for a failure while serving.\n";
     return s;
 }
 

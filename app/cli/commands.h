@@ -2,6 +2,9 @@
 // that returns the exit status; they throw UsageError / tinyloop::Error, which main() prints.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "args.h"
 
 namespace tinyloop::cli {
@@ -36,5 +39,20 @@ int run_bench(const Args& args);
 // serve passes its arguments through to the server unparsed (it execs and returns only on error).
 CommandSpec serve_spec();
 int run_serve(int argc, char** argv, int first);
+
+// One row of the command table: main() dispatches through it, `tinyloop --help` lists it and
+// `tinyloop help --markdown` (reference.cpp) writes app/cli/CLI.md from it.
+struct CommandEntry {
+    const char* name;
+    CommandSpec (*spec)();
+    int (*run)(const Args&);  // nullptr for serve (its arguments go to the server)
+    const char* summary;
+};
+const std::vector<CommandEntry>& command_table();
+
+// `tinyloop --help`: the commands, the options they share, examples.
+std::string usage_text();
+// app/cli/CLI.md: usage_text() and every command's --help, as Markdown.
+std::string reference_markdown();
 
 }  // namespace tinyloop::cli

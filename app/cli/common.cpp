@@ -28,6 +28,17 @@ LoadOptions load_options(const Args& args) {
     return opt;
 }
 
+std::optional<int> loops_flag(const Args& args) {
+    return args.get_int("--loops", 1, INT32_MAX);
+}
+
+void check_depths(const std::string& flag, const std::vector<int>& depths, const HParams& hp) {
+    for (int d : depths)
+        if (d < 1 || d > hp.max_loops)
+            throw UsageError(flag + ": depth " + std::to_string(d) + " is outside [1, " +
+                             std::to_string(hp.max_loops) + "] (1..max_loops of this model)");
+}
+
 namespace {
 
 // Refuses what the engine would only describe less directly: a missing path, a directory.
@@ -175,6 +186,7 @@ std::string with_flag_name(const std::string& message,
 
 TokenInput read_token_input(const Args& args) {
     TokenInput in;
+    in.command = args.command();
     in.source = args.exclusive({"--text", "--file", "--ids"});
     if (in.source.empty())
         throw UsageError("missing input: give --text TEXT, --file F or --ids 1,2,3");
@@ -197,16 +209,36 @@ std::vector<int32_t> input_tokens(const TokenInput& in, Model* model, size_t min
                                  " is outside the model's vocabulary (ids 0.." +
                                  std::to_string(hp.vocab_size - 1) + ")");
     } else {
+        if (!in.parse_special) hint_special_tokens("tinyloop " + in.command, in.source, model, in.text);
         ids = tokenize(model, in.text, in.parse_special);
     }
     if (ids.size() < min_tokens)
-        throw UsageError(in.source + ": need at least " + std::to_string(min_tokens) +
-                         " tokens, got " + std::to_string(ids.size()));
+        throw UsageError(in.source + ": need at least " + plural(static_cast<long long>(min_tokens), "token") +
+                         ", got " + std::to_string(ids.size()));
     if (ids.size() > static_cast<size_t>(hp.max_seq_len))
         throw UsageError(in.source + ": " + std::to_string(ids.size()) +
                          " tokens is more than the model's max_seq_len " +
                          std::to_string(hp.max_seq_len));
     return ids;
+}
+
+void hint_special_tokens(const std::string& prefix, const std::string& flag, const Model* model,
+                         const std::string& text) {
+    const TokenizerSpec tok = model_info(model).tokenizer;
+    for (const auto& special : tok.special_tokens) {
+        if (special.first.empty() || text.find(special.first) == std::string::npos) continue;
+        std::fflush(stdout);
+        std::fprintf(stderr,
+                     "%s: note: %s contains \"%s\" as plain text (ordinary tokens); add "
+                     "--parse-special to read it as the special token %d\n",
+                     prefix.c_str(), flag.c_str(), display_text(special.first).c_str(),
+                     special.second);
+        return;
+    }
+}
+
+std::string plural(long long n, const std::string& noun) {
+    return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
 std::string token_text(const Model* model, int32_t id) {

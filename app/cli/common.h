@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,8 +20,16 @@ struct ModelDeleter {
 };
 using ModelPtr = std::unique_ptr<Model, ModelDeleter>;
 
-// --backend and --threads into LoadOptions (UsageError on a bad value).
+// --backend and --threads into LoadOptions (UsageError on a bad value). --threads is 1..256
+// in every command (serve included); without it the engine uses all cores.
 LoadOptions load_options(const Args& args);
+
+// --loops: nullopt when absent (the model's default_loops), else a depth >= 1; 0 is refused
+// with the range 1..max_loops (the engine refuses depths past max_loops once the model is open).
+std::optional<int> loops_flag(const Args& args);
+
+// A list of depths (--depths, --escalate) against the model: each in [1, max_loops].
+void check_depths(const std::string& flag, const std::vector<int>& depths, const HParams& hp);
 
 // Loads MODEL. A path that does not exist or is not a readable file is a UsageError naming it;
 // engine errors are rethrown with the path in the message.
@@ -53,13 +62,23 @@ std::string with_flag_name(const std::string& message,
 // input_tokens tokenizes (or checks the ids against the vocabulary) once the model is loaded and
 // refuses fewer than `min_tokens`.
 struct TokenInput {
-    std::string source;  // "--text", "--file" or "--ids"
+    std::string command;  // "score", for the --parse-special hint
+    std::string source;   // "--text", "--file" or "--ids"
     std::string text;
     std::vector<int32_t> ids;
     bool parse_special = false;
 };
 TokenInput read_token_input(const Args& args);
 std::vector<int32_t> input_tokens(const TokenInput& in, Model* model, size_t min_tokens);
+
+// One line on stderr, "PREFIX: note: ...", when `text` (read without --parse-special) holds a
+// special token's text such as <|endoftext|>: it is split into ordinary tokens, which is rarely
+// what was meant.
+void hint_special_tokens(const std::string& prefix, const std::string& flag, const Model* model,
+                         const std::string& text);
+
+// "1 token", "2 tokens".
+std::string plural(long long n, const std::string& noun);
 
 // A token's bytes, or "" for an id the tokenizer cannot spell (padding ids of random models).
 std::string token_text(const Model* model, int32_t id);

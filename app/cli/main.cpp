@@ -1,6 +1,6 @@
 // `tinyloop`: the command line over the engine's public header. Thin by design: each
 // subcommand fills a config from its flags, calls the library, prints text or one JSON object.
-// Every mistake (a flag, a file, an engine refusal) is a message on stderr and exit status 2.
+// Every mistake (a flag, a file, an engine refusal) is one line on stderr and exit status 2.
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -19,89 +19,71 @@ namespace {
 
 using namespace tinyloop::cli;
 
-struct Entry {
-    const char* name;
-    CommandSpec (*spec)();
-    int (*run)(const Args&);
-    const char* summary;
-};
-
-const Entry kCommands[] = {
-    {"info", info_spec, run_info, "hyperparameters, dtypes, tokenizer, metadata, memory"},
-    {"generate", generate_spec, run_generate, "generate a continuation of a prompt"},
-    {"score", score_spec, run_score,
-     "per-token log-probabilities, perplexity, uncertainty, escalation"},
-    {"lens", lens_spec, run_lens, "logit lens: the prediction at every loop depth, token x depth"},
-    {"depths", depths_spec, run_depths, "answer one prompt at several loop depths from one prefill"},
-    {"reuse", reuse_spec, run_reuse, "answer prompts that share prefixes through a prefix pool"},
-    {"bench", bench_spec, run_bench, "prefill/decode tok/s, GB/s, speedups of early exit and speculation"},
-    {"quantize", quantize_spec, run_quantize, "re-write a model as f16, q8, q4 or q2"},
-    {"serve", serve_spec, nullptr, "OpenAI-compatible HTTP server (Python, over the binding)"},
-    {"make-random", make_random_spec, run_make_random,
-     "write a model with random weights (tests, demos)"},
-};
-
-void print_usage(std::FILE* to) {
-    std::string s =
-        "usage: tinyloop COMMAND [options]\n"
-        "       tinyloop COMMAND --help\n"
-        "       tinyloop --version\n\n"
-        "TinyLoop runs weight-shared looped transformers (.tinyloop files).\n\nCommands:\n";
-    for (const auto& c : kCommands) {
-        std::string name = c.name;
-        s += "  " + name + std::string(14 - name.size(), ' ') + c.summary + "\n";
-    }
-    s += "\nEvery command takes --json (one JSON object on stdout), --backend cpu|cuda|auto\n"
-         "and --threads N (serve passes its arguments to the server). Errors go to stderr with\n"
-         "exit status 2.\n";
-    std::fputs(s.c_str(), to);
-}
-
+// Every error, whatever raised it, is one line "tinyloop COMMAND: message" (or "tinyloop:
+// message" before a command is known) and exit status 2.
 int fail(const std::string& prefix, const std::string& message) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: %s\n", prefix.c_str(), message.c_str());
     return 2;
 }
 
+std::string command_names() {
+    std::string names;
+    for (const auto& c : command_table()) names += (names.empty() ? "" : ", ") + std::string(c.name);
+    return names;
+}
+
+const CommandEntry* find_command(const std::string& name) {
+    for (const auto& c : command_table())
+        if (name == c.name) return &c;
+    return nullptr;
+}
+
+// tinyloop help [COMMAND | --markdown]
+int run_help(int argc, char** argv) {
+    const std::string what = argc >= 3 && argv[2] ? argv[2] : "";
+    if (argc > 3) return fail("tinyloop help", "expected one COMMAND or --markdown, got more");
+    if (what.empty()) {
+        std::fputs(usage_text().c_str(), stdout);
+        return 0;
+    }
+    if (what == "--markdown") {
+        std::fputs(reference_markdown().c_str(), stdout);
+        return 0;
+    }
+    if (const CommandEntry* c = find_command(what)) {
+        std::fputs(help_text(c->spec()).c_str(), stdout);
+        return 0;
+    }
+    return fail("tinyloop help",
+                "unknown command '" + what + "' (commands: " + command_names() + ")");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        print_usage(stderr);
+        std::fputs(usage_text().c_str(), stderr);
         return 2;
     }
     const std::string first = argv[1] ? argv[1] : "";
     if (first == "--help" || first == "-h") {
-        print_usage(stdout);
+        std::fputs(usage_text().c_str(), stdout);
         return 0;
     }
     if (first == "--version" || first == "-V") {
         std::printf("tinyloop %s\n", TINYLOOP_VERSION);
         return 0;
     }
-    if (first == "help") {
-        if (argc < 3) {
-            print_usage(stdout);
-            return 0;
-        }
-        for (const auto& c : kCommands)
-            if (argv[2] && std::string(argv[2]) == c.name) {
-                std::fputs(help_text(c.spec()).c_str(), stdout);
-                return 0;
-            }
-        return fail("tinyloop", std::string("unknown command '") + (argv[2] ? argv[2] : "") +
-                                    "' (commands: info, generate, score, lens, bench, quantize, serve, make-random)");
-    }
+    if (first == "help") return run_help(argc, argv);
 
-    const Entry* entry = nullptr;
-    for (const auto& c : kCommands)
-        if (first == c.name) entry = &c;
+    const CommandEntry* entry = find_command(first);
     if (!entry) {
         if (!first.empty() && first[0] == '-')
             return fail("tinyloop", "unknown option '" + first +
                                         "' (expected a command first; see 'tinyloop --help')");
-        return fail("tinyloop", "unknown command '" + first +
-                                    "' (commands: info, generate, score, lens, bench, quantize, serve, make-random)");
+        return fail("tinyloop", "unknown command '" + first + "' (commands: " + command_names() +
+                                    "; see 'tinyloop --help')");
     }
 
     const std::string prefix = std::string("tinyloop ") + entry->name;
@@ -124,12 +106,12 @@ int main(int argc, char** argv) {
     } catch (const UsageError& e) {
         return fail(prefix, e.what());
     } catch (const tinyloop::Error& e) {
-        return fail("tinyloop: error", e.what());
+        return fail(prefix, e.what());
     } catch (const std::bad_alloc&) {
-        return fail("tinyloop: error", "out of memory");
+        return fail(prefix, "out of memory");
     } catch (const std::exception& e) {
-        return fail("tinyloop: error", e.what());
+        return fail(prefix, e.what());
     } catch (...) {
-        return fail("tinyloop: error", "unknown failure");
+        return fail(prefix, "unknown failure");
     }
 }

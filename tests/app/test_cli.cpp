@@ -1,9 +1,6 @@
 // The `tinyloop` command line, run as a user runs it: a child process, its stdout, stderr and
 // exit status. The model is a small random one the CLI writes itself (make-random).
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -19,26 +16,20 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "app/cli_run.h"
 #include "tinyloop/tinyloop.h"
-
-extern char** environ;
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct CliRun {
-    int status = -1;     // exit status; 128 + signal when killed by a signal
-    bool signaled = false;
-    std::string out, err;
-};
+using tl_test::CliRun;
+using tl_test::slurp;
 
-std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
+// Plain generate output: the text, ended by a newline unless it already ends one (--quiet: as is).
+std::string ending_its_line(const std::string& text) {
+    return text.empty() || text.back() == '\n' ? text : text + "\n";
 }
 
 class CliTest : public ::testing::Test {
@@ -61,44 +52,7 @@ protected:
     }
 
     // Runs the CLI with argv, stdin from /dev/null, stdout and stderr into files.
-    static CliRun run(const std::vector<std::string>& args) {
-        static int counter = 0;
-        const std::string base = dir_ + "/run" + std::to_string(counter++);
-        const std::string out_path = base + ".out", err_path = base + ".err";
-        std::vector<std::string> argv_s = {TL_CLI_PATH};
-        argv_s.insert(argv_s.end(), args.begin(), args.end());
-        std::vector<char*> argv;
-        for (auto& a : argv_s) argv.push_back(a.data());
-        argv.push_back(nullptr);
-
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        pid_t pid = 0;
-        CliRun r;
-        int rc = posix_spawn(&pid, TL_CLI_PATH, &fa, nullptr, argv.data(), environ);
-        posix_spawn_file_actions_destroy(&fa);
-        if (rc != 0) {
-            r.err = "posix_spawn failed: " + std::to_string(rc);
-            return r;
-        }
-        int st = 0;
-        while (waitpid(pid, &st, 0) < 0) {
-        }
-        if (WIFEXITED(st)) {
-            r.status = WEXITSTATUS(st);
-        } else if (WIFSIGNALED(st)) {
-            r.signaled = true;
-            r.status = 128 + WTERMSIG(st);
-        }
-        r.out = slurp(out_path);
-        r.err = slurp(err_path);
-        fs::remove(out_path);
-        fs::remove(err_path);
-        return r;
-    }
+    static CliRun run(const std::vector<std::string>& args) { return tl_test::run_cli(dir_, args); }
 
     static json parse_json(const CliRun& r) {
         json j = json::parse(r.out, nullptr, false);
@@ -214,7 +168,7 @@ TEST_F(CliTest, PlainOutputStreamsTheSameText) {
     ASSERT_EQ(j.status, 0) << j.err;
     CliRun p = generate({"--max-tokens", "12"});
     ASSERT_EQ(p.status, 0) << p.err;
-    EXPECT_EQ(p.out, parse_json(j)["text"].get<std::string>());
+    EXPECT_EQ(p.out, ending_its_line(parse_json(j)["text"].get<std::string>()));
     EXPECT_NE(p.err.find("tok/s"), std::string::npos) << p.err;
     EXPECT_NE(p.err.find("prefill"), std::string::npos) << p.err;
     EXPECT_NE(p.err.find("stop"), std::string::npos) << p.err;
@@ -391,7 +345,7 @@ TEST_F(CliTest, NonexistentModelNamesThePath) {
     std::ofstream(junk) << "this is not a model";
     r = run({"info", junk});
     EXPECT_USAGE_ERROR(r, "junk.tinyloop");
-    EXPECT_NE(r.err.find("tinyloop: error:"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.rfind("tinyloop info: ", 0), 0u) << r.err;
 }
 
 TEST_F(CliTest, EventsGiveOneEventPerOutputToken) {
@@ -414,7 +368,7 @@ TEST_F(CliTest, EventsGiveOneEventPerOutputToken) {
     // Plain mode: the table goes to stderr, the text stays alone on stdout.
     CliRun p = generate({"--max-tokens", "10", "--events"});
     ASSERT_EQ(p.status, 0) << p.err;
-    EXPECT_EQ(p.out, j["text"].get<std::string>());
+    EXPECT_EQ(p.out, ending_its_line(j["text"].get<std::string>()));
     EXPECT_NE(p.err.find("depth"), std::string::npos);
 }
 

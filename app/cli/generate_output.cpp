@@ -1,0 +1,126 @@
+#include "generate_output.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "common.h"
+
+namespace tinyloop::cli {
+
+nlohmann::json event_json(const TokenEvent& ev) {
+    nlohmann::json j = {{"token", ev.token}, {"position", ev.position}, {"index", ev.index},
+                        {"piece", ev.piece}, {"depth", ev.depth},       {"prob", f2d(ev.prob)}};
+    if (ev.cycle >= 0) {
+        j["cycle"] = ev.cycle;
+        j["drafted"] = ev.drafted;
+        j["accepted"] = ev.accepted;
+        j["from_verifier"] = ev.from_verifier;
+    }
+    if (!ev.lens.empty()) {
+        nlohmann::json lens = nlohmann::json::array();
+        for (const auto& l : ev.lens) {
+            std::vector<double> probs;
+            for (float p : l.top_probs) probs.push_back(f2d(p));
+            lens.push_back({{"depth", l.depth},
+                            {"top_ids", l.top_ids},
+                            {"top_probs", probs},
+                            {"p_emitted", f2d(l.p_emitted)},
+                            {"entropy", f2d(l.entropy)}});
+        }
+        j["lens"] = lens;
+    }
+    return j;
+}
+
+void print_events_table(const Model* model, const std::vector<TokenEvent>& events) {
+    std::ostringstream o;
+    o << "    #    pos      id  depth     prob  piece\n";
+    for (const auto& ev : events) {
+        char line[128];
+        std::snprintf(line, sizeof(line), "%5d %6d %7d %6d %8.4f  ", ev.index, ev.position,
+                      ev.token, ev.depth, static_cast<double>(ev.prob));
+        o << line << "\"" << display_text(ev.piece) << "\"\n";
+        for (const auto& l : ev.lens) {
+            std::snprintf(line, sizeof(line), "        depth %2d  p=%.4f  H=%.3f  top:", l.depth,
+                          static_cast<double>(l.p_emitted), static_cast<double>(l.entropy));
+            o << line;
+            for (size_t k = 0; k < l.top_ids.size(); ++k) {
+                std::string t;
+                try {
+                    t = token_bytes(model, l.top_ids[k]);
+                } catch (const Error&) {
+                    t = "<" + std::to_string(l.top_ids[k]) + ">";
+                }
+                std::snprintf(line, sizeof(line), " %.3f",
+                              k < l.top_probs.size() ? static_cast<double>(l.top_probs[k]) : 0.0);
+                o << " \"" << display_text(t) << "\"" << line;
+            }
+            o << "\n";
+        }
+    }
+    std::string s = o.str();
+    std::fwrite(s.data(), 1, s.size(), stderr);
+}
+
+nlohmann::json stats_json(const GenerateStats& st, bool speculating) {
+    nlohmann::json js = {
+        {"prefill_ms", st.prefill_ms},
+        {"first_token_ms", st.first_token_ms},
+        {"decode_ms", st.decode_ms},
+        {"total_ms", st.total_ms},
+        {"prompt_tokens", st.prompt_tokens},
+        {"tokens_emitted", st.tokens_emitted},
+        {"stop_reason", stop_reason_name(st.stop_reason)},
+        {"loops_used", st.loops_used},
+        {"decode_tokens_per_s", st.decode_tokens_per_s()},
+        {"depth_per_token", st.depth_per_token},
+        {"kv_cache_bytes", st.kv_cache_bytes},
+    };
+    if (speculating) {
+        js["spec_cycles"] = st.spec_cycles;
+        js["spec_drafted"] = st.spec_drafted;
+        js["spec_tested"] = st.spec_tested;
+        js["spec_accepted"] = st.spec_accepted;
+        js["spec_accept_hist"] = st.spec_accept_hist;
+        js["spec_acceptance_rate"] = st.spec_acceptance_rate();
+        js["spec_mean_accepted"] = st.spec_mean_accepted();
+        js["draft_ms"] = st.draft_ms;
+        js["verify_ms"] = st.verify_ms;
+    }
+    return js;
+}
+
+// The timing lines on stderr. Beam search emits its tokens only once the search ends, so it
+// has no per-token decode rate: its line gives the whole search's time and rate instead.
+void print_timing(const GenerateStats& st, const std::string& mode_used, bool speculating,
+                  bool interrupted) {
+    std::fprintf(stderr, "tinyloop: prompt %s, prefill %.2f ms, first token %.2f ms\n",
+                 plural(st.prompt_tokens, "token").c_str(), st.prefill_ms, st.first_token_ms);
+    const std::string emitted = plural(st.tokens_emitted, "token");
+    const char* tail = interrupted ? " (interrupted)" : "";
+    if (mode_used == "beam") {
+        const double rate = st.total_ms > 0 ? 1000.0 * st.tokens_emitted / st.total_ms : 0.0;
+        std::fprintf(stderr,
+                     "tinyloop: %s, beam search %.2f ms (%.1f tok/s over the whole search), "
+                     "stop %s, loops %d%s\n",
+                     emitted.c_str(), st.total_ms, rate, stop_reason_name(st.stop_reason),
+                     st.loops_used, tail);
+    } else {
+        std::fprintf(stderr,
+                     "tinyloop: %s, decode %.2f ms (%.1f tok/s), total %.2f ms, stop %s, "
+                     "loops %d%s\n",
+                     emitted.c_str(), st.decode_ms, st.decode_tokens_per_s(), st.total_ms,
+                     stop_reason_name(st.stop_reason), st.loops_used, tail);
+    }
+    if (speculating) {
+        const std::string kind = mode_used == "tree" ? "tree speculation" : "speculative";
+        std::fprintf(stderr,
+                     "tinyloop: %s %s, %d/%d drafted tokens accepted (%.1f%%, %.2f per cycle), "
+                     "draft %.2f ms, verify %.2f ms\n",
+                     kind.c_str(), plural(st.spec_cycles, "cycle").c_str(), st.spec_accepted,
+                     st.spec_tested, 100.0 * st.spec_acceptance_rate(), st.spec_mean_accepted(),
+                     st.draft_ms, st.verify_ms);
+    }
+}
+
+}  // namespace tinyloop::cli
