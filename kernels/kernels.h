@@ -1,4 +1,4 @@
-// The numeric operations behind one small interface (ARCHITECTURE.md, "kernels/").
+// The numeric operations behind one small interface (docs/ARCHITECTURE.md, "kernels/").
 //
 // Every op here has a plain scalar reference (`*_ref`) and a fast version chosen at run time
 // by the CPU's features (AVX-512, AVX2, scalar). Contract shared by all of them:

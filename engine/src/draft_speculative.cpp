@@ -13,7 +13,7 @@
 // so rejected rows are simply forgotten (the draft's valid length is cut back to the accepted
 // tokens, the target's to x0..xa) and overwritten by the next cycle.
 //
-// Greedy exactness rests on batch invariance (ARCHITECTURE.md, Numerics): the target's rows in
+// Greedy exactness rests on batch invariance (docs/ARCHITECTURE.md, Numerics): the target's rows in
 // the verify batch equal its one-token decode bit for bit, and the logits pipeline sees the
 // same context, so every argmax is plain greedy's.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The CUDA back end's kernels behind one small host interface (ARCHITECTURE.md, "kernels/").
+// The CUDA back end's kernels behind one small host interface (docs/ARCHITECTURE.md, "kernels/").
 //
 // Basic usage:
 //

@@ -1,4 +1,4 @@
-// Thread safety (ARCHITECTURE.md "Threads"): several threads calling one loaded Model at once
+// Thread safety (docs/ARCHITECTURE.md, "Threads"): several threads calling one loaded Model at once
 // (greedy, sampling with seeds, early exit, chain and tree speculation, beam, scoring, the lens,
 // streaming with observers, the caches) get exactly what the same calls return one after another.
 // Run under ThreadSanitizer too (build-tsan).
