@@ -12,6 +12,8 @@
 #include <QTimer>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "config_panel.h"
 #include "lens_heatmap.h"
@@ -20,7 +22,37 @@
 #include "presets_panel.h"
 #include "views_a.h"
 
+namespace {
+
+// Qt picks its platform plugin when QApplication is built; without a display the default (xcb)
+// aborts the program. --help, --version and --screenshot runs need no screen, so without a
+// display they get the offscreen platform; any other run without one is refused with a message.
+// Returns false when the run cannot go on (the message is printed).
+bool choose_platform(int argc, char** argv) {
+    const char* chosen = std::getenv("QT_QPA_PLATFORM");
+    if (chosen && *chosen) return true;
+    for (const char* var : {"DISPLAY", "WAYLAND_DISPLAY"})
+        if (const char* v = std::getenv(var); v && *v) return true;
+    for (int i = 1; i < argc; ++i) {
+        const char* a = argv[i];
+        if (!std::strcmp(a, "--help") || !std::strcmp(a, "-h") || !std::strcmp(a, "-?") ||
+            !std::strcmp(a, "--help-all") || !std::strcmp(a, "--version") || !std::strcmp(a, "-v") ||
+            !std::strcmp(a, "--screenshot") || !std::strncmp(a, "--screenshot=", 13)) {
+            setenv("QT_QPA_PLATFORM", "offscreen", 1);
+            return true;
+        }
+    }
+    std::fprintf(stderr,
+                 "tinyloop-workbench: no display (DISPLAY and WAYLAND_DISPLAY are unset). Run it on a\n"
+                 "desktop, or use the command line (tinyloop generate MODEL --prompt TEXT); --help,\n"
+                 "--version and --screenshot OUT.png work without a display (QT_QPA_PLATFORM=offscreen).\n");
+    return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+    if (!choose_platform(argc, argv)) return 2;
     QApplication app(argc, argv);
     QApplication::setOrganizationName("TinyLoop");
     QApplication::setApplicationName("tinyloop-workbench");

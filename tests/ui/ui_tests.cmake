@@ -27,3 +27,13 @@ foreach(t IN LISTS TL_UI_TESTS)
     TIMEOUT 300 LABELS ui)
 endforeach()
 add_custom_target(tinyloop_ui_tests DEPENDS ${TL_UI_TESTS_BUILT})
+
+# The program itself with no display at all (not even QT_QPA_PLATFORM): workbench_headless.cmake.
+add_test(NAME ui.workbench_headless
+  COMMAND ${CMAKE_COMMAND} -DWORKBENCH=$<TARGET_FILE:tinyloop_workbench>
+          -DMODEL=${PROJECT_SOURCE_DIR}/resources/models/tinyloop-kjv/model-q4.tinyloop
+          -DOUT=${PROJECT_BINARY_DIR}/tests/ui/headless-screenshot.png
+          -P ${PROJECT_SOURCE_DIR}/tests/ui/workbench_headless.cmake)
+set_tests_properties(ui.workbench_headless PROPERTIES
+  ENVIRONMENT "XDG_CONFIG_HOME=${PROJECT_BINARY_DIR}/tests/ui/xdg-headless"
+  TIMEOUT 300 LABELS ui)

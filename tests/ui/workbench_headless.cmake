@@ -1,0 +1,26 @@
+# The workbench program run without a display (DISPLAY, WAYLAND_DISPLAY and QT_QPA_PLATFORM
+# unset), as on a server or in CI: --help, --version and a --screenshot run work by themselves
+# (offscreen); a window run is refused with exit 2 and a message instead of Qt's abort.
+#   cmake -DWORKBENCH=... -DMODEL=... -DOUT=... -P workbench_headless.cmake
+set(headless ${CMAKE_COMMAND} -E env --unset=DISPLAY --unset=WAYLAND_DISPLAY --unset=QT_QPA_PLATFORM)
+
+function(expect what rc_want pattern)
+  execute_process(COMMAND ${headless} ${WORKBENCH} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err TIMEOUT 120)
+  if(NOT rc STREQUAL "${rc_want}")
+    message(FATAL_ERROR "${what}: exit status ${rc}, expected ${rc_want}\nstdout: ${out}\nstderr: ${err}")
+  endif()
+  if(NOT "${out}${err}" MATCHES "${pattern}")
+    message(FATAL_ERROR "${what}: output does not match '${pattern}'\nstdout: ${out}\nstderr: ${err}")
+  endif()
+  message(STATUS "${what}: exit ${rc} as expected")
+endfunction()
+
+expect("--help" 0 "Usage: .*--screenshot" --help)
+expect("--version" 0 "[0-9]+\\.[0-9]+" --version)
+expect("a window run" 2 "no display" ${MODEL})
+file(REMOVE ${OUT})
+expect("--screenshot" 0 "screenshot: " ${MODEL} --screenshot ${OUT} --size 800x600)
+if(NOT EXISTS ${OUT})
+  message(FATAL_ERROR "--screenshot: ${OUT} was not written")
+endif()
