@@ -1,8 +1,5 @@
 // `tinyloop generate --draft-model` and `tinyloop bench --modes draft`, run as a user runs them:
 // a child process on the bundled model with its q4 file as the draft.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,7 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-extern char** environ;
+#include "app/cli_run.h"
 
 namespace {
 
@@ -24,18 +21,7 @@ using nlohmann::json;
 const std::string kF32 = TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-f32.tinyloop";
 const std::string kQ4 = TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-q4.tinyloop";
 
-struct CliRun {
-    int status = -1;
-    bool signaled = false;
-    std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+using tl_test::CliRun;
 
 std::string temp_dir() {
     static const std::string d = [] {
@@ -46,39 +32,7 @@ std::string temp_dir() {
     return d;
 }
 
-CliRun run(const std::vector<std::string>& args) {
-    static int counter = 0;
-    const std::string base = temp_dir() + "/run" + std::to_string(counter++);
-    const std::string out_path = base + ".out", err_path = base + ".err";
-    std::vector<std::string> argv_s = {TL_CLI_PATH};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = 0;
-    CliRun r;
-    const int rc = posix_spawn(&pid, TL_CLI_PATH, &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-        r.err = "posix_spawn failed: " + std::to_string(rc);
-        return r;
-    }
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0) {
-    }
-    if (WIFEXITED(st)) r.status = WEXITSTATUS(st);
-    if (WIFSIGNALED(st)) r.signaled = true, r.status = 128 + WTERMSIG(st);
-    r.out = slurp(out_path);
-    r.err = slurp(err_path);
-    fs::remove(out_path);
-    fs::remove(err_path);
-    return r;
-}
+CliRun run(const std::vector<std::string>& args) { return tl_test::run_cli(temp_dir(), args); }
 
 json parse(const CliRun& r) {
     json j = json::parse(r.out, nullptr, false);
