@@ -38,6 +38,7 @@ import json
 import math
 import os
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -864,8 +865,15 @@ def _close_and_record(stream, record: dict) -> None:
 # ------------------------------------------------------------------------------------------
 
 
+class _CommandLine(argparse.ArgumentParser):
+    """argparse with the error format of every tinyloop command: one line, exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, "%s: %s (see '%s --help')\n" % (self.prog, message, self.prog))
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="tinyloop serve", description="OpenAI-compatible completions server for a "
+    ap = _CommandLine(prog="tinyloop serve", description="OpenAI-compatible completions server for a "
                                  ".tinyloop model (listens on loopback unless --host says otherwise).")
     ap.add_argument("model", metavar="MODEL", help="the .tinyloop file")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -876,39 +884,67 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-batching", action="store_true",
                     help="decode each request on its own instead of through the continuous-batching engine")
     ap.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"], help="back end (default auto)")
-    ap.add_argument("--threads", type=int, default=0, help="CPU threads, 0 = all cores (default 0)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="CPU worker threads, 1..256 (default: all cores), as in every tinyloop command")
     ap.add_argument("--model-name", default=None, help="the id /v1/models reports (default: the file's stem)")
     ap.add_argument("--draft-model", default=None, metavar="DRAFT",
                     help="a model with the same vocabulary for speculative {mode: draft} requests")
     ap.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     ap.add_argument("--debug-token-delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: a slow model
-    args = ap.parse_args(argv)
+    args = ap.parse_args(argv)  # a malformed command line exits 2 (argparse)
     if args.max_queue < 1 or args.max_concurrent < 1:
         ap.error("--max-queue and --max-concurrent must be >= 1")
+    if args.threads is not None and not 1 <= args.threads <= 256:
+        ap.error("--threads: expected an integer in [1, 256], got %d (leave it out for all cores)" % args.threads)
+    threads = args.threads or 0  # the binding's 0: all cores
 
+    # Every refusal before the server runs (the model, the draft, the address) exits 2, as a
+    # refused command line does; only a failure while serving exits 1.
     import uvicorn
     try:
-        model = tl.load_model(args.model, backend=args.backend, threads=args.threads)
+        model = tl.load_model(args.model, backend=args.backend, threads=threads)
     except (OSError, ValueError, RuntimeError) as exc:
-        sys.stderr.write("tinyloop serve: %s\n" % exc)
-        return 1
+        where = "" if args.model in str(exc) else "model '%s': " % args.model
+        sys.stderr.write("tinyloop serve: %s%s\n" % (where, exc))
+        return 2
     draft = None
     if args.draft_model is not None:
         try:
-            draft = tl.load_model(args.draft_model, backend=args.backend, threads=args.threads)
+            draft = tl.load_model(args.draft_model, backend=args.backend, threads=threads)
             # Refuses a draft whose vocabulary differs, now rather than on the first request.
             tl.generate_draft_speculative(model, draft, [0], max_tokens=0)
         except (OSError, ValueError, RuntimeError) as exc:
             sys.stderr.write("tinyloop serve: --draft-model: %s\n" % exc)
-            return 1
+            return 2
+    try:
+        sock = listen_socket(args.host, args.port)
+    except (OSError, OverflowError) as exc:
+        sys.stderr.write("tinyloop serve: --host %s --port %d: cannot listen there: %s\n"
+                         % (args.host, args.port, exc.strerror if isinstance(exc, OSError) and exc.strerror else exc))
+        return 2
     app = create_app(model, args.model_name, args.max_queue, args.max_concurrent, args.debug_token_delay_ms / 1000.0,
                      batching=not args.no_batching, draft=draft)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     server = uvicorn.Server(config)
     sys.stderr.write("tinyloop serve: %s (%s) on http://%s:%d/v1 (max queue %d, pid %d)\n"
-                     % (args.model, model.info["backend"], args.host, args.port, args.max_queue, os.getpid()))
-    server.run()
+                     % (args.model, model.info["backend"], args.host, sock.getsockname()[1], args.max_queue,
+                        os.getpid()))
+    server.run(sockets=[sock])
     return 0
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that an address in use is a refusal (exit 2)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 if __name__ == "__main__":
