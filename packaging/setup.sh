@@ -4,6 +4,10 @@
 #   bash packaging/setup.sh test   install what is needed, build, and run every test
 set -euo pipefail
 mode=${1:-run}
+case "$mode" in
+  run|test|screenshots) ;;
+  *) echo "usage: $0 run|test|screenshots" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=${TINYLOOP_BUILD_DIR:-build}
@@ -87,9 +91,5 @@ case "$mode" in
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         ctest --test-dir "$san" --output-on-failure -j "$jobs"
     fi
-    ;;
-  *)
-    echo "usage: $0 run|test" >&2
-    exit 2
     ;;
 esac
