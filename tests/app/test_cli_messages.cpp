@@ -138,6 +138,9 @@ TEST_F(CliMessages, InfoIsShortUnlessAskedAndCanLeaveTheMetadataOut) {
     EXPECT_FALSE(json::parse(j.out).contains("metadata"));
     EXPECT_TRUE(json::parse(run({"info", kModel, "--json"}).out).contains("metadata"));
     expect_refusal(run({"info", kModel, "--metadata", "--no-metadata"}), "tinyloop info", "--no-metadata");
+    const CliRun one = run({"info", kModel, "--backend", "cpu", "--threads", "1"});
+    ASSERT_EQ(one.status, 0) << one.err;
+    EXPECT_NE(one.out.find(", 1 thread\n"), std::string::npos) << one.out;
 }
 
 TEST_F(CliMessages, EveryRefusalHasOnePrefixAndExitStatusTwo) {
