@@ -110,6 +110,13 @@ class Server:
         # Request preparation (JSON decoding, checks, tokenizing, grammar parsing) off the event loop.
         self.prep_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tinyloop-prep")
 
+    def close(self) -> None:
+        """Stops the batch engine and joins the worker threads (tests that count threads)."""
+        if self.batch is not None:
+            self.batch.close()
+        self.pool.shutdown(wait=True)
+        self.prep_pool.shutdown(wait=True)
+
     def slots(self) -> asyncio.Semaphore:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_concurrent)
