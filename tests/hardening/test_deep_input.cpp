@@ -12,6 +12,9 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <pthread.h>
 
 #include "grammar.h"
 #include "test_util.h"
@@ -112,6 +115,43 @@ TEST(DeepGrammar, RepetitionsThatWouldCompileToGigabytesAreRefused) {
     // Nested repetitions multiply only through one generated rule each: fine.
     const GrammarPtr g = parse("root ::= ((\"ab\"{4096}){4096}){4096}\n");
     EXPECT_GT(g->elems.size(), 3u * 4096u);
+}
+
+// A token 65,536 bytes long (the longest a model file may hold, made by 16 doubling merges): the
+// matcher's vocabulary trie is that deep, and allowed() walks it without recursion, on a thread
+// with a small stack.
+TEST(DeepGrammar, LongestTokenIsWalkedWithoutRecursion) {
+    TokenizerSpec spec;
+    spec.merges.emplace_back('a', 'a');  // id 256: "aa"
+    for (int32_t k = 0; k < 15; ++k) spec.merges.emplace_back(256 + k, 256 + k);  // id 256 + k: 2^(k+1) a's
+    Tokenizer tok;
+    tok.init(spec, 256 + static_cast<int>(spec.merges.size()));
+    const int32_t longest = 256 + 15;
+    ASSERT_EQ(tok.bytes_of(longest).size(), 65536u);
+    const GrammarPtr g = parse("root ::= \"a\"* \"b\"\n");
+    struct Job {
+        const Grammar* g;
+        const Tokenizer* tok;
+        std::vector<char> mask;
+    } job{g.get(), &tok, {}};
+    // A 512 KiB stack: a recursive walk (a frame per trie level) would overflow it.
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, size_t{512} << 10);
+    pthread_t worker;
+    ASSERT_EQ(pthread_create(&worker, &attr, [](void* p) -> void* {
+        Job& j = *static_cast<Job*>(p);
+        GrammarMatcher m(*j.g, *j.tok);
+        m.allowed(j.mask);
+        return nullptr;
+    }, &job), 0);
+    pthread_join(worker, nullptr);
+    pthread_attr_destroy(&attr);
+    const std::vector<char>& mask = job.mask;
+    ASSERT_EQ(mask.size(), static_cast<size_t>(tok.n_ids()));
+    EXPECT_TRUE(mask[longest]);
+    EXPECT_TRUE(mask['a'] && mask['b'] && mask[256]);
+    EXPECT_FALSE(mask['c']);
 }
 
 // nlohmann json parses and destroys without recursion (3.11): far deeper than any stack allows.
