@@ -155,7 +155,7 @@ private:
     mutable std::vector<std::vector<int32_t>> sets_;
     mutable std::unordered_map<std::vector<int32_t>, int32_t, SetHash> set_ids_;
     mutable std::vector<int32_t> trans_;
-    mutable std::vector<std::pair<int32_t, int32_t>> walk_stack_;  // walk(): (trie node, set id)
+    mutable std::vector<std::pair<int32_t, int32_t>> walk_stack_;  // walk(): (next child, set id)
 
     std::vector<TrieNode> trie_;
     std::vector<int32_t> trie_tok_;
