@@ -2,7 +2,8 @@
 
   * HeaderTimeoutH11: uvicorn's h11 protocol that closes a connection whose next request's
     headers have not all arrived `header_timeout_s` after the connection opened or after its
-    previous response (slowloris: a client trickling header bytes holds no socket for long).
+    previous response (slowloris: a client trickling header bytes holds no socket for long),
+    and answers a request it cannot parse with a JSON 400.
   * read_body: reads a request body up to `max_bytes` (413 at once when Content-Length says
     more, or as soon as the bytes read pass it) within `timeout_s` (408), and returns None for a
     client that went away mid-body (nothing to answer, nothing worth a traceback).
@@ -10,7 +11,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
+import h11
 from starlette.requests import ClientDisconnect, Request
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -33,6 +36,19 @@ class HeaderTimeoutH11(H11Protocol):
         if timer is not None:
             timer.cancel()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot parse (garbage, headers over 16 KiB): OpenAI's JSON error, not
+        uvicorn's plain text."""
+        body = json.dumps(ApiError(400, "invalid HTTP request: %s" % msg, None).body()).encode()
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        try:
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
+                          h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+        except h11.LocalProtocolError:
+            pass
+        self.transport.close()
 
     def _arm_header_timer(self) -> None:
         timer = getattr(self, "_header_timer", None)

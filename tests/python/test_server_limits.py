@@ -126,6 +126,31 @@ def test_slow_headers_are_dropped_and_slow_bodies_get_408(srv):
     assert "Traceback" not in srv.output() and "ERROR" not in srv.output(), srv.output()
 
 
+def raw_exchange(port: int, data: bytes) -> bytes:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(data)
+    s.settimeout(10)
+    reply = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        reply += chunk
+    s.close()
+    return reply
+
+
+def test_unparsable_requests_get_json_400(srv):
+    port = int(srv.base.rsplit(":", 1)[1])
+    for data in (b"GARBAGE\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000):
+        # (the second: headers still unfinished past h11's 16 KiB bound)
+        reply = raw_exchange(port, data)
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head, reply[:200]
+        assert json.loads(body)["error"]["type"] == "invalid_request_error"
+    still_serving(srv.base)
+
+
 def test_unknown_model_is_404_and_head_health(srv):
     r = httpx.post(srv.base + "/v1/completions", json=dict(model="gpt-3.5-turbo-instruct", prompt="hi"), timeout=60)
     expect_error(r, 404, "model", code="model_not_found")
