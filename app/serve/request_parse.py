@@ -14,6 +14,8 @@ from fastapi.responses import JSONResponse
 MAX_STOP = 4
 MAX_N = 16
 MAX_LOGPROBS = 5
+MAX_PROMPTS = 64  # prompts in one request's list
+MAX_CHOICES = 128  # prompts x n: one request's decodes are bounded
 INT_MAX = 2**31 - 1  # the engine's integer fields are 32-bit: larger values are refused by name
 
 # ------------------------------------------------------------------------------------------
@@ -191,6 +193,8 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
     else:
         raise bad("prompt", "prompt: expected a non-empty string, a list of strings, a list of token ids "
                             "or a list of token-id lists")
+    if len(prompts) > MAX_PROMPTS:
+        raise bad("prompt", "prompt: %d prompts, at most %d in one request" % (len(prompts), MAX_PROMPTS))
     for i, q in enumerate(prompts):
         if isinstance(q, str) and q == "":
             raise bad("prompt", "prompt%s: must not be empty" % ("" if len(prompts) == 1 else "[%d]" % i))
@@ -205,6 +209,9 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
     cfg["temperature"] = _num(body, "temperature", 1.0, 0.0, 2.0)
     cfg["top_p"] = _num(body, "top_p", 1.0, 0.0, 1.0, lo_open=True)
     c.n = _int(body, "n", 1, 1, MAX_N)
+    if len(prompts) * c.n > MAX_CHOICES:
+        raise bad("n", "n: %d prompts x n %d = %d choices, at most %d in one request"
+                  % (len(prompts), c.n, len(prompts) * c.n, MAX_CHOICES))
     best_of = _int(body, "best_of", None, 1, MAX_N)
     if best_of is not None and best_of != c.n:
         raise bad("best_of", "best_of: only best_of == n is supported yet")

@@ -8,7 +8,7 @@
 Endpoints
     GET  /v1/models          the one loaded model
     POST /v1/completions     OpenAI's legacy completions: prompt (str, list of str, token ids or
-                             lists of token ids), max_tokens (default 16), temperature (default 1),
+                             lists of token ids; at most 64 prompts and 128 choices), max_tokens (default 16), temperature (default 1),
                              top_p, n, stop (str or up to 4, excluded from the text),
                              frequency_penalty, presence_penalty, logit_bias ({"id": bias}), seed,
                              logprobs (0..5), echo, stream (SSE, ends with `data: [DONE]`),

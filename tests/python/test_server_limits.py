@@ -174,6 +174,11 @@ def test_over_long_prompt_and_huge_integers_name_their_field(srv, model):
             expect_error(r, 400, field, says=str(v))
     r = httpx.post(srv.base + "/v1/completions", json={"prompt": "hi", "temperature": 10**400}, timeout=60)
     expect_error(r, 400, "temperature")
+    # One request's work is bounded: at most 64 prompts, 128 choices.
+    r = httpx.post(srv.base + "/v1/completions", json={"prompt": ["a"] * 65, "max_tokens": 1}, timeout=60)
+    expect_error(r, 400, "prompt", says="at most 64")
+    r = httpx.post(srv.base + "/v1/completions", json={"prompt": ["a"] * 9, "n": 16, "max_tokens": 1}, timeout=60)
+    expect_error(r, 400, "n", says="at most 128")
 
 
 def test_logprobs_leave_out_the_end_of_text_token(srv, model):
