@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "app" / "serve"))
+import server  # noqa: E402
 
 PROMPT = "In the beginning"
 
@@ -214,3 +221,14 @@ def test_abandoned_plain_requests_free_their_place(start_server):
     assert stopped and all(c["stop_reason"] == "CALLBACK_ABORT" and c["tokens"] < 200 for c in stopped), h["recent"]
     r = httpx.post(s.base + "/v1/completions", json=dict(prompt=PROMPT, max_tokens=2), timeout=60)
     assert r.status_code == 200
+
+
+def test_an_unexpected_exception_is_still_a_json_500(model, monkeypatch):
+    def broken(*_args, **_kw):
+        raise KeyError("a bug")
+    monkeypatch.setattr(server, "prepare", broken)
+    with TestClient(server.create_app(model), raise_server_exceptions=False) as c:
+        r = c.post("/v1/completions", json={"prompt": "hi"})
+        e = expect_error(r, 500)
+        assert e["type"] == "server_error" and "KeyError" in e["message"]
+        assert c.get("/health").json()["active"] == 0
