@@ -55,7 +55,8 @@ ENGINE_FIELDS = {
     "early_exit_patience": "early_exit", "early_exit_min_L": "early_exit",
     "early_exit_peek_every": "early_exit", "early_exit_logit_margin": "early_exit",
     "early_exit_criterion": "early_exit", "early_exit_threshold": "early_exit", "lens_top_k": "logprobs",
-    "prompt": "prompt", "beam_size": "beam_size", "grammar": "grammar",
+    "prompt": "prompt", "beam_size": "beam_size", "grammar": "grammar", "length_penalty": "length_penalty",
+    "max_time": "max_time", "no_repeat_ngram_size": "no_repeat_ngram_size", "kv_cache": "kv_cache",
 }
 
 
