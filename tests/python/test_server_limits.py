@@ -181,6 +181,9 @@ def test_over_long_prompt_and_huge_integers_name_their_field(srv, model):
             expect_error(r, 400, field, says=str(v))
     r = httpx.post(srv.base + "/v1/completions", json={"prompt": "hi", "temperature": 10**400}, timeout=60)
     expect_error(r, 400, "temperature")
+    for field in ("length_penalty", "repetition_penalty"):  # finite for JSON, infinite as a C++ float
+        r = httpx.post(srv.base + "/v1/completions", json={"prompt": "hi", field: 1e308}, timeout=60)
+        expect_error(r, 400, field, says="finite")
     # One request's work is bounded: at most 64 prompts, 128 choices.
     r = httpx.post(srv.base + "/v1/completions", json={"prompt": ["a"] * 65, "max_tokens": 1}, timeout=60)
     expect_error(r, 400, "prompt", says="at most 64")
