@@ -48,6 +48,9 @@ CommandSpec serve_spec() {
         {"--no-batching", "", "decode each request on its own, not through the batch engine", "", false, S},
         {"--model-name", "NAME", "the id /v1/models reports (default: the file's stem)", "", false, S},
         {"--draft-model", "DRAFT", "a model with the same vocabulary for {mode: draft} requests", "", false, S},
+        {"--max-body-bytes", "N", "largest request body; a larger one is answered 413 (default 1048576)", "", false, S},
+        {"--header-timeout", "S", "seconds a connection may take to send its headers, then closed (default 10)", "", false, S},
+        {"--body-timeout", "S", "seconds a request's body may take to arrive, then 408 (default 30)", "", false, S},
         {"--log-level", "L", "critical | error | warning | info | debug (default info)", "", false, S},
         {"--backend", "B", "cpu, cuda or auto (default auto)", "", false, S},
         {"--threads", "N", "CPU worker threads, 1..256 (default: all cores)", "", false, S},
@@ -55,7 +58,9 @@ CommandSpec serve_spec() {
     };
     s.notes =
         "Endpoints: GET /v1/models, POST /v1/completions (OpenAI legacy completions, streaming\n"
-        "with SSE), GET /health. Plain decodes of concurrent requests (greedy, sampling, early\n"
+        "with SSE), POST /v1/chat/completions (messages rendered through the model metadata's\n"
+        "chat_template, or a plain default), GET and HEAD /health. Every error is an OpenAI-shaped\n"
+        "JSON body; an unknown \"model\" is 404. Plain decodes of concurrent requests (greedy, sampling, early\n"
         "exit, grammar) run together through one continuous-batching engine (tokens identical to a\n"
         "lone decode; /health shows its \"batch\" stats); logprobs, beam search and speculation run\n"
         "on their own. Extension field \"kv_cache\": \"f32\" | \"int8\". With --draft-model DRAFT,\n"

@@ -11,6 +11,14 @@ exactly the text the binding computes for it (greedy, so it is known in advance)
 with 503; anything else (another status, a broken stream, a wrong text) counts as lost or
 corrupted. The server's VmRSS is read from /proc before and after the burst (after a warm-up
 burst of the same shape), and must stay flat. Prints the figures; exits 1 on any failure.
+
+With --hostile the measured burst runs alongside the attacks of the hardening issue: slowloris
+connections (partial headers, and a body that never completes), a grammar nested 16,000 deep, a
+20,000-rule grammar, deeply nested JSON bodies, lone surrogates, oversized bodies (413), an
+unknown model, and plain requests abandoned by their clients. Each attack must get its JSON 4xx
+(or, slowloris, its connection closed by the server); a separate process polls /health every
+50 ms throughout and every answer must come within --health-bound-ms; the server's peak VmRSS
+must stay under --rss-bound-mb. CTest runs it so (serve_loadcheck), on loopback, bounded.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import os
 import random
 import socket
@@ -138,6 +147,118 @@ async def burst(base: str, want: dict, total: int, concurrency: int, stream_rati
     }
 
 
+# ---- hostile mode ------------------------------------------------------------------------------
+
+
+def poll_health(base: str, stop, out) -> None:
+    """In its own process: GET /health every 50 ms until `stop` is set; sends the latencies (ms),
+    a failed poll counting as infinite."""
+    lat = []
+    with httpx.Client(timeout=5) as c:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                ok = c.get(base + "/health").status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            lat.append(1000 * (time.perf_counter() - t0) if ok else float("inf"))
+            time.sleep(0.05)
+    out.send(lat)
+
+
+def deep_grammar(depth: int) -> str:
+    return "root ::= " + "(" * depth + '"a"' + ")" * depth
+
+
+def many_rules(n: int) -> str:
+    return "\n".join(["root ::= r0"] + ['r%d ::= "x" r%d | "y"' % (k, k + 1) for k in range(n - 1)] + ['r%d ::= "z"' % (n - 1)])
+
+
+# (name, path, raw body, expected status): each sent a few times during the burst.
+def attacks(max_body: int) -> list[tuple[str, str, bytes, int]]:
+    j = lambda o: json.dumps(o).encode()  # noqa: E731
+    return [
+        ("grammar nested 16,000 deep", "/v1/completions", j({"prompt": "hi", "max_tokens": 2, "grammar": deep_grammar(16000)}), 400),
+        ("grammar of 20,000 rules", "/v1/completions", j({"prompt": "hi", "max_tokens": 2, "temperature": 0, "grammar": many_rules(20000)}), 200),
+        ("JSON nested 100,000 deep", "/v1/completions", b"[" * 100000 + b"]" * 100000, 400),
+        ("prompt nested 100,000 deep", "/v1/completions", b'{"prompt": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400),
+        ("lone surrogate in prompt", "/v1/completions", b'{"prompt": "\\ud800", "max_tokens": 2}', 400),
+        ("lone surrogate in grammar", "/v1/completions", b'{"prompt": "hi", "grammar": "root ::= \\"\\udc00\\""}', 400),
+        ("lone surrogate in chat", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\ud800"}]}', 400),
+        ("body over the limit", "/v1/completions", j({"prompt": "a" * (max_body + 1)}), 413),
+        ("unknown model", "/v1/completions", j({"model": "gpt-4", "prompt": "hi"}), 404),
+        ("huge integer", "/v1/completions", b'{"prompt": "hi", "max_tokens": 9223372036854775808}', 400),
+    ]
+
+
+async def send_attack(client: httpx.AsyncClient, base: str, attack) -> str:
+    name, path, raw, want = attack
+    try:
+        r = await client.post(base + path, content=raw, headers={"content-type": "application/json"})
+    except httpx.HTTPError as exc:
+        return f"{name}: {type(exc).__name__}"
+    if r.status_code != want:
+        return f"{name}: status {r.status_code} (want {want}): {r.text[:120]}"
+    if want != 200 and not (r.headers.get("content-type", "").startswith("application/json") and "error" in r.json()):
+        return f"{name}: not an OpenAI error body: {r.text[:120]}"
+    return "ok"
+
+
+async def slowloris(host: str, port: int, n: int, hold_s: float) -> tuple[int, int]:
+    """n connections that send partial headers (half of them a body that never completes) and
+    wait up to hold_s; returns (opened, closed by the server before hold_s)."""
+    async def one(i: int) -> bool:
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError:
+            return False
+        if i % 2:
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"prompt\"")
+        else:
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nUser-Agent: slow")
+        await writer.drain()
+        try:
+            while await asyncio.wait_for(reader.read(4096), hold_s):
+                pass
+            closed = True
+        except (asyncio.TimeoutError, ConnectionError):
+            closed = False
+        writer.close()
+        return closed
+    res = await asyncio.gather(*(one(i) for i in range(n)))
+    return n, sum(res)
+
+
+async def abandon(base: str, n: int) -> int:
+    """n plain requests whose clients give up after 0.2 s; returns how many timed out as meant."""
+    gave_up = 0
+    async with httpx.AsyncClient(timeout=0.2) as c:
+        for _ in range(n):
+            try:
+                await c.post(base + "/v1/completions", json={"prompt": "In the beginning", "max_tokens": 200, "n": 4,
+                                                             "temperature": 0, "ignore_eos": True})
+            except httpx.TimeoutException:
+                gave_up += 1
+    return gave_up
+
+
+async def hostile(base: str, port: int, max_body: int, rounds: int, loris: int, header_timeout: float) -> dict:
+    failed = []
+    async with httpx.AsyncClient(timeout=120) as client:
+        async def attack_rounds():
+            for _ in range(rounds):
+                for a in attacks(max_body):
+                    status = await send_attack(client, base, a)
+                    if status != "ok":
+                        failed.append(status)
+                await asyncio.sleep(0.2)
+        _, (opened, closed), gave_up = await asyncio.gather(
+            attack_rounds(), slowloris("127.0.0.1", port, loris, header_timeout + 5), abandon(base, 6))
+    if closed != opened:
+        failed.append(f"slowloris: the server closed {closed} of {opened} stalled connections")
+    return {"failed": failed, "attacks": rounds * len(attacks(max_body)), "slowloris": opened, "abandoned": gave_up}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -148,13 +269,22 @@ def main() -> int:
     ap.add_argument("--stream-ratio", type=float, default=0.5)
     ap.add_argument("--rss-tolerance-kb", type=int, default=8192, help="allowed VmRSS growth over the burst")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--warmup-requests", type=int, default=None, help="requests in the warm-up burst (default --requests)")
+    ap.add_argument("--hostile", action="store_true", help="run the attacks alongside the measured burst")
+    ap.add_argument("--attack-rounds", type=int, default=3, help="times each attack is sent (--hostile)")
+    ap.add_argument("--slowloris", type=int, default=200, help="stalled connections held (--hostile)")
+    ap.add_argument("--header-timeout", type=float, default=2.0, help="the server's --header-timeout and --body-timeout")
+    ap.add_argument("--health-bound-ms", type=float, default=100.0, help="slowest allowed /health answer (--hostile)")
+    ap.add_argument("--rss-bound-mb", type=float, default=256.0, help="largest allowed server VmRSS (--hostile)")
     a = ap.parse_args()
 
     want = expected_texts(a.model)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([sys.executable, str(HERE / "server.py"), a.model, "--port", str(port), "--max-queue",
-                             str(a.max_queue), "--max-concurrent", str(a.max_concurrent), "--log-level", "warning"])
+                             str(a.max_queue), "--max-concurrent", str(a.max_concurrent), "--log-level", "warning",
+                             "--header-timeout", str(a.header_timeout), "--body-timeout", str(a.header_timeout)])
+    max_body = 1 << 20  # the server's default --max-body-bytes
     try:
         deadline = time.time() + 60
         while True:
@@ -167,10 +297,24 @@ def main() -> int:
                 print("server did not start", file=sys.stderr)
                 return 1
             time.sleep(0.1)
-        warm = asyncio.run(burst(base, want, a.requests, a.concurrency, a.stream_ratio, a.seed + 1000))
+        warm = asyncio.run(burst(base, want, a.warmup_requests or a.requests, a.concurrency, a.stream_ratio,
+                                 a.seed + 1000))
         time.sleep(0.5)
         rss0 = vm_rss_kb(proc.pid)
-        res = asyncio.run(burst(base, want, a.requests, a.concurrency, a.stream_ratio, a.seed, proc.pid))
+        stop, (rx, tx) = multiprocessing.Event(), multiprocessing.Pipe(duplex=False)
+        poller = multiprocessing.Process(target=poll_health, args=(base, stop, tx), daemon=True)
+        poller.start()
+
+        async def measured():
+            work = [burst(base, want, a.requests, a.concurrency, a.stream_ratio, a.seed, proc.pid)]
+            if a.hostile:
+                work.append(hostile(base, port, max_body, a.attack_rounds, a.slowloris, a.header_timeout))
+            return await asyncio.gather(*work)
+        results = asyncio.run(measured())
+        res, hos = results[0], (results[1] if a.hostile else None)
+        stop.set()
+        health_ms = rx.recv()
+        poller.join(timeout=10)
         time.sleep(0.5)
         rss1 = vm_rss_kb(proc.pid)
         health = httpx.get(base + "/health", timeout=5).json()
@@ -192,10 +336,24 @@ def main() -> int:
     print(f"  server VmRSS before {rss0} kB, after {rss1} kB (delta {rss1 - rss0:+d} kB), peak during {res['peak_rss_kb']} kB")
     print(f"  server after: active {health['active']}, served {health['served_total']}, refused "
           f"{health['refused_total']}, aborted {health['aborted_total']}")
-    for f in (warm["failed"] + res["failed"])[:10]:
+    worst_ms = max(health_ms) if health_ms else float("inf")
+    print(f"  /health polled {len(health_ms)} times during the burst: median "
+          f"{statistics.median(health_ms) if health_ms else float('nan'):.1f} ms, slowest {worst_ms:.1f} ms")
+    failed = warm["failed"] + res["failed"]
+    # The flat-RSS check is for plain bursts; with attacks (20,000-rule grammars, megabyte
+    # bodies) the bound is --rss-bound-mb on the peak instead.
+    ok = (not failed and lost == 0 and health["active"] == 0 and res["completed"] + res["refused"] == a.requests
+          and (a.hostile or rss1 - rss0 <= a.rss_tolerance_kb))
+    if hos is not None:
+        peak_mb = max(res["peak_rss_kb"], rss1) / 1024
+        print(f"  hostile: {hos['attacks']} attacks, {hos['slowloris']} slowloris connections, "
+              f"{hos['abandoned']} abandoned requests; failed {len(hos['failed'])}")
+        print(f"  bounds: /health slowest {worst_ms:.1f} ms (bound {a.health_bound_ms:g}), peak VmRSS "
+              f"{peak_mb:.1f} MB (bound {a.rss_bound_mb:g})")
+        failed += hos["failed"]
+        ok = ok and not hos["failed"] and worst_ms <= a.health_bound_ms and peak_mb <= a.rss_bound_mb
+    for f in failed[:10]:
         print("  FAILED:", f)
-    ok = (not res["failed"] and not warm["failed"] and lost == 0 and health["active"] == 0
-          and res["completed"] + res["refused"] == a.requests and rss1 - rss0 <= a.rss_tolerance_kb)
     print("  result:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -35,6 +35,9 @@
 //  * Left recursion (a rule reaching itself without consuming input, including a repeated term
 //    that can match the empty string) is refused at the rule (or the operator) that causes it.
 //  * Columns in error locations count code points from 1.
+//  * Bounds (each an error naming it, so hostile text costs bounded stack, time and memory):
+//    groups nest at most 256 deep; the compiled grammar holds at most 4,194,304 elements and
+//    1,048,576 rules (repetitions multiply their term). Parsing is linear in the text's size.
 //
 // Matching is on bytes: classes are compiled to the UTF-8 byte sequences of their code points,
 // so a token that ends in the middle of a multi-byte character simply leaves the matcher inside
@@ -152,6 +155,7 @@ private:
     mutable std::vector<std::vector<int32_t>> sets_;
     mutable std::unordered_map<std::vector<int32_t>, int32_t, SetHash> set_ids_;
     mutable std::vector<int32_t> trans_;
+    mutable std::vector<std::pair<int32_t, int32_t>> walk_stack_;  // walk(): (next child, set id)
 
     std::vector<TrieNode> trie_;
     std::vector<int32_t> trie_tok_;

@@ -215,13 +215,25 @@ int32_t GrammarMatcher::transition(int32_t set, uint8_t byte) const {
     return next;
 }
 
+// Depth first with an explicit stack of (next child to visit, its parent's set), in the order a
+// recursion would take: the trie is as deep as the longest token (up to 64 KiB of bytes in a
+// model file), too deep for recursion on a small thread stack.
 void GrammarMatcher::walk(int32_t trie_node, int32_t set, std::vector<char>& mask) const {
-    for (int32_t c = trie_[trie_node].first_child; c >= 0; c = trie_[c].next_sibling) {
+    walk_stack_.assign(1, {trie_[trie_node].first_child, set});
+    while (!walk_stack_.empty()) {
+        auto& top = walk_stack_.back();
+        const int32_t c = top.first;
+        if (c < 0) {
+            walk_stack_.pop_back();
+            continue;
+        }
+        const int32_t parent_set = top.second;
+        top.first = trie_[c].next_sibling;  // before a push can move `top`
         const TrieNode& child = trie_[c];
-        const int32_t next = transition(set, child.byte);
+        const int32_t next = transition(parent_set, child.byte);
         if (next < 0) continue;
         for (int32_t j = 0; j < child.tok_count; ++j) mask[trie_tok_[static_cast<size_t>(child.tok_begin + j)]] = 1;
-        if (child.first_child >= 0) walk(c, next, mask);
+        if (child.first_child >= 0) walk_stack_.emplace_back(child.first_child, next);
     }
 }
 

@@ -55,7 +55,13 @@ void append_utf8(uint32_t cp, std::string& out) {
     }
 }
 
-constexpr long kMaxRepeat = 4096;  // bounds the grammar's size
+constexpr long kMaxRepeat = 4096;  // the largest count of {m}, {m,}, {m,n}
+// Groups nest at most this deep: the parser recurses once per '(' (a named error beyond).
+constexpr int kMaxGroupDepth = 256;
+// The compiled grammar holds at most this many elements and rules (repetitions multiply a
+// term; the bound keeps a short grammar from compiling to gigabytes).
+constexpr size_t kMaxGrammarElems = size_t{1} << 22;
+constexpr size_t kMaxGrammarRules = size_t{1} << 20;
 
 bool is_name_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
@@ -84,6 +90,16 @@ private:
     std::vector<size_t> rule_at_;  // per rule: offset used for its location
     std::string current_;          // the named rule being parsed (names generated rules)
     int generated_count_ = 0;
+    int group_depth_ = 0;          // '(' currently open
+    size_t elems_ = 0;             // elements emitted so far (bounded by kMaxGrammarElems)
+
+    // Counts `n` more compiled elements; refuses a grammar that grows past the bound.
+    void charge(size_t n, size_t at) {
+        elems_ += n;
+        if (elems_ > kMaxGrammarElems)
+            fail(at, "grammar too large: it compiles to more than " + std::to_string(kMaxGrammarElems) +
+                         " elements (repetitions multiply their term)");
+    }
 
     [[noreturn]] void fail(size_t at, const std::string& msg) const {
         int line = 1;
@@ -143,9 +159,11 @@ private:
         return s_.compare(j, 3, "::=") == 0;
     }
 
-    int32_t rule_id(const std::string& name) {
+    int32_t rule_id(const std::string& name, size_t at) {
         auto it = by_name_.find(name);
         if (it != by_name_.end()) return it->second;
+        if (rules_.size() >= kMaxGrammarRules)
+            fail(at, "grammar too large: more than " + std::to_string(kMaxGrammarRules) + " rules");
         const int32_t id = static_cast<int32_t>(rules_.size());
         rules_.emplace_back();
         rules_.back().name = name;
@@ -155,6 +173,8 @@ private:
     }
 
     int32_t new_generated(size_t at) {
+        if (rules_.size() >= kMaxGrammarRules)
+            fail(at, "grammar too large: more than " + std::to_string(kMaxGrammarRules) + " rules");
         const int32_t id = static_cast<int32_t>(rules_.size());
         rules_.emplace_back();
         RuleDraft& r = rules_.back();
@@ -180,7 +200,7 @@ private:
         skip_space(true);
         if (at_end() || rule_starts_at(i_)) fail(name_at, "rule '" + name + "' is empty (write \"\" for the empty string)");
 
-        const int32_t id = rule_id(name);
+        const int32_t id = rule_id(name, name_at);
         if (rules_[id].defined) fail(name_at, "rule '" + name + "' is defined twice");
         rules_[id].defined = true;
         rules_[id].def_at = name_at;
@@ -251,10 +271,15 @@ private:
                 add_class_alts(r, {{0, 0x10FFFF}});
                 out.push_back(ref_elem(r));
             } else if (c == '(') {
+                if (group_depth_ >= kMaxGroupDepth)
+                    fail(term_at, "groups nested too deep: more than " + std::to_string(kMaxGroupDepth) +
+                                      " '(' open at once");
                 ++i_;
                 skip_space(true);
                 const int32_t r = new_generated(term_at);
+                ++group_depth_;
                 std::vector<Seq> alts = parse_alternates(true, term_at);
+                --group_depth_;
                 skip_space(true);
                 if (peek() != ')') fail(term_at, "unbalanced '(' (no matching ')')");
                 ++i_;
@@ -263,7 +288,7 @@ private:
             } else if (is_name_char(c)) {
                 const size_t at = i_;
                 while (i_ < s_.size() && is_name_char(s_[i_])) ++i_;
-                const int32_t r = rule_id(s_.substr(at, i_ - at));
+                const int32_t r = rule_id(s_.substr(at, i_ - at), at);
                 if (rules_[r].first_ref == std::string::npos) rules_[r].first_ref = at;
                 out.push_back(ref_elem(r));
             } else {
@@ -285,6 +310,7 @@ private:
                     continue;
                 }
                 const int32_t r = new_generated(op_at);
+                charge(2 * term.size() + 2, op_at);
                 Seq with_self = term;
                 with_self.push_back(ref_elem(r));
                 if (op == '?') rules_[r].alts = {term, Seq{}};
@@ -321,6 +347,7 @@ private:
         if (peek() != '}') fail(op_at, "unterminated repetition '{' (expected '}')");
         ++i_;
         if (n >= 0 && n < m) fail(op_at, "bad repetition: the maximum is below the minimum");
+        charge(term.size() * static_cast<size_t>(std::max(m, n) + 1) + static_cast<size_t>(std::max(m, n)), op_at);
         for (long k = 0; k < m; ++k) out.insert(out.end(), term.begin(), term.end());
         if (n < 0) {
             const int32_t r = new_generated(op_at);
@@ -403,6 +430,7 @@ private:
             else bytes += s_[i_++];  // raw bytes as written (UTF-8 text stays UTF-8)
         }
         ++i_;
+        charge(bytes.size(), open);
         for (char b : bytes) out.push_back(byte_elem(static_cast<uint8_t>(b), static_cast<uint8_t>(b)));
     }
 
@@ -459,6 +487,7 @@ private:
         std::vector<Utf8Sequence> seqs;
         for (const auto& r : ranges) utf8_sequences(r.first, r.second, seqs);
         for (const Utf8Sequence& q : seqs) {
+            charge(q.size() + 1, rule_at_[rule]);
             Seq alt;
             for (const auto& b : q) alt.push_back(byte_elem(b.first, b.second));
             rules_[rule].alts.push_back(std::move(alt));
@@ -493,47 +522,75 @@ private:
             }
             g->rules.push_back(std::move(gr));
         }
-        for (size_t k = 0; k < rules_.size(); ++k) set_location(g->rules[k], rule_at_[k]);
-
-        // Nullable rules (fixpoint).
-        const size_t n = g->rules.size();
-        g->nullable.assign(n, 0);
-        for (bool changed = true; changed;) {
-            changed = false;
-            for (size_t r = 0; r < n; ++r) {
-                if (g->nullable[r]) continue;
-                for (int32_t a : g->rules[r].alts) {
-                    bool all = true;
-                    for (int32_t p = a; g->elems[p].kind != GrammarElem::End; ++p)
-                        if (g->elems[p].kind == GrammarElem::Bytes || !g->nullable[g->elems[p].rule]) {
-                            all = false;
-                            break;
-                        }
-                    if (all) {
-                        g->nullable[r] = 1;
-                        changed = true;
-                        break;
-                    }
-                }
-            }
-        }
+        set_locations(*g);
+        compute_nullable(*g);
         check_left_recursion(*g);
         return g.release();
     }
 
-    void set_location(GrammarRule& r, size_t at) const {
-        int line = 1;
-        size_t line_start = 0;
-        for (size_t k = 0; k < at && k < s_.size(); ++k)
-            if (s_[k] == '\n') {
-                ++line;
-                line_start = k + 1;
+    // Line and column of every rule, in one pass over the text (rules sorted by offset).
+    void set_locations(Grammar& g) const {
+        std::vector<int32_t> order(rules_.size());
+        for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int32_t>(k);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int32_t a, int32_t b) { return rule_at_[a] < rule_at_[b]; });
+        int line = 1, col = 1;
+        size_t k = 0;
+        for (int32_t r : order) {
+            const size_t at = std::min(rule_at_[r], s_.size());
+            for (; k < at; ++k) {
+                if (s_[k] == '\n') {
+                    ++line;
+                    col = 1;
+                } else if ((static_cast<unsigned char>(s_[k]) & 0xC0) != 0x80) {
+                    ++col;
+                }
             }
-        int col = 1;
-        for (size_t k = line_start; k < at && k < s_.size(); ++k)
-            if ((static_cast<unsigned char>(s_[k]) & 0xC0) != 0x80) ++col;
-        r.line = line;
-        r.col = col;
+            g.rules[r].line = line;
+            g.rules[r].col = col;
+        }
+    }
+
+    // Which rules can match the empty string: a worklist over the alternatives (each counts its
+    // elements not yet known nullable), linear in the grammar's size.
+    static void compute_nullable(Grammar& g) {
+        const size_t n = g.rules.size();
+        g.nullable.assign(n, 0);
+        std::vector<int32_t> alt_rule, pending;          // per alternative
+        std::vector<std::vector<int32_t>> used_in(n);    // per rule: alternatives referring to it
+        std::vector<int32_t> work;
+        for (size_t r = 0; r < n; ++r)
+            for (int32_t a : g.rules[r].alts) {
+                const int32_t id = static_cast<int32_t>(alt_rule.size());
+                alt_rule.push_back(static_cast<int32_t>(r));
+                int32_t count = 0;
+                for (int32_t p = a; g.elems[p].kind != GrammarElem::End; ++p) {
+                    if (g.elems[p].kind == GrammarElem::Bytes) {
+                        count = -1;  // never nullable
+                        break;
+                    }
+                    ++count;
+                }
+                pending.push_back(count);
+                if (count < 0) continue;
+                for (int32_t p = a; g.elems[p].kind != GrammarElem::End; ++p) used_in[g.elems[p].rule].push_back(id);
+                if (count == 0 && !g.nullable[r]) {
+                    g.nullable[r] = 1;
+                    work.push_back(static_cast<int32_t>(r));
+                }
+            }
+        while (!work.empty()) {
+            const int32_t r = work.back();
+            work.pop_back();
+            for (int32_t id : used_in[r]) {
+                if (--pending[id] != 0) continue;
+                const int32_t owner = alt_rule[id];
+                if (!g.nullable[owner]) {
+                    g.nullable[owner] = 1;
+                    work.push_back(owner);
+                }
+            }
+        }
     }
 
     // The stack matcher expands rules until a byte is on top; a rule that reaches itself without

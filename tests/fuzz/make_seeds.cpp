@@ -1,6 +1,7 @@
 // Writes the seed corpora of the fuzz targets from valid inputs: small models of every dtype
 // written with tinyloop::save_model, texts and id lists for the tokenizer, the bundled grammars
 // and presets. Usage: tinyloop_fuzz_seeds OUT_DIR SOURCE_DIR
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +82,16 @@ int main(int argc, char** argv) {
     grammars.push_back({"escapes", "root ::= \"a\\n\\t\\x41\\u00e9\\U0001F600\" [^\\]\\-a-z]* (\"x\" | \"\")+\n"});
     grammars.push_back({"multiline", "root ::= item\n    | item \",\" root\nitem ::= [0-9]+ # digits\n"});
     grammars.push_back({"nested", "root ::= ( ( \"(\" root \")\" )* | [a-c]? ) .\n"});
+    // Deep nesting: groups just under and far over the parser's limit (256), unbalanced, and a
+    // long rule chain; repetitions near the compiled-size bound.
+    for (int depth : {200, 257, 5000})
+        grammars.push_back({"deep" + std::to_string(depth),
+                            "root ::= " + std::string(depth, '(') + "\"a\"" + std::string(depth, ')') + "\n"});
+    grammars.push_back({"unbalanced", "root ::= " + std::string(3000, '(') + "\"a\"\n"});
+    std::string chain = "root ::= r0\n";
+    for (int r = 0; r < 300; ++r) chain += "r" + std::to_string(r) + " ::= \"x\" r" + std::to_string(r + 1) + " | \"\"\n";
+    grammars.push_back({"chain", chain + "r300 ::= \"y\"\n"});
+    grammars.push_back({"repeat-bound", "root ::= (\"ab\"{4096}){1000} [a-z]{0,4096}\n"});
     const char* samples[] = {"yes, because it is.", "{\"a\": 1}", "1+2*3", "a\n\tA\xc3\xa9"};
     k = 0;
     for (const auto& [name, text] : grammars) {
@@ -102,6 +113,17 @@ int main(int argc, char** argv) {
     write(out / "preset" / "idlists", std::string(1, '\3') + "1 2 3; 4 5");
     write(out / "preset" / "bias", std::string(1, '\4') + "5:-1.5, 7:2");
     write(out / "preset" / "strings", std::string(1, '\5') + R"(["\n\n", "Amen"])");
+    // Deep JSON for the preset reader and the panel's text forms (nlohmann parses iteratively).
+    const std::string deep_json = std::string(20000, '[') + std::string(20000, ']');
+    write(out / "preset" / "deep", std::string(1, '\0') + R"({"name": "deep", "config": )" + deep_json + "}");
+    write(out / "preset" / "deep-strings", std::string(1, '\5') + deep_json);
+    // A model header nested far past the loader's depth limit (64).
+    const std::string header = std::string(10000, '[') + std::string(10000, ']');
+    std::string model = "TINYLOOP";
+    for (uint32_t v : {1u, 0u}) model.append(reinterpret_cast<const char*>(&v), 4);
+    const uint64_t header_bytes = header.size();
+    model.append(reinterpret_cast<const char*>(&header_bytes), 8);
+    write(out / "loader" / "deep-header.tinyloop", model + header);
     std::printf("fuzz seeds written to %s\n", out.string().c_str());
     return 0;
 }

@@ -598,6 +598,18 @@ TEST_F(CliBadInput, GenerateOptionsWithMalformedValues) {
     expect_usage_error({"generate", ::testing::TempDir(), "--prompt", "a"}, "");
 }
 
+// A grammar file nested far too deep (the recursion that was rc 139) or too large: exit 2 with
+// the grammar error, located in the file.
+TEST_F(CliBadInput, GrammarFilesTooDeepOrTooLarge) {
+    const std::string deep = tltest::temp_path("deep.gbnf");
+    std::ofstream(deep) << "root ::= " << std::string(100000, '(') << "\"a\"" << std::string(100000, ')') << "\n";
+    expect_usage_error({"generate", *model_path_, "--prompt", "hi", "--grammar", deep}, "groups nested too deep");
+    expect_usage_error({"generate", *model_path_, "--prompt", "hi", "--grammar", deep}, deep + ":1:");
+    const std::string large = tltest::temp_path("large.gbnf");
+    std::ofstream(large) << "root ::= \"" << std::string(2000, 'a') << "\"{4096}\n";
+    expect_usage_error({"generate", *model_path_, "--prompt", "hi", "--grammar", large}, "grammar too large");
+}
+
 TEST_F(CliBadInput, OtherCommands) {
     for (const std::string cmd : {"info", "score"}) {
         expect_usage_error({cmd}, cmd);

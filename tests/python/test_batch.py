@@ -94,8 +94,7 @@ def client(model):
     with TestClient(app) as c:
         yield c
     # Leave no threads behind for the tests that count them.
-    app.state.server.batch.close()
-    app.state.server.pool.shutdown(wait=True)
+    app.state.server.close()
 
 
 def test_server_routes_concurrent_requests_through_the_engine(client, model):

@@ -63,3 +63,41 @@ def test_errors_are_openai_errors(oa):
         oa.completions.create(model="py", prompt=PROMPT, max_tokens=4, temperature=-1)
     assert e.value.status_code == 400
     assert e.value.body["param"] == "temperature"
+
+
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
+
+
+def test_chat_completion(oa, model):
+    c = oa.chat.completions.create(model="py", messages=CHAT, max_tokens=20, temperature=0, n=2, stop=["\n\n"],
+                                   logprobs=True, top_logprobs=2)
+    assert c.object == "chat.completion" and len(c.choices) == 2
+    rendered = "Be brief.\n\nUser: " + PROMPT + "\nAssistant:"
+    want = engine_text(model, rendered, max_tokens=20, stop_strings=["\n\n", "\nUser:"])
+    for ch in c.choices:
+        assert ch.message.role == "assistant" and ch.message.content == want
+        assert ch.finish_reason in ("stop", "length")
+        assert ch.logprobs.content and all(len(t.top_logprobs) >= 1 for t in ch.logprobs.content)
+    n = len(model.tokenize(rendered))
+    assert c.usage.prompt_tokens == n and c.usage.total_tokens == c.usage.prompt_tokens + c.usage.completion_tokens
+
+
+def test_streamed_chat_completion(oa, model):
+    chunks = list(oa.chat.completions.create(model="py", messages=CHAT, max_tokens=20, temperature=0, stream=True,
+                                             stream_options={"include_usage": True}))
+    assert all(ch.object == "chat.completion.chunk" for ch in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    plain = oa.chat.completions.create(model="py", messages=CHAT, max_tokens=20, temperature=0)
+    assert text == plain.choices[0].message.content
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == plain.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+
+
+def test_chat_errors_and_unknown_model(oa):
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.chat.completions.create(model="py", messages=[{"role": "robot", "content": "x"}])
+    assert e.value.body["param"] == "messages"
+    with pytest.raises(openai.NotFoundError) as e:
+        oa.chat.completions.create(model="gpt-4o", messages=CHAT, max_tokens=2)
+    assert e.value.body["code"] == "model_not_found"

@@ -353,7 +353,8 @@ void register_generate(py::module_& m) {
                                                                [](tl::Grammar* p) { tl::free_grammar(p); }),
                                   text};
              }),
-             py::arg("text"), "Parses GBNF text; ValueError 'grammar:LINE:COL: message' when malformed.")
+             py::arg("text"), py::call_guard<py::gil_scoped_release>(),
+             "Parses GBNF text (releasing the GIL); ValueError 'grammar:LINE:COL: message' when malformed.")
         .def_static(
             "from_file",
             [](const std::string& path) {

@@ -160,8 +160,9 @@ PYBIND11_MODULE(tinyloop_py, m) {
             [](const PyModel& self, const std::string& text, bool parse_special) {
                 return tl::tokenize(self.get().get(), text, parse_special);
             },
-            py::arg("text"), py::arg("parse_special") = false,
-            "Token ids of `text` (UTF-8). Special-token strings are plain text unless parse_special.")
+            py::arg("text"), py::arg("parse_special") = false, py::call_guard<py::gil_scoped_release>(),
+            "Token ids of `text` (UTF-8). Special-token strings are plain text unless parse_special.\n"
+            "Releases the GIL while it runs (a server tokenizes off its event loop).")
         .def(
             "detokenize",
             [](const PyModel& self, const std::vector<int32_t>& ids) {

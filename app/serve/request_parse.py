@@ -1,0 +1,417 @@
+"""Request parsing for `tinyloop serve` (server.py): OpenAI-shaped errors, the /v1/completions
+body checked field by field into a Completion (each error names its field and the allowed
+range), and the checks every body gets first (JSON nesting, lone surrogates, integer range)."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import tinyloop_py as tl
+from fastapi.responses import JSONResponse
+
+MAX_STOP = 4
+MAX_N = 16
+MAX_LOGPROBS = 5
+MAX_PROMPTS = 64  # prompts in one request's list
+MAX_CHOICES = 128  # prompts x n: one request's decodes are bounded
+INT_MAX = 2**31 - 1  # the engine's integer fields are 32-bit: larger values are refused by name
+
+# ------------------------------------------------------------------------------------------
+# Errors
+# ------------------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """An error answered as OpenAI's {"error": {...}} object."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 type_: str = "invalid_request_error", code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.type, self.code = status, message, param, type_, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        # 408: the client stalls mid-body, so the connection is closed. (After a 413 uvicorn
+        # reads the rest of the body into nothing, so the client, still sending, gets the answer;
+        # the header timeout bounds how long that may take.)
+        headers = {"Connection": "close"} if self.status == 408 else None
+        return JSONResponse(status_code=self.status, content=self.body(), headers=headers)
+
+
+def bad(param: str, message: str) -> ApiError:
+    return ApiError(400, message, param)
+
+
+# Engine field names (the start of an engine ValueError message) -> request fields.
+ENGINE_FIELDS = {
+    "max_tokens": "max_tokens", "prompt_len": "prompt", "loops": "loops", "temperature": "temperature",
+    "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
+    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+    "logit_bias": "logit_bias", "stop_strings": "stop", "stop": "stop", "sample_seed": "seed",
+    "early_exit_patience": "early_exit", "early_exit_min_L": "early_exit",
+    "early_exit_peek_every": "early_exit", "early_exit_logit_margin": "early_exit",
+    "early_exit_criterion": "early_exit", "early_exit_threshold": "early_exit", "lens_top_k": "logprobs",
+    "prompt": "prompt", "beam_size": "beam_size", "grammar": "grammar", "length_penalty": "length_penalty",
+    "max_time": "max_time", "no_repeat_ngram_size": "no_repeat_ngram_size", "kv_cache": "kv_cache",
+}
+
+
+def engine_error(exc: Exception, prompt_index: int | None = None) -> ApiError:
+    """An engine exception as an API error naming the request field."""
+    msg = str(exc)
+    head = msg.split(":", 1)[0].split("[", 1)[0].strip()
+    param = ENGINE_FIELDS.get(head)
+    if prompt_index is not None and param == "max_tokens" and "prompt_len" in msg:
+        msg += " (prompt %d)" % prompt_index
+    if isinstance(exc, NotImplementedError):
+        return ApiError(400, msg + " (not supported yet)", param)
+    if isinstance(exc, (ValueError, TypeError)):
+        return ApiError(400, msg, param)
+    if isinstance(exc, MemoryError):
+        return ApiError(503, "out of memory: " + msg, None, "server_error")
+    return ApiError(500, msg, None, "server_error")
+
+
+# ------------------------------------------------------------------------------------------
+# Request parsing
+# ------------------------------------------------------------------------------------------
+
+KNOWN_FIELDS = {
+    "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs",
+    "echo", "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "user", "seed",
+    "suffix",
+    # extensions
+    "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "speculative",
+    "no_repeat_ngram_size", "max_time", "beam_size", "length_penalty", "grammar", "kv_cache",
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    if isinstance(v, int):
+        return abs(v) <= 2**63  # math.isfinite would overflow on a huge int
+    return math.isfinite(v)
+
+
+def _field(body: dict, name: str, param: str | None, ok, what: str) -> tuple[Any, str]:
+    """(the field's value or None, the name errors use); refuses a value `ok` rejects."""
+    v = body.get(name)
+    p = param or name
+    if v is not None and not ok(v):
+        raise bad(p, "%s: expected %s, got %s" % (p, what, json.dumps(v)))
+    return v, p
+
+
+def _int(body: dict, name: str, default: int | None, lo: int | None = None, hi: int | None = INT_MAX,
+         param: str | None = None) -> int | None:
+    v, p = _field(body, name, param, _is_int, "an integer")
+    if v is None:
+        return default
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        rng = "[%s, %s]" % (lo if lo is not None else "-inf", hi if hi is not None else "inf")
+        raise bad(p, "%s: %d is outside %s" % (p, v, rng))
+    return v
+
+
+def _num(body: dict, name: str, default: float | None, lo: float | None = None, hi: float | None = None,
+         lo_open: bool = False, param: str | None = None) -> float | None:
+    v, p = _field(body, name, param, _is_num, "a number")
+    if v is None:
+        return default
+    v = float(v)
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        raise bad(p, "%s: %g is outside %s%g, %s]" % (p, v, "(" if lo_open else "[", lo, "inf" if hi is None else "%g" % hi))
+    if hi is not None and v > hi:
+        raise bad(p, "%s: %g is outside %s%g, %g]" % (p, v, "(" if lo_open else "[", lo if lo is not None else -math.inf, hi))
+    return v
+
+
+def _bool(body: dict, name: str, default: bool) -> bool:
+    v = body.get(name)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise bad(name, "%s: expected true or false, got %s" % (name, json.dumps(v)))
+    return v
+
+
+@dataclass
+class Completion:
+    """A parsed /v1/completions request."""
+    prompts: list  # each a str or a list of token ids
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: int | None = None
+    echo: bool = False
+    seed: int | None = None
+    config: dict = field(default_factory=dict)  # tinyloop_py GenerateConfig fields
+    speculative: dict | None = None
+    grammar: Any = None  # a tinyloop_py.Grammar
+
+
+EARLY_EXIT_KEYS = {"patience": "early_exit_patience", "min_L": "early_exit_min_L",
+                   "peek_every": "early_exit_peek_every", "criterion": "early_exit_criterion",
+                   "threshold": "early_exit_threshold", "logit_margin": "early_exit_logit_margin"}
+CRITERIA = {"hidden_l2", "l2", "logit_margin", "margin", "kl", "entropy_delta", "entropy", "argmax_stable", "argmax"}
+SPECULATIVE_KEYS = {"draft_loops", "verify_loops", "draft_ahead", "branches", "K_branches", "mode", "gamma"}
+
+
+def parse_completion(body: Any, vocab_size: int) -> Completion:
+    if not isinstance(body, dict):
+        raise bad(None, "the request body must be a JSON object")
+    for k in body:
+        if k not in KNOWN_FIELDS:
+            raise bad(k, "Unrecognized request argument supplied: %s" % k)
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise bad("model", "model: expected a string")
+    if body.get("suffix") is not None:
+        raise bad("suffix", "suffix: not supported yet")
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise bad("user", "user: expected a string")
+
+    # prompt: str | [str] | [int] | [[int]]
+    if "prompt" not in body or body["prompt"] is None:
+        raise bad("prompt", "prompt: required")
+    p = body["prompt"]
+    if isinstance(p, str):
+        prompts = [p]
+    elif isinstance(p, list) and p and all(_is_int(t) for t in p):
+        prompts = [list(p)]
+    elif isinstance(p, list) and p and all(isinstance(s, str) for s in p):
+        prompts = list(p)
+    elif isinstance(p, list) and p and all(isinstance(s, list) and s and all(_is_int(t) for t in s) for s in p):
+        prompts = [list(s) for s in p]
+    else:
+        raise bad("prompt", "prompt: expected a non-empty string, a list of strings, a list of token ids "
+                            "or a list of token-id lists")
+    if len(prompts) > MAX_PROMPTS:
+        raise bad("prompt", "prompt: %d prompts, at most %d in one request" % (len(prompts), MAX_PROMPTS))
+    for i, q in enumerate(prompts):
+        if isinstance(q, str) and q == "":
+            raise bad("prompt", "prompt%s: must not be empty" % ("" if len(prompts) == 1 else "[%d]" % i))
+        if isinstance(q, list):
+            for t in q:
+                if t < 0 or t >= vocab_size:
+                    raise bad("prompt", "prompt: token id %d is outside the vocabulary [0, %d)" % (t, vocab_size))
+
+    c = Completion(prompts=prompts)
+    cfg = c.config
+    cfg["max_tokens"] = _int(body, "max_tokens", 16, 0)
+    cfg["temperature"] = _num(body, "temperature", 1.0, 0.0, 2.0)
+    cfg["top_p"] = _num(body, "top_p", 1.0, 0.0, 1.0, lo_open=True)
+    c.n = _int(body, "n", 1, 1, MAX_N)
+    if len(prompts) * c.n > MAX_CHOICES:
+        raise bad("n", "n: %d prompts x n %d = %d choices, at most %d in one request"
+                  % (len(prompts), c.n, len(prompts) * c.n, MAX_CHOICES))
+    best_of = _int(body, "best_of", None, 1, MAX_N)
+    if best_of is not None and best_of != c.n:
+        raise bad("best_of", "best_of: only best_of == n is supported yet")
+    c.stream = _bool(body, "stream", False)
+    so = body.get("stream_options")
+    if so is not None:
+        if not isinstance(so, dict) or any(k != "include_usage" for k in so):
+            raise bad("stream_options", "stream_options: expected {\"include_usage\": bool}")
+        if not c.stream:
+            raise bad("stream_options", "stream_options: only allowed when stream is true")
+        c.include_usage = _bool(so, "include_usage", False)
+    c.logprobs = _int(body, "logprobs", None, 0, MAX_LOGPROBS)
+    c.echo = _bool(body, "echo", False)
+
+    stop = body.get("stop")
+    if stop is not None:
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise bad("stop", "stop: expected a string or a list of up to %d strings" % MAX_STOP)
+        if len(stop) > MAX_STOP:
+            raise bad("stop", "stop: at most %d sequences, got %d" % (MAX_STOP, len(stop)))
+        if any(s == "" for s in stop):
+            raise bad("stop", "stop: sequences must not be empty")
+        cfg["stop_strings"] = stop
+    cfg["frequency_penalty"] = _num(body, "frequency_penalty", 0.0, -2.0, 2.0)
+    cfg["presence_penalty"] = _num(body, "presence_penalty", 0.0, -2.0, 2.0)
+
+    lb = body.get("logit_bias")
+    if lb is not None:
+        if not isinstance(lb, dict):
+            raise bad("logit_bias", "logit_bias: expected an object {\"token_id\": bias}")
+        bias = {}
+        for k, v in lb.items():
+            try:
+                tid = int(k)
+            except (TypeError, ValueError):
+                raise bad("logit_bias", "logit_bias: key %s is not a token id" % json.dumps(k)) from None
+            if tid < 0 or tid >= vocab_size:
+                raise bad("logit_bias", "logit_bias: token id %d is outside the vocabulary [0, %d)" % (tid, vocab_size))
+            if not _is_num(v) or v < -100 or v > 100:
+                raise bad("logit_bias", "logit_bias: bias for token %d must be a number in [-100, 100], got %s"
+                          % (tid, json.dumps(v)))
+            bias[tid] = float(v)
+        cfg["logit_bias"] = bias
+    c.seed = _int(body, "seed", None, 0, 2**63 - 1)
+
+    # Extensions.
+    cfg["loops"] = _int(body, "loops", 0, 0)
+    kv = body.get("kv_cache")
+    if kv is not None:
+        if kv not in ("f32", "int8"):
+            raise bad("kv_cache", "kv_cache: %s is not one of f32, int8" % json.dumps(kv))
+        if kv == "int8" and body.get("speculative") is not None:
+            raise bad("kv_cache", "kv_cache: int8 is not used by speculative decoding (leave it out or use f32)")
+        cfg["kv_cache"] = kv
+    cfg["top_k"] = _int(body, "top_k", vocab_size, 1)
+    cfg["min_p"] = _num(body, "min_p", 0.0, 0.0, 1.0)
+    cfg["repetition_penalty"] = _num(body, "repetition_penalty", 1.0, 0.0, None, lo_open=True)
+    cfg["ignore_eos"] = _bool(body, "ignore_eos", False)
+    for k, lo in (("no_repeat_ngram_size", 0), ("beam_size", 0)):
+        v = _int(body, k, None, lo)
+        if v is not None:
+            cfg[k] = v
+    for k in ("max_time", "length_penalty"):
+        v = _num(body, k, None, 0.0)
+        if v is not None:
+            cfg[k] = v
+    gr = body.get("grammar")
+    if gr is not None:
+        if not isinstance(gr, str) or not gr.strip():
+            raise bad("grammar", "grammar: expected GBNF text (start rule root)")
+        try:
+            c.grammar = tl.Grammar(gr)
+        except ValueError as exc:
+            raise bad("grammar", str(exc)) from None
+    ee = body.get("early_exit")
+    if ee is not None:
+        if not isinstance(ee, dict):
+            raise bad("early_exit", "early_exit: expected an object {patience, min_L, peek_every, criterion, "
+                                    "threshold, logit_margin}")
+        for k in ee:
+            if k not in EARLY_EXIT_KEYS:
+                raise bad("early_exit", "early_exit.%s: unknown field (allowed: %s)" % (k, ", ".join(EARLY_EXIT_KEYS)))
+        cfg["early_exit_patience"] = _int(ee, "patience", 1, 0, param="early_exit.patience")
+        for k in ("min_L", "peek_every"):
+            v = _int(ee, k, None, 1, param="early_exit." + k)
+            if v is not None:
+                cfg[EARLY_EXIT_KEYS[k]] = v
+        for k in ("threshold", "logit_margin"):
+            v = _num(ee, k, None, 0.0, param="early_exit." + k)
+            if v is not None:
+                cfg[EARLY_EXIT_KEYS[k]] = v
+        crit = ee.get("criterion")
+        if crit is not None:
+            if crit not in CRITERIA:
+                raise bad("early_exit", "early_exit.criterion: %s is not one of %s" % (json.dumps(crit), ", ".join(sorted(CRITERIA))))
+            cfg["early_exit_criterion"] = crit
+    sp = body.get("speculative")
+    if sp is not None:
+        c.speculative = parse_speculative(body, sp, cfg)
+    return c
+
+
+def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
+    """speculative {mode: chain|tree, draft_loops, verify_loops, draft_ahead, branches}: the
+    engine's self-speculative decoding. verify_loops defaults to `loops` (or the model's default),
+    draft_loops to 2 (at most verify_loops - 1), draft_ahead to 4 (chain) or 2 (tree), branches to 2."""
+    if not hasattr(tl, "generate_speculative"):
+        raise bad("speculative", "speculative: speculative decoding is not supported yet in this build")
+    if not isinstance(sp, dict):
+        raise bad("speculative", "speculative: expected an object {mode, draft_loops, verify_loops, draft_ahead, branches}")
+    for k in sp:
+        if k not in SPECULATIVE_KEYS:
+            raise bad("speculative", "speculative.%s: unknown field (allowed: %s)" % (k, ", ".join(sorted(SPECULATIVE_KEYS))))
+    mode = sp.get("mode")
+    if mode is None:
+        mode = "tree" if ("branches" in sp or "K_branches" in sp) else "chain"
+    if mode not in ("chain", "tree", "draft"):
+        raise bad("speculative", "speculative.mode: %s is not one of chain, tree, draft" % json.dumps(mode))
+    if mode == "draft":  # draft-model speculation takes the whole config; only its own knobs here
+        for k in ("verify_loops", "draft_ahead", "branches", "K_branches"):
+            if k in sp:
+                raise bad("speculative", "speculative.%s: not used by mode draft (gamma, draft_loops)" % k)
+        if cfg.get("early_exit_patience", 0) > 0:
+            raise bad("early_exit", "early_exit: not supported with speculative mode draft")
+        if cfg.get("beam_size", 0) >= 2:
+            raise bad("beam_size", "beam_size: not supported with speculative mode draft")
+        return {"mode": "draft", "gamma": _int(sp, "gamma", 4, 1, 32, param="speculative.gamma"),
+                "draft_loops": _int(sp, "draft_loops", 0, 1, param="speculative.draft_loops")}
+    if "gamma" in sp:
+        raise bad("speculative", "speculative.gamma: only with mode draft")
+    # Knobs the speculative decoders do not have.
+    unsupported = {"stop": None, "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": None, "min_p": 0,
+                   "repetition_penalty": 1, "early_exit": None, "grammar": None, "beam_size": 0,
+                   "no_repeat_ngram_size": 0, "max_time": 0}
+    for k, default in unsupported.items():
+        v = body.get(k)
+        if v is not None and v != default and v != {} and v != []:
+            raise bad(k, "%s: not supported with speculative decoding" % k)
+    out = {"mode": mode}
+    out["verify_loops"] = _int(sp, "verify_loops", None, 2, param="speculative.verify_loops")
+    out["draft_loops"] = _int(sp, "draft_loops", None, 1, param="speculative.draft_loops")
+    out["draft_ahead"] = _int(sp, "draft_ahead", 4 if mode == "chain" else 2, 1, 32 if mode == "chain" else 8,
+                              param="speculative.draft_ahead")
+    br = sp.get("branches", sp.get("K_branches"))
+    if mode == "tree":
+        out["K_branches"] = _int({"b": br}, "b", 2, 1, 8, param="speculative.branches")
+        if cfg["temperature"] > 0.01:
+            raise bad("temperature", "temperature: tree speculative decoding is greedy only (temperature 0)")
+    elif br is not None:
+        raise bad("speculative", "speculative.branches: only with mode tree")
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Checks on any decoded body
+# ------------------------------------------------------------------------------------------
+
+
+def decode_json(raw: bytes) -> Any:
+    """The request body as JSON; a 400 naming the problem (never a RecursionError's 500)."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ApiError(400, "We could not parse the JSON body of your request: nested too deep (at most %d "
+                            "levels)" % MAX_JSON_DEPTH, None) from None
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "We could not parse the JSON body of your request.", None) from None
+
+
+MAX_JSON_DEPTH = 64  # deeper bodies are refused (Python's json recurses; no field needs more than 4)
+
+
+def check_body(body: Any) -> None:
+    """Refuses, naming the top-level field, nesting deeper than MAX_JSON_DEPTH and strings that
+    are not Unicode scalar text (a lone surrogate such as "\\ud800" cannot be UTF-8). Iterative."""
+    if not isinstance(body, dict):
+        return
+    for top, value in body.items():
+        work = [(value, 1)]
+        while work:
+            v, depth = work.pop()
+            if depth > MAX_JSON_DEPTH:
+                raise bad(top, "%s: nested deeper than %d levels" % (top, MAX_JSON_DEPTH))
+            if isinstance(v, str):
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise bad(top, "%s: not valid Unicode text (a lone surrogate \\u%04x at character %d)"
+                              % (top, ord(v[exc.start]), exc.start)) from None
+            elif isinstance(v, list):
+                work.extend((x, depth + 1) for x in v)
+            elif isinstance(v, dict):
+                for k, x in v.items():
+                    work.append((k, depth + 1))
+                    work.append((x, depth + 1))
+        if isinstance(top, str):
+            try:
+                top.encode("utf-8")
+            except UnicodeEncodeError:
+                raise bad(None, "a field name is not valid Unicode text (a lone surrogate)") from None
