@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <random>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -43,6 +45,18 @@ inline std::string write_random_model(const std::string& name, const tinyloop::H
     const std::string path = temp_path(name);
     tinyloop::save_model(path, tinyloop::random_model_spec(hp, seed, dt));
     return path;
+}
+
+// `count` prompts of 1..12 byte ids (0..255), the same for the same seed.
+inline std::vector<std::vector<int32_t>> random_prompts(int count, uint64_t seed) {
+    std::mt19937_64 g(seed);
+    std::vector<std::vector<int32_t>> out;
+    for (int i = 0; i < count; ++i) {
+        std::vector<int32_t> p(1 + g() % 12);
+        for (auto& t : p) t = static_cast<int32_t>(g() % 256);
+        out.push_back(p);
+    }
+    return out;
 }
 
 struct ModelPtr {

@@ -25,6 +25,7 @@ struct ResumeHandle {
     int loops = 0;                        // deepest depth computed
     KVCache kv;                           // all max_loops layers allocated
     std::vector<float> h;                 // [n, d] state at depth `loops`
+    std::vector<float> e;                 // [n, d] prelude output (input injection, §1a; else empty)
     std::vector<float> last_pass_states;  // [max_loops, d]; rows 0..loops-1 valid
 };
 
@@ -57,8 +58,10 @@ void check_ids(const Model& m, const int32_t* ids, int n, const char* field) {
 }
 
 // Prefill `ids` at depth `loops` into `kv` (already allocated), keeping the states.
+// With input injection (FORMAT.md §1a) `e` receives the prelude outputs ([n, d]) when
+// start_pass is 1 and supplies them to a depth upgrade; unused otherwise.
 void prefill(const Model& m, KVCache& kv, const int32_t* ids, int n, int loops, int window, int start_pass,
-             const float* h_in, std::vector<float>& h, std::vector<float>& last_pass_states) {
+             const float* h_in, std::vector<float>& h, std::vector<float>& e, std::vector<float>& last_pass_states) {
     PassHook hook = last_row_hook(last_pass_states, m.hp.d_model);
     Workspace ws;
     ForwardArgs fa;
@@ -69,6 +72,14 @@ void prefill(const Model& m, KVCache& kv, const int32_t* ids, int n, int loops, 
     fa.on_pass = &hook;
     fa.start_pass = start_pass;
     fa.h_in = h_in;
+    if (injects_input(m.hp)) {
+        if (start_pass <= 1) {
+            e.resize(static_cast<size_t>(n) * m.hp.d_model);
+            fa.out_e = e.data();
+        } else {
+            fa.e_in = e.data();
+        }
+    }
     forward(m, kv, ws, fa, h);
 }
 
@@ -91,8 +102,8 @@ PrefixCache* create_prefix_cache(Model* model, const int32_t* prefix, int n, int
     c->window = cache_window;
     c->kv.allocate(exec_layers(m.hp, c->loops), n, m.hp.n_kv_heads * m.hp.head_dim);
     c->last_pass_states.assign(static_cast<size_t>(c->loops) * m.hp.d_model, 0.0f);
-    std::vector<float> h;
-    prefill(m, c->kv, prefix, n, c->loops, cache_window, 1, nullptr, h, c->last_pass_states);
+    std::vector<float> h, e;
+    prefill(m, c->kv, prefix, n, c->loops, cache_window, 1, nullptr, h, e, c->last_pass_states);
     return c.release();
 }
 
@@ -140,7 +151,7 @@ ResumeHandle* create_resume_handle(Model* model, const int32_t* prompt, int prom
     r->loops = resolve_loops(m, loops);
     r->kv.allocate(exec_layers(m.hp, m.hp.max_loops), prompt_len, m.hp.n_kv_heads * m.hp.head_dim);
     r->last_pass_states.assign(static_cast<size_t>(m.hp.max_loops) * m.hp.d_model, 0.0f);
-    prefill(m, r->kv, prompt, prompt_len, r->loops, 0, 1, nullptr, r->h, r->last_pass_states);
+    prefill(m, r->kv, prompt, prompt_len, r->loops, 0, 1, nullptr, r->h, r->e, r->last_pass_states);
     return r.release();
 }
 
@@ -150,7 +161,7 @@ int resume_handle_loops(const ResumeHandle* handle) { return checked_ptr(handle,
 
 size_t resume_handle_bytes(const ResumeHandle* handle) {
     const ResumeHandle& r = checked_ptr(handle, "handle");
-    return r.kv.bytes() + (r.h.size() + r.last_pass_states.size()) * sizeof(float);
+    return r.kv.bytes() + (r.h.size() + r.e.size() + r.last_pass_states.size()) * sizeof(float);
 }
 
 GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& config, const GenerateOptions& options) {
@@ -165,7 +176,7 @@ GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& confi
     if (loops > r.loops) {  // deepen: only passes r.loops+1 .. loops run
         const std::vector<float> h_in = r.h;
         prefill(m, r.kv, r.prompt.data(), static_cast<int>(r.prompt.size()), loops, 0, r.loops + 1, h_in.data(), r.h,
-                r.last_pass_states);
+                r.e, r.last_pass_states);
         r.loops = loops;
     }
     GenerateConfig c = config;

@@ -1,5 +1,5 @@
 // The whole-model forward on the CUDA back end (cuda_forward.h). Same math and order as
-// forward.cpp's run_block (FORMAT.md §1), one kernels/cuda op per step:
+// forward.cpp's run_block (FORMAT.md §1, §1a's input injection), one kernels/cuda op per step:
 //   a = rmsnorm(h); q,k,v = W a; rope(q, k); K/V -> cache rows; att = attention; h += wo att;
 //   m = rmsnorm(h); h += w_down (silu(w_gate m) * (w_up m))
 // The residual adds ride in the products (matmul accumulate / cuBLAS beta = 1) and SwiGLU is one
@@ -79,6 +79,7 @@ struct CudaSession::Impl {
     kc::Context ctx;
     kc::DeviceBuffer k, v;                                // [layers, capacity, kv_row]
     kc::DeviceBuffer h, a, q, kk, vv, att, o_, g, u, logits, scratch;
+    kc::DeviceBuffer e_in;                                // input injection (§1a): prelude output [rows, d]
     kc::DeviceBuffer ids, pos, kvb, kve, chosen;          // [rows] ints (chosen: [1])
     kc::DeviceBuffer crow, extra_rows, extra_offsets;      // forward_rows only
     const int* store_at = nullptr;     // cache rows of the current rows (nullptr: their positions)
@@ -110,6 +111,7 @@ struct CudaSession::Impl {
         g = kc::DeviceBuffer(ctx, R * ff * F);
         u = kc::DeviceBuffer(ctx, R * ff * F);
         logits = kc::DeviceBuffer(ctx, R * V * F);
+        if (injects_input(hp)) e_in = kc::DeviceBuffer(ctx, R * d * F);
         ids = kc::DeviceBuffer(ctx, R * sizeof(int));
         pos = kc::DeviceBuffer(ctx, R * sizeof(int));
         kvb = kc::DeviceBuffer(ctx, R * sizeof(int));
@@ -179,13 +181,20 @@ struct CudaSession::Impl {
         (void)H;
     }
 
-    // Embedding, every block at depth loops, for the n rows set up in ids/pos/kvb/kve.
+    // Embedding, every block at depth loops, for the n rows set up in ids/pos/kvb/kve. With
+    // input injection (FORMAT.md §1a) the prelude output is kept and added before every pass
+    // after the first (add_inplace: the CPU's bits).
     void rows_forward(int n) {
+        const size_t floats = size_t(n) * hp.d_model;
         kc::embedding(ctx, w.embed, ids.i32(), n, h.f32());
         for (int i = 0; i < hp.n_pre_blocks; ++i) block(w.pre[i], i, n);
-        for (int l = 1; l <= o.loops; ++l)
+        const bool inject = injects_input(hp);
+        if (inject) ctx.copy(e_in.f32(), h.f32(), floats * sizeof(float));
+        for (int l = 1; l <= o.loops; ++l) {
+            if (inject && l > 1) kc::add_inplace(ctx, h.f32(), e_in.f32(), floats);
             for (int j = 0; j < hp.n_loop_layers; ++j)
                 block(w.loop[j], hp.n_pre_blocks + (l - 1) * hp.n_loop_layers + j, n);
+        }
     }
 
     // Logits of rows [r0, r0 + n) into logits[0..n), and the greedy choice of the last into chosen.
@@ -239,7 +248,7 @@ size_t CudaSession::device_bytes() const {
     const Impl& s = *impl_;
     size_t n = 0;
     for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.h, &s.a, &s.q, &s.kk, &s.vv, &s.att, &s.o_, &s.g, &s.u, &s.logits,
-                                      &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
+                                      &s.e_in, &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
                                       &s.extra_offsets})
         n += b->size();
     return n;

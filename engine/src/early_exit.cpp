@@ -101,9 +101,17 @@ bool exit_stable(const ExitPolicy& p, float signal) {
     }
 }
 
-void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, int pos, int e, int loops) {
+void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
+                            int e, int loops) {
     if (e >= loops) return;
     const HParams& hp = m.hp;
+    // FORMAT.md §1a: with input injection a deeper pass would read h_e + e_p.
+    std::vector<float> injected;
+    if (injects_input(hp)) {
+        injected.assign(h_e, h_e + hp.d_model);
+        inject_input(m, e + 1, injected.data(), input, 1);
+        h_e = injected.data();
+    }
     for (int j = 0; j < hp.n_loop_layers; ++j) {
         const LayerWeights& w = m.loop[static_cast<size_t>(j)];
         kern::rmsnorm(h_e, w.attn_norm, 1, hp.d_model, hp.norm_eps, ws.a.data());
@@ -128,6 +136,8 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
     kern::dequant_row(m.embed, token, h.data());
     int layer = 0;
     for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, h.data(), 1);
+    std::vector<float> input;  // FORMAT.md §1a: the prelude output, re-injected every pass
+    if (injects_input(hp)) input = h;
 
     const bool need_logits = criterion_needs_logits(policy.criterion);
     std::vector<float> prev(static_cast<size_t>(d)), prev_logits, cur_logits;
@@ -139,6 +149,7 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
     int stable = 0;
     for (int pass = 1; pass <= loops; ++pass) {
         std::copy(h.begin(), h.end(), prev.begin());
+        inject_input(m, pass, h.data(), input.data(), 1);
         for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, h.data(), 1);
         if (on_pass && *on_pass) (*on_pass)(pass, 0, h.data(), 1);
         if (pass == loops) break;
@@ -160,7 +171,7 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
         if (stable >= policy.patience) {
             // rows must be set again: compute_logits may not touch them, but keep it explicit
             set_rows(ws, pos, 1, window);
-            propagate_exited_state(m, kv, ws, h.data(), pos, pass, loops);
+            propagate_exited_state(m, kv, ws, h.data(), input.data(), pos, pass, loops);
             return pass;
         }
     }
@@ -236,7 +247,7 @@ ExitSignals early_exit_signals(Model* model, const int32_t* tokens, int n, int l
     KVCache kv;
     kv.allocate(exec_layers(hp, L), n, hp.n_kv_heads * hp.head_dim);
     Workspace ws;
-    std::vector<float> h(static_cast<size_t>(d)), prev(static_cast<size_t>(d));
+    std::vector<float> h(static_cast<size_t>(d)), prev(static_cast<size_t>(d)), input;
     std::vector<float> prev_logits(static_cast<size_t>(V)), cur_logits(static_cast<size_t>(V));
     // One row at a time through the same calls decode_step_adaptive makes, so every value is
     // the one the decode would compare with its threshold.
@@ -246,9 +257,11 @@ ExitSignals early_exit_signals(Model* model, const int32_t* tokens, int n, int l
         kern::dequant_row(m.embed, tokens[p], h.data());
         int layer = 0;
         for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, h.data(), 1);
+        if (injects_input(hp)) input = h;
         compute_logits(m, h.data(), 1, prev_logits.data(), ws);
         for (int pass = 1; pass <= L; ++pass) {
             std::copy(h.begin(), h.end(), prev.begin());
+            inject_input(m, pass, h.data(), input.data(), 1);
             for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, h.data(), 1);
             compute_logits(m, h.data(), 1, cur_logits.data(), ws);
             for (int c = 0; c < n_criteria; ++c)

@@ -1,6 +1,6 @@
 // Early exit while decoding (adaptive depth per token) with exact KV by state propagation
 // (FORMAT.md §1): a position that stops at depth e < L writes, for every deeper pass, the keys
-// and values computed from its frozen state h_e.
+// and values computed from its frozen state h_e (h_e + e_p with input injection, §1a).
 #pragma once
 
 #include "forward.h"
@@ -33,8 +33,9 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
                          int window, const ExitPolicy& policy, std::vector<float>& h, const PassHook* on_pass);
 
 // Writes the keys/values of loop layers for passes e+1 .. loops at position `pos` from the
-// frozen state h_e (one row).
-void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, int pos, int e,
-                            int loops);
+// frozen state h_e (one row); with input injection (FORMAT.md §1a) from h_e + input, `input`
+// the position's prelude output ([d]; unused, may be null, without injection).
+void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
+                            int e, int loops);
 
 }  // namespace tinyloop

@@ -55,6 +55,7 @@ EscalationResult score_with_consistency_escalation(Model* model, const int32_t* 
     kv.allocate(exec_layers(hp, deepest), n, hp.n_kv_heads * hp.head_dim);
     Workspace ws;
     std::vector<float> h, h_prev_pass(static_cast<size_t>(n) * d);
+    std::vector<float> input(injects_input(hp) ? static_cast<size_t>(n) * d : 0);  // prelude outputs (§1a)
     // Keep the state one pass before the rung (for the disagreement signal).
     int want_pass = 0;
     PassHook hook = [&](int pass, int row0, const float* x, int rows) {
@@ -79,10 +80,12 @@ EscalationResult score_with_consistency_escalation(Model* model, const int32_t* 
         fa.loops = depth;
         fa.on_pass = &hook;
         std::vector<float> h_in;
+        if (reached == 0 && injects_input(hp)) fa.out_e = input.data();
         if (reached > 0) {
             h_in = h;
             fa.start_pass = reached + 1;
             fa.h_in = h_in.data();
+            fa.e_in = input.data();
             if (want_pass == reached) h_prev_pass = h_in;  // the pass before the rung ran earlier
         }
         forward(m, kv, ws, fa, h);

@@ -7,6 +7,15 @@
 namespace tinyloop {
 
 void Workspace::reserve(const HParams& hp, int n_tok) {
+    const size_t e_floats = injects_input(hp) ? static_cast<size_t>(std::max(n_tok, max_tok)) * hp.d_model : 0;
+    if (e.size() < e_floats) {  // apart: a workspace may serve models with and without injection
+        try {
+            e.resize(e_floats);
+        } catch (const std::bad_alloc&) {
+            throw Error(ErrorCode::OutOfMemory, "workspace: cannot allocate input injection for " +
+                                                    std::to_string(n_tok) + " tokens");
+        }
+    }
     if (n_tok <= max_tok) return;
     max_tok = n_tok;
     const size_t n = static_cast<size_t>(n_tok);
@@ -30,6 +39,12 @@ void Workspace::reserve(const HParams& hp, int n_tok) {
         throw Error(ErrorCode::OutOfMemory, "workspace: cannot allocate activations for " +
                                                 std::to_string(n_tok) + " tokens");
     }
+}
+
+void inject_input(const Model& m, int pass, float* x, const float* e, int n) {
+    if (pass <= 1 || !injects_input(m.hp)) return;
+    if (e == nullptr) throw Error(ErrorCode::Internal, "inject_input: the rows' prelude output is missing");
+    kern::add_inplace(x, e, static_cast<size_t>(n) * m.hp.d_model);
 }
 
 PassHook last_row_hook(std::vector<float>& states, int d) {
@@ -162,8 +177,9 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
     if (args.loops < 1 || args.loops > hp.max_loops)
         throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(args.loops) +
                                                     " is outside [1, " + std::to_string(hp.max_loops) + "]");
-    if (args.start_pass > 1 && (args.h_in == nullptr || args.start_pass > args.loops + 1))
-        throw Error(ErrorCode::Internal, "forward: depth upgrade needs h_in and start_pass <= loops + 1");
+    const bool inject = injects_input(hp);
+    if (args.start_pass > 1 && (args.h_in == nullptr || args.start_pass > args.loops + 1 || (inject && !args.e_in)))
+        throw Error(ErrorCode::Internal, "forward: depth upgrade needs h_in (and e_in when injecting) and start_pass <= loops + 1");
     if (kv.n_layers < exec_layers(hp, args.loops) || args.pos0 < 0 || args.pos0 + args.n > kv.capacity)
         throw Error(ErrorCode::Internal, "forward: KV cache too small for the request");
 
@@ -174,6 +190,7 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
     for (int c0 = 0; c0 < args.n; c0 += chunk) {
         const int n = std::min(chunk, args.n - c0);
         float* x = out_h.data() + static_cast<size_t>(c0) * d;
+        const size_t rows_bytes = static_cast<size_t>(n) * d * sizeof(float);
         set_rows(ws, args.pos0 + c0, n, args.window);
         int layer;
         if (args.start_pass <= 1) {
@@ -181,11 +198,17 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
                 kern::dequant_row(m.embed, args.tokens[c0 + t], x + static_cast<size_t>(t) * d);
             layer = 0;
             for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, x, n);
+            if (inject) {
+                std::memcpy(ws.e.data(), x, rows_bytes);
+                if (args.out_e) std::memcpy(args.out_e + static_cast<size_t>(c0) * d, x, rows_bytes);
+            }
         } else {
-            std::memcpy(x, args.h_in + static_cast<size_t>(c0) * d, static_cast<size_t>(n) * d * sizeof(float));
+            std::memcpy(x, args.h_in + static_cast<size_t>(c0) * d, rows_bytes);
+            if (inject) std::memcpy(ws.e.data(), args.e_in + static_cast<size_t>(c0) * d, rows_bytes);
             layer = exec_layers(hp, args.start_pass - 1);
         }
         for (int pass = std::max(1, args.start_pass); pass <= args.loops; ++pass) {
+            inject_input(m, pass, x, ws.e.data(), n);
             for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, x, n);
             if (args.on_pass && *args.on_pass) (*args.on_pass)(pass, c0, x, n);
         }
@@ -229,8 +252,10 @@ void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& 
     // Every sequence's first cache's kv argument is only a fallback: rows name their own caches.
     KVCache& any = *seqs[0].kv;
     for (const LayerWeights& w : m.pre) run_block(m, w, any, layer++, ws, x, total);
+    if (injects_input(hp)) std::copy(x, x + static_cast<size_t>(total) * d, ws.e.begin());
     for (int pass = 1; pass <= max_loops; ++pass) {
         const int n = rows_at_depth[static_cast<size_t>(pass)];
+        inject_input(m, pass, x, ws.e.data(), n);
         for (const LayerWeights& w : m.loop) run_block(m, w, any, layer++, ws, x, n);
     }
     ws.row_kv.clear();

@@ -13,6 +13,7 @@ namespace tinyloop {
 struct Workspace {
     int max_tok = 0;
     std::vector<float> h, a, q, k, v, att, o, g, u;
+    std::vector<float> e;  // input injection (FORMAT.md §1a): the rows' prelude output e
     std::vector<int> pos, kv_begin, kv_end;
     std::vector<int> row;  // cache row each token's keys/values go to (== pos except in trees)
     // Tree attention: per-token extra rows after the range (empty offsets = none).
@@ -41,6 +42,11 @@ struct ForwardArgs {
     // cache must already hold the keys/values of every earlier layer for all positions.
     int start_pass = 1;
     const float* h_in = nullptr;
+    // Input injection (FORMAT.md §1a, loop_input "add"; ignored otherwise): a depth upgrade also
+    // needs the rows' prelude output e_in ([n, d]); out_e, when set, receives it ([n, d], sized by
+    // the caller) from a call that runs the prelude, so that a later call can resume.
+    const float* e_in = nullptr;
+    float* out_e = nullptr;
 };
 
 // Runs the tokens through the model at depth `loops`, writing their keys/values into `kv`, and
@@ -75,6 +81,12 @@ void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Wo
 
 // logits[t] = head · RMSNorm(h[t], final_norm) for n rows; logits is [n, vocab].
 void compute_logits(const Model& m, const float* h, int n, float* logits, Workspace& ws);
+
+// Whether the model adds the prelude output back before every pass after the first (§1a).
+inline bool injects_input(const HParams& hp) { return hp.loop_input == LoopInput::Add; }
+// Input injection at the start of pass `pass`: x += e over n rows when the model injects and
+// pass > 1; nothing otherwise (e may then be null).
+void inject_input(const Model& m, int pass, float* x, const float* e, int n);
 
 // Number of execution layers a cache for depth `loops` holds.
 inline int exec_layers(const HParams& hp, int loops) { return hp.n_pre_blocks + loops * hp.n_loop_layers; }

@@ -161,6 +161,7 @@ private:
     void parse_tensors(const json& t, Model& m);
 
     std::string path_;
+    uint32_t version_ = 0;
     uint64_t data_start_ = 0;
     uint64_t file_size_ = 0;
     std::vector<Region> regions_;
@@ -193,7 +194,8 @@ json Reader::parse_header(const Model& m) {
             " bytes, too short for the 24-byte preamble (magic, version, flags, header_bytes)");
     if (std::memcmp(p, "TINYLOOP", 8) != 0) bad("magic: not TINYLOOP, allowed TINYLOOP");
     const uint32_t version = read_u32(p + 8);
-    if (version != 1) bad("version: " + std::to_string(version) + ", allowed 1");
+    if (version != 1 && version != 2) bad("version: " + std::to_string(version) + ", allowed 1 or 2");
+    version_ = version;
     const uint32_t flags = read_u32(p + 12);
     if (flags != 0) bad("flags: " + std::to_string(flags) + ", allowed 0");
     const uint64_t header_bytes = read_u64(p + 16);
@@ -270,8 +272,20 @@ void Reader::parse_hparams(const json& h, HParams& hp) {
     if (!tie->is_boolean())
         bad("hparams.tie_embeddings: " + brief(*tie) + ", allowed true or false");
     hp.tie_embeddings = tie->get<bool>();
+    // FORMAT.md §1a: "add" exactly in version-2 files; absent or "none" in version 1.
+    const auto input = h.find("loop_input");
+    if (input != h.end()) {
+        if (!input->is_string() || (*input != "none" && *input != "add"))
+            bad("hparams.loop_input: " + brief(*input) + ", allowed \"none\" or \"add\"");
+        hp.loop_input = parse_loop_input(input->get<std::string>());
+    }
+    if (version_ == 2 && hp.loop_input != LoopInput::Add)
+        bad("version: 2 without hparams.loop_input \"add\", allowed version 2 only with "
+            "loop_input \"add\" (FORMAT.md §1a)");
+    if (version_ == 1 && hp.loop_input == LoopInput::Add)
+        bad("hparams.loop_input: \"add\" in a version-1 file, allowed only in version 2");
     for (const auto& [key, value] : h.items()) {
-        bool known = key == "rope_theta" || key == "norm_eps" || key == "tie_embeddings";
+        bool known = key == "rope_theta" || key == "norm_eps" || key == "tie_embeddings" || key == "loop_input";
         for (const auto& f : kIntFields) known = known || key == f.name;
         // An unknown hyperparameter would change the math in a way this runtime cannot honour.
         if (!known) bad("hparams." + brief_text(key) + ": unknown hyperparameter");
@@ -590,6 +604,9 @@ std::string hparams_problem(const HParams& hp) {
         return "hparams.rope_theta: " + std::to_string(hp.rope_theta) + ", allowed > 0";
     if (!(hp.norm_eps > 0) || !(hp.norm_eps <= 1))
         return "hparams.norm_eps: " + std::to_string(hp.norm_eps) + ", allowed (0, 1]";
+    if (hp.loop_input != LoopInput::None && hp.loop_input != LoopInput::Add)
+        return "hparams.loop_input: " + std::to_string(static_cast<int>(hp.loop_input)) +
+               ", allowed none or add";
     return {};
 }
 

@@ -28,7 +28,7 @@ std::vector<ExpectedTensor> expected_tensors(const HParams& hp);
 // Bounds: vocab_size 256..2^20, d_model 1..65536, n_heads 1..4096, n_kv_heads divides n_heads,
 // head_dim even 2..4096, n_heads*head_dim <= 2^18, d_ff 1..2^20, n_pre_blocks 0..1024,
 // n_loop_layers 1..1024, max_loops 1..1024, default_loops 1..max_loops, max_seq_len 1..2^20,
-// rope_theta finite > 0, norm_eps in (0, 1].
+// rope_theta finite > 0, norm_eps in (0, 1], loop_input none or add.
 std::string hparams_problem(const HParams& hp);
 
 }  // namespace tinyloop

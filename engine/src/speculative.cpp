@@ -191,6 +191,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
     }
 
     std::vector<float> draft_h(static_cast<size_t>(K) * d);       // states after pass D per drafted row
+    std::vector<float> draft_e(injects_input(hp) ? static_cast<size_t>(K) * d : 0);  // their prelude outputs (§1a)
     std::vector<std::vector<float>> q_probs(static_cast<size_t>(K));  // stochastic: draft distributions
     std::vector<float> ver_h, ver_logits(static_cast<size_t>(K) * V), one(static_cast<size_t>(V));
     std::vector<std::vector<float>> row_states;  // lens: per verified row, its [L, d] states
@@ -212,6 +213,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
             fa.n = 1;
             fa.pos0 = p + i;
             fa.loops = D;
+            if (injects_input(hp)) fa.out_e = draft_e.data() + static_cast<size_t>(i) * d;
             PassHook rh = options.lens ? last_row_hook(row_states[i], d) : PassHook{};
             fa.on_pass = options.lens ? &rh : nullptr;
             forward(m, kv, ws, fa, h);
@@ -238,6 +240,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
             fa.loops = L;
             fa.start_pass = D + 1;
             fa.h_in = draft_h.data();
+            fa.e_in = draft_e.data();
             PassHook rh;
             if (options.lens)
                 rh = [&](int pass, int row0, const float* xs, int n) {

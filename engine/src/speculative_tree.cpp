@@ -2,7 +2,8 @@
 //   draft   level by level: every node of a level runs through passes 1..D in one batch with a
 //           tree attention mask (committed rows, then its ancestors, then itself); its draft
 //           lens proposes its K_branches best children; leaves (level draft_ahead) are not run;
-//   verify  every non-leaf node resumes from its draft state through passes D+1..V in one
+//   verify  every non-leaf node resumes from its draft state (and, with input injection, its
+//           prelude output) through passes D+1..V in one
 //           batch, same mask; the verifier's argmax at each node picks the child to follow;
 //   accept  the longest path whose tokens the verifier agrees with, then the verifier's own
 //           token where it stops agreeing. Accepted nodes' keys/values move from the scratch
@@ -35,8 +36,11 @@ struct Node {
 };
 
 // Runs the given nodes through passes start_pass..loops (prelude too when start_pass == 1).
+// `input` holds the nodes' prelude outputs for input injection (FORMAT.md §1a): filled by a
+// call that runs the prelude, read by one that resumes (untouched without injection).
 void tree_forward(const Model& m, KVCache& kv, Workspace& ws, const std::vector<Node>& nodes,
-                  const std::vector<int>& which, int p, int start_pass, int loops, std::vector<float>& h) {
+                  const std::vector<int>& which, int p, int start_pass, int loops, std::vector<float>& h,
+                  std::vector<float>& input) {
     const HParams& hp = m.hp;
     const int n = static_cast<int>(which.size()), d = hp.d_model;
     ws.reserve(hp, n);
@@ -61,11 +65,14 @@ void tree_forward(const Model& m, KVCache& kv, Workspace& ws, const std::vector<
             kern::dequant_row(m.embed, nodes[static_cast<size_t>(which[t])].token, h.data() + static_cast<size_t>(t) * d);
         layer = 0;
         for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, h.data(), n);
+        if (injects_input(hp)) input.assign(h.begin(), h.begin() + static_cast<std::ptrdiff_t>(n) * d);
     } else {
         layer = exec_layers(hp, start_pass - 1);
     }
-    for (int pass = std::max(1, start_pass); pass <= loops; ++pass)
+    for (int pass = std::max(1, start_pass); pass <= loops; ++pass) {
+        inject_input(m, pass, h.data(), input.data(), n);
         for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, h.data(), n);
+    }
     ws.extra_offsets.clear();
 }
 
@@ -146,12 +153,14 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
         nodes[0].token = res.tokens.back();
         nodes[0].row = p;
         std::vector<float> hd;          // draft states of the non-leaf nodes, in node order
+        std::vector<float> ed, level_e;  // input injection: their prelude outputs, in the same order
         std::vector<int> runnable;      // non-leaf nodes
         std::vector<int> level = {0};
 
         const auto td = Clock::now();
         for (int lv = 0; lv < tree_depth; ++lv) {
-            tree_forward(m, kv, ws, nodes, level, p, 1, D, h);
+            tree_forward(m, kv, ws, nodes, level, p, 1, D, h, level_e);
+            ed.insert(ed.end(), level_e.begin(), level_e.end());
             all_logits.resize(level.size() * static_cast<size_t>(V));
             compute_logits(m, h.data(), static_cast<int>(level.size()), all_logits.data(), ws);
             hd.insert(hd.end(), h.begin(), h.begin() + static_cast<std::ptrdiff_t>(level.size()) * d);
@@ -175,7 +184,7 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
         st.draft_ms += ms_since(td);
 
         const auto tv = Clock::now();
-        tree_forward(m, kv, ws, nodes, runnable, p, D + 1, L, hd);
+        tree_forward(m, kv, ws, nodes, runnable, p, D + 1, L, hd, ed);
         all_logits.resize(runnable.size() * static_cast<size_t>(V));
         compute_logits(m, hd.data(), static_cast<int>(runnable.size()), all_logits.data(), ws);
         for (size_t i = 0; i < runnable.size(); ++i)

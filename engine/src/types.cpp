@@ -1,4 +1,4 @@
-// Names of the public enums (tinyloop.h): dtypes and error codes.
+// Names of the public enums (tinyloop.h): dtypes, loop inputs and error codes.
 #include "tinyloop/tinyloop.h"
 
 namespace tinyloop {
@@ -27,6 +27,22 @@ DType parse_dtype(const std::string& name) {
     if (name == "q2") return DType::Q2;
     throw Error(ErrorCode::InvalidArgument,
                 "dtype: '" + name + "' unknown, allowed f32, f16, q8, q4, q2");
+}
+
+const char* loop_input_name(LoopInput v) {
+    switch (v) {
+        case LoopInput::None:
+            return "none";
+        case LoopInput::Add:
+            return "add";
+    }
+    return "unknown";
+}
+
+LoopInput parse_loop_input(const std::string& name) {
+    if (name == "none") return LoopInput::None;
+    if (name == "add") return LoopInput::Add;
+    throw Error(ErrorCode::InvalidArgument, "loop_input: '" + name + "' unknown, allowed none, add");
 }
 
 const char* error_code_name(ErrorCode code) {

@@ -170,6 +170,9 @@ void save_model(const std::string& path, const ModelSpec& spec) {
     jh["rope_theta"] = float_for_json(hp.rope_theta);
     jh["norm_eps"] = float_for_json(hp.norm_eps);
     jh["tie_embeddings"] = hp.tie_embeddings;
+    // FORMAT.md §1a: stored only when "add" (then version 2); version-1 files stay as before.
+    const bool injects = hp.loop_input == LoopInput::Add;
+    if (injects) jh["loop_input"] = loop_input_name(hp.loop_input);
     ojson& jt = h["tokenizer"];
     jt["type"] = spec.tokenizer.type;
     jt["pretokenizer"] = spec.tokenizer.pretokenizer;
@@ -211,7 +214,7 @@ void save_model(const std::string& path, const ModelSpec& spec) {
         Sink out(f, path);
         uint8_t pre[24];
         std::memcpy(pre, "TINYLOOP", 8);
-        put_u32(pre + 8, 1);
+        put_u32(pre + 8, injects ? 2 : 1);
         put_u32(pre + 12, 0);
         put_u64(pre + 16, header.size());
         out.write(pre, sizeof pre);

@@ -216,6 +216,7 @@ struct RandomCase {
     const char* name;
     tinyloop::DType dt;
     int group_size;
+    tinyloop::LoopInput input = tinyloop::LoopInput::None;  // Add: input injection (FORMAT.md §1a)
 };
 
 class RandomModel : public ::testing::TestWithParam<RandomCase> {};
@@ -223,6 +224,7 @@ class RandomModel : public ::testing::TestWithParam<RandomCase> {};
 TEST_P(RandomModel, LogitsAtEveryDepth) {
     TL_REQUIRE_DEVICE();
     tinyloop::HParams hp = tltest::small_hparams();
+    hp.loop_input = GetParam().input;
     const std::string path = tltest::write_random_model(std::string("cuda_") + GetParam().name + ".tinyloop", hp, 11,
                                                         GetParam().dt);
     tltest::ModelPtr m(path, cpu());
@@ -246,7 +248,8 @@ TEST_P(RandomModel, LogitsAtEveryDepth) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, RandomModel,
                          ::testing::Values(RandomCase{"f32", tinyloop::DType::F32, 32}, RandomCase{"q4", tinyloop::DType::Q4, 32},
-                                           RandomCase{"q2", tinyloop::DType::Q2, 32}, RandomCase{"f16", tinyloop::DType::F16, 32}),
+                                           RandomCase{"q2", tinyloop::DType::Q2, 32}, RandomCase{"f16", tinyloop::DType::F16, 32},
+                                           RandomCase{"f32_inject", tinyloop::DType::F32, 32, tinyloop::LoopInput::Add}),
                          [](const ::testing::TestParamInfo<RandomCase>& i) { return std::string(i.param.name); });
 
 // Out of device memory reaches the engine as Error(OutOfMemory), naming what was allocated,

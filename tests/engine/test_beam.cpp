@@ -13,13 +13,14 @@ using tltest::ModelPtr;
 namespace {
 
 // A model with peaked distributions: the tied embedding (and so the head) scaled up.
-std::string peaked_model() {
+std::string peaked_model(LoopInput input = LoopInput::None) {
     HParams hp = tltest::small_hparams();
+    hp.loop_input = input;
     ModelSpec spec = random_model_spec(hp, 5);
     for (auto& t : spec.tensors)
         if (t.name == "embed")
             for (float& x : t.values) x *= 4.0f;
-    const std::string path = tltest::temp_path("beam.tinyloop");
+    const std::string path = tltest::temp_path(std::string("beam-") + loop_input_name(input) + ".tinyloop");
     save_model(path, spec);
     return path;
 }
@@ -40,7 +41,9 @@ std::vector<double> logprobs(Model* m, const std::vector<int32_t>& seq) {
 }  // namespace
 
 TEST(Beam, EqualsExhaustiveSearchForTwoTokens) {
-    const std::string path = peaked_model();
+    for (LoopInput input : {LoopInput::None, LoopInput::Add}) {  // and with input injection (§1a)
+    SCOPED_TRACE(loop_input_name(input));
+    const std::string path = peaked_model(input);
     ModelPtr mp(path);
     Model* m = mp.get();
     const int n_ids = model_info(m).tokenizer_vocab;
@@ -78,7 +81,8 @@ TEST(Beam, EqualsExhaustiveSearchForTwoTokens) {
         EXPECT_EQ(generate(m, prompt.data(), static_cast<int>(prompt.size()), c),
                   generate(m, prompt.data(), static_cast<int>(prompt.size()), g));
     }
-    RecordProperty("differs_from_greedy", differs_from_greedy);
+    RecordProperty(std::string("differs_from_greedy_") + loop_input_name(input), differs_from_greedy);
+    }
 }
 
 TEST(Beam, LengthPenaltyAndEosRanking) {

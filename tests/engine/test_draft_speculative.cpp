@@ -58,17 +58,6 @@ const std::string& small_draft_path() {
     return p;
 }
 
-std::vector<std::vector<int32_t>> random_prompts(int count, uint64_t seed) {
-    std::mt19937_64 g(seed);
-    std::vector<std::vector<int32_t>> out;
-    for (int i = 0; i < count; ++i) {
-        std::vector<int32_t> p(1 + g() % 12);
-        for (auto& t : p) t = static_cast<int32_t>(g() % 256);
-        out.push_back(p);
-    }
-    return out;
-}
-
 void expect_stats_consistent(const GenerateResult& r, int gamma) {
     const GenerateStats& st = r.stats;
     ASSERT_EQ(st.spec_accept_hist.size(), static_cast<size_t>(gamma) + 1);
@@ -195,7 +184,7 @@ TEST(DraftSpeculative, BundledGreedyStopsLikeGreedy) {
 
 TEST(DraftSpeculative, RandomModelsGreedyEqualsTargetGreedyUnderEveryRule) {
     ModelPtr target(target_path()), q4(target_q4_path()), small(small_draft_path());
-    const auto ps = random_prompts(12, 3);
+    const auto ps = tltest::random_prompts(12, 3);
     std::vector<GenerateConfig> cases(1);
     cases[0].max_tokens = 24;
     cases[0].ignore_eos = true;

@@ -21,16 +21,28 @@ const std::string& model_path() {
     return p;
 }
 
+// The same weights with input injection (FORMAT.md §1a).
+const std::string& injecting_model_path() {
+    static const std::string p = [] {
+        HParams hp = tltest::small_hparams();
+        hp.loop_input = LoopInput::Add;
+        return tltest::write_random_model("gen-v2.tinyloop", hp, 11);
+    }();
+    return p;
+}
+
 std::vector<int32_t> prompt_ids() { return {10, 200, 33, 71, 5, 250, 100}; }
 
 }  // namespace
 
 TEST(Forward, PrefillEqualsTokenByTokenDecodeBitForBit) {
+    for (const std::string& path : {model_path(), injecting_model_path()})
     for (int chunk : {64, 3, 1}) {
+        SCOPED_TRACE(path);
         LoadOptions o;
         o.prefill_chunk = chunk;
         o.threads = 2;
-        ModelPtr mp(model_path(), o);
+        ModelPtr mp(path, o);
         const Model& m = *mp.get();
         const auto ids = prompt_ids();
         const int n = static_cast<int>(ids.size());

@@ -1,5 +1,5 @@
 // Golden whole-model test: the engine's logits against an independent double-precision
-// reference forward written straight from FORMAT.md §1.
+// reference forward written straight from FORMAT.md §1 (and §1a's input injection).
 //
 // The reference shares nothing with the engine's kernels: it includes only the public header
 // and the standard library, and runs plain loops in double. Its weights come from
@@ -125,6 +125,15 @@ std::vector<Case> all_cases() {
         DType::Q2, 32, 2, 64, 9, 16);
     add("q4_g64_gqa_tied_pre1_loop1", make_hp(300, 64, 4, 2, 16, 128, 1, 1, 5, true), DType::Q4,
         64, 2, 64, 10, 17);
+    // Input injection (FORMAT.md §1a, file version 2): prelude output, and the embedding alone.
+    auto injecting = [](HParams hp) {
+        hp.loop_input = tinyloop::LoopInput::Add;
+        return hp;
+    };
+    add("f32_inject_gqa_tied_pre1_loop2_chunk3", injecting(make_hp(300, 32, 4, 2, 8, 96, 1, 2, 5, true)),
+        DType::F32, 32, 2, 3, 10, 18);
+    add("q8_g32_inject_mha_untied_pre0_loop1", injecting(make_hp(300, 64, 4, 4, 16, 96, 0, 1, 6, false)),
+        DType::Q8, 32, 2, 64, 9, 19);
     return cs;
 }
 
@@ -361,8 +370,12 @@ std::vector<Vec> reference_logits(const RefModel& r, const std::vector<int32_t>&
     for (int p = 0; p < n; ++p)
         for (int i = 0; i < d; ++i) h[p][i] = r.embed.w[static_cast<size_t>(tokens[p]) * d + i];
     for (const RefLayer& L : r.pre) block(L, hp, h);
+    const std::vector<Vec> e = h;  // the prelude output, re-injected with loop_input "add" (§1a)
     std::vector<Vec> out;
     for (int pass = 1; pass <= hp.max_loops; ++pass) {
+        if (pass > 1 && hp.loop_input == tinyloop::LoopInput::Add)
+            for (int p = 0; p < n; ++p)
+                for (int i = 0; i < d; ++i) h[p][i] += e[p][i];
         for (const RefLayer& L : r.loop) block(L, hp, h);
         Vec logits(static_cast<size_t>(n) * V);
         for (int p = 0; p < n; ++p) {
@@ -568,6 +581,7 @@ TEST_P(GoldenForward, MatchesDoubleReference) {
     auto b = build(c);
     tinyloop::Model* m = b->model.get();
     const HParams hp = tinyloop::model_hparams(m);
+    ASSERT_EQ(hp.loop_input, c.hp.loop_input) << "loop_input did not survive the file";
     const std::vector<int32_t> tokens = random_tokens(m, c.n_tokens, c.seed);
     const bool saved_int8 = tinyloop::kern::int8_activations();
     const bool quant8 = c.dtype == DType::Q8 || c.dtype == DType::Q4;
@@ -665,7 +679,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, GoldenForward, ::testing::ValuesIn(all_cases()),
 // The same comparison on the CUDA back end, where one is built and a device is present.
 TEST(GoldenForwardCuda, MatchesDoubleReference) {
     for (Case c : all_cases()) {
-        if (c.name != "q4_g32_gqa_tied_pre0_loop2" && c.name != "f32_mha_tied_pre1_loop2")
+        if (c.name != "q4_g32_gqa_tied_pre0_loop2" && c.name != "f32_mha_tied_pre1_loop2" &&
+            c.name != "f32_inject_gqa_tied_pre1_loop2_chunk3")
             continue;
         SCOPED_TRACE(c.name);
         c.backend = tinyloop::Backend::Cuda;

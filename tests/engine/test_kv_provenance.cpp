@@ -195,18 +195,20 @@ TEST(KVProvenance, BeamSearchRefusesItAndNothingRunIsNothingWritten) {
     EXPECT_STREQ(kv_origin_name(KVOrigin::Propagated), "propagated");
 }
 
+namespace {
+
 // early_exit_signals: for each criterion, the exit depth read off the trace is the depth the
 // adaptive decode uses for a row whose context ran at full depth (the second token of a
 // two-token decode from a prompt that ends just before it).
-TEST(ExitSignals, TraceGivesTheAdaptiveDecodesExitDepth) {
-    auto ids = prompt_ids();
+
+void check_trace_gives_exit_depths(Model* m, const std::vector<int32_t>& ids) {
     GenerateConfig full;
     full.max_tokens = 10;
     full.loops = 8;
     full.ignore_eos = true;
-    const GenerateResult g = generate_ex(bundled(), ids.data(), static_cast<int>(ids.size()), full);
+    const GenerateResult g = generate_ex(m, ids.data(), static_cast<int>(ids.size()), full);
     const std::vector<int32_t>& seq = g.tokens;
-    const ExitSignals s = early_exit_signals(bundled(), seq.data(), static_cast<int>(seq.size()), 8);
+    const ExitSignals s = early_exit_signals(m, seq.data(), static_cast<int>(seq.size()), 8);
     ASSERT_EQ(s.n_positions, static_cast<int>(seq.size()));
     ASSERT_EQ(s.loops, 8);
     struct Case { EarlyExitCriterion c; float t; };
@@ -234,13 +236,26 @@ TEST(ExitSignals, TraceGivesTheAdaptiveDecodesExitDepth) {
             c.early_exit_min_L = 2;
             c.early_exit_criterion = k.c;
             c.early_exit_threshold = k.t;
-            const GenerateResult one = generate_ex(bundled(), seq.data(), pos, c);
+            const GenerateResult one = generate_ex(m, seq.data(), pos, c);
             ASSERT_EQ(one.tokens[static_cast<size_t>(pos)], seq[static_cast<size_t>(pos)]);
             EXPECT_EQ(one.stats.depth_per_token[1], want) << "criterion " << int(k.c) << " position " << pos;
             exits += want < 8;
         }
     }
     EXPECT_GT(exits, 0);
-    EXPECT_THROW(early_exit_signals(bundled(), seq.data(), 0, 8), Error);
-    EXPECT_THROW(early_exit_signals(bundled(), seq.data(), 3, 99), Error);
+    EXPECT_THROW(early_exit_signals(m, seq.data(), 0, 8), Error);
+    EXPECT_THROW(early_exit_signals(m, seq.data(), 3, 99), Error);
+}
+
+}  // namespace
+
+TEST(ExitSignals, TraceGivesTheAdaptiveDecodesExitDepth) { check_trace_gives_exit_depths(bundled(), prompt_ids()); }
+
+// The same on a random model with input injection (FORMAT.md §1a): the trace runs the passes.
+TEST(ExitSignals, TraceGivesTheAdaptiveDecodesExitDepthWithInputInjection) {
+    HParams hp = tltest::small_hparams();
+    hp.max_loops = 8;
+    hp.loop_input = LoopInput::Add;
+    ModelPtr mp(tltest::write_random_model("signals-v2.tinyloop", hp, 3));
+    check_trace_gives_exit_depths(mp.get(), {12, 140, 7, 99, 201, 33});
 }

@@ -1,5 +1,6 @@
 // The looped runtime: logit lens, the scoring family, early exit with exact KV (against a naive
-// reference that recomputes everything), prefix caches and depth upgrade.
+// reference that recomputes everything), prefix caches and depth upgrade; each test without and
+// with input injection (FORMAT.md §1a).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,9 +21,15 @@ tinyloop::HParams looped_hparams() {
     return hp;
 }
 
-const std::string& model_path() {
-    static const std::string p = tltest::write_random_model("looped.tinyloop", looped_hparams(), 21);
-    return p;
+// The same random weights without and with input injection (FORMAT.md §1a, file version 2).
+const std::string& model_path(LoopInput input) {
+    static const std::string plain = tltest::write_random_model("looped.tinyloop", looped_hparams(), 21);
+    static const std::string injecting = [] {
+        HParams hp = looped_hparams();
+        hp.loop_input = LoopInput::Add;
+        return tltest::write_random_model("looped-v2.tinyloop", hp, 21);
+    }();
+    return input == LoopInput::Add ? injecting : plain;
 }
 
 std::vector<int32_t> ids() { return {3, 140, 77, 200, 9, 45, 250, 18, 66, 101}; }
@@ -137,30 +144,56 @@ struct Ref {
         };
         std::vector<char> all(n, 1);
         for (const auto& w : pre) run(w, all);
-        // A frozen position's keys/values at deeper passes come from its frozen state h_e: the
-        // loop layers read h[p] unchanged, which is exactly that (it is not updated while frozen).
-        std::vector<std::vector<double>> frozen(n);
+        const std::vector<std::vector<double>> input = h;  // the prelude output e (§1a)
+        const bool inject = hp.loop_input == LoopInput::Add;
+        // A frozen position's keys/values at deeper passes come from its frozen state h_e (plus
+        // e_p with input injection, §1a): the loop layers read h[p] held at that pass input.
+        std::vector<std::vector<double>> frozen(n), held(n);
         for (int l = 1; l <= L; ++l) {
             std::vector<char> active(n);
-            for (int p = 0; p < n; ++p) active[p] = l <= exit[p];
-            for (int p = 0; p < n; ++p)
-                if (!active[p] && frozen[p].empty()) frozen[p] = h[p];
-            // Loop layer j of a frozen position must see h_e at every layer (not an intermediate
-            // state): keep h[p] = h_e across the layers of the pass.
+            for (int p = 0; p < n; ++p) {
+                active[p] = l <= exit[p];
+                if (!active[p]) {
+                    if (frozen[p].empty()) frozen[p] = h[p];
+                    h[p] = frozen[p];
+                }
+                if (inject && l > 1)
+                    for (int i = 0; i < d; ++i) h[p][i] += input[p][i];
+                held[p] = h[p];
+            }
+            // Loop layer j of a frozen position must see its pass input at every layer (not an
+            // intermediate state): keep h[p] held across the layers of the pass.
             for (const auto& w : loop) {
                 run(w, active);
                 for (int p = 0; p < n; ++p)
-                    if (!active[p]) h[p] = frozen[p];
+                    if (!active[p]) h[p] = held[p];
             }
         }
-        auto a = norm(h[n - 1], final_norm);
+        auto a = norm(frozen[n - 1].empty() ? h[n - 1] : frozen[n - 1], final_norm);
         return mv(head, a, hp.vocab_size);
     }
 };
 
+// Every test below runs on the version-1 model and on its input-injecting twin.
+class Looped : public ::testing::TestWithParam<LoopInput> {
+protected:
+    const std::string& model_path() const { return ::model_path(GetParam()); }
+};
+class Lens : public Looped {};
+class Escalation : public Looped {};
+class EarlyExit : public Looped {};
+class Caches : public Looped {};
+
+std::string input_name(const ::testing::TestParamInfo<LoopInput>& info) { return loop_input_name(info.param); }
+
 }  // namespace
 
-TEST(Lens, FinalDepthIsBitIdenticalToTheModelsLogits) {
+INSTANTIATE_TEST_SUITE_P(LoopInput, Lens, ::testing::Values(LoopInput::None, LoopInput::Add), input_name);
+INSTANTIATE_TEST_SUITE_P(LoopInput, Escalation, ::testing::Values(LoopInput::None, LoopInput::Add), input_name);
+INSTANTIATE_TEST_SUITE_P(LoopInput, EarlyExit, ::testing::Values(LoopInput::None, LoopInput::Add), input_name);
+INSTANTIATE_TEST_SUITE_P(LoopInput, Caches, ::testing::Values(LoopInput::None, LoopInput::Add), input_name);
+
+TEST_P(Lens, FinalDepthIsBitIdenticalToTheModelsLogits) {
     ModelPtr mp(model_path());
     const auto t = ids();
     const int n = static_cast<int>(t.size()), V = model_hparams(mp.get()).vocab_size;
@@ -178,7 +211,7 @@ TEST(Lens, FinalDepthIsBitIdenticalToTheModelsLogits) {
     }
 }
 
-TEST(Lens, CellsAreConsistent) {
+TEST_P(Lens, CellsAreConsistent) {
     ModelPtr mp(model_path());
     const auto t = ids();
     const int n = static_cast<int>(t.size());
@@ -203,7 +236,7 @@ TEST(Lens, CellsAreConsistent) {
     for (int i = 0; i + 1 < n; ++i) EXPECT_NEAR(std::log(r.at(i, 4).p_next), s.token_logprobs[i], 1e-4);
 }
 
-TEST(Lens, UncertaintyPredictionDepthFollowsItsDefinition) {
+TEST_P(Lens, UncertaintyPredictionDepthFollowsItsDefinition) {
     ModelPtr mp(model_path());
     const auto t = ids();
     const int n = static_cast<int>(t.size());
@@ -219,7 +252,7 @@ TEST(Lens, UncertaintyPredictionDepthFollowsItsDefinition) {
     EXPECT_EQ(u.token_logprobs.size(), static_cast<size_t>(n - 1));
 }
 
-TEST(Escalation, EscalatesExactlyThePositionsOverTheThresholdWithFreshScores) {
+TEST_P(Escalation, EscalatesExactlyThePositionsOverTheThresholdWithFreshScores) {
     ModelPtr mp(model_path());
     const auto t = ids();
     const int n = static_cast<int>(t.size());
@@ -255,7 +288,7 @@ TEST(Escalation, EscalatesExactlyThePositionsOverTheThresholdWithFreshScores) {
     EXPECT_THROW(score_with_consistency_escalation(mp.get(), t.data(), n, c), Error);
 }
 
-TEST(EarlyExit, NeverFiringEqualsPlainDecodingBitForBit) {
+TEST_P(EarlyExit, NeverFiringEqualsPlainDecodingBitForBit) {
     ModelPtr mp(model_path());
     const auto t = ids();
     GenerateConfig plain;
@@ -273,7 +306,7 @@ TEST(EarlyExit, NeverFiringEqualsPlainDecodingBitForBit) {
     }
 }
 
-TEST(EarlyExit, ForcedExitMatchesANaiveStatePropagationReference) {
+TEST_P(EarlyExit, ForcedExitMatchesANaiveStatePropagationReference) {
     ModelPtr mp(model_path());
     Ref ref(mp.get());
     const auto t = ids();
@@ -320,7 +353,7 @@ TEST(EarlyExit, ForcedExitMatchesANaiveStatePropagationReference) {
     }
 }
 
-TEST(EarlyExit, MixedExitDepthsReadPropagatedKeysExactlyLikeTheReference) {
+TEST_P(EarlyExit, MixedExitDepthsReadPropagatedKeysExactlyLikeTheReference) {
     // Positions exiting at different depths: a deeper later token reads the propagated keys and
     // values of an earlier, shallower one. Replay each step with the naive reference.
     ModelPtr mp(model_path());
@@ -343,7 +376,10 @@ TEST(EarlyExit, MixedExitDepthsReadPropagatedKeysExactlyLikeTheReference) {
         return true;
     };
     bool mixed = false;
-    for (float thr : {0.6f, 0.5f, 0.4f, 0.3f, 0.25f, 0.2f, 0.15f, 0.1f, 0.07f, 0.05f}) {
+    // The coarse thresholds first, then a fine sweep (the injecting model's exits flip together).
+    std::vector<float> thresholds = {0.6f, 0.5f, 0.4f, 0.3f, 0.25f, 0.2f, 0.15f, 0.1f, 0.07f, 0.05f};
+    for (int i = 59; i >= 11; --i) thresholds.push_back(static_cast<float>(i) / 100.0f);
+    for (float thr : thresholds) {
         c.early_exit_threshold = thr;
         evs.clear();
         r = generate_ex(mp.get(), t.data(), 10, c, opt);
@@ -377,7 +413,7 @@ TEST(EarlyExit, MixedExitDepthsReadPropagatedKeysExactlyLikeTheReference) {
     }
 }
 
-TEST(EarlyExit, CriteriaExitAtDifferentDepthsAndStatsReportIt) {
+TEST_P(EarlyExit, CriteriaExitAtDifferentDepthsAndStatsReportIt) {
     ModelPtr mp(model_path());
     const auto t = ids();
     GenerateConfig c;
@@ -394,7 +430,7 @@ TEST(EarlyExit, CriteriaExitAtDifferentDepthsAndStatsReportIt) {
     }
 }
 
-TEST(Caches, PrefixCacheIsBitIdenticalToFromScratch) {
+TEST_P(Caches, PrefixCacheIsBitIdenticalToFromScratch) {
     ModelPtr mp(model_path());
     const auto t = ids();
     GenerateConfig c;
@@ -416,7 +452,7 @@ TEST(Caches, PrefixCacheIsBitIdenticalToFromScratch) {
     free_prefix_cache(pc);
 }
 
-TEST(Caches, ResumeHandleDeepens4To8LikeAFreshRun) {
+TEST_P(Caches, ResumeHandleDeepens4To8LikeAFreshRun) {
     ModelPtr mp(model_path());
     const auto t = ids();
     ResumeHandle* h = create_resume_handle(mp.get(), t.data(), 10, 4);
@@ -447,7 +483,7 @@ TEST(Caches, ResumeHandleDeepens4To8LikeAFreshRun) {
     free_resume_handle(h);
 }
 
-TEST(Caches, PrefixPoolReusesTheLongestRegisteredPrefix) {
+TEST_P(Caches, PrefixPoolReusesTheLongestRegisteredPrefix) {
     ModelPtr mp(model_path());
     const auto t = ids();
     PrefixPool* pool = create_prefix_pool(mp.get(), 4);
@@ -470,7 +506,7 @@ TEST(Caches, PrefixPoolReusesTheLongestRegisteredPrefix) {
     free_prefix_pool(pool);
 }
 
-TEST(EarlyExit, ScoringWithEarlyExitMatchesScoreWhenOffAndGenerateDepthsWhenOn) {
+TEST_P(EarlyExit, ScoringWithEarlyExitMatchesScoreWhenOffAndGenerateDepthsWhenOn) {
     ModelPtr mp(model_path());
     const auto t = ids();
     const int n = static_cast<int>(t.size());

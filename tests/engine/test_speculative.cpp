@@ -27,22 +27,11 @@ const std::string& model_path() {
     return p;
 }
 
-std::vector<std::vector<int32_t>> prompts(int count, uint64_t seed) {
-    std::mt19937_64 g(seed);
-    std::vector<std::vector<int32_t>> out;
-    for (int i = 0; i < count; ++i) {
-        std::vector<int32_t> p(1 + g() % 12);
-        for (auto& t : p) t = static_cast<int32_t>(g() % 256);
-        out.push_back(p);
-    }
-    return out;
-}
-
 }  // namespace
 
 TEST(Speculative, GreedyChainEqualsPlainGreedyOver50Prompts) {
     ModelPtr mp(model_path());
-    const auto ps = prompts(50, 1);
+    const auto ps = tltest::random_prompts(50, 1);
     struct S { int D, K; };
     int total_cycles = 0, total_accepted = 0, total_rejections = 0;
     for (S s : {S{1, 1}, S{2, 4}, S{3, 3}, S{5, 6}}) {
@@ -82,7 +71,7 @@ TEST(Speculative, GreedyChainEqualsPlainGreedyOver50Prompts) {
 
 TEST(Speculative, EventsDescribeCyclesAndStopOnEos) {
     ModelPtr mp(model_path());
-    const auto p = prompts(1, 9)[0];
+    const auto p = tltest::random_prompts(1, 9)[0];
     SpeculativeConfig c;
     c.max_tokens = 15;
     c.verify_loops = 6;
@@ -210,7 +199,7 @@ TEST(Speculative, StochasticChainIsLossless) {
 
 TEST(TreeSpeculative, GreedyTreeEqualsPlainGreedyOver50Prompts) {
     ModelPtr mp(model_path());
-    const auto ps = prompts(50, 2);
+    const auto ps = tltest::random_prompts(50, 2);
     struct S { int D, depth, K; };
     int accepted = 0, rejected = 0, deep_accepts = 0;
     for (S s : {S{1, 1, 2}, S{2, 2, 2}, S{3, 3, 3}, S{2, 4, 2}, S{4, 2, 4}}) {
@@ -242,7 +231,7 @@ TEST(TreeSpeculative, GreedyTreeEqualsPlainGreedyOver50Prompts) {
 
 TEST(TreeSpeculative, MatchesChainWithOneBranchAndRefusesBadKnobs) {
     ModelPtr mp(model_path());
-    const auto p = prompts(1, 3)[0];
+    const auto p = tltest::random_prompts(1, 3)[0];
     const int n = static_cast<int>(p.size());
     TreeSpeculativeConfig t;
     t.max_tokens = 12;

@@ -250,7 +250,8 @@ TEST_P(CorruptFiles, PreambleAndHeaderLength) {
     load_bytes("wrong magic", with([](Bytes& b) { b[0] = 'X'; }), true);
     load_bytes("lower-case magic", with([](Bytes& b) { b.replace(0, 8, "tinyloop"); }), true);
     load_bytes("version 0", with([](Bytes& b) { put_u32(b, 8, 0); }), true);
-    load_bytes("version 2", with([](Bytes& b) { put_u32(b, 8, 2); }), true);
+    load_bytes("version 2 without loop_input add", with([](Bytes& b) { put_u32(b, 8, 2); }), true);
+    load_bytes("version 3", with([](Bytes& b) { put_u32(b, 8, 3); }), true);
     load_bytes("version max", with([](Bytes& b) { put_u32(b, 8, 0xffffffffu); }), true);
     load_bytes("flags 1", with([](Bytes& b) { put_u32(b, 12, 1); }), true);
     for (uint64_t hb : {uint64_t{0}, uint64_t{1}, parsed_.header_bytes - 1, parsed_.header_bytes + 1,
@@ -353,6 +354,19 @@ TEST_P(CorruptFiles, ShapesAndHyperparametersThatDisagree) {
     refuse_header("rope_theta 0", [](json& h) { h["hparams"]["rope_theta"] = 0.0; });
     refuse_header("norm_eps negative", [](json& h) { h["hparams"]["norm_eps"] = -1e-5; });
     refuse_header("tie_embeddings a number", [](json& h) { h["hparams"]["tie_embeddings"] = 1.5; });
+    // FORMAT.md §1a: loop_input "add" only in version 2, and no other value anywhere.
+    refuse_header("loop_input add in version 1", [](json& h) { h["hparams"]["loop_input"] = "add"; });
+    refuse_header("loop_input unknown", [](json& h) { h["hparams"]["loop_input"] = "concat"; });
+    refuse_header("loop_input a number", [](json& h) { h["hparams"]["loop_input"] = 1; });
+    json injecting = parsed_.header;
+    injecting["hparams"]["loop_input"] = "add";
+    Bytes v2 = rebuild(injecting, parsed_.data);
+    put_u32(v2, 8, 2);
+    EXPECT_EQ(load_bytes("version 2 with loop_input add", v2, false), Outcome::Loaded);
+    injecting["hparams"]["loop_input"] = "none";
+    v2 = rebuild(injecting, parsed_.data);
+    put_u32(v2, 8, 2);
+    load_bytes("version 2 with loop_input none", v2, true);
     refuse_header("hparams missing", [](json& h) { h.erase("hparams"); });
     refuse_header("format wrong", [](json& h) { h["format"] = "gguf"; });
 }

@@ -66,7 +66,16 @@ enum class DType { F32, F16, Q8, Q4, Q2 };
 const char* dtype_name(DType t);              // "f32", "f16", "q8", "q4", "q2"
 DType parse_dtype(const std::string& name);    // throws InvalidArgument naming the allowed set
 
-// The hyperparameters of FORMAT.md §1.
+// What enters each loop pass after the first (FORMAT.md §1a).
+//   None: the state h alone, the plain recurrence of §1 (file version 1).
+//   Add:  h + e, e the prelude's output (the embedding when n_pre_blocks is 0): input
+//         injection, stored as "loop_input": "add" in a version-2 file.
+enum class LoopInput { None, Add };
+
+const char* loop_input_name(LoopInput v);            // "none", "add"
+LoopInput parse_loop_input(const std::string& name);  // throws InvalidArgument naming the allowed set
+
+// The hyperparameters of FORMAT.md §1 (and §1a's loop_input).
 struct HParams {
     int vocab_size = 0;
     int d_model = 0;
@@ -82,6 +91,7 @@ struct HParams {
     float rope_theta = 10000.0f;
     float norm_eps = 1e-5f;
     bool tie_embeddings = true;
+    LoopInput loop_input = LoopInput::None;  // §1a: Add re-injects the prelude output every pass
 };
 
 // The byte-level BPE tokenizer of FORMAT.md §3.

@@ -1,4 +1,8 @@
-"""Writer and pure-Python reader for the .tinyloop file (FORMAT.md section 2), f32 only."""
+"""Writer and pure-Python reader for the .tinyloop file (FORMAT.md section 2), f32 only.
+
+hparams["loop_input"] (FORMAT.md section 1a): "add" (input injection) is written in a
+version-2 file; "none" or absent is written as version 1 without the key, byte-identical
+to files written before the key existed."""
 import array
 import json
 import struct
@@ -24,9 +28,20 @@ def tensor_order(hp):
     return names
 
 
+def format_version(hparams):
+    """The file version for these hyperparameters: 2 exactly when loop_input is "add"."""
+    loop_input = hparams.get("loop_input", "none")
+    if loop_input not in ("none", "add"):
+        raise ValueError(f"hparams.loop_input: {loop_input!r}, allowed 'none' or 'add'")
+    return 2 if loop_input == "add" else 1
+
+
 def write_tinyloop(path, hparams, tokenizer_json, tensors, metadata):
     """tensors: name -> (shape list, bytes of little-endian f32 row-major)."""
     assert sys.byteorder == "little"
+    version = format_version(hparams)
+    if version == 1:
+        hparams = {k: v for k, v in hparams.items() if k != "loop_input"}
     names = tensor_order(hparams)
     assert set(names) == set(tensors), set(names) ^ set(tensors)
     entries, off = {}, 0
@@ -42,7 +57,7 @@ def write_tinyloop(path, hparams, tokenizer_json, tensors, metadata):
               "tensors": entries, "metadata": metadata}
     hb = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     with open(path, "wb") as f:
-        f.write(MAGIC + struct.pack("<IIQ", 1, 0, len(hb)) + hb)
+        f.write(MAGIC + struct.pack("<IIQ", version, 0, len(hb)) + hb)
         f.write(b"\0" * _pad(24 + len(hb)))
         for n in names:
             data = tensors[n][1]
@@ -57,13 +72,18 @@ def read_tinyloop(path):
     if blob[:8] != MAGIC:
         raise ValueError(f"{path}: bad magic")
     version, flags, hbytes = struct.unpack_from("<IIQ", blob, 8)
-    if version != 1 or flags != 0:
+    if version not in (1, 2) or flags != 0:
         raise ValueError(f"{path}: version/flags {version}/{flags}")
     if hbytes > 64 << 20 or 24 + hbytes > len(blob):
         raise ValueError(f"{path}: header_bytes")
     header = json.loads(blob[24:24 + hbytes].decode("utf-8"))
     data_start = 24 + hbytes + _pad(24 + hbytes)
     hp = header["hparams"]
+    if format_version(hp) != version:
+        raise ValueError(f"{path}: version {version} with hparams.loop_input "
+                         f"{hp.get('loop_input', 'none')!r} (version 2 exactly when 'add')")
+    if version == 1 and "loop_input" in hp:
+        hp = header["hparams"] = {k: v for k, v in hp.items() if k != "loop_input"}
     if set(header["tensors"]) != set(tensor_order(hp)):
         raise ValueError(f"{path}: tensor set")
     out = {}
