@@ -268,16 +268,9 @@ bool admit_one(BatchEngine& e) {
     return true;
 }
 
-}  // namespace
-
-int batch_step(BatchEngine* engine) {
-    if (!engine) throw Error(ErrorCode::InvalidArgument, "engine: must not be null");
-    BatchEngine& e = *engine;
-    const Model& m = *e.model;
-    const int d = m.hp.d_model;
-    const int V = m.hp.vocab_size;
-    std::lock_guard<std::mutex> step_lock(e.step_mu);
-
+// Moves new submissions to the queue and ends the cancelled requests: a queued one with no
+// tokens, an active one with what it has.
+void take_submissions(BatchEngine& e) {
     std::set<uint64_t> cancels;
     {
         std::lock_guard<std::mutex> lk(e.mu);
@@ -287,7 +280,6 @@ int batch_step(BatchEngine* engine) {
         }
         cancels = e.cancels;
     }
-    // Cancels: a queued request ends with no tokens, an active one with what it has.
     for (auto it = e.waiting.begin(); it != e.waiting.end();) {
         if (cancels.count((*it)->id)) {
             std::unique_ptr<Seq> s = std::move(*it);
@@ -318,7 +310,10 @@ int batch_step(BatchEngine* engine) {
             ++i;
         }
     }
+}
 
+// Admits queued requests while a batch slot and their pages are free.
+void admit_waiting(BatchEngine& e) {
     while (!e.waiting.empty() && static_cast<int>(e.active.size()) < e.opt.max_batch) {
         try {
             if (!admit_one(e)) break;
@@ -334,6 +329,20 @@ int batch_step(BatchEngine* engine) {
             finish(e, std::move(s));
         }
     }
+}
+
+}  // namespace
+
+int batch_step(BatchEngine* engine) {
+    if (!engine) throw Error(ErrorCode::InvalidArgument, "engine: must not be null");
+    BatchEngine& e = *engine;
+    const Model& m = *e.model;
+    const int d = m.hp.d_model;
+    const int V = m.hp.vocab_size;
+    std::lock_guard<std::mutex> step_lock(e.step_mu);
+
+    take_submissions(e);
+    admit_waiting(e);
 
     // The step's rows: one per decoding sequence (early exit apart), then prompt chunks.
     struct Entry {
