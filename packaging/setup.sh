@@ -43,8 +43,14 @@ if [ "$mode" = run ]; then
   if has_display; then targets+=(tinyloop_workbench); fi
   if ! nvidia-smi -L >/dev/null 2>&1; then cuda=OFF; fi
 fi
-echo "== configuring $build/ (CUDA back end: $cuda)"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTINYLOOP_CUDA="$cuda" >/dev/null
+# ccache, when the machine has it, makes a rebuild in a fresh clone mostly cache hits (as
+# llama.cpp's build does); nothing here installs it.
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+echo "== configuring $build/ (CUDA back end: $cuda${launcher:+, compiler cache: ccache})"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTINYLOOP_CUDA="$cuda" "${launcher[@]}" >/dev/null
 if [ ${#targets[@]} -gt 0 ]; then
   echo "== building ${targets[*]} with $jobs jobs (a few minutes on 2 cores; [done/total] below)"
   cmake --build "$build" -j "$jobs" --target "${targets[@]}"
@@ -79,13 +85,13 @@ case "$mode" in
     echo "== running the tests"
     ctest --test-dir "$build" --output-on-failure -j "$jobs"
     if [ "${TINYLOOP_SKIP_SANITIZERS:-0}" != 1 ]; then
-      # Issue 9: the engine, CLI and their whole test suite again under AddressSanitizer +
+      # The engine, CLI and their whole test suite again under AddressSanitizer +
       # UndefinedBehaviorSanitizer (any report fails the test that triggered it).
       san=${TINYLOOP_SAN_BUILD_DIR:-build-asan}
       echo "== AddressSanitizer + UndefinedBehaviorSanitizer: engine, CLI and their tests in $san/"
       cmake -S . -B "$san" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTINYLOOP_SANITIZE=ON \
         -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
-        -DTINYLOOP_BUILD_UI=OFF -DTINYLOOP_BUILD_PYTHON=OFF -DTINYLOOP_CUDA=OFF
+        -DTINYLOOP_BUILD_UI=OFF -DTINYLOOP_BUILD_PYTHON=OFF -DTINYLOOP_CUDA=OFF "${launcher[@]}"
       cmake --build "$san" -j "$jobs"
       ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

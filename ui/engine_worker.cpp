@@ -8,6 +8,23 @@
 
 namespace tlui {
 
+namespace {
+
+// The workbench's decode modes as the engine's.
+tinyloop::DecodeMode engineMode(DecodeMode m) {
+    switch (m) {
+        case DecodeMode::Greedy: return tinyloop::DecodeMode::Greedy;
+        case DecodeMode::Sampling: return tinyloop::DecodeMode::Sample;
+        case DecodeMode::Speculative: return tinyloop::DecodeMode::Speculative;
+        case DecodeMode::Tree: return tinyloop::DecodeMode::Tree;
+        case DecodeMode::Beam: return tinyloop::DecodeMode::Beam;
+        case DecodeMode::EarlyExit: return tinyloop::DecodeMode::EarlyExit;
+    }
+    return tinyloop::DecodeMode::Greedy;
+}
+
+}  // namespace
+
 void registerEngineMetaTypes() {
     static std::once_flag once;
     std::call_once(once, [] {
@@ -139,72 +156,22 @@ void EngineWorker::generate(const RunRequest& req) {
             return !cancelled(req.id);
         };
 
-        // ============================================================================
-        // MODE DISPATCH: the one place a decode mode becomes an engine call.
-        // Greedy, sampling, early exit and beam go through generate_ex (beam search is refused
-        // by the engine until it lands there); speculative chain and tree through their own
-        // entries, with the GenerateConfig fields they share (max_tokens, temperature, seed,
-        // top_k/top_p, ignore_eos) and the SpeculativeKnobs.
-        // ============================================================================
-        tinyloop::GenerateResult out;
-        switch (req.mode) {
-        case DecodeMode::Greedy:
-            cfg.temperature = 0.0f;
-            cfg.beam_size = 0;
-            cfg.early_exit_patience = 0;
-            out = tinyloop::generate_ex(m_model, prompt.data(), static_cast<int>(prompt.size()), cfg, opts);
-            break;
-        case DecodeMode::Sampling:
-            cfg.beam_size = 0;
-            cfg.early_exit_patience = 0;
-            out = tinyloop::generate_ex(m_model, prompt.data(), static_cast<int>(prompt.size()), cfg, opts);
-            break;
-        case DecodeMode::EarlyExit:
-            cfg.beam_size = 0;
-            if (cfg.early_exit_patience <= 0)
-                throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument,
-                                      "early_exit_patience: must be >= 1 in early-exit mode (0 disables early exit)");
-            out = tinyloop::generate_ex(m_model, prompt.data(), static_cast<int>(prompt.size()), cfg, opts);
-            break;
-        case DecodeMode::Beam:
-            if (cfg.beam_size < 2)
-                throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument,
-                                      "beam_size: must be >= 2 in beam mode");
-            out = tinyloop::generate_ex(m_model, prompt.data(), static_cast<int>(prompt.size()), cfg, opts);
-            break;
-        case DecodeMode::Speculative: {
-            tinyloop::SpeculativeConfig sc;
-            sc.max_tokens = cfg.max_tokens;
-            sc.verify_loops = req.knobs.verify_loops > 0 ? req.knobs.verify_loops : hp.default_loops;
-            sc.draft_loops = req.knobs.draft_loops;
-            sc.draft_ahead = req.knobs.draft_ahead;
-            sc.temperature = cfg.temperature;
-            sc.seed = cfg.sample_seed;
-            sc.top_k = cfg.temperature > 0.01f ? cfg.top_k : 0;
-            sc.top_p = cfg.top_p;
-            sc.ignore_eos = cfg.ignore_eos;
-            res.loops = sc.verify_loops;
-            out = tinyloop::generate_speculative_ex(m_model, prompt.data(), static_cast<int>(prompt.size()), sc, opts);
+        // The mode becomes an engine call in one place: tinyloop::run_decode applies the mode's
+        // rules (beam_size >= 2, early-exit patience >= 1, tree greedy-only) and its defaults.
+        tinyloop::RunSpec spec;
+        spec.mode = engineMode(req.mode);
+        spec.config = cfg;
+        // The workbench's verify_loops 0 is the model's default_loops (config_json.h).
+        spec.speculation = {.verify_loops = req.knobs.verify_loops > 0 ? req.knobs.verify_loops : hp.default_loops,
+                            .draft_loops = req.knobs.draft_loops,
+                            .draft_ahead = req.knobs.draft_ahead,
+                            .branches = req.knobs.K_branches};
+        if (req.mode == DecodeMode::Speculative || req.mode == DecodeMode::Tree) {
+            res.loops = spec.speculation.verify_loops;
             res.hasSpeculative = true;
-            break;
         }
-        case DecodeMode::Tree: {
-            tinyloop::TreeSpeculativeConfig tc;
-            tc.max_tokens = cfg.max_tokens;
-            tc.verify_loops = req.knobs.verify_loops > 0 ? req.knobs.verify_loops : hp.default_loops;
-            tc.draft_loops = req.knobs.draft_loops;
-            tc.draft_ahead = req.knobs.draft_ahead;
-            tc.K_branches = req.knobs.K_branches;
-            tc.temperature = cfg.temperature;
-            tc.seed = cfg.sample_seed;
-            tc.ignore_eos = cfg.ignore_eos;
-            res.loops = tc.verify_loops;
-            out = tinyloop::generate_tree_speculative_ex(m_model, prompt.data(), static_cast<int>(prompt.size()), tc, opts);
-            res.hasSpeculative = true;
-            break;
-        }
-        }
-        // ============================================================================
+        tinyloop::GenerateResult out =
+            tinyloop::run_decode(m_model, prompt.data(), static_cast<int>(prompt.size()), spec, opts);
 
         res.tokens = std::move(out.tokens);
         res.promptLen = out.prompt_len;

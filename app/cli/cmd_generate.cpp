@@ -124,7 +124,7 @@ CommandSpec generate_spec() {
         "Modes: greedy is temperature 0 (argmax). sample uses --temperature, 0.8 when not given.\n"
         "beam sets --beam-size (default 4). speculative drafts at --draft-loops and verifies at\n"
         "--verify-loops (exact greedy output at temperature 0; with --temperature it samples\n"
-        "losslessly, --top-k/--top-p optional); it takes no penalties, bias, stops or cache window.\n"
+        "losslessly through --top-k/--top-p as sample does); no penalties, bias, stops or cache window.\n"
         "tree drafts --branches candidates per step, --draft-ahead steps deep, and verifies the\n"
         "whole tree in one forward; greedy only (exact greedy output at --verify-loops; to sample\n"
         "with self-speculation use --mode speculative --temperature T).\n"
@@ -264,47 +264,38 @@ void check_speculative_flags(const Args& args, const std::string& mode) {
                          ", --loops is the verify depth)");
 }
 
-// Speculative and tree-speculative decoding. `echo` receives the depths used, for --json.
-GenerateResult run_speculative(Model* model, const std::string& mode, const SpeculativeFlags& flags,
-                               const GenerateConfig& cfg, const Args& args,
-                               const std::vector<int32_t>& prompt, const GenerateOptions& options,
-                               nlohmann::json& echo) {
-    const HParams& hp = model_hparams(model);
-    const int verify = flags.verify_loops.value_or(cfg.loops > 0 ? cfg.loops : hp.default_loops);
-    const int draft = flags.draft_loops.value_or(std::max(1, std::min(2, verify - 1)));
-    const int ahead = flags.draft_ahead.value_or(4);
-    echo = {{"draft_loops", draft}, {"verify_loops", verify}, {"draft_ahead", ahead}};
+// The engine's run specification for the parsed flags: the decode mode (--mode, else
+// --draft-model, --beam-size, --early-exit, --temperature decide) and the speculation knobs
+// (unset ones stay 0 / default: the engine resolves them).
+RunSpec run_spec_of(const std::string& mode, const SpeculativeFlags& flags, const GenerateConfig& cfg,
+                    Model* draft, std::optional<int> gamma) {
+    RunSpec rs;
+    rs.config = cfg;
+    if (mode == "speculative") rs.mode = DecodeMode::Speculative;
+    else if (mode == "tree") rs.mode = DecodeMode::Tree;
+    else if (draft) rs.mode = DecodeMode::DraftModel;
+    else if (cfg.beam_size >= 2) rs.mode = DecodeMode::Beam;
+    else if (cfg.early_exit_patience > 0) rs.mode = DecodeMode::EarlyExit;
+    else rs.mode = cfg.temperature > 0.01f ? DecodeMode::Sample : DecodeMode::Greedy;
+    SpeculationKnobs& k = rs.speculation;
+    k.verify_loops = flags.verify_loops.value_or(0);
+    k.draft_loops = flags.draft_loops.value_or(0);
+    k.draft_ahead = flags.draft_ahead.value_or(k.draft_ahead);
+    k.branches = flags.branches.value_or(k.branches);
+    k.draft_model = draft;
+    k.gamma = gamma.value_or(k.gamma);
+    return rs;
+}
 
-    if (mode == "speculative") {
-        SpeculativeConfig sc;
-        sc.max_tokens = cfg.max_tokens;
-        sc.draft_loops = draft;
-        sc.verify_loops = verify;
-        sc.draft_ahead = ahead;
-        sc.temperature = cfg.temperature;
-        sc.seed = cfg.sample_seed;
-        if (args.has("--top-k")) sc.top_k = cfg.top_k;  // else the config's own default (off)
-        if (args.has("--top-p")) sc.top_p = cfg.top_p;
-        sc.ignore_eos = cfg.ignore_eos;
-        echo["top_k"] = sc.top_k;
-        echo["top_p"] = f2d(sc.top_p);
-        return generate_speculative_ex(model, prompt.data(), static_cast<int>(prompt.size()), sc,
-                                       options);
-    }
-
-    TreeSpeculativeConfig tc;
-    tc.max_tokens = cfg.max_tokens;
-    tc.draft_loops = draft;
-    tc.verify_loops = verify;
-    tc.draft_ahead = ahead;
-    tc.K_branches = flags.branches.value_or(2);
-    tc.temperature = cfg.temperature;
-    tc.ignore_eos = cfg.ignore_eos;
-    echo["branches"] = tc.K_branches;
-    // Greedy only: a temperature > 0.01 reaches the engine, whose NotSupported message names
-    // the chain mode to use instead.
-    return generate_tree_speculative_ex(model, prompt.data(), static_cast<int>(prompt.size()), tc,
-                                        options);
+// The speculation settings a run uses (as the engine resolves them), for --json's config.
+nlohmann::json speculation_echo(Model* model, const RunSpec& rs, const std::optional<std::string>& draft_path) {
+    const SpeculationKnobs k = resolved_speculation(model, rs);
+    if (rs.mode == DecodeMode::DraftModel)
+        return {{"draft_model", *draft_path}, {"gamma", k.gamma}, {"draft_loops", k.draft_loops}};
+    if (rs.mode != DecodeMode::Speculative && rs.mode != DecodeMode::Tree) return nlohmann::json::object();
+    nlohmann::json echo = {{"draft_loops", k.draft_loops}, {"verify_loops", k.verify_loops}, {"draft_ahead", k.draft_ahead}};
+    if (rs.mode == DecodeMode::Tree) echo["branches"] = k.branches;
+    return echo;
 }
 
 }  // namespace
@@ -393,8 +384,10 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
         cfg.temperature = *temperature;
     }
 
-    m.spec.draft_loops = args.get_int("--draft-loops");
-    m.spec.verify_loops = args.get_int("--verify-loops");
+    // 0 is "the default" to the engine: given depths are >= 1 (--draft-loops 0 with
+    // --draft-model is the draft's default_loops).
+    m.spec.draft_loops = args.get_int("--draft-loops", args.has("--draft-model") ? 0 : 1);
+    m.spec.verify_loops = args.get_int("--verify-loops", 1);
     m.spec.draft_ahead = args.get_int("--draft-ahead");
     m.spec.branches = args.get_int("--branches");
     m.speculative = mode == "speculative" || mode == "tree";
@@ -567,10 +560,8 @@ int run_generate(const Args& args) {
         throw UsageError(source + ": the prompt is empty (at least one token is needed)");
     const int prompt_len = static_cast<int>(prompt_ids.size());
 
-    nlohmann::json spec_echo;
     if (!m.speculative) with_flag_messages([&] { validate_config(model.get(), prompt_len, cfg); });
     ModelPtr draft_model;
-    DraftSpeculativeConfig draft_cfg;
     if (m.draft_path) {
         try {
             check_file_readable("--draft-model", *m.draft_path);
@@ -578,14 +569,9 @@ int run_generate(const Args& args) {
         } catch (const Error& e) {
             throw Error(e.code(), std::string("--draft-model: ") + e.what());
         }
-        if (m.gamma) draft_cfg.gamma = *m.gamma;
-        if (m.spec.draft_loops) draft_cfg.draft_loops = *m.spec.draft_loops;
-        spec_echo = {{"draft_model", *m.draft_path},
-                     {"gamma", draft_cfg.gamma},
-                     {"draft_loops", draft_cfg.draft_loops > 0
-                                         ? draft_cfg.draft_loops
-                                         : model_hparams(draft_model.get()).default_loops}};
     }
+    const RunSpec run = run_spec_of(m.mode, m.spec, cfg, draft_model.get(), m.gamma);
+    const nlohmann::json spec_echo = speculation_echo(model.get(), run, m.draft_path);
     const bool speculating = m.speculative || m.draft_path.has_value();
 
     // ---- generate ----
@@ -600,15 +586,8 @@ int run_generate(const Args& args) {
     GenerateResult result;
     {
         SigintGuard guard;
-        result = with_flag_messages([&] {
-            if (m.speculative)
-                return run_speculative(model.get(), m.mode, m.spec, cfg, args, prompt_ids, options,
-                                       spec_echo);
-            if (m.draft_path)
-                return draft_speculative_generate_ex(model.get(), draft_model.get(), prompt_ids.data(),
-                                                     prompt_len, cfg, draft_cfg, options);
-            return generate_ex(model.get(), prompt_ids.data(), prompt_len, cfg, options);
-        });
+        result = with_flag_messages(
+            [&] { return run_decode(model.get(), prompt_ids.data(), prompt_len, run, options); });
     }
     const int exit_status = g_interrupted != 0 ? 130 : 0;
     const GenerateStats& st = result.stats;

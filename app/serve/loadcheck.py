@@ -297,12 +297,17 @@ def main() -> int:
                 print("server did not start", file=sys.stderr)
                 return 1
             time.sleep(0.1)
+        print("  server up; warm-up burst", flush=True)
         warm = asyncio.run(burst(base, want, a.warmup_requests or a.requests, a.concurrency, a.stream_ratio,
                                  a.seed + 1000))
         time.sleep(0.5)
         rss0 = vm_rss_kb(proc.pid)
-        stop, (rx, tx) = multiprocessing.Event(), multiprocessing.Pipe(duplex=False)
-        poller = multiprocessing.Process(target=poll_health, args=(base, stop, tx), daemon=True)
+        print("  warm-up done; measured burst%s" % (" with the attacks" if a.hostile else ""), flush=True)
+        # A spawned poller, not a forked one: this process has run the engine's worker threads,
+        # and a fork taken while one of them holds a lock can leave the child stuck.
+        mp = multiprocessing.get_context("spawn")
+        stop, (rx, tx) = mp.Event(), mp.Pipe(duplex=False)
+        poller = mp.Process(target=poll_health, args=(base, stop, tx), daemon=True)
         poller.start()
 
         async def measured():
@@ -310,9 +315,19 @@ def main() -> int:
             if a.hostile:
                 work.append(hostile(base, port, max_body, a.attack_rounds, a.slowloris, a.header_timeout))
             return await asyncio.gather(*work)
-        results = asyncio.run(measured())
+        try:
+            results = asyncio.run(asyncio.wait_for(measured(), 180))
+        except asyncio.TimeoutError:
+            stop.set()
+            with contextlib.suppress(httpx.HTTPError):
+                print("server /health:", httpx.get(base + "/health", timeout=5).text, file=sys.stderr)
+            print("the measured burst did not finish within 180 s (a stuck request)", file=sys.stderr)
+            return 1
         res, hos = results[0], (results[1] if a.hostile else None)
         stop.set()
+        if not rx.poll(30):
+            print("the /health poller sent nothing within 30 s of the burst's end", file=sys.stderr)
+            return 1
         health_ms = rx.recv()
         poller.join(timeout=10)
         time.sleep(0.5)

@@ -2,8 +2,8 @@
 // sequence by one token per step through one batched forward (forward_batch), with chunked
 // prefill of new requests mixed into the same forward, and KV pages from a shared pool.
 //
-// Each sequence's token choice and stop logic is decode()'s (decode.cpp), step by step: the
-// logits pipeline, greedy/sampling, stop checks in the same order, then the callbacks. The
+// Each sequence's token choice and stop logic is decode()'s: one TokenDecoder (emit.h) per
+// sequence runs the logits pipeline, the choice, the stop order and the callbacks. The
 // forward rows are bit-identical to a lone decode's (batch-invariant kernels, attention by row
 // list over pages), so a request's tokens equal generate()'s.
 #include <algorithm>
@@ -18,9 +18,7 @@
 
 #include "decode.h"
 #include "early_exit.h"
-#include "grammar.h"
-#include "sampling.h"
-#include "stop.h"
+#include "emit.h"
 
 namespace tinyloop {
 
@@ -36,22 +34,16 @@ struct Seq {
     BatchRequest req;
     int prompt_len = 0;
     int loops = 1;
-    bool greedy = true;
     ExitPolicy policy;
     int need_pages = 0;
     KVCache kv;
     int prefilled = 0;            // prompt tokens run so far
     bool has_logits = false;      // `logits` hold the next token's logits
-    std::vector<float> logits, z;
+    std::vector<float> logits;
     GenerateResult res;
-    Rng rng{0};
-    std::unique_ptr<TextStream> text;
-    std::vector<int32_t> emitted;
-    std::unique_ptr<GrammarMatcher> gm;
-    std::vector<char> gmask;
+    std::unique_ptr<TokenDecoder> dec;  // from admission on
     int depth = 0;                // depth of the row that produced `logits`
-    long long depth_sum = 0;
-    Clock::time_point t0, t_first;
+    Clock::time_point t0;
     std::string error;
     ErrorCode code = ErrorCode::Internal;
 };
@@ -100,91 +92,18 @@ void check_options(const BatchEngineOptions& o) {
     range("prefill_chunk", o.prefill_chunk, 1, 4096);
 }
 
-// The sequence's token choice, stop checks and callbacks for the logits in s.logits (decode()'s
-// loop body). Returns true when the sequence has finished.
-bool emit(const Model& m, Seq& s) {
-    const GenerateConfig& config = s.req.config;
-    const int V = m.hp.vocab_size;
-    GenerateStats& st = s.res.stats;
-    const int i = st.tokens_emitted;
-    std::copy(s.logits.begin(), s.logits.end(), s.z.begin());
-    float* z = s.z.data();
-    apply_repetition_penalty(z, V, s.res.tokens, config.repetition_penalty);
-    apply_frequency_presence(z, V, s.emitted, config.frequency_penalty, config.presence_penalty);
-    apply_logit_bias(z, V, config.logit_bias);
-    ban_repeated_ngrams(z, V, s.res.tokens, config.no_repeat_ngram_size);
-    ban_bad_words(z, V, s.res.tokens, config.bad_words);
-    mask_undecodable(z, V, m.tokenizer.n_ids());
-    if (s.gm)
-        for (size_t j = 0; j < s.gmask.size(); ++j)
-            if (!s.gmask[j]) z[j] = -std::numeric_limits<float>::infinity();
-    int32_t tok;
-    float prob;
-    if (s.greedy) {
-        tok = argmax(z, std::min(V, m.tokenizer.n_ids()));
-        prob = softmax_prob(z, V, tok);
-    } else {
-        const std::vector<float> p = sampling_probs(z, V, config.temperature, config.top_k, config.top_p, config.min_p);
-        tok = draw(p, s.rng);
-        prob = p[static_cast<size_t>(tok)];
-    }
-    const int position = s.prompt_len + i;
-    s.emitted.push_back(tok);
-    s.res.tokens.push_back(tok);
-    st.tokens_emitted = static_cast<int>(s.emitted.size());
-    st.depth_per_token.push_back(s.depth);
-    s.depth_sum += s.depth;
+// The sequence's token choice, stop checks and callbacks for the logits in s.logits. Returns
+// true when the sequence has finished.
+bool emit(Seq& s) {
     s.has_logits = false;
-    if (i == 0) {
-        s.t_first = Clock::now();
-        st.first_token_ms = ms_since(s.t0);
-    }
-    bool dead_end = false;
-    if (s.gm) {
-        s.gm->accept(tok);
-        s.gm->allowed(s.gmask);
-        dead_end = std::find(s.gmask.begin(), s.gmask.end(), 1) == s.gmask.end();
-    }
-    bool stop = true;
-    const bool stop_hit = s.text->push(tok);
-    if (tok == m.tokenizer.eos_id() && (!config.ignore_eos || (s.gm && s.gm->at_end()))) st.stop_reason = StopReason::EOS;
-    else if (tail_matches(s.emitted, config.stop_sequences)) st.stop_reason = StopReason::STOP_SEQUENCE;
-    else if (stop_hit) st.stop_reason = StopReason::STOP_STRING;
-    else if (i + 1 == config.max_tokens) st.stop_reason = StopReason::MAX_TOKENS;
-    else if (dead_end) st.stop_reason = StopReason::GRAMMAR_DEAD_END;
-    else if (config.max_time > 0 && ms_since(s.t0) >= config.max_time * 1000.0) st.stop_reason = StopReason::MAX_TIME;
-    else stop = false;
-
-    bool keep_going = true;
-    if (s.req.on_token) keep_going = s.req.on_token(tok, position);
-    if (s.req.observer) {
-        TokenEvent ev;
-        ev.token = tok;
-        ev.position = position;
-        ev.index = i;
-        ev.piece = s.text->take(stop);
-        ev.depth = s.depth;
-        ev.prob = prob;
-        keep_going = s.req.observer(ev) && keep_going;
-    }
-    if (stop) return true;
-    if (!keep_going) {
-        st.stop_reason = StopReason::CALLBACK_ABORT;
-        return true;
-    }
-    return false;
+    return !s.dec->step(s.logits.data(), {.depth = s.depth});
 }
 
 // Fills the result's closing fields (decode()'s epilogue).
 void close_result(Seq& s) {
     GenerateStats& st = s.res.stats;
-    if (st.tokens_emitted > 0) {
-        st.decode_ms = ms_since(s.t_first);
-        st.loops_used = static_cast<int>((s.depth_sum + st.tokens_emitted / 2) / st.tokens_emitted);
-    } else {
-        st.loops_used = s.loops;
-    }
-    if (s.text) s.res.text = s.text->text();
+    if (s.dec) s.dec->out.finish(s.loops);
+    else st.loops_used = s.loops;
     st.kv_cache_bytes = s.kv.pool ? s.kv.bytes() : 0;
     st.total_ms = ms_since(s.t0);
 }
@@ -213,7 +132,6 @@ uint64_t batch_submit(BatchEngine* engine, BatchRequest request) {
     auto s = std::make_unique<Seq>();
     s->prompt_len = n;
     s->loops = request.config.loops > 0 ? request.config.loops : m.hp.default_loops;
-    s->greedy = is_greedy(request.config.temperature);
     s->policy = ExitPolicy::from(request.config);
     const int positions = n + request.config.max_tokens;
     s->need_pages = request.config.max_tokens > 0
@@ -329,20 +247,13 @@ bool admit_one(BatchEngine& e) {
     std::unique_ptr<Seq> sp = std::move(e.waiting.front());
     e.waiting.pop_front();
     s.t0 = Clock::now();
-    s.res.prompt_len = s.prompt_len;
-    s.res.tokens = s.req.prompt;
-    s.res.stats.prompt_tokens = s.prompt_len;
-    s.res.stats.stop_reason = StopReason::MAX_TOKENS;
-    s.rng = Rng(s.req.config.sample_seed);
-    s.text = std::make_unique<TextStream>(m, s.req.config.stop_strings);
+    s.res = prompt_result(s.req.prompt.data(), s.prompt_len, s.req.config.max_tokens);
     s.logits.assign(static_cast<size_t>(m.hp.vocab_size), 0.0f);
-    s.z.assign(static_cast<size_t>(m.hp.vocab_size), 0.0f);
     s.depth = s.loops;
     bool done_now = s.req.config.max_tokens == 0;
-    if (!done_now && s.req.config.grammar) {
-        s.gm = std::make_unique<GrammarMatcher>(*s.req.config.grammar, m.tokenizer);
-        s.gm->allowed(s.gmask);
-        if (std::find(s.gmask.begin(), s.gmask.end(), 1) == s.gmask.end()) {
+    if (!done_now) {
+        s.dec = std::make_unique<TokenDecoder>(m, s.req.config, s.res, s.req.on_token, s.req.observer, 0, s.t0);
+        if (s.dec->grammar.dead()) {
             s.res.stats.stop_reason = StopReason::GRAMMAR_DEAD_END;
             done_now = true;
         }
@@ -357,16 +268,9 @@ bool admit_one(BatchEngine& e) {
     return true;
 }
 
-}  // namespace
-
-int batch_step(BatchEngine* engine) {
-    if (!engine) throw Error(ErrorCode::InvalidArgument, "engine: must not be null");
-    BatchEngine& e = *engine;
-    const Model& m = *e.model;
-    const int d = m.hp.d_model;
-    const int V = m.hp.vocab_size;
-    std::lock_guard<std::mutex> step_lock(e.step_mu);
-
+// Moves new submissions to the queue and ends the cancelled requests: a queued one with no
+// tokens, an active one with what it has.
+void take_submissions(BatchEngine& e) {
     std::set<uint64_t> cancels;
     {
         std::lock_guard<std::mutex> lk(e.mu);
@@ -376,15 +280,12 @@ int batch_step(BatchEngine* engine) {
         }
         cancels = e.cancels;
     }
-    // Cancels: a queued request ends with no tokens, an active one with what it has.
     for (auto it = e.waiting.begin(); it != e.waiting.end();) {
         if (cancels.count((*it)->id)) {
             std::unique_ptr<Seq> s = std::move(*it);
             it = e.waiting.erase(it);
             s->t0 = Clock::now();
-            s->res.prompt_len = s->prompt_len;
-            s->res.tokens = s->req.prompt;
-            s->res.stats.prompt_tokens = s->prompt_len;
+            s->res = prompt_result(s->req.prompt.data(), s->prompt_len, 0);
             s->res.stats.stop_reason = StopReason::CALLBACK_ABORT;
             {
                 std::lock_guard<std::mutex> lk(e.mu);
@@ -409,7 +310,10 @@ int batch_step(BatchEngine* engine) {
             ++i;
         }
     }
+}
 
+// Admits queued requests while a batch slot and their pages are free.
+void admit_waiting(BatchEngine& e) {
     while (!e.waiting.empty() && static_cast<int>(e.active.size()) < e.opt.max_batch) {
         try {
             if (!admit_one(e)) break;
@@ -425,6 +329,20 @@ int batch_step(BatchEngine* engine) {
             finish(e, std::move(s));
         }
     }
+}
+
+}  // namespace
+
+int batch_step(BatchEngine* engine) {
+    if (!engine) throw Error(ErrorCode::InvalidArgument, "engine: must not be null");
+    BatchEngine& e = *engine;
+    const Model& m = *e.model;
+    const int d = m.hp.d_model;
+    const int V = m.hp.vocab_size;
+    std::lock_guard<std::mutex> step_lock(e.step_mu);
+
+    take_submissions(e);
+    admit_waiting(e);
 
     // The step's rows: one per decoding sequence (early exit apart), then prompt chunks.
     struct Entry {
@@ -519,7 +437,7 @@ int batch_step(BatchEngine* engine) {
         Seq& s = *sp;
         if (!s.has_logits) continue;
         try {
-            if (emit(m, s)) done.push_back(&s);
+            if (emit(s)) done.push_back(&s);
         } catch (const Error& err) {
             s.error = err.what();
             s.code = err.code();

@@ -9,8 +9,7 @@
 #include <memory>
 
 #include "decode.h"
-#include "sampling.h"
-#include "stop.h"
+#include "emit.h"
 
 namespace tinyloop {
 
@@ -30,7 +29,6 @@ struct Hyp {
     std::vector<int32_t> tokens;
     double logp = 0;
     double score = 0;
-    StopReason reason = StopReason::MAX_TOKENS;
 };
 
 double rank(double logp, size_t len, float length_penalty) {
@@ -46,11 +44,8 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
     const int V = hp.vocab_size, d = hp.d_model;
     const int L = c.loops > 0 ? c.loops : hp.default_loops;
     const int B = c.beam_size;
-    GenerateResult res;
-    res.prompt_len = prompt_len;
-    res.tokens.assign(prompt, prompt + prompt_len);
+    GenerateResult res = prompt_result(prompt, prompt_len, c.max_tokens);
     GenerateStats& st = res.stats;
-    st.prompt_tokens = prompt_len;
     st.loops_used = L;
     if (c.max_tokens == 0) {
         st.total_ms = ms_since(t0);
@@ -75,6 +70,9 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
 
     std::vector<Hyp> finished;
     const int32_t eos = m.tokenizer.eos_id();
+    StopPolicy stops = StopPolicy::from(c);
+    stops.max_time = 0.0;  // the search has no clock
+    const LogitsPipeline pipe(m, c);
     std::vector<float> z(static_cast<size_t>(V));
     for (int step = 0; step < c.max_tokens && !beams.empty(); ++step) {
         struct Cand {
@@ -85,15 +83,9 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
         std::vector<Cand> cands;
         for (int b = 0; b < static_cast<int>(beams.size()); ++b) {
             Beam& bm = beams[static_cast<size_t>(b)];
-            std::copy(bm.logits.begin(), bm.logits.end(), z.begin());
             std::vector<int32_t> context(prompt, prompt + prompt_len);
             context.insert(context.end(), bm.tokens.begin(), bm.tokens.end());
-            apply_repetition_penalty(z.data(), V, context, c.repetition_penalty);
-            apply_frequency_presence(z.data(), V, bm.tokens, c.frequency_penalty, c.presence_penalty);
-            apply_logit_bias(z.data(), V, c.logit_bias);
-            ban_repeated_ngrams(z.data(), V, context, c.no_repeat_ngram_size);
-            ban_bad_words(z.data(), V, context, c.bad_words);
-            mask_undecodable(z.data(), V, m.tokenizer.n_ids());
+            pipe.process(bm.logits.data(), context, bm.tokens, nullptr, z);  // no grammar with beams
             float mx = -std::numeric_limits<float>::infinity();
             for (float x : z) mx = std::max(mx, x);
             double s = 0;
@@ -115,17 +107,8 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
             const Beam& parent = beams[static_cast<size_t>(cd.beam)];
             std::vector<int32_t> toks = parent.tokens;
             toks.push_back(cd.tok);
-            StopReason why = StopReason::MAX_TOKENS;
-            bool ends = false;
-            if (cd.tok == eos && !c.ignore_eos) {
-                ends = true;
-                why = StopReason::EOS;
-            } else if (tail_matches(toks, c.stop_sequences)) {
-                ends = true;
-                why = StopReason::STOP_SEQUENCE;
-            }
-            if (ends) {
-                finished.push_back({toks, cd.logp, rank(cd.logp, toks.size(), c.length_penalty), why});
+            if (stops.token_stop(cd.tok, eos, false, toks)) {  // EOS or a stop sequence ends it
+                finished.push_back({toks, cd.logp, rank(cd.logp, toks.size(), c.length_penalty)});
                 continue;
             }
             Beam nb;
@@ -169,48 +152,20 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
             if (best_live <= finished.back().score) beams.clear();
         }
     }
-    for (const Beam& bm : beams) finished.push_back({bm.tokens, bm.logp, rank(bm.logp, bm.tokens.size(), c.length_penalty), StopReason::MAX_TOKENS});
+    for (const Beam& bm : beams) finished.push_back({bm.tokens, bm.logp, rank(bm.logp, bm.tokens.size(), c.length_penalty)});
     const Hyp* best = nullptr;
     for (const Hyp& hy : finished)
         if (!best || hy.score > best->score) best = &hy;
 
-    // Report the winner like any decode: callbacks and events in order (after the search).
-    TextStream text(m, c.stop_strings);
-    st.first_token_ms = ms_since(t0);
-    const auto t_first = Clock::now();
-    st.stop_reason = best ? best->reason : StopReason::MAX_TOKENS;
-    if (best) {
-        for (size_t i = 0; i < best->tokens.size(); ++i) {
-            const int32_t tok = best->tokens[i];
-            res.tokens.push_back(tok);
-            st.tokens_emitted++;
-            st.depth_per_token.push_back(L);
-            const bool last = i + 1 == best->tokens.size();
-            const bool hit = text.push(tok);
-            bool keep = true;
-            if (options.on_token) keep = options.on_token(tok, prompt_len + static_cast<int>(i));
-            if (options.observer) {
-                TokenEvent ev;
-                ev.token = tok;
-                ev.position = prompt_len + static_cast<int>(i);
-                ev.index = static_cast<int>(i);
-                ev.piece = text.take(last || hit);
-                ev.depth = L;
-                keep = options.observer(ev) && keep;
-            }
-            if (hit) {
-                st.stop_reason = StopReason::STOP_STRING;
-                break;
-            }
-            if (!keep && !last) {
-                st.stop_reason = StopReason::CALLBACK_ABORT;
-                break;
-            }
-        }
-    }
-    st.decode_ms = ms_since(t_first);
-    res.text = text.text();
-    st.total_ms = ms_since(t0);
+    // Report the winner like any decode, through the same emitter and stop order (after the
+    // search): it ends at its last token (the search's EOS, stop sequence or max_tokens) or at a
+    // stop string; the callbacks can end it earlier.
+    std::vector<int32_t> winner = best ? best->tokens : std::vector<int32_t>{};
+    stops.max_tokens = static_cast<int>(winner.size());
+    TokenEmitter out(m, res, stops, options.on_token, options.observer, 0, t0);
+    for (const int32_t tok : winner)
+        if (!out.emit(tok, EmitInfo{.depth = L})) break;
+    out.finish(L);
     return res;
 }
 

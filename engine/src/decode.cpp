@@ -3,14 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <limits>
-#include <memory>
 
 #include "early_exit.h"
-#include "grammar.h"
-#include "lens.h"
-#include "sampling.h"
-#include "stop.h"
+#include "emit.h"
 
 namespace tinyloop {
 
@@ -101,15 +96,10 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     const int V = hp.vocab_size;
     const int d = hp.d_model;
     const int loops = config.loops > 0 ? config.loops : hp.default_loops;
-    const bool greedy = is_greedy(config.temperature);
     const ExitPolicy policy = ExitPolicy::from(config);
 
-    GenerateResult res;
-    res.prompt_len = prompt_len;
-    res.tokens.assign(prompt, prompt + prompt_len);
-    res.tokens.reserve(static_cast<size_t>(prompt_len) + config.max_tokens);
+    GenerateResult res = prompt_result(prompt, prompt_len, config.max_tokens);
     GenerateStats& st = res.stats;
-    st.prompt_tokens = prompt_len;
 
     if (start && config.kv_cache != KVCacheType::F32)
         throw Error(ErrorCode::NotSupported, "kv_cache: int8 needs its own prefill; prefix caches, resume handles "
@@ -162,107 +152,22 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     }
     st.prefill_ms = ms_since(t0);
 
-    Rng rng(config.sample_seed);
-    TextStream text(m, config.stop_strings);
-    std::vector<int32_t> emitted;
-    std::vector<float> z(static_cast<size_t>(V)), lens_logits(options.lens ? static_cast<size_t>(V) : 0);
-    Clock::time_point t_first{};
-    st.stop_reason = StopReason::MAX_TOKENS;
+    TokenDecoder dec(m, config, res, options.on_token, options.observer, options.lens ? options.lens_top_k : 0, t0);
     // Grammar: the mask for the next token is computed right after the previous one is taken,
     // so a dead end is known before that token is reported (its event then flushes the text).
-    std::unique_ptr<GrammarMatcher> gm;
-    std::vector<char> gmask;
-    if (config.grammar) {
-        gm = std::make_unique<GrammarMatcher>(*config.grammar, m.tokenizer);
-        gm->allowed(gmask);
-        if (std::find(gmask.begin(), gmask.end(), 1) == gmask.end()) {
-            st.stop_reason = StopReason::GRAMMAR_DEAD_END;
-            res.text = text.text();
-            st.loops_used = loops;
-            st.total_ms = ms_since(t0);
-            prov.finish(static_cast<int>(res.tokens.size()));
-            return res;
-        }
+    if (dec.grammar.dead()) {
+        st.stop_reason = StopReason::GRAMMAR_DEAD_END;
+        dec.out.finish(loops);
+        prov.finish(static_cast<int>(res.tokens.size()));
+        return res;
     }
     int depth = loops;  // depth of the row that produced `logits`
-    long long depth_sum = 0;
 
     for (int i = 0; i < config.max_tokens; ++i) {
-        // The logits pipeline.
-        std::copy(logits.begin(), logits.end(), z.begin());
-        apply_repetition_penalty(z.data(), V, res.tokens, config.repetition_penalty);
-        apply_frequency_presence(z.data(), V, emitted, config.frequency_penalty, config.presence_penalty);
-        apply_logit_bias(z.data(), V, config.logit_bias);
-        ban_repeated_ngrams(z.data(), V, res.tokens, config.no_repeat_ngram_size);
-        ban_bad_words(z.data(), V, res.tokens, config.bad_words);
-        mask_undecodable(z.data(), V, m.tokenizer.n_ids());
-        if (gm)
-            for (size_t j = 0; j < gmask.size(); ++j)
-                if (!gmask[j]) z[j] = -std::numeric_limits<float>::infinity();
-        int32_t tok;
-        float prob;
-        if (greedy) {
-            tok = argmax(z.data(), std::min(V, m.tokenizer.n_ids()));  // never a masked id, even if all are NaN
-            prob = softmax_prob(z.data(), V, tok);
-        } else {
-            const std::vector<float> p =
-                sampling_probs(z.data(), V, config.temperature, config.top_k, config.top_p, config.min_p);
-            tok = draw(p, rng);
-            prob = p[tok];
-        }
         const int position = prompt_len + i;
-        emitted.push_back(tok);
-        res.tokens.push_back(tok);
-        st.tokens_emitted = static_cast<int>(emitted.size());
-        st.depth_per_token.push_back(depth);
-        depth_sum += depth;
-        if (i == 0) {
-            t_first = Clock::now();
-            st.first_token_ms = ms_since(t0);
-        }
-
-        // Stop conditions known before the token is reported, so its event can flush the text.
-        bool dead_end = false;
-        if (gm) {
-            gm->accept(tok);
-            gm->allowed(gmask);
-            dead_end = std::find(gmask.begin(), gmask.end(), 1) == gmask.end();
-        }
-        bool stop = true;
-        const bool stop_hit = text.push(tok);
-        // With a grammar that can take nothing more, EOS ends the output even under ignore_eos.
-        if (tok == m.tokenizer.eos_id() && (!config.ignore_eos || (gm && gm->at_end())))
-            st.stop_reason = StopReason::EOS;
-        else if (tail_matches(emitted, config.stop_sequences)) st.stop_reason = StopReason::STOP_SEQUENCE;
-        else if (stop_hit) st.stop_reason = StopReason::STOP_STRING;
-        else if (i + 1 == config.max_tokens) st.stop_reason = StopReason::MAX_TOKENS;
-        else if (dead_end) st.stop_reason = StopReason::GRAMMAR_DEAD_END;
-        else if (config.max_time > 0 && ms_since(t0) >= config.max_time * 1000.0) st.stop_reason = StopReason::MAX_TIME;
-        else stop = false;
-
-        bool keep_going = true;
-        if (options.on_token) keep_going = options.on_token(tok, position);
-        if (options.observer) {
-            TokenEvent ev;
-            ev.token = tok;
-            ev.position = position;
-            ev.index = i;
-            ev.piece = text.take(stop);
-            ev.depth = depth;
-            ev.prob = prob;
-            if (options.lens) {
-                for (int l = 1; l <= depth; ++l) {
-                    compute_logits(m, pass_states.data() + static_cast<size_t>(l - 1) * d, 1, lens_logits.data(), ws);
-                    ev.lens.push_back(lens_entry(lens_logits.data(), V, l, options.lens_top_k, tok));
-                }
-            }
-            keep_going = options.observer(ev) && keep_going;
-        }
-        if (stop) break;
-        if (!keep_going) {
-            st.stop_reason = StopReason::CALLBACK_ABORT;
+        if (!dec.step(logits.data(), {.depth = depth, .lens_states = options.lens ? pass_states.data() : nullptr}))
             break;
-        }
+        const int32_t tok = res.tokens.back();
 
         // Advance: run the new token at its position.
         if (policy.enabled) {
@@ -286,14 +191,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         }
         compute_logits(m, h.data(), 1, logits.data(), ws);
     }
-    if (st.tokens_emitted > 0) {
-        st.decode_ms = ms_since(t_first);
-        st.loops_used = static_cast<int>((depth_sum + st.tokens_emitted / 2) / st.tokens_emitted);
-    } else {
-        st.loops_used = loops;
-    }
-    res.text = text.text();
-    st.total_ms = ms_since(t0);
+    dec.out.finish(loops);
     prov.finish(static_cast<int>(res.tokens.size()));
     return res;
 }

@@ -61,32 +61,8 @@ std::string vocabulary_mismatch(const Model& t, const Model& d) {
     return {};
 }
 
-// The logits pipeline of decode(), in its order: penalties over `ctx` (prompt + output) and
-// `em` (output), bias, n-gram and bad-word bans, the undecodable-id mask, the grammar's mask.
-void pipeline(const Model& m, const GenerateConfig& c, const float* logits, const std::vector<int32_t>& ctx,
-              const std::vector<int32_t>& em, const std::vector<char>* gmask, std::vector<float>& z) {
-    const int V = m.hp.vocab_size;
-    z.assign(logits, logits + V);
-    apply_repetition_penalty(z.data(), V, ctx, c.repetition_penalty);
-    apply_frequency_presence(z.data(), V, em, c.frequency_penalty, c.presence_penalty);
-    apply_logit_bias(z.data(), V, c.logit_bias);
-    ban_repeated_ngrams(z.data(), V, ctx, c.no_repeat_ngram_size);
-    ban_bad_words(z.data(), V, ctx, c.bad_words);
-    mask_undecodable(z.data(), V, m.tokenizer.n_ids());
-    if (gmask)
-        for (size_t j = 0; j < gmask->size(); ++j)
-            if (!(*gmask)[j]) z[j] = -std::numeric_limits<float>::infinity();
-}
-
-bool any_allowed(const std::vector<char>& mask) { return std::find(mask.begin(), mask.end(), 1) != mask.end(); }
-
-}  // namespace
-
-GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const int32_t* prompt, int prompt_len,
-                                             const GenerateConfig& c, const DraftSpeculativeConfig& sc,
-                                             const GenerateOptions& options) {
-    const auto t0 = Clock::now();
-    const Model& tm = checked(target);
+void check_draft_run(const Model& tm, const Model* draft, const int32_t* prompt, int prompt_len,
+                     const GenerateConfig& c, const DraftSpeculativeConfig& sc, const GenerateOptions& options) {
     if (!draft) bad("draft: the draft model must not be null");
     const Model& dm = *draft;
     validate_config(&tm, prompt_len, c);
@@ -107,53 +83,73 @@ GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const 
     check_prompt_ids(tm, prompt, prompt_len);
     if (options.lens && (options.lens_top_k < 1 || options.lens_top_k > 64))
         bad("lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
+}
 
-    const HParams& hp = tm.hp;
-    const int V = hp.vocab_size, d = hp.d_model;
-    const int LT = c.loops > 0 ? c.loops : hp.default_loops;
-    const int LD = sc.draft_loops > 0 ? sc.draft_loops : dm.hp.default_loops;
-    const int G = sc.gamma;
-    const bool greedy = is_greedy(c.temperature);
-    const int n_pick = std::min(V, tm.tokenizer.n_ids());  // greedy never picks a masked id
+// One draft-model speculative run: both models' caches and the target's per-token path (`dec`:
+// its logits pipeline, grammar and emitter). The vocabularies match, so the target's pipeline
+// processes the draft's logits too.
+class DraftRun {
+public:
+    DraftRun(const Model& tm, const Model& dm, const GenerateConfig& c, const DraftSpeculativeConfig& sc,
+             const GenerateOptions& options, GenerateResult& res, Clock::time_point t0)
+        : tm(tm), dm(dm), c(c), options(options), res(res), st(res.stats),
+          LT(c.loops > 0 ? c.loops : tm.hp.default_loops), LD(sc.draft_loops > 0 ? sc.draft_loops : dm.hp.default_loops),
+          G(sc.gamma), V(tm.hp.vocab_size), d(tm.hp.d_model),
+          dec(tm, c, res, options.on_token, options.observer, options.lens ? options.lens_top_k : 0, t0) {}
 
-    GenerateResult res;
-    res.prompt_len = prompt_len;
-    res.tokens.assign(prompt, prompt + prompt_len);
-    res.tokens.reserve(static_cast<size_t>(prompt_len) + c.max_tokens);
-    GenerateStats& st = res.stats;
-    st.prompt_tokens = prompt_len;
-    st.loops_used = LT;
-    st.spec_accept_hist.assign(static_cast<size_t>(G) + 1, 0);
-    st.stop_reason = StopReason::MAX_TOKENS;
-    if (c.max_tokens == 0) {
-        st.total_ms = ms_since(t0);
-        return res;
-    }
+    // Both models run the prompt; the target's last row gives the first token.
+    void prefill(const int32_t* prompt, int prompt_len);
+    // The first token, from the target's prefill. False when generation stops.
+    bool first_token();
+    // One cycle: draft, verify, accept, emit. False when generation stops.
+    bool cycle();
 
-    // Grammar: `gm` follows the emitted tokens, `cur_mask` is what it allows next.
-    std::optional<GrammarMatcher> gm;
-    std::vector<char> cur_mask;
-    if (c.grammar) {
-        gm.emplace(*c.grammar, tm.tokenizer);
-        gm->allowed(cur_mask);
-        if (!any_allowed(cur_mask)) {
-            st.stop_reason = StopReason::GRAMMAR_DEAD_END;
-            st.total_ms = ms_since(t0);
-            return res;
-        }
-    }
+    const Model& tm;
+    const Model& dm;
+    const GenerateConfig& c;
+    const GenerateOptions& options;
+    GenerateResult& res;
+    GenerateStats& st;
+    const int LT, LD, G, V, d;
+    TokenDecoder dec;
 
+private:
+    // The target's verdict on a cycle's drafts.
+    struct Verdict {
+        int accepted = 0;
+        int32_t last = -1;  // the target's own token: the correction, or the bonus when all pass
+        float last_prob = 0;
+        std::vector<float> accept_prob;
+    };
+    int draft(int p, int k, std::vector<int32_t>& x);
+    void verify(int p, const std::vector<int32_t>& x, int rows);
+    Verdict accept(const std::vector<int32_t>& x, int drafted);
+    bool emit(const std::vector<int32_t>& x, int drafted, const Verdict& v);
+
+    KVCache tkv, dkv;
+    Workspace tws, dws;
+    std::vector<float> h, logits, pass_states;  // pass_states: lens, the prefill's last row, [LT, d]
+    PassHook hook;
+    int d_valid = 0;  // draft cache rows [0, d_valid) hold res.tokens' keys/values
+    std::vector<int32_t> ctx, em;  // what the pipeline sees: committed + drafted so far
+    std::vector<float> z;
+    std::vector<std::vector<float>> q;                  // sampling: the draft's distributions
+    std::vector<std::vector<char>> masks;               // grammar: allowed after x1..xi
+    std::vector<float> tver_h, tver_logits, dlog;
+    std::vector<std::vector<float>> row_states;  // lens: per verified row, [LT, d]
+    int n_cycle = 0;
+};
+
+void DraftRun::prefill(const int32_t* prompt, int prompt_len) {
     // Row capacity: the target's furthest row is x_k at p + k <= prompt_len + max_tokens - 2.
     const int cap = prompt_len + c.max_tokens;
-    KVCache tkv, dkv;
+    const HParams& hp = tm.hp;
     tkv.allocate(hp, exec_layers(hp, LT), cap, c.kv_cache);
     dkv.allocate(dm.hp, exec_layers(dm.hp, LD), cap, c.kv_cache);
     st.kv_cache_bytes = tkv.bytes() + dkv.bytes();
-    Workspace tws, dws;
-    std::vector<float> h, logits(static_cast<size_t>(V));
-    std::vector<float> pass_states;  // lens: the prefill's last row, [LT, d]
+    logits.assign(static_cast<size_t>(V), 0.0f);
     if (options.lens) pass_states.assign(static_cast<size_t>(LT) * d, 0.0f);
-    PassHook hook = options.lens ? last_row_hook(pass_states, d) : PassHook{};
+    hook = options.lens ? last_row_hook(pass_states, d) : PassHook{};
 
     // Prefill both models; the target's last row gives the first token.
     {
@@ -172,209 +168,210 @@ GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const 
         da.window = c.cache_window;
         forward(dm, dkv, dws, da, h);
     }
-    int d_valid = prompt_len;  // draft cache rows [0, d_valid) hold res.tokens' keys/values
-    st.prefill_ms = ms_since(t0);
+    d_valid = prompt_len;
+    ctx = res.tokens;
+    q.resize(static_cast<size_t>(G));
+    masks.resize(static_cast<size_t>(G) + 1);
+    tver_logits.resize(static_cast<size_t>(G + 1) * V);
+    dlog.resize(static_cast<size_t>(V));
+}
 
-    Rng rng(c.sample_seed);
-    SpecEmitter out(tm, res, options, LT, SpecStopPolicy{c.max_tokens, c.ignore_eos, c.stop_sequences, c.stop_strings, c.max_time},
-                    t0);
-    std::vector<int32_t> ctx(res.tokens), em;  // what the pipeline sees: committed + drafted so far
-    std::vector<float> z;
-    bool done = false;
+bool DraftRun::first_token() {
+    const bool more = dec.step(logits.data(), {.depth = LT, .lens_states = options.lens ? pass_states.data() : nullptr,
+                                               .from_verifier = true});
+    ctx.push_back(res.tokens.back());
+    em.push_back(res.tokens.back());
+    return more;
+}
 
-    // Picks a token from processed logits `z` (greedy or a draw from the sampling distribution);
-    // `probs` receives the sampling distribution when sampling.
-    auto pick = [&](std::vector<float>& probs, float& prob) -> int32_t {
-        if (greedy) {
-            const int32_t t = argmax(z.data(), n_pick);
-            prob = softmax_prob(z.data(), V, t);
-            return t;
+// Drafts up to k tokens after x0 = x[0] (at position p) into x[1..]; returns how many.
+int DraftRun::draft(int p, int k, std::vector<int32_t>& x) {
+    const GrammarGate& gm = dec.grammar;
+    if (gm.active()) masks[0] = *gm.mask();
+    int drafted = 0;
+    std::optional<GrammarMatcher> sgm;
+    if (gm.active() && k > 0) sgm.emplace(*gm.matcher());
+    for (int i = 0; i < k; ++i) {
+        ForwardArgs fa;
+        if (i == 0) {  // the pending tokens: res.tokens[d_valid .. p]
+            fa.tokens = res.tokens.data() + d_valid;
+            fa.n = p - d_valid + 1;
+            fa.pos0 = d_valid;
+        } else {
+            fa.tokens = &x[static_cast<size_t>(i)];
+            fa.n = 1;
+            fa.pos0 = p + i;
         }
-        probs = sampling_probs(z.data(), V, c.temperature, c.top_k, c.top_p, c.min_p);
-        const int32_t t = draw(probs, rng);
-        prob = probs[static_cast<size_t>(t)];
-        return t;
-    };
-
-    // The first token, from the target's prefill.
-    {
-        pipeline(tm, c, logits.data(), ctx, em, gm ? &cur_mask : nullptr, z);
-        std::vector<float> pp;
-        float prob = 0;
-        const int32_t tok = pick(pp, prob);
-        bool dead = false;
-        if (gm) {
-            gm->accept(tok);
-            gm->allowed(cur_mask);
-            dead = !any_allowed(cur_mask);
+        fa.loops = LD;
+        fa.window = c.cache_window;
+        forward(dm, dkv, dws, fa, h);
+        compute_logits(dm, h.data() + static_cast<size_t>(fa.n - 1) * dm.hp.d_model, 1, dlog.data(), dws);
+        dec.pipeline.process(dlog.data(), ctx, em, gm.active() ? &masks[static_cast<size_t>(i)] : nullptr, z);
+        const int32_t t = dec.pipeline.pick(z, dec.rng, &q[static_cast<size_t>(i)]).token;
+        x[static_cast<size_t>(i) + 1] = t;
+        ctx.push_back(t);
+        em.push_back(t);
+        ++drafted;
+        if (sgm) {
+            sgm->accept(t);
+            sgm->allowed(masks[static_cast<size_t>(i) + 1]);
+            if (!any_allowed(masks[static_cast<size_t>(i) + 1])) break;  // nothing can follow it
         }
-        done = !out.emit(tok, prob, -1, {}, 0, true, options.lens ? &pass_states : nullptr, dead, gm && gm->at_end());
-        ctx.push_back(tok);
-        em.push_back(tok);
+        if (t == tm.tokenizer.eos_id() && (!c.ignore_eos || (sgm && sgm->at_end()))) break;
     }
+    if (drafted > 0) d_valid = p + drafted;  // x0 .. x_{drafted-1} are in the draft cache now
+    return drafted;
+}
 
-    std::vector<std::vector<float>> q(static_cast<size_t>(G));     // sampling: the draft's distributions
-    std::vector<std::vector<char>> masks(static_cast<size_t>(G) + 1);  // grammar: allowed after x1..xi
-    std::vector<float> tver_h, tver_logits(static_cast<size_t>(G + 1) * V), dlog(static_cast<size_t>(V));
-    std::vector<std::vector<float>> row_states;  // lens: per verified row, [LT, d]
-    int cycle = 0;
-    while (!done) {
-        const int committed = static_cast<int>(res.tokens.size());
-        const int p = committed - 1;  // position of x0
-        const int remaining = c.max_tokens - static_cast<int>(out.emitted().size());
-        const int k = std::min(G, remaining - 1);  // k drafts + the target's token never pass the cap
-        std::vector<int32_t> x(static_cast<size_t>(k) + 1);
-        x[0] = res.tokens.back();
-        if (gm) masks[0] = cur_mask;
+// The target runs x0 .. x_{rows-1} (positions p ..) in one batch into tver_logits.
+void DraftRun::verify(int p, const std::vector<int32_t>& x, int rows) {
+    if (options.lens) row_states.assign(static_cast<size_t>(rows), std::vector<float>(static_cast<size_t>(LT) * d));
+    {
+        ForwardArgs fa;
+        fa.tokens = x.data();
+        fa.n = rows;
+        fa.pos0 = p;
+        fa.loops = LT;
+        fa.window = c.cache_window;
+        PassHook rh;
+        if (options.lens)
+            rh = [&](int pass, int row0, const float* xs, int n) {
+                for (int r = 0; r < n; ++r)
+                    std::copy(xs + static_cast<size_t>(r) * d, xs + static_cast<size_t>(r + 1) * d,
+                              row_states[static_cast<size_t>(row0 + r)].begin() + static_cast<size_t>(pass - 1) * d);
+            };
+        fa.on_pass = options.lens ? &rh : nullptr;
+        forward(tm, tkv, tws, fa, tver_h);
+        compute_logits(tm, tver_h.data(), rows, tver_logits.data(), tws);
+    }
+}
 
-        // Draft.
-        const auto td = Clock::now();
-        int drafted = 0;
-        std::optional<GrammarMatcher> sgm;
-        if (gm && k > 0) sgm.emplace(*gm);
-        for (int i = 0; i < k; ++i) {
-            ForwardArgs fa;
-            if (i == 0) {  // the pending tokens: res.tokens[d_valid .. p]
-                fa.tokens = res.tokens.data() + d_valid;
-                fa.n = p - d_valid + 1;
-                fa.pos0 = d_valid;
-            } else {
-                fa.tokens = &x[static_cast<size_t>(i)];
-                fa.n = 1;
-                fa.pos0 = p + i;
-            }
-            fa.loops = LD;
-            fa.window = c.cache_window;
-            forward(dm, dkv, dws, fa, h);
-            compute_logits(dm, h.data() + static_cast<size_t>(fa.n - 1) * dm.hp.d_model, 1, dlog.data(), dws);
-            pipeline(dm, c, dlog.data(), ctx, em, gm ? &masks[static_cast<size_t>(i)] : nullptr, z);
-            int32_t t;
-            if (greedy) {
-                t = argmax(z.data(), n_pick);
-            } else {
-                q[static_cast<size_t>(i)] = sampling_probs(z.data(), V, c.temperature, c.top_k, c.top_p, c.min_p);
-                t = draw(q[static_cast<size_t>(i)], rng);
-            }
-            x[static_cast<size_t>(i) + 1] = t;
-            ctx.push_back(t);
-            em.push_back(t);
-            ++drafted;
-            if (sgm) {
-                sgm->accept(t);
-                sgm->allowed(masks[static_cast<size_t>(i) + 1]);
-                if (!any_allowed(masks[static_cast<size_t>(i) + 1])) break;  // nothing can follow it
-            }
-            if (t == tm.tokenizer.eos_id() && (!c.ignore_eos || (sgm && sgm->at_end()))) break;
+// Greedy: the longest prefix the target's argmax agrees with, then its own token; sampling:
+// x_{i+1} with probability min(1, p/q), else a draw from norm(max(0, p - q)); all accepted: the
+// bonus from the last row.
+DraftRun::Verdict DraftRun::accept(const std::vector<int32_t>& x, int drafted) {
+    Verdict v;
+    v.accept_prob.assign(static_cast<size_t>(drafted), 0.0f);
+    std::vector<float> pp;
+    const LogitsPipeline& pipe = dec.pipeline;
+    for (int i = 0; i <= drafted; ++i) {
+        const float* row = tver_logits.data() + static_cast<size_t>(i) * V;
+        pipe.process(row, ctx, em, dec.grammar.active() ? &masks[static_cast<size_t>(i)] : nullptr, z);
+        if (i == drafted) {  // every draft accepted: the bonus token from the target's row
+            const TokenChoice bonus = pipe.pick(z, dec.rng, &pp);
+            v.last = bonus.token;
+            v.last_prob = bonus.prob;
+            break;
         }
-        if (drafted > 0) d_valid = p + drafted;  // x0 .. x_{drafted-1} are in the draft cache now
-        st.draft_ms += ms_since(td);
-        ctx.resize(static_cast<size_t>(committed));
-        em.resize(out.emitted().size());
-
-        // Verify x0 .. x_drafted in one batch.
-        const auto tv = Clock::now();
-        const int rows = drafted + 1;
-        if (options.lens) row_states.assign(static_cast<size_t>(rows), std::vector<float>(static_cast<size_t>(LT) * d));
-        {
-            ForwardArgs fa;
-            fa.tokens = x.data();
-            fa.n = rows;
-            fa.pos0 = p;
-            fa.loops = LT;
-            fa.window = c.cache_window;
-            PassHook rh;
-            if (options.lens)
-                rh = [&](int pass, int row0, const float* xs, int n) {
-                    for (int r = 0; r < n; ++r)
-                        std::copy(xs + static_cast<size_t>(r) * d, xs + static_cast<size_t>(r + 1) * d,
-                                  row_states[static_cast<size_t>(row0 + r)].begin() + static_cast<size_t>(pass - 1) * d);
-                };
-            fa.on_pass = options.lens ? &rh : nullptr;
-            forward(tm, tkv, tws, fa, tver_h);
-            compute_logits(tm, tver_h.data(), rows, tver_logits.data(), tws);
-        }
-
-        // Accept.
-        int a = 0;
-        int32_t last = -1;  // the target's own token: the correction, or the bonus when all pass
-        float last_prob = 0;
-        std::vector<float> accept_prob(static_cast<size_t>(drafted), 0.0f), pp;
-        for (int i = 0; i <= drafted; ++i) {
-            const float* row = tver_logits.data() + static_cast<size_t>(i) * V;
-            pipeline(tm, c, row, ctx, em, gm ? &masks[static_cast<size_t>(i)] : nullptr, z);
-            if (i == drafted) {  // every draft accepted: the bonus token from the target's row
-                last = pick(pp, last_prob);
+        const int32_t xi = x[static_cast<size_t>(i) + 1];
+        if (pipe.greedy()) {
+            const TokenChoice y = greedy_choice(tm, z.data());
+            if (y.token != xi) {
+                v.last = y.token;
+                v.last_prob = y.prob;
                 break;
             }
-            const int32_t xi = x[static_cast<size_t>(i) + 1];
-            if (greedy) {
-                const int32_t y = argmax(z.data(), n_pick);
-                if (y != xi) {
-                    last = y;
-                    last_prob = softmax_prob(z.data(), V, y);
-                    break;
-                }
-                accept_prob[static_cast<size_t>(i)] = softmax_prob(z.data(), V, y);
-            } else {
-                pp = sampling_probs(z.data(), V, c.temperature, c.top_k, c.top_p, c.min_p);
-                const std::vector<float>& qi = q[static_cast<size_t>(i)];
-                const double ratio = qi[xi] > 0 ? static_cast<double>(pp[xi]) / qi[xi] : 0.0;
-                if (!(rng.uniform() < ratio)) {
-                    std::vector<float> resid(static_cast<size_t>(V));
-                    double tot = 0;
-                    for (int j = 0; j < V; ++j) tot += resid[j] = std::max(0.0f, pp[j] - qi[j]);
-                    if (tot <= 0) resid = pp;  // p == q: rejection has probability 0; keep a valid draw
-                    last = draw(resid, rng);
-                    last_prob = pp[static_cast<size_t>(last)];
-                    break;
-                }
-                accept_prob[static_cast<size_t>(i)] = pp[xi];
+            v.accept_prob[static_cast<size_t>(i)] = y.prob;
+        } else {
+            pp = pipe.probs(z);
+            const std::vector<float>& qi = q[static_cast<size_t>(i)];
+            const double ratio = qi[xi] > 0 ? static_cast<double>(pp[xi]) / qi[xi] : 0.0;
+            if (!(dec.rng.uniform() < ratio)) {
+                v.last = draw_residual(pp, qi, dec.rng);
+                v.last_prob = pp[static_cast<size_t>(v.last)];
+                break;
             }
-            ++a;
-            ctx.push_back(xi);
-            em.push_back(xi);
+            v.accept_prob[static_cast<size_t>(i)] = pp[xi];
         }
-        st.verify_ms += ms_since(tv);
-        if (drafted > 0) {
-            st.spec_cycles++;
-            st.spec_drafted += drafted;
-            st.spec_tested += drafted;
-            st.spec_accepted += a;
-            st.spec_accept_hist[static_cast<size_t>(a)]++;
-        }
-        // The draft's cache keeps only the accepted rows: x0 .. x_a (x_drafted was never run).
-        if (drafted > 0) d_valid = p + std::min(a + 1, drafted);
-
-        // Emit the accepted drafts, then the target's token.
-        const std::vector<int32_t> drafted_tokens(x.begin() + 1, x.begin() + 1 + drafted);
-        const int this_cycle = drafted > 0 ? cycle : -1;
-        for (int i = 0; i < a && !done; ++i) {
-            const int32_t t = x[static_cast<size_t>(i) + 1];
-            bool dead = false;
-            if (gm) {
-                gm->accept(t);
-                dead = !any_allowed(masks[static_cast<size_t>(i) + 1]);
-            }
-            done = !out.emit(t, accept_prob[static_cast<size_t>(i)], this_cycle, drafted_tokens, a, false,
-                             options.lens ? &row_states[static_cast<size_t>(i)] : nullptr, dead, gm && gm->at_end());
-        }
-        if (!done) {
-            bool dead = false;
-            if (gm) {
-                gm->accept(last);
-                gm->allowed(cur_mask);
-                dead = !any_allowed(cur_mask);
-            }
-            done = !out.emit(last, last_prob, this_cycle, drafted_tokens, a, true,
-                             options.lens ? &row_states[static_cast<size_t>(a)] : nullptr, dead, gm && gm->at_end());
-            ctx.push_back(last);
-            em.push_back(last);
-        }
-        if (drafted > 0) ++cycle;
+        ++v.accepted;
+        ctx.push_back(xi);
+        em.push_back(xi);
     }
-    if (st.tokens_emitted > 0) st.decode_ms = ms_since(out.first_token_time());
-    res.text = out.text();
-    st.total_ms = ms_since(t0);
+    return v;
+}
+
+// Emits the accepted drafts, then the target's token. False when generation stops.
+bool DraftRun::emit(const std::vector<int32_t>& x, int drafted, const Verdict& v) {
+    const int a = v.accepted;
+    const std::vector<int32_t> drafted_tokens(x.begin() + 1, x.begin() + 1 + drafted);
+    GrammarGate& gm = dec.grammar;
+    EmitInfo info{.depth = LT, .cycle = drafted > 0 ? n_cycle : -1, .drafted = &drafted_tokens, .accepted = a};
+    for (int i = 0; i < a; ++i) {
+        const int32_t t = x[static_cast<size_t>(i) + 1];
+        info.prob = v.accept_prob[static_cast<size_t>(i)];
+        info.dead_end = gm.accept_known(t, masks[static_cast<size_t>(i) + 1]);
+        info.grammar_at_end = gm.at_end();
+        info.lens_states = options.lens ? row_states[static_cast<size_t>(i)].data() : nullptr;
+        if (!dec.out.emit(t, info)) return false;
+    }
+    info.prob = v.last_prob;
+    info.dead_end = gm.accept(v.last);
+    info.grammar_at_end = gm.at_end();
+    info.lens_states = options.lens ? row_states[static_cast<size_t>(a)].data() : nullptr;
+    info.from_verifier = true;
+    const bool more = dec.out.emit(v.last, info);
+    ctx.push_back(v.last);
+    em.push_back(v.last);
+    return more;
+}
+
+bool DraftRun::cycle() {
+    const int committed = static_cast<int>(res.tokens.size());
+    const int p = committed - 1;  // position of x0
+    const int remaining = c.max_tokens - static_cast<int>(dec.out.emitted().size());
+    const int k = std::min(G, remaining - 1);  // k drafts + the target's token never pass the cap
+    std::vector<int32_t> x(static_cast<size_t>(k) + 1);
+    x[0] = res.tokens.back();
+
+    const auto td = Clock::now();
+    const int drafted = draft(p, k, x);
+    st.draft_ms += ms_since(td);
+    ctx.resize(static_cast<size_t>(committed));
+    em.resize(dec.out.emitted().size());
+
+    // Verify x0 .. x_drafted in one batch.
+    const auto tv = Clock::now();
+    verify(p, x, drafted + 1);
+    const Verdict v = accept(x, drafted);
+    st.verify_ms += ms_since(tv);
+    const int a = v.accepted;
+    if (drafted > 0) count_cycle(st, drafted, drafted, a);
+    // The draft's cache keeps only the accepted rows: x0 .. x_a (x_drafted was never run).
+    if (drafted > 0) d_valid = p + std::min(a + 1, drafted);
+    const bool more = emit(x, drafted, v);
+    if (drafted > 0) ++n_cycle;
+    return more;
+}
+
+}  // namespace
+
+GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const int32_t* prompt, int prompt_len,
+                                             const GenerateConfig& c, const DraftSpeculativeConfig& sc,
+                                             const GenerateOptions& options) {
+    const auto t0 = Clock::now();
+    const Model& tm = checked(target);
+    check_draft_run(tm, draft, prompt, prompt_len, c, sc, options);
+
+    const int LT = c.loops > 0 ? c.loops : tm.hp.default_loops;
+    GenerateResult res = speculative_result(prompt, prompt_len, c.max_tokens, LT, sc.gamma + 1);
+    GenerateStats& st = res.stats;
+    DraftRun run(tm, *draft, c, sc, options, res, t0);
+    if (c.max_tokens == 0) {
+        st.total_ms = ms_since(t0);
+        return res;
+    }
+    // Grammar: `dec.grammar` follows the emitted tokens and knows what it allows next.
+    if (run.dec.grammar.dead()) {
+        st.stop_reason = StopReason::GRAMMAR_DEAD_END;
+        st.total_ms = ms_since(t0);
+        return res;
+    }
+
+    run.prefill(prompt, prompt_len);
+    st.prefill_ms = ms_since(t0);
+    bool more = run.first_token();
+    while (more) more = run.cycle();
+    run.dec.out.finish(run.LT);
     return res;
 }
 

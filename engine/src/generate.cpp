@@ -1,5 +1,5 @@
 // Plain decoding (greedy and sampling) with the seed's canonical state machine, and the seed's
-// generate / generate_stream / generate_batch wrappers.
+// generate / generate_stream / generate_batch wrappers (and those of the speculative modes).
 #include "decode.h"
 
 #include <algorithm>
@@ -28,6 +28,16 @@ GenerateResult generate_ex(Model* model, const int32_t* prompt, int prompt_len, 
 
 std::vector<int32_t> generate(Model* model, const int32_t* prompt, int prompt_len, const GenerateConfig& config) {
     return generate_ex(model, prompt, prompt_len, config).tokens;
+}
+
+std::vector<int32_t> generate_speculative(Model* model, const int32_t* prompt, int prompt_len,
+                                          const SpeculativeConfig& config) {
+    return generate_speculative_ex(model, prompt, prompt_len, config).tokens;
+}
+
+std::vector<int32_t> generate_tree_speculative(Model* model, const int32_t* prompt, int prompt_len,
+                                               const TreeSpeculativeConfig& config) {
+    return generate_tree_speculative_ex(model, prompt, prompt_len, config).tokens;
 }
 
 std::vector<int32_t> generate_stream(Model* model, const int32_t* prompt, int prompt_len,

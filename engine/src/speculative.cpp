@@ -28,21 +28,80 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 [[noreturn]] void bad(const std::string& m) { throw Error(ErrorCode::InvalidArgument, m); }
 
-// The probabilities the sampler draws from (temperature > 0), after masking undecodable ids.
-std::vector<float> filtered(const Model& m, const float* logits, float temperature, int top_k, float top_p) {
-    const int V = m.hp.vocab_size;
-    std::vector<float> z(logits, logits + V);
-    mask_undecodable(z.data(), V, m.tokenizer.n_ids());
-    return sampling_probs(z.data(), V, temperature, top_k > 0 ? top_k : V, top_p, 0.0f);
+// Self-speculation's logits pipeline: no penalties, bias, bans or grammar (the config's defaults
+// leave them off), so it masks the undecodable ids and samples with temperature, top-k (0: the
+// whole vocabulary), top-p and no min-p. Greedy choices take the raw logits (greedy_choice).
+GenerateConfig sampling_config(const Model& m, const SpeculativeConfig& c) {
+    GenerateConfig g;
+    g.temperature = c.temperature;
+    g.top_k = c.top_k > 0 ? c.top_k : m.hp.vocab_size;
+    g.top_p = c.top_p;
+    g.min_p = 0.0f;
+    return g;
 }
 
-int32_t greedy_pick(const Model& m, const float* logits) {
+// The verifier's verdict on one cycle's drafts x[1 .. drafted] (row i of ver_logits follows x[i]).
+struct ChainVerdict {
+    int accepted = 0;
+    int32_t correction = -1;  // the verifier's own token at the first disagreement; -1: none
+    float corr_prob = 0;
+    std::vector<float> accept_prob;
+};
+
+// Greedy: the longest prefix the verifier's argmax agrees with, then its own token. Sampling:
+// x_{i+1} with probability min(1, p/q), else a draw from norm(max(0, p - q)).
+ChainVerdict accept_chain(const Model& m, const LogitsPipeline& pipe, Rng& rng, const float* ver_logits,
+                          const std::vector<int32_t>& x, int drafted, const std::vector<std::vector<float>>& q_probs) {
     const int V = m.hp.vocab_size;
-    const int n = std::min(V, m.tokenizer.n_ids());
-    return argmax(logits, n);
+    ChainVerdict v;
+    v.accept_prob.assign(static_cast<size_t>(drafted), 0.0f);
+    std::vector<float> z;
+    for (int i = 0; i < drafted; ++i) {
+        const float* row = ver_logits + static_cast<size_t>(i) * V;
+        if (pipe.greedy()) {
+            const TokenChoice y = greedy_choice(m, row);
+            if (y.token == x[i + 1]) {
+                v.accept_prob[i] = y.prob;
+                ++v.accepted;
+                continue;
+            }
+            v.correction = y.token;
+            v.corr_prob = y.prob;
+            break;
+        }
+        pipe.process(row, {}, {}, nullptr, z);
+        const std::vector<float> pp = pipe.probs(z);
+        const int32_t xi = x[i + 1];
+        const double ratio = q_probs[i][xi] > 0 ? static_cast<double>(pp[xi]) / q_probs[i][xi] : 0.0;
+        if (rng.uniform() < ratio) {
+            v.accept_prob[i] = pp[xi];
+            ++v.accepted;
+            continue;
+        }
+        v.correction = draw_residual(pp, q_probs[i], rng);
+        v.corr_prob = pp[v.correction];
+        break;
+    }
+    return v;
 }
 
 }  // namespace
+
+void count_cycle(GenerateStats& st, int drafted, int tested, int accepted) {
+    st.spec_cycles++;
+    st.spec_drafted += drafted;
+    st.spec_tested += tested;
+    st.spec_accepted += accepted;
+    st.spec_accept_hist[static_cast<size_t>(accepted)]++;
+}
+
+int32_t draw_residual(const std::vector<float>& p, const std::vector<float>& q, Rng& rng) {
+    std::vector<float> resid(p.size());
+    double tot = 0;
+    for (size_t j = 0; j < p.size(); ++j) tot += resid[j] = std::max(0.0f, p[j] - q[j]);
+    if (tot <= 0) resid = p;
+    return draw(resid, rng);
+}
 
 void validate_spec_common(const Model& m, int prompt_len, int max_tokens, int draft_loops, int verify_loops,
                           int draft_ahead, float temperature) {
@@ -60,64 +119,11 @@ void validate_spec_common(const Model& m, int prompt_len, int max_tokens, int dr
     if (!std::isfinite(temperature) || temperature < 0) bad("temperature: must be a finite number >= 0");
 }
 
-SpecEmitter::SpecEmitter(const Model& m, GenerateResult& res, const GenerateOptions& options, int loops,
-                         SpecStopPolicy policy, Clock::time_point t0)
-    : m_(m), res_(res), options_(options), loops_(loops), policy_(std::move(policy)), t0_(t0),
-      text_(m, policy_.stop_strings) {}
-
-bool SpecEmitter::emit(int32_t tok, float prob, int cycle, const std::vector<int32_t>& drafted, int accepted,
-                       bool from_verifier, const std::vector<float>* lens_states, bool dead_end,
-                       bool grammar_at_end) {
-    GenerateStats& st = res_.stats;
-    const int position = static_cast<int>(res_.tokens.size());
-    res_.tokens.push_back(tok);
-    emitted_.push_back(tok);
-    st.tokens_emitted = static_cast<int>(emitted_.size());
-    st.depth_per_token.push_back(loops_);
-    if (st.tokens_emitted == 1) {
-        t_first_ = Clock::now();
-        st.first_token_ms = ms_since(t0_);
-    }
-    bool stop = true;
-    const bool stop_hit = text_.push(tok);
-    const SpecStopPolicy& p = policy_;
-    if (tok == m_.tokenizer.eos_id() && (!p.ignore_eos || grammar_at_end)) st.stop_reason = StopReason::EOS;
-    else if (tail_matches(emitted_, p.stop_sequences)) st.stop_reason = StopReason::STOP_SEQUENCE;
-    else if (stop_hit) st.stop_reason = StopReason::STOP_STRING;
-    else if (st.tokens_emitted == p.max_tokens) st.stop_reason = StopReason::MAX_TOKENS;
-    else if (dead_end) st.stop_reason = StopReason::GRAMMAR_DEAD_END;
-    else if (p.max_time > 0 && ms_since(t0_) >= p.max_time * 1000.0) st.stop_reason = StopReason::MAX_TIME;
-    else stop = false;
-    bool keep = true;
-    if (options_.on_token) keep = options_.on_token(tok, position);
-    if (options_.observer) {
-        TokenEvent ev;
-        ev.token = tok;
-        ev.position = position;
-        ev.index = st.tokens_emitted - 1;
-        ev.piece = text_.take(stop);
-        ev.depth = loops_;
-        ev.prob = prob;
-        ev.cycle = cycle;
-        ev.drafted = drafted;
-        ev.accepted = accepted;
-        ev.from_verifier = from_verifier;
-        if (options_.lens && lens_states) {
-            const int V = m_.hp.vocab_size, d = m_.hp.d_model;
-            lens_logits_.resize(static_cast<size_t>(V));
-            for (int l = 1; l <= loops_; ++l) {
-                compute_logits(m_, lens_states->data() + static_cast<size_t>(l - 1) * d, 1, lens_logits_.data(), ws_);
-                ev.lens.push_back(lens_entry(lens_logits_.data(), V, l, options_.lens_top_k, tok));
-            }
-        }
-        keep = options_.observer(ev) && keep;
-    }
-    if (stop) return false;
-    if (!keep) {
-        st.stop_reason = StopReason::CALLBACK_ABORT;
-        return false;
-    }
-    return true;
+GenerateResult speculative_result(const int32_t* prompt, int prompt_len, int max_tokens, int loops, int hist_bins) {
+    GenerateResult res = prompt_result(prompt, prompt_len, max_tokens);
+    res.stats.loops_used = loops;
+    res.stats.spec_accept_hist.assign(static_cast<size_t>(hist_bins), 0);
+    return res;
 }
 
 GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int prompt_len, const SpeculativeConfig& c,
@@ -138,14 +144,8 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
     const int V = hp.vocab_size, d = hp.d_model;
     const int D = c.draft_loops, L = c.verify_loops, K = c.draft_ahead;
 
-    GenerateResult res;
-    res.prompt_len = prompt_len;
-    res.tokens.assign(prompt, prompt + prompt_len);
+    GenerateResult res = speculative_result(prompt, prompt_len, c.max_tokens, L, K + 1);
     GenerateStats& st = res.stats;
-    st.prompt_tokens = prompt_len;
-    st.loops_used = L;
-    st.spec_accept_hist.assign(static_cast<size_t>(K) + 1, 0);
-    st.stop_reason = StopReason::MAX_TOKENS;
     if (c.max_tokens == 0) {
         st.total_ms = ms_since(t0);
         return res;
@@ -172,23 +172,22 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
     st.prefill_ms = ms_since(t0);
 
     Rng rng(c.seed);
-    SpecEmitter out(m, res, options, L, SpecStopPolicy{c.max_tokens, c.ignore_eos, {}, {}, 0.0}, t0);
-    bool done = false;
-
+    const GenerateConfig sampling = sampling_config(m, c);
+    const LogitsPipeline pipe(m, sampling);
+    std::vector<float> z;
+    // The choice from one row's logits; `probs` receives the sampling distribution.
+    auto choose = [&](const float* row, std::vector<float>* probs) {
+        if (greedy) return greedy_choice(m, row);
+        pipe.process(row, {}, {}, nullptr, z);
+        return pipe.pick(z, rng, probs);
+    };
+    TokenEmitter out(m, res, StopPolicy{c.max_tokens, c.ignore_eos, {}, {}, 0.0}, options.on_token,
+                     options.observer, options.lens ? options.lens_top_k : 0, t0);
     // The first token, from the prefill.
-    {
-        int32_t tok;
-        float prob;
-        if (greedy) {
-            tok = greedy_pick(m, logits.data());
-            prob = softmax_prob(logits.data(), V, tok);
-        } else {
-            auto p = filtered(m, logits.data(), c.temperature, c.top_k, c.top_p);
-            tok = draw(p, rng);
-            prob = p[tok];
-        }
-        done = !out.emit(tok, prob, -1, {}, 0, true, options.lens ? &pass_states : nullptr);
-    }
+    const TokenChoice first = choose(logits.data(), nullptr);
+    bool done = !out.emit(first.token, EmitInfo{.prob = first.prob, .depth = L,
+                                                .lens_states = options.lens ? pass_states.data() : nullptr,
+                                                .from_verifier = true});
 
     std::vector<float> draft_h(static_cast<size_t>(K) * d);       // states after pass D per drafted row
     std::vector<float> draft_e(injects_input(hp) ? static_cast<size_t>(K) * d : 0);  // their prelude outputs (§1a)
@@ -219,12 +218,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
             forward(m, kv, ws, fa, h);
             std::copy(h.begin(), h.end(), draft_h.begin() + static_cast<size_t>(i) * d);
             compute_logits(m, h.data(), 1, one.data(), ws);
-            if (greedy) {
-                x[i + 1] = greedy_pick(m, one.data());
-            } else {
-                q_probs[i] = filtered(m, one.data(), c.temperature, c.top_k, c.top_p);
-                x[i + 1] = draw(q_probs[i], rng);
-            }
+            x[i + 1] = choose(one.data(), &q_probs[i]).token;
             ++drafted;
             if (x[i + 1] == m.tokenizer.eos_id() && !c.ignore_eos) break;  // nothing to draft past EOS
         }
@@ -254,64 +248,27 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
         }
         st.verify_ms += ms_since(tv);
 
-        // Accept.
-        int a = 0;
-        int32_t correction = -1;
-        float corr_prob = 0;
-        std::vector<float> accept_prob(static_cast<size_t>(drafted), 0.0f);
-        for (int i = 0; i < drafted; ++i) {
-            const float* row = ver_logits.data() + static_cast<size_t>(i) * V;
-            if (greedy) {
-                const int32_t y = greedy_pick(m, row);
-                if (y == x[i + 1]) {
-                    accept_prob[i] = softmax_prob(row, V, y);
-                    ++a;
-                    continue;
-                }
-                correction = y;
-                corr_prob = softmax_prob(row, V, y);
-                break;
-            }
-            const std::vector<float> pp = filtered(m, row, c.temperature, c.top_k, c.top_p);
-            const int32_t xi = x[i + 1];
-            const double ratio = q_probs[i][xi] > 0 ? static_cast<double>(pp[xi]) / q_probs[i][xi] : 0.0;
-            if (rng.uniform() < ratio) {
-                accept_prob[i] = pp[xi];
-                ++a;
-                continue;
-            }
-            std::vector<float> resid(static_cast<size_t>(V));
-            double tot = 0;
-            for (int j = 0; j < V; ++j) tot += resid[j] = std::max(0.0f, pp[j] - q_probs[i][j]);
-            if (tot <= 0) resid = pp;  // p == q: rejection has probability 0; keep a valid draw
-            correction = draw(resid, rng);
-            corr_prob = pp[correction];
-            break;
-        }
-        st.spec_cycles++;
-        st.spec_drafted += drafted;
-        st.spec_tested += drafted;
-        st.spec_accepted += a;
-        st.spec_accept_hist[static_cast<size_t>(a)]++;
+        const ChainVerdict v = accept_chain(m, pipe, rng, ver_logits.data(), x, drafted, q_probs);
+        const int a = v.accepted;
+        count_cycle(st, drafted, drafted, a);
 
         const std::vector<int32_t> drafted_tokens(x.begin() + 1, x.begin() + 1 + drafted);
-        for (int i = 0; i < a && !done; ++i)
-            done = !out.emit(x[i + 1], accept_prob[i], cycle, drafted_tokens, a, false,
-                             options.lens ? &row_states[i] : nullptr);
-        if (!done && correction >= 0)
-            done = !out.emit(correction, corr_prob, cycle, drafted_tokens, a, true,
-                             options.lens ? &row_states[a] : nullptr);
+        EmitInfo info{.depth = L, .cycle = cycle, .drafted = &drafted_tokens, .accepted = a};
+        for (int i = 0; i < a && !done; ++i) {
+            info.prob = v.accept_prob[i];
+            info.lens_states = options.lens ? row_states[i].data() : nullptr;
+            done = !out.emit(x[i + 1], info);
+        }
+        if (!done && v.correction >= 0) {
+            info.prob = v.corr_prob;
+            info.lens_states = options.lens ? row_states[a].data() : nullptr;
+            info.from_verifier = true;
+            done = !out.emit(v.correction, info);
+        }
         ++cycle;
     }
-    st.decode_ms = ms_since(out.first_token_time());
-    res.text = out.text();
-    st.total_ms = ms_since(t0);
+    out.finish(L);
     return res;
-}
-
-std::vector<int32_t> generate_speculative(Model* model, const int32_t* prompt, int prompt_len,
-                                          const SpeculativeConfig& config) {
-    return generate_speculative_ex(model, prompt, prompt_len, config).tokens;
 }
 
 }  // namespace tinyloop

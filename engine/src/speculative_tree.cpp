@@ -110,14 +110,8 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
     const HParams& hp = m.hp;
     const int V = hp.vocab_size, d = hp.d_model;
     const int D = c.draft_loops, L = c.verify_loops, depth = c.draft_ahead, K = c.K_branches;
-    GenerateResult res;
-    res.prompt_len = prompt_len;
-    res.tokens.assign(prompt, prompt + prompt_len);
+    GenerateResult res = speculative_result(prompt, prompt_len, c.max_tokens, L, depth + 1);
     GenerateStats& st = res.stats;
-    st.prompt_tokens = prompt_len;
-    st.loops_used = L;
-    st.spec_accept_hist.assign(static_cast<size_t>(depth) + 1, 0);
-    st.stop_reason = StopReason::MAX_TOKENS;
     if (c.max_tokens == 0) {
         st.total_ms = ms_since(t0);
         return res;
@@ -138,9 +132,10 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
     }
     st.prefill_ms = ms_since(t0);
 
-    SpecEmitter out(m, res, options, L, SpecStopPolicy{c.max_tokens, c.ignore_eos, {}, {}, 0.0}, t0);
-    const int32_t first = argmax(logits.data(), std::min(V, m.tokenizer.n_ids()));
-    bool done = !out.emit(first, softmax_prob(logits.data(), V, first), -1, {}, 0, true);
+    TokenEmitter out(m, res, StopPolicy{c.max_tokens, c.ignore_eos, {}, {}, 0.0}, options.on_token,
+                     options.observer, options.lens ? options.lens_top_k : 0, t0);
+    const TokenChoice first = greedy_choice(m, logits.data());
+    bool done = !out.emit(first.token, EmitInfo{.prob = first.prob, .depth = L, .from_verifier = true});
     std::vector<float> hv, all_logits;
     std::vector<int32_t> kids;
     const size_t row_floats = static_cast<size_t>(kv.row);
@@ -210,11 +205,7 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
             at = next;
         }
         const int a = static_cast<int>(path.size());
-        st.spec_cycles++;
-        st.spec_drafted += static_cast<int>(nodes.size()) - 1;
-        st.spec_tested += a + (correction >= 0 ? 1 : 0);
-        st.spec_accepted += a;
-        st.spec_accept_hist[static_cast<size_t>(a)]++;
+        count_cycle(st, static_cast<int>(nodes.size()) - 1, a + (correction >= 0 ? 1 : 0), a);
 
         // Accepted nodes that ran move to their real rows (a fully accepted leaf never ran).
         for (int i = 0; i < a; ++i) {
@@ -228,19 +219,14 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
         std::vector<int32_t> path_tokens;
         for (int x : path) path_tokens.push_back(nodes[static_cast<size_t>(x)].token);
         if (correction >= 0) path_tokens.push_back(correction);
-        for (int i = 0; i < a && !done; ++i) done = !out.emit(path_tokens[i], 0.0f, cycle, path_tokens, a, false);
-        if (!done && correction >= 0) done = !out.emit(correction, 0.0f, cycle, path_tokens, a, true);
+        EmitInfo info{.depth = L, .cycle = cycle, .drafted = &path_tokens, .accepted = a};
+        for (int i = 0; i < a && !done; ++i) done = !out.emit(path_tokens[i], info);
+        info.from_verifier = true;
+        if (!done && correction >= 0) done = !out.emit(correction, info);
         ++cycle;
     }
-    st.decode_ms = ms_since(out.first_token_time());
-    res.text = out.text();
-    st.total_ms = ms_since(t0);
+    out.finish(L);
     return res;
-}
-
-std::vector<int32_t> generate_tree_speculative(Model* model, const int32_t* prompt, int prompt_len,
-                                               const TreeSpeculativeConfig& config) {
-    return generate_tree_speculative_ex(model, prompt, prompt_len, config).tokens;
 }
 
 }  // namespace tinyloop
