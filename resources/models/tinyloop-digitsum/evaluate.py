@@ -41,7 +41,10 @@ EXIT_CANDIDATES = [
     ("kl 0.01", "kl", "kl", 0.01, 1),
     ("kl 0.1", "kl", "kl", 0.1, 1),
     ("margin 2", "margin", "logit_margin", 2.0, 1),
+    ("margin 3", "margin", "logit_margin", 3.0, 1),
+    ("margin 4", "margin", "logit_margin", 4.0, 1),
     ("margin 5", "margin", "logit_margin", 5.0, 1),
+    ("margin 8", "margin", "logit_margin", 8.0, 1),
 ]
 
 
@@ -108,6 +111,18 @@ def cli_check(cli, model, model_path, probs, rec):
     return checked
 
 
+def parity(model, path):
+    """Largest |engine - torch reference| over the last-position logits export_model.py wrote,
+    relative to the largest logit magnitude of each row; and whether every argmax agrees."""
+    worst, same = 0.0, True
+    for c in json.load(open(path)):
+        got = model.score_last_token(c["prompt"], loops=c["loops"], top_k=1, logits=True)["logits"]
+        want = c["logits"]
+        worst = max(worst, max(abs(a - b) for a, b in zip(got, want)) / max(abs(b) for b in want))
+        same &= max(range(len(got)), key=got.__getitem__) == max(range(len(want)), key=want.__getitem__)
+    return worst, same
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=os.path.join(HERE, "model-f32.tinyloop"))
@@ -119,6 +134,9 @@ def main():
     probs = task.read_heldout(args.heldout)
     model = tl.load_model(args.model, backend="cpu", threads=1)
     hp = model.hparams
+    par = os.path.join(HERE, "work", "parity.json")
+    parity_err, parity_argmax = parity(model, par) if os.path.exists(par) else (None, None)
+    print(f"engine vs torch reference logits: max relative error {parity_err}, argmax agree {parity_argmax}")
     D, max_depth = hp["default_loops"], min(hp["max_loops"], 2 * hp["default_loops"])
     depths = list(range(1, D + 1)) + [L for L in (12, 16, 20, 24) if D < L <= max_depth]
     table, overall = {}, {}
@@ -162,7 +180,9 @@ def main():
            "accuracy_by_depth": {L: round(a, 4) for L, a in overall.items()},
            "accuracy_by_size_and_depth": {L: {s: round(a, 3) for s, a in t.items()} for L, t in table.items()},
            "early_exit": {"candidates": exits, "recommended": recommended, "chosen": rec["name"]},
-           "targets": targets, "cli_cross_checks": n_cli, "engine": "tinyloop_py, cpu, 1 thread, greedy",
+           "targets": targets, "cli_cross_checks": n_cli,
+           "parity_vs_torch": {"max_relative_error": parity_err, "argmax_agree": parity_argmax,
+                               "cases": "8 held-out prompts x depths 1, 2, default, max"}, "engine": "tinyloop_py, cpu, 1 thread, greedy",
            "eval_seconds": round(time.time() - t0, 1)}
     with open(args.out + ".json", "w") as f:
         json.dump(res, f, indent=1)
@@ -186,6 +206,8 @@ def markdown(res, depths, sizes):
                   f"{e['mean_exit_depth']:.2f} | " +
                   " | ".join(f"{e['mean_exit_depth_by_size'][s]:.2f}" for s in sizes) + " |")
     md += ["", "Recommended: " + json.dumps(res["early_exit"]["recommended"]), "",
+           "Parity with the torch reference: " + json.dumps(res["parity_vs_torch"]), "",
+           f"CLI cross-checks (identical output ids and depths): {res['cli_cross_checks']}", "",
            "Targets: " + json.dumps(res["targets"]), ""]
     return "\n".join(md)
 

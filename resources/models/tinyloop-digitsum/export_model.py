@@ -45,6 +45,12 @@ def self_check(model, path):
     if worst[0] != 0:
         raise SystemExit(f"self-check FAILED: {worst[1]!r} L={worst[2]} max diff {worst[0]}")
     print(f"self-check ok: {path} re-read by the pure-Python reader gives identical logits")
+    with torch.no_grad():  # the reference's last-position logits, for evaluate.py's engine parity check
+        ref = [{"prompt": p["prompt"] + "=", "loops": L,
+                "logits": model(torch.tensor([task.encode(p["prompt"] + "=")]), L)[0, -1].tolist()}
+               for p in probs for L in depths]
+    with open(os.path.join(WORK, "parity.json"), "w") as f:
+        json.dump(ref, f)
 
 
 def main():
