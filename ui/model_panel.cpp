@@ -100,6 +100,8 @@ void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
     row(h, "rope_theta", QString::number(hp.rope_theta));
     row(h, "norm_eps", QString::number(hp.norm_eps));
     row(h, "tie_embeddings", hp.tie_embeddings ? "yes" : "no");
+    // FORMAT.md §1a: "add" re-injects the prelude output before every pass after the first.
+    row(h, "loop_input", hp.loop_input == tinyloop::LoopInput::Add ? "add (input injection)" : "none");
     row(h, "parameters", QString("%L1").arg(i.parameter_count));
     auto* d = group(m_tree, "Dtypes");
     std::map<std::string, std::pair<int, quint64>> byType;

@@ -150,6 +150,8 @@ int run_info(const Args& args) {
         {"rope_theta", nlohmann::json(f2d(hp.rope_theta)).dump()},
         {"norm_eps", nlohmann::json(f2d(hp.norm_eps)).dump()},
         {"tie_embeddings", hp.tie_embeddings ? "true" : "false"},
+        {"loop_input", std::string(loop_input_name(hp.loop_input)) +
+                           (hp.loop_input == LoopInput::Add ? " (input injection, file version 2)" : "")},
     };
     for (const auto& [k, v] : rows) {
         std::string key = k;

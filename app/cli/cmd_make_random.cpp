@@ -56,6 +56,8 @@ CommandSpec make_random_spec() {
                              "an integer in [" + std::to_string(f.lo) + ", " +
                                  std::to_string(f.hi) + "]",
                              false, H});
+    s.options.push_back({"--loop-input", "I", "none | add (input injection, a version-2 file; default none)",
+                         "one of none, add", false, H});
     s.options.push_back({"--dtype", "T", "f32 | f16 | q8 | q4 | q2 (default f32)",
                          "one of f32, f16, q8, q4, q2", false, W});
     s.options.push_back({"--group-size", "G", "quantization group: 32, 64 or 128 (default 32)",
@@ -74,6 +76,10 @@ int run_make_random(const Args& args) {
     HParams hp;
     for (const auto& f : kIntFlags) hp.*f.field = args.get_int(f.flag, f.lo, f.hi).value_or(f.def);
 
+    if (auto li = args.value("--loop-input")) {
+        if (*li != "none" && *li != "add") throw UsageError("--loop-input: expected one of none, add, got '" + *li + "'");
+        hp.loop_input = parse_loop_input(*li);
+    }
     DType dtype = DType::F32;
     if (auto d = args.value("--dtype")) {
         if (*d != "f32" && *d != "f16" && *d != "q8" && *d != "q4" && *d != "q2")

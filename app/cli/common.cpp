@@ -241,6 +241,7 @@ nlohmann::json hparams_json(const HParams& hp) {
         {"default_loops", hp.default_loops}, {"max_loops", hp.max_loops},
         {"max_seq_len", hp.max_seq_len},     {"rope_theta", f2d(hp.rope_theta)},
         {"norm_eps", f2d(hp.norm_eps)},      {"tie_embeddings", hp.tie_embeddings},
+        {"loop_input", loop_input_name(hp.loop_input)},
     };
 }
 

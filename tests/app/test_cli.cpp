@@ -176,12 +176,13 @@ TEST_F(CliTest, InfoJsonHasHyperparameters) {
     EXPECT_TRUE(j["tokenizer"]["special_tokens"].is_object());
     EXPECT_TRUE(j["backend"] == "cpu" || j["backend"] == "cuda");
     EXPECT_TRUE(j["metadata"].is_object());
+    EXPECT_EQ(j["hparams"]["loop_input"], "none");
 }
 
 TEST_F(CliTest, InfoTextShowsEverySection) {
     CliRun r = run({"info", model_, "--tensors", "--backend", "cpu", "--threads", "2"});
     ASSERT_EQ(r.status, 0) << r.err;
-    for (const char* s : {"hyperparameters", "d_model", "dtypes", "tokenizer", "metadata",
+    for (const char* s : {"hyperparameters", "d_model", "loop_input", "dtypes", "tokenizer", "metadata",
                           "parameters", "backend", "embed"})
         EXPECT_NE(r.out.find(s), std::string::npos) << s << " missing in:\n" << r.out;
 }
@@ -560,6 +561,7 @@ TEST_F(CliTest, MakeRandomRefusesBadShapes) {
     EXPECT_USAGE_ERROR(run({"make-random", out, "--dtype", "q9"}), "--dtype");
     EXPECT_USAGE_ERROR(run({"make-random", out, "--d-model", "0"}), "--d-model");
     EXPECT_USAGE_ERROR(run({"make-random", out, "--group-size", "48"}), "--group-size");
+    EXPECT_USAGE_ERROR(run({"make-random", out, "--loop-input", "concat"}), "--loop-input");
     EXPECT_USAGE_ERROR(run({"make-random", out, "--d-model", "65536", "--vocab", "4000000"}),
                        "parameters");
     EXPECT_USAGE_ERROR(run({"make-random"}), "OUT");
@@ -578,6 +580,17 @@ TEST_F(CliTest, MakeRandomRefusesBadShapes) {
     r = run({"info", q, "--json"});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_TRUE(parse_json(r)["dtypes"].contains("q4"));
+    // Input injection: a version-2 file that info reports and quantize keeps.
+    const std::string v2 = dir_ + "/inject.tinyloop", v2q = dir_ + "/inject-q8.tinyloop";
+    r = run({"make-random", v2, "--d-model", "64", "--n-heads", "4", "--n-kv-heads", "2", "--head-dim", "16",
+             "--d-ff", "128", "--vocab", "300", "--loops", "2", "--max-loops", "4", "--max-seq-len", "64",
+             "--loop-input", "add", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(parse_json(r)["hparams"]["loop_input"], "add");
+    ASSERT_EQ(run({"quantize", v2, v2q, "--dtype", "q8"}).status, 0);
+    r = run({"info", v2q});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("loop_input      add (input injection, file version 2)"), std::string::npos) << r.out;
 }
 
 TEST_F(CliTest, OddArgvNeverCrashes) {

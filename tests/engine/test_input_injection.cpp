@@ -1,9 +1,9 @@
 // Input injection (FORMAT.md §1a: loop_input "add", file version 2): the file (version field,
 // header, round trip, refusals, the quantizer) and the decoding paths that resume from a drafted
-// state or batch rows of several depths, on an injecting model: chain and tree speculation equal
-// plain greedy, the batch engine equals generate alone, beam search. The forward against the
-// double reference, prefill vs decode, early exit, depth upgrade and the caches run on both kinds
-// of model in test_golden_forward, test_generate and test_looped.
+// state or batch rows of several depths, on an injecting model: chain, tree and draft-model
+// speculation equal plain greedy, the batch engine equals generate alone. The forward against the
+// double reference, prefill vs decode, early exit, depth upgrade, the caches and beam search run
+// on both kinds of model in test_golden_forward, test_generate, test_looped and test_beam.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,6 +30,16 @@ HParams injecting_hparams() {
 
 const std::string& model_path() {
     static const std::string p = tltest::write_random_model("inject.tinyloop", injecting_hparams(), 41);
+    return p;
+}
+
+// The same weights without injection: a version-1 file.
+const std::string& plain_model_path() {
+    static const std::string p = [] {
+        HParams hp = injecting_hparams();
+        hp.loop_input = LoopInput::None;
+        return tltest::write_random_model("plain.tinyloop", hp, 41);
+    }();
     return p;
 }
 
@@ -89,9 +99,7 @@ ModelSpec spec_of(Model* m) {
 }  // namespace
 
 TEST(InjectionFile, VersionTwoExactlyWhenInjectingAndRoundTripsByteForByte) {
-    HParams plain_hp = injecting_hparams();
-    plain_hp.loop_input = LoopInput::None;
-    const std::string v1 = tltest::write_random_model("plain.tinyloop", plain_hp, 41);
+    const std::string& v1 = plain_model_path();
     for (const std::string& path : {v1, model_path()}) {
         const std::string bytes = read_bytes(path);
         ModelPtr mp(path);
@@ -114,9 +122,7 @@ TEST(InjectionFile, VersionTwoExactlyWhenInjectingAndRoundTripsByteForByte) {
 }
 
 TEST(InjectionFile, LoaderRefusesVersionTwoWithoutAddAndAnyOtherValue) {
-    HParams plain_hp = injecting_hparams();
-    plain_hp.loop_input = LoopInput::None;
-    const std::string v1 = read_bytes(tltest::write_random_model("plain.tinyloop", plain_hp, 41));
+    const std::string v1 = read_bytes(plain_model_path());
     const std::string v2 = read_bytes(model_path());
     expect_refused(with_version(v1, 2), "version: 2 without hparams.loop_input \"add\"");
     expect_refused(with_version(v2, 1), "hparams.loop_input: \"add\" in a version-1 file");
@@ -198,6 +204,32 @@ TEST(InjectionDecode, ChainAndTreeSpeculationEqualPlainGreedy) {
     }
     EXPECT_GT(accepted, 0);  // both branches of the verification ran
     EXPECT_GT(rejected, 0);
+}
+
+// Draft-model speculation with an injecting target, the draft injecting (the target itself at
+// fewer passes) or not (the same weights as a version-1 file), f32 and int8 caches.
+TEST(InjectionDecode, DraftModelSpeculationEqualsGreedyWithEitherKindOfDraft) {
+    ModelPtr target(model_path()), plain(plain_model_path());
+    int accepted = 0;
+    for (Model* draft : {target.get(), plain.get()}) {
+        for (KVCacheType kv : {KVCacheType::F32, KVCacheType::Int8}) {
+            for (const auto& p : tltest::random_prompts(6, 7)) {
+                const int n = static_cast<int>(p.size());
+                GenerateConfig g;
+                g.max_tokens = 12;
+                g.loops = 6;
+                g.ignore_eos = true;
+                g.kv_cache = kv;
+                DraftSpeculativeConfig s;
+                s.gamma = 3;
+                s.draft_loops = 2;
+                const GenerateResult r = draft_speculative_generate_ex(target.get(), draft, p.data(), n, g, s);
+                EXPECT_EQ(r.tokens, generate_ex(target.get(), p.data(), n, g).tokens);
+                accepted += r.stats.spec_accepted;
+            }
+        }
+    }
+    EXPECT_GT(accepted, 0);
 }
 
 TEST(InjectionDecode, BatchEngineEqualsGenerateAlone) {

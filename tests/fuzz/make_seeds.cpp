@@ -34,13 +34,15 @@ int main(int argc, char** argv) {
     const fs::path out = argv[1], src = argv[2];
     for (const char* t : {"loader", "tokenizer", "grammar", "preset"}) fs::create_directories(out / t);
 
-    // Models: every dtype, tied and untied, no prelude, GQA and not.
+    // Models: every dtype, tied and untied, no prelude, GQA and not, input injection (version 2).
     using tinyloop::DType;
-    struct Variant { const char* name; DType dt; int group; bool tie; int pre; int kv; };
+    using tinyloop::LoopInput;
+    struct Variant { const char* name; DType dt; int group; bool tie; int pre; int kv; LoopInput input = LoopInput::None; };
     const Variant variants[] = {
         {"f32", DType::F32, 32, true, 1, 1},  {"f16", DType::F16, 32, true, 1, 2},
         {"q8", DType::Q8, 32, true, 0, 1},    {"q4", DType::Q4, 32, false, 1, 2},
         {"q2", DType::Q2, 32, true, 1, 1},    {"f32-untied", DType::F32, 32, false, 2, 1},
+        {"f32-inject", DType::F32, 32, true, 1, 2, LoopInput::Add},
     };
     int seed = 1;
     for (const Variant& v : variants) {
@@ -48,6 +50,7 @@ int main(int argc, char** argv) {
         hp.tie_embeddings = v.tie;
         hp.n_pre_blocks = v.pre;
         hp.n_kv_heads = v.kv;
+        hp.loop_input = v.input;
         tinyloop::ModelSpec spec = tinyloop::random_model_spec(hp, seed++, v.dt, v.group);
         spec.tokenizer = tlfuzz::small_tokenizer();
         spec.metadata_json = R"({"note": "fuzz seed", "variant": ")" + std::string(v.name) + "\"}";

@@ -274,7 +274,18 @@ def test_write_random_model(tmp_path):
     tl.write_random_model(str(p), vocab_size=260, d_model=32, n_heads=2, head_dim=16, d_ff=64, max_seq_len=64)
     with tl.load_model(str(p)) as m:
         assert m.hparams["d_model"] == 32 and m.vocab_size == 260
+        assert m.hparams["loop_input"] == "none"
         assert len(m.generate("hi", max_tokens=4)["output_ids"]) == 4
+    # Input injection (FORMAT.md 1a): a version-2 file, reported in hparams and info.
+    q = tmp_path / "inject.tinyloop"
+    tl.write_random_model(str(q), vocab_size=260, d_model=32, n_heads=2, head_dim=16, d_ff=64, max_seq_len=64,
+                          loop_input="add")
+    assert int.from_bytes(q.read_bytes()[8:12], "little") == 2
+    with tl.load_model(str(q)) as m:
+        assert m.hparams["loop_input"] == "add" and m.info["hparams"]["loop_input"] == "add"
+        assert len(m.generate("hi", max_tokens=4)["output_ids"]) == 4
+    with pytest.raises(ValueError, match="loop_input"):
+        tl.write_random_model(str(q), loop_input="concat")
 
 
 def test_stream_decoder(model):

@@ -100,6 +100,7 @@ private slots:
         QVERIFY(treeHas(p->tree(), "d_model", "64"));
         QVERIFY(treeHas(p->tree(), "default_loops / max_loops", "3 / 6"));
         QVERIFY(treeHas(p->tree(), "vocab_size", "300"));
+        QVERIFY(treeHas(p->tree(), "loop_input", "none"));
         QVERIFY(!p->tree()->findItems("f32", Qt::MatchExactly | Qt::MatchRecursive, 0).isEmpty());
         QVERIFY(!p->tree()->findItems("resident weights", Qt::MatchExactly | Qt::MatchRecursive, 0).isEmpty());
         QCOMPARE(p->depthTable()->rowCount(), 3);

@@ -26,6 +26,7 @@ py::dict hparams_dict(const tl::HParams& h) {
     d["rope_theta"] = h.rope_theta;
     d["norm_eps"] = h.norm_eps;
     d["tie_embeddings"] = h.tie_embeddings;
+    d["loop_input"] = tl::loop_input_name(h.loop_input);  // "none" or "add" (FORMAT.md §1a)
     return d;
 }
 
@@ -209,7 +210,7 @@ PYBIND11_MODULE(tinyloop_py, m) {
         "write_random_model",
         [](const std::string& path, int vocab_size, int d_model, int n_heads, int n_kv_heads, int head_dim,
            int d_ff, int n_pre_blocks, int n_loop_layers, int default_loops, int max_loops, int max_seq_len,
-           uint64_t seed, const std::string& dtype, int group_size) {
+           uint64_t seed, const std::string& dtype, int group_size, const std::string& loop_input) {
             tl::HParams hp;
             hp.vocab_size = vocab_size;
             hp.d_model = d_model;
@@ -222,6 +223,7 @@ PYBIND11_MODULE(tinyloop_py, m) {
             hp.default_loops = default_loops;
             hp.max_loops = max_loops;
             hp.max_seq_len = max_seq_len;
+            hp.loop_input = tl::parse_loop_input(loop_input);
             const tl::DType dt = tl::parse_dtype(dtype);
             py::gil_scoped_release nogil;
             tl::save_model(path, tl::random_model_spec(hp, seed, dt, group_size));
@@ -230,9 +232,10 @@ PYBIND11_MODULE(tinyloop_py, m) {
         py::arg("n_heads") = 4, py::arg("n_kv_heads") = 0, py::arg("head_dim") = 16, py::arg("d_ff") = 128,
         py::arg("n_pre_blocks") = 1, py::arg("n_loop_layers") = 1, py::arg("default_loops") = 3,
         py::arg("max_loops") = 6, py::arg("max_seq_len") = 256, py::arg("seed") = 1, py::arg("dtype") = "f32",
-        py::arg("group_size") = 32,
+        py::arg("group_size") = 32, py::arg("loop_input") = "none",
         "Writes a .tinyloop model with random weights (tests, demos): a byte tokenizer plus one\n"
-        "<|endoftext|> token at the top id. n_kv_heads 0 = n_heads. dtype: f32|f16|q8|q4|q2.");
+        "<|endoftext|> token at the top id. n_kv_heads 0 = n_heads. dtype: f32|f16|q8|q4|q2.\n"
+        "loop_input: none|add (add: input injection, a version-2 file, FORMAT.md 1a).");
 
     m.def(
         "quantize_model_file",
