@@ -153,6 +153,7 @@ void MainWindow::buildUi() {
     m_config = new ConfigPanel;
     connect(m_config, &ConfigPanel::changed, this, &MainWindow::scheduleValidation);
     m_presets = new PresetsPanel(m_config, m_opts.presetDir);
+    connect(m_presets, &PresetsPanel::promptRequested, this, &MainWindow::setPrompt);
     m_modelPanel = new ModelPanel;
     auto* cfgDock = new QDockWidget("Generate config", this);
     cfgDock->setObjectName("configDock");

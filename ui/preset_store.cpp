@@ -14,11 +14,12 @@ using nlohmann::json;
 
 bool presetsEqual(const Preset& a, const Preset& b) {
     return a.name == b.name && a.description == b.description && a.mode == b.mode &&
-           configsEqual(a.config, b.config) && a.knobs == b.knobs && a.grammarFile == b.grammarFile;
+           configsEqual(a.config, b.config) && a.knobs == b.knobs && a.grammarFile == b.grammarFile &&
+           a.prompt == b.prompt;
 }
 
 json presetToJson(const Preset& p) {
-    return json{{"format", "tinyloop-preset"},
+    json j{{"format", "tinyloop-preset"},
                 {"version", 1},
                 {"name", p.name.toStdString()},
                 {"description", p.description.toStdString()},
@@ -26,6 +27,8 @@ json presetToJson(const Preset& p) {
                 {"config", configToJson(p.config)},
                 {"speculative", knobsToJson(p.knobs)},
                 {"grammar_file", p.grammarFile.toStdString()}};
+    if (!p.prompt.isEmpty()) j["prompt"] = p.prompt.toStdString();
+    return j;
 }
 
 Preset presetFromJson(const json& j, const ConfigLimits& lim) {
@@ -57,6 +60,9 @@ Preset presetFromJson(const json& j, const ConfigLimits& lim) {
         } else if (k == "grammar_file") {
             if (!v.is_string()) throw ConfigError("grammar_file", "expected a string (a .gbnf path, or \"\" for none)");
             p.grammarFile = QString::fromStdString(v.get<std::string>());
+        } else if (k == "prompt") {
+            if (!v.is_string()) throw ConfigError("prompt", "expected a string (the prompt the preset opens on)");
+            p.prompt = QString::fromStdString(v.get<std::string>());
         } else if (k == "speculative") {
             p.knobs = knobsFromJson(v, lim, "speculative.");
         } else {

@@ -19,6 +19,7 @@ struct Preset {
     tinyloop::GenerateConfig config;
     SpeculativeKnobs knobs;
     QString grammarFile;  // "" = none
+    QString prompt;       // "" = leave the editor's prompt; else the prompt the preset opens on
 };
 
 bool presetsEqual(const Preset& a, const Preset& b);

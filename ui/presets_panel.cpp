@@ -131,6 +131,7 @@ bool PresetsPanel::applyPreset(const QString& name, QString* error) {
     m_config->setConfig(p->config);
     m_config->setKnobs(p->knobs);
     m_config->setGrammarFile(p->grammarFile);
+    if (!p->prompt.isEmpty()) emit promptRequested(p->prompt);
     report(QString("loaded '%1'").arg(p->name), false);
     emit presetApplied(p->name);
     return true;

@@ -36,6 +36,7 @@ public:
 
 signals:
     void presetApplied(const QString& name);
+    void promptRequested(const QString& prompt);  // a preset that carries a prompt was applied
 
 private:
     QString selected() const;

@@ -1,6 +1,7 @@
 // Presets save and load back equal; import/export/delete work; a malformed preset file is
 // refused with a message naming the field; the shipped presets are valid; a model opens with
-// its default preset.
+// its default preset; a preset that carries a prompt puts it in the editor (the shipped "Digit
+// sum" opens on a held-out problem of the bundled reasoner).
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
@@ -11,6 +12,7 @@
 #include "main_window.h"
 #include "preset_store.h"
 #include "presets_panel.h"
+#include "prompt_editor.h"
 #include "ui_test_util.h"
 
 using namespace tlui;
@@ -53,6 +55,7 @@ private slots:
         p.config.bad_words = {{7}};
         p.config.max_time = 1.5;
         p.config.kv_cache = tinyloop::KVCacheType::Int8;
+        p.prompt = "2479362?\nwith a second line";
         QString err;
         QVERIFY2(store.save(p, &err), qPrintable(err));
         QVERIFY(store.names().contains(p.name));
@@ -128,6 +131,7 @@ private slots:
             {R"({"name": "a", "speculative": {"draft_ahead": 0}})", "speculative.draft_ahead"},
             {R"({"name": "a", "colour": "red"})", "colour"},
             {R"({"name": "a", "config": []})", "config"},
+            {R"({"name": "a", "prompt": 3})", "prompt"},
         };
         int i = 0;
         for (const Case& c : cases) {
@@ -162,6 +166,31 @@ private slots:
         QVERIFY(!panel.applyPreset("Hand edited", &err));
         QVERIFY(err.contains("config.min_p"));
         QVERIFY(configsEqual(*cfg.config(), tinyloop::GenerateConfig{}));
+    }
+
+    void presetWithAPromptOpensOnIt() {
+        ConfigPanel cfg;
+        PresetsPanel panel(&cfg, m_dir.filePath("store6"));
+        QSignalSpy asked(&panel, &PresetsPanel::promptRequested);
+        QString err;
+        QVERIFY2(panel.applyPreset("Greedy", &err), qPrintable(err));
+        QCOMPARE(asked.count(), 0);  // no prompt in the preset: the editor keeps its text
+        QVERIFY2(panel.applyPreset("Digit sum", &err), qPrintable(err));
+        QCOMPARE(asked.count(), 1);
+        const QString prompt = asked.at(0).at(0).toString();
+        QFile heldout(TL_SOURCE_DIR "/resources/models/tinyloop-digitsum/heldout.jsonl");
+        QVERIFY(heldout.open(QIODevice::ReadOnly));
+        QVERIFY2(QString::fromUtf8(heldout.readAll()).contains("\"prompt\": \"" + prompt + "\""), qPrintable(prompt));
+        QCOMPARE(cfg.mode(), DecodeMode::Greedy);
+        // the editor of a window shows it
+        WindowOptions o;
+        o.presetDir = m_dir.filePath("store7");
+        o.errorDialogs = false;
+        MainWindow w(o);
+        QVERIFY(w.presetsPanel()->applyPreset("Digit sum", &err));
+        auto* editor = w.findChild<PromptEditor*>();
+        QVERIFY(editor);
+        QCOMPARE(editor->toPlainText(), prompt);
     }
 
     void modelOpensWithItsDefaultPreset() {

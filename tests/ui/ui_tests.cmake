@@ -20,6 +20,7 @@ foreach(t IN LISTS TL_UI_TESTS)
   add_executable(${t} ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)
   target_link_libraries(${t} PRIVATE tinyloop_ui Qt6::Test)
   target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR}/tests/ui)
+  target_compile_definitions(${t} PRIVATE TL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   set_target_properties(${t} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests/ui)
   add_test(NAME ui.${t} COMMAND ${t})
   set_tests_properties(ui.${t} PROPERTIES

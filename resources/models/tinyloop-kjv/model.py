@@ -1,4 +1,5 @@
-"""PyTorch reference of FORMAT.md section 1 (the weight-shared looped transformer)."""
+"""PyTorch reference of FORMAT.md section 1 (the weight-shared looped transformer) and of
+section 1a (input injection, loop_input "add")."""
 import math
 from dataclasses import dataclass, asdict
 
@@ -23,9 +24,18 @@ class HParams:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
+    loop_input: str = "none"  # FORMAT.md section 1a: "none" or "add" (file version 2)
+
+    def __post_init__(self):
+        if self.loop_input not in ("none", "add"):
+            raise ValueError(f"loop_input: {self.loop_input!r} (allowed: \"none\", \"add\")")
 
     def to_json(self):
-        return asdict(self)
+        """The file's hparams; loop_input appears only when it is "add" (version-1 files unchanged)."""
+        d = asdict(self)
+        if d["loop_input"] == "none":
+            del d["loop_input"]
+        return d
 
 
 def rms_norm(x, g, eps):
@@ -129,8 +139,12 @@ class LoopedLM(nn.Module):
         h = self.embed[idx]
         for b in self.pre:
             h = b(h, cos, sin)
+        e = h  # the prelude output, added back before every pass after the first (section 1a)
+        inject = hp.loop_input == "add"
         outs = {}
         for l in range(1, L + 1):
+            if inject and l > 1:
+                h = h + e
             for b in self.loop:
                 h = b(h, cos, sin)
             if lens_depths is not None and l in lens_depths:

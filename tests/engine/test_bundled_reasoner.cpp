@@ -1,0 +1,147 @@
+// The bundled reasoner (resources/models/tinyloop-digitsum): the shipped f32 file, run by the
+// engine on a quarter of its own held-out problems (heldout.jsonl), greedy, one thread. The
+// answer needs the loops: exact-match accuracy >= 95% at the default depth and <= 30% at one
+// pass; with the early-exit setting recommended in the file's metadata the answer token's exit
+// depth rises with the problem's size (Spearman >= 0.8) and accuracy stays within 2 points.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+using namespace tinyloop;
+using nlohmann::json;
+
+namespace {
+
+const std::string kDir = TL_SOURCE_DIR "/resources/models/tinyloop-digitsum/";
+
+struct Problem {
+    std::string prompt, answer;
+    int size = 0;
+};
+
+std::vector<Problem> heldout_subset(int every) {
+    std::ifstream f(kDir + "heldout.jsonl");
+    if (!f) throw std::runtime_error("cannot open " + kDir + "heldout.jsonl");
+    std::vector<Problem> out;
+    std::string line;
+    for (int i = 0; std::getline(f, line); ++i) {
+        if (line.empty() || i % every) continue;
+        const json j = json::parse(line);
+        out.push_back({j.at("prompt").get<std::string>(), j.at("answer").get<std::string>(), j.at("size").get<int>()});
+    }
+    return out;
+}
+
+struct Outcome {
+    double accuracy = 0;
+    std::vector<double> exit_depth;  // the depth of the answer token, per problem
+};
+
+Outcome run(Model* m, const std::vector<Problem>& probs, GenerateConfig c) {
+    c.max_tokens = 4;
+    c.temperature = 0.0f;
+    Outcome o;
+    int hits = 0;
+    for (const Problem& p : probs) {
+        const std::vector<int32_t> prompt = tokenize(m, p.prompt);
+        const GenerateResult r = generate_ex(m, prompt.data(), static_cast<int>(prompt.size()), c);
+        std::vector<int32_t> want = tokenize(m, "=" + p.answer);
+        want.push_back(256);  // <|endoftext|>
+        const std::vector<int32_t> got(r.tokens.begin() + r.prompt_len, r.tokens.end());
+        hits += got == want;
+        const auto& d = r.stats.depth_per_token;
+        o.exit_depth.push_back(d.size() > 1 ? d[1] : d.empty() ? 0 : d[0]);
+    }
+    o.accuracy = static_cast<double>(hits) / static_cast<double>(probs.size());
+    return o;
+}
+
+std::vector<double> ranks(const std::vector<double>& v) {
+    std::vector<size_t> order(v.size());
+    for (size_t i = 0; i < v.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+    std::vector<double> r(v.size());
+    for (size_t i = 0; i < order.size();) {
+        size_t j = i;
+        while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) ++j;
+        for (size_t k = i; k <= j; ++k) r[order[k]] = (static_cast<double>(i + j)) / 2 + 1;
+        i = j + 1;
+    }
+    return r;
+}
+
+double spearman(const std::vector<double>& x, const std::vector<double>& y) {
+    const std::vector<double> rx = ranks(x), ry = ranks(y);
+    const double n = static_cast<double>(x.size());
+    double mx = 0, my = 0;
+    for (size_t i = 0; i < rx.size(); ++i) mx += rx[i] / n, my += ry[i] / n;
+    double cov = 0, vx = 0, vy = 0;
+    for (size_t i = 0; i < rx.size(); ++i) {
+        cov += (rx[i] - mx) * (ry[i] - my);
+        vx += (rx[i] - mx) * (rx[i] - mx);
+        vy += (ry[i] - my) * (ry[i] - my);
+    }
+    return vx > 0 && vy > 0 ? cov / std::sqrt(vx * vy) : 0.0;
+}
+
+EarlyExitCriterion criterion_named(const std::string& s) {
+    static const std::map<std::string, EarlyExitCriterion> names = {
+        {"hidden_l2", EarlyExitCriterion::HiddenL2}, {"logit_margin", EarlyExitCriterion::LogitMargin},
+        {"kl", EarlyExitCriterion::KL}, {"entropy_delta", EarlyExitCriterion::EntropyDelta},
+        {"argmax_stable", EarlyExitCriterion::ArgmaxStable}};
+    const auto it = names.find(s);
+    if (it == names.end()) throw std::runtime_error("metadata recommended.early_exit.criterion: unknown '" + s + "'");
+    return it->second;
+}
+
+LoadOptions one_thread() {
+    LoadOptions o;
+    o.backend = Backend::Cpu;
+    o.threads = 1;
+    return o;
+}
+
+}  // namespace
+
+TEST(BundledReasoner, AnswerNeedsTheLoops) {
+    tltest::ModelPtr mp(kDir + "model-f32.tinyloop", one_thread());
+    const auto probs = heldout_subset(4);
+    ASSERT_EQ(probs.size(), 100u);
+    GenerateConfig c;  // loops 0: the model's default depth
+    const Outcome deep = run(mp.get(), probs, c);
+    c.loops = 1;
+    const Outcome shallow = run(mp.get(), probs, c);
+    EXPECT_GE(deep.accuracy, 0.95);
+    EXPECT_LE(shallow.accuracy, 0.30);
+}
+
+TEST(BundledReasoner, RecommendedEarlyExitStopsLaterOnBiggerProblems) {
+    tltest::ModelPtr mp(kDir + "model-f32.tinyloop", one_thread());
+    const json meta = json::parse(model_info(mp.get()).metadata_json);
+    const json& ee = meta.at("recommended").at("early_exit");
+    const auto probs = heldout_subset(4);
+    GenerateConfig c;
+    const Outcome full = run(mp.get(), probs, c);
+    c.early_exit_criterion = criterion_named(ee.at("criterion").get<std::string>());
+    c.early_exit_threshold = ee.at("threshold").get<float>();
+    c.early_exit_patience = ee.at("patience").get<int>();
+    c.early_exit_min_L = ee.at("min_L").get<int>();
+    c.early_exit_peek_every = ee.at("peek_every").get<int>();
+    const Outcome early = run(mp.get(), probs, c);
+    std::vector<double> sizes;
+    for (const Problem& p : probs) sizes.push_back(p.size);
+    EXPECT_GE(spearman(sizes, early.exit_depth), 0.8);
+    EXPECT_GE(early.accuracy, full.accuracy - 0.02);
+    const int D = model_hparams(mp.get()).default_loops;
+    double mean = 0;
+    for (double d : early.exit_depth) mean += d / static_cast<double>(early.exit_depth.size());
+    EXPECT_LT(mean, D);  // it does stop early on average
+}
