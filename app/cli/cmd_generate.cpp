@@ -33,7 +33,7 @@ CommandSpec generate_spec() {
         {"--parse-special", "", "treat special-token strings (<|endoftext|>) in the text as tokens",
          "", false, P},
 
-        {"--max-tokens", "N", "most tokens to emit (default 64)", "an integer >= 0", false, D},
+        {"--max-tokens", "N", "most tokens to emit (default 64, fewer where the context ends sooner)", "an integer >= 0", false, D},
         {"--loops", "L", "loop depth, 1..max_loops (default: the model's default_loops)",
          "an integer in [1, max_loops]", false, D},
         {"--mode", "M",
@@ -559,6 +559,10 @@ int run_generate(const Args& args) {
     if (prompt_ids.empty())
         throw UsageError(source + ": the prompt is empty (at least one token is needed)");
     const int prompt_len = static_cast<int>(prompt_ids.size());
+    // The default length stops where the context ends instead of being refused, so a model with a
+    // short context (the bundled reasoner's is 64 tokens) answers without --max-tokens.
+    if (!args.has("--max-tokens"))
+        cfg.max_tokens = std::max(0, std::min(cfg.max_tokens, hp.max_seq_len - prompt_len));
 
     if (!m.speculative) with_flag_messages([&] { validate_config(model.get(), prompt_len, cfg); });
     ModelPtr draft_model;

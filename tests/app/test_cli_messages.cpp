@@ -85,6 +85,19 @@ TEST_F(CliMessages, GeneratedTextEndsItsLineBeforeTheTiming) {
     EXPECT_EQ(quiet.err, "");
 }
 
+// The README's reasoner example: a model whose context (64) is shorter than prompt + the default
+// 64 tokens answers without --max-tokens (the default stops where the context ends).
+TEST_F(CliMessages, DefaultLengthFitsAShortContext) {
+    const std::string reasoner = TL_SOURCE_DIR "/resources/models/tinyloop-digitsum/model-f32.tinyloop";
+    const CliRun r = run({"generate", reasoner, "--prompt", "2479362?", "--temperature", "0", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["text"].get<std::string>().rfind("=3", 0), 0u) << r.out;
+    // Asked for explicitly, a length past the context is still refused, naming the range.
+    expect_refusal(run({"generate", reasoner, "--prompt", "2479362?", "--max-tokens", "64"}), "tinyloop generate",
+                   "max_tokens must be in [0, 56]");
+}
+
 TEST_F(CliMessages, SummariesSayWhatRan) {
     // Beam search emits its tokens at the end: no per-token decode rate, the whole search's.
     const CliRun beam = generate({"--mode", "beam", "--max-tokens", "6", "--ignore-eos"});
