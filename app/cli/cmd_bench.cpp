@@ -567,8 +567,9 @@ int run_bench(const Args& args) {
     std::ostringstream o;
     if (!json) {
         char line[320];
-        std::snprintf(line, sizeof(line), "tinyloop bench: %s, prompt %d tokens, %d decoded, depth %d, median of %d\n",
-                      random ? ("random " + *args.value("--random")).c_str() : model_path.c_str(), P, N, L, repeat);
+        std::snprintf(line, sizeof(line), "tinyloop bench: %s, prompt %s, %d decoded, depth %d, median of %d\n",
+                      random ? ("random " + *args.value("--random")).c_str() : model_path.c_str(),
+                      plural(P, "token").c_str(), N, L, repeat);
         o << line;
         if (!machine.is_null()) {
             for (const auto& pt : machine["per_threads"]) {

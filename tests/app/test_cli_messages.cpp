@@ -114,6 +114,11 @@ TEST_F(CliMessages, SummariesSayWhatRan) {
     const CliRun chain = generate({"--mode", "speculative", "--max-tokens", "6", "--ignore-eos"});
     ASSERT_EQ(chain.status, 0) << chain.err;
     EXPECT_NE(chain.err.find("tinyloop: speculative "), std::string::npos) << chain.err;
+    // bench's header counts in the singular too.
+    const CliRun bench = run({"bench", kModel, "--prompt-tokens", "1", "--tokens", "2", "--modes", "plain",
+                              "--no-machine", "--repeat", "1"});
+    ASSERT_EQ(bench.status, 0) << bench.err;
+    EXPECT_NE((bench.out + bench.err).find(", prompt 1 token, 2 decoded"), std::string::npos) << bench.out << bench.err;
 }
 
 TEST_F(CliMessages, ScoreEarlyExitShowsTheDepthAndWhenNothingExited) {
