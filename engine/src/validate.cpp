@@ -5,6 +5,7 @@
 #include <string>
 
 #include "model.h"
+#include "tinyloop/json.h"
 
 namespace tinyloop {
 
@@ -25,18 +26,31 @@ void finite(const char* field, float x) {
 
 }  // namespace
 
+ConfigLimits config_limits(const Model* model) {
+    const Model& m = checked(model);
+    return {.max_loops = m.hp.max_loops, .max_seq_len = m.max_seq_len, .vocab_size = m.hp.vocab_size};
+}
+
 void validate_config(const Model* model, int prompt_len, const GenerateConfig& c) {
     const Model& m = checked(model);
-    const HParams& hp = m.hp;
     if (prompt_len < 1) bad("prompt_len: " + std::to_string(prompt_len) + " must be >= 1 (an empty prompt cannot be decoded)");
     if (c.max_tokens < 0) bad("max_tokens: " + std::to_string(c.max_tokens) + " must be >= 0");
     if (static_cast<long long>(prompt_len) + c.max_tokens > m.max_seq_len)
         bad("max_tokens: prompt_len + max_tokens = " + std::to_string(static_cast<long long>(prompt_len) + c.max_tokens) +
             " exceeds max_seq_len " + std::to_string(m.max_seq_len) + " (prompt_len " + std::to_string(prompt_len) +
             ", so max_tokens must be in [0, " + std::to_string(std::max(0, m.max_seq_len - prompt_len)) + "])");
+    if (c.loops < 0 || c.loops > m.hp.max_loops)
+        bad("loops: " + std::to_string(c.loops) + " is outside [1, " + std::to_string(m.hp.max_loops) +
+            "] (0 = the model's default_loops, " + std::to_string(m.hp.default_loops) + ")");
+    validate_config_fields(c, config_limits(model));
+}
+
+void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
+    if (c.max_tokens < 0 || c.max_tokens > hp.max_seq_len)
+        bad("max_tokens: " + std::to_string(c.max_tokens) + " is outside [0, " + std::to_string(hp.max_seq_len) + "] (max_seq_len)");
     if (c.loops < 0 || c.loops > hp.max_loops)
         bad("loops: " + std::to_string(c.loops) + " is outside [1, " + std::to_string(hp.max_loops) +
-            "] (0 = the model's default_loops, " + std::to_string(hp.default_loops) + ")");
+            "] (0 = the model's default_loops)");
     finite("temperature", c.temperature);
     if (c.temperature < 0) bad("temperature: " + num(c.temperature) + " must be >= 0 (0 = greedy)");
     if (!(c.temperature <= 0.01f) && c.top_k < 1)

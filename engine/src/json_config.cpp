@@ -1,0 +1,338 @@
+// The JSON codec's config half: the GenerateConfig field table (one line a field), the config,
+// speculation knobs and run specification to and from JSON (tinyloop/json.h).
+#include <cfloat>
+#include <climits>
+#include <cmath>
+
+#include "tinyloop/json.h"
+
+namespace tinyloop {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& field, const std::string& why) {
+    throw Error(ErrorCode::InvalidArgument, field + ": " + why);
+}
+
+bool as_integer(const json& v, long long* out) {
+    if (v.is_number_integer()) {
+        if (v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(LLONG_MAX))
+            return false;
+        *out = v.get<long long>();
+        return true;
+    }
+    if (v.is_number_float()) {
+        const double d = v.get<double>();
+        if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9e15) {
+            *out = static_cast<long long>(d);
+            return true;
+        }
+    }
+    return false;
+}
+
+int32_t int_value(const json& v, const std::string& f, long long lo = INT32_MIN, long long hi = INT32_MAX) {
+    long long x = 0;
+    if (!as_integer(v, &x)) bad(f, "expected an integer, got " + v.dump());
+    if (x < lo || x > hi) bad(f, std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return static_cast<int32_t>(x);
+}
+
+double double_value(const json& v, const std::string& f) {
+    if (!v.is_number()) bad(f, "expected a number, got " + v.dump());
+    return v.get<double>();
+}
+
+float float_value(const json& v, const std::string& f) {
+    const double d = double_value(v, f);
+    if (std::fabs(d) > FLT_MAX) bad(f, v.dump() + " is outside the float range");
+    return static_cast<float>(d);
+}
+
+// ---- one overload per member type: to JSON and from JSON ----
+
+json to_j(int x) { return x; }
+json to_j(float x) { return json_float(x); }
+json to_j(double x) { return x; }
+json to_j(bool x) { return x; }
+json to_j(uint64_t x) { return x; }
+json to_j(const std::vector<std::vector<int32_t>>& x) { return x; }
+json to_j(const std::vector<std::string>& x) { return x; }
+json to_j(EarlyExitCriterion x) { return criterion_name(x); }
+json to_j(KVCacheType x) { return kv_cache_type_name(x); }
+json to_j(Grammar*) { return nullptr; }
+json to_j(const std::vector<std::pair<int32_t, float>>& x) {
+    json a = json::array();
+    for (const auto& [id, b] : x) a.push_back(json::array({id, json_float(b)}));
+    return a;
+}
+
+void from_j(const json& v, int& x, const std::string& f) { x = int_value(v, f); }
+void from_j(const json& v, float& x, const std::string& f) { x = float_value(v, f); }
+void from_j(const json& v, double& x, const std::string& f) { x = double_value(v, f); }
+void from_j(const json& v, bool& x, const std::string& f) {
+    if (!v.is_boolean()) bad(f, "expected true or false, got " + v.dump());
+    x = v.get<bool>();
+}
+void from_j(const json& v, uint64_t& x, const std::string& f) {
+    long long i = 0;
+    if (v.is_number_unsigned()) x = v.get<uint64_t>();
+    else if (as_integer(v, &i) && i >= 0) x = static_cast<uint64_t>(i);
+    else bad(f, "expected an integer in [0, 2^64-1], got " + v.dump());
+}
+void from_j(const json& v, std::vector<std::vector<int32_t>>& x, const std::string& f) {
+    if (!v.is_array()) bad(f, "expected an array of arrays of token ids");
+    x.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string fi = f + "[" + std::to_string(i) + "]";
+        if (!v[i].is_array()) bad(fi, "expected an array of token ids");
+        std::vector<int32_t> ids;
+        for (size_t k = 0; k < v[i].size(); ++k) ids.push_back(int_value(v[i][k], fi + "[" + std::to_string(k) + "]"));
+        x.push_back(std::move(ids));
+    }
+}
+void from_j(const json& v, std::vector<std::string>& x, const std::string& f) {
+    if (!v.is_array()) bad(f, "expected an array of strings");
+    x.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].is_string()) bad(f + "[" + std::to_string(i) + "]", "expected a string");
+        x.push_back(v[i].get<std::string>());
+    }
+}
+void from_j(const json& v, std::vector<std::pair<int32_t, float>>& x, const std::string& f) {
+    if (!v.is_array()) bad(f, "expected an array of [token id, bias] pairs");
+    x.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string fi = f + "[" + std::to_string(i) + "]";
+        if (!v[i].is_array() || v[i].size() != 2) bad(fi, "expected a [token id, bias] pair");
+        x.emplace_back(int_value(v[i][0], fi + ": token id"), float_value(v[i][1], fi + ": bias"));
+    }
+}
+void from_j(const json& v, EarlyExitCriterion& x, const std::string& f) {
+    if (!v.is_string() || !parse_criterion(v.get<std::string>(), &x))
+        bad(f, v.dump() + " is not one of hidden_l2, logit_margin, kl, entropy_delta, argmax_stable");
+}
+void from_j(const json& v, KVCacheType& x, const std::string& f) {
+    if (!v.is_string() || (v.get<std::string>() != "f32" && v.get<std::string>() != "int8"))
+        bad(f, v.dump() + " is not one of f32, int8");
+    x = parse_kv_cache_type(v.get<std::string>());
+}
+void from_j(const json& v, Grammar*&, const std::string& f) {
+    if (!v.is_null()) bad(f, "a grammar is given as a file (grammar_file), not inside the config");
+}
+
+struct FieldCodec {
+    ConfigField info;
+    json (*get)(const GenerateConfig&);
+    void (*set)(GenerateConfig&, const json&, const std::string&);
+};
+
+template <auto Member>
+FieldCodec field(const char* key, ConfigFieldKind kind, const char* range, const char* help) {
+    return {{key, kind, range, help},
+            [](const GenerateConfig& c) { return to_j(c.*Member); },
+            [](GenerateConfig& c, const json& v, const std::string& f) { from_j(v, c.*Member, f); }};
+}
+
+using K = ConfigFieldKind;
+using C = GenerateConfig;
+
+// The one list of GenerateConfig fields: key, kind, range, the seed's description.
+const std::vector<FieldCodec>& codecs() {
+    static const std::vector<FieldCodec> v = {
+        field<&C::max_tokens>("max_tokens", K::Int, "0 .. max_seq_len - prompt", "Upper bound on emitted tokens (excludes the prompt). Default 64."),
+        field<&C::loops>("loops", K::Int, "0 .. max_loops (0 = model default)", "Loop depth. Set explicitly to override the checkpoint's trained default (0 = model.default_loops)."),
+        field<&C::temperature>("temperature", K::Float, ">= 0", "Softmax temperature. 0.0 (or <= 0.01) means greedy argmax. Must be >= 0."),
+        field<&C::top_k>("top_k", K::Int, "1 .. vocab", "Retain top-k tokens before sampling. Must be >= 1 when sampling is active. Ignored when temperature == 0."),
+        field<&C::top_p>("top_p", K::Float, "(0, 1]", "Nucleus sampling threshold. 1.0 disables. Applied after top_k."),
+        field<&C::min_p>("min_p", K::Float, "[0, 1]", "Drop tokens whose probability is below min_p times the top probability. 0 disables."),
+        field<&C::cache_window>("cache_window", K::Int, ">= 0 (0 = unlimited)", "Sliding-window cap on KV cache. 0 means unlimited (bounded by max_seq_len)."),
+        field<&C::repetition_penalty>("repetition_penalty", K::Float, "> 0 (1 disables)", "HuggingFace-convention penalty applied before temperature/top-k/top-p. 1.0 disables."),
+        field<&C::frequency_penalty>("frequency_penalty", K::Float, "[-2, 2]", "Subtracts penalty x (times the token was emitted) from its logit. 0 disables."),
+        field<&C::presence_penalty>("presence_penalty", K::Float, "[-2, 2]", "Subtracts penalty from the logit of every token already emitted. 0 disables."),
+        field<&C::logit_bias>("logit_bias", K::Bias, "id:bias, bias in [-100, 100]", "Added to the logits after the penalties, e.g. \"256:-100, 32:1.5\"."),
+        field<&C::stop_sequences>("stop_sequences", K::IdLists, "ids; ids; ...", "Token-id sequences that terminate decode when matched at the tail of emitted output. Matching tokens are included in the returned stream. Format: \"13; 198 198\"."),
+        field<&C::stop_strings>("stop_strings", K::Strings, "JSON array of strings", "Text that terminates decode when it appears; excluded from the text. Format: [\"\\n\\n\", \"Amen\"]."),
+        field<&C::ignore_eos>("ignore_eos", K::Bool, "", "Keep going past the model's EOS token."),
+        field<&C::max_time>("max_time", K::Float, ">= 0 s (0 = no limit)", "Seconds of wall clock for the call; the run stops with MAX_TIME when it is spent. 0 = no limit."),
+        field<&C::no_repeat_ngram_size>("no_repeat_ngram_size", K::Int, ">= 0 (0 disables)", "n > 0 bans a token that would repeat an n-gram of prompt + emitted (Hugging Face convention)."),
+        field<&C::bad_words>("bad_words", K::IdLists, "ids; ids; ...", "Token sequences that are never emitted (each non-empty). Format: \"256; 10 10\"."),
+        field<&C::beam_size>("beam_size", K::Int, "0 .. 64", "0 or 1 = standard sampling. >= 2 switches to deterministic beam search; sampling knobs are then ignored."),
+        field<&C::length_penalty>("length_penalty", K::Float, "beam only (1 otherwise)", "Beam-search only. Ranks beams by log_prob / max(1, len)^length_penalty."),
+        field<&C::early_exit_patience>("early_exit_patience", K::Int, ">= 0 (0 disables)", "0 disables adaptive-depth early exit. >0 enables: exit after patience consecutive stable probes past min_L."),
+        field<&C::early_exit_min_L>("early_exit_min_L", K::Int, "1 .. max_loops", "First-probe floor for early exit."),
+        field<&C::early_exit_peek_every>("early_exit_peek_every", K::Int, ">= 1", "Probe cadence past min_L."),
+        field<&C::early_exit_logit_margin>("early_exit_logit_margin", K::Float, ">= 0", ">0 switches from hidden-L2 to logit-margin stability. Empirically the right signal for high-beta models."),
+        field<&C::early_exit_criterion>("early_exit_criterion", K::Criterion, "", "Stability signal for early exit: hidden-state L2 change (the seed's default), logit margin, KL, entropy change or argmax stability."),
+        field<&C::early_exit_threshold>("early_exit_threshold", K::Float, "> 0", "Threshold the chosen early-exit criterion is compared with."),
+        field<&C::sample_seed>("sample_seed", K::U64, "0 .. 2^64-1", "RNG seed for stochastic sampling. Deterministic given seed + config + model."),
+        field<&C::kv_cache>("kv_cache", K::KvCache, "f32 | int8", "Layout of the KV cache: f32 (exact) or int8 (one byte per element plus a scale per row and head: about 3.8x less KV memory, logits within about 1% of their span of f32's). Used by plain decode, beam search, early exit and draft-model speculation; chain and tree self-speculation keep f32."),
+        field<&C::grammar>("grammar", K::Grammar, "a .gbnf file, or empty", "Optional constrained-decoding grammar (GBNF: rules name ::= ..., start rule root). A token is allowed when its bytes keep the output inside the grammar; when nothing is allowed the run stops with GRAMMAR_DEAD_END."),
+    };
+    return v;
+}
+
+const FieldCodec* find_codec(const std::string& key) {
+    for (const auto& f : codecs())
+        if (key == f.info.key) return &f;
+    return nullptr;
+}
+
+// Runs `check`, prefixing the field named in its error with `where`.
+template <class F>
+void with_prefix(const std::string& where, F&& check) {
+    try {
+        check();
+    } catch (const Error& e) {
+        if (where.empty()) throw;
+        throw Error(e.code(), where + e.what());
+    }
+}
+
+std::string object_name(const std::string& where, const char* fallback) {
+    return where.empty() ? fallback : where.substr(0, where.size() - 1);
+}
+
+}  // namespace
+
+const std::vector<ConfigField>& config_fields() {
+    static const std::vector<ConfigField> v = [] {
+        std::vector<ConfigField> out;
+        for (const auto& f : codecs()) out.push_back(f.info);
+        return out;
+    }();
+    return v;
+}
+
+const ConfigField* find_config_field(const std::string& key) {
+    for (const auto& f : config_fields())
+        if (key == f.key) return &f;
+    return nullptr;
+}
+
+namespace {
+struct CriterionName {
+    const char* name;
+    EarlyExitCriterion c;
+};
+// The canonical names first, then the CLI's short ones.
+const CriterionName kCriteria[] = {
+    {"hidden_l2", EarlyExitCriterion::HiddenL2}, {"logit_margin", EarlyExitCriterion::LogitMargin},
+    {"kl", EarlyExitCriterion::KL},              {"entropy_delta", EarlyExitCriterion::EntropyDelta},
+    {"argmax_stable", EarlyExitCriterion::ArgmaxStable}, {"l2", EarlyExitCriterion::HiddenL2},
+    {"margin", EarlyExitCriterion::LogitMargin}, {"entropy", EarlyExitCriterion::EntropyDelta},
+    {"argmax", EarlyExitCriterion::ArgmaxStable},
+};
+}  // namespace
+
+const char* criterion_name(EarlyExitCriterion c) {
+    for (const auto& k : kCriteria)
+        if (k.c == c) return k.name;
+    return "?";
+}
+
+bool parse_criterion(const std::string& name, EarlyExitCriterion* out) {
+    for (const auto& k : kCriteria)
+        if (name == k.name) {
+            *out = k.c;
+            return true;
+        }
+    return false;
+}
+
+json config_to_json(const GenerateConfig& c) {
+    json j = json::object();
+    for (const auto& f : codecs()) j[f.info.key] = f.get(c);
+    return j;
+}
+
+void set_config_field(GenerateConfig& c, const std::string& key, const json& value, const std::string& where) {
+    const FieldCodec* f = find_codec(key);
+    if (!f) bad(where + key, "unknown field");
+    f->set(c, value, where + key);
+}
+
+GenerateConfig config_from_json(const json& j, const ConfigLimits& limits, const std::string& where,
+                                const GenerateConfig& base) {
+    if (!j.is_object()) bad(object_name(where, "config"), "expected a JSON object");
+    GenerateConfig c = base;
+    for (auto it = j.begin(); it != j.end(); ++it) set_config_field(c, it.key(), it.value(), where);
+    with_prefix(where, [&] { validate_config_fields(c, limits); });
+    return c;
+}
+
+// ---- speculation knobs and the run specification ----
+
+void validate_speculation(const SpeculationKnobs& k, const ConfigLimits& limits) {
+    auto in = [](const char* f, int x, int lo, int hi, const char* note) {
+        if (x < lo || x > hi)
+            bad(f, std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" + note);
+    };
+    in("verify_loops", k.verify_loops, 0, limits.max_loops, " (0 = the config's loops)");
+    in("draft_loops", k.draft_loops, 0, limits.max_loops, " (0 = the mode's default)");
+    in("draft_ahead", k.draft_ahead, 1, 32, " (tree: 1 .. 8)");
+    in("branches", k.branches, 1, 8, "");
+    in("gamma", k.gamma, 1, 32, "");
+}
+
+json speculation_to_json(const SpeculationKnobs& k) {
+    return json{{"verify_loops", k.verify_loops}, {"draft_loops", k.draft_loops}, {"draft_ahead", k.draft_ahead},
+                {"branches", k.branches},         {"gamma", k.gamma}};
+}
+
+SpeculationKnobs speculation_from_json(const json& j, const ConfigLimits& limits, const std::string& where) {
+    if (!j.is_object()) bad(object_name(where, "speculation"), "expected a JSON object");
+    SpeculationKnobs k;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        const std::string& key = it.key();
+        int* slot = key == "verify_loops" ? &k.verify_loops
+                    : key == "draft_loops" ? &k.draft_loops
+                    : key == "draft_ahead" ? &k.draft_ahead
+                    : key == "branches" || key == "K_branches" ? &k.branches
+                    : key == "gamma" ? &k.gamma
+                                     : nullptr;
+        if (!slot) bad(where + key, "unknown field");
+        *slot = int_value(it.value(), where + key);
+    }
+    with_prefix(where, [&] { validate_speculation(k, limits); });
+    return k;
+}
+
+bool parse_decode_mode(const std::string& name, DecodeMode* out) {
+    for (DecodeMode m : {DecodeMode::Greedy, DecodeMode::Sample, DecodeMode::EarlyExit, DecodeMode::Beam,
+                         DecodeMode::Speculative, DecodeMode::Tree, DecodeMode::DraftModel})
+        if (name == decode_mode_name(m)) {
+            *out = m;
+            return true;
+        }
+    return false;
+}
+
+json run_spec_to_json(const RunSpec& spec) {
+    return json{{"mode", decode_mode_name(spec.mode)},
+                {"config", config_to_json(spec.config)},
+                {"speculation", speculation_to_json(spec.speculation)}};
+}
+
+RunSpec run_spec_from_json(const json& j, const ConfigLimits& limits) {
+    if (!j.is_object()) bad("run", "expected a JSON object");
+    RunSpec spec;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        const std::string& key = it.key();
+        if (key == "mode") {
+            if (!it->is_string() || !parse_decode_mode(it->get<std::string>(), &spec.mode))
+                bad("mode", it->dump() + " is not one of greedy, sample, early-exit, beam, speculative, tree, draft-model");
+        } else if (key == "config") {
+            spec.config = config_from_json(*it, limits, "config.");
+        } else if (key == "speculation") {
+            spec.speculation = speculation_from_json(*it, limits, "speculation.");
+        } else {
+            bad(key, "unknown field");
+        }
+    }
+    return spec;
+}
+
+}  // namespace tinyloop
