@@ -140,12 +140,14 @@ CommandSpec generate_spec() {
         "\n"
         "--json prints one object: model, backend, prompt_ids, output_ids (the continuation),\n"
         "text, stats{prefill_ms, first_token_ms, decode_ms, total_ms, prompt_tokens,\n"
-        "tokens_emitted, stop_reason, loops_used, decode_tokens_per_s, depth_per_token}, config\n"
-        "(the settings used), and with --events: events[{token, position, index, piece, depth,\n"
-        "prob, lens?[{depth, top_ids, top_probs, p_emitted, entropy}], and for speculative\n"
-        "modes cycle, drafted, accepted, from_verifier}]. Speculative stats add spec_cycles,\n"
-        "spec_drafted, spec_tested, spec_accepted, spec_accept_hist, spec_acceptance_rate,\n"
-        "spec_mean_accepted, draft_ms, verify_ms.\n"
+        "tokens_emitted, stop_reason, loops_used, decode_tokens_per_s, depth_per_token,\n"
+        "kv_cache_bytes, spec_cycles, spec_drafted, spec_tested, spec_accepted, spec_accept_hist,\n"
+        "spec_acceptance_rate, spec_mean_accepted, draft_ms, verify_ms (zero when not\n"
+        "speculating)}, config (every GenerateConfig field by its engine name, as the engine's\n"
+        "JSON codec writes it, with the mode and the depth used), and with --events:\n"
+        "events[{token, position, index, piece, depth, prob, lens?[{depth, top_ids, top_probs,\n"
+        "p_emitted, entropy}], and for speculative modes cycle, drafted, accepted,\n"
+        "from_verifier}].\n"
         "\n"
         "Ctrl-C stops the generation after the current token (stop reason CALLBACK_ABORT, exit 130).\n";
     return s;
@@ -176,7 +178,7 @@ private:
 };
 
 // Engine field names -> the flags that set them, for messages.
-const std::vector<std::pair<std::string, std::string>>& config_fields() {
+const std::vector<std::pair<std::string, std::string>>& field_flags() {
     static const std::vector<std::pair<std::string, std::string>> f = {
         {"max_tokens", "--max-tokens"},
         {"loops", "--loops"},
@@ -221,7 +223,7 @@ auto with_flag_messages(F&& f) -> decltype(f()) {
     try {
         return f();
     } catch (const Error& e) {
-        throw Error(e.code(), with_flag_name(e.what(), config_fields()));
+        throw Error(e.code(), with_flag_name(e.what(), field_flags()));
     }
 }
 
@@ -235,7 +237,7 @@ const EarlyExitName kCriteria[] = {
     {"argmax", EarlyExitCriterion::ArgmaxStable},
 };
 
-const char* criterion_name(EarlyExitCriterion c) {
+const char* flag_criterion_name(EarlyExitCriterion c) {
     for (const auto& k : kCriteria)
         if (k.criterion == c) return k.name;
     return "?";
@@ -274,9 +276,7 @@ RunSpec run_spec_of(const std::string& mode, const SpeculativeFlags& flags, cons
     if (mode == "speculative") rs.mode = DecodeMode::Speculative;
     else if (mode == "tree") rs.mode = DecodeMode::Tree;
     else if (draft) rs.mode = DecodeMode::DraftModel;
-    else if (cfg.beam_size >= 2) rs.mode = DecodeMode::Beam;
-    else if (cfg.early_exit_patience > 0) rs.mode = DecodeMode::EarlyExit;
-    else rs.mode = cfg.temperature > 0.01f ? DecodeMode::Sample : DecodeMode::Greedy;
+    else rs.mode = config_mode(cfg);
     SpeculationKnobs& k = rs.speculation;
     k.verify_loops = flags.verify_loops.value_or(0);
     k.draft_loops = flags.draft_loops.value_or(0);
@@ -452,45 +452,27 @@ void read_early_exit_flags(const Args& args, GenerateConfig& cfg) {
     }
 }
 
-// The settings used, for --json's "config".
+// The settings used, for --json's "config": the engine codec's GenerateConfig (every field by its
+// engine name), with the depth resolved, the mode, the grammar file, and the CLI's names of the
+// flags (seed, stop, stop_ids, no_repeat_ngram, early_exit) kept for scripts that read them.
 nlohmann::json config_json(const GenerateConfig& cfg, const Args& args, const std::string& mode_used,
                            int resolved_loops) {
-    nlohmann::json bias = nlohmann::json::array();
-    for (const auto& [id, b] : cfg.logit_bias) bias.push_back({id, f2d(b)});
-    return {
-        {"mode", mode_used},
-        {"max_tokens", cfg.max_tokens},
-        {"loops", resolved_loops},
-        {"temperature", f2d(cfg.temperature)},
-        {"top_k", cfg.top_k},
-        {"top_p", f2d(cfg.top_p)},
-        {"min_p", f2d(cfg.min_p)},
-        {"repetition_penalty", f2d(cfg.repetition_penalty)},
-        {"frequency_penalty", f2d(cfg.frequency_penalty)},
-        {"presence_penalty", f2d(cfg.presence_penalty)},
-        {"logit_bias", bias},
-        {"seed", cfg.sample_seed},
-        {"stop", cfg.stop_strings},
-        {"stop_ids", cfg.stop_sequences},
-        {"ignore_eos", cfg.ignore_eos},
-        {"max_time", cfg.max_time},
-        {"no_repeat_ngram", cfg.no_repeat_ngram_size},
-        {"bad_words", cfg.bad_words},
-        {"cache_window", cfg.cache_window},
-        {"kv_cache", kv_cache_type_name(cfg.kv_cache)},
-        {"beam_size", cfg.beam_size},
-        {"length_penalty", f2d(cfg.length_penalty)},
-        {"early_exit",
-         {{"criterion", criterion_name(cfg.early_exit_criterion)},
-          {"patience", cfg.early_exit_patience},
-          {"min_l", cfg.early_exit_min_L},
-          {"peek_every", cfg.early_exit_peek_every},
-          {"threshold", f2d(cfg.early_exit_threshold)},
-          {"logit_margin", f2d(cfg.early_exit_logit_margin)}}},
-        {"parse_special", args.has("--parse-special")},
-        {"grammar", args.has("--grammar") ? nlohmann::json(*args.value("--grammar"))
-                                          : nlohmann::json(nullptr)},
-    };
+    nlohmann::json j = config_to_json(cfg);
+    j["mode"] = mode_used;
+    j["loops"] = resolved_loops;
+    j["seed"] = cfg.sample_seed;
+    j["stop"] = cfg.stop_strings;
+    j["stop_ids"] = cfg.stop_sequences;
+    j["no_repeat_ngram"] = cfg.no_repeat_ngram_size;
+    j["early_exit"] = {{"criterion", flag_criterion_name(cfg.early_exit_criterion)},
+                       {"patience", cfg.early_exit_patience},
+                       {"min_l", cfg.early_exit_min_L},
+                       {"peek_every", cfg.early_exit_peek_every},
+                       {"threshold", f2d(cfg.early_exit_threshold)},
+                       {"logit_margin", f2d(cfg.early_exit_logit_margin)}};
+    j["parse_special"] = args.has("--parse-special");
+    j["grammar"] = args.has("--grammar") ? nlohmann::json(*args.value("--grammar")) : nlohmann::json(nullptr);
+    return j;
 }
 
 // The grammar, parsed before the model loads so that a malformed one fails fast.
@@ -609,12 +591,12 @@ int run_generate(const Args& args) {
         j["prompt_ids"] = prompt_ids;
         j["output_ids"] = std::vector<int32_t>(result.tokens.begin() + skip, result.tokens.end());
         j["text"] = result.text;
-        j["stats"] = stats_json(st, speculating);
+        j["stats"] = stats_to_json(st);
         j["config"] = config_json(cfg, args, mode_used, resolved_loops);
         for (const auto& [k, v] : spec_echo.items()) j["config"][k] = v;
         if (want_events) {
             nlohmann::json ev = nlohmann::json::array();
-            for (const auto& e : events) ev.push_back(event_json(e));
+            for (const auto& e : events) ev.push_back(event_to_json(e));
             j["events"] = ev;
         }
         print_json(j);

@@ -118,14 +118,6 @@ void print_json(const nlohmann::json& j) {
     std::fflush(stdout);
 }
 
-double f2d(float f) {
-    char buf[64];
-    auto [ptr, ec] = std::to_chars(buf, buf + sizeof(buf) - 1, f);
-    if (ec != std::errc()) return static_cast<double>(f);
-    *ptr = '\0';
-    return std::strtod(buf, nullptr);
-}
-
 std::string display_text(const std::string& bytes) {
     std::string clean = sanitize_utf8(bytes);
     std::string out;

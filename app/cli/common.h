@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "tinyloop/json.h"
 #include "tinyloop/tinyloop.h"
 
 namespace tinyloop::cli {
@@ -45,8 +46,9 @@ std::string read_text_file(const std::string& flag, const std::string& path);
 std::string dump_json(const nlohmann::json& j);
 void print_json(const nlohmann::json& j);
 
-// A float as the double with the same shortest decimal form (0.8f -> 0.8, not 0.800000011).
-double f2d(float f);
+// A float as the double with the same shortest decimal form (0.8f -> 0.8, not 0.800000011):
+// the engine codec's json_float.
+inline double f2d(float f) { return json_float(f); }
 
 // Bytes shown to a person on one line: invalid UTF-8 -> U+FFFD, control characters escaped.
 std::string display_text(const std::string& bytes);

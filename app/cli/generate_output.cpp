@@ -7,31 +7,6 @@
 
 namespace tinyloop::cli {
 
-nlohmann::json event_json(const TokenEvent& ev) {
-    nlohmann::json j = {{"token", ev.token}, {"position", ev.position}, {"index", ev.index},
-                        {"piece", ev.piece}, {"depth", ev.depth},       {"prob", f2d(ev.prob)}};
-    if (ev.cycle >= 0) {
-        j["cycle"] = ev.cycle;
-        j["drafted"] = ev.drafted;
-        j["accepted"] = ev.accepted;
-        j["from_verifier"] = ev.from_verifier;
-    }
-    if (!ev.lens.empty()) {
-        nlohmann::json lens = nlohmann::json::array();
-        for (const auto& l : ev.lens) {
-            std::vector<double> probs;
-            for (float p : l.top_probs) probs.push_back(f2d(p));
-            lens.push_back({{"depth", l.depth},
-                            {"top_ids", l.top_ids},
-                            {"top_probs", probs},
-                            {"p_emitted", f2d(l.p_emitted)},
-                            {"entropy", f2d(l.entropy)}});
-        }
-        j["lens"] = lens;
-    }
-    return j;
-}
-
 void print_events_table(const Model* model, const std::vector<TokenEvent>& events) {
     std::ostringstream o;
     o << "    #    pos      id  depth     prob  piece\n";
@@ -60,34 +35,6 @@ void print_events_table(const Model* model, const std::vector<TokenEvent>& event
     }
     std::string s = o.str();
     std::fwrite(s.data(), 1, s.size(), stderr);
-}
-
-nlohmann::json stats_json(const GenerateStats& st, bool speculating) {
-    nlohmann::json js = {
-        {"prefill_ms", st.prefill_ms},
-        {"first_token_ms", st.first_token_ms},
-        {"decode_ms", st.decode_ms},
-        {"total_ms", st.total_ms},
-        {"prompt_tokens", st.prompt_tokens},
-        {"tokens_emitted", st.tokens_emitted},
-        {"stop_reason", stop_reason_name(st.stop_reason)},
-        {"loops_used", st.loops_used},
-        {"decode_tokens_per_s", st.decode_tokens_per_s()},
-        {"depth_per_token", st.depth_per_token},
-        {"kv_cache_bytes", st.kv_cache_bytes},
-    };
-    if (speculating) {
-        js["spec_cycles"] = st.spec_cycles;
-        js["spec_drafted"] = st.spec_drafted;
-        js["spec_tested"] = st.spec_tested;
-        js["spec_accepted"] = st.spec_accepted;
-        js["spec_accept_hist"] = st.spec_accept_hist;
-        js["spec_acceptance_rate"] = st.spec_acceptance_rate();
-        js["spec_mean_accepted"] = st.spec_mean_accepted();
-        js["draft_ms"] = st.draft_ms;
-        js["verify_ms"] = st.verify_ms;
-    }
-    return js;
 }
 
 // The timing lines on stderr. Beam search emits its tokens only once the search ends, so it

@@ -9,8 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "tinyloop/tinyloop.h"
 
 namespace tinyloop::cli {
@@ -57,13 +55,8 @@ private:
     std::string pending_, printed_;
 };
 
-nlohmann::json event_json(const TokenEvent& ev);
-
 // The events as a table on stderr (with the lens rows under each token when present).
 void print_events_table(const Model* model, const std::vector<TokenEvent>& events);
-
-// --json's "stats"; the speculation counters only when `speculating`.
-nlohmann::json stats_json(const GenerateStats& st, bool speculating);
 
 // The timing lines on stderr. `mode_used` is greedy, sample, beam, speculative or tree.
 void print_timing(const GenerateStats& st, const std::string& mode_used, bool speculating,

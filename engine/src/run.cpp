@@ -50,6 +50,12 @@ SpeculationKnobs resolved_speculation(const Model* model, const RunSpec& spec) {
     return k;
 }
 
+DecodeMode config_mode(const GenerateConfig& c) {
+    if (c.beam_size >= 2) return DecodeMode::Beam;
+    if (c.early_exit_patience > 0) return DecodeMode::EarlyExit;
+    return is_greedy(c.temperature) ? DecodeMode::Greedy : DecodeMode::Sample;
+}
+
 GenerateResult run_decode(Model* model, const int32_t* prompt, int prompt_len, const RunSpec& spec,
                           const GenerateOptions& options) {
     checked(model);

@@ -633,6 +633,8 @@ struct RunSpec {
 // The knobs as run_decode uses them, every 0 ("the default") resolved (draft_loops of DraftModel
 // needs speculation.draft_model).
 SpeculationKnobs resolved_speculation(const Model* model, const RunSpec& spec);
+// The mode a config alone asks for: Beam (beam_size >= 2), EarlyExit (patience > 0), Sample or Greedy.
+DecodeMode config_mode(const GenerateConfig& config);
 
 GenerateResult run_decode(Model* model, const int32_t* prompt, int prompt_len, const RunSpec& spec,
                           const GenerateOptions& options = {});
