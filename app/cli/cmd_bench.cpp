@@ -254,138 +254,163 @@ const EarlyExitName kCriteria[] = {{"l2", EarlyExitCriterion::HiddenL2},
 
 nlohmann::json num_or_null(bool ok, double v) { return ok ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
-}  // namespace
-
-int run_bench_batch(const Args& args);  // bench_batch.cpp
-
-int run_bench(const Args& args) {
-    if (args.has("--batch")) return run_bench_batch(args);
+// The flags of one bench run, checked before anything loads.
+struct BenchFlags {
     KVCacheType kv_cache = KVCacheType::F32;
-    if (auto k = args.value("--kv-cache")) {
-        if (*k != "f32" && *k != "int8") throw UsageError("--kv-cache: expected one of f32, int8, got '" + *k + "'");
-        kv_cache = parse_kv_cache_type(*k);
-    }
-    // ---- flags ----
-    const bool random = args.has("--random");
+    bool random = false, json = false;
     std::string model_path;
-    if (random) {
-        if (!args.positionals().empty())
-            throw UsageError("MODEL and --random cannot be used together");
-    } else {
-        model_path = args.single_positional("MODEL (or --random SPEC)");
-    }
     uint64_t seed = 1;
     HParams rhp;
-    if (random) rhp = parse_random_spec(*args.value("--random"), &seed);
-
     std::vector<std::string> dtypes;
+    int group = 32, N = 128, P = 256, repeat = 3;
+    std::optional<int> loops_flag, draft_flag;
+    std::vector<int> threads;
+    std::vector<std::string> modes;
+    EarlyExitCriterion criterion = EarlyExitCriterion::HiddenL2;
+    std::string criterion_name = "l2";
+    float ee_threshold = 0.05f;
+    int ahead = 4, branches = 2, gamma = 4;
+    LoadOptions base_load;
+    bool has_mode(const char* m) const { return std::find(modes.begin(), modes.end(), m) != modes.end(); }
+};
+
+// MODEL or --random, --dtypes, --group-size, the workload and --threads.
+void read_bench_workload(const Args& args, BenchFlags& f) {
+    if (auto k = args.value("--kv-cache")) {
+        if (*k != "f32" && *k != "int8") throw UsageError("--kv-cache: expected one of f32, int8, got '" + *k + "'");
+        f.kv_cache = parse_kv_cache_type(*k);
+    }
+    f.random = args.has("--random");
+    if (f.random) {
+        if (!args.positionals().empty())
+            throw UsageError("MODEL and --random cannot be used together");
+        f.rhp = parse_random_spec(*args.value("--random"), &f.seed);
+    } else {
+        f.model_path = args.single_positional("MODEL (or --random SPEC)");
+    }
     if (auto d = args.value("--dtypes"))
         for (const auto& t : split_list("--dtypes", *d)) {
             if (t != "f32" && t != "f16" && t != "q8" && t != "q4" && t != "q2")
                 throw UsageError("--dtypes: expected items among f32, f16, q8, q4, q2, got '" + t + "'");
-            if (std::find(dtypes.begin(), dtypes.end(), t) == dtypes.end()) dtypes.push_back(t);
+            if (std::find(f.dtypes.begin(), f.dtypes.end(), t) == f.dtypes.end()) f.dtypes.push_back(t);
         }
-    const int group = args.get_int("--group-size", 1, 1 << 20).value_or(32);
-    if (group != 32 && group != 64 && group != 128)
+    f.group = args.get_int("--group-size", 1, 1 << 20).value_or(32);
+    if (f.group != 32 && f.group != 64 && f.group != 128)
         throw UsageError("--group-size: expected one of 32, 64, 128, got '" + *args.value("--group-size") + "'");
-    const int N = args.get_int("--tokens", 1, 100000).value_or(128);
-    const int P = args.get_int("--prompt-tokens", 1, 1000000).value_or(256);
-    const std::optional<int> loops_flag = args.get_int("--loops", 1, 1 << 16);
-    const int repeat = args.get_int("--repeat", 1, 100).value_or(3);
-    std::vector<int> threads;
+    f.N = args.get_int("--tokens", 1, 100000).value_or(128);
+    f.P = args.get_int("--prompt-tokens", 1, 1000000).value_or(256);
+    f.loops_flag = args.get_int("--loops", 1, 1 << 16);
+    f.repeat = args.get_int("--repeat", 1, 100).value_or(3);
     if (auto t = args.value("--threads")) {
         for (const auto& item : split_list("--threads", *t)) {
             int v = static_cast<int>(parse_integer("--threads", item, 1, 256, "a list of integers in [1, 256]"));
-            if (std::find(threads.begin(), threads.end(), v) == threads.end()) threads.push_back(v);
+            if (std::find(f.threads.begin(), f.threads.end(), v) == f.threads.end()) f.threads.push_back(v);
         }
     } else {
-        threads.push_back(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+        f.threads.push_back(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     }
-    std::vector<std::string> modes = {"plain"};
+}
+
+// --modes and the flags only some modes take; refuses a flag no listed mode uses.
+void read_bench_modes(const Args& args, BenchFlags& f) {
+    f.modes = {"plain"};
     if (auto m = args.value("--modes")) {
         for (const auto& item : split_list("--modes", *m)) {
             if (item != "plain" && item != "early-exit" && item != "speculative" && item != "tree" &&
                 item != "draft")
                 throw UsageError("--modes: expected items among plain, early-exit, speculative, tree, draft, got '" +
                                  item + "'");
-            if (std::find(modes.begin(), modes.end(), item) == modes.end()) modes.push_back(item);
+            if (std::find(f.modes.begin(), f.modes.end(), item) == f.modes.end()) f.modes.push_back(item);
         }
     } else {
-        modes = {"plain", "early-exit", "speculative", "tree"};
+        f.modes = {"plain", "early-exit", "speculative", "tree"};
     }
-    auto has_mode = [&](const char* m) { return std::find(modes.begin(), modes.end(), m) != modes.end(); };
-    EarlyExitCriterion criterion = EarlyExitCriterion::HiddenL2;
-    std::string criterion_name = "l2";
     if (auto c = args.value("--early-exit")) {
         bool found = false;
         for (const auto& k : kCriteria)
-            if (*c == k.name) criterion = k.c, criterion_name = k.name, found = true;
+            if (*c == k.name) f.criterion = k.c, f.criterion_name = k.name, found = true;
         if (!found)
             throw UsageError("--early-exit: expected one of l2, margin, kl, entropy, argmax, got '" + *c + "'");
     }
-    const float ee_threshold = args.get_float("--early-exit-threshold").value_or(0.05f);
-    if (ee_threshold < 0) throw UsageError("--early-exit-threshold: expected a number >= 0, got '" +
-                                           *args.value("--early-exit-threshold") + "'");
-    const std::optional<int> draft_flag = args.get_int("--draft-loops", 1, 1 << 16);
-    const int ahead = args.get_int("--draft-ahead", 1, 1 << 16).value_or(4);
-    const int branches = args.get_int("--branches", 1, 1 << 16).value_or(2);
-    for (const char* f : {"--early-exit", "--early-exit-threshold"})
-        if (args.has(f) && !has_mode("early-exit")) throw UsageError(std::string(f) + ": only used with --modes early-exit");
-    for (const char* f : {"--draft-loops", "--draft-ahead"})
-        if (args.has(f) && !has_mode("speculative") && !has_mode("tree") &&
-            !(has_mode("draft") && std::string(f) == "--draft-loops"))
-            throw UsageError(std::string(f) + ": only used with --modes speculative or tree" +
-                             (std::string(f) == "--draft-loops" ? " (or draft)" : ""));
-    const int gamma = args.get_int("--gamma", 1, 1 << 16).value_or(4);
-    for (const char* f : {"--gamma", "--draft-model"})
-        if (args.has(f) && !has_mode("draft")) throw UsageError(std::string(f) + ": only used with --modes draft");
+    f.ee_threshold = args.get_float("--early-exit-threshold").value_or(0.05f);
+    if (f.ee_threshold < 0) throw UsageError("--early-exit-threshold: expected a number >= 0, got '" +
+                                             *args.value("--early-exit-threshold") + "'");
+    f.draft_flag = args.get_int("--draft-loops", 1, 1 << 16);
+    f.ahead = args.get_int("--draft-ahead", 1, 1 << 16).value_or(4);
+    f.branches = args.get_int("--branches", 1, 1 << 16).value_or(2);
+    for (const char* flag : {"--early-exit", "--early-exit-threshold"})
+        if (args.has(flag) && !f.has_mode("early-exit"))
+            throw UsageError(std::string(flag) + ": only used with --modes early-exit");
+    for (const char* flag : {"--draft-loops", "--draft-ahead"})
+        if (args.has(flag) && !f.has_mode("speculative") && !f.has_mode("tree") &&
+            !(f.has_mode("draft") && std::string(flag) == "--draft-loops"))
+            throw UsageError(std::string(flag) + ": only used with --modes speculative or tree" +
+                             (std::string(flag) == "--draft-loops" ? " (or draft)" : ""));
+    f.gamma = args.get_int("--gamma", 1, 1 << 16).value_or(4);
+    for (const char* flag : {"--gamma", "--draft-model"})
+        if (args.has(flag) && !f.has_mode("draft"))
+            throw UsageError(std::string(flag) + ": only used with --modes draft");
     if (auto d = args.value("--draft-model")) check_file_readable("--draft-model", *d);
-    if (args.has("--branches") && !has_mode("tree")) throw UsageError("--branches: only used with --modes tree");
-    LoadOptions base_load;
+    if (args.has("--branches") && !f.has_mode("tree")) throw UsageError("--branches: only used with --modes tree");
+}
+
+BenchFlags read_bench_flags(const Args& args) {
+    BenchFlags f;
+    read_bench_workload(args, f);
+    read_bench_modes(args, f);
     if (auto b = args.value("--backend")) {
-        if (*b == "cpu") base_load.backend = Backend::Cpu;
-        else if (*b == "cuda") base_load.backend = Backend::Cuda;
-        else if (*b == "auto") base_load.backend = Backend::Auto;
+        if (*b == "cpu") f.base_load.backend = Backend::Cpu;
+        else if (*b == "cuda") f.base_load.backend = Backend::Cuda;
+        else if (*b == "auto") f.base_load.backend = Backend::Auto;
         else throw UsageError("--backend: expected one of cpu, cuda, auto, got '" + *b + "'");
     }
-    const bool json = args.has("--json");
-    if (!random) check_file_readable("MODEL", model_path);
+    f.json = args.has("--json");
+    if (!f.random) check_file_readable("MODEL", f.model_path);
+    return f;
+}
 
-    // ---- the machine ----
-    nlohmann::json machine = nullptr;
-    struct Ceiling {
-        double read_gbs = 0, fma_gflops = 0, cache_read_gbs = 0;
-    };
+// This machine's read bandwidth and FMA peak per thread count (--no-machine: none).
+struct Ceiling {
+    double read_gbs = 0, fma_gflops = 0, cache_read_gbs = 0;
+};
+struct Machine {
+    nlohmann::json json = nullptr;
     std::map<int, Ceiling> ceilings;  // per thread count
-    if (!args.has("--no-machine")) {
-        machine = {{"hardware_threads", std::thread::hardware_concurrency()}};
-        nlohmann::json per = nlohmann::json::array();
-        std::string isa;
-        for (int t : threads) {
-            const double gbs = measure_read_bandwidth_gbs(t);
-            const double gf = measure_fma_gflops(t, &isa);
-            // A decode step re-reads a working set (weights + KV) of a few to a few tens of MiB:
-            // on most machines that is last-level-cache bandwidth, not DRAM's.
-            const double cache_gbs = measure_read_bandwidth_gbs(t, size_t(32) << 20);
-            ceilings[t] = {gbs, gf, cache_gbs};
-            per.push_back({{"threads", t}, {"read_gbs", gbs}, {"cache_read_gbs", cache_gbs}, {"fma_gflops", gf}});
-        }
-        machine["fma_isa"] = isa;
-        machine["per_threads"] = per;
-    }
+};
 
-    // ---- the model files, one per dtype ----
-    TempDir tmp;
-    struct Variant {
-        std::string dtype, path;
-    };
+Machine measure_machine(const Args& args, const BenchFlags& f) {
+    Machine m;
+    if (args.has("--no-machine")) return m;
+    m.json = {{"hardware_threads", std::thread::hardware_concurrency()}};
+    nlohmann::json per = nlohmann::json::array();
+    std::string isa;
+    for (int t : f.threads) {
+        const double gbs = measure_read_bandwidth_gbs(t);
+        const double gf = measure_fma_gflops(t, &isa);
+        // A decode step re-reads a working set (weights + KV) of a few to a few tens of MiB:
+        // on most machines that is last-level-cache bandwidth, not DRAM's.
+        const double cache_gbs = measure_read_bandwidth_gbs(t, size_t(32) << 20);
+        m.ceilings[t] = {gbs, gf, cache_gbs};
+        per.push_back({{"threads", t}, {"read_gbs", gbs}, {"cache_read_gbs", cache_gbs}, {"fma_gflops", gf}});
+    }
+    m.json["fma_isa"] = isa;
+    m.json["per_threads"] = per;
+    return m;
+}
+
+// The model files, one per dtype (quantized into `tmp` where the model is not in it already),
+// and the draft model of --modes draft: the flag's, else the model quantized to q4.
+struct Variant {
+    std::string dtype, path;
+};
+std::vector<Variant> bench_variants(const Args& args, BenchFlags& f, const TempDir& tmp, std::string* draft_file) {
     std::vector<Variant> variants;
-    if (random) {
-        if (dtypes.empty()) dtypes = {"f32"};
-        for (const auto& d : dtypes) {
+    if (f.random) {
+        if (f.dtypes.empty()) f.dtypes = {"f32"};
+        for (const auto& d : f.dtypes) {
             const std::string path = tmp.path + "/random-" + d + ".tinyloop";
             try {
-                save_model(path, random_model_spec(rhp, seed, parse_dtype(d), group));
+                save_model(path, random_model_spec(f.rhp, f.seed, parse_dtype(d), f.group));
             } catch (const Error& e) {
                 throw Error(e.code(), "--random: " + std::string(e.what()));
             }
@@ -394,64 +419,112 @@ int run_bench(const Args& args) {
     } else {
         std::string own;
         {
-            LoadOptions lo = base_load;
+            LoadOptions lo = f.base_load;
             lo.threads = 1;
-            ModelPtr m = open_model(model_path, lo);
+            ModelPtr m = open_model(f.model_path, lo);
             own = model_costs(model_info(m.get())).matrix_dtype;
         }
-        if (dtypes.empty()) dtypes = {own};
-        for (const auto& d : dtypes) {
+        if (f.dtypes.empty()) f.dtypes = {own};
+        for (const auto& d : f.dtypes) {
             if (d == own) {
-                variants.push_back({d, model_path});
+                variants.push_back({d, f.model_path});
                 continue;
             }
             const std::string path = tmp.path + "/model-" + d + ".tinyloop";
-            quantize_model_file(model_path, path, parse_dtype(d), group);
+            quantize_model_file(f.model_path, path, parse_dtype(d), f.group);
             variants.push_back({d, path});
         }
     }
-
-    // The draft model of --modes draft: the flag's, else the model quantized to q4.
-    std::string draft_file;
-    if (has_mode("draft")) {
+    if (f.has_mode("draft")) {
         if (auto d = args.value("--draft-model")) {
-            draft_file = *d;
+            *draft_file = *d;
         } else {
-            draft_file = tmp.path + "/draft-q4.tinyloop";
-            quantize_model_file(random ? variants.front().path : model_path, draft_file, DType::Q4, group);
+            *draft_file = tmp.path + "/draft-q4.tinyloop";
+            quantize_model_file(f.random ? variants.front().path : f.model_path, *draft_file, DType::Q4, f.group);
         }
     }
+    return variants;
+}
 
-    // ---- the runs ----
-    nlohmann::json rows = nlohmann::json::array();
-    HParams hp_out;
+// A bench mode as the engine's run specification: greedy decoding at depth L, EOS ignored.
+RunSpec bench_run_spec(const BenchFlags& f, const std::string& mode, int max_tokens, int L, int draft,
+                       Model* draft_model) {
+    RunSpec spec;
+    spec.config.max_tokens = max_tokens;
+    spec.config.loops = L;
+    spec.config.ignore_eos = true;
+    if (mode == "plain" || mode == "early-exit") {
+        spec.config.kv_cache = f.kv_cache;
+        spec.mode = DecodeMode::Greedy;
+        if (mode == "early-exit") {
+            spec.mode = DecodeMode::EarlyExit;
+            spec.config.early_exit_patience = 1;
+            spec.config.early_exit_criterion = f.criterion;
+            spec.config.early_exit_threshold = f.ee_threshold;
+            if (f.criterion == EarlyExitCriterion::LogitMargin) spec.config.early_exit_logit_margin = f.ee_threshold;
+        }
+        return spec;
+    }
+    spec.mode = mode == "draft" ? DecodeMode::DraftModel : mode == "speculative" ? DecodeMode::Speculative : DecodeMode::Tree;
+    spec.speculation = {.verify_loops = L, .draft_loops = draft, .draft_ahead = f.ahead, .branches = f.branches,
+                        .draft_model = draft_model, .gamma = f.gamma};
+    return spec;
+}
+
+// One row of the table: a dtype, a mode, a thread count, its samples and its model's costs.
+struct Row {
+    std::string dtype, mode;
+    int threads;
+    std::vector<Sample> samples;
+    Costs costs;
+};
+
+struct Runs {
+    std::vector<Row> table;
+    HParams hp;
     int L = 0, draft = 0;
+};
+
+Sample sample_of(const GenerateResult& res, int P, int L, const std::vector<int32_t>& reference) {
+    const GenerateStats& st = res.stats;
+    Sample s;
+    s.prefill_tok_s = st.prefill_ms > 0 ? P * 1000.0 / st.prefill_ms : 0.0;
+    s.decode_tok_s = st.decode_tokens_per_s();
+    s.total_ms = st.total_ms;
+    s.emitted = st.tokens_emitted;
+    double depth = 0;
+    for (int dd : st.depth_per_token) depth += dd;
+    s.mean_depth = st.depth_per_token.empty() ? L : depth / st.depth_per_token.size();
+    s.acceptance = st.spec_acceptance_rate();
+    s.mean_accepted = st.spec_mean_accepted();
+    s.identical = res.tokens == reference;
+    return s;
+}
+
+// Every dtype x thread count: a warm-up, then `repeat` rounds of the modes interleaved.
+Runs run_rows(const BenchFlags& f, const std::vector<Variant>& variants, const std::string& draft_file) {
+    Runs out;
     const auto fields = std::vector<std::pair<std::string, std::string>>{
         {"loops", "--loops"},           {"verify_loops", "--loops"},
         {"draft_loops", "--draft-loops"}, {"draft_ahead", "--draft-ahead"},
-        {"K_branches", "--branches"},   {"max_tokens", "--tokens"},
+        {"K_branches", "--branches"},   {"branches", "--branches"},
+        {"max_tokens", "--tokens"},
         {"gamma", "--gamma"},           {"draft", "--draft-model"},
         {"early_exit_threshold", "--early-exit-threshold"}};
-    struct Row {
-        std::string dtype, mode;
-        int threads;
-        std::vector<Sample> samples;
-        Costs costs;
-    };
-    std::vector<Row> table;
+    const int P = f.P, N = f.N;
     for (const auto& v : variants) {
-        for (int t : threads) {
-            LoadOptions lo = base_load;
+        for (int t : f.threads) {
+            LoadOptions lo = f.base_load;
             lo.threads = t;
             ModelPtr model = open_model(v.path, lo);
             const HParams& hp = model_hparams(model.get());
-            hp_out = hp;
-            L = loops_flag.value_or(hp.default_loops);
+            out.hp = hp;
+            const int L = out.L = f.loops_flag.value_or(hp.default_loops);
             if (L > hp.max_loops)
                 throw UsageError("--loops: " + std::to_string(L) + " is deeper than the model's max_loops " +
                                  std::to_string(hp.max_loops));
-            draft = draft_flag.value_or(std::max(1, std::min(2, L - 1)));
-            if ((has_mode("speculative") || has_mode("tree")) && L < 2)
+            out.draft = f.draft_flag.value_or(std::max(1, std::min(2, L - 1)));
+            if ((f.has_mode("speculative") || f.has_mode("tree")) && L < 2)
                 throw UsageError("--loops: speculative and tree modes need a depth >= 2, got " + std::to_string(L));
             if (P + N > hp.max_seq_len)
                 throw UsageError("--prompt-tokens " + std::to_string(P) + " + --tokens " + std::to_string(N) +
@@ -459,220 +532,214 @@ int run_bench(const Args& args) {
             const Costs costs = model_costs(model_info(model.get()));
             const std::vector<int32_t> prompt = bench_prompt(model.get(), P);
             ModelPtr draft_model;
-            if (has_mode("draft")) draft_model = open_model(draft_file, lo);
-
+            if (f.has_mode("draft")) draft_model = open_model(draft_file, lo);
             auto run_mode = [&](const std::string& mode, int max_tokens) {
-                return with_engine_fields(fields, [&] {
-                    if (mode == "plain" || mode == "early-exit") {
-                        GenerateConfig c;
-                        c.max_tokens = max_tokens;
-                        c.loops = L;
-                        c.ignore_eos = true;
-                        c.kv_cache = kv_cache;
-                        if (mode == "early-exit") {
-                            c.early_exit_patience = 1;
-                            c.early_exit_criterion = criterion;
-                            c.early_exit_threshold = ee_threshold;
-                            if (criterion == EarlyExitCriterion::LogitMargin) c.early_exit_logit_margin = ee_threshold;
-                        }
-                        return generate_ex(model.get(), prompt.data(), P, c);
-                    }
-                    if (mode == "draft") {
-                        GenerateConfig c;
-                        c.max_tokens = max_tokens;
-                        c.loops = L;
-                        c.ignore_eos = true;
-                        DraftSpeculativeConfig dc;
-                        dc.gamma = gamma;
-                        dc.draft_loops = draft;
-                        return draft_speculative_generate_ex(model.get(), draft_model.get(), prompt.data(), P, c,
-                                                             dc);
-                    }
-                    if (mode == "speculative") {
-                        SpeculativeConfig c;
-                        c.max_tokens = max_tokens;
-                        c.draft_loops = draft;
-                        c.verify_loops = L;
-                        c.draft_ahead = ahead;
-                        c.ignore_eos = true;
-                        return generate_speculative_ex(model.get(), prompt.data(), P, c);
-                    }
-                    TreeSpeculativeConfig c;
-                    c.max_tokens = max_tokens;
-                    c.draft_loops = draft;
-                    c.verify_loops = L;
-                    c.draft_ahead = ahead;
-                    c.K_branches = branches;
-                    c.ignore_eos = true;
-                    return generate_tree_speculative_ex(model.get(), prompt.data(), P, c);
-                });
+                const RunSpec spec = bench_run_spec(f, mode, max_tokens, L, out.draft, draft_model.get());
+                return with_engine_fields(fields, [&] { return run_decode(model.get(), prompt.data(), P, spec); });
             };
-
-            for (const auto& mode : modes) run_mode(mode, std::min(N, 8));  // warm-up
+            for (const auto& mode : f.modes) run_mode(mode, std::min(N, 8));  // warm-up
             std::vector<Row> rows_here;
-            for (const auto& mode : modes) rows_here.push_back({v.dtype, mode, t, {}, costs});
+            for (const auto& mode : f.modes) rows_here.push_back({v.dtype, mode, t, {}, costs});
             std::vector<int32_t> reference;
-            for (int r = 0; r < repeat; ++r) {
-                for (size_t k = 0; k < modes.size(); ++k) {
-                    GenerateResult res = run_mode(modes[k], N);
-                    const GenerateStats& st = res.stats;
-                    if (modes[k] == "plain" && reference.empty()) reference = res.tokens;
-                    Sample s;
-                    s.prefill_tok_s = st.prefill_ms > 0 ? P * 1000.0 / st.prefill_ms : 0.0;
-                    s.decode_tok_s = st.decode_tokens_per_s();
-                    s.total_ms = st.total_ms;
-                    s.emitted = st.tokens_emitted;
-                    double depth = 0;
-                    for (int dd : st.depth_per_token) depth += dd;
-                    s.mean_depth = st.depth_per_token.empty() ? L : depth / st.depth_per_token.size();
-                    s.acceptance = st.spec_acceptance_rate();
-                    s.mean_accepted = st.spec_mean_accepted();
-                    s.identical = res.tokens == reference;
-                    rows_here[k].samples.push_back(s);
+            for (int r = 0; r < f.repeat; ++r) {
+                for (size_t k = 0; k < f.modes.size(); ++k) {
+                    GenerateResult res = run_mode(f.modes[k], N);
+                    if (f.modes[k] == "plain" && reference.empty()) reference = res.tokens;
+                    rows_here[k].samples.push_back(sample_of(res, P, L, reference));
                 }
             }
-            for (auto& r : rows_here) table.push_back(std::move(r));
+            for (auto& r : rows_here) out.table.push_back(std::move(r));
         }
     }
+    return out;
+}
 
-    // ---- medians, speedups, fractions ----
-    const double ctx = std::min<double>(P + N / 2.0, hp_out.max_seq_len);
-    const double attn_macs_per_layer = 2.0 * hp_out.n_heads * hp_out.head_dim * ctx;
+// A row's medians over its samples.
+struct Med {
+    double prefill, decode, total, depth, acc, mean_acc, emitted;
+    bool identical;
+};
+
+Med medians(const Row& r) {
+    auto col = [&](double Sample::*f) {
+        std::vector<double> v;
+        for (const auto& s : r.samples) v.push_back(s.*f);
+        return median(v);
+    };
+    Med m{col(&Sample::prefill_tok_s), col(&Sample::decode_tok_s), col(&Sample::total_ms),
+          col(&Sample::mean_depth),    col(&Sample::acceptance),   col(&Sample::mean_accepted),
+          0, true};
+    std::vector<double> em;
+    for (const auto& s : r.samples) em.push_back(s.emitted), m.identical = m.identical && s.identical;
+    m.emitted = median(em);
+    return m;
+}
+
+// What one row's medians come to per token: bytes and FLOPs read and done, the rates, the
+// speedup over plain decoding and the fractions of the machine's ceilings.
+struct Derived {
+    bool weights_model, spec, have_machine;
+    double depth, kv_bytes, bytes, flops, gbs, gflops, speedup, bwf, pkf, bound;
+};
+
+Derived derive(const Row& r, const Med& m, const Runs& runs, const BenchFlags& f, const Machine& machine,
+               double plain_decode) {
+    const HParams& hp = runs.hp;
+    const double ctx = std::min<double>(f.P + f.N / 2.0, hp.max_seq_len);
+    const double attn_macs_per_layer = 2.0 * hp.n_heads * hp.head_dim * ctx;
     // Keys and values one layer-pass reads at the mean context, as the cache stores them (f32, or
     // int8 codes plus one f32 scale per row and kv head).
-    const double kv_elem_bytes = kv_cache == KVCacheType::Int8 ? 1.0 + 4.0 / hp_out.head_dim : 4.0;
-    const double kv_bytes_per_layer = 2.0 * ctx * hp_out.n_kv_heads * hp_out.head_dim * kv_elem_bytes;
-    std::map<std::pair<std::string, int>, double> plain_decode;
-    struct Med {
-        double prefill, decode, total, depth, acc, mean_acc, emitted;
-        bool identical;
-    };
-    std::vector<Med> meds;
-    for (const auto& r : table) {
-        auto col = [&](double Sample::*f) {
-            std::vector<double> v;
-            for (const auto& s : r.samples) v.push_back(s.*f);
-            return median(v);
-        };
-        Med m{col(&Sample::prefill_tok_s), col(&Sample::decode_tok_s), col(&Sample::total_ms),
-              col(&Sample::mean_depth),    col(&Sample::acceptance),   col(&Sample::mean_accepted),
-              0, true};
-        std::vector<double> em;
-        for (const auto& s : r.samples) em.push_back(s.emitted), m.identical = m.identical && s.identical;
-        m.emitted = median(em);
-        meds.push_back(m);
-        if (r.mode == "plain") plain_decode[{r.dtype, r.threads}] = m.decode;
-    }
+    const double kv_elem_bytes = f.kv_cache == KVCacheType::Int8 ? 1.0 + 4.0 / hp.head_dim : 4.0;
+    const double kv_bytes_per_layer = 2.0 * ctx * hp.n_kv_heads * hp.head_dim * kv_elem_bytes;
+    Derived d{};
+    d.weights_model = r.mode == "plain" || r.mode == "early-exit";
+    d.spec = r.mode == "speculative" || r.mode == "tree" || r.mode == "draft";
+    d.depth = m.depth;
+    const double layers = hp.n_pre_blocks + hp.n_loop_layers * d.depth;
+    d.kv_bytes = kv_bytes_per_layer * layers;
+    d.bytes = r.costs.pre_bytes + r.costs.loop_bytes * d.depth + r.costs.head_bytes + d.kv_bytes;
+    d.flops = 2.0 * (r.costs.pre_macs + r.costs.loop_macs * d.depth + r.costs.head_macs + attn_macs_per_layer * layers);
+    d.gbs = d.bytes * m.decode / 1e9;
+    d.gflops = d.flops * m.decode / 1e9;
+    d.speedup = plain_decode > 0 ? m.decode / plain_decode : 0.0;
+    d.have_machine = machine.ceilings.count(r.threads) != 0;
+    const Ceiling ce = d.have_machine ? machine.ceilings.at(r.threads) : Ceiling{};
+    d.bwf = ce.read_gbs > 0 ? d.gbs / ce.read_gbs : 0;
+    d.pkf = ce.fma_gflops > 0 ? d.gflops / ce.fma_gflops : 0;
+    // The decode rate at which this token's bytes would take all of the cache read bandwidth.
+    d.bound = ce.cache_read_gbs > 0 && d.bytes > 0 ? ce.cache_read_gbs * 1e9 / d.bytes : 0;
+    return d;
+}
 
+nlohmann::json row_json(const Row& r, const Med& m, const Derived& d, const Runs& runs, const BenchFlags& f) {
+    const bool wm = d.weights_model, spec = d.spec, mach = d.weights_model && d.have_machine;
+    const nlohmann::json null = nullptr;
+    return {{"dtype", r.dtype},
+            {"threads", r.threads},
+            {"mode", r.mode},
+            {"loops", runs.L},
+            {"weight_bytes", r.costs.weight_bytes},
+            {"prefill_tok_s", m.prefill},
+            {"decode_tok_s", m.decode},
+            {"total_ms", m.total},
+            {"tokens_emitted", m.emitted},
+            {"mean_depth", num_or_null(!spec, d.depth)},
+            {"speedup_vs_plain", d.speedup},
+            {"bytes_per_token", num_or_null(wm, d.bytes)},
+            {"kv_bytes_per_token", num_or_null(wm, d.kv_bytes)},
+            {"flops_per_token", num_or_null(wm, d.flops)},
+            {"gb_s", num_or_null(wm, d.gbs)},
+            {"gflop_s", num_or_null(wm, d.gflops)},
+            {"bw_fraction", num_or_null(mach, d.bwf)},
+            {"cache_bound_tok_s", num_or_null(mach, d.bound)},
+            {"peak_fraction", num_or_null(mach, d.pkf)},
+            {"acceptance_rate", num_or_null(spec, m.acc)},
+            {"mean_accepted", num_or_null(spec, m.mean_acc)},
+            {"identical", m.identical},
+            {"draft_loops", spec ? nlohmann::json(runs.draft) : null},
+            {"draft_ahead", spec ? nlohmann::json(r.mode == "draft" ? f.gamma : f.ahead) : null},
+            {"branches", r.mode == "tree" ? nlohmann::json(f.branches) : null},
+            {"early_exit", r.mode == "early-exit" ? nlohmann::json(f.criterion_name) : null},
+            {"early_exit_threshold", r.mode == "early-exit" ? nlohmann::json(f2d(f.ee_threshold)) : null}};
+}
+
+std::string row_line(const Row& r, const Med& m, const Derived& d) {
+    char line[320], dcol[16], gb[16], bwp[16], bnd[16], gf[16], pkp[16], acc[16], macc[16];
+    auto fmt = [](char* b, bool ok, const char* f, double v) {
+        if (ok) std::snprintf(b, 16, f, v);
+        else std::snprintf(b, 16, "-");
+    };
+    const bool mach = d.weights_model && d.have_machine;
+    fmt(dcol, !d.spec, "%.2f", d.depth);
+    fmt(gb, d.weights_model, "%.2f", d.gbs);
+    fmt(bwp, mach, "%.0f%%", 100 * d.bwf);
+    fmt(bnd, mach, "%.0f", d.bound);
+    fmt(gf, d.weights_model, "%.2f", d.gflops);
+    fmt(pkp, mach, "%.1f%%", 100 * d.pkf);
+    fmt(acc, d.spec, "%.0f%%", 100 * m.acc);
+    fmt(macc, d.spec, "%.2f", m.mean_acc);
+    std::snprintf(line, sizeof(line), "%-5s %3d %-12s %5s %10.1f %9.1f %7.2fx %7s %5s %8s %8s %6s %7s %8s  %s\n",
+                  r.dtype.c_str(), r.threads, r.mode.c_str(), dcol, m.prefill, m.decode, d.speedup, gb, bwp, bnd,
+                  gf, pkp, acc, macc, m.identical ? "yes" : "NO");
+    return line;
+}
+
+std::string table_header(const Args& args, const BenchFlags& f, const Machine& machine, int L) {
     std::ostringstream o;
-    if (!json) {
-        char line[320];
-        std::snprintf(line, sizeof(line), "tinyloop bench: %s, prompt %s, %d decoded, depth %d, median of %d\n",
-                      random ? ("random " + *args.value("--random")).c_str() : model_path.c_str(),
-                      plural(P, "token").c_str(), N, L, repeat);
-        o << line;
-        if (!machine.is_null()) {
-            for (const auto& pt : machine["per_threads"]) {
-                std::snprintf(line, sizeof(line),
-                              "machine: %d thread%s: read %.1f GB/s (256 MiB), %.1f GB/s (32 MiB, cache), FMA peak %.1f "
-                              "GFLOP/s (%s)\n",
-                              pt["threads"].get<int>(), pt["threads"].get<int>() == 1 ? "" : "s",
-                              pt["read_gbs"].get<double>(), pt["cache_read_gbs"].get<double>(), pt["fma_gflops"].get<double>(),
-                              machine["fma_isa"].get<std::string>().c_str());
-                o << line;
-            }
+    char line[320];
+    std::snprintf(line, sizeof(line), "tinyloop bench: %s, prompt %s, %d decoded, depth %d, median of %d\n",
+                  f.random ? ("random " + *args.value("--random")).c_str() : f.model_path.c_str(),
+                  plural(f.P, "token").c_str(), f.N, L, f.repeat);
+    o << line;
+    if (!machine.json.is_null()) {
+        for (const auto& pt : machine.json["per_threads"]) {
+            std::snprintf(line, sizeof(line),
+                          "machine: %d thread%s: read %.1f GB/s (256 MiB), %.1f GB/s (32 MiB, cache), FMA peak %.1f "
+                          "GFLOP/s (%s)\n",
+                          pt["threads"].get<int>(), pt["threads"].get<int>() == 1 ? "" : "s",
+                          pt["read_gbs"].get<double>(), pt["cache_read_gbs"].get<double>(), pt["fma_gflops"].get<double>(),
+                          machine.json["fma_isa"].get<std::string>().c_str());
+            o << line;
         }
-        o << "\ndtype thr mode         depth  prefill/s  decode/s  speedup    GB/s   %bw  bound/s  GFLOP/s  %peak  accept  acc/cyc  same\n";
     }
-    for (size_t i = 0; i < table.size(); ++i) {
-        const Row& r = table[i];
-        const Med& m = meds[i];
-        const bool weights_model = r.mode == "plain" || r.mode == "early-exit";
-        const bool spec = r.mode == "speculative" || r.mode == "tree" || r.mode == "draft";
-        const double depth = m.depth;
-        const double layers = hp_out.n_pre_blocks + hp_out.n_loop_layers * depth;
-        const double kv_bytes = kv_bytes_per_layer * layers;
-        const double bytes = r.costs.pre_bytes + r.costs.loop_bytes * depth + r.costs.head_bytes + kv_bytes;
-        const double flops = 2.0 * (r.costs.pre_macs + r.costs.loop_macs * depth + r.costs.head_macs +
-                                    attn_macs_per_layer * layers);
-        const double gbs = bytes * m.decode / 1e9, gflops = flops * m.decode / 1e9;
-        const double pd = plain_decode[{r.dtype, r.threads}];
-        const double speedup = pd > 0 ? m.decode / pd : 0.0;
-        const bool have_machine = ceilings.count(r.threads) != 0;
-        const Ceiling ce = have_machine ? ceilings[r.threads] : Ceiling{};
-        const double bwf = ce.read_gbs > 0 ? gbs / ce.read_gbs : 0;
-        const double pkf = ce.fma_gflops > 0 ? gflops / ce.fma_gflops : 0;
-        // The decode rate at which this token's bytes would take all of the cache read bandwidth.
-        const double bound = ce.cache_read_gbs > 0 && bytes > 0 ? ce.cache_read_gbs * 1e9 / bytes : 0;
-        if (json) {
-            rows.push_back({{"dtype", r.dtype},
-                            {"threads", r.threads},
-                            {"mode", r.mode},
-                            {"loops", L},
-                            {"weight_bytes", r.costs.weight_bytes},
-                            {"prefill_tok_s", m.prefill},
-                            {"decode_tok_s", m.decode},
-                            {"total_ms", m.total},
-                            {"tokens_emitted", m.emitted},
-                            {"mean_depth", num_or_null(!spec, depth)},
-                            {"speedup_vs_plain", speedup},
-                            {"bytes_per_token", num_or_null(weights_model, bytes)},
-                            {"kv_bytes_per_token", num_or_null(weights_model, kv_bytes)},
-                            {"flops_per_token", num_or_null(weights_model, flops)},
-                            {"gb_s", num_or_null(weights_model, gbs)},
-                            {"gflop_s", num_or_null(weights_model, gflops)},
-                            {"bw_fraction", num_or_null(weights_model && have_machine, bwf)},
-                            {"cache_bound_tok_s", num_or_null(weights_model && have_machine, bound)},
-                            {"peak_fraction", num_or_null(weights_model && have_machine, pkf)},
-                            {"acceptance_rate", num_or_null(spec, m.acc)},
-                            {"mean_accepted", num_or_null(spec, m.mean_acc)},
-                            {"identical", m.identical},
-                            {"draft_loops", spec ? nlohmann::json(draft) : nlohmann::json(nullptr)},
-                            {"draft_ahead", spec ? nlohmann::json(r.mode == "draft" ? gamma : ahead) : nlohmann::json(nullptr)},
-                            {"branches", r.mode == "tree" ? nlohmann::json(branches) : nlohmann::json(nullptr)},
-                            {"early_exit", r.mode == "early-exit" ? nlohmann::json(criterion_name) : nlohmann::json(nullptr)},
-                            {"early_exit_threshold", r.mode == "early-exit" ? nlohmann::json(f2d(ee_threshold)) : nlohmann::json(nullptr)}});
-            continue;
-        }
-        char line[320], dcol[16], gb[16], bwp[16], bnd[16], gf[16], pkp[16], acc[16], macc[16];
-        auto fmt = [](char* b, bool ok, const char* f, double v) {
-            if (ok) std::snprintf(b, 16, f, v);
-            else std::snprintf(b, 16, "-");
-        };
-        fmt(dcol, !spec, "%.2f", depth);
-        fmt(gb, weights_model, "%.2f", gbs);
-        fmt(bwp, weights_model && have_machine, "%.0f%%", 100 * bwf);
-        fmt(bnd, weights_model && have_machine, "%.0f", bound);
-        fmt(gf, weights_model, "%.2f", gflops);
-        fmt(pkp, weights_model && have_machine, "%.1f%%", 100 * pkf);
-        fmt(acc, spec, "%.0f%%", 100 * m.acc);
-        fmt(macc, spec, "%.2f", m.mean_acc);
-        std::snprintf(line, sizeof(line), "%-5s %3d %-12s %5s %10.1f %9.1f %7.2fx %7s %5s %8s %8s %6s %7s %8s  %s\n",
-                      r.dtype.c_str(), r.threads, r.mode.c_str(), dcol, m.prefill, m.decode, speedup, gb, bwp, bnd,
-                      gf, pkp, acc, macc, m.identical ? "yes" : "NO");
-        o << line;
+    o << "\ndtype thr mode         depth  prefill/s  decode/s  speedup    GB/s   %bw  bound/s  GFLOP/s  %peak  accept  acc/cyc  same\n";
+    return o.str();
+}
+
+// The table (or --json's object) from the runs' medians.
+int report(const Args& args, const BenchFlags& f, const Machine& machine, const Runs& runs) {
+    std::vector<Med> meds;
+    std::map<std::pair<std::string, int>, double> plain_decode;
+    for (const auto& r : runs.table) {
+        meds.push_back(medians(r));
+        if (r.mode == "plain") plain_decode[{r.dtype, r.threads}] = meds.back().decode;
     }
-    if (json) {
-        print_json({{"model", random ? nlohmann::json(nullptr) : nlohmann::json(model_path)},
-                    {"random_spec", random ? nlohmann::json(*args.value("--random")) : nlohmann::json(nullptr)},
-                    {"hparams", hparams_json(hp_out)},
-                    {"prompt_tokens", P},
-                    {"tokens", N},
-                    {"loops", L},
-                    {"repeat", repeat},
-                    {"group_size", group},
-                    {"machine", machine},
+    nlohmann::json rows = nlohmann::json::array();
+    std::string text = f.json ? "" : table_header(args, f, machine, runs.L);
+    for (size_t i = 0; i < runs.table.size(); ++i) {
+        const Row& r = runs.table[i];
+        const Derived d = derive(r, meds[i], runs, f, machine, plain_decode[{r.dtype, r.threads}]);
+        if (f.json) rows.push_back(row_json(r, meds[i], d, runs, f));
+        else text += row_line(r, meds[i], d);
+    }
+    if (f.json) {
+        print_json({{"model", f.random ? nlohmann::json(nullptr) : nlohmann::json(f.model_path)},
+                    {"random_spec", f.random ? nlohmann::json(*args.value("--random")) : nlohmann::json(nullptr)},
+                    {"hparams", hparams_json(runs.hp)},
+                    {"prompt_tokens", f.P},
+                    {"tokens", f.N},
+                    {"loops", runs.L},
+                    {"repeat", f.repeat},
+                    {"group_size", f.group},
+                    {"machine", machine.json},
                     {"rows", rows}});
         return 0;
     }
-    o << "\nspeedup: decode tok/s over plain at the same dtype and threads; same: output tokens equal\n"
-         "plain greedy's. GB/s counts the loop block once per pass: over 100% of the measured read\n"
-         "bandwidth means its re-reads hit the cache. bound/s: the decode rate at which each token's\n"
-         "bytes (weights + KV) would take all of the measured cache (32 MiB) read bandwidth; a decode\n"
-         "whose working set is larger than the core's private cache cannot pass it.\n";
-    std::string s = o.str();
-    std::fwrite(s.data(), 1, s.size(), stdout);
+    text +=
+        "\nspeedup: decode tok/s over plain at the same dtype and threads; same: output tokens equal\n"
+        "plain greedy's. GB/s counts the loop block once per pass: over 100% of the measured read\n"
+        "bandwidth means its re-reads hit the cache. bound/s: the decode rate at which each token's\n"
+        "bytes (weights + KV) would take all of the measured cache (32 MiB) read bandwidth; a decode\n"
+        "whose working set is larger than the core's private cache cannot pass it.\n";
+    std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
+}
+
+}  // namespace
+
+int run_bench_batch(const Args& args);  // bench_batch.cpp
+
+// The modes run through the engine's one entry (run_decode), so bench measures exactly what
+// generate runs.
+int run_bench(const Args& args) {
+    if (args.has("--batch")) return run_bench_batch(args);
+    BenchFlags f = read_bench_flags(args);
+    const Machine machine = measure_machine(args, f);
+    TempDir tmp;
+    std::string draft_file;
+    const std::vector<Variant> variants = bench_variants(args, f, tmp, &draft_file);
+    const Runs runs = run_rows(f, variants, draft_file);
+    return report(args, f, machine, runs);
 }
 
 }  // namespace tinyloop::cli
