@@ -47,6 +47,14 @@ tinyloop::HParams soak_hparams() {
     return hp;
 }
 
+// One decode through the engine's one entry (run_decode): the mode, the config, the knobs.
+int decode(tinyloop::Model* m, const std::vector<int32_t>& prompt, tinyloop::DecodeMode mode,
+           const tinyloop::GenerateConfig& c, const tinyloop::SpeculationKnobs& k = {},
+           const tinyloop::GenerateOptions& o = {}) {
+    const tinyloop::RunSpec spec{.mode = mode, .config = c, .speculation = k};
+    return tinyloop::run_decode(m, prompt.data(), static_cast<int>(prompt.size()), spec, o).stats.tokens_emitted;
+}
+
 // One generation of kind i % kinds; returns the tokens emitted (0 for a scored or refused call).
 int run_one(tinyloop::Model* m, int i, const std::vector<int32_t>& prompt) {
     using namespace tinyloop;
@@ -60,39 +68,36 @@ int run_one(tinyloop::Model* m, int i, const std::vector<int32_t>& prompt) {
     case 0: return static_cast<int>(generate(m, p, n, c).size()) - n;
     case 1:
         c.temperature = 0.8f, c.top_k = 20, c.top_p = 0.9f, c.min_p = 0.02f;
-        return generate_ex(m, p, n, c).stats.tokens_emitted;
+        return decode(m, prompt, DecodeMode::Sample, c);
     case 2:
         c.temperature = 1.2f, c.repetition_penalty = 1.3f, c.frequency_penalty = 0.5f,
         c.presence_penalty = -0.5f, c.logit_bias = {{7, 5.0f}, {9, -100.0f}};
-        return generate_ex(m, p, n, c).stats.tokens_emitted;
+        return decode(m, prompt, DecodeMode::Sample, c);
     case 3:
         c.stop_strings = {"e", "\n"}, c.stop_sequences = {{1, 2}, {65}}, c.cache_window = 5;
-        return generate_ex(m, p, n, c).stats.tokens_emitted;
+        return decode(m, prompt, DecodeMode::Greedy, c);
     case 4: {
         c.early_exit_patience = 1 + i % 2, c.early_exit_threshold = 0.5f, c.loops = 8;
         c.early_exit_criterion = static_cast<EarlyExitCriterion>(i % 5);
-        return generate_ex(m, p, n, c).stats.tokens_emitted;
+        return decode(m, prompt, DecodeMode::EarlyExit, c);
     }
     case 5: {
-        SpeculativeConfig s;
-        s.max_tokens = c.max_tokens, s.draft_loops = 1 + i % 3, s.verify_loops = 6, s.draft_ahead = 1 + i % 6;
-        if (i % 28 == 5) s.temperature = 0.7f, s.seed = static_cast<uint64_t>(i);
-        return generate_speculative_ex(m, p, n, s).stats.tokens_emitted;
+        c.loops = 6;
+        if (i % 28 == 5) c.temperature = 0.7f;
+        return decode(m, prompt, DecodeMode::Speculative, c, {.draft_loops = 1 + i % 3, .draft_ahead = 1 + i % 6});
     }
-    case 6: {
-        TreeSpeculativeConfig t;
-        t.max_tokens = c.max_tokens, t.draft_loops = 2, t.verify_loops = 5, t.draft_ahead = 3, t.K_branches = 2;
-        return generate_tree_speculative_ex(m, p, n, t).stats.tokens_emitted;
-    }
+    case 6:
+        c.loops = 5;
+        return decode(m, prompt, DecodeMode::Tree, c, {.draft_loops = 2, .draft_ahead = 3, .branches = 2});
     case 7:
         c.beam_size = 2 + i % 3, c.length_penalty = 0.8f;
-        return generate_ex(m, p, n, c).stats.tokens_emitted;
+        return decode(m, prompt, DecodeMode::Beam, c);
     case 8: {
         GenerateOptions o;
         o.lens = true, o.lens_top_k = 3;
         int seen = 0;
         o.observer = [&](const TokenEvent&) { return ++seen < 6; };
-        return generate_ex(m, p, n, c, o).stats.tokens_emitted;
+        return decode(m, prompt, DecodeMode::Greedy, c, {}, o);
     }
     case 9: {
         score(m, p, n, c.loops);
