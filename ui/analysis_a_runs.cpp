@@ -6,6 +6,8 @@
 #include <exception>
 #include <thread>
 
+#include <tinyloop/json.h>
+
 namespace tlui {
 
 using tinyloop::GenerateConfig;
@@ -222,25 +224,8 @@ CompareResult runComparison(tinyloop::Model* model, const std::string& prompt,
     return r;
 }
 
-nlohmann::json runStatsToJson(const tinyloop::GenerateStats& s) {
-    return {{"prefill_ms", s.prefill_ms},
-            {"first_token_ms", s.first_token_ms},
-            {"decode_ms", s.decode_ms},
-            {"total_ms", s.total_ms},
-            {"prompt_tokens", s.prompt_tokens},
-            {"tokens_emitted", s.tokens_emitted},
-            {"stop_reason", tinyloop::stop_reason_name(s.stop_reason)},
-            {"loops_used", s.loops_used},
-            {"depth_per_token", s.depth_per_token},
-            {"spec_cycles", s.spec_cycles},
-            {"spec_drafted", s.spec_drafted},
-            {"spec_tested", s.spec_tested},
-            {"spec_accepted", s.spec_accepted},
-            {"spec_accept_hist", s.spec_accept_hist},
-            {"spec_acceptance_rate", s.spec_acceptance_rate()},
-            {"draft_ms", s.draft_ms},
-            {"verify_ms", s.verify_ms}};
-}
+// The engine codec's stats object (tinyloop/json.h), the same the session export writes.
+nlohmann::json runStatsToJson(const tinyloop::GenerateStats& s) { return tinyloop::stats_to_json(s); }
 
 nlohmann::json modeSpecToJson(const ModeSpec& m) {
     return {{"label", m.label}, {"mode", modeName(m.mode)}, {"config", configToJson(m.config)},

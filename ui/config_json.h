@@ -1,5 +1,7 @@
-// GenerateConfig (and the speculative knobs) <-> JSON, with the range checks the config panel and
-// the preset files share. Pure data: no Qt widgets, no engine calls.
+// The workbench's side of the engine's JSON codec (tinyloop/json.h): the decode modes it offers,
+// the speculative knobs of its presets, the config panel's field list (the engine's GenerateConfig
+// field table plus the knobs) and the panel's text forms. Ranges are the engine's own
+// (validate_config_fields, validate_speculation): nothing here repeats them. No Qt widgets.
 #pragma once
 
 #include <stdexcept>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <tinyloop/json.h>
 #include <tinyloop/tinyloop.h>
 
 namespace tlui {
@@ -29,11 +32,7 @@ struct SpeculativeKnobs {
 };
 
 // Model-dependent bounds; the defaults are loose so a config can be checked without a model.
-struct ConfigLimits {
-    int max_loops = 1024;
-    int max_seq_len = 1 << 24;
-    int vocab_size = 1 << 24;
-};
+using ConfigLimits = tinyloop::ConfigLimits;
 
 // A refusal naming the field ("config.top_p") and the reason with the allowed range.
 class ConfigError : public std::runtime_error {
@@ -42,11 +41,14 @@ public:
         : std::runtime_error(field + ": " + why), m_field(std::move(field)) {}
     const std::string& field() const { return m_field; }
 
+    // The engine's refusal ("config.top_p: 1.5 is outside ...") as a ConfigError naming its field.
+    static ConfigError fromEngine(const tinyloop::Error& e);
+
 private:
     std::string m_field;
 };
 
-enum class FieldKind { Int, Float, U64, Bool, Criterion, KvCache, IdLists, Strings, Bias, Pointer };
+using FieldKind = tinyloop::ConfigFieldKind;
 
 struct FieldInfo {
     const char* key;
@@ -55,20 +57,20 @@ struct FieldInfo {
     const char* tooltip;  // the seed's description
     bool speculative;     // a SpeculativeKnobs field
 };
-// Every GenerateConfig field, then the speculative knobs, in panel order.
+// Every GenerateConfig field (the engine's table, tinyloop::config_fields), then the speculative
+// knobs, in panel order.
 const std::vector<FieldInfo>& configFields();
 const FieldInfo* findField(const std::string& key);
 
-nlohmann::json configToJson(const tinyloop::GenerateConfig& c);
-// Strict: unknown fields, wrong types and out-of-range values throw ConfigError naming the field
+// The engine codec's config_to_json / config_from_json; refusals as ConfigError naming the field
 // (prefixed with `where`, e.g. "config."). Missing fields keep their defaults.
+nlohmann::json configToJson(const tinyloop::GenerateConfig& c);
 tinyloop::GenerateConfig configFromJson(const nlohmann::json& j, const ConfigLimits& lim = {},
                                         const std::string& where = "");
 nlohmann::json knobsToJson(const SpeculativeKnobs& k);
+// Ranges are the engine's validate_speculation.
 SpeculativeKnobs knobsFromJson(const nlohmann::json& j, const ConfigLimits& lim = {},
                                const std::string& where = "");
-// Checks one field's JSON value; "" when it is acceptable, else the reason.
-std::string checkField(const std::string& key, const nlohmann::json& value, const ConfigLimits& lim);
 
 const char* criterionName(tinyloop::EarlyExitCriterion c);
 bool parseCriterion(const std::string& s, tinyloop::EarlyExitCriterion* out);

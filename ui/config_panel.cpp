@@ -81,7 +81,7 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
             r.editor = c;
             break;
         }
-        case FieldKind::Pointer: {  // grammar: a .gbnf file the worker parses for the run
+        case FieldKind::Grammar: {  // grammar: a .gbnf file the worker parses for the run
             auto* e = new QLineEdit;
             e->setPlaceholderText("no grammar (path to a .gbnf file)");
             connect(e, &QLineEdit::textChanged, this, [this] { revalidate(); emit changed(); });
@@ -155,7 +155,7 @@ void ConfigPanel::setConfig(const tinyloop::GenerateConfig& c) {
             break;
         case FieldKind::Bias: setFieldText(key, QString::fromStdString(biasToText(c.logit_bias))); break;
         case FieldKind::Strings: setFieldText(key, QString::fromStdString(stringsToText(c.stop_strings))); break;
-        case FieldKind::Pointer: break;
+        case FieldKind::Grammar: break;
         }
     }
     revalidate();
@@ -216,7 +216,7 @@ json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
         case FieldKind::Bool: return qobject_cast<QCheckBox*>(r.editor)->isChecked();
         case FieldKind::Criterion:
         case FieldKind::KvCache: return qobject_cast<QComboBox*>(r.editor)->currentText().toStdString();
-        case FieldKind::Pointer: return nullptr;
+        case FieldKind::Grammar: return nullptr;
         default: break;
         }
         const QString t = qobject_cast<QLineEdit*>(r.editor)->text().trimmed();
@@ -257,45 +257,79 @@ json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
     }
 }
 
+namespace {
+
+// The part of an engine message after the field it names: "logit_bias[0]: bias 150 ..." ->
+// "[0]: bias 150 ..." for the key "logit_bias".
+std::string reasonAfter(const std::string& key, const std::string& message) {
+    std::string rest = message.compare(0, key.size(), key) == 0 ? message.substr(key.size()) : message;
+    if (rest.compare(0, 2, ": ") == 0) rest = rest.substr(2);
+    return rest;
+}
+
+// The field an engine message names ("logit_bias[0]: ..." -> "logit_bias").
+std::string fieldOf(const std::string& message) {
+    const std::string head = message.substr(0, message.find(':'));
+    return head.substr(0, head.find('['));
+}
+
+}  // namespace
+
+// Each field's text is parsed and type-checked into a GenerateConfig by the engine's codec, then
+// the whole config goes through the engine's validate_config_fields (and the knobs through its
+// validate_speculation): the panel keeps no copy of the ranges.
 void ConfigPanel::revalidate() {
     m_invalid.clear();
     QString first;
+    auto mark = [&](const std::string& key, const std::string& why) {
+        auto it = m_rows.find(key);
+        if (it == m_rows.end() || m_invalid.contains(QString::fromStdString(key))) return;
+        it->second.editor->setStyleSheet(kBadStyle);
+        it->second.editor->setProperty("invalid", true);
+        m_invalid << QString::fromStdString(key);
+        if (first.isEmpty()) first = QString("%1: %2").arg(QString::fromStdString(key), QString::fromStdString(why));
+    };
+    tinyloop::GenerateConfig c;
+    json knobs = json::object();
     for (auto& [key, r] : m_rows) {
-        std::string why;
-        if (r.info->kind == FieldKind::Pointer) {
+        r.editor->setStyleSheet("");
+        r.editor->setProperty("invalid", false);
+        if (r.info->kind == FieldKind::Grammar) {
             const QString g = grammarFile();
-            const bool bad = !g.isEmpty() && !QFileInfo(g).isFile();
-            r.editor->setStyleSheet(bad ? kBadStyle : "");
-            if (bad) {
-                m_invalid << QString::fromStdString(key);
-                if (first.isEmpty()) first = QString("grammar: no such file: %1").arg(g);
-            }
+            if (!g.isEmpty() && !QFileInfo(g).isFile()) mark(key, "no such file: " + g.toStdString());
             continue;
         }
+        std::string why;
         json v = fieldValue(r, &why);
-        if (why.empty()) why = checkField(key, v, m_limits);
-        // cross-field rules the engine applies too
-        if (why.empty() && key == "length_penalty") {
-            std::string w2;
-            json beam = fieldValue(m_rows.at("beam_size"), &w2);
-            if (w2.empty() && beam.is_number_integer() && beam.get<long long>() < 2 && v.get<double>() != 1.0)
-                why = "only applies to beam search; set beam_size >= 2 or leave it at 1";
+        if (why.empty() && r.info->speculative) knobs[key] = v;
+        else if (why.empty()) {
+            try {
+                tinyloop::set_config_field(c, key, v);
+            } catch (const tinyloop::Error& e) {
+                why = reasonAfter(key, e.what());
+            }
         }
-        if (why.empty() && key == "draft_loops" && (mode() == DecodeMode::Speculative || mode() == DecodeMode::Tree)) {
-            std::string w2;
-            json ver = fieldValue(m_rows.at("verify_loops"), &w2);
-            if (w2.empty() && ver.is_number_integer() && ver.get<long long>() > 0 && v.get<long long>() >= ver.get<long long>())
-                why = "must be below verify_loops";
+        if (!why.empty()) mark(key, why);
+    }
+    if (m_invalid.isEmpty()) {
+        try {
+            tinyloop::validate_config_fields(c, m_limits);
+        } catch (const tinyloop::Error& e) {
+            mark(fieldOf(e.what()), reasonAfter(fieldOf(e.what()), e.what()));
         }
-        if (why.empty() && key == "draft_ahead" && mode() == DecodeMode::Tree && v.get<long long>() > 8)
-            why = "the tree is at most 8 deep (1 .. 8)";
-        const bool bad = !why.empty();
-        r.editor->setStyleSheet(bad ? kBadStyle : "");
-        r.editor->setProperty("invalid", bad);
-        if (bad) {
-            m_invalid << QString::fromStdString(key);
-            if (first.isEmpty()) first = QString("%1: %2").arg(QString::fromStdString(key), QString::fromStdString(why));
+        try {
+            knobsFromJson(knobs, m_limits);
+        } catch (const ConfigError& e) {
+            mark(e.field(), reasonAfter(e.field(), e.what()));
         }
+    }
+    // The speculative modes' depth rules, checked before a run (the engine refuses them too).
+    const bool speculative = mode() == DecodeMode::Speculative || mode() == DecodeMode::Tree;
+    if (m_invalid.isEmpty() && speculative) {
+        const int draft = knobs.value("draft_loops", 0), verify = knobs.value("verify_loops", 0);
+        if (verify > 0 && draft >= verify) mark("draft_loops", "must be below verify_loops");
+        if (mode() == DecodeMode::Tree && knobs.value("draft_ahead", 0) > 8)
+            mark("draft_ahead", "the tree is at most 8 deep (1 .. 8)");
     }
     if (!first.isEmpty() && m_invalid.size() > 1) first += QString("  (and %1 more)").arg(m_invalid.size() - 1);
     m_localError = first;
@@ -347,7 +381,7 @@ std::optional<tinyloop::GenerateConfig> ConfigPanel::config(QString* error) cons
     }
     json j = json::object();
     for (const auto& [key, r] : m_rows) {
-        if (r.info->speculative || r.info->kind == FieldKind::Pointer) continue;
+        if (r.info->speculative || r.info->kind == FieldKind::Grammar) continue;
         std::string why;
         json v = fieldValue(r, &why);
         if (!why.empty()) {

@@ -2,35 +2,11 @@
 
 #include <QDateTime>
 
+#include <tinyloop/json.h>
+
 namespace tlui {
 
 using nlohmann::json;
-
-json statsToJson(const tinyloop::GenerateStats& s) {
-    return json{{"prefill_ms", s.prefill_ms},
-                {"first_token_ms", s.first_token_ms},
-                {"decode_ms", s.decode_ms},
-                {"total_ms", s.total_ms},
-                {"prompt_tokens", s.prompt_tokens},
-                {"tokens_emitted", s.tokens_emitted},
-                {"stop_reason", tinyloop::stop_reason_name(s.stop_reason)},
-                {"loops_used", s.loops_used},
-                {"depth_per_token", s.depth_per_token},
-                {"decode_tokens_per_s", s.decode_tokens_per_s()}};
-}
-
-json eventToJson(const tinyloop::TokenEvent& e) {
-    json lens = json::array();
-    for (const auto& d : e.lens)
-        lens.push_back(json{{"depth", d.depth},
-                            {"top_ids", d.top_ids},
-                            {"top_probs", d.top_probs},
-                            {"p_emitted", d.p_emitted},
-                            {"entropy", d.entropy}});
-    return json{{"token", e.token}, {"position", e.position}, {"index", e.index},
-                {"piece", e.piece},  {"depth", e.depth},       {"prob", e.prob},
-                {"lens", lens}};
-}
 
 json sessionToJson(const Session& s) {
     json j;
@@ -50,9 +26,9 @@ json sessionToJson(const Session& s) {
     j["output_ids"] = outIds;
     j["text"] = s.run.text.toStdString();
     j["finished"] = s.finished;
-    j["stats"] = statsToJson(s.run.stats);
+    j["stats"] = tinyloop::stats_to_json(s.run.stats);
     json ev = json::array();
-    for (const auto& e : s.events) ev.push_back(eventToJson(e));
+    for (const auto& e : s.events) ev.push_back(tinyloop::event_to_json(e));
     j["events"] = ev;
     if (s.run.hasSpeculative) {
         json cyc = json::array();

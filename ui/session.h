@@ -37,8 +37,7 @@ struct Session {
     }
 };
 
-nlohmann::json statsToJson(const tinyloop::GenerateStats& s);
-nlohmann::json eventToJson(const tinyloop::TokenEvent& e);
+// The session as JSON; its config, stats and events are the engine codec's (tinyloop/json.h).
 nlohmann::json sessionToJson(const Session& s);
 QString sessionToMarkdown(const Session& s);
 

@@ -1,6 +1,6 @@
 // The config panel round-trips every GenerateConfig field (and the speculative knobs); input
-// outside a field's range is refused in place, naming the field; the engine's validate_config
-// has the final word on the whole config.
+// outside a field's range is refused in place, naming the field, by the engine's own rules
+// (validate_config_fields); the engine's validate_config has the final word on the whole config.
 #include <QCheckBox>
 #include <QComboBox>
 #include <QLabel>
@@ -8,43 +8,14 @@
 #include <QSignalSpy>
 #include <QTest>
 
+#include "../config_fixture.h"
 #include "config_panel.h"
 #include "main_window.h"
 #include "ui_test_util.h"
 
 using namespace tlui;
 
-static tinyloop::GenerateConfig everyFieldChanged() {
-    tinyloop::GenerateConfig c;  // each field away from its default
-    c.max_tokens = 77;
-    c.loops = 5;
-    c.temperature = 0.73f;
-    c.top_k = 17;
-    c.top_p = 0.91f;
-    c.min_p = 0.05f;
-    c.cache_window = 33;
-    c.repetition_penalty = 1.15f;
-    c.frequency_penalty = -0.5f;
-    c.presence_penalty = 1.25f;
-    c.logit_bias = {{10, -3.5f}, {256, -100.0f}};
-    c.stop_sequences = {{13}, {1, 2, 3}};
-    c.stop_strings = {"\n\n", "Amen; \"quoted\""};
-    c.ignore_eos = true;
-    c.max_time = 2.5;
-    c.no_repeat_ngram_size = 3;
-    c.bad_words = {{256}, {10, 10}};
-    c.beam_size = 3;
-    c.length_penalty = 0.6f;
-    c.early_exit_patience = 2;
-    c.early_exit_min_L = 3;
-    c.early_exit_peek_every = 2;
-    c.early_exit_logit_margin = 0.25f;
-    c.early_exit_criterion = tinyloop::EarlyExitCriterion::KL;
-    c.early_exit_threshold = 0.125f;
-    c.sample_seed = 18446744073709551557ull;
-    c.kv_cache = tinyloop::KVCacheType::Int8;
-    return c;
-}
+static tinyloop::GenerateConfig everyFieldChanged() { return tltest::every_config_field_changed(); }
 
 class TestConfigPanel : public QObject {
     Q_OBJECT
@@ -99,6 +70,17 @@ private slots:
         QVERIFY(back->grammar == nullptr);
         QVERIFY(configsEqual(*back, c));
 
+        // early exit (which the engine refuses together with beam search) round-trips on its own
+        auto ee = tinyloop::GenerateConfig{};
+        ee.early_exit_patience = 2;
+        p.setConfig(ee);
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        QCOMPARE(p.config()->early_exit_patience, 2);
+        ee.beam_size = 3;
+        p.setConfig(ee);
+        QVERIFY(!p.isValid());
+        QVERIFY2(p.message().startsWith("beam_size:"), qPrintable(p.message()));
+
         // and the defaults come back as defaults
         p.setConfig(tinyloop::GenerateConfig{});
         QVERIFY(configsEqual(*p.config(), tinyloop::GenerateConfig{}));
@@ -140,16 +122,15 @@ private slots:
         const Bad cases[] = {
             {"top_p", "1.5", "outside (0, 1]"},
             {"top_p", "0", "outside (0, 1]"},
-            {"temperature", "-0.1", "outside [0"},
-            {"loops", "7", "outside [0, 6]"},
+            {"temperature", "-0.1", "must be >= 0"},
+            {"loops", "7", "outside [1, 6]"},
             {"max_tokens", "abc", "not an integer"},
             {"max_tokens", "300", "outside [0, 256]"},
             {"min_p", "2", "outside [0, 1]"},
             {"frequency_penalty", "2.5", "outside [-2, 2]"},
-            {"repetition_penalty", "0", "outside (0"},
-            {"top_k", "0", "outside [1, 300]"},
+            {"repetition_penalty", "0", "must be > 0"},
             {"early_exit_min_L", "0", "outside [1, 6]"},
-            {"early_exit_threshold", "0", "outside (0"},
+            {"early_exit_threshold", "0", "must be > 0"},
             {"beam_size", "65", "outside [0, 64]"},
             {"logit_bias", "400:1", "token id"},
             {"logit_bias", "5:150", "bias"},
@@ -159,8 +140,8 @@ private slots:
             {"stop_strings", "[\"a\", 3]", "expected a string"},
             {"stop_strings", "not json", "JSON array"},
             {"sample_seed", "-1", "not an integer"},
-            {"max_time", "-1", "outside [0"},
-            {"no_repeat_ngram_size", "-2", "outside [0"},
+            {"max_time", "-1", "must be >= 0"},
+            {"no_repeat_ngram_size", "-2", "must be >= 0"},
             {"bad_words", "1;;2", "must not be empty"},
             {"grammar", "/no/such/file.gbnf", "no such file"},
             {"length_penalty", "0.5", "only applies to beam search"},
@@ -186,6 +167,17 @@ private slots:
         QVERIFY2(p.isValid(), qPrintable(p.message()));
         QVERIFY(p.editor("length_penalty")->styleSheet().isEmpty());
         QVERIFY(!label->isVisibleTo(&p));
+
+        // The engine's rules, not a copy: top_k counts only when sampling.
+        tinyloop::GenerateConfig sampling;
+        sampling.temperature = 0.7f;
+        p.setConfig(sampling);
+        setText(p, "top_k", "0");
+        QVERIFY2(p.message().startsWith("top_k:") && p.message().contains("must be >= 1 when sampling"),
+                 qPrintable(p.message()));
+        p.setConfig(tinyloop::GenerateConfig{});
+        setText(p, "top_k", "0");
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
     }
 
     void modeSelectorMakesTheModeRunnable() {
