@@ -53,7 +53,9 @@ SpeculationKnobs resolved_speculation(const Model* model, const RunSpec& spec) {
 DecodeMode config_mode(const GenerateConfig& c) {
     if (c.beam_size >= 2) return DecodeMode::Beam;
     if (c.early_exit_patience > 0) return DecodeMode::EarlyExit;
-    return is_greedy(c.temperature) ? DecodeMode::Greedy : DecodeMode::Sample;
+    // A temperature outside [0, 0.01] (negative, NaN) is Sample's, whose validation refuses it;
+    // Greedy would set it to 0.
+    return c.temperature >= 0.0f && is_greedy(c.temperature) ? DecodeMode::Greedy : DecodeMode::Sample;
 }
 
 GenerateResult run_decode(Model* model, const int32_t* prompt, int prompt_len, const RunSpec& spec,

@@ -149,3 +149,24 @@ TEST(RunDecode, SpeculationDefaultsResolveFromTheConfig) {
     EXPECT_EQ(resolved_speculation(m.get(), dm).draft_loops, 5);  // the draft's default_loops
     EXPECT_EQ(run(m.get(), dm).tokens, greedy);
 }
+
+// The mode a config alone asks for (the binding's generate() runs it): beam, early exit, sample or
+// greedy; a temperature the engine refuses stays with Sample, whose validation names it.
+TEST(RunDecode, ConfigModeIsTheEnginesRule) {
+    GenerateConfig c;
+    EXPECT_EQ(config_mode(c), DecodeMode::Greedy);
+    c.temperature = 0.7f;
+    EXPECT_EQ(config_mode(c), DecodeMode::Sample);
+    c.early_exit_patience = 1;
+    EXPECT_EQ(config_mode(c), DecodeMode::EarlyExit);
+    c.beam_size = 2;
+    EXPECT_EQ(config_mode(c), DecodeMode::Beam);
+    GenerateConfig bad;
+    bad.temperature = -1.0f;
+    EXPECT_EQ(config_mode(bad), DecodeMode::Sample);
+    ModelPtr m(model_path());
+    RunSpec spec;
+    spec.config = bad;
+    spec.mode = config_mode(bad);
+    expect_refused(m.get(), spec, ErrorCode::InvalidArgument, "temperature");
+}

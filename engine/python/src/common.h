@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tinyloop/json.h"
 #include "tinyloop/tinyloop.h"
 
 namespace tinyloop_py {
@@ -57,7 +58,12 @@ struct PyGrammar {
 // Removes events, lens, lens_top_k and grammar (a Grammar, GBNF text or None) from kwargs.
 CallOptions take_call_options(py::kwargs& kwargs);
 
-// Result dictionaries (the shapes the .pyi stub declares).
+// JSON values (the engine codec's, tinyloop/json.h) to and from Python objects; strings that are
+// not valid UTF-8 decode with U+FFFD.
+py::object json_to_py(const nlohmann::json& j);
+nlohmann::json py_to_json(const py::handle& v);
+
+// Result dictionaries (the shapes the .pyi stub declares), written by the engine codec.
 py::dict stats_dict(const tinyloop::GenerateStats& s);
 py::dict event_dict(const tinyloop::TokenEvent& ev);
 py::dict result_dict(const tinyloop::GenerateResult& r, const std::vector<tinyloop::TokenEvent>* events);

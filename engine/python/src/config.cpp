@@ -35,50 +35,19 @@ std::vector<int32_t> prompt_ids(const tl::Model* m, const py::handle& prompt) {
 
 namespace {
 
-struct CriterionName {
-    const char* name;
-    tl::EarlyExitCriterion c;
-};
-const CriterionName kCriteria[] = {
-    {"hidden_l2", tl::EarlyExitCriterion::HiddenL2}, {"logit_margin", tl::EarlyExitCriterion::LogitMargin},
-    {"kl", tl::EarlyExitCriterion::KL},              {"entropy_delta", tl::EarlyExitCriterion::EntropyDelta},
-    {"argmax_stable", tl::EarlyExitCriterion::ArgmaxStable},
-};
-// Short names the CLI uses, accepted too.
-const CriterionName kCriterionAliases[] = {
-    {"l2", tl::EarlyExitCriterion::HiddenL2},   {"margin", tl::EarlyExitCriterion::LogitMargin},
-    {"entropy", tl::EarlyExitCriterion::EntropyDelta}, {"argmax", tl::EarlyExitCriterion::ArgmaxStable},
-};
-
-std::string criterion_name(tl::EarlyExitCriterion c) {
-    for (const auto& k : kCriteria)
-        if (k.c == c) return k.name;
-    return "?";
-}
-
 tl::EarlyExitCriterion parse_criterion(const std::string& s) {
-    for (const auto& k : kCriteria)
-        if (s == k.name) return k.c;
-    for (const auto& k : kCriterionAliases)
-        if (s == k.name) return k.c;
+    tl::EarlyExitCriterion c;
+    if (tl::parse_criterion(s, &c)) return c;
     throw py::value_error("early_exit_criterion: '" + s +
                           "' is not one of hidden_l2, logit_margin, kl, entropy_delta, argmax_stable "
                           "(or l2, margin, entropy, argmax)");
 }
 
-// Every name make_config accepts (the GenerateConfig properties below).
-const char* const kFields[] = {
-    "max_tokens", "loops", "temperature", "top_k", "top_p", "min_p", "cache_window",
-    "repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias", "stop_sequences",
-    "stop_strings", "stop", "ignore_eos", "max_time", "no_repeat_ngram_size", "bad_words", "beam_size", "length_penalty", "early_exit_patience",
-    "early_exit_min_L", "early_exit_peek_every", "early_exit_logit_margin", "early_exit_criterion",
-    "early_exit_threshold", "sample_seed", "seed", "kv_cache",
-};
-
+// Every name make_config accepts: the codec's GenerateConfig fields (grammar goes to the call)
+// and the OpenAI-style aliases stop (stop_strings) and seed (sample_seed).
 bool is_field(const std::string& k) {
-    for (const char* f : kFields)
-        if (k == f) return true;
-    return false;
+    if (k == "stop" || k == "seed") return true;
+    return k != "grammar" && tl::find_config_field(k) != nullptr;
 }
 
 // logit_bias: {id: bias}; keys may be int or str holding an int (OpenAI's JSON boundary).
@@ -147,7 +116,10 @@ tl::GenerateConfig make_config(const py::object& base, const py::kwargs& kwargs,
         if (!is_field(key))
             throw py::type_error(std::string(fn) + "() got an unexpected keyword argument '" + key + "'");
         try {
-            py::setattr(ref, key.c_str(), v);
+            if (py::hasattr(py::type::of(ref), key.c_str()))
+                py::setattr(ref, key.c_str(), v);
+            else
+                tl::set_config_field(c, key, py_to_json(v));
         } catch (py::error_already_set& e) {
             if (e.matches(PyExc_TypeError))
             {
@@ -193,60 +165,53 @@ CallOptions take_call_options(py::kwargs& kwargs) {
     return o;
 }
 
-py::dict stats_dict(const tl::GenerateStats& s) {
-    py::dict d;
-    d["prefill_ms"] = s.prefill_ms;
-    d["first_token_ms"] = s.first_token_ms;
-    d["decode_ms"] = s.decode_ms;
-    d["total_ms"] = s.total_ms;
-    d["prompt_tokens"] = s.prompt_tokens;
-    d["tokens_emitted"] = s.tokens_emitted;
-    d["kv_cache_bytes"] = s.kv_cache_bytes;
-    d["stop_reason"] = tl::stop_reason_name(s.stop_reason);
-    d["loops_used"] = s.loops_used;
-    d["depth_per_token"] = s.depth_per_token;
-    d["decode_tokens_per_s"] = s.decode_tokens_per_s();
-    d["spec_cycles"] = s.spec_cycles;
-    d["spec_drafted"] = s.spec_drafted;
-    d["spec_tested"] = s.spec_tested;
-    d["spec_accepted"] = s.spec_accepted;
-    d["spec_accept_hist"] = s.spec_accept_hist;
-    d["draft_ms"] = s.draft_ms;
-    d["verify_ms"] = s.verify_ms;
-    d["spec_acceptance_rate"] = s.spec_acceptance_rate();
-    d["spec_mean_accepted"] = s.spec_mean_accepted();
-    return d;
+py::object json_to_py(const nlohmann::json& j) {
+    switch (j.type()) {
+        case nlohmann::json::value_t::null: return py::none();
+        case nlohmann::json::value_t::boolean: return py::bool_(j.get<bool>());
+        case nlohmann::json::value_t::number_integer: return py::int_(j.get<long long>());
+        case nlohmann::json::value_t::number_unsigned: return py::int_(j.get<unsigned long long>());
+        case nlohmann::json::value_t::number_float: return py::float_(j.get<double>());
+        case nlohmann::json::value_t::string: {
+            const auto& s = j.get_ref<const std::string&>();
+            return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(s.data(), (Py_ssize_t)s.size(), "replace"));
+        }
+        case nlohmann::json::value_t::array: {
+            py::list l;
+            for (const auto& x : j) l.append(json_to_py(x));
+            return l;
+        }
+        case nlohmann::json::value_t::object: {
+            py::dict d;
+            for (auto it = j.begin(); it != j.end(); ++it) d[py::str(it.key())] = json_to_py(it.value());
+            return d;
+        }
+        default: return py::none();
+    }
 }
 
-py::dict event_dict(const tl::TokenEvent& ev) {
-    py::dict d;
-    d["token"] = ev.token;
-    d["position"] = ev.position;
-    d["index"] = ev.index;
-    d["piece"] = py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(ev.piece.data(), (Py_ssize_t)ev.piece.size(), "replace"));
-    d["depth"] = ev.depth;
-    d["prob"] = ev.prob;
-    if (ev.cycle >= 0) {
-        d["cycle"] = ev.cycle;
-        d["drafted"] = ev.drafted;
-        d["accepted"] = ev.accepted;
-        d["from_verifier"] = ev.from_verifier;
+nlohmann::json py_to_json(const py::handle& v) {
+    if (v.is_none()) return nullptr;
+    if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
+    if (py::isinstance<py::int_>(v)) return v.cast<long long>();
+    if (py::isinstance<py::float_>(v)) return v.cast<double>();
+    if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+    if (py::isinstance<py::dict>(v)) {
+        nlohmann::json o = nlohmann::json::object();
+        for (const auto& [k, x] : py::reinterpret_borrow<py::dict>(v)) o[std::string(py::str(k))] = py_to_json(x);
+        return o;
     }
-    if (!ev.lens.empty()) {
-        py::list lens;
-        for (const auto& l : ev.lens) {
-            py::dict e;
-            e["depth"] = l.depth;
-            e["top_ids"] = l.top_ids;
-            e["top_probs"] = l.top_probs;
-            e["p_emitted"] = l.p_emitted;
-            e["entropy"] = l.entropy;
-            lens.append(e);
-        }
-        d["lens"] = lens;
+    if (py::isinstance<py::sequence>(v)) {
+        nlohmann::json a = nlohmann::json::array();
+        for (const auto& x : v) a.push_back(py_to_json(x));
+        return a;
     }
-    return d;
+    throw py::type_error("expected a JSON-like value, got " + std::string(py::str(v.get_type().attr("__name__"))));
 }
+
+py::dict stats_dict(const tl::GenerateStats& s) { return py::dict(json_to_py(tl::stats_to_json(s))); }
+
+py::dict event_dict(const tl::TokenEvent& ev) { return py::dict(json_to_py(tl::event_to_json(ev))); }
 
 py::dict result_dict(const tl::GenerateResult& r, const std::vector<tl::TokenEvent>* events) {
     py::dict d;
@@ -313,7 +278,7 @@ void register_config(py::module_& m) {
         .def_readwrite("early_exit_logit_margin", &C::early_exit_logit_margin,
                        "float: > 0 switches to logit-margin stability (default 0)")
         .def_property(
-            "early_exit_criterion", [](const C& c) { return criterion_name(c.early_exit_criterion); },
+            "early_exit_criterion", [](const C& c) { return std::string(tl::criterion_name(c.early_exit_criterion)); },
             [](C& c, const std::string& s) { c.early_exit_criterion = parse_criterion(s); },
             "str: hidden_l2 | logit_margin | kl | entropy_delta | argmax_stable (default hidden_l2)")
         .def_readwrite("early_exit_threshold", &C::early_exit_threshold, "float: stability threshold > 0 (default 0.05)")
@@ -328,13 +293,11 @@ void register_config(py::module_& m) {
         .def(
             "to_dict",
             [](const C& c) {
-                py::dict d;
-                py::object self = py::cast(c);
-                for (const char* f : kFields) {
-                    const std::string k = f;
-                    if (k == "stop" || k == "seed") continue;
-                    d[f] = self.attr(f);
-                }
+                // The codec's field set; logit_bias as {id: bias}, as the property gives it.
+                nlohmann::json j = tl::config_to_json(c);
+                j.erase("grammar");
+                py::dict d(json_to_py(j));
+                d["logit_bias"] = logit_bias_dict(c);
                 return d;
             },
             "The fields as a dict.")

@@ -168,8 +168,9 @@ py::dict generate_py(const PyModel& model, const py::object& prompt, const py::o
     tl::GenerateConfig cfg = make_config(config, kw, "generate");
     cfg.grammar = co.grammar.get();
     const std::vector<int32_t> ids = prompt_ids(m.get(), prompt);
+    const tl::RunSpec spec{.mode = tl::config_mode(cfg), .config = cfg, .speculation = {}};
     return run_generate(co, [&](const tl::GenerateOptions& o) {
-        return tl::generate_ex(m.get(), ids.data(), static_cast<int>(ids.size()), cfg, o);
+        return tl::run_decode(m.get(), ids.data(), static_cast<int>(ids.size()), spec, o);
     });
 }
 
@@ -184,8 +185,9 @@ std::unique_ptr<GenerationStream> stream_py(const PyModel& model, const py::obje
     // Bad settings raise here, in the caller's thread, not on the first next().
     tl::validate_config(m.get(), static_cast<int>(ids.size()), cfg);
     const std::vector<int32_t> p = ids;
-    auto call = [m, p, cfg, g = co.grammar](const tl::GenerateOptions& o) {
-        return tl::generate_ex(m.get(), p.data(), static_cast<int>(p.size()), cfg, o);
+    const tl::RunSpec spec{.mode = tl::config_mode(cfg), .config = cfg, .speculation = {}};
+    auto call = [m, p, spec, g = co.grammar](const tl::GenerateOptions& o) {
+        return tl::run_decode(m.get(), p.data(), static_cast<int>(p.size()), spec, o);
     };
     return std::make_unique<GenerationStream>(std::move(call), std::move(ids), co, static_cast<size_t>(queue_size));
 }
@@ -221,86 +223,78 @@ py::list batch_py(const PyModel& model, const py::sequence& prompts, const py::o
     return out;
 }
 
-// Speculative entries: a blocking result dict, or a GenerationStream when stream=True.
-template <class Cfg, class Fn>
-py::object speculative_call(const PyModel& model, const py::object& prompt, const Cfg& cfg, bool stream,
-                            int queue_size, const CallOptions& co, Fn fn) {
+// A speculative run: the run specification, the models and the grammar it uses, kept alive
+// together for a stream's worker thread.
+struct SpecCall {
+    tl::RunSpec spec;
+    ModelPtr draft;
+    std::shared_ptr<tl::Grammar> grammar;
+};
+
+// Speculative entries through the engine's one entry (run_decode): a blocking result dict, or a
+// GenerationStream when stream=True.
+py::object speculative_call(const PyModel& model, const py::object& prompt, const SpecCall& c, bool stream,
+                            int queue_size, const CallOptions& co) {
     const ModelPtr m = model.get();
     std::vector<int32_t> ids = prompt_ids(m.get(), prompt);
     if (!stream)
         return run_generate(co, [&](const tl::GenerateOptions& o) {
-            return fn(m.get(), ids.data(), static_cast<int>(ids.size()), cfg, o);
+            return tl::run_decode(m.get(), ids.data(), static_cast<int>(ids.size()), c.spec, o);
         });
     if (queue_size < 1) throw py::value_error("queue_size: " + std::to_string(queue_size) + " must be >= 1");
     const std::vector<int32_t> p = ids;
-    auto call = [m, p, cfg, fn](const tl::GenerateOptions& o) {
-        return fn(m.get(), p.data(), static_cast<int>(p.size()), cfg, o);
+    auto call = [m, p, c](const tl::GenerateOptions& o) {
+        return tl::run_decode(m.get(), p.data(), static_cast<int>(p.size()), c.spec, o);
     };
     return py::cast(std::make_unique<GenerationStream>(std::move(call), std::move(ids), co,
                                                        static_cast<size_t>(queue_size)));
 }
 
+// The config fields the self-speculative entries take (the others keep their defaults).
+tl::GenerateConfig speculative_config(int max_tokens, float temperature, uint64_t seed, bool ignore_eos) {
+    tl::GenerateConfig cfg;
+    cfg.max_tokens = max_tokens;
+    cfg.temperature = temperature;
+    cfg.sample_seed = seed;
+    cfg.ignore_eos = ignore_eos;
+    return cfg;
+}
+
 py::object speculative_py(const PyModel& model, const py::object& prompt, int max_tokens, int draft_loops,
                           int verify_loops, int draft_ahead, float temperature, uint64_t seed, int top_k, float top_p,
                           bool ignore_eos, bool stream, int queue_size, bool events, bool lens, int lens_top_k) {
-    tl::SpeculativeConfig c;
-    c.max_tokens = max_tokens;
-    c.draft_loops = draft_loops;
-    c.verify_loops = verify_loops;
-    c.draft_ahead = draft_ahead;
-    c.temperature = temperature;
-    c.seed = seed;
-    c.top_k = top_k;
-    c.top_p = top_p;
-    c.ignore_eos = ignore_eos;
-    return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, lens, lens_top_k, nullptr},
-                            [](tl::Model* mm, const int32_t* p, int n, const tl::SpeculativeConfig& cc,
-                               const tl::GenerateOptions& o) { return tl::generate_speculative_ex(mm, p, n, cc, o); });
+    SpecCall c;
+    c.spec.mode = tl::DecodeMode::Speculative;
+    c.spec.config = speculative_config(max_tokens, temperature, seed, ignore_eos);
+    c.spec.config.top_k = top_k;
+    c.spec.config.top_p = top_p;
+    c.spec.speculation = {.verify_loops = verify_loops, .draft_loops = draft_loops, .draft_ahead = draft_ahead};
+    return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, lens, lens_top_k, nullptr});
 }
 
 py::object tree_py(const PyModel& model, const py::object& prompt, int max_tokens, int draft_loops, int verify_loops,
                    int draft_ahead, int K_branches, float temperature, uint64_t seed, bool ignore_eos, bool stream,
                    int queue_size, bool events, bool lens, int lens_top_k) {
-    tl::TreeSpeculativeConfig c;
-    c.max_tokens = max_tokens;
-    c.draft_loops = draft_loops;
-    c.verify_loops = verify_loops;
-    c.draft_ahead = draft_ahead;
-    c.K_branches = K_branches;
-    c.temperature = temperature;
-    c.seed = seed;
-    c.ignore_eos = ignore_eos;
-    return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, lens, lens_top_k, nullptr},
-                            [](tl::Model* mm, const int32_t* p, int n, const tl::TreeSpeculativeConfig& cc,
-                               const tl::GenerateOptions& o) {
-                                return tl::generate_tree_speculative_ex(mm, p, n, cc, o);
-                            });
+    SpecCall c;
+    c.spec.mode = tl::DecodeMode::Tree;
+    c.spec.config = speculative_config(max_tokens, temperature, seed, ignore_eos);
+    c.spec.speculation = {.verify_loops = verify_loops, .draft_loops = draft_loops, .draft_ahead = draft_ahead,
+                          .branches = K_branches};
+    return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, lens, lens_top_k, nullptr});
 }
 
-// Draft-model speculation: the target's GenerateConfig, the draft model and its knobs, kept alive
-// together for a stream's worker thread.
-struct DraftCall {
-    tl::GenerateConfig cfg;
-    tl::DraftSpeculativeConfig dc;
-    ModelPtr draft;
-    std::shared_ptr<tl::Grammar> grammar;
-};
-
+// Draft-model speculation: the target's GenerateConfig, the draft model and its knobs.
 py::object draft_py(const PyModel& model, const PyModel& draft, const py::object& prompt, const py::object& config,
                     int gamma, int draft_loops, bool stream, int queue_size, py::kwargs kw) {
     const CallOptions co = take_call_options(kw);
-    DraftCall c;
-    c.cfg = make_config(config, kw, "generate_draft_speculative");
-    c.cfg.grammar = co.grammar.get();
+    SpecCall c;
+    c.spec.mode = tl::DecodeMode::DraftModel;
+    c.spec.config = make_config(config, kw, "generate_draft_speculative");
+    c.spec.config.grammar = co.grammar.get();
     c.grammar = co.grammar;
-    c.dc.gamma = gamma;
-    c.dc.draft_loops = draft_loops;
     c.draft = draft.get();
-    return speculative_call(model, prompt, c, stream, queue_size, co,
-                            [](tl::Model* mm, const int32_t* p, int n, const DraftCall& cc,
-                               const tl::GenerateOptions& o) {
-                                return tl::draft_speculative_generate_ex(mm, cc.draft.get(), p, n, cc.cfg, cc.dc, o);
-                            });
+    c.spec.speculation = {.draft_loops = draft_loops, .draft_model = c.draft.get(), .gamma = gamma};
+    return speculative_call(model, prompt, c, stream, queue_size, co);
 }
 
 }  // namespace
