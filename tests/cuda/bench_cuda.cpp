@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_forward.h"
+#include "forward/cuda_forward.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "tinyloop/tinyloop.h"
 

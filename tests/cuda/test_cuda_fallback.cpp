@@ -13,7 +13,7 @@
 
 #include <sys/wait.h>
 
-#include "cuda_backend.h"
+#include "forward/cuda_backend.h"
 #include "test_util.h"
 #include "tinyloop/tinyloop.h"
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda_backend.h"
-#include "cuda_forward.h"
+#include "forward/cuda_backend.h"
+#include "forward/cuda_forward.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "test_util.h"

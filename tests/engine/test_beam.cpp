@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sampling.h"
+#include "decode/sampling.h"
 #include "test_util.h"
 
 using namespace tinyloop;

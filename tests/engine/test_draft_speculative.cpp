@@ -9,7 +9,7 @@
 #include <map>
 #include <random>
 
-#include "sampling.h"
+#include "decode/sampling.h"
 #include "test_util.h"
 
 using namespace tinyloop;

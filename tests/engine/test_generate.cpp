@@ -7,8 +7,8 @@
 #include <cstring>
 #include <set>
 
-#include "forward.h"
-#include "model.h"
+#include "forward/forward.h"
+#include "model/model.h"
 #include "test_util.h"
 
 using namespace tinyloop;

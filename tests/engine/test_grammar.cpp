@@ -19,8 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "grammar.h"
-#include "tokenizer.h"
+#include "grammar/grammar.h"
+#include "text/tokenizer.h"
 
 using namespace tinyloop;
 

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "fuzz_targets.h"
-#include "grammar.h"
-#include "model.h"
+#include "grammar/grammar.h"
+#include "model/model.h"
 
 namespace tlfuzz {
 

@@ -16,7 +16,7 @@
 
 #include <pthread.h>
 
-#include "grammar.h"
+#include "grammar/grammar.h"
 #include "test_util.h"
 
 using namespace tinyloop;
