@@ -396,7 +396,7 @@ int run_bench(const Args& args) {
         {
             LoadOptions lo = base_load;
             lo.threads = 1;
-            ModelPtr m = open_model(model_path, lo);
+            ModelHandle m = open_model(model_path, lo);
             own = model_costs(model_info(m.get())).matrix_dtype;
         }
         if (dtypes.empty()) dtypes = {own};
@@ -443,7 +443,7 @@ int run_bench(const Args& args) {
         for (int t : threads) {
             LoadOptions lo = base_load;
             lo.threads = t;
-            ModelPtr model = open_model(v.path, lo);
+            ModelHandle model = open_model(v.path, lo);
             const HParams& hp = model_hparams(model.get());
             hp_out = hp;
             L = loops_flag.value_or(hp.default_loops);
@@ -458,7 +458,7 @@ int run_bench(const Args& args) {
                                  " exceed the model's max_seq_len " + std::to_string(hp.max_seq_len));
             const Costs costs = model_costs(model_info(model.get()));
             const std::vector<int32_t> prompt = bench_prompt(model.get(), P);
-            ModelPtr draft_model;
+            ModelHandle draft_model;
             if (has_mode("draft")) draft_model = open_model(draft_file, lo);
 
             auto run_mode = [&](const std::string& mode, int max_tokens) {

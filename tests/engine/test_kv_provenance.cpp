@@ -9,14 +9,13 @@
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
 const std::string kF32 = TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-f32.tinyloop";
 
 Model* bundled() {
-    static ModelPtr m(kF32);
+    static tinyloop::ModelHandle m = tinyloop::load_model_handle(kF32);
     return m.get();
 }
 
@@ -256,6 +255,6 @@ TEST(ExitSignals, TraceGivesTheAdaptiveDecodesExitDepthWithInputInjection) {
     HParams hp = tltest::small_hparams();
     hp.max_loops = 8;
     hp.loop_input = LoopInput::Add;
-    ModelPtr mp(tltest::write_random_model("signals-v2.tinyloop", hp, 3));
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(tltest::write_random_model("signals-v2.tinyloop", hp, 3));
     check_trace_gives_exit_depths(mp.get(), {12, 140, 7, 99, 201, 33});
 }
