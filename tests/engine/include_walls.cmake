@@ -6,13 +6,13 @@
 # header (engine/src's "decode/emit.h", "kernels/kernels.h", "engine/src/decode/emit.h"), each of
 # which must fail with "No such file". include_wall.sources: no source under app/, ui/,
 # engine/python/ or tools/ names engine/src or kernels/ in an #include (a relative path included).
-set(TL_WALL_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/include_wall_check.cmake)
-
 function(tl_add_include_wall_test front_end)
   add_test(NAME include_wall.${front_end}
     COMMAND ${CMAKE_COMMAND} -DMODE=compile -DCXX=${CMAKE_CXX_COMPILER}
       "-DINCLUDES=$<JOIN:$<TARGET_PROPERTY:${front_end},INCLUDE_DIRECTORIES>,|>"
-      -DWORK=${PROJECT_BINARY_DIR}/include_wall/${front_end} -P ${TL_WALL_SCRIPT})
+      "-DIMPLICIT=${CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES}"
+      -DWORK=${PROJECT_BINARY_DIR}/include_wall/${front_end}
+      -P ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/include_wall_check.cmake)
   set_tests_properties(include_wall.${front_end} PROPERTIES TIMEOUT 120 LABELS walls)
 endfunction()
 
@@ -26,5 +26,5 @@ endif()
 # tinyloop_py is defined after tests/: engine/python/CMakeLists.txt calls tl_add_include_wall_test.
 
 add_test(NAME include_wall.sources
-  COMMAND ${CMAKE_COMMAND} -DMODE=sources -DROOT=${PROJECT_SOURCE_DIR} -P ${TL_WALL_SCRIPT})
+  COMMAND ${CMAKE_COMMAND} -DMODE=sources -DROOT=${PROJECT_SOURCE_DIR} -P ${CMAKE_CURRENT_LIST_DIR}/include_wall_check.cmake)
 set_tests_properties(include_wall.sources PROPERTIES TIMEOUT 60 LABELS walls)
