@@ -253,7 +253,7 @@ TEST(InjectionDecode, BatchEngineEqualsGenerateAlone) {
     BatchEngineOptions o;
     o.page_size = 4;
     o.prefill_chunk = 5;
-    std::unique_ptr<BatchEngine, void (*)(BatchEngine*)> e(create_batch_engine(m, o), free_batch_engine);
+    Owned<BatchEngine> e(create_batch_engine(m, o));
     std::vector<uint64_t> ids;
     for (size_t i = 0; i < ps.size(); ++i) {
         BatchRequest r;
