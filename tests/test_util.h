@@ -59,13 +59,4 @@ inline std::vector<std::vector<int32_t>> random_prompts(int count, uint64_t seed
     return out;
 }
 
-struct ModelPtr {
-    tinyloop::Model* m = nullptr;
-    explicit ModelPtr(const std::string& path, tinyloop::LoadOptions o = {}) : m(tinyloop::load_model(path, o)) {}
-    ~ModelPtr() { tinyloop::free_model(m); }
-    ModelPtr(const ModelPtr&) = delete;
-    ModelPtr& operator=(const ModelPtr&) = delete;
-    tinyloop::Model* get() const { return m; }
-};
-
 }  // namespace tltest

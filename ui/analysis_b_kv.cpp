@@ -49,9 +49,8 @@ KvRun run_kv_provenance(tinyloop::Model* model, const std::vector<int32_t>& prom
             if (prefix_len < 1 || prefix_len > n)
                 bad("prefix_len: " + std::to_string(prefix_len) + " is outside [1, " + std::to_string(n) + "]");
             c.early_exit_patience = 0;
-            std::unique_ptr<tinyloop::PrefixCache, void (*)(tinyloop::PrefixCache*)> cache(
-                tinyloop::create_prefix_cache(model, prompt.data(), prefix_len, c.loops, c.cache_window),
-                tinyloop::free_prefix_cache);
+            tinyloop::Owned<tinyloop::PrefixCache> cache(
+                tinyloop::create_prefix_cache(model, prompt.data(), prefix_len, c.loops, c.cache_window));
             run.prefix_len = prefix_len;
             run.prefix_cache_bytes = tinyloop::prefix_cache_bytes(cache.get());
             g = tinyloop::generate_with_prefix(model, cache.get(), prompt.data(), n, c, o);

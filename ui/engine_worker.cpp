@@ -85,7 +85,7 @@ void EngineWorker::validateConfig(quint64 ticket, const RunRequest& req) {
     try {
         auto ids = tinyloop::tokenize(m_model, req.prompt.toStdString());
         if (ids.empty()) ids.push_back(0);  // generate starts an empty prompt from BOS/EOS
-        std::unique_ptr<tinyloop::Grammar, void (*)(tinyloop::Grammar*)> grammar(nullptr, tinyloop::free_grammar);
+        tinyloop::Owned<tinyloop::Grammar> grammar;
         tinyloop::GenerateConfig cfg = req.config;
         if (!req.grammarFile.isEmpty()) {
             grammar.reset(tinyloop::load_grammar_file(req.grammarFile.toStdString()));
@@ -124,7 +124,7 @@ void EngineWorker::generate(const RunRequest& req) {
             if (start >= 0) prompt.push_back(start);
         }
         tinyloop::GenerateConfig cfg = req.config;
-        std::unique_ptr<tinyloop::Grammar, void (*)(tinyloop::Grammar*)> grammar(nullptr, tinyloop::free_grammar);
+        tinyloop::Owned<tinyloop::Grammar> grammar;
         if (!req.grammarFile.isEmpty()) {
             grammar.reset(tinyloop::load_grammar_file(req.grammarFile.toStdString()));
             cfg.grammar = grammar.get();

@@ -52,7 +52,7 @@ BatchSample run_batch(Model* m, int B, int P, int N, int L, KVCacheType kv) {
     o.prefill_chunk = std::min(4096, B * P);
     const HParams& hp = model_hparams(m);
     o.kv_pages = std::max(1, B * ((P + N + o.page_size - 1) / o.page_size) * (hp.n_pre_blocks + L * hp.n_loop_layers));
-    std::unique_ptr<BatchEngine, void (*)(BatchEngine*)> e(create_batch_engine(m, o), free_batch_engine);
+    Owned<BatchEngine> e(create_batch_engine(m, o));
     long long emitted = 0;
     std::vector<uint64_t> ids;
     for (int b = 0; b < B; ++b) {
@@ -124,7 +124,7 @@ int run_bench_batch(const Args& args) {
         throw UsageError("--threads: --batch takes one thread count");
     check_file_readable("MODEL", model_path);
     LoadOptions lo = load_options(args);
-    ModelPtr model = open_model(model_path, lo);
+    ModelHandle model = open_model(model_path, lo);
     const HParams& hp = model_hparams(model.get());
     const int L = loops_flag.value_or(hp.default_loops);
     if (L > hp.max_loops)

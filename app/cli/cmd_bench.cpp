@@ -421,7 +421,7 @@ std::vector<Variant> bench_variants(const Args& args, BenchFlags& f, const TempD
         {
             LoadOptions lo = f.base_load;
             lo.threads = 1;
-            ModelPtr m = open_model(f.model_path, lo);
+            ModelHandle m = open_model(f.model_path, lo);
             own = model_costs(model_info(m.get())).matrix_dtype;
         }
         if (f.dtypes.empty()) f.dtypes = {own};
@@ -516,7 +516,7 @@ Runs run_rows(const BenchFlags& f, const std::vector<Variant>& variants, const s
         for (int t : f.threads) {
             LoadOptions lo = f.base_load;
             lo.threads = t;
-            ModelPtr model = open_model(v.path, lo);
+            ModelHandle model = open_model(v.path, lo);
             const HParams& hp = model_hparams(model.get());
             out.hp = hp;
             const int L = out.L = f.loops_flag.value_or(hp.default_loops);
@@ -531,7 +531,7 @@ Runs run_rows(const BenchFlags& f, const std::vector<Variant>& variants, const s
                                  " exceed the model's max_seq_len " + std::to_string(hp.max_seq_len));
             const Costs costs = model_costs(model_info(model.get()));
             const std::vector<int32_t> prompt = bench_prompt(model.get(), P);
-            ModelPtr draft_model;
+            ModelHandle draft_model;
             if (f.has_mode("draft")) draft_model = open_model(draft_file, lo);
             auto run_mode = [&](const std::string& mode, int max_tokens) {
                 const RunSpec spec = bench_run_spec(f, mode, max_tokens, L, out.draft, draft_model.get());

@@ -47,7 +47,7 @@ int run_depths(const Args& args) {
     const int max_tokens = static_cast<int>(args.get_int("--max-tokens").value_or(32));
     if (max_tokens < 0) throw UsageError("--max-tokens: expected an integer >= 0, got " + std::to_string(max_tokens));
     const LoadOptions load = load_options(args);
-    ModelPtr model = open_model(model_path, load);
+    ModelHandle model = open_model(model_path, load);
     check_depths("--depths", depths, model_hparams(model.get()));
     const std::vector<int32_t> ids = input_tokens(input, model.get(), 1);
     const std::vector<std::pair<std::string, std::string>> fields = {{"loops", "--depths"},
@@ -59,12 +59,9 @@ int run_depths(const Args& args) {
             throw Error(e.code(), with_flag_name(e.what(), fields));
         }
     };
-    ResumeHandle* handle =
-        engine([&] { return create_resume_handle(model.get(), ids.data(), static_cast<int>(ids.size()), depths[0]); });
-    struct HandleGuard {
-        ResumeHandle* h;
-        ~HandleGuard() { free_resume_handle(h); }
-    } guard{handle};
+    const Owned<ResumeHandle> owned_handle(
+        engine([&] { return create_resume_handle(model.get(), ids.data(), static_cast<int>(ids.size()), depths[0]); }));
+    ResumeHandle* handle = owned_handle.get();
 
     nlohmann::json answers = nlohmann::json::array();
     std::ostringstream text;

@@ -476,8 +476,8 @@ nlohmann::json config_json(const GenerateConfig& cfg, const Args& args, const st
 }
 
 // The grammar, parsed before the model loads so that a malformed one fails fast.
-std::unique_ptr<Grammar, void (*)(Grammar*)> read_grammar(const Args& args) {
-    std::unique_ptr<Grammar, void (*)(Grammar*)> grammar(nullptr, free_grammar);
+Owned<Grammar> read_grammar(const Args& args) {
+    Owned<Grammar> grammar;
     if (auto g = args.value("--grammar")) {
         if (g->empty()) throw UsageError("--grammar: expected a grammar file, got ''");
         try {
@@ -524,7 +524,7 @@ int run_generate(const Args& args) {
     cfg.grammar = grammar.get();
 
     // ---- the model and the prompt ----
-    ModelPtr model = open_model(model_path, load);
+    ModelHandle model = open_model(model_path, load);
     const HParams& hp = model_hparams(model.get());
     if (source == "--prompt-ids") {
         for (int32_t id : prompt_ids)
@@ -547,7 +547,7 @@ int run_generate(const Args& args) {
         cfg.max_tokens = std::max(0, std::min(cfg.max_tokens, hp.max_seq_len - prompt_len));
 
     if (!m.speculative) with_flag_messages([&] { validate_config(model.get(), prompt_len, cfg); });
-    ModelPtr draft_model;
+    ModelHandle draft_model;
     if (m.draft_path) {
         try {
             check_file_readable("--draft-model", *m.draft_path);

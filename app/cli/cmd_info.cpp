@@ -160,7 +160,7 @@ int run_info(const Args& args) {
     const std::string path = args.single_positional("MODEL");
     const bool full_metadata = args.has("--metadata"), no_metadata = args.has("--no-metadata");
     if (full_metadata && no_metadata) throw UsageError("--metadata and --no-metadata cannot be used together");
-    ModelPtr model = open_model(path, load_options(args));
+    ModelHandle model = open_model(path, load_options(args));
     const ModelInfo info = model_info(model.get());
     const HParams& hp = info.hparams;
     const size_t vram = vram_usage_bytes(model.get());

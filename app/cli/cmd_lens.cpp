@@ -121,7 +121,7 @@ int run_lens(const Args& args) {
     const int width = args.get_int("--width", 40, 1000).value_or(0);
     const LoadOptions load = load_options(args);
 
-    ModelPtr model = open_model(model_path, load);
+    ModelHandle model = open_model(model_path, load);
     const std::vector<int32_t> ids = input_tokens(input, model.get(), 1);
     const int n = static_cast<int>(ids.size());
     LensResult lr;

@@ -40,7 +40,7 @@ int run_reuse(const Args& args) {
     const int loops = loops_flag(args).value_or(0);
     const int max_tokens = static_cast<int>(args.get_int("--max-tokens").value_or(32));
     const bool special = args.has("--parse-special");
-    ModelPtr model = open_model(model_path, load_options(args));
+    ModelHandle model = open_model(model_path, load_options(args));
     const std::vector<std::pair<std::string, std::string>> fields = {{"loops", "--loops"},
                                                                      {"max_tokens", "--max-tokens"},
                                                                      {"prefix", "--prefix"},
@@ -52,11 +52,8 @@ int run_reuse(const Args& args) {
             throw Error(e.code(), with_flag_name(e.what(), fields));
         }
     };
-    PrefixPool* pool = engine([&] { return create_prefix_pool(model.get(), loops); });
-    struct PoolGuard {
-        PrefixPool* p;
-        ~PoolGuard() { free_prefix_pool(p); }
-    } guard{pool};
+    const Owned<PrefixPool> owned_pool(engine([&] { return create_prefix_pool(model.get(), loops); }));
+    PrefixPool* pool = owned_pool.get();
     for (const auto& p : prefixes) {
         const auto ids = tokenize(model.get(), p, special);
         if (ids.empty()) throw UsageError("--prefix: an empty prefix");

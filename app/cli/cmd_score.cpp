@@ -372,7 +372,7 @@ int run_score(const Args& args) {
     const ScoreFlags f = read_score_flags(args);
     const LoadOptions load = load_options(args);
 
-    ModelPtr model = open_model(model_path, load);
+    ModelHandle model = open_model(model_path, load);
     if (f.escalate) check_depths("--escalate", f.esc.depths, model_hparams(model.get()));
     const std::vector<int32_t> ids = input_tokens(input, model.get(), 2);
     const ScoreOutputs o = run_scoring(model.get(), ids, f);

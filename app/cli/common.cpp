@@ -64,10 +64,10 @@ void check_file_readable(const std::string& flag, const std::string& path) {
     }
 }
 
-ModelPtr open_model(const std::string& path, const LoadOptions& options) {
+ModelHandle open_model(const std::string& path, const LoadOptions& options) {
     check_readable("model", path);
     try {
-        return ModelPtr(load_model(path, options));
+        return load_model_handle(path, options);
     } catch (const Error& e) {
         std::string msg = e.what();
         if (msg.find(path) == std::string::npos) msg = "model '" + path + "': " + msg;

@@ -16,11 +16,6 @@
 
 namespace tinyloop::cli {
 
-struct ModelDeleter {
-    void operator()(Model* m) const { free_model(m); }
-};
-using ModelPtr = std::unique_ptr<Model, ModelDeleter>;
-
 // --backend and --threads into LoadOptions (UsageError on a bad value). --threads is 1..256
 // in every command (serve included); without it the engine uses all cores.
 LoadOptions load_options(const Args& args);
@@ -34,7 +29,7 @@ void check_depths(const std::string& flag, const std::vector<int>& depths, const
 
 // Loads MODEL. A path that does not exist or is not a readable file is a UsageError naming it;
 // engine errors are rethrown with the path in the message.
-ModelPtr open_model(const std::string& path, const LoadOptions& options);
+ModelHandle open_model(const std::string& path, const LoadOptions& options);
 
 // UsageError "FLAG: cannot open file 'path': reason" unless path is a readable regular file.
 void check_file_readable(const std::string& flag, const std::string& path);

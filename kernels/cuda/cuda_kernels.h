@@ -17,7 +17,7 @@
 // Errors: every CUDA or cuBLAS failure throws CudaError (what() names the call and the CUDA
 // error); out_of_memory() is true for an allocation the device cannot satisfy, so the engine
 // turns it into Error(OutOfMemory) rather than crashing. Kernels here never include engine
-// headers; the engine converts CudaError into tinyloop::Error (engine/src/cuda_backend.cpp).
+// headers; the engine converts CudaError into tinyloop::Error (engine/src/forward/cuda_backend.cpp).
 //
 // Numerics: the same contracts as the CPU ops in kernels.h. matmul, attention, rmsnorm, rope,
 // silu_mul, lens and argmax compute each output row with one fixed reduction order whatever

@@ -1,6 +1,6 @@
 // bench_cuda MODEL [--prompt N] [--tokens N] [--loops L] [--reps R]
 //
-// Speed of the CUDA forward (engine/src/cuda_forward.cpp) on one model, as one JSON line:
+// Speed of the CUDA forward (engine/src/forward/cuda_forward.cpp) on one model, as one JSON line:
 // prefill tok/s of an N-token prompt (cuBLAS for 64-row chunks and the batch-invariant kernel),
 // cuBLAS alone on the same products (the prefill target's yardstick), decode tok/s with the
 // graph-captured step and with direct launches, the weight bytes one decode token reads and the
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_forward.h"
+#include "forward/cuda_forward.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "tinyloop/tinyloop.h"
 

@@ -5,8 +5,8 @@
 # "[  SKIPPED ]", which SKIP_REGULAR_EXPRESSION turns into CTest's "Skipped" (not "Passed").
 function(tl_add_cuda_gtest name src)
   add_executable(${name} ${src} ${ARGN})
-  target_link_libraries(${name} PRIVATE tinyloop GTest::gtest GTest::gtest_main nlohmann_json::nlohmann_json)
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/engine/src ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(${name} PRIVATE tinyloop_internals_for_tests GTest::gtest GTest::gtest_main nlohmann_json::nlohmann_json)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   target_compile_definitions(${name} PRIVATE TL_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TL_BINARY_DIR="${PROJECT_BINARY_DIR}" TL_CLI_PATH="$<TARGET_FILE:tinyloop_cli>")
   add_dependencies(${name} tinyloop_cli)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 600 LABELS cuda
@@ -26,6 +26,5 @@ endif()
 # The CUDA forward's benchmark program (not a test): kernels/cuda/check_on_gpu.sh runs it.
 if(TINYLOOP_HAVE_CUDA)
   add_executable(bench_cuda ${CMAKE_CURRENT_LIST_DIR}/bench_cuda.cpp)
-  target_link_libraries(bench_cuda PRIVATE tinyloop)
-  target_include_directories(bench_cuda PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/engine/src)
+  target_link_libraries(bench_cuda PRIVATE tinyloop_internals_for_tests)
 endif()

@@ -13,7 +13,7 @@
 
 #include <sys/wait.h>
 
-#include "cuda_backend.h"
+#include "forward/cuda_backend.h"
 #include "test_util.h"
 #include "tinyloop/tinyloop.h"
 
@@ -53,7 +53,7 @@ CliRun run_cli(const std::string& args) {
 }
 
 TEST(BackendFallback, CpuIsAlwaysTheCpu) {
-    tltest::ModelPtr m(kModel, opts(Backend::Cpu));
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(kModel, opts(Backend::Cpu));
     const tinyloop::ModelInfo info = tinyloop::model_info(m.get());
     EXPECT_EQ(info.backend, "cpu");
     EXPECT_EQ(info.backend_note.rfind("cpu: requested", 0), 0u) << info.backend_note;
@@ -62,7 +62,7 @@ TEST(BackendFallback, CpuIsAlwaysTheCpu) {
 
 TEST(BackendFallback, AutoWithoutDeviceRunsOnTheCpuAndSaysWhy) {
     if (device_usable()) GTEST_SKIP() << "skipped: a CUDA device is present (" << tinyloop::cuda_device_summary() << ")";
-    tltest::ModelPtr m(kModel, opts(Backend::Auto));
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(kModel, opts(Backend::Auto));
     const tinyloop::ModelInfo info = tinyloop::model_info(m.get());
     EXPECT_EQ(info.backend, "cpu");
     const std::string& note = info.backend_note;
@@ -79,7 +79,7 @@ TEST(BackendFallback, AutoWithoutDeviceRunsOnTheCpuAndSaysWhy) {
     EXPECT_EQ(tinyloop::vram_usage_bytes(m.get()), 0u);
 
     // and it generates: the same greedy tokens as an explicit cpu load
-    tltest::ModelPtr c(kModel, opts(Backend::Cpu));
+    tinyloop::ModelHandle c = tinyloop::load_model_handle(kModel, opts(Backend::Cpu));
     const std::vector<int32_t> prompt = tinyloop::tokenize(m.get(), "In the beginning");
     tinyloop::GenerateConfig g;
     g.max_tokens = 8;
@@ -94,7 +94,7 @@ TEST(BackendFallback, AutoWithoutDeviceRunsOnTheCpuAndSaysWhy) {
 TEST(BackendFallback, CudaWithoutDeviceIsAClearError) {
     if (device_usable()) GTEST_SKIP() << "skipped: a CUDA device is present (" << tinyloop::cuda_device_summary() << ")";
     try {
-        tltest::ModelPtr m(kModel, opts(Backend::Cuda));
+        tinyloop::ModelHandle m = tinyloop::load_model_handle(kModel, opts(Backend::Cuda));
         FAIL() << "backend cuda loaded without a usable device";
     } catch (const tinyloop::Error& e) {
         const std::string msg = e.what();
@@ -144,7 +144,7 @@ TEST(BackendFallback, CliRejectsAnUnknownBackend) {
 // On a machine with a device: what the probe says is what auto reports.
 TEST(BackendFallback, WithDeviceAutoNamesTheDevice) {
     if (!device_usable()) GTEST_SKIP() << "skipped: no CUDA device (" << tinyloop::cuda_device_summary() << ")";
-    tltest::ModelPtr m(kModel, opts(Backend::Auto));
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(kModel, opts(Backend::Auto));
     const tinyloop::ModelInfo info = tinyloop::model_info(m.get());
     EXPECT_NE(info.backend_note.find(tinyloop::cuda_device_summary()), std::string::npos) << info.backend_note;
 }

@@ -1,4 +1,4 @@
-// Whole-model parity of the CUDA forward (engine/src/cuda_forward.cpp) with the CPU back end
+// Whole-model parity of the CUDA forward (engine/src/forward/cuda_forward.cpp) with the CPU back end
 // (its float-activation kernels, see FloatActivations below):
 //   * the bundled trained model (f32, q8, q4 files): greedy tokens identical, CPU generate()
 //     against the CUDA session (prefill, then graph-replayed decode steps), and the same tokens
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda_backend.h"
-#include "cuda_forward.h"
+#include "forward/cuda_backend.h"
+#include "forward/cuda_forward.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -75,7 +75,7 @@ class BundledModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BundledModel, GreedyTokensIdenticalToCpu) {
     TL_REQUIRE_DEVICE();
-    tltest::ModelPtr m(kDir + GetParam(), cpu());
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(kDir + GetParam(), cpu());
     const tinyloop::HParams& hp = tinyloop::model_hparams(m.get());
     const std::vector<int32_t> prompt = tinyloop::tokenize(m.get(), "In the beginning God created the heaven and the earth. And");
     const int n_new = 64;
@@ -106,7 +106,7 @@ TEST_P(BundledModel, GreedyTokensIdenticalToCpu) {
 
 TEST_P(BundledModel, PrefillLogitsWithinTolerance) {
     TL_REQUIRE_DEVICE();
-    tltest::ModelPtr m(kDir + GetParam(), cpu());
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(kDir + GetParam(), cpu());
     const tinyloop::HParams& hp = tinyloop::model_hparams(m.get());
     std::string text;
     while (text.size() < 600) text += "And God said, Let there be light: and there was light. ";
@@ -132,7 +132,7 @@ TEST_P(BundledModel, PrefillLogitsWithinTolerance) {
 // gives each branch the logits of that branch run as a chain.
 TEST_P(BundledModel, VerificationRowsEqualDecodeSteps) {
     TL_REQUIRE_DEVICE();
-    tltest::ModelPtr m(kDir + GetParam(), cpu());
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(kDir + GetParam(), cpu());
     const tinyloop::HParams& hp = tinyloop::model_hparams(m.get());
     const int V = hp.vocab_size, k = 5;
     const std::vector<int32_t> prompt = tinyloop::tokenize(m.get(), "And the evening and the morning were");
@@ -227,7 +227,7 @@ TEST_P(RandomModel, LogitsAtEveryDepth) {
     hp.loop_input = GetParam().input;
     const std::string path = tltest::write_random_model(std::string("cuda_") + GetParam().name + ".tinyloop", hp, 11,
                                                         GetParam().dt);
-    tltest::ModelPtr m(path, cpu());
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(path, cpu());
     std::vector<int32_t> toks;
     for (int i = 0; i < 37; ++i) toks.push_back((i * 37 + 11) % 256);
     const int n = int(toks.size()), V = hp.vocab_size;
@@ -257,7 +257,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, RandomModel,
 TEST(CudaForward, OutOfDeviceMemoryIsAnEngineError) {
     TL_REQUIRE_DEVICE();
     const tinyloop::HParams hp = tltest::small_hparams();
-    tltest::ModelPtr m(tltest::write_random_model("cuda_oom.tinyloop", hp, 3), cpu());
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(tltest::write_random_model("cuda_oom.tinyloop", hp, 3), cpu());
     tinyloop::CudaWeights w(*m.get(), probe().device);
     try {
         tinyloop::with_cuda_errors("huge buffer", [&] {

@@ -22,8 +22,8 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
-#include "lens.h"
-#include "sampling.h"
+#include "scoring/lens.h"
+#include "decode/sampling.h"
 
 namespace tinyloop::kern {
 namespace {

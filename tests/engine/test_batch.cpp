@@ -13,7 +13,6 @@
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -92,7 +91,7 @@ std::vector<Case> sixteen_cases(Grammar* grammar) {
 TEST(Batch, SixteenRequestsEqualGenerateAlone) {
     LoadOptions lo;
     lo.threads = 2;
-    ModelPtr mp(kBundled, lo);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled, lo);
     Model* m = mp.get();
     Grammar* g = parse_grammar("root ::= \" \" [a-z]+ (\" \" [a-z]+)* \".\"\n");
     const std::vector<Case> cs = sixteen_cases(g);
@@ -150,7 +149,7 @@ TEST(Batch, SixteenRequestsEqualGenerateAlone) {
 
 TEST(Batch, StopReasonsCoveredBySixteenCases) {
     // Guards the test above against cases that all end the same way.
-    ModelPtr mp(kBundled);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled);
     Model* m = mp.get();
     Grammar* g = parse_grammar("root ::= \" \" [a-z]+ (\" \" [a-z]+)* \".\"\n");
     std::set<StopReason> seen;
@@ -166,7 +165,7 @@ TEST(Batch, StopReasonsCoveredBySixteenCases) {
 
 TEST(Batch, SmallPoolMakesRequestsWaitAndRefusesOneThatCannotFit) {
     const std::string path = tltest::write_random_model("batch.tinyloop", tltest::small_hparams(), 21);
-    ModelPtr mp(path);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(path);
     Model* m = mp.get();
     const HParams& hp = model_hparams(m);
     GenerateConfig c;
@@ -215,7 +214,7 @@ TEST(Batch, SmallPoolMakesRequestsWaitAndRefusesOneThatCannotFit) {
 }
 
 TEST(Batch, OptionsAndRequestsAreValidated) {
-    ModelPtr mp(kBundled);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled);
     Model* m = mp.get();
     auto refused = [&](BatchEngineOptions o, const char* field) {
         try {
@@ -262,7 +261,7 @@ TEST(Batch, OptionsAndRequestsAreValidated) {
 }
 
 TEST(Batch, CancelAndCallbackAbortKeepTheTokensSoFar) {
-    ModelPtr mp(kBundled);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled);
     Model* m = mp.get();
     EnginePtr e(create_batch_engine(m, {}));
     GenerateConfig c;
@@ -308,7 +307,7 @@ TEST(Batch, CancelAndCallbackAbortKeepTheTokensSoFar) {
 }
 
 TEST(Batch, ThrowingCallbackFailsOnlyItsRequest) {
-    ModelPtr mp(kBundled);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled);
     Model* m = mp.get();
     EnginePtr e(create_batch_engine(m, {}));
     BatchRequest r;
@@ -330,7 +329,7 @@ TEST(Batch, ThrowingCallbackFailsOnlyItsRequest) {
 }
 
 TEST(Batch, SubmitFromThreadsWhileStepping) {
-    ModelPtr mp(kBundled);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled);
     Model* m = mp.get();
     EnginePtr e(create_batch_engine(m, {}));
     GenerateConfig c;
@@ -365,7 +364,7 @@ TEST(Batch, SubmitFromThreadsWhileStepping) {
 
 TEST(Batch, GenerateBatchEqualsGenerateEach) {
     const std::string path = tltest::write_random_model("batch2.tinyloop", tltest::small_hparams(), 5, DType::Q4);
-    ModelPtr mp(path);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(path);
     Model* m = mp.get();
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 70; ++i) {  // more than one engine's 64 slots
@@ -393,7 +392,7 @@ TEST(Batch, GenerateBatchEqualsGenerateEach) {
 // index) equals generate_ex's for it alone, batched or (lens) one after another; an observer
 // returning false stops only its own prompt; a bad prompt is named before anything decodes.
 TEST(Batch, GenerateBatchExGivesEachPromptItsOwnResultAndEvents) {
-    ModelPtr mp(kBundled);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled);
     Model* m = mp.get();
     const std::vector<std::string> texts = {"In the beginning", "And God said", "The LORD is my shepherd", "Wisdom"};
     std::vector<std::vector<int32_t>> prompts;
@@ -469,7 +468,7 @@ TEST(Batch, GenerateBatchExGivesEachPromptItsOwnResultAndEvents) {
 }
 
 TEST(Batch, HeldRequestWaitsWithoutStallingTheOthers) {
-    ModelPtr mp(kBundled);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled);
     Model* m = mp.get();
     EnginePtr e(create_batch_engine(m, {}));
     GenerateConfig c;

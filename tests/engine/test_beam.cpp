@@ -4,11 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sampling.h"
+#include "decode/sampling.h"
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -44,7 +43,7 @@ TEST(Beam, EqualsExhaustiveSearchForTwoTokens) {
     for (LoopInput input : {LoopInput::None, LoopInput::Add}) {  // and with input injection (§1a)
     SCOPED_TRACE(loop_input_name(input));
     const std::string path = peaked_model(input);
-    ModelPtr mp(path);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(path);
     Model* m = mp.get();
     const int n_ids = model_info(m).tokenizer_vocab;
     int differs_from_greedy = 0;
@@ -87,7 +86,7 @@ TEST(Beam, EqualsExhaustiveSearchForTwoTokens) {
 
 TEST(Beam, LengthPenaltyAndEosRanking) {
     const std::string path = peaked_model();
-    ModelPtr mp(path);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(path);
     Model* m = mp.get();
     const int32_t eos = model_info(m).tokenizer.eos_id;
     std::vector<int32_t> prompt = {10, 20, 30};

@@ -32,7 +32,7 @@ std::string model_path(const nlohmann::json& fx) {
 
 TEST(BundledModel, TokenizerIdsAreIdentical) {
     const auto fx = fixture();
-    tltest::ModelPtr mp(model_path(fx));
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path(fx));
     int checked = 0;
     for (const auto& c : fx["tokenizer_cases"]) {
         const std::string text = c["text"].get<std::string>();
@@ -49,7 +49,7 @@ TEST(BundledModel, TokenizerIdsAreIdentical) {
 
 TEST(BundledModel, LogitsMatchTheTrainer) {
     const auto fx = fixture();
-    tltest::ModelPtr mp(model_path(fx));
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path(fx));
     const int V = model_hparams(mp.get()).vocab_size;
     ASSERT_EQ(V, fx["vocab_size"].get<int>());
     int rows = 0;
@@ -82,7 +82,7 @@ TEST(BundledModel, LogitsMatchTheTrainer) {
 
 TEST(BundledModel, SpeculationAndEarlyExitOffEqualGreedyOn50Prompts) {
     const auto fx = fixture();
-    tltest::ModelPtr mp(model_path(fx));
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path(fx));
     Model* m = mp.get();
     const std::vector<std::string> words = {"And", " God", " said", " the", " LORD", " of", " Israel", ",", " unto",
                                             " him", " hacker", " n.", " a", " terminal", " DEVIL", " is", " my"};

@@ -112,7 +112,7 @@ LoadOptions one_thread() {
 }  // namespace
 
 TEST(BundledReasoner, AnswerNeedsTheLoops) {
-    tltest::ModelPtr mp(kDir + "model-f32.tinyloop", one_thread());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kDir + "model-f32.tinyloop", one_thread());
     const auto probs = heldout_subset(4);
     ASSERT_EQ(probs.size(), 100u);
     GenerateConfig c;  // loops 0: the model's default depth
@@ -124,7 +124,7 @@ TEST(BundledReasoner, AnswerNeedsTheLoops) {
 }
 
 TEST(BundledReasoner, RecommendedEarlyExitStopsLaterOnBiggerProblems) {
-    tltest::ModelPtr mp(kDir + "model-f32.tinyloop", one_thread());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kDir + "model-f32.tinyloop", one_thread());
     const json meta = json::parse(model_info(mp.get()).metadata_json);
     const json& ee = meta.at("recommended").at("early_exit");
     const auto probs = heldout_subset(4);

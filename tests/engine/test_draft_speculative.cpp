@@ -9,11 +9,10 @@
 #include <map>
 #include <random>
 
-#include "sampling.h"
+#include "decode/sampling.h"
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -92,7 +91,8 @@ double chi2_crit_001(int df) {
 }  // namespace
 
 TEST(DraftSpeculative, BundledGreedyEqualsTargetGreedyWithQ4Draft) {
-    ModelPtr target(kF32), draft(kQ4);
+    tinyloop::ModelHandle target = tinyloop::load_model_handle(kF32);
+    tinyloop::ModelHandle draft = tinyloop::load_model_handle(kQ4);
     const std::vector<std::string> texts = {
         "In the beginning God created",
         "And the LORD said unto Moses,",
@@ -131,7 +131,8 @@ TEST(DraftSpeculative, BundledGreedyEqualsTargetGreedyWithQ4Draft) {
 }
 
 TEST(DraftSpeculative, BundledGreedyStopsLikeGreedy) {
-    ModelPtr target(kF32), draft(kQ4);
+    tinyloop::ModelHandle target = tinyloop::load_model_handle(kF32);
+    tinyloop::ModelHandle draft = tinyloop::load_model_handle(kQ4);
     const auto p = tokenize(target.get(), "And God said, Let there be light:");
     // Stop strings and sequences taken from the plain output itself, so they really fire inside
     // a cycle (after an accepted draft) rather than never.
@@ -183,7 +184,9 @@ TEST(DraftSpeculative, BundledGreedyStopsLikeGreedy) {
 }
 
 TEST(DraftSpeculative, RandomModelsGreedyEqualsTargetGreedyUnderEveryRule) {
-    ModelPtr target(target_path()), q4(target_q4_path()), small(small_draft_path());
+    tinyloop::ModelHandle target = tinyloop::load_model_handle(target_path());
+    tinyloop::ModelHandle q4 = tinyloop::load_model_handle(target_q4_path());
+    tinyloop::ModelHandle small = tinyloop::load_model_handle(small_draft_path());
     const auto ps = tltest::random_prompts(12, 3);
     std::vector<GenerateConfig> cases(1);
     cases[0].max_tokens = 24;
@@ -227,7 +230,8 @@ TEST(DraftSpeculative, RandomModelsGreedyEqualsTargetGreedyUnderEveryRule) {
 }
 
 TEST(DraftSpeculative, GrammarConstrainedGreedyEqualsGreedy) {
-    ModelPtr target(kF32), draft(kQ4);
+    tinyloop::ModelHandle target = tinyloop::load_model_handle(kF32);
+    tinyloop::ModelHandle draft = tinyloop::load_model_handle(kQ4);
     Grammar* g = parse_grammar("root ::= [A-Za-z ]+ (\",\" | \".\") [a-z ]*\n");
     const auto p = tokenize(target.get(), "And the LORD spake unto");
     for (int mt : {8, 30}) {
@@ -245,7 +249,8 @@ TEST(DraftSpeculative, GrammarConstrainedGreedyEqualsGreedy) {
 }
 
 TEST(DraftSpeculative, EventsDescribeCyclesAndCallbacksAbort) {
-    ModelPtr target(kF32), draft(kQ4);
+    tinyloop::ModelHandle target = tinyloop::load_model_handle(kF32);
+    tinyloop::ModelHandle draft = tinyloop::load_model_handle(kQ4);
     const auto p = tokenize(target.get(), "In the beginning");
     GenerateConfig c;
     c.max_tokens = 30;
@@ -304,7 +309,8 @@ TEST(DraftSpeculative, StochasticIsLossless) {
     const std::string tpath = tltest::write_random_model("dspec_lossless.tinyloop", hp, 77);
     const std::string dpath = tltest::temp_path("dspec_lossless_q4.tinyloop");
     quantize_model_file(tpath, dpath, DType::Q4, 32);
-    ModelPtr target(tpath), draft(dpath);
+    tinyloop::ModelHandle target = tinyloop::load_model_handle(tpath);
+    tinyloop::ModelHandle draft = tinyloop::load_model_handle(dpath);
     const std::vector<int32_t> prompt = {65, 66, 67};
     GenerateConfig c;
     c.max_tokens = 4;
@@ -379,7 +385,8 @@ TEST(DraftSpeculative, StochasticIsLossless) {
 }
 
 TEST(DraftSpeculative, StochasticSeedDeterminesOutput) {
-    ModelPtr target(kF32), draft(kQ4);
+    tinyloop::ModelHandle target = tinyloop::load_model_handle(kF32);
+    tinyloop::ModelHandle draft = tinyloop::load_model_handle(kQ4);
     const auto p = tokenize(target.get(), "And the LORD said");
     GenerateConfig c;
     c.max_tokens = 40;
@@ -402,7 +409,8 @@ TEST(DraftSpeculative, StochasticSeedDeterminesOutput) {
 }
 
 TEST(DraftSpeculative, RefusesMismatchedVocabularyAndBadKnobs) {
-    ModelPtr target(target_path()), bundled(kF32);
+    tinyloop::ModelHandle target = tinyloop::load_model_handle(target_path());
+    tinyloop::ModelHandle bundled = tinyloop::load_model_handle(kF32);
     const std::vector<int32_t> p = {65, 66, 67};
     GenerateConfig c;
     c.max_tokens = 8;
@@ -431,7 +439,7 @@ TEST(DraftSpeculative, RefusesMismatchedVocabularyAndBadKnobs) {
         s.tokenizer.eos_id = 257;
         const std::string path = tltest::temp_path("dspec_merges.tinyloop");
         save_model(path, s);
-        ModelPtr other(path);
+        tinyloop::ModelHandle other = tinyloop::load_model_handle(path);
         expect_error(target.get(), other.get(), c, ok, ErrorCode::InvalidArgument, "merges");
     }
     // Same merges, different special token.
@@ -440,7 +448,7 @@ TEST(DraftSpeculative, RefusesMismatchedVocabularyAndBadKnobs) {
         s.tokenizer.special_tokens = {{"<|end|>", 256}};
         const std::string path = tltest::temp_path("dspec_specials.tinyloop");
         save_model(path, s);
-        ModelPtr other(path);
+        tinyloop::ModelHandle other = tinyloop::load_model_handle(path);
         expect_error(target.get(), other.get(), c, ok, ErrorCode::InvalidArgument, "special tokens");
     }
     DraftSpeculativeConfig sc;
@@ -468,7 +476,7 @@ TEST(DraftSpeculative, RefusesMismatchedVocabularyAndBadKnobs) {
     {
         LoadOptions lo;
         lo.max_seq_len = 16;
-        ModelPtr short_draft(target_path(), lo);
+        tinyloop::ModelHandle short_draft = tinyloop::load_model_handle(target_path(), lo);
         bad = c;
         bad.max_tokens = 20;
         expect_error(target.get(), short_draft.get(), bad, ok, ErrorCode::InvalidArgument, "draft model's max_seq_len 16");

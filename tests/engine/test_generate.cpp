@@ -7,12 +7,11 @@
 #include <cstring>
 #include <set>
 
-#include "forward.h"
-#include "model.h"
+#include "forward/forward.h"
+#include "model/model.h"
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -42,7 +41,7 @@ TEST(Forward, PrefillEqualsTokenByTokenDecodeBitForBit) {
         LoadOptions o;
         o.prefill_chunk = chunk;
         o.threads = 2;
-        ModelPtr mp(path, o);
+        tinyloop::ModelHandle mp = tinyloop::load_model_handle(path, o);
         const Model& m = *mp.get();
         const auto ids = prompt_ids();
         const int n = static_cast<int>(ids.size());
@@ -84,7 +83,7 @@ TEST(Forward, ThreadCountDoesNotChangeBits) {
     for (int threads : {1, 2, 3}) {
         LoadOptions o;
         o.threads = threads;
-        ModelPtr mp(model_path(), o);
+        tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path(), o);
         auto l = forward_logits(mp.get(), ids.data(), static_cast<int>(ids.size()), 3);
         if (ref.empty()) ref = l;
         else EXPECT_EQ(0, std::memcmp(ref.data(), l.data(), l.size() * sizeof(float))) << threads;
@@ -92,7 +91,7 @@ TEST(Forward, ThreadCountDoesNotChangeBits) {
 }
 
 TEST(Generate, GreedyIsDeterministicAndMatchesArgmaxOfScoredLogits) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto ids = prompt_ids();
     GenerateConfig c;
     c.max_tokens = 12;
@@ -114,7 +113,7 @@ TEST(Generate, GreedyIsDeterministicAndMatchesArgmaxOfScoredLogits) {
 }
 
 TEST(Generate, SameSeedSameTokensDifferentSeedDiffers) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto ids = prompt_ids();
     GenerateConfig c;
     c.max_tokens = 24;
@@ -130,7 +129,7 @@ TEST(Generate, SameSeedSameTokensDifferentSeedDiffers) {
 }
 
 TEST(Generate, StopsOnEosAndKeepsIt) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const int32_t eos = model_info(mp.get()).tokenizer.eos_id;
     ASSERT_GE(eos, 0);
     GenerateConfig c;
@@ -148,7 +147,7 @@ TEST(Generate, StopsOnEosAndKeepsIt) {
 }
 
 TEST(Generate, StopSequenceTailMatchIsIncluded) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     GenerateConfig c;
     c.max_tokens = 16;
     c.ignore_eos = true;
@@ -164,7 +163,7 @@ TEST(Generate, StopSequenceTailMatchIsIncluded) {
 }
 
 TEST(Generate, StopStringIsCutFromTheTextAndPiecesAddUp) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     GenerateConfig c;
     c.max_tokens = 20;
     c.ignore_eos = true;
@@ -188,7 +187,7 @@ TEST(Generate, StopStringIsCutFromTheTextAndPiecesAddUp) {
 }
 
 TEST(Generate, MaxTimeStopsWithItsOwnReason) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     GenerateConfig c;
     c.max_tokens = 100;
     c.ignore_eos = true;
@@ -199,7 +198,7 @@ TEST(Generate, MaxTimeStopsWithItsOwnReason) {
 }
 
 TEST(Generate, BadWordsAndNgramBansHoldInGeneration) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     GenerateConfig c;
     c.max_tokens = 30;
     c.ignore_eos = true;
@@ -218,7 +217,7 @@ TEST(Generate, BadWordsAndNgramBansHoldInGeneration) {
 }
 
 TEST(Generate, CallbackAbortKeepsTheLastToken) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     GenerateConfig c;
     c.max_tokens = 20;
     c.ignore_eos = true;
@@ -242,7 +241,7 @@ TEST(Generate, CallbackAbortKeepsTheLastToken) {
 TEST(Generate, CacheWindowOfOneSeesOnlyTheTokenItself) {
     // With a window of 1 every position attends only to itself, so its logits depend on its own
     // token alone: greedy decoding is a chain of single-token forwards.
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     GenerateConfig c;
     c.max_tokens = 6;
     c.ignore_eos = true;
@@ -262,7 +261,7 @@ TEST(Generate, CacheWindowOfOneSeesOnlyTheTokenItself) {
 }
 
 TEST(Generate, StatsAreConsistent) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     GenerateConfig c;
     c.max_tokens = 9;
     c.ignore_eos = true;
@@ -292,7 +291,7 @@ TEST(Generate, StatsAreConsistent) {
 }
 
 TEST(Generate, LensRowAtFinalDepthMatchesTheEmittedDistribution) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     GenerateConfig c;
     c.max_tokens = 4;
     c.ignore_eos = true;
@@ -322,7 +321,7 @@ TEST(Generate, LensRowAtFinalDepthMatchesTheEmittedDistribution) {
 }
 
 TEST(Generate, BatchIsTheConcatenationOfSingleRuns) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     GenerateConfig c;
     c.max_tokens = 5;
     c.ignore_eos = true;
@@ -352,7 +351,7 @@ void expect_invalid(Model* m, const GenerateConfig& c, const std::string& field,
 }  // namespace
 
 TEST(Generate, BadConfigsThrowNamingTheField) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     Model* m = mp.get();
     GenerateConfig c;
     expect_invalid(m, c, "prompt_len", 0);
@@ -401,7 +400,7 @@ TEST(Generate, BadConfigsThrowNamingTheField) {
 }
 
 TEST(Generate, ScoreMatchesLogSoftmaxOfForwardLogits) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto ids = prompt_ids();
     ScoreResult s = score(mp.get(), ids.data(), 7, 2);
     ASSERT_EQ(s.token_logprobs.size(), 6u);

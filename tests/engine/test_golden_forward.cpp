@@ -137,16 +137,11 @@ std::vector<Case> all_cases() {
     return cs;
 }
 
-struct ModelDeleter {
-    void operator()(tinyloop::Model* m) const { tinyloop::free_model(m); }
-};
-using ModelPtr = std::unique_ptr<tinyloop::Model, ModelDeleter>;
-
 // A written-and-loaded model plus the spec it came from; removes its file when done.
 struct Built {
     tinyloop::ModelSpec spec;
     std::string path;
-    ModelPtr model;
+    tinyloop::ModelHandle model;
     ~Built() {
         model.reset();
         std::error_code ec;
@@ -169,7 +164,7 @@ std::unique_ptr<Built> build(const Case& c) {
     opts.backend = c.backend;
     opts.threads = c.threads;
     opts.prefill_chunk = c.prefill_chunk;
-    b->model.reset(tinyloop::load_model(b->path, opts));
+    b->model = tinyloop::load_model_handle(b->path, opts);
     return b;
 }
 

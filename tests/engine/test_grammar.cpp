@@ -19,15 +19,15 @@
 #include <unordered_map>
 #include <vector>
 
-#include "grammar.h"
-#include "tokenizer.h"
+#include "grammar/grammar.h"
+#include "text/tokenizer.h"
 
 using namespace tinyloop;
 
 namespace {
 
-using GrammarPtr = std::unique_ptr<Grammar, void (*)(Grammar*)>;
-GrammarPtr parse(const std::string& text) { return GrammarPtr(parse_grammar(text), free_grammar); }
+using GrammarPtr = Owned<Grammar>;
+GrammarPtr parse(const std::string& text) { return GrammarPtr(parse_grammar(text)); }
 
 std::string utf8(uint32_t cp) {
     std::string out;
@@ -486,7 +486,7 @@ TEST(GrammarParse, ExampleGrammarsParseAndMatch) {
         ASSERT_NO_THROW(g = load_grammar_file(read_resource(name)));
         free_grammar(g);
     }
-    GrammarPtr json(load_grammar_file(read_resource("json_object.gbnf")), free_grammar);
+    GrammarPtr json(load_grammar_file(read_resource("json_object.gbnf")));
     EXPECT_TRUE(full_match(*json, "{}"));
     EXPECT_TRUE(full_match(*json, "{\"name\": \"Ada\", \"age\": 36, \"tags\": [\"m\\u00e9\", \"\xC3\xA9\"], \"ok\": false}"));
     EXPECT_TRUE(full_match(*json, "{\"a\": {\"b\": [1.5e-3, -0, null, true, {}]}}\n"));
@@ -495,10 +495,10 @@ TEST(GrammarParse, ExampleGrammarsParseAndMatch) {
     EXPECT_FALSE(full_match(*json, "{\"a\": \"\x01\"}"));
     EXPECT_FALSE(full_match(*json, "{\"a\": \"\xC3\"}"));  // a cut code point is not a character
     EXPECT_FALSE(full_match(*json, "[1]"));
-    GrammarPtr arith(load_grammar_file(read_resource("arithmetic.gbnf")), free_grammar);
+    GrammarPtr arith(load_grammar_file(read_resource("arithmetic.gbnf")));
     EXPECT_TRUE(full_match(*arith, "-(1.5 + 2) * 3 / 4"));
     EXPECT_FALSE(full_match(*arith, "1 +"));
-    GrammarPtr answer(load_grammar_file(read_resource("answer.gbnf")), free_grammar);
+    GrammarPtr answer(load_grammar_file(read_resource("answer.gbnf")));
     EXPECT_TRUE(full_match(*answer, "yes, because the sky is blue."));
     EXPECT_FALSE(full_match(*answer, "maybe, because."));
 }
@@ -686,7 +686,7 @@ TEST(GrammarMatch, RandomConstrainedSamples) {
         std::function<Verdict(const std::string&)> check;  // null: the reference matcher only
     };
     const auto load = [](const char* f) {
-        GrammarPtr g(load_grammar_file(read_resource(f)), free_grammar);
+        GrammarPtr g(load_grammar_file(read_resource(f)));
         (void)g;
         FILE* fp = std::fopen(read_resource(f).c_str(), "rb");
         std::string s;
@@ -820,7 +820,7 @@ TEST(GrammarMatch, AllowedIsFastOnALargeVocabulary) {
     vb.build(tok);
     ASSERT_GE(tok.n_ids(), 2000);
 
-    GrammarPtr g(load_grammar_file(read_resource("json_object.gbnf")), free_grammar);
+    GrammarPtr g(load_grammar_file(read_resource("json_object.gbnf")));
     double build_ms = 0, allowed_ms = 0, worst_ms = 0, first_ms = 0;
     long calls = 0;
     std::vector<char> mask;
@@ -880,7 +880,7 @@ TEST(GrammarMatch, LongOutputKeepsMasksRight) {
 // One Grammar, several matchers on several threads: each gets what a lone matcher gets.
 TEST(GrammarMatch, OneGrammarSharedByThreads) {
     const Tokenizer& tok = test_tokenizer();
-    GrammarPtr g(load_grammar_file(read_resource("json_object.gbnf")), free_grammar);
+    GrammarPtr g(load_grammar_file(read_resource("json_object.gbnf")));
     const auto run = [&](uint32_t seed) {
         GrammarMatcher m(*g, tok);
         std::mt19937 rng(seed);

@@ -8,7 +8,6 @@
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -57,7 +56,7 @@ TEST(GrammarDecode, ThousandSamplesAllParse) {
     hp.d_ff = 64;
     hp.n_loop_layers = 1;
     hp.max_seq_len = 80;
-    ModelPtr mp(tltest::write_random_model("grammar_decode.tinyloop", hp, 3));
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(tltest::write_random_model("grammar_decode.tinyloop", hp, 3));
     GrammarPtr g("root ::= \"[\" item (\",\" item)* \"]\"\nitem ::= [0-9]+ | \"'\" [a-z]* \"'\"\n");
     const int32_t eos = model_info(mp.get()).tokenizer.eos_id;
     std::vector<int32_t> prompt = {10, 20, 30};
@@ -86,7 +85,7 @@ TEST(GrammarDecode, ThousandSamplesAllParse) {
 TEST(GrammarDecode, DeadEndStopsWithItsReason) {
     // A grammar whose only sentence is "ab", decoded with EOS ignored: after "ab" nothing can
     // follow, so decoding stops with GRAMMAR_DEAD_END.
-    ModelPtr mp(tltest::write_random_model("grammar_dead.tinyloop", tltest::small_hparams(), 4));
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(tltest::write_random_model("grammar_dead.tinyloop", tltest::small_hparams(), 4));
     GrammarPtr g("root ::= \"ab\"\n");
     GenerateConfig c;
     c.max_tokens = 10;
@@ -108,7 +107,7 @@ TEST(GrammarDecode, DeadEndStopsWithItsReason) {
 TEST(GrammarDecode, NoAllowedTokenAtAllIsADeadEnd) {
     // "x" followed by a class that matches no code point: no sentence exists, so not even "x"
     // keeps the grammar alive and decoding stops before the first token.
-    ModelPtr mp(tltest::write_random_model("grammar_dead2.tinyloop", tltest::small_hparams(), 4));
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(tltest::write_random_model("grammar_dead2.tinyloop", tltest::small_hparams(), 4));
     GrammarPtr g("root ::= \"x\" [^\\x00-\\U0010FFFF]\n");
     GenerateConfig c;
     c.max_tokens = 10;

@@ -16,7 +16,6 @@
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -102,7 +101,7 @@ TEST(InjectionFile, VersionTwoExactlyWhenInjectingAndRoundTripsByteForByte) {
     const std::string& v1 = plain_model_path();
     for (const std::string& path : {v1, model_path()}) {
         const std::string bytes = read_bytes(path);
-        ModelPtr mp(path);
+        tinyloop::ModelHandle mp = tinyloop::load_model_handle(path);
         const bool injects = model_hparams(mp.get()).loop_input == LoopInput::Add;
         EXPECT_EQ(injects, path == model_path());
         EXPECT_EQ(model_info(mp.get()).hparams.loop_input, model_hparams(mp.get()).loop_input);
@@ -115,7 +114,8 @@ TEST(InjectionFile, VersionTwoExactlyWhenInjectingAndRoundTripsByteForByte) {
         EXPECT_TRUE(read_bytes(again) == bytes) << path;
     }
     // Same weights, two recurrences: the outputs differ from pass 2 on, never at pass 1.
-    ModelPtr a(v1), b(model_path());
+    tinyloop::ModelHandle a = tinyloop::load_model_handle(v1);
+    tinyloop::ModelHandle b = tinyloop::load_model_handle(model_path());
     const std::vector<int32_t> t = {5, 70, 9, 200};
     EXPECT_EQ(forward_logits(a.get(), t.data(), 4, 1), forward_logits(b.get(), t.data(), 4, 1));
     EXPECT_NE(forward_logits(a.get(), t.data(), 4, 2), forward_logits(b.get(), t.data(), 4, 2));
@@ -136,7 +136,7 @@ TEST(InjectionFile, LoaderRefusesVersionTwoWithoutAddAndAnyOtherValue) {
     expect_refused(none, "version: 2 without hparams.loop_input \"add\"");
     const std::string none_v1 = tltest::temp_path("none-v1.tinyloop");
     write_bytes(none_v1, with_version(none, 1));
-    ModelPtr loaded(none_v1);
+    tinyloop::ModelHandle loaded = tinyloop::load_model_handle(none_v1);
     EXPECT_EQ(model_hparams(loaded.get()).loop_input, LoopInput::None);
     // The writer refuses a value outside the enum, naming the field.
     ModelSpec bad = random_model_spec(tltest::small_hparams(), 1);
@@ -157,7 +157,8 @@ TEST(InjectionFile, QuantizerKeepsInputInjection) {
     const std::string out = tltest::temp_path("inject-q8.tinyloop");
     quantize_model_file(model_path(), out, DType::Q8, 32);
     EXPECT_EQ(version_of(read_bytes(out)), 2u);
-    ModelPtr q(out), f(model_path());
+    tinyloop::ModelHandle q = tinyloop::load_model_handle(out);
+    tinyloop::ModelHandle f = tinyloop::load_model_handle(model_path());
     EXPECT_EQ(model_hparams(q.get()).loop_input, LoopInput::Add);
     // Quantized weights, same recurrence: the logits stay close to the f32 model's.
     const std::vector<int32_t> t = {5, 70, 9, 200, 31};
@@ -171,7 +172,7 @@ TEST(InjectionFile, QuantizerKeepsInputInjection) {
 }
 
 TEST(InjectionDecode, ChainAndTreeSpeculationEqualPlainGreedy) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     int accepted = 0, rejected = 0;
     for (const auto& p : tltest::random_prompts(12, 3)) {
         const int n = static_cast<int>(p.size());
@@ -209,7 +210,8 @@ TEST(InjectionDecode, ChainAndTreeSpeculationEqualPlainGreedy) {
 // Draft-model speculation with an injecting target, the draft injecting (the target itself at
 // fewer passes) or not (the same weights as a version-1 file), f32 and int8 caches.
 TEST(InjectionDecode, DraftModelSpeculationEqualsGreedyWithEitherKindOfDraft) {
-    ModelPtr target(model_path()), plain(plain_model_path());
+    tinyloop::ModelHandle target = tinyloop::load_model_handle(model_path());
+    tinyloop::ModelHandle plain = tinyloop::load_model_handle(plain_model_path());
     int accepted = 0;
     for (Model* draft : {target.get(), plain.get()}) {
         for (KVCacheType kv : {KVCacheType::F32, KVCacheType::Int8}) {
@@ -233,7 +235,7 @@ TEST(InjectionDecode, DraftModelSpeculationEqualsGreedyWithEitherKindOfDraft) {
 }
 
 TEST(InjectionDecode, BatchEngineEqualsGenerateAlone) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     Model* m = mp.get();
     const auto ps = tltest::random_prompts(8, 5);
     std::vector<GenerateConfig> cfg(ps.size());
@@ -251,7 +253,7 @@ TEST(InjectionDecode, BatchEngineEqualsGenerateAlone) {
     BatchEngineOptions o;
     o.page_size = 4;
     o.prefill_chunk = 5;
-    std::unique_ptr<BatchEngine, void (*)(BatchEngine*)> e(create_batch_engine(m, o), free_batch_engine);
+    Owned<BatchEngine> e(create_batch_engine(m, o));
     std::vector<uint64_t> ids;
     for (size_t i = 0; i < ps.size(); ++i) {
         BatchRequest r;

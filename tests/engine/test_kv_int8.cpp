@@ -13,7 +13,6 @@
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -113,7 +112,7 @@ TEST(KvInt8, AttentionKernelMatchesReferenceOnEveryLevel) {
 // cache is within 1% of the logit span of the f32 cache's (measured: 0.14 of a span of 26.4 on
 // the recipe-v3 model, 0.06 of ~30 on v2), and the argmax agrees almost everywhere.
 TEST(KvInt8, BundledLogitsWithinToleranceOfF32) {
-    ModelPtr mp(kBundled);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled);
     Model* m = mp.get();
     const std::string text =
         "In the beginning God created the heaven and the earth. And the earth was without form, and void; and "
@@ -155,7 +154,7 @@ TEST(KvInt8, ValidationNllCostIsSmall) {
     ASSERT_TRUE(f) << "no validation text at " << kVal;
     std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     all.resize(std::min<size_t>(all.size(), 40000));
-    ModelPtr mp(kBundled);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled);
     Model* m = mp.get();
     double nll[2] = {0, 0};
     long long tokens = 0;
@@ -177,7 +176,7 @@ TEST(KvInt8, ValidationNllCostIsSmall) {
 }
 
 TEST(KvInt8, GenerateReportsSmallerCacheAndRunsEveryPlainMode) {
-    ModelPtr mp(kBundled);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled);
     Model* m = mp.get();
     const std::vector<int32_t> p = tokenize(m, "And God said, Let there be light");
     GenerateConfig c;
@@ -211,7 +210,7 @@ TEST(KvInt8, ConfigIsValidated) {
         EXPECT_NE(std::string(e.what()).find("kv_cache"), std::string::npos);
         EXPECT_NE(std::string(e.what()).find("int8"), std::string::npos);
     }
-    ModelPtr mp(kBundled);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(kBundled);
     Model* m = mp.get();
     const std::vector<int32_t> p = {10, 20, 30};
     GenerateConfig c;

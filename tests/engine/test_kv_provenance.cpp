@@ -9,14 +9,13 @@
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
 const std::string kF32 = TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-f32.tinyloop";
 
 Model* bundled() {
-    static ModelPtr m(kF32);
+    static tinyloop::ModelHandle m = tinyloop::load_model_handle(kF32);
     return m.get();
 }
 
@@ -107,8 +106,7 @@ TEST(KVProvenance, PrefixCachePositionsAreReused) {
     GenerateConfig c;
     c.max_tokens = 8;
     c.ignore_eos = true;
-    std::unique_ptr<PrefixCache, void (*)(PrefixCache*)> cache(create_prefix_cache(bundled(), prompt.data(), k),
-                                                               free_prefix_cache);
+    Owned<PrefixCache> cache(create_prefix_cache(bundled(), prompt.data(), k));
     KVProvenance p;
     GenerateOptions o;
     o.kv_provenance = &p;
@@ -121,7 +119,7 @@ TEST(KVProvenance, PrefixCachePositionsAreReused) {
     EXPECT_EQ(r.tokens, generate_ex(bundled(), prompt.data(), static_cast<int>(prompt.size()), c).tokens);
 
     // Through a pool: the reused length it reports is the provenance's reused span.
-    std::unique_ptr<PrefixPool, void (*)(PrefixPool*)> pool(create_prefix_pool(bundled()), free_prefix_pool);
+    Owned<PrefixPool> pool(create_prefix_pool(bundled()));
     prefix_pool_add(pool.get(), prompt.data(), 3);
     prefix_pool_add(pool.get(), prompt.data(), k + 1);
     int reused = -1;
@@ -135,8 +133,8 @@ TEST(KVProvenance, PrefixCachePositionsAreReused) {
     EXPECT_EQ(rp.tokens, r.tokens);
 
     // A resume handle holds the whole prompt: every prompt row is reused, the rest computed.
-    std::unique_ptr<ResumeHandle, void (*)(ResumeHandle*)> handle(
-        create_resume_handle(bundled(), prompt.data(), static_cast<int>(prompt.size()), 2), free_resume_handle);
+    Owned<ResumeHandle> handle(
+        create_resume_handle(bundled(), prompt.data(), static_cast<int>(prompt.size()), 2));
     GenerateConfig deeper = c;
     deeper.loops = 6;
     KVProvenance h;
@@ -152,8 +150,7 @@ TEST(KVProvenance, EarlyExitFromAPrefixCache) {
     const auto prompt = prompt_ids();
     const int k = 4;
     const GenerateConfig c = early_exit_config(0.2f);
-    std::unique_ptr<PrefixCache, void (*)(PrefixCache*)> cache(create_prefix_cache(bundled(), prompt.data(), k, 8),
-                                                               free_prefix_cache);
+    Owned<PrefixCache> cache(create_prefix_cache(bundled(), prompt.data(), k, 8));
     KVProvenance p;
     GenerateOptions o;
     o.kv_provenance = &p;
@@ -256,6 +253,6 @@ TEST(ExitSignals, TraceGivesTheAdaptiveDecodesExitDepthWithInputInjection) {
     HParams hp = tltest::small_hparams();
     hp.max_loops = 8;
     hp.loop_input = LoopInput::Add;
-    ModelPtr mp(tltest::write_random_model("signals-v2.tinyloop", hp, 3));
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(tltest::write_random_model("signals-v2.tinyloop", hp, 3));
     check_trace_gives_exit_depths(mp.get(), {12, 140, 7, 99, 201, 33});
 }

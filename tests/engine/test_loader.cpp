@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
-#include "loader.h"
+#include "model/loader.h"
 #include "quant_ref.h"
 
 using namespace tinyloop;

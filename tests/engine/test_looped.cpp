@@ -10,7 +10,6 @@
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -194,7 +193,7 @@ INSTANTIATE_TEST_SUITE_P(LoopInput, EarlyExit, ::testing::Values(LoopInput::None
 INSTANTIATE_TEST_SUITE_P(LoopInput, Caches, ::testing::Values(LoopInput::None, LoopInput::Add), input_name);
 
 TEST_P(Lens, FinalDepthIsBitIdenticalToTheModelsLogits) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto t = ids();
     const int n = static_cast<int>(t.size()), V = model_hparams(mp.get()).vocab_size;
     for (int L : {1, 4, 8}) {
@@ -212,7 +211,7 @@ TEST_P(Lens, FinalDepthIsBitIdenticalToTheModelsLogits) {
 }
 
 TEST_P(Lens, CellsAreConsistent) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto t = ids();
     const int n = static_cast<int>(t.size());
     LensResult r = score_logit_lens(mp.get(), t.data(), n, 4, 3);
@@ -237,7 +236,7 @@ TEST_P(Lens, CellsAreConsistent) {
 }
 
 TEST_P(Lens, UncertaintyPredictionDepthFollowsItsDefinition) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto t = ids();
     const int n = static_cast<int>(t.size());
     UncertaintyResult u = score_with_uncertainty(mp.get(), t.data(), n, 6);
@@ -253,7 +252,7 @@ TEST_P(Lens, UncertaintyPredictionDepthFollowsItsDefinition) {
 }
 
 TEST_P(Escalation, EscalatesExactlyThePositionsOverTheThresholdWithFreshScores) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto t = ids();
     const int n = static_cast<int>(t.size());
     // Hand-built threshold: the median entropy at the first rung splits the positions.
@@ -289,7 +288,7 @@ TEST_P(Escalation, EscalatesExactlyThePositionsOverTheThresholdWithFreshScores) 
 }
 
 TEST_P(EarlyExit, NeverFiringEqualsPlainDecodingBitForBit) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto t = ids();
     GenerateConfig plain;
     plain.max_tokens = 12;
@@ -307,7 +306,7 @@ TEST_P(EarlyExit, NeverFiringEqualsPlainDecodingBitForBit) {
 }
 
 TEST_P(EarlyExit, ForcedExitMatchesANaiveStatePropagationReference) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     Ref ref(mp.get());
     const auto t = ids();
     const int L = 6;
@@ -356,7 +355,7 @@ TEST_P(EarlyExit, ForcedExitMatchesANaiveStatePropagationReference) {
 TEST_P(EarlyExit, MixedExitDepthsReadPropagatedKeysExactlyLikeTheReference) {
     // Positions exiting at different depths: a deeper later token reads the propagated keys and
     // values of an earlier, shallower one. Replay each step with the naive reference.
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     Ref ref(mp.get());
     const auto t = ids();
     const int L = 8;
@@ -414,7 +413,7 @@ TEST_P(EarlyExit, MixedExitDepthsReadPropagatedKeysExactlyLikeTheReference) {
 }
 
 TEST_P(EarlyExit, CriteriaExitAtDifferentDepthsAndStatsReportIt) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto t = ids();
     GenerateConfig c;
     c.max_tokens = 10;
@@ -431,7 +430,7 @@ TEST_P(EarlyExit, CriteriaExitAtDifferentDepthsAndStatsReportIt) {
 }
 
 TEST_P(Caches, PrefixCacheIsBitIdenticalToFromScratch) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto t = ids();
     GenerateConfig c;
     c.max_tokens = 8;
@@ -453,7 +452,7 @@ TEST_P(Caches, PrefixCacheIsBitIdenticalToFromScratch) {
 }
 
 TEST_P(Caches, ResumeHandleDeepens4To8LikeAFreshRun) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto t = ids();
     ResumeHandle* h = create_resume_handle(mp.get(), t.data(), 10, 4);
     GenerateConfig c;
@@ -484,7 +483,7 @@ TEST_P(Caches, ResumeHandleDeepens4To8LikeAFreshRun) {
 }
 
 TEST_P(Caches, PrefixPoolReusesTheLongestRegisteredPrefix) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto t = ids();
     PrefixPool* pool = create_prefix_pool(mp.get(), 4);
     prefix_pool_add(pool, t.data(), 3);
@@ -507,7 +506,7 @@ TEST_P(Caches, PrefixPoolReusesTheLongestRegisteredPrefix) {
 }
 
 TEST_P(EarlyExit, ScoringWithEarlyExitMatchesScoreWhenOffAndGenerateDepthsWhenOn) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto t = ids();
     const int n = static_cast<int>(t.size());
     GenerateConfig c;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
-#include "quant.h"
+#include "model/quant.h"
 #include "quant_ref.h"
 
 using namespace tinyloop;

@@ -8,7 +8,6 @@
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -31,7 +30,7 @@ double logits_rel_error(const std::vector<float>& a, const std::vector<float>& r
 TEST(Quantize, RoundTripLoadsAndStaysClose) {
     HParams hp = tltest::small_hparams();
     const std::string f32 = tltest::write_random_model("quant_src.tinyloop", hp, 17);
-    ModelPtr ref(f32);
+    tinyloop::ModelHandle ref = tinyloop::load_model_handle(f32);
     const std::vector<int32_t> ids = {5, 60, 120, 33, 250, 7, 8, 9};
     const auto lref = forward_logits(ref.get(), ids.data(), 8, 0);
     // Stated bounds (relative L2 error of each position's logits).
@@ -53,7 +52,7 @@ TEST(Quantize, RoundTripLoadsAndStaysClose) {
             }
             worst_tensor = std::max(worst_tensor, t.rel_error);
         }
-        ModelPtr q(out);
+        tinyloop::ModelHandle q = tinyloop::load_model_handle(out);
         const auto lq = forward_logits(q.get(), ids.data(), 8, 0);
         const double err = logits_rel_error(lq, lref, hp.vocab_size);
         EXPECT_LT(err, c.bound) << dtype_name(c.dt) << " group " << c.group;

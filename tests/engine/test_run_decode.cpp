@@ -6,7 +6,6 @@
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -40,7 +39,7 @@ void expect_refused(Model* m, const RunSpec& spec, ErrorCode code, const std::st
 }  // namespace
 
 TEST(RunDecode, ModeRulesAreRefusedNamingTheField) {
-    ModelPtr m(model_path());
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(model_path());
     RunSpec beam;
     beam.mode = DecodeMode::Beam;
     beam.config.beam_size = 1;
@@ -61,7 +60,7 @@ TEST(RunDecode, ModeRulesAreRefusedNamingTheField) {
 }
 
 TEST(RunDecode, PlainModesOverrideWhatTheyExclude) {
-    ModelPtr m(model_path());
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(model_path());
     GenerateConfig plain;
     plain.max_tokens = 12;
     const std::vector<int32_t> greedy = generate(m.get(), kPrompt.data(), static_cast<int>(kPrompt.size()), plain);
@@ -88,7 +87,7 @@ TEST(RunDecode, PlainModesOverrideWhatTheyExclude) {
 }
 
 TEST(RunDecode, SpeculativeSamplingFiltersAsPlainSampling) {
-    ModelPtr m(model_path());
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(model_path());
     RunSpec spec;
     spec.mode = DecodeMode::Speculative;
     spec.config.max_tokens = 16;
@@ -116,7 +115,7 @@ TEST(RunDecode, SpeculativeSamplingFiltersAsPlainSampling) {
 }
 
 TEST(RunDecode, SpeculationDefaultsResolveFromTheConfig) {
-    ModelPtr m(model_path());
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(model_path());
     RunSpec spec;
     spec.mode = DecodeMode::Tree;
     spec.config.loops = 3;
@@ -140,7 +139,7 @@ TEST(RunDecode, SpeculationDefaultsResolveFromTheConfig) {
     const std::vector<int32_t> greedy = generate(m.get(), kPrompt.data(), static_cast<int>(kPrompt.size()), plain);
     EXPECT_EQ(run(m.get(), spec).tokens, greedy);
 
-    ModelPtr draft(model_path());
+    tinyloop::ModelHandle draft = tinyloop::load_model_handle(model_path());
     RunSpec dm;
     dm.mode = DecodeMode::DraftModel;
     dm.config = plain;

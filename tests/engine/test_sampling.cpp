@@ -4,7 +4,7 @@
 #include <cmath>
 #include <map>
 
-#include "sampling.h"
+#include "decode/sampling.h"
 
 using namespace tinyloop;
 

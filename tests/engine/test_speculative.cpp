@@ -7,11 +7,10 @@
 #include <map>
 #include <random>
 
-#include "sampling.h"
+#include "decode/sampling.h"
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -30,7 +29,7 @@ const std::string& model_path() {
 }  // namespace
 
 TEST(Speculative, GreedyChainEqualsPlainGreedyOver50Prompts) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto ps = tltest::random_prompts(50, 1);
     struct S { int D, K; };
     int total_cycles = 0, total_accepted = 0, total_rejections = 0;
@@ -70,7 +69,7 @@ TEST(Speculative, GreedyChainEqualsPlainGreedyOver50Prompts) {
 }
 
 TEST(Speculative, EventsDescribeCyclesAndStopOnEos) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto p = tltest::random_prompts(1, 9)[0];
     SpeculativeConfig c;
     c.max_tokens = 15;
@@ -118,7 +117,7 @@ TEST(Speculative, StochasticChainIsLossless) {
     hp.d_ff = 64;
     hp.n_loop_layers = 1;
     const std::string path = tltest::write_random_model("spec_small.tinyloop", hp, 77);
-    ModelPtr mp(path);
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(path);
     const std::vector<int32_t> prompt = {65, 66, 67};
     const float T = 1.0f;
     const int top_k = 3;
@@ -198,7 +197,7 @@ TEST(Speculative, StochasticChainIsLossless) {
 }
 
 TEST(TreeSpeculative, GreedyTreeEqualsPlainGreedyOver50Prompts) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto ps = tltest::random_prompts(50, 2);
     struct S { int D, depth, K; };
     int accepted = 0, rejected = 0, deep_accepts = 0;
@@ -230,7 +229,7 @@ TEST(TreeSpeculative, GreedyTreeEqualsPlainGreedyOver50Prompts) {
 }
 
 TEST(TreeSpeculative, MatchesChainWithOneBranchAndRefusesBadKnobs) {
-    ModelPtr mp(model_path());
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto p = tltest::random_prompts(1, 3)[0];
     const int n = static_cast<int>(p.size());
     TreeSpeculativeConfig t;

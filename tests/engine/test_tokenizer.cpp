@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 using namespace tinyloop;
 

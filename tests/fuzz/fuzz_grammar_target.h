@@ -1,10 +1,10 @@
 // The grammar fuzz target's body (see fuzz_targets.h): engine-internal, since parse_grammar and
-// the matcher are declared in engine/src/grammar.h until tinyloop.h has them.
+// the matcher are declared in engine/src/grammar/grammar.h until tinyloop.h has them.
 #pragma once
 
 #include "fuzz_targets.h"
-#include "grammar.h"
-#include "model.h"
+#include "grammar/grammar.h"
+#include "model/model.h"
 
 namespace tlfuzz {
 

@@ -379,7 +379,7 @@ TEST_F(BadInput, TokenizerAndTensors) {
     expect_refused("parse_dtype", [&] { parse_dtype("q3"); }, "q3");
 }
 
-// A null id array with a length: refused like a null prompt, not dereferenced (engine/src/api.cpp
+// A null id array with a length: refused like a null prompt, not dereferenced (engine/src/model/api.cpp
 // detokenize read ids[0] through the null pointer: UBSan "load of null pointer").
 TEST_F(BadInput, DetokenizeNullIds) {
     expect_refused("detokenize null ids", [&] { detokenize(model_, nullptr, 3); }, "ids");

@@ -16,16 +16,16 @@
 
 #include <pthread.h>
 
-#include "grammar.h"
+#include "grammar/grammar.h"
 #include "test_util.h"
 
 using namespace tinyloop;
 
 namespace {
 
-using GrammarPtr = std::unique_ptr<Grammar, void (*)(Grammar*)>;
+using GrammarPtr = Owned<Grammar>;
 
-GrammarPtr parse(const std::string& text) { return GrammarPtr(parse_grammar(text), free_grammar); }
+GrammarPtr parse(const std::string& text) { return GrammarPtr(parse_grammar(text)); }
 
 // parse_grammar must throw Error(InvalidArgument) whose message contains `named`.
 void expect_grammar_refused(const std::string& text, const std::string& named) {

@@ -19,7 +19,7 @@ std::string streamed(const Model* m, const std::vector<int32_t>& ids) {
 }
 
 TEST(StreamDecode, InvalidUtf8GivesTheSameTextStreamedAndWhole) {
-    tltest::ModelPtr m(tltest::write_random_model("stream_decode.tinyloop", tltest::small_hparams()));
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(tltest::write_random_model("stream_decode.tinyloop", tltest::small_hparams()));
     // Byte tokens. "\xe0\xb9" is a valid prefix of a 3-byte sequence, then "\xf1" breaks it.
     const std::vector<std::vector<int32_t>> cases = {
         {0xe0, 0xb9, 0xf1, 0x11},  // fuzz_tokenizer crash-86071f61 (reduced)

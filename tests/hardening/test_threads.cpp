@@ -205,7 +205,7 @@ TEST_F(Threads, FourThreadsGiveTheSerialResults) {
     LoadOptions lo;
     lo.backend = Backend::Cpu;
     lo.threads = 2;
-    tltest::ModelPtr m(*path_, lo);
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(*path_, lo);
     const std::vector<int32_t> prompt = tokenize(m.get(), "In the beginning God created");
     const auto js = jobs(prompt);
     std::vector<Outcome> serial;
@@ -219,7 +219,7 @@ TEST_F(Threads, ConcurrentScoreAndGenerate) {
     LoadOptions lo;
     lo.backend = Backend::Cpu;
     lo.threads = 1;
-    tltest::ModelPtr m(*path_, lo);
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(*path_, lo);
     const std::vector<int32_t> prompt = tokenize(m.get(), "And the earth was without form");
     const ScoreResult ref_score = score(m.get(), prompt.data(), (int)prompt.size(), 4);
     const auto ref_logits = forward_logits(m.get(), prompt.data(), (int)prompt.size(), 4);
@@ -250,7 +250,7 @@ TEST_F(Threads, SharedWorkerPoolAndTokenizer) {
     LoadOptions lo;
     lo.backend = Backend::Cpu;
     lo.threads = 2;
-    tltest::ModelPtr m(*path_, lo);
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(*path_, lo);
     const std::string text = "caf\xc3\xa9 In the beginning 123 <|endoftext|>";
     const auto ref_ids = tokenize(m.get(), text, true);
     const std::string ref_text = detokenize_text(m.get(), ref_ids.data(), ref_ids.size());
@@ -279,7 +279,7 @@ TEST_F(Threads, SharedPrefixPool) {
     LoadOptions lo;
     lo.backend = Backend::Cpu;
     lo.threads = 1;
-    tltest::ModelPtr m(*path_, lo);
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(*path_, lo);
     const std::vector<int32_t> prompt = tokenize(m.get(), "In the beginning God created the heaven");
     PrefixPool* pool = create_prefix_pool(m.get(), 3);
     prefix_pool_add(pool, prompt.data(), 4);

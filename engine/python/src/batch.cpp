@@ -25,7 +25,7 @@ namespace {
 // The engine and its driver thread; shared by the Python object and every stream.
 class Driver {
 public:
-    Driver(ModelPtr m, const tl::BatchEngineOptions& o) : model_(std::move(m)), engine_(tl::create_batch_engine(model_.get(), o)) {
+    Driver(SharedModel m, const tl::BatchEngineOptions& o) : model_(std::move(m)), engine_(tl::create_batch_engine(model_.get(), o)) {
         thread_ = std::thread([this] { loop(); });
     }
     ~Driver() { stop(); }
@@ -56,7 +56,7 @@ public:
         if (!engine_) throw py::value_error("BatchEngine is closed");
         return tl::batch_stats(engine_);
     }
-    const ModelPtr& model() const { return model_; }
+    const SharedModel& model() const { return model_; }
 
     // Stops the driver: requests still queued or running are cancelled (their streams end with
     // stop reason CALLBACK_ABORT), then the engine is freed.
@@ -122,7 +122,7 @@ private:
                    ids_.end());
     }
 
-    ModelPtr model_;
+    SharedModel model_;
     tl::BatchEngine* engine_;
     mutable std::mutex mu_;
     std::vector<uint64_t> ids_;

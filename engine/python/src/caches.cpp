@@ -16,19 +16,19 @@ namespace {
 template <class T, void (*Free)(T*)>
 class Handle {
 public:
-    Handle(ModelPtr model, T* raw, const char* what)
+    Handle(SharedModel model, T* raw, const char* what)
         : model_(std::move(model)), h_(raw, [](T* p) { Free(p); }), what_(what) {}
     std::shared_ptr<T> get() const {
         if (!h_) throw py::value_error(std::string(what_) + " is freed (free() was called or its with-block ended)");
         return h_;
     }
-    const ModelPtr& model() const { return model_; }
+    const SharedModel& model() const { return model_; }
     void free() { h_.reset(); }
     bool freed() const { return !h_; }
     std::mutex& mu() { return *mu_; }
 
 private:
-    ModelPtr model_;
+    SharedModel model_;
     std::shared_ptr<T> h_;
     const char* what_;
     std::shared_ptr<std::mutex> mu_ = std::make_shared<std::mutex>();
@@ -40,7 +40,7 @@ using PoolH = Handle<tl::PrefixPool, tl::free_prefix_pool>;
 
 std::unique_ptr<PrefixCacheH> make_prefix_cache(const PyModel& model, const py::object& prefix, int loops,
                                                 int cache_window) {
-    ModelPtr m = model.get();
+    SharedModel m = model.get();
     const std::vector<int32_t> ids = prompt_ids(m.get(), prefix);
     tl::PrefixCache* raw;
     {
@@ -53,7 +53,7 @@ std::unique_ptr<PrefixCacheH> make_prefix_cache(const PyModel& model, const py::
 py::dict generate_with_prefix_py(PrefixCacheH& cache, const py::object& prompt, const py::object& config,
                                  py::kwargs kw) {
     const auto c = cache.get();
-    const ModelPtr m = cache.model();
+    const SharedModel m = cache.model();
     const CallOptions co = take_call_options(kw);
     tl::GenerateConfig cfg = make_config(config, kw, "generate_with_prefix");
     cfg.grammar = co.grammar.get();
@@ -64,7 +64,7 @@ py::dict generate_with_prefix_py(PrefixCacheH& cache, const py::object& prompt, 
 }
 
 std::unique_ptr<ResumeH> make_resume(const PyModel& model, const py::object& prompt, int loops) {
-    ModelPtr m = model.get();
+    SharedModel m = model.get();
     const std::vector<int32_t> ids = prompt_ids(m.get(), prompt);
     tl::ResumeHandle* raw;
     {
@@ -87,7 +87,7 @@ py::dict resume_generate_py(ResumeH& handle, const py::object& config, py::kwarg
 }
 
 std::unique_ptr<PoolH> make_pool(const PyModel& model, int loops) {
-    ModelPtr m = model.get();
+    SharedModel m = model.get();
     tl::PrefixPool* raw = tl::create_prefix_pool(m.get(), loops);
     return std::make_unique<PoolH>(std::move(m), raw, "PrefixPool");
 }
@@ -103,7 +103,7 @@ int pool_add(PoolH& pool, const py::object& prefix) {
 
 py::dict generate_with_pool_py(PoolH& pool, const py::object& prompt, const py::object& config, py::kwargs kw) {
     const auto p = pool.get();
-    const ModelPtr m = pool.model();
+    const SharedModel m = pool.model();
     const CallOptions co = take_call_options(kw);
     tl::GenerateConfig cfg = make_config(config, kw, "generate_with_pool");
     cfg.grammar = co.grammar.get();

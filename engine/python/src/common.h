@@ -19,20 +19,22 @@
 namespace tinyloop_py {
 
 namespace py = pybind11;
-using ModelPtr = std::shared_ptr<tinyloop::Model>;
+// Shared by the Python Model and every call or handle in flight; frees through the engine's
+// ModelHandle deleter (tinyloop::free_model) when the last owner lets go.
+using SharedModel = std::shared_ptr<tinyloop::Model>;
 
 // The Python `Model` object: a loaded model until free() or the end of a `with` block.
 class PyModel {
 public:
-    PyModel(ModelPtr m, std::string path) : m_(std::move(m)), path_(std::move(path)) {}
+    PyModel(SharedModel m, std::string path) : m_(std::move(m)), path_(std::move(path)) {}
     // The model, or ValueError("model is closed") after free().
-    ModelPtr get() const;
+    SharedModel get() const;
     void free() { m_.reset(); }
     bool closed() const { return !m_; }
     const std::string& path() const { return path_; }
 
 private:
-    ModelPtr m_;
+    SharedModel m_;
     std::string path_;
 };
 

@@ -9,7 +9,7 @@ namespace tinyloop_py {
 
 namespace tl = tinyloop;
 
-ModelPtr PyModel::get() const {
+SharedModel PyModel::get() const {
     if (!m_) throw py::value_error("model is closed (Model.free() was called or its with-block ended)");
     return m_;
 }
@@ -142,8 +142,7 @@ CallOptions take_call_options(py::kwargs& kwargs) {
         if (py::isinstance<PyGrammar>(g)) {
             o.grammar = g.cast<const PyGrammar&>().g;
         } else if (py::isinstance<py::str>(g)) {
-            o.grammar = std::shared_ptr<tl::Grammar>(tl::parse_grammar(g.cast<std::string>()),
-                                                     [](tl::Grammar* p) { tl::free_grammar(p); });
+            o.grammar = std::shared_ptr<tl::Grammar>(tl::Owned<tl::Grammar>(tl::parse_grammar(g.cast<std::string>())));
         } else if (!g.is_none()) {
             throw py::type_error("grammar: expected a Grammar, GBNF text or None");
         }

@@ -163,7 +163,7 @@ const char* kConfigDoc =
     "lens=False, lens_top_k=5 (1..64).\n";
 
 py::dict generate_py(const PyModel& model, const py::object& prompt, const py::object& config, py::kwargs kw) {
-    const ModelPtr m = model.get();
+    const SharedModel m = model.get();
     const CallOptions co = take_call_options(kw);
     tl::GenerateConfig cfg = make_config(config, kw, "generate");
     cfg.grammar = co.grammar.get();
@@ -176,7 +176,7 @@ py::dict generate_py(const PyModel& model, const py::object& prompt, const py::o
 
 std::unique_ptr<GenerationStream> stream_py(const PyModel& model, const py::object& prompt, const py::object& config,
                                             int queue_size, py::kwargs kw) {
-    const ModelPtr m = model.get();
+    const SharedModel m = model.get();
     const CallOptions co = take_call_options(kw);
     tl::GenerateConfig cfg = make_config(config, kw, "generate_stream");
     cfg.grammar = co.grammar.get();
@@ -193,7 +193,7 @@ std::unique_ptr<GenerationStream> stream_py(const PyModel& model, const py::obje
 }
 
 py::list batch_py(const PyModel& model, const py::sequence& prompts, const py::object& config, py::kwargs kw) {
-    const ModelPtr m = model.get();
+    const SharedModel m = model.get();
     const CallOptions co = take_call_options(kw);
     tl::GenerateConfig cfg = make_config(config, kw, "generate_batch");
     cfg.grammar = co.grammar.get();
@@ -227,7 +227,7 @@ py::list batch_py(const PyModel& model, const py::sequence& prompts, const py::o
 // together for a stream's worker thread.
 struct SpecCall {
     tl::RunSpec spec;
-    ModelPtr draft;
+    SharedModel draft;
     std::shared_ptr<tl::Grammar> grammar;
 };
 
@@ -235,7 +235,7 @@ struct SpecCall {
 // GenerationStream when stream=True.
 py::object speculative_call(const PyModel& model, const py::object& prompt, const SpecCall& c, bool stream,
                             int queue_size, const CallOptions& co) {
-    const ModelPtr m = model.get();
+    const SharedModel m = model.get();
     std::vector<int32_t> ids = prompt_ids(m.get(), prompt);
     if (!stream)
         return run_generate(co, [&](const tl::GenerateOptions& o) {
@@ -343,8 +343,7 @@ void register_generate(py::module_& m) {
                           "[classes], ( groups ), |, ?, *, +, # comments; start rule `root`). Pass it as grammar=\n"
                           "to the generate* functions (GBNF text is accepted there too). Immutable; shareable.")
         .def(py::init([](const std::string& text) {
-                 return PyGrammar{std::shared_ptr<tl::Grammar>(tl::parse_grammar(text),
-                                                               [](tl::Grammar* p) { tl::free_grammar(p); }),
+                 return PyGrammar{std::shared_ptr<tl::Grammar>(tl::Owned<tl::Grammar>(tl::parse_grammar(text))),
                                   text};
              }),
              py::arg("text"), py::call_guard<py::gil_scoped_release>(),
@@ -352,8 +351,7 @@ void register_generate(py::module_& m) {
         .def_static(
             "from_file",
             [](const std::string& path) {
-                return PyGrammar{std::shared_ptr<tl::Grammar>(tl::load_grammar_file(path),
-                                                              [](tl::Grammar* p) { tl::free_grammar(p); }),
+                return PyGrammar{std::shared_ptr<tl::Grammar>(tl::Owned<tl::Grammar>(tl::load_grammar_file(path))),
                                  path};
             },
             py::arg("path"), "Loads a grammar file; OSError when unreadable, ValueError when malformed.")
@@ -362,7 +360,7 @@ void register_generate(py::module_& m) {
     m.def(
         "validate_config",
         [](const PyModel& model, const py::object& prompt, const py::object& config, py::kwargs kw) {
-            const ModelPtr mp = model.get();
+            const SharedModel mp = model.get();
             const CallOptions co = take_call_options(kw);
             tl::GenerateConfig cfg = make_config(config, kw, "validate_config");
             cfg.grammar = co.grammar.get();

@@ -80,12 +80,12 @@ std::shared_ptr<PyModel> load(const std::string& path, const std::string& backen
     o.threads = threads;
     o.max_seq_len = max_seq_len;
     o.prefill_chunk = prefill_chunk;
-    tl::Model* raw = nullptr;
+    tl::ModelHandle loaded;
     {
         py::gil_scoped_release nogil;
-        raw = tl::load_model(path, o);
+        loaded = tl::load_model_handle(path, o);
     }
-    return std::make_shared<PyModel>(ModelPtr(raw, [](tl::Model* p) { tl::free_model(p); }), path);
+    return std::make_shared<PyModel>(SharedModel(std::move(loaded)), path);
 }
 
 py::str to_py_text(const std::string& s) {

@@ -11,7 +11,7 @@ namespace {
 // Runs f(model, ids, n) with the GIL released.
 template <class F>
 auto with_ids(const PyModel& model, const py::object& tokens, F&& f) {
-    const ModelPtr m = model.get();
+    const SharedModel m = model.get();
     const std::vector<int32_t> ids = prompt_ids(m.get(), tokens);
     py::gil_scoped_release nogil;
     return f(m.get(), ids.data(), static_cast<int>(ids.size()));

@@ -1,0 +1,80 @@
+// TinyLoop public API, self-speculative and draft-model speculative decoding.
+// Part of tinyloop/tinyloop.h, which includes every part: include that one.
+#pragma once
+
+// GenerateConfig, GenerateResult, GenerateOptions, TokenEvent: tinyloop.h includes this part
+// after them, and this include brings them in when the part is included first.
+#include "tinyloop/tinyloop.h"
+
+namespace tinyloop {
+
+// ---------------------------------------------------------------------------------------------
+// Self-speculative decoding (the seed's generate_speculative / generate_tree_speculative)
+// ---------------------------------------------------------------------------------------------
+
+// Draft with the same model at draft_loops, verify at verify_loops. Verification resumes from
+// the draft's state (only passes draft_loops+1 .. verify_loops are new work). At temperature 0
+// the output equals plain greedy decoding at verify_loops, token for token.
+struct SpeculativeConfig {
+    int max_tokens = 64;      // total emission cap (excludes prompt), >= 0
+    int draft_loops = 2;      // draft depth, 1 .. verify_loops - 1
+    int verify_loops = 8;     // verify depth, 2 .. max_loops (typically the model's default_loops)
+    int draft_ahead = 4;      // tokens drafted per verify cycle, 1 .. 32
+    float temperature = 0.0f; // 0 (<= 0.01) greedy; > 0 lossless rejection sampling
+    uint64_t seed = 0;        // RNG seed for temperature > 0
+    int top_k = 0;            // sampling filter for temperature > 0; 0 = off
+    float top_p = 1.0f;       // sampling filter for temperature > 0, (0, 1]
+    bool ignore_eos = false;  // keep going past the model's EOS token
+};
+
+// Tree drafting: K_branches candidates per draft step, draft_ahead steps deep; the whole tree
+// is verified in one forward with a tree attention mask; the longest matching path is accepted.
+struct TreeSpeculativeConfig {
+    int max_tokens = 64;
+    int draft_loops = 2;
+    int verify_loops = 8;
+    int draft_ahead = 4;      // tree depth, 1 .. 8
+    int K_branches = 2;       // candidates per node, 1 .. 8 (tree nodes <= 1024)
+    float temperature = 0.0f; // greedy only (temperature > 0 is refused: use the chain mode)
+    uint64_t seed = 0;
+    bool ignore_eos = false;
+};
+
+GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
+                                       const SpeculativeConfig& config, const GenerateOptions& options = {});
+GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
+                                            const TreeSpeculativeConfig& config,
+                                            const GenerateOptions& options = {});
+std::vector<int32_t> generate_speculative(Model* model, const int32_t* prompt, int prompt_len,
+                                          const SpeculativeConfig& config);
+std::vector<int32_t> generate_tree_speculative(Model* model, const int32_t* prompt, int prompt_len,
+                                               const TreeSpeculativeConfig& config);
+
+// ---------------------------------------------------------------------------------------------
+// Draft-model speculative decoding (seed 002's SpeculativeDecodingBackend, Leviathan et al. 2023)
+// ---------------------------------------------------------------------------------------------
+
+// A second model with the same vocabulary (vocab_size, merges, special tokens, eos/bos) drafts
+// `gamma` tokens one at a time from its own KV cache; the target scores all of them and the token
+// after them in one batched forward. Every GenerateConfig rule applies to both models' logits
+// (penalties, bias, n-gram and bad-word bans, grammar, then temperature/top-k/top-p/min-p), so:
+// greedy output equals generate_ex(target, ...) token for token, and sampled output has exactly
+// the distribution of sampling the target (accept a draft with min(1, p/q), else draw from
+// norm(max(0, p - q)); the bonus token when all are accepted comes from p). Rejected positions
+// are rolled back in both caches. Stops as generate does (EOS, stop sequences and strings,
+// max_tokens, max_time, grammar dead end, callback). Stats: spec_* as the self-speculation's;
+// config.kv_cache applies to both caches and kv_cache_bytes counts both.
+// beam_size >= 2 and early exit are refused (NotSupported); a null or vocabulary-mismatched
+// draft is refused (InvalidArgument, "draft: ...").
+struct DraftSpeculativeConfig {
+    int gamma = 4;         // tokens the draft proposes per cycle, 1 .. 32
+    int draft_loops = 0;   // the draft model's loop depth, 1 .. its max_loops; 0 = its default_loops
+};
+
+GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const int32_t* prompt, int prompt_len,
+                                             const GenerateConfig& config, const DraftSpeculativeConfig& spec,
+                                             const GenerateOptions& options = {});
+GenerateResult draft_speculative_generate(Model* target, Model* draft, const int32_t* prompt, int prompt_len,
+                                          const GenerateConfig& config, const DraftSpeculativeConfig& spec = {});
+
+}  // namespace tinyloop

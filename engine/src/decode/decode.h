@@ -1,0 +1,27 @@
+// The decode core shared by generate, the caches and early exit: the seed's canonical state
+// machine (prefill, first logits, per-token sample / report / stop / advance).
+#pragma once
+
+#include "forward/forward.h"
+
+namespace tinyloop {
+
+// State that a cache hands to the decoder so part (or all) of the prompt is not recomputed.
+struct DecodeStart {
+    const KVCache* kv = nullptr;  // rows [0, n_cached) of every layer the depth needs are valid
+    int n_cached = 0;
+    // When n_cached == prompt_len: the last prompt position's state after each pass,
+    // [loops, d] with pass l at row l-1 (at least `loops` rows).
+    const float* last_pass_states = nullptr;
+};
+
+GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                      const GenerateOptions& options, const DecodeStart* start);
+
+// Beam search (config.beam_size >= 2), reached through decode().
+GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                           const GenerateOptions& options);
+
+void check_prompt_ids(const Model& m, const int32_t* prompt, int prompt_len);
+
+}  // namespace tinyloop

@@ -1,0 +1,277 @@
+#include "decode/early_exit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "decode/sampling.h"
+
+namespace tinyloop {
+
+ExitPolicy ExitPolicy::from(const GenerateConfig& c) {
+    ExitPolicy p;
+    p.enabled = c.early_exit_patience > 0;
+    p.patience = std::max(1, c.early_exit_patience);
+    p.min_L = c.early_exit_min_L;
+    p.peek_every = c.early_exit_peek_every;
+    p.criterion = c.early_exit_criterion;
+    p.threshold = c.early_exit_threshold;
+    if (c.early_exit_logit_margin > 0) {  // the seed: a margin > 0 switches to logit-margin stability
+        p.criterion = EarlyExitCriterion::LogitMargin;
+        p.threshold = c.early_exit_logit_margin;
+    }
+    return p;
+}
+
+bool criterion_needs_logits(EarlyExitCriterion c) { return c != EarlyExitCriterion::HiddenL2; }
+
+namespace {
+
+// softmax in double, in place into p.
+void softmax(const float* z, int n, std::vector<double>& p) {
+    p.resize(static_cast<size_t>(n));
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(z[i]));
+    double s = 0;
+    for (int i = 0; i < n; ++i) s += p[i] = std::exp(z[i] - mx);
+    for (double& x : p) x /= s;
+}
+
+double entropy(const std::vector<double>& p) {
+    double e = 0;
+    for (double x : p)
+        if (x > 0) e -= x * std::log(x);
+    return e;
+}
+
+}  // namespace
+
+float exit_signal(EarlyExitCriterion c, const float* prev_h, const float* cur_h, int d, const float* prev_logits,
+                  const float* cur_logits, int vocab) {
+    switch (c) {
+        case EarlyExitCriterion::HiddenL2: {
+            double diff = 0, norm = 0;
+            for (int i = 0; i < d; ++i) {
+                const double x = static_cast<double>(cur_h[i]) - prev_h[i];
+                diff += x * x;
+                norm += static_cast<double>(cur_h[i]) * cur_h[i];
+            }
+            return static_cast<float>(std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30));
+        }
+        case EarlyExitCriterion::LogitMargin: {
+            float a = -std::numeric_limits<float>::infinity(), b = a;
+            for (int i = 0; i < vocab; ++i) {
+                const float x = cur_logits[i];
+                if (x > a) {
+                    b = a;
+                    a = x;
+                } else if (x > b) {
+                    b = x;
+                }
+            }
+            return -(a - b);
+        }
+        case EarlyExitCriterion::KL: {
+            std::vector<double> p, q;
+            softmax(cur_logits, vocab, p);
+            softmax(prev_logits, vocab, q);
+            double kl = 0;
+            for (int i = 0; i < vocab; ++i)
+                if (p[i] > 0) kl += p[i] * (std::log(p[i]) - std::log(std::max(q[i], 1e-300)));
+            return static_cast<float>(kl);
+        }
+        case EarlyExitCriterion::EntropyDelta: {
+            std::vector<double> p, q;
+            softmax(cur_logits, vocab, p);
+            softmax(prev_logits, vocab, q);
+            return static_cast<float>(std::fabs(entropy(p) - entropy(q)));
+        }
+        case EarlyExitCriterion::ArgmaxStable:
+            return argmax(cur_logits, vocab) == argmax(prev_logits, vocab) ? 0.0f : 1.0f;
+    }
+    return std::numeric_limits<float>::infinity();
+}
+
+bool exit_stable(const ExitPolicy& p, float signal) {
+    switch (p.criterion) {
+        case EarlyExitCriterion::LogitMargin: return -signal >= p.threshold;
+        case EarlyExitCriterion::ArgmaxStable: return signal == 0.0f;
+        default: return signal < p.threshold;
+    }
+}
+
+void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
+                            int e, int loops) {
+    if (e >= loops) return;
+    const HParams& hp = m.hp;
+    // FORMAT.md §1a: with input injection a deeper pass would read h_e + e_p.
+    std::vector<float> injected;
+    if (injects_input(hp)) {
+        injected.assign(h_e, h_e + hp.d_model);
+        inject_input(m, e + 1, injected.data(), input, 1);
+        h_e = injected.data();
+    }
+    for (int j = 0; j < hp.n_loop_layers; ++j) {
+        const LayerWeights& w = m.loop[static_cast<size_t>(j)];
+        kern::rmsnorm(h_e, w.attn_norm, 1, hp.d_model, hp.norm_eps, ws.a.data());
+        kern::matmul(w.wk, ws.a.data(), 1, ws.k.data(), m.pool.get());
+        kern::matmul(w.wv, ws.a.data(), 1, ws.v.data(), m.pool.get());
+        kern::rope(ws.k.data(), 1, hp.n_kv_heads, hp.head_dim, &pos, hp.rope_theta);
+        for (int l = e + 1; l <= loops; ++l) {
+            const int layer = hp.n_pre_blocks + (l - 1) * hp.n_loop_layers + j;
+            kv.store(layer, pos, ws.k.data(), ws.v.data());
+        }
+    }
+}
+
+int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t token, int pos, int loops, int window,
+                         const ExitPolicy& policy, std::vector<float>& h, const PassHook* on_pass) {
+    const HParams& hp = m.hp;
+    const int d = hp.d_model;
+    const int V = hp.vocab_size;
+    ws.reserve(hp, 1);
+    set_rows(ws, pos, 1, window);
+    h.resize(static_cast<size_t>(d));
+    kern::dequant_row(m.embed, token, h.data());
+    int layer = 0;
+    for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, h.data(), 1);
+    std::vector<float> input;  // FORMAT.md §1a: the prelude output, re-injected every pass
+    if (injects_input(hp)) input = h;
+
+    const bool need_logits = criterion_needs_logits(policy.criterion);
+    std::vector<float> prev(static_cast<size_t>(d)), prev_logits, cur_logits;
+    if (need_logits) {
+        prev_logits.resize(static_cast<size_t>(V));
+        cur_logits.resize(static_cast<size_t>(V));
+    }
+    bool prev_logits_valid = false;
+    int stable = 0;
+    for (int pass = 1; pass <= loops; ++pass) {
+        std::copy(h.begin(), h.end(), prev.begin());
+        inject_input(m, pass, h.data(), input.data(), 1);
+        for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, h.data(), 1);
+        if (on_pass && *on_pass) (*on_pass)(pass, 0, h.data(), 1);
+        if (pass == loops) break;
+        const bool probe = pass >= policy.min_L && (pass - policy.min_L) % policy.peek_every == 0;
+        if (!probe) {
+            prev_logits_valid = false;
+            continue;
+        }
+        if (need_logits) {
+            if (!prev_logits_valid) compute_logits(m, prev.data(), 1, prev_logits.data(), ws);
+            compute_logits(m, h.data(), 1, cur_logits.data(), ws);
+        }
+        const float s = exit_signal(policy.criterion, prev.data(), h.data(), d, prev_logits.data(), cur_logits.data(), V);
+        stable = exit_stable(policy, s) ? stable + 1 : 0;
+        if (need_logits) {
+            std::swap(prev_logits, cur_logits);
+            prev_logits_valid = true;
+        }
+        if (stable >= policy.patience) {
+            // rows must be set again: compute_logits may not touch them, but keep it explicit
+            set_rows(ws, pos, 1, window);
+            propagate_exited_state(m, kv, ws, h.data(), input.data(), pos, pass, loops);
+            return pass;
+        }
+    }
+    return loops;
+}
+
+}  // namespace tinyloop
+
+// ---------------------------------------------------------------------------------------------
+
+#include "scoring/scoring.h"
+
+namespace tinyloop {
+
+ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const GenerateConfig& config,
+                             std::vector<int>* depth_used) {
+    const Model& m = checked(model);
+    check_score_tokens(m, tokens, n, 2);
+    validate_config(model, 1, config);
+    const int L = config.loops > 0 ? config.loops : m.hp.default_loops;
+    const ExitPolicy policy = ExitPolicy::from(config);
+    const int V = m.hp.vocab_size;
+    KVCache kv;
+    kv.allocate(exec_layers(m.hp, L), n, m.hp.n_kv_heads * m.hp.head_dim);
+    Workspace ws;
+    std::vector<float> h, logits(static_cast<size_t>(V));
+    ScoreResult r;
+    r.loops = L;
+    if (depth_used) depth_used->clear();
+    for (int p = 0; p < n; ++p) {
+        int e = L;
+        if (policy.enabled) {
+            e = decode_step_adaptive(m, kv, ws, tokens[p], p, L, config.cache_window, policy, h, nullptr);
+        } else {
+            ForwardArgs fa;
+            fa.tokens = tokens + p;
+            fa.n = 1;
+            fa.pos0 = p;
+            fa.loops = L;
+            fa.window = config.cache_window;
+            forward(m, kv, ws, fa, h);
+        }
+        if (depth_used) depth_used->push_back(e);
+        if (p + 1 < n) {
+            compute_logits(m, h.data(), 1, logits.data(), ws);
+            const double lp = row_logprob(logits.data(), V, tokens[p + 1]);
+            r.token_logprobs.push_back(static_cast<float>(lp));
+            r.total_nll -= lp;
+        }
+    }
+    r.perplexity = std::exp(r.total_nll / (n - 1));
+    return r;
+}
+
+}  // namespace tinyloop
+
+// ---------------------------------------------------------------------------------------------
+
+namespace tinyloop {
+
+ExitSignals early_exit_signals(Model* model, const int32_t* tokens, int n, int loops) {
+    const Model& m = checked(model);
+    check_score_tokens(m, tokens, n, 1);
+    const int L = resolve_loops(m, loops);
+    const HParams& hp = m.hp;
+    const int d = hp.d_model;
+    const int V = hp.vocab_size;
+    constexpr int n_criteria = 5;
+    ExitSignals r;
+    r.n_positions = n;
+    r.loops = L;
+    r.values.assign(static_cast<size_t>(n_criteria) * n * L, 0.0f);
+    KVCache kv;
+    kv.allocate(exec_layers(hp, L), n, hp.n_kv_heads * hp.head_dim);
+    Workspace ws;
+    std::vector<float> h(static_cast<size_t>(d)), prev(static_cast<size_t>(d)), input;
+    std::vector<float> prev_logits(static_cast<size_t>(V)), cur_logits(static_cast<size_t>(V));
+    // One row at a time through the same calls decode_step_adaptive makes, so every value is
+    // the one the decode would compare with its threshold.
+    for (int p = 0; p < n; ++p) {
+        ws.reserve(hp, 1);
+        set_rows(ws, p, 1, 0);
+        kern::dequant_row(m.embed, tokens[p], h.data());
+        int layer = 0;
+        for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, h.data(), 1);
+        if (injects_input(hp)) input = h;
+        compute_logits(m, h.data(), 1, prev_logits.data(), ws);
+        for (int pass = 1; pass <= L; ++pass) {
+            std::copy(h.begin(), h.end(), prev.begin());
+            inject_input(m, pass, h.data(), input.data(), 1);
+            for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, h.data(), 1);
+            compute_logits(m, h.data(), 1, cur_logits.data(), ws);
+            for (int c = 0; c < n_criteria; ++c)
+                r.values[(static_cast<size_t>(c) * n + p) * L + static_cast<size_t>(pass - 1)] =
+                    exit_signal(static_cast<EarlyExitCriterion>(c), prev.data(), h.data(), d, prev_logits.data(),
+                                cur_logits.data(), V);
+            std::swap(prev_logits, cur_logits);
+        }
+    }
+    return r;
+}
+
+}  // namespace tinyloop

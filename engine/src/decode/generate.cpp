@@ -1,0 +1,137 @@
+// Plain decoding (greedy and sampling) with the seed's canonical state machine, and the seed's
+// generate / generate_stream / generate_batch wrappers (and those of the speculative modes).
+#include "decode/decode.h"
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+
+namespace tinyloop {
+
+const char* stop_reason_name(StopReason r) {
+    switch (r) {
+        case StopReason::EOS: return "EOS";
+        case StopReason::STOP_SEQUENCE: return "STOP_SEQUENCE";
+        case StopReason::MAX_TOKENS: return "MAX_TOKENS";
+        case StopReason::CALLBACK_ABORT: return "CALLBACK_ABORT";
+        case StopReason::GRAMMAR_DEAD_END: return "GRAMMAR_DEAD_END";
+        case StopReason::STOP_STRING: return "STOP_STRING";
+        case StopReason::MAX_TIME: return "MAX_TIME";
+    }
+    return "?";
+}
+
+GenerateResult generate_ex(Model* model, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                           const GenerateOptions& options) {
+    return decode(checked(model), prompt, prompt_len, config, options, nullptr);
+}
+
+std::vector<int32_t> generate(Model* model, const int32_t* prompt, int prompt_len, const GenerateConfig& config) {
+    return generate_ex(model, prompt, prompt_len, config).tokens;
+}
+
+std::vector<int32_t> generate_speculative(Model* model, const int32_t* prompt, int prompt_len,
+                                          const SpeculativeConfig& config) {
+    return generate_speculative_ex(model, prompt, prompt_len, config).tokens;
+}
+
+std::vector<int32_t> generate_tree_speculative(Model* model, const int32_t* prompt, int prompt_len,
+                                               const TreeSpeculativeConfig& config) {
+    return generate_tree_speculative_ex(model, prompt, prompt_len, config).tokens;
+}
+
+std::vector<int32_t> generate_stream(Model* model, const int32_t* prompt, int prompt_len,
+                                     const GenerateConfig& config, const GenerateTokenCallback& on_token,
+                                     GenerateStats* stats) {
+    GenerateOptions opt;
+    opt.on_token = on_token;
+    GenerateResult r = generate_ex(model, prompt, prompt_len, config, opt);
+    if (stats) *stats = std::move(r.stats);
+    return std::move(r.tokens);
+}
+
+std::vector<GenerateResult> generate_batch_ex(Model* model, const std::vector<std::vector<int32_t>>& prompts,
+                                              const GenerateConfig& config, const GenerateBatchOptions& options) {
+    checked(model);
+    // Validate every prompt before decoding any, so a bad one does not waste the others' work.
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        try {
+            validate_config(model, static_cast<int>(prompts[i].size()), config);
+            check_prompt_ids(*model, prompts[i].data(), static_cast<int>(prompts[i].size()));
+        } catch (const Error& e) {
+            throw Error(e.code(), "prompts[" + std::to_string(i) + "]: " + e.what());
+        }
+    }
+    auto observer_for = [&options](size_t i) -> TokenObserver {
+        if (!options.observer) return {};
+        return [&options, i](const TokenEvent& ev) { return options.observer(i, ev); };
+    };
+    std::vector<GenerateResult> results;
+    if (config.beam_size >= 2 || options.lens) {
+        // The batch engine runs neither beam search nor the logit lens: one prompt after another.
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            GenerateOptions o;
+            o.observer = observer_for(i);
+            o.lens = options.lens;
+            o.lens_top_k = options.lens_top_k;
+            results.push_back(generate_ex(model, prompts[i].data(), static_cast<int>(prompts[i].size()), config, o));
+        }
+    } else if (!prompts.empty()) {
+        // All prompts (up to 64 at a time) in one engine whose pool holds the largest 64 at once.
+        const HParams& hp = model_hparams(model);
+        const int loops = config.loops > 0 ? config.loops : hp.default_loops;
+        BatchEngineOptions opt;
+        opt.max_batch = static_cast<int>(std::min<size_t>(prompts.size(), 64));
+        std::vector<int> need;
+        for (const auto& p : prompts)
+            need.push_back(pages_needed(exec_layers(hp, loops), static_cast<int>(p.size()) + config.max_tokens, opt.page_size));
+        std::sort(need.begin(), need.end(), std::greater<int>());
+        long long pages = 0;
+        for (int i = 0; i < opt.max_batch; ++i) pages += need[static_cast<size_t>(i)];
+        opt.kv_pages = static_cast<int>(std::clamp<long long>(pages, 1, 1 << 20));
+        std::unique_ptr<BatchEngine, void (*)(BatchEngine*)> engine(create_batch_engine(model, opt), free_batch_engine);
+        std::vector<uint64_t> ids;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            BatchRequest r;
+            r.prompt = prompts[i];
+            r.config = config;
+            r.observer = observer_for(i);
+            ids.push_back(batch_submit(engine.get(), std::move(r)));
+        }
+        batch_run_until_idle(engine.get());
+        for (uint64_t id : ids) results.push_back(batch_result(engine.get(), id));
+    }
+    return results;
+}
+
+std::vector<int32_t> generate_batch(Model* model, const std::vector<std::vector<int32_t>>& prompts,
+                                    const GenerateConfig& config, std::vector<int>* output_lengths) {
+    std::vector<GenerateResult> results = generate_batch_ex(model, prompts, config);
+    std::vector<int32_t> flat;
+    if (output_lengths) output_lengths->clear();
+    for (const auto& r : results) {
+        if (output_lengths) output_lengths->push_back(static_cast<int>(r.tokens.size()));
+        flat.insert(flat.end(), r.tokens.begin(), r.tokens.end());
+    }
+    return flat;
+}
+
+std::vector<std::vector<int32_t>> split_batch_output(const std::vector<int32_t>& flat,
+                                                     const std::vector<int>& output_lengths) {
+    std::vector<std::vector<int32_t>> out;
+    size_t at = 0;
+    for (size_t i = 0; i < output_lengths.size(); ++i) {
+        const int n = output_lengths[i];
+        if (n < 0 || at + static_cast<size_t>(n) > flat.size())
+            throw Error(ErrorCode::InvalidArgument, "output_lengths[" + std::to_string(i) +
+                                                        "]: runs past the end of the flat output");
+        out.emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(at), flat.begin() + static_cast<std::ptrdiff_t>(at + n));
+        at += static_cast<size_t>(n);
+    }
+    if (at != flat.size())
+        throw Error(ErrorCode::InvalidArgument, "output_lengths: sum " + std::to_string(at) +
+                                                    " does not match the flat output's length " + std::to_string(flat.size()));
+    return out;
+}
+
+}  // namespace tinyloop

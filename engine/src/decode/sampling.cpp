@@ -1,0 +1,158 @@
+#include "decode/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <unordered_map>
+
+namespace tinyloop {
+
+void apply_repetition_penalty(float* logits, int vocab, const std::vector<int32_t>& context, float penalty) {
+    if (penalty == 1.0f || context.empty()) return;
+    std::vector<char> seen(static_cast<size_t>(vocab), 0);
+    for (int32_t id : context) {
+        if (id < 0 || id >= vocab || seen[id]) continue;
+        seen[id] = 1;
+        float& l = logits[id];
+        l = l < 0 ? l * penalty : l / penalty;  // HF: each seen token once, whatever its count
+    }
+}
+
+void apply_frequency_presence(float* logits, int vocab, const std::vector<int32_t>& emitted,
+                              float frequency, float presence) {
+    if ((frequency == 0.0f && presence == 0.0f) || emitted.empty()) return;
+    std::unordered_map<int32_t, int> counts;
+    for (int32_t id : emitted)
+        if (id >= 0 && id < vocab) ++counts[id];
+    for (const auto& [id, c] : counts) logits[id] -= frequency * static_cast<float>(c);
+    if (presence != 0.0f)
+        for (const auto& kv : counts) logits[kv.first] -= presence;
+}
+
+void apply_logit_bias(float* logits, int vocab, const std::vector<std::pair<int32_t, float>>& bias) {
+    for (const auto& [id, b] : bias)
+        if (id >= 0 && id < vocab) logits[id] += b;
+}
+
+void ban_repeated_ngrams(float* logits, int vocab, const std::vector<int32_t>& context, int n) {
+    const int len = static_cast<int>(context.size());
+    if (n <= 0 || len + 1 < n) return;
+    // The last n-1 tokens; every earlier occurrence of them bans the token that followed.
+    const int32_t* tail = context.data() + (len - (n - 1));
+    for (int s = 0; s + n <= len; ++s)
+        if (std::equal(tail, tail + (n - 1), context.data() + s)) {
+            const int32_t banned = context[static_cast<size_t>(s + n - 1)];
+            if (banned >= 0 && banned < vocab) logits[banned] = -std::numeric_limits<float>::infinity();
+        }
+}
+
+void ban_bad_words(float* logits, int vocab, const std::vector<int32_t>& context,
+                   const std::vector<std::vector<int32_t>>& bad_words) {
+    for (const auto& w : bad_words) {
+        if (w.empty()) continue;
+        const size_t k = w.size() - 1;
+        if (k > context.size()) continue;
+        if (std::equal(w.begin(), w.end() - 1, context.end() - static_cast<std::ptrdiff_t>(k)) && w.back() >= 0 &&
+            w.back() < vocab)
+            logits[w.back()] = -std::numeric_limits<float>::infinity();
+    }
+}
+
+void mask_undecodable(float* logits, int vocab, int n_ids) {
+    for (int i = std::max(0, n_ids); i < vocab; ++i) logits[i] = -std::numeric_limits<float>::infinity();
+}
+
+bool is_greedy(float temperature) { return temperature <= 0.01f; }
+
+int32_t argmax(const float* logits, int vocab) {
+    int32_t best = 0;
+    float bv = -std::numeric_limits<float>::infinity();
+    bool found = false;
+    for (int i = 0; i < vocab; ++i) {
+        const float x = logits[i];
+        if (std::isnan(x)) continue;
+        if (!found || x > bv) {
+            bv = x;
+            best = i;
+            found = true;
+        }
+    }
+    return best;
+}
+
+std::vector<float> sampling_probs(const float* logits, int vocab, float temperature, int top_k,
+                                  float top_p, float min_p) {
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<float> z(static_cast<size_t>(vocab));
+    for (int i = 0; i < vocab; ++i) z[i] = std::isnan(logits[i]) ? -inf : logits[i] / temperature;
+
+    // Sorted order (descending logit, ascending id on ties) drives top-k and top-p.
+    std::vector<int32_t> order(static_cast<size_t>(vocab));
+    std::iota(order.begin(), order.end(), 0);
+    const int k = std::clamp(top_k, 1, vocab);
+    auto cmp = [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); };
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), cmp);
+    order.resize(static_cast<size_t>(k));
+    // Drop -inf survivors (masked ids) but keep at least the best one.
+    while (order.size() > 1 && z[order.back()] == -inf) order.pop_back();
+
+    const float zmax = z[order[0]];
+    std::vector<double> p(order.size());
+    double sum = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+        p[i] = z[order[i]] == -inf ? 0.0 : std::exp(static_cast<double>(z[order[i]]) - zmax);
+        sum += p[i];
+    }
+    for (double& x : p) x /= sum;
+
+    size_t keep = order.size();
+    if (top_p < 1.0f) {
+        double cum = 0;
+        for (size_t i = 0; i < order.size(); ++i) {
+            cum += p[i];
+            if (cum >= top_p) {  // keep the token that crosses the threshold
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    if (min_p > 0.0f) {
+        const double floor = static_cast<double>(min_p) * p[0];
+        size_t j = 0;
+        while (j < keep && p[j] >= floor) ++j;
+        keep = std::max<size_t>(1, j);
+    }
+    double kept = 0;
+    for (size_t i = 0; i < keep; ++i) kept += p[i];
+    std::vector<float> out(static_cast<size_t>(vocab), 0.0f);
+    for (size_t i = 0; i < keep; ++i) out[order[i]] = static_cast<float>(p[i] / kept);
+    return out;
+}
+
+int32_t draw(const std::vector<float>& probs, Rng& rng) {
+    double total = 0;
+    for (float x : probs) total += x;
+    const double u = rng.uniform() * total;
+    double cum = 0;
+    int32_t last = 0;
+    for (size_t i = 0; i < probs.size(); ++i) {
+        if (probs[i] <= 0) continue;
+        cum += probs[i];
+        last = static_cast<int32_t>(i);
+        if (u < cum) return last;
+    }
+    return last;
+}
+
+float softmax_prob(const float* logits, int vocab, int32_t id) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < vocab; ++i)
+        if (logits[i] > mx) mx = logits[i];
+    double s = 0;
+    for (int i = 0; i < vocab; ++i)
+        if (logits[i] > -std::numeric_limits<float>::infinity()) s += std::exp(static_cast<double>(logits[i]) - mx);
+    return static_cast<float>(std::exp(static_cast<double>(logits[id]) - mx) / s);
+}
+
+}  // namespace tinyloop

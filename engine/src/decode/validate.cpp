@@ -1,0 +1,129 @@
+// Every rule a generation request must satisfy, with messages that name the field and the
+// allowed range (the seed aborts on these; this runtime throws).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "model/model.h"
+#include "tinyloop/json.h"
+
+namespace tinyloop {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& msg) { throw Error(ErrorCode::InvalidArgument, msg); }
+
+std::string num(double x) {
+    std::string s = std::to_string(x);
+    while (s.size() > 1 && s.back() == '0') s.pop_back();
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+}
+
+void finite(const char* field, float x) {
+    if (!std::isfinite(x)) bad(std::string(field) + ": must be a finite number");
+}
+
+}  // namespace
+
+ConfigLimits config_limits(const Model* model) {
+    const Model& m = checked(model);
+    return {.max_loops = m.hp.max_loops, .max_seq_len = m.max_seq_len, .vocab_size = m.hp.vocab_size};
+}
+
+void validate_config(const Model* model, int prompt_len, const GenerateConfig& c) {
+    const Model& m = checked(model);
+    if (prompt_len < 1) bad("prompt_len: " + std::to_string(prompt_len) + " must be >= 1 (an empty prompt cannot be decoded)");
+    if (c.max_tokens < 0) bad("max_tokens: " + std::to_string(c.max_tokens) + " must be >= 0");
+    if (static_cast<long long>(prompt_len) + c.max_tokens > m.max_seq_len)
+        bad("max_tokens: prompt_len + max_tokens = " + std::to_string(static_cast<long long>(prompt_len) + c.max_tokens) +
+            " exceeds max_seq_len " + std::to_string(m.max_seq_len) + " (prompt_len " + std::to_string(prompt_len) +
+            ", so max_tokens must be in [0, " + std::to_string(std::max(0, m.max_seq_len - prompt_len)) + "])");
+    if (c.loops < 0 || c.loops > m.hp.max_loops)
+        bad("loops: " + std::to_string(c.loops) + " is outside [1, " + std::to_string(m.hp.max_loops) +
+            "] (0 = the model's default_loops, " + std::to_string(m.hp.default_loops) + ")");
+    validate_config_fields(c, config_limits(model));
+}
+
+void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
+    if (c.max_tokens < 0 || c.max_tokens > hp.max_seq_len)
+        bad("max_tokens: " + std::to_string(c.max_tokens) + " is outside [0, " + std::to_string(hp.max_seq_len) + "] (max_seq_len)");
+    if (c.loops < 0 || c.loops > hp.max_loops)
+        bad("loops: " + std::to_string(c.loops) + " is outside [1, " + std::to_string(hp.max_loops) +
+            "] (0 = the model's default_loops)");
+    finite("temperature", c.temperature);
+    if (c.temperature < 0) bad("temperature: " + num(c.temperature) + " must be >= 0 (0 = greedy)");
+    if (!(c.temperature <= 0.01f) && c.top_k < 1)
+        bad("top_k: " + std::to_string(c.top_k) + " must be >= 1 when sampling (temperature > 0.01)");
+    finite("top_p", c.top_p);
+    if (!(c.top_p > 0.0f && c.top_p <= 1.0f)) bad("top_p: " + num(c.top_p) + " is outside (0, 1] (1 disables)");
+    finite("min_p", c.min_p);
+    if (c.min_p < 0.0f || c.min_p > 1.0f) bad("min_p: " + num(c.min_p) + " is outside [0, 1] (0 disables)");
+    if (c.cache_window < 0) bad("cache_window: " + std::to_string(c.cache_window) + " must be >= 0 (0 = unlimited)");
+    finite("repetition_penalty", c.repetition_penalty);
+    if (c.repetition_penalty <= 0.0f)
+        bad("repetition_penalty: " + num(c.repetition_penalty) + " must be > 0 (1 disables)");
+    finite("frequency_penalty", c.frequency_penalty);
+    if (c.frequency_penalty < -2.0f || c.frequency_penalty > 2.0f)
+        bad("frequency_penalty: " + num(c.frequency_penalty) + " is outside [-2, 2]");
+    finite("presence_penalty", c.presence_penalty);
+    if (c.presence_penalty < -2.0f || c.presence_penalty > 2.0f)
+        bad("presence_penalty: " + num(c.presence_penalty) + " is outside [-2, 2]");
+    for (size_t i = 0; i < c.logit_bias.size(); ++i) {
+        const auto& [id, b] = c.logit_bias[i];
+        const std::string f = "logit_bias[" + std::to_string(i) + "]";
+        if (id < 0 || id >= hp.vocab_size)
+            bad(f + ": token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(hp.vocab_size) + ")");
+        if (!std::isfinite(b) || b < -100.0f || b > 100.0f) bad(f + ": bias " + num(b) + " is outside [-100, 100]");
+    }
+    for (size_t i = 0; i < c.stop_sequences.size(); ++i) {
+        const auto& s = c.stop_sequences[i];
+        const std::string f = "stop_sequences[" + std::to_string(i) + "]";
+        if (s.empty()) bad(f + ": must not be empty");
+        for (size_t j = 0; j < s.size(); ++j)
+            if (s[j] < 0 || s[j] >= hp.vocab_size)
+                bad(f + "[" + std::to_string(j) + "]: token id " + std::to_string(s[j]) +
+                    " is outside the vocabulary [0, " + std::to_string(hp.vocab_size) + ")");
+    }
+    for (size_t i = 0; i < c.stop_strings.size(); ++i)
+        if (c.stop_strings[i].empty()) bad("stop_strings[" + std::to_string(i) + "]: must not be empty");
+
+    if (!std::isfinite(c.max_time) || c.max_time < 0) bad("max_time: " + num(c.max_time) + " must be >= 0 seconds (0 = no limit)");
+    if (c.no_repeat_ngram_size < 0) bad("no_repeat_ngram_size: " + std::to_string(c.no_repeat_ngram_size) + " must be >= 0 (0 disables)");
+    for (size_t i = 0; i < c.bad_words.size(); ++i) {
+        const auto& s = c.bad_words[i];
+        const std::string f = "bad_words[" + std::to_string(i) + "]";
+        if (s.empty()) bad(f + ": must not be empty");
+        for (size_t j = 0; j < s.size(); ++j)
+            if (s[j] < 0 || s[j] >= hp.vocab_size)
+                bad(f + "[" + std::to_string(j) + "]: token id " + std::to_string(s[j]) +
+                    " is outside the vocabulary [0, " + std::to_string(hp.vocab_size) + ")");
+    }
+
+    // Beam search knobs.
+    if (c.beam_size < 0 || c.beam_size > 64) bad("beam_size: " + std::to_string(c.beam_size) + " is outside [0, 64]");
+    if (c.kv_cache != KVCacheType::F32 && c.kv_cache != KVCacheType::Int8)
+        bad("kv_cache: " + std::to_string(static_cast<int>(c.kv_cache)) + " is not one of f32 (0), int8 (1)");
+    finite("length_penalty", c.length_penalty);
+    if (c.beam_size < 2 && c.length_penalty != 1.0f)
+        bad("length_penalty: " + num(c.length_penalty) +
+            " only applies to beam search; set beam_size >= 2 or leave length_penalty at 1");
+    if (c.beam_size >= 2 && c.early_exit_patience > 0)
+        bad("beam_size: beam search and early exit cannot be combined (set early_exit_patience to 0)");
+    if (c.beam_size >= 2 && c.grammar != nullptr)
+        bad("beam_size: beam search and a grammar cannot be combined yet (set grammar to null)");
+
+    // Early exit knobs.
+    if (c.early_exit_patience < 0) bad("early_exit_patience: " + std::to_string(c.early_exit_patience) + " must be >= 0 (0 disables)");
+    if (c.early_exit_min_L < 1 || c.early_exit_min_L > hp.max_loops)
+        bad("early_exit_min_L: " + std::to_string(c.early_exit_min_L) + " is outside [1, " + std::to_string(hp.max_loops) + "]");
+    if (c.early_exit_peek_every < 1) bad("early_exit_peek_every: " + std::to_string(c.early_exit_peek_every) + " must be >= 1");
+    finite("early_exit_logit_margin", c.early_exit_logit_margin);
+    if (c.early_exit_logit_margin < 0) bad("early_exit_logit_margin: " + num(c.early_exit_logit_margin) + " must be >= 0");
+    finite("early_exit_threshold", c.early_exit_threshold);
+    if (c.early_exit_threshold <= 0) bad("early_exit_threshold: " + num(c.early_exit_threshold) + " must be > 0");
+    if (static_cast<int>(c.early_exit_criterion) < 0 || static_cast<int>(c.early_exit_criterion) > 4)
+        bad("early_exit_criterion: " + std::to_string(static_cast<int>(c.early_exit_criterion)) + " is not a criterion");
+}
+
+}  // namespace tinyloop

@@ -1,0 +1,238 @@
+// PrefixCache, ResumeHandle and PrefixPool: prefill state reused across calls. Every reuse gives
+// the bits a computation from scratch gives (batch-invariant kernels, FORMAT.md §1 depth upgrade).
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+
+#include "decode/decode.h"
+#include "scoring/scoring.h"
+
+namespace tinyloop {
+
+struct PrefixCache {
+    const Model* model = nullptr;
+    std::vector<int32_t> prefix;
+    int loops = 0;
+    int window = 0;
+    KVCache kv;
+    std::vector<float> last_pass_states;  // [loops, d]
+};
+
+struct ResumeHandle {
+    Model* model = nullptr;
+    std::vector<int32_t> prompt;
+    int loops = 0;                        // deepest depth computed
+    KVCache kv;                           // all max_loops layers allocated
+    std::vector<float> h;                 // [n, d] state at depth `loops`
+    std::vector<float> e;                 // [n, d] prelude output (input injection, §1a; else empty)
+    std::vector<float> last_pass_states;  // [max_loops, d]; rows 0..loops-1 valid
+};
+
+struct PrefixPool {
+    Model* model = nullptr;
+    int loops = 0;
+    mutable std::shared_mutex mutex;
+    std::vector<std::unique_ptr<PrefixCache>> entries;
+};
+
+namespace {
+
+template <class T>
+T& checked_ptr(T* p, const char* what) {
+    if (!p) throw Error(ErrorCode::InvalidArgument, std::string(what) + ": must not be null");
+    return *p;
+}
+
+void check_ids(const Model& m, const int32_t* ids, int n, const char* field) {
+    if (n < 1) throw Error(ErrorCode::InvalidArgument, std::string(field) + ": length " + std::to_string(n) + " must be >= 1");
+    if (n > m.max_seq_len)
+        throw Error(ErrorCode::InvalidArgument, std::string(field) + ": length " + std::to_string(n) +
+                                                    " exceeds max_seq_len " + std::to_string(m.max_seq_len));
+    if (!ids) throw Error(ErrorCode::InvalidArgument, std::string(field) + ": must not be null");
+    for (int i = 0; i < n; ++i)
+        if (ids[i] < 0 || ids[i] >= m.hp.vocab_size)
+            throw Error(ErrorCode::InvalidArgument, std::string(field) + "[" + std::to_string(i) + "]: token id " +
+                                                        std::to_string(ids[i]) + " is outside the vocabulary [0, " +
+                                                        std::to_string(m.hp.vocab_size) + ")");
+}
+
+// Prefill `ids` at depth `loops` into `kv` (already allocated), keeping the states.
+// With input injection (FORMAT.md §1a) `e` receives the prelude outputs ([n, d]) when
+// start_pass is 1 and supplies them to a depth upgrade; unused otherwise.
+void prefill(const Model& m, KVCache& kv, const int32_t* ids, int n, int loops, int window, int start_pass,
+             const float* h_in, std::vector<float>& h, std::vector<float>& e, std::vector<float>& last_pass_states) {
+    PassHook hook = last_row_hook(last_pass_states, m.hp.d_model);
+    Workspace ws;
+    ForwardArgs fa;
+    fa.tokens = ids;
+    fa.n = n;
+    fa.loops = loops;
+    fa.window = window;
+    fa.on_pass = &hook;
+    fa.start_pass = start_pass;
+    fa.h_in = h_in;
+    if (injects_input(m.hp)) {
+        if (start_pass <= 1) {
+            e.resize(static_cast<size_t>(n) * m.hp.d_model);
+            fa.out_e = e.data();
+        } else {
+            fa.e_in = e.data();
+        }
+    }
+    forward(m, kv, ws, fa, h);
+}
+
+bool starts_with(const int32_t* prompt, int prompt_len, const std::vector<int32_t>& prefix) {
+    return static_cast<int>(prefix.size()) <= prompt_len && std::equal(prefix.begin(), prefix.end(), prompt);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+PrefixCache* create_prefix_cache(Model* model, const int32_t* prefix, int n, int loops, int cache_window) {
+    const Model& m = checked(model);
+    check_ids(m, prefix, n, "prefix");
+    if (cache_window < 0) throw Error(ErrorCode::InvalidArgument, "cache_window: must be >= 0");
+    auto c = std::make_unique<PrefixCache>();
+    c->model = &m;
+    c->prefix.assign(prefix, prefix + n);
+    c->loops = resolve_loops(m, loops);
+    c->window = cache_window;
+    c->kv.allocate(exec_layers(m.hp, c->loops), n, m.hp.n_kv_heads * m.hp.head_dim);
+    c->last_pass_states.assign(static_cast<size_t>(c->loops) * m.hp.d_model, 0.0f);
+    std::vector<float> h, e;
+    prefill(m, c->kv, prefix, n, c->loops, cache_window, 1, nullptr, h, e, c->last_pass_states);
+    return c.release();
+}
+
+void free_prefix_cache(PrefixCache* cache) { delete cache; }
+
+size_t prefix_cache_bytes(const PrefixCache* cache) {
+    const PrefixCache& c = checked_ptr(cache, "cache");
+    return c.kv.bytes() + c.last_pass_states.size() * sizeof(float) + c.prefix.size() * sizeof(int32_t);
+}
+
+int prefix_cache_length(const PrefixCache* cache) {
+    return static_cast<int>(checked_ptr(cache, "cache").prefix.size());
+}
+
+GenerateResult generate_with_prefix(Model* model, const PrefixCache* cache, const int32_t* prompt, int prompt_len,
+                                    const GenerateConfig& config, const GenerateOptions& options) {
+    const Model& m = checked(model);
+    const PrefixCache& c = checked_ptr(cache, "cache");
+    if (c.model != &m) throw Error(ErrorCode::InvalidArgument, "cache: was made for another model");
+    const int loops = config.loops > 0 ? config.loops : m.hp.default_loops;
+    if (loops != c.loops)
+        throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(loops) + " differs from the prefix cache's depth " +
+                                                    std::to_string(c.loops));
+    if (config.cache_window != c.window)
+        throw Error(ErrorCode::InvalidArgument, "cache_window: " + std::to_string(config.cache_window) +
+                                                    " differs from the prefix cache's " + std::to_string(c.window));
+    if (!starts_with(prompt, prompt_len, c.prefix))
+        throw Error(ErrorCode::InvalidArgument, "prompt: does not start with the prefix cache's " +
+                                                    std::to_string(c.prefix.size()) + " tokens");
+    DecodeStart start;
+    start.kv = &c.kv;
+    start.n_cached = static_cast<int>(c.prefix.size());
+    start.last_pass_states = c.last_pass_states.data();
+    return decode(m, prompt, prompt_len, config, options, &start);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+ResumeHandle* create_resume_handle(Model* model, const int32_t* prompt, int prompt_len, int loops) {
+    const Model& m = checked(model);
+    check_ids(m, prompt, prompt_len, "prompt");
+    auto r = std::make_unique<ResumeHandle>();
+    r->model = model;
+    r->prompt.assign(prompt, prompt + prompt_len);
+    r->loops = resolve_loops(m, loops);
+    r->kv.allocate(exec_layers(m.hp, m.hp.max_loops), prompt_len, m.hp.n_kv_heads * m.hp.head_dim);
+    r->last_pass_states.assign(static_cast<size_t>(m.hp.max_loops) * m.hp.d_model, 0.0f);
+    prefill(m, r->kv, prompt, prompt_len, r->loops, 0, 1, nullptr, r->h, r->e, r->last_pass_states);
+    return r.release();
+}
+
+void free_resume_handle(ResumeHandle* handle) { delete handle; }
+
+int resume_handle_loops(const ResumeHandle* handle) { return checked_ptr(handle, "handle").loops; }
+
+size_t resume_handle_bytes(const ResumeHandle* handle) {
+    const ResumeHandle& r = checked_ptr(handle, "handle");
+    return r.kv.bytes() + (r.h.size() + r.e.size() + r.last_pass_states.size()) * sizeof(float);
+}
+
+GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& config, const GenerateOptions& options) {
+    ResumeHandle& r = checked_ptr(handle, "handle");
+    const Model& m = checked(r.model);
+    if (config.cache_window != 0)
+        throw Error(ErrorCode::InvalidArgument, "cache_window: must be 0 when resuming (the handle keeps every position)");
+    const int loops = config.loops > 0 ? config.loops : r.loops;
+    if (loops > m.hp.max_loops)
+        throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(loops) + " is outside [1, " +
+                                                    std::to_string(m.hp.max_loops) + "]");
+    if (loops > r.loops) {  // deepen: only passes r.loops+1 .. loops run
+        const std::vector<float> h_in = r.h;
+        prefill(m, r.kv, r.prompt.data(), static_cast<int>(r.prompt.size()), loops, 0, r.loops + 1, h_in.data(), r.h,
+                r.e, r.last_pass_states);
+        r.loops = loops;
+    }
+    GenerateConfig c = config;
+    c.loops = loops;
+    DecodeStart start;
+    start.kv = &r.kv;
+    start.n_cached = static_cast<int>(r.prompt.size());
+    start.last_pass_states = r.last_pass_states.data();
+    return decode(m, r.prompt.data(), static_cast<int>(r.prompt.size()), c, options, &start);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+PrefixPool* create_prefix_pool(Model* model, int loops) {
+    const Model& m = checked(model);
+    auto p = std::make_unique<PrefixPool>();
+    p->model = model;
+    p->loops = resolve_loops(m, loops);
+    return p.release();
+}
+
+void free_prefix_pool(PrefixPool* pool) { delete pool; }
+
+int prefix_pool_add(PrefixPool* pool, const int32_t* prefix, int n) {
+    PrefixPool& p = checked_ptr(pool, "pool");
+    std::unique_ptr<PrefixCache> c(create_prefix_cache(p.model, prefix, n, p.loops, 0));
+    std::unique_lock lock(p.mutex);
+    p.entries.push_back(std::move(c));
+    return static_cast<int>(p.entries.size()) - 1;
+}
+
+size_t prefix_pool_bytes(const PrefixPool* pool) {
+    const PrefixPool& p = checked_ptr(pool, "pool");
+    std::shared_lock lock(p.mutex);
+    size_t total = 0;
+    for (const auto& e : p.entries) total += prefix_cache_bytes(e.get());
+    return total;
+}
+
+GenerateResult generate_with_pool(PrefixPool* pool, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                                  const GenerateOptions& options, int* reused_tokens) {
+    PrefixPool& p = checked_ptr(pool, "pool");
+    GenerateConfig c = config;
+    if (c.loops == 0) c.loops = p.loops;
+    if (c.loops != p.loops)
+        throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(c.loops) + " differs from the pool's depth " +
+                                                    std::to_string(p.loops));
+    std::shared_lock lock(p.mutex);
+    const PrefixCache* best = nullptr;
+    if (c.cache_window == 0 && prompt != nullptr)
+        for (const auto& e : p.entries)
+            if (starts_with(prompt, prompt_len, e->prefix) && (!best || e->prefix.size() > best->prefix.size()))
+                best = e.get();
+    if (reused_tokens) *reused_tokens = best ? static_cast<int>(best->prefix.size()) : 0;
+    if (!best) return generate_ex(p.model, prompt, prompt_len, c, options);
+    return generate_with_prefix(p.model, best, prompt, prompt_len, c, options);
+}
+
+}  // namespace tinyloop

@@ -1,0 +1,420 @@
+// The whole-model forward on the CUDA back end (cuda_forward.h). Same math and order as
+// forward.cpp's run_block (FORMAT.md §1, §1a's input injection), one kernels/cuda op per step:
+//   a = rmsnorm(h); q,k,v = W a; rope(q, k); K/V -> cache rows; att = attention; h += wo att;
+//   m = rmsnorm(h); h += w_down (silu(w_gate m) * (w_up m))
+// The residual adds ride in the products (matmul accumulate / cuBLAS beta = 1) and SwiGLU is one
+// launch on the kernel path, q/k/v are one launch and RoPE + the cache writes another: 8
+// launches per layer in the decode step.
+#ifdef TINYLOOP_HAVE_CUDA
+
+#include "forward/cuda_forward.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "forward/cuda_backend.h"
+#include "forward/forward.h"
+
+namespace tinyloop {
+
+namespace kc = kern::cuda;
+
+// ---- CudaWeights -----------------------------------------------------------------------------
+
+CudaWeights::CudaWeights(const Model& m, int device) : m_(&m), device_(device) {
+    with_cuda_errors("cuda weights", [&] {
+        upload_ctx_ = std::make_unique<kc::Context>(device);
+        file_ = kc::DeviceBuffer(*upload_ctx_, m.file.size());
+        upload_ctx_->upload(file_.get(), m.file.data(), m.file.size());
+    });
+    const uint8_t* host0 = m.file.data();
+    const size_t size = m.file.size();
+    uint8_t* dev0 = static_cast<uint8_t*>(file_.get());
+    auto rebase = [&](const void* p) -> const uint8_t* {
+        if (!p) return nullptr;
+        const uint8_t* b = static_cast<const uint8_t*>(p);
+        if (b < host0 || b >= host0 + size)
+            throw Error(ErrorCode::Internal, "cuda weights: a tensor does not point into the model file's bytes");
+        return dev0 + (b - host0);
+    };
+    auto view = [&](const kern::WeightView& w) {
+        kern::WeightView d = w;
+        d.data = rebase(w.data);
+        d.scales = reinterpret_cast<const uint16_t*>(rebase(w.scales));
+        d.zeros = reinterpret_cast<const uint16_t*>(rebase(w.zeros));
+        return d;
+    };
+    auto layer = [&](const LayerWeights& l) {
+        LayerWeights d;
+        d.attn_norm = reinterpret_cast<const float*>(rebase(l.attn_norm));
+        d.mlp_norm = reinterpret_cast<const float*>(rebase(l.mlp_norm));
+        d.wq = view(l.wq);
+        d.wk = view(l.wk);
+        d.wv = view(l.wv);
+        d.wo = view(l.wo);
+        d.w_gate = view(l.w_gate);
+        d.w_up = view(l.w_up);
+        d.w_down = view(l.w_down);
+        return d;
+    };
+    embed = view(m.embed);
+    head = view(m.head);
+    final_norm = reinterpret_cast<const float*>(rebase(m.final_norm));
+    for (const LayerWeights& l : m.pre) pre.push_back(layer(l));
+    for (const LayerWeights& l : m.loop) loop.push_back(layer(l));
+}
+
+CudaWeights::~CudaWeights() = default;
+
+size_t CudaWeights::device_bytes() const { return file_.size(); }
+
+// ---- CudaSession -----------------------------------------------------------------------------
+
+struct CudaSession::Impl {
+    const CudaWeights& w;
+    const HParams& hp;
+    CudaSessionOptions o;
+    int rows = 0;  // workspace rows (prefill chunk)
+    int layers = 0, kv_row = 0, n_valid = 0;
+    kc::Context ctx;
+    kc::DeviceBuffer k, v;                                // [layers, capacity, kv_row]
+    kc::DeviceBuffer h, a, q, kk, vv, att, o_, g, u, logits, scratch;
+    kc::DeviceBuffer e_in;                                // input injection (§1a): prelude output [rows, d]
+    kc::DeviceBuffer ids, pos, kvb, kve, chosen;          // [rows] ints (chosen: [1])
+    kc::DeviceBuffer crow, extra_rows, extra_offsets;      // forward_rows only
+    const int* store_at = nullptr;     // cache rows of the current rows (nullptr: their positions)
+    const int* d_extra_rows = nullptr; // tree extras of the current rows (nullptr: none)
+    const int* d_extra_offsets = nullptr;
+    bool force_kernel = false;         // forward_rows: never cuBLAS
+    kc::Graph step;
+    bool primed = false;   // the device's ids/pos/kv range already hold the next step's input
+    int32_t primed_token = -1;
+
+    Impl(const CudaWeights& w_, const CudaSessionOptions& opt)
+        : w(w_), hp(w_.model().hp), o(opt), ctx(w_.device()) {
+        const Model& m = w.model();
+        rows = std::max(1, m.prefill_chunk);
+        layers = exec_layers(hp, o.loops);
+        kv_row = hp.n_kv_heads * hp.head_dim;
+        n_valid = m.tokenizer.n_ids();
+        const size_t d = hp.d_model, H = size_t(hp.n_heads) * hp.head_dim, ff = hp.d_ff, V = hp.vocab_size;
+        const size_t R = rows, F = sizeof(float);
+        k = kc::DeviceBuffer(ctx, size_t(layers) * o.capacity * kv_row * F);
+        v = kc::DeviceBuffer(ctx, size_t(layers) * o.capacity * kv_row * F);
+        h = kc::DeviceBuffer(ctx, R * d * F);
+        a = kc::DeviceBuffer(ctx, R * d * F);
+        q = kc::DeviceBuffer(ctx, R * H * F);
+        kk = kc::DeviceBuffer(ctx, R * kv_row * F);
+        vv = kc::DeviceBuffer(ctx, R * kv_row * F);
+        att = kc::DeviceBuffer(ctx, R * H * F);
+        o_ = kc::DeviceBuffer(ctx, R * d * F);
+        g = kc::DeviceBuffer(ctx, R * ff * F);
+        u = kc::DeviceBuffer(ctx, R * ff * F);
+        logits = kc::DeviceBuffer(ctx, R * V * F);
+        if (injects_input(hp)) e_in = kc::DeviceBuffer(ctx, R * d * F);
+        ids = kc::DeviceBuffer(ctx, R * sizeof(int));
+        pos = kc::DeviceBuffer(ctx, R * sizeof(int));
+        kvb = kc::DeviceBuffer(ctx, R * sizeof(int));
+        kve = kc::DeviceBuffer(ctx, R * sizeof(int));
+        chosen = kc::DeviceBuffer(ctx, sizeof(int));
+        if (o.gemm_min_tokens <= rows) {  // cuBLAS needs f32 operands: scratch for the largest
+            size_t s = 0;
+            auto need = [&](const kern::WeightView& W) { s = std::max(s, kc::gemm_scratch_bytes(W)); };
+            for (const auto* set : {&w.pre, &w.loop})
+                for (const LayerWeights& l : *set)
+                    for (const auto* W : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) need(*W);
+            need(w.head);
+            scratch = kc::DeviceBuffer(ctx, s);
+        }
+    }
+
+    bool use_gemm(int n) const { return n >= o.gemm_min_tokens && !force_kernel; }
+
+    // y = W x (accumulate: y += W x), cuBLAS for large row counts.
+    void mm(const kern::WeightView& W, const float* x, int n, float* y, bool accumulate = false) {
+        if (use_gemm(n)) kc::gemm(ctx, W, x, n, y, scratch.f32(), false, accumulate);
+        else kc::matmul(ctx, W, x, n, y, accumulate);
+    }
+
+    // One pre-norm block over n rows of h at execution layer `layer`; ids/pos/kvb/kve hold the
+    // rows' positions and ranges.
+    void block(const LayerWeights& L, int layer, int n) {
+        const int d = hp.d_model, H = hp.n_heads * hp.head_dim, ff = hp.d_ff;
+        kc::rmsnorm(ctx, h.f32(), L.attn_norm, n, d, hp.norm_eps, a.f32());
+        if (use_gemm(n)) {
+            mm(L.wq, a.f32(), n, q.f32());
+            mm(L.wk, a.f32(), n, kk.f32());
+            mm(L.wv, a.f32(), n, vv.f32());
+        } else {
+            kc::matmul3(ctx, L.wq, L.wk, L.wv, a.f32(), n, q.f32(), kk.f32(), vv.f32());
+        }
+        float* kl = k.f32() + size_t(layer) * o.capacity * kv_row;
+        float* vl = v.f32() + size_t(layer) * o.capacity * kv_row;
+        const int* at_rows = store_at ? store_at : pos.i32();
+        kc::rope_store(ctx, q.f32(), kk.f32(), vv.f32(), n, hp.n_heads, hp.n_kv_heads, hp.head_dim, pos.i32(),
+                       hp.rope_theta, kl, vl, at_rows);
+        kern::AttentionArgs at;
+        at.q = q.f32();
+        at.n_tok = n;
+        at.n_heads = hp.n_heads;
+        at.n_kv_heads = hp.n_kv_heads;
+        at.head_dim = hp.head_dim;
+        at.k = kl;
+        at.v = vl;
+        at.kv_stride = kv_row;
+        at.kv_begin = kvb.i32();
+        at.kv_end = kve.i32();
+        at.out = att.f32();
+        at.extra_rows = d_extra_rows;
+        at.extra_offsets = d_extra_offsets;
+        kc::attention(ctx, at);
+        mm(L.wo, att.f32(), n, h.f32(), true);  // h += wo att
+        kc::rmsnorm(ctx, h.f32(), L.mlp_norm, n, d, hp.norm_eps, a.f32());
+        if (use_gemm(n)) {
+            mm(L.w_gate, a.f32(), n, g.f32());
+            mm(L.w_up, a.f32(), n, u.f32());
+            kc::silu_mul(ctx, g.f32(), u.f32(), g.f32(), size_t(n) * ff);
+        } else {
+            kc::matmul_swiglu(ctx, L.w_gate, L.w_up, a.f32(), n, g.f32());  // one launch, same bits
+        }
+        mm(L.w_down, g.f32(), n, h.f32(), true);  // h += w_down g
+        (void)H;
+    }
+
+    // Embedding, every block at depth loops, for the n rows set up in ids/pos/kvb/kve. With
+    // input injection (FORMAT.md §1a) the prelude output is kept and added before every pass
+    // after the first (add_inplace: the CPU's bits).
+    void rows_forward(int n) {
+        const size_t floats = size_t(n) * hp.d_model;
+        kc::embedding(ctx, w.embed, ids.i32(), n, h.f32());
+        for (int i = 0; i < hp.n_pre_blocks; ++i) block(w.pre[i], i, n);
+        const bool inject = injects_input(hp);
+        if (inject) ctx.copy(e_in.f32(), h.f32(), floats * sizeof(float));
+        for (int l = 1; l <= o.loops; ++l) {
+            if (inject && l > 1) kc::add_inplace(ctx, h.f32(), e_in.f32(), floats);
+            for (int j = 0; j < hp.n_loop_layers; ++j)
+                block(w.loop[j], hp.n_pre_blocks + (l - 1) * hp.n_loop_layers + j, n);
+        }
+    }
+
+    // Logits of rows [r0, r0 + n) into logits[0..n), and the greedy choice of the last into chosen.
+    void head_rows(int r0, int n) {
+        const int d = hp.d_model;
+        kc::rmsnorm(ctx, h.f32() + size_t(r0) * d, w.final_norm, n, d, hp.norm_eps, a.f32());
+        mm(w.head, a.f32(), n, logits.f32());
+        kc::argmax(ctx, logits.f32() + size_t(n - 1) * hp.vocab_size, 1, hp.vocab_size, n_valid, chosen.i32());
+    }
+
+    void set_rows(const int32_t* tokens, int pos0, int n) {
+        std::vector<int> p(n), b(n), e(n);
+        for (int t = 0; t < n; ++t) {
+            p[t] = pos0 + t;
+            e[t] = p[t] + 1;
+            b[t] = o.window > 0 ? std::max(0, e[t] - o.window) : 0;
+        }
+        ctx.upload(ids.get(), tokens, size_t(n) * sizeof(int));
+        ctx.upload(pos.get(), p.data(), size_t(n) * sizeof(int));
+        ctx.upload(kvb.get(), b.data(), size_t(n) * sizeof(int));
+        ctx.upload(kve.get(), e.data(), size_t(n) * sizeof(int));
+    }
+
+    // The decode step as issued (and captured): one row from ids[0] at pos[0].
+    void issue_step() {
+        rows_forward(1);
+        head_rows(0, 1);
+        ctx.stage_ints(chosen.i32(), 1);
+        kc::advance(ctx, chosen.i32(), ids.i32(), pos.i32(), kvb.i32(), kve.i32(), o.window);
+    }
+};
+
+CudaSession::CudaSession(const CudaWeights& w, const CudaSessionOptions& opt) {
+    const HParams& hp = w.model().hp;
+    CudaSessionOptions o = opt;
+    if (o.loops == 0) o.loops = hp.default_loops;
+    if (o.loops < 1 || o.loops > hp.max_loops)
+        throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(o.loops) + " is outside [1, " +
+                                                    std::to_string(hp.max_loops) + "]");
+    if (o.capacity == 0) o.capacity = w.model().max_seq_len;
+    if (o.capacity < 1 || o.capacity > w.model().max_seq_len)
+        throw Error(ErrorCode::InvalidArgument, "capacity: " + std::to_string(o.capacity) + " is outside [1, " +
+                                                    std::to_string(w.model().max_seq_len) + "]");
+    if (o.window < 0) throw Error(ErrorCode::InvalidArgument, "window: must be >= 0");
+    with_cuda_errors("cuda session", [&] { impl_ = std::make_unique<Impl>(w, o); });
+}
+
+CudaSession::~CudaSession() = default;
+
+size_t CudaSession::device_bytes() const {
+    const Impl& s = *impl_;
+    size_t n = 0;
+    for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.h, &s.a, &s.q, &s.kk, &s.vv, &s.att, &s.o_, &s.g, &s.u, &s.logits,
+                                      &s.e_in, &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
+                                      &s.extra_offsets})
+        n += b->size();
+    return n;
+}
+
+int32_t CudaSession::prefill(const int32_t* tokens, int n, std::vector<float>* logits) {
+    Impl& s = *impl_;
+    if (n < 1) throw Error(ErrorCode::InvalidArgument, "n: " + std::to_string(n) + " must be >= 1");
+    if (pos_ + n > s.o.capacity)
+        throw Error(ErrorCode::InvalidArgument, "prefill: positions " + std::to_string(pos_) + " + " + std::to_string(n) +
+                                                    " exceed the session's capacity " + std::to_string(s.o.capacity));
+    const int V = s.hp.vocab_size;
+    if (logits) logits->assign(size_t(n) * V, 0.0f);
+    return with_cuda_errors("cuda prefill", [&] {
+        for (int c0 = 0; c0 < n; c0 += s.rows) {
+            const int m = std::min(s.rows, n - c0);
+            s.set_rows(tokens + c0, pos_ + c0, m);
+            s.rows_forward(m);
+            if (logits) {
+                s.head_rows(0, m);
+                s.ctx.download(logits->data() + size_t(c0) * V, s.logits.get(), size_t(m) * V * sizeof(float));
+            } else if (c0 + m == n) {
+                s.head_rows(m - 1, 1);
+            }
+        }
+        s.ctx.stage_ints(s.chosen.i32(), 1);
+        s.ctx.synchronize();
+        pos_ += n;
+        s.primed = false;
+        return static_cast<int32_t>(s.ctx.staged()[0]);
+    });
+}
+
+int32_t CudaSession::decode(int32_t token) {
+    Impl& s = *impl_;
+    if (pos_ + 1 > s.o.capacity)
+        throw Error(ErrorCode::InvalidArgument, "decode: position " + std::to_string(pos_) +
+                                                    " is past the session's capacity " + std::to_string(s.o.capacity));
+    return with_cuda_errors("cuda decode", [&] {
+        if (!s.primed || s.primed_token != token) s.set_rows(&token, pos_, 1);
+        if (s.o.use_graph) {
+            if (s.step.empty()) {
+                s.ctx.begin_capture();
+                try {
+                    s.issue_step();
+                } catch (...) {
+                    try {
+                        s.ctx.end_capture();
+                    } catch (...) {
+                    }
+                    throw;
+                }
+                s.step = s.ctx.end_capture();
+            }
+            s.ctx.launch(s.step);
+        } else {
+            s.issue_step();
+        }
+        s.ctx.synchronize();
+        const int32_t next = s.ctx.staged()[0];
+        pos_ += 1;
+        s.primed = true;
+        s.primed_token = next;
+        return next;
+    });
+}
+
+std::vector<float> CudaSession::last_logits() {
+    Impl& s = *impl_;
+    std::vector<float> out(size_t(s.hp.vocab_size));
+    with_cuda_errors("cuda logits", [&] { s.ctx.download(out.data(), s.logits.get(), out.size() * sizeof(float)); });
+    return out;
+}
+
+void CudaSession::set_pos(int p) {
+    Impl& s = *impl_;
+    if (p < 0 || p > s.o.capacity)
+        throw Error(ErrorCode::InvalidArgument, "pos: " + std::to_string(p) + " is outside [0, " +
+                                                    std::to_string(s.o.capacity) + "]");
+    pos_ = p;
+    s.primed = false;
+}
+
+void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
+    Impl& s = *impl_;
+    if (r.n < 1 || r.n > s.rows)
+        throw Error(ErrorCode::InvalidArgument, "rows.n: " + std::to_string(r.n) + " is outside [1, " +
+                                                    std::to_string(s.rows) + "] (the prefill chunk)");
+    if (!r.tokens || !r.positions || !r.kv_begin || !r.kv_end)
+        throw Error(ErrorCode::InvalidArgument, "rows: tokens, positions, kv_begin and kv_end are required");
+    const int n = r.n, cap = s.o.capacity;
+    int n_extra = 0;
+    for (int t = 0; t < n; ++t) {
+        const int row = r.cache_rows ? r.cache_rows[t] : r.positions[t];
+        if (row < 0 || row >= cap || r.positions[t] < 0 || r.kv_begin[t] < 0 || r.kv_end[t] > cap ||
+            r.kv_begin[t] > r.kv_end[t])
+            throw Error(ErrorCode::InvalidArgument, "rows[" + std::to_string(t) + "]: a cache row or range is outside [0, " +
+                                                        std::to_string(cap) + ")");
+    }
+    if (r.extra_offsets) {
+        if (!r.extra_rows && r.extra_offsets[n] > 0)
+            throw Error(ErrorCode::InvalidArgument, "rows.extra_rows: required with extra_offsets");
+        n_extra = r.extra_offsets[n];
+        for (int t = 0; t < n; ++t)
+            if (r.extra_offsets[t] < 0 || r.extra_offsets[t] > r.extra_offsets[t + 1])
+                throw Error(ErrorCode::InvalidArgument, "rows.extra_offsets: must be non-decreasing from 0");
+        for (int i = 0; i < n_extra; ++i)
+            if (r.extra_rows[i] < 0 || r.extra_rows[i] >= cap)
+                throw Error(ErrorCode::InvalidArgument, "rows.extra_rows[" + std::to_string(i) + "]: outside [0, " +
+                                                            std::to_string(cap) + ")");
+    }
+    const int V = s.hp.vocab_size;
+    logits.assign(size_t(n) * V, 0.0f);
+    with_cuda_errors("cuda forward_rows", [&] {
+        std::vector<int> crow(r.cache_rows ? r.cache_rows : r.positions, (r.cache_rows ? r.cache_rows : r.positions) + n);
+        if (s.crow.size() < size_t(s.rows) * sizeof(int)) s.crow = kc::DeviceBuffer(s.ctx, size_t(s.rows) * sizeof(int));
+        s.ctx.upload(s.ids.get(), r.tokens, size_t(n) * sizeof(int));
+        s.ctx.upload(s.pos.get(), r.positions, size_t(n) * sizeof(int));
+        s.ctx.upload(s.kvb.get(), r.kv_begin, size_t(n) * sizeof(int));
+        s.ctx.upload(s.kve.get(), r.kv_end, size_t(n) * sizeof(int));
+        s.ctx.upload(s.crow.get(), crow.data(), size_t(n) * sizeof(int));
+        if (r.extra_offsets) {
+            if (s.extra_offsets.size() < size_t(n + 1) * sizeof(int))
+                s.extra_offsets = kc::DeviceBuffer(s.ctx, size_t(s.rows + 1) * sizeof(int));
+            if (s.extra_rows.size() < size_t(std::max(n_extra, 1)) * sizeof(int))
+                s.extra_rows = kc::DeviceBuffer(s.ctx, size_t(std::max(n_extra, 1)) * sizeof(int));
+            s.ctx.upload(s.extra_offsets.get(), r.extra_offsets, size_t(n + 1) * sizeof(int));
+            s.ctx.upload(s.extra_rows.get(), r.extra_rows, size_t(n_extra) * sizeof(int));
+            s.d_extra_rows = s.extra_rows.i32();
+            s.d_extra_offsets = s.extra_offsets.i32();
+        }
+        s.store_at = s.crow.i32();
+        s.force_kernel = true;
+        struct Reset {
+            Impl& s;
+            ~Reset() {
+                s.store_at = nullptr;
+                s.d_extra_rows = s.d_extra_offsets = nullptr;
+                s.force_kernel = false;
+            }
+        } reset{s};
+        s.rows_forward(n);
+        s.head_rows(0, n);
+        s.ctx.download(logits.data(), s.logits.get(), logits.size() * sizeof(float));
+        s.primed = false;
+    });
+}
+
+std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* prompt, int n, int loops,
+                                          int max_tokens) {
+    CudaSessionOptions o;
+    o.loops = loops;
+    o.capacity = std::min(w.model().max_seq_len, n + max_tokens);
+    CudaSession s(w, o);
+    std::vector<int32_t> out;
+    if (max_tokens <= 0) return out;
+    const int32_t eos = w.model().tokenizer.eos_id();
+    int32_t t = s.prefill(prompt, n);
+    for (;;) {
+        out.push_back(t);
+        if (t == eos || static_cast<int>(out.size()) >= max_tokens || s.pos() >= o.capacity) break;
+        t = s.decode(t);
+    }
+    return out;
+}
+
+}  // namespace tinyloop
+
+#endif  // TINYLOOP_HAVE_CUDA

@@ -1,0 +1,109 @@
+// The whole-model forward on the CUDA back end (FORMAT.md §1 on kernels/cuda/), for greedy
+// decode and prefill: the model's weights uploaded once (CudaWeights), a per-call session with
+// the KV cache on the device (CudaSession), the decode step captured as a CUDA graph on its
+// first use and replayed for every later token, no host synchronisation in a step other than
+// reading the chosen token.
+//
+// Not yet reached from the public API: generate/score/speculative still run forward.cpp on the
+// CPU. The hook points are listed in kernels/cuda/DEVICE_RUNS.md ("Wiring the engine to CUDA").
+// Only defined in builds with the CUDA back end (TINYLOOP_HAVE_CUDA).
+#pragma once
+
+#ifdef TINYLOOP_HAVE_CUDA
+
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "model/model.h"
+
+namespace tinyloop {
+
+// The model's weights in device memory: the file's bytes uploaded as they are (quantized
+// weights stay packed), every WeightView rebased onto the device copy. Immutable after
+// construction; shareable by sessions on the same device. Throws Error(Backend/OutOfMemory).
+class CudaWeights {
+public:
+    CudaWeights(const Model& m, int device);
+    ~CudaWeights();
+    CudaWeights(const CudaWeights&) = delete;
+    CudaWeights& operator=(const CudaWeights&) = delete;
+
+    const Model& model() const { return *m_; }
+    int device() const { return device_; }
+    size_t device_bytes() const;
+
+    kern::WeightView embed, head;
+    const float* final_norm = nullptr;
+    std::vector<LayerWeights> pre, loop;  // device pointers
+
+private:
+    const Model* m_;
+    int device_;
+    std::unique_ptr<kern::cuda::Context> upload_ctx_;
+    kern::cuda::DeviceBuffer file_;
+};
+
+struct CudaSessionOptions {
+    int loops = 0;            // 1..max_loops; 0 = default_loops
+    int capacity = 0;         // positions the KV cache holds; 0 = the model's max_seq_len
+    int window = 0;           // cache_window (0 = attend to every earlier position)
+    int gemm_min_tokens = 64; // prefill chunks with at least this many rows use cuBLAS
+    bool use_graph = true;    // capture the decode step once and replay it
+};
+
+// Rows with explicit positions and attention ranges: speculative verification (a chain of
+// drafted tokens) and tree verification (branches sharing a prefix, each row attending its
+// range and then its path through the tree), as the CPU's Workspace rows/extras.
+struct CudaRows {
+    const int32_t* tokens = nullptr;     // n ids, validated by the caller
+    int n = 0;                           // 1 .. the model's prefill_chunk
+    const int* positions = nullptr;      // RoPE positions
+    const int* cache_rows = nullptr;     // cache row each row's K/V go to (nullptr: = positions)
+    const int* kv_begin = nullptr;       // each row attends cache rows [kv_begin, kv_end) ...
+    const int* kv_end = nullptr;
+    const int* extra_rows = nullptr;     // ... then extra_rows[extra_offsets[t] .. [t+1]) (or none)
+    const int* extra_offsets = nullptr;  // n + 1 offsets
+};
+
+// One sequence's state on the device: KV cache, workspace, the captured decode step.
+class CudaSession {
+public:
+    CudaSession(const CudaWeights& w, const CudaSessionOptions& o);
+    ~CudaSession();
+    CudaSession(const CudaSession&) = delete;
+    CudaSession& operator=(const CudaSession&) = delete;
+
+    // Runs tokens at positions pos() .. pos()+n-1 in chunks of the model's prefill_chunk and
+    // returns the greedy choice after the last one. With `logits` non-null, the logits of every
+    // row are copied there ([n, vocab], for tests).
+    int32_t prefill(const int32_t* tokens, int n, std::vector<float>* logits = nullptr);
+    // Feeds `token` at pos() and returns the greedy choice after it (one graph replay).
+    int32_t decode(int32_t token);
+    // Logits of the most recent row (downloaded).
+    std::vector<float> last_logits();
+    // Runs the rows through every layer (writing their K/V at their cache rows) and returns
+    // their logits [n, vocab]. Always the batch-invariant kernels (never cuBLAS), so a row's
+    // logits are bit-identical to those of the same row run alone or as a decode step. Does
+    // not move pos(); the caller sets it with set_pos() after accepting rows.
+    void forward_rows(const CudaRows& rows, std::vector<float>& logits);
+    // Where the next prefill/decode writes (after a verification accepted some rows).
+    void set_pos(int pos);
+    int pos() const { return pos_; }
+    size_t device_bytes() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    int pos_ = 0;
+};
+
+// Greedy generation at depth `loops` on the device: the prompt's prefill, then up to
+// max_tokens tokens, stopping after the tokenizer's EOS. The CPU twin is generate() with
+// temperature 0 and default penalties (no stop strings).
+std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* prompt, int n, int loops,
+                                          int max_tokens);
+
+}  // namespace tinyloop
+
+#endif  // TINYLOOP_HAVE_CUDA

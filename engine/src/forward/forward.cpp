@@ -1,0 +1,270 @@
+#include "forward/forward.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+namespace tinyloop {
+
+void Workspace::reserve(const HParams& hp, int n_tok) {
+    const size_t e_floats = injects_input(hp) ? static_cast<size_t>(std::max(n_tok, max_tok)) * hp.d_model : 0;
+    if (e.size() < e_floats) {  // apart: a workspace may serve models with and without injection
+        try {
+            e.resize(e_floats);
+        } catch (const std::bad_alloc&) {
+            throw Error(ErrorCode::OutOfMemory, "workspace: cannot allocate input injection for " +
+                                                    std::to_string(n_tok) + " tokens");
+        }
+    }
+    if (n_tok <= max_tok) return;
+    max_tok = n_tok;
+    const size_t n = static_cast<size_t>(n_tok);
+    const size_t H = static_cast<size_t>(hp.n_heads) * hp.head_dim;
+    const size_t Hkv = static_cast<size_t>(hp.n_kv_heads) * hp.head_dim;
+    try {
+        h.resize(n * hp.d_model);
+        a.resize(n * hp.d_model);
+        q.resize(n * H);
+        k.resize(n * Hkv);
+        v.resize(n * Hkv);
+        att.resize(n * H);
+        o.resize(n * hp.d_model);
+        g.resize(n * hp.d_ff);
+        u.resize(n * hp.d_ff);
+        pos.resize(n);
+        row.resize(n);
+        kv_begin.resize(n);
+        kv_end.resize(n);
+    } catch (const std::bad_alloc&) {
+        throw Error(ErrorCode::OutOfMemory, "workspace: cannot allocate activations for " +
+                                                std::to_string(n_tok) + " tokens");
+    }
+}
+
+void inject_input(const Model& m, int pass, float* x, const float* e, int n) {
+    if (pass <= 1 || !injects_input(m.hp)) return;
+    if (e == nullptr) throw Error(ErrorCode::Internal, "inject_input: the rows' prelude output is missing");
+    kern::add_inplace(x, e, static_cast<size_t>(n) * m.hp.d_model);
+}
+
+PassHook last_row_hook(std::vector<float>& states, int d) {
+    return [&states, d](int pass, int, const float* x, int n) {
+        std::copy(x + static_cast<size_t>(n - 1) * d, x + static_cast<size_t>(n) * d,
+                  states.begin() + static_cast<size_t>(pass - 1) * d);
+    };
+}
+
+void set_rows(Workspace& ws, int pos0, int n, int window) {
+    ws.extra_offsets.clear();
+    ws.row_kv.clear();
+    for (int t = 0; t < n; ++t) {
+        const int p = pos0 + t;
+        ws.pos[t] = p;
+        ws.row[t] = p;
+        ws.kv_end[t] = p + 1;
+        ws.kv_begin[t] = window > 0 ? std::max(0, p + 1 - window) : 0;
+    }
+}
+
+namespace {
+
+void set_kv_source(kern::AttentionArgs& at, const KVStorage& st, size_t base_row) {
+    at.kv_stride = st.row;
+    if (st.type == KVCacheType::F32) {
+        at.k = st.k.data() + base_row * st.row;
+        at.v = st.v.data() + base_row * st.row;
+        return;
+    }
+    at.kq = st.kq.data() + base_row * st.row;
+    at.vq = st.vq.data() + base_row * st.row;
+    at.ks = st.ks.data() + base_row * st.kv_heads;
+    at.vs = st.vs.data() + base_row * st.kv_heads;
+    at.scale_stride = st.kv_heads;
+}
+
+// Attention of rows 0..n-1 (q in ws.q, out to ws.att) at execution layer `layer`. A contiguous
+// cache of one sequence is read by ranges; paged caches and batched rows (ws.row_kv) by the list
+// of storage rows of each query (the kernel gives a list the same bits as the range), one
+// kernel call per run of rows that share a storage.
+void attend_rows(const Model& m, KVCache& kv, int layer, Workspace& ws, int n) {
+    const HParams& hp = m.hp;
+    const size_t H = static_cast<size_t>(hp.n_heads) * hp.head_dim;
+    kern::AttentionArgs base;
+    base.n_heads = hp.n_heads;
+    base.n_kv_heads = hp.n_kv_heads;
+    base.head_dim = hp.head_dim;
+    if (ws.row_kv.empty() && !kv.paged()) {
+        kern::AttentionArgs at = base;
+        set_kv_source(at, kv.own, static_cast<size_t>(layer) * kv.capacity);
+        at.q = ws.q.data();
+        at.n_tok = n;
+        at.kv_begin = ws.kv_begin.data();
+        at.kv_end = ws.kv_end.data();
+        at.out = ws.att.data();
+        if (!ws.extra_offsets.empty()) {
+            at.extra_rows = ws.extra_rows.data();
+            at.extra_offsets = ws.extra_offsets.data();
+        }
+        kern::attention(at, m.pool.get());
+        return;
+    }
+    auto cache_of = [&](int t) -> const KVCache& { return ws.row_kv.empty() ? kv : *ws.row_kv[static_cast<size_t>(t)]; };
+    ws.pg_zero.assign(static_cast<size_t>(n), 0);
+    for (int t0 = 0; t0 < n;) {
+        const KVStorage* st = &cache_of(t0).storage();
+        int t1 = t0 + 1;
+        while (t1 < n && &cache_of(t1).storage() == st) ++t1;
+        ws.pg_rows.clear();
+        ws.pg_offsets.assign(1, 0);
+        for (int t = t0; t < t1; ++t) {
+            const KVCache& c = cache_of(t);
+            for (int p = ws.kv_begin[t]; p < ws.kv_end[t]; ++p) ws.pg_rows.push_back(static_cast<int>(c.phys(layer, p)));
+            if (!ws.extra_offsets.empty())
+                for (int i = ws.extra_offsets[t]; i < ws.extra_offsets[t + 1]; ++i)
+                    ws.pg_rows.push_back(static_cast<int>(c.phys(layer, ws.extra_rows[i])));
+            ws.pg_offsets.push_back(static_cast<int>(ws.pg_rows.size()));
+        }
+        kern::AttentionArgs at = base;
+        set_kv_source(at, *st, 0);
+        at.q = ws.q.data() + static_cast<size_t>(t0) * H;
+        at.n_tok = t1 - t0;
+        at.kv_begin = ws.pg_zero.data();
+        at.kv_end = ws.pg_zero.data();
+        at.extra_rows = ws.pg_rows.data();
+        at.extra_offsets = ws.pg_offsets.data();
+        at.out = ws.att.data() + static_cast<size_t>(t0) * H;
+        kern::attention(at, m.pool.get());
+        t0 = t1;
+    }
+}
+
+}  // namespace
+
+void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Workspace& ws,
+               float* x, int n) {
+    const HParams& hp = m.hp;
+    const int d = hp.d_model;
+    const int Hkv = hp.n_kv_heads * hp.head_dim;
+    kern::ThreadPool* pool = m.pool.get();
+
+    kern::rmsnorm(x, w.attn_norm, n, d, hp.norm_eps, ws.a.data());
+    kern::matmul(w.wq, ws.a.data(), n, ws.q.data(), pool);
+    kern::matmul(w.wk, ws.a.data(), n, ws.k.data(), pool);
+    kern::matmul(w.wv, ws.a.data(), n, ws.v.data(), pool);
+    kern::rope(ws.q.data(), n, hp.n_heads, hp.head_dim, ws.pos.data(), hp.rope_theta);
+    kern::rope(ws.k.data(), n, hp.n_kv_heads, hp.head_dim, ws.pos.data(), hp.rope_theta);
+    for (int t = 0; t < n; ++t) {
+        KVCache& c = ws.row_kv.empty() ? kv : *ws.row_kv[static_cast<size_t>(t)];
+        c.store(layer, ws.row[t], ws.k.data() + static_cast<size_t>(t) * Hkv, ws.v.data() + static_cast<size_t>(t) * Hkv);
+    }
+    attend_rows(m, kv, layer, ws, n);
+    kern::matmul(w.wo, ws.att.data(), n, ws.o.data(), pool);
+    kern::add_inplace(x, ws.o.data(), static_cast<size_t>(n) * d);
+
+    kern::rmsnorm(x, w.mlp_norm, n, d, hp.norm_eps, ws.a.data());
+    kern::matmul(w.w_gate, ws.a.data(), n, ws.g.data(), pool);
+    kern::matmul(w.w_up, ws.a.data(), n, ws.u.data(), pool);
+    kern::silu_mul(ws.g.data(), ws.u.data(), ws.g.data(), static_cast<size_t>(n) * hp.d_ff);
+    kern::matmul(w.w_down, ws.g.data(), n, ws.o.data(), pool);
+    kern::add_inplace(x, ws.o.data(), static_cast<size_t>(n) * d);
+}
+
+void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args,
+             std::vector<float>& out_h) {
+    const HParams& hp = m.hp;
+    const int d = hp.d_model;
+    if (args.n <= 0) return;
+    if (args.loops < 1 || args.loops > hp.max_loops)
+        throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(args.loops) +
+                                                    " is outside [1, " + std::to_string(hp.max_loops) + "]");
+    const bool inject = injects_input(hp);
+    if (args.start_pass > 1 && (args.h_in == nullptr || args.start_pass > args.loops + 1 || (inject && !args.e_in)))
+        throw Error(ErrorCode::Internal, "forward: depth upgrade needs h_in (and e_in when injecting) and start_pass <= loops + 1");
+    if (kv.n_layers < exec_layers(hp, args.loops) || args.pos0 < 0 || args.pos0 + args.n > kv.capacity)
+        throw Error(ErrorCode::Internal, "forward: KV cache too small for the request");
+
+    const int chunk = std::max(1, m.prefill_chunk);
+    ws.reserve(hp, std::min(args.n, chunk));
+    out_h.resize(static_cast<size_t>(args.n) * d);
+
+    for (int c0 = 0; c0 < args.n; c0 += chunk) {
+        const int n = std::min(chunk, args.n - c0);
+        float* x = out_h.data() + static_cast<size_t>(c0) * d;
+        const size_t rows_bytes = static_cast<size_t>(n) * d * sizeof(float);
+        set_rows(ws, args.pos0 + c0, n, args.window);
+        int layer;
+        if (args.start_pass <= 1) {
+            for (int t = 0; t < n; ++t)
+                kern::dequant_row(m.embed, args.tokens[c0 + t], x + static_cast<size_t>(t) * d);
+            layer = 0;
+            for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, x, n);
+            if (inject) {
+                std::memcpy(ws.e.data(), x, rows_bytes);
+                if (args.out_e) std::memcpy(args.out_e + static_cast<size_t>(c0) * d, x, rows_bytes);
+            }
+        } else {
+            std::memcpy(x, args.h_in + static_cast<size_t>(c0) * d, rows_bytes);
+            if (inject) std::memcpy(ws.e.data(), args.e_in + static_cast<size_t>(c0) * d, rows_bytes);
+            layer = exec_layers(hp, args.start_pass - 1);
+        }
+        for (int pass = std::max(1, args.start_pass); pass <= args.loops; ++pass) {
+            inject_input(m, pass, x, ws.e.data(), n);
+            for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, x, n);
+            if (args.on_pass && *args.on_pass) (*args.on_pass)(pass, c0, x, n);
+        }
+    }
+}
+
+void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& ws, std::vector<float>& out_h) {
+    const HParams& hp = m.hp;
+    const int d = hp.d_model;
+    int total = 0, max_loops = 0;
+    for (int s = 0; s < n_seqs; ++s) {
+        const BatchSeq& q = seqs[s];
+        if (q.n <= 0 || q.loops < 1 || q.loops > hp.max_loops || (s > 0 && q.loops > seqs[s - 1].loops) ||
+            q.kv == nullptr || q.kv->n_layers < exec_layers(hp, q.loops) || q.pos0 < 0 || q.pos0 + q.n > q.kv->capacity)
+            throw Error(ErrorCode::Internal, "forward_batch: bad sequence " + std::to_string(s));
+        total += q.n;
+        max_loops = std::max(max_loops, q.loops);
+    }
+    out_h.resize(static_cast<size_t>(total) * d);
+    if (total == 0) return;
+    ws.reserve(hp, total);
+    ws.extra_offsets.clear();
+    ws.row_kv.assign(static_cast<size_t>(total), nullptr);
+    std::vector<int> rows_at_depth(static_cast<size_t>(max_loops) + 1, 0);  // rows of sequences with loops >= l
+    int t = 0;
+    for (int s = 0; s < n_seqs; ++s) {
+        const BatchSeq& q = seqs[s];
+        for (int i = 0; i < q.n; ++i, ++t) {
+            const int p = q.pos0 + i;
+            ws.pos[t] = p;
+            ws.row[t] = p;
+            ws.kv_end[t] = p + 1;
+            ws.kv_begin[t] = q.window > 0 ? std::max(0, p + 1 - q.window) : 0;
+            ws.row_kv[static_cast<size_t>(t)] = q.kv;
+            kern::dequant_row(m.embed, q.tokens[i], out_h.data() + static_cast<size_t>(t) * d);
+        }
+        for (int l = 1; l <= q.loops; ++l) rows_at_depth[static_cast<size_t>(l)] = t;
+    }
+    float* x = out_h.data();
+    int layer = 0;
+    // Every sequence's first cache's kv argument is only a fallback: rows name their own caches.
+    KVCache& any = *seqs[0].kv;
+    for (const LayerWeights& w : m.pre) run_block(m, w, any, layer++, ws, x, total);
+    if (injects_input(hp)) std::copy(x, x + static_cast<size_t>(total) * d, ws.e.begin());
+    for (int pass = 1; pass <= max_loops; ++pass) {
+        const int n = rows_at_depth[static_cast<size_t>(pass)];
+        inject_input(m, pass, x, ws.e.data(), n);
+        for (const LayerWeights& w : m.loop) run_block(m, w, any, layer++, ws, x, n);
+    }
+    ws.row_kv.clear();
+}
+
+void compute_logits(const Model& m, const float* h, int n, float* logits, Workspace& ws) {
+    ws.reserve(m.hp, n);
+    kern::rmsnorm(h, m.final_norm, n, m.hp.d_model, m.hp.norm_eps, ws.a.data());
+    kern::matmul(m.head, ws.a.data(), n, logits, m.pool.get());
+}
+
+}  // namespace tinyloop

@@ -1,0 +1,94 @@
+// The one forward implementation (FORMAT.md §1), written against the kernel interface.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "forward/kv_cache.h"
+#include "model/model.h"
+
+namespace tinyloop {
+
+// Scratch memory for up to `max_tok` rows at once; owned by one call.
+struct Workspace {
+    int max_tok = 0;
+    std::vector<float> h, a, q, k, v, att, o, g, u;
+    std::vector<float> e;  // input injection (FORMAT.md §1a): the rows' prelude output e
+    std::vector<int> pos, kv_begin, kv_end;
+    std::vector<int> row;  // cache row each token's keys/values go to (== pos except in trees)
+    // Tree attention: per-token extra rows after the range (empty offsets = none).
+    std::vector<int> extra_rows, extra_offsets;
+    // Batched rows (forward_batch): the cache each row's keys/values go to and are read from
+    // (empty: every row uses the call's cache).
+    std::vector<KVCache*> row_kv;
+    // Paged attention: the storage rows each query attends (offsets per query), and zeros.
+    std::vector<int> pg_rows, pg_offsets, pg_zero;
+    void reserve(const HParams& hp, int n_tok);
+};
+
+// Called after every loop pass with the state h_l of the rows just computed: rows
+// row0 .. row0+n-1 of the request ([n, d]); a prefill calls it once per chunk and pass.
+using PassHook = std::function<void(int pass, int row0, const float* h, int n)>;
+
+struct ForwardArgs {
+    const int32_t* tokens = nullptr;  // n ids, already validated
+    int n = 0;
+    int pos0 = 0;          // absolute position (and cache row) of tokens[0]
+    int loops = 1;         // 1..max_loops; the cache must have n_pre + loops*n_loop layers
+    int window = 0;        // cache_window: 0 = attend to every earlier position
+    const PassHook* on_pass = nullptr;
+    // Depth upgrade (FORMAT.md §1): with start_pass = s > 1 the rows start from h_in = h_{s-1}
+    // ([n, d], e.g. kept from an earlier call at depth s-1) and only passes s..loops run; the
+    // cache must already hold the keys/values of every earlier layer for all positions.
+    int start_pass = 1;
+    const float* h_in = nullptr;
+    // Input injection (FORMAT.md §1a, loop_input "add"; ignored otherwise): a depth upgrade also
+    // needs the rows' prelude output e_in ([n, d]); out_e, when set, receives it ([n, d], sized by
+    // the caller) from a call that runs the prelude, so that a later call can resume.
+    const float* e_in = nullptr;
+    float* out_e = nullptr;
+};
+
+// Runs the tokens through the model at depth `loops`, writing their keys/values into `kv`, and
+// leaves the final hidden states h_L in `out_h` ([n, d], before the final norm). Tokens are
+// processed in chunks of the model's prefill_chunk; results are identical for any chunking.
+void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args,
+             std::vector<float>& out_h);
+
+// Several sequences' rows through the model in one pass per layer (continuous batching): the
+// matmuls see all rows at once, attention reads each row's own cache. seqs must be sorted by
+// loops, deepest first (pass l runs the rows of the sequences with loops >= l, a prefix).
+// out_h receives the rows' final states in order ([sum n, d]). Each cache must hold positions
+// pos0 .. pos0+n-1 (paged caches: pages taken). Bit for bit what forward() gives each alone.
+struct BatchSeq {
+    KVCache* kv = nullptr;
+    const int32_t* tokens = nullptr;
+    int n = 0;
+    int pos0 = 0;
+    int loops = 1;
+    int window = 0;
+};
+void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& ws, std::vector<float>& out_h);
+
+// A hook that keeps, per pass, the state of the last row seen ([passes, d] in `states`, which
+// must be sized by the caller): after a forward it holds the last position's state per pass.
+PassHook last_row_hook(std::vector<float>& states, int d);
+
+// Sets the rows' positions and attention ranges in ws for tokens at pos0 .. pos0+n-1.
+void set_rows(Workspace& ws, int pos0, int n, int window);
+// One pre-norm block over n rows of x (in place) at execution layer `layer`, rows as set_rows.
+void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Workspace& ws, float* x, int n);
+
+// logits[t] = head · RMSNorm(h[t], final_norm) for n rows; logits is [n, vocab].
+void compute_logits(const Model& m, const float* h, int n, float* logits, Workspace& ws);
+
+// Whether the model adds the prelude output back before every pass after the first (§1a).
+inline bool injects_input(const HParams& hp) { return hp.loop_input == LoopInput::Add; }
+// Input injection at the start of pass `pass`: x += e over n rows when the model injects and
+// pass > 1; nothing otherwise (e may then be null).
+void inject_input(const Model& m, int pass, float* x, const float* e, int n);
+
+// Number of execution layers a cache for depth `loops` holds.
+inline int exec_layers(const HParams& hp, int loops) { return hp.n_pre_blocks + loops * hp.n_loop_layers; }
+
+}  // namespace tinyloop

@@ -1,0 +1,72 @@
+// The loaded model: immutable weights plus what describes them. Internal to the engine.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "tinyloop/tinyloop.h"
+#include "text/tokenizer.h"
+
+namespace tinyloop {
+
+struct LayerWeights {
+    const float* attn_norm = nullptr;  // [d]
+    const float* mlp_norm = nullptr;   // [d]
+    kern::WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+// 64-byte aligned owned bytes (the whole file as read).
+struct AlignedBuffer {
+    AlignedBuffer() = default;
+    explicit AlignedBuffer(size_t n);
+    ~AlignedBuffer();
+    AlignedBuffer(const AlignedBuffer&) = delete;
+    AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+    AlignedBuffer(AlignedBuffer&& other) noexcept;             // leaves `other` empty
+    AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;  // frees the old bytes
+    uint8_t* data() { return ptr_; }
+    const uint8_t* data() const { return ptr_; }
+    size_t size() const { return size_; }
+
+private:
+    uint8_t* ptr_ = nullptr;
+    size_t size_ = 0;
+};
+
+struct Model {
+    std::string path;
+    HParams hp;
+    TokenizerSpec tokenizer_spec;
+    Tokenizer tokenizer;
+    std::string metadata_json;
+    std::vector<TensorInfo> tensor_infos;
+    uint64_t file_bytes = 0;
+
+    AlignedBuffer file;  // the file's bytes; every WeightView points into it
+
+    kern::WeightView embed;      // [vocab, d]
+    kern::WeightView head;       // [vocab, d]; == embed when tied
+    const float* final_norm = nullptr;
+    std::vector<LayerWeights> pre;   // n_pre_blocks
+    std::vector<LayerWeights> loop;  // n_loop_layers
+
+    // Runtime settings chosen at load.
+    int max_seq_len = 0;
+    int prefill_chunk = 64;
+    std::unique_ptr<kern::ThreadPool> pool;
+    std::string backend = "cpu";
+    std::string backend_note;
+
+    const kern::WeightView* find_tensor(const std::string& name) const;
+    std::vector<std::pair<std::string, kern::WeightView>> views;  // every matrix/vector by name
+};
+
+// Checks a model pointer handed in by a caller.
+inline const Model& checked(const Model* m) {
+    if (!m) throw Error(ErrorCode::InvalidArgument, "model: must not be null");
+    return *m;
+}
+
+}  // namespace tinyloop

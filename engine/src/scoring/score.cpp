@@ -1,0 +1,96 @@
+// Scoring: log-probabilities of a text's tokens at a chosen depth.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "scoring/scoring.h"
+
+namespace tinyloop {
+
+static int checked_loops(const Model& m, int loops) {
+    if (loops < 0 || loops > m.hp.max_loops)
+        throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(loops) + " is outside [1, " +
+                                                    std::to_string(m.hp.max_loops) + "] (0 = default)");
+    return loops > 0 ? loops : m.hp.default_loops;
+}
+
+void check_score_tokens(const Model& m, const int32_t* tokens, int n, int min_n) {
+    if (n < min_n) throw Error(ErrorCode::InvalidArgument, "n: " + std::to_string(n) + " tokens; need at least " + std::to_string(min_n));
+    if (n > m.max_seq_len)
+        throw Error(ErrorCode::InvalidArgument, "n: " + std::to_string(n) + " tokens exceed max_seq_len " + std::to_string(m.max_seq_len));
+    if (!tokens) throw Error(ErrorCode::InvalidArgument, "tokens: must not be null");
+    for (int i = 0; i < n; ++i)
+        if (tokens[i] < 0 || tokens[i] >= m.hp.vocab_size)
+            throw Error(ErrorCode::InvalidArgument, "tokens[" + std::to_string(i) + "]: token id " + std::to_string(tokens[i]) +
+                                                        " is outside the vocabulary [0, " + std::to_string(m.hp.vocab_size) + ")");
+}
+
+int resolve_loops(const Model& m, int loops) { return checked_loops(m, loops); }
+
+std::vector<float> all_pass_states(const Model& m, const int32_t* tokens, int n, int loops) {
+    const int d = m.hp.d_model;
+    std::vector<float> states(static_cast<size_t>(loops) * n * d);
+    PassHook hook = [&](int pass, int row0, const float* x, int rows) {
+        std::copy(x, x + static_cast<size_t>(rows) * d,
+                  states.begin() + (static_cast<size_t>(pass - 1) * n + row0) * d);
+    };
+    KVCache kv;
+    kv.allocate(exec_layers(m.hp, loops), n, m.hp.n_kv_heads * m.hp.head_dim);
+    Workspace ws;
+    std::vector<float> h;
+    ForwardArgs fa;
+    fa.tokens = tokens;
+    fa.n = n;
+    fa.loops = loops;
+    fa.on_pass = &hook;
+    forward(m, kv, ws, fa, h);
+    return states;
+}
+
+double row_logprob(const float* row, int vocab, int32_t id) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < vocab; ++j) mx = std::max(mx, row[j]);
+    double s = 0;
+    for (int j = 0; j < vocab; ++j) s += std::exp(static_cast<double>(row[j]) - mx);
+    return static_cast<double>(row[id]) - mx - std::log(s);
+}
+
+std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
+    const Model& m = checked(model);
+    loops = checked_loops(m, loops);
+    check_score_tokens(m, tokens, n, 1);
+    if (kv_cache != KVCacheType::F32 && kv_cache != KVCacheType::Int8)
+        throw Error(ErrorCode::InvalidArgument, "kv_cache: " + std::to_string(static_cast<int>(kv_cache)) +
+                                                    " is not one of f32 (0), int8 (1)");
+    KVCache kv;
+    kv.allocate(m.hp, exec_layers(m.hp, loops), n, kv_cache);
+    Workspace ws;
+    std::vector<float> h;
+    ForwardArgs fa;
+    fa.tokens = tokens;
+    fa.n = n;
+    fa.loops = loops;
+    forward(m, kv, ws, fa, h);
+    std::vector<float> logits(static_cast<size_t>(n) * m.hp.vocab_size);
+    compute_logits(m, h.data(), n, logits.data(), ws);
+    return logits;
+}
+
+ScoreResult score(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
+    const Model& m = checked(model);
+    const int L = checked_loops(m, loops);
+    check_score_tokens(m, tokens, n, 2);
+    const std::vector<float> logits = forward_logits(model, tokens, n, L, kv_cache);
+    const int V = m.hp.vocab_size;
+    ScoreResult r;
+    r.loops = L;
+    for (int i = 0; i + 1 < n; ++i) {
+        const double lp = row_logprob(logits.data() + static_cast<size_t>(i) * V, V, tokens[i + 1]);
+        r.token_logprobs.push_back(static_cast<float>(lp));
+        r.total_nll -= lp;
+    }
+    r.perplexity = std::exp(r.total_nll / (n - 1));
+    return r;
+}
+
+}  // namespace tinyloop

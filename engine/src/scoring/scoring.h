@@ -1,0 +1,17 @@
+// Shared pieces of the scoring family.
+#pragma once
+
+#include "forward/forward.h"
+
+namespace tinyloop {
+
+int resolve_loops(const Model& m, int loops);                       // 0 -> default; range-checked
+void check_score_tokens(const Model& m, const int32_t* tokens, int n, int min_n);
+
+// Runs tokens at depth `loops` and returns every pass's states: [loops][n][d].
+std::vector<float> all_pass_states(const Model& m, const int32_t* tokens, int n, int loops);
+
+// log-softmax value of `id` in one row (double precision).
+double row_logprob(const float* row, int vocab, int32_t id);
+
+}  // namespace tinyloop

@@ -1,0 +1,274 @@
+// Chain self-speculation, greedy (exact) and stochastic (lossless rejection sampling,
+// Leviathan et al. 2023, on the same filtered distributions the sampler draws from).
+//
+// One cycle, with x0 the last emitted token (not yet in the cache) at position p:
+//   draft   x0..x_{K-1} one at a time through passes 1..D (their KV for those layers is final:
+//           passes 1..D are identical at any depth), drafting x1..xK from the lens at D;
+//   verify  rows p..p+K-1 resume from their draft states through passes D+1..V in one batch;
+//   accept  the longest prefix the verifier agrees with, then the verifier's own token at the
+//           first disagreement. Rows past the accepted ones are simply overwritten later.
+// When all K drafts are accepted, xK becomes the next cycle's x0 (its passes are not wasted).
+#include "speculation/speculative.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "scoring/lens.h"
+#include "decode/sampling.h"
+#include "decode/stop.h"
+
+namespace tinyloop {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+[[noreturn]] void bad(const std::string& m) { throw Error(ErrorCode::InvalidArgument, m); }
+
+// Self-speculation's logits pipeline: no penalties, bias, bans or grammar (the config's defaults
+// leave them off), so it masks the undecodable ids and samples with temperature, top-k (0: the
+// whole vocabulary), top-p and no min-p. Greedy choices take the raw logits (greedy_choice).
+GenerateConfig sampling_config(const Model& m, const SpeculativeConfig& c) {
+    GenerateConfig g;
+    g.temperature = c.temperature;
+    g.top_k = c.top_k > 0 ? c.top_k : m.hp.vocab_size;
+    g.top_p = c.top_p;
+    g.min_p = 0.0f;
+    return g;
+}
+
+// The verifier's verdict on one cycle's drafts x[1 .. drafted] (row i of ver_logits follows x[i]).
+struct ChainVerdict {
+    int accepted = 0;
+    int32_t correction = -1;  // the verifier's own token at the first disagreement; -1: none
+    float corr_prob = 0;
+    std::vector<float> accept_prob;
+};
+
+// Greedy: the longest prefix the verifier's argmax agrees with, then its own token. Sampling:
+// x_{i+1} with probability min(1, p/q), else a draw from norm(max(0, p - q)).
+ChainVerdict accept_chain(const Model& m, const LogitsPipeline& pipe, Rng& rng, const float* ver_logits,
+                          const std::vector<int32_t>& x, int drafted, const std::vector<std::vector<float>>& q_probs) {
+    const int V = m.hp.vocab_size;
+    ChainVerdict v;
+    v.accept_prob.assign(static_cast<size_t>(drafted), 0.0f);
+    std::vector<float> z;
+    for (int i = 0; i < drafted; ++i) {
+        const float* row = ver_logits + static_cast<size_t>(i) * V;
+        if (pipe.greedy()) {
+            const TokenChoice y = greedy_choice(m, row);
+            if (y.token == x[i + 1]) {
+                v.accept_prob[i] = y.prob;
+                ++v.accepted;
+                continue;
+            }
+            v.correction = y.token;
+            v.corr_prob = y.prob;
+            break;
+        }
+        pipe.process(row, {}, {}, nullptr, z);
+        const std::vector<float> pp = pipe.probs(z);
+        const int32_t xi = x[i + 1];
+        const double ratio = q_probs[i][xi] > 0 ? static_cast<double>(pp[xi]) / q_probs[i][xi] : 0.0;
+        if (rng.uniform() < ratio) {
+            v.accept_prob[i] = pp[xi];
+            ++v.accepted;
+            continue;
+        }
+        v.correction = draw_residual(pp, q_probs[i], rng);
+        v.corr_prob = pp[v.correction];
+        break;
+    }
+    return v;
+}
+
+}  // namespace
+
+void count_cycle(GenerateStats& st, int drafted, int tested, int accepted) {
+    st.spec_cycles++;
+    st.spec_drafted += drafted;
+    st.spec_tested += tested;
+    st.spec_accepted += accepted;
+    st.spec_accept_hist[static_cast<size_t>(accepted)]++;
+}
+
+int32_t draw_residual(const std::vector<float>& p, const std::vector<float>& q, Rng& rng) {
+    std::vector<float> resid(p.size());
+    double tot = 0;
+    for (size_t j = 0; j < p.size(); ++j) tot += resid[j] = std::max(0.0f, p[j] - q[j]);
+    if (tot <= 0) resid = p;
+    return draw(resid, rng);
+}
+
+void validate_spec_common(const Model& m, int prompt_len, int max_tokens, int draft_loops, int verify_loops,
+                          int draft_ahead, float temperature) {
+    if (prompt_len < 1) bad("prompt_len: " + std::to_string(prompt_len) + " must be >= 1");
+    if (max_tokens < 0) bad("max_tokens: " + std::to_string(max_tokens) + " must be >= 0");
+    if (static_cast<long long>(prompt_len) + max_tokens > m.max_seq_len)
+        bad("max_tokens: prompt_len + max_tokens = " + std::to_string(static_cast<long long>(prompt_len) + max_tokens) +
+            " exceeds max_seq_len " + std::to_string(m.max_seq_len));
+    if (verify_loops < 2 || verify_loops > m.hp.max_loops)
+        bad("verify_loops: " + std::to_string(verify_loops) + " is outside [2, " + std::to_string(m.hp.max_loops) + "]");
+    if (draft_loops < 1 || draft_loops >= verify_loops)
+        bad("draft_loops: " + std::to_string(draft_loops) + " is outside [1, verify_loops - 1 = " +
+            std::to_string(verify_loops - 1) + "]");
+    if (draft_ahead < 1 || draft_ahead > 32) bad("draft_ahead: " + std::to_string(draft_ahead) + " is outside [1, 32]");
+    if (!std::isfinite(temperature) || temperature < 0) bad("temperature: must be a finite number >= 0");
+}
+
+GenerateResult speculative_result(const int32_t* prompt, int prompt_len, int max_tokens, int loops, int hist_bins) {
+    GenerateResult res = prompt_result(prompt, prompt_len, max_tokens);
+    res.stats.loops_used = loops;
+    res.stats.spec_accept_hist.assign(static_cast<size_t>(hist_bins), 0);
+    return res;
+}
+
+GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int prompt_len, const SpeculativeConfig& c,
+                                       const GenerateOptions& options) {
+    const auto t0 = Clock::now();
+    const Model& m = checked(model);
+    validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, c.draft_ahead, c.temperature);
+    const bool greedy = is_greedy(c.temperature);
+    if (!greedy) {
+        if (c.top_k < 0) bad("top_k: " + std::to_string(c.top_k) + " must be >= 0 (0 = off)");
+        if (!(c.top_p > 0.0f && c.top_p <= 1.0f)) bad("top_p: must be in (0, 1]");
+    }
+    check_prompt_ids(m, prompt, prompt_len);
+    if (options.lens && (options.lens_top_k < 1 || options.lens_top_k > 64))
+        bad("lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
+
+    const HParams& hp = m.hp;
+    const int V = hp.vocab_size, d = hp.d_model;
+    const int D = c.draft_loops, L = c.verify_loops, K = c.draft_ahead;
+
+    GenerateResult res = speculative_result(prompt, prompt_len, c.max_tokens, L, K + 1);
+    GenerateStats& st = res.stats;
+    if (c.max_tokens == 0) {
+        st.total_ms = ms_since(t0);
+        return res;
+    }
+
+    KVCache kv;
+    kv.allocate(exec_layers(hp, L), prompt_len + c.max_tokens + K, hp.n_kv_heads * hp.head_dim);
+    Workspace ws;
+    std::vector<float> h, logits(static_cast<size_t>(V));
+    std::vector<float> pass_states;  // lens: [L, d] of one row
+    if (options.lens) pass_states.assign(static_cast<size_t>(L) * d, 0.0f);
+    PassHook hook = options.lens ? last_row_hook(pass_states, d) : PassHook{};
+
+    // Prefill at the verify depth; its last row gives the first token.
+    {
+        ForwardArgs fa;
+        fa.tokens = prompt;
+        fa.n = prompt_len;
+        fa.loops = L;
+        fa.on_pass = options.lens ? &hook : nullptr;
+        forward(m, kv, ws, fa, h);
+        compute_logits(m, h.data() + static_cast<size_t>(prompt_len - 1) * d, 1, logits.data(), ws);
+    }
+    st.prefill_ms = ms_since(t0);
+
+    Rng rng(c.seed);
+    const GenerateConfig sampling = sampling_config(m, c);
+    const LogitsPipeline pipe(m, sampling);
+    std::vector<float> z;
+    // The choice from one row's logits; `probs` receives the sampling distribution.
+    auto choose = [&](const float* row, std::vector<float>* probs) {
+        if (greedy) return greedy_choice(m, row);
+        pipe.process(row, {}, {}, nullptr, z);
+        return pipe.pick(z, rng, probs);
+    };
+    TokenEmitter out(m, res, StopPolicy{c.max_tokens, c.ignore_eos, {}, {}, 0.0}, options.on_token,
+                     options.observer, options.lens ? options.lens_top_k : 0, t0);
+    // The first token, from the prefill.
+    const TokenChoice first = choose(logits.data(), nullptr);
+    bool done = !out.emit(first.token, EmitInfo{.prob = first.prob, .depth = L,
+                                                .lens_states = options.lens ? pass_states.data() : nullptr,
+                                                .from_verifier = true});
+
+    std::vector<float> draft_h(static_cast<size_t>(K) * d);       // states after pass D per drafted row
+    std::vector<float> draft_e(injects_input(hp) ? static_cast<size_t>(K) * d : 0);  // their prelude outputs (§1a)
+    std::vector<std::vector<float>> q_probs(static_cast<size_t>(K));  // stochastic: draft distributions
+    std::vector<float> ver_h, ver_logits(static_cast<size_t>(K) * V), one(static_cast<size_t>(V));
+    std::vector<std::vector<float>> row_states;  // lens: per verified row, its [L, d] states
+    int cycle = 0;
+    while (!done) {
+        const int p = static_cast<int>(res.tokens.size()) - 1;  // position of x0
+        const int remaining = c.max_tokens - st.tokens_emitted;
+        const int k = std::min(K, remaining);  // never draft past the emission cap
+        std::vector<int32_t> x(static_cast<size_t>(k) + 1);
+        x[0] = res.tokens.back();
+        if (options.lens) row_states.assign(static_cast<size_t>(k), std::vector<float>(static_cast<size_t>(L) * d));
+
+        // Draft.
+        auto td = Clock::now();
+        int drafted = 0;
+        for (int i = 0; i < k; ++i) {
+            ForwardArgs fa;
+            fa.tokens = &x[i];
+            fa.n = 1;
+            fa.pos0 = p + i;
+            fa.loops = D;
+            if (injects_input(hp)) fa.out_e = draft_e.data() + static_cast<size_t>(i) * d;
+            PassHook rh = options.lens ? last_row_hook(row_states[i], d) : PassHook{};
+            fa.on_pass = options.lens ? &rh : nullptr;
+            forward(m, kv, ws, fa, h);
+            std::copy(h.begin(), h.end(), draft_h.begin() + static_cast<size_t>(i) * d);
+            compute_logits(m, h.data(), 1, one.data(), ws);
+            x[i + 1] = choose(one.data(), &q_probs[i]).token;
+            ++drafted;
+            if (x[i + 1] == m.tokenizer.eos_id() && !c.ignore_eos) break;  // nothing to draft past EOS
+        }
+        st.draft_ms += ms_since(td);
+
+        // Verify rows p .. p+drafted-1 from their draft states.
+        auto tv = Clock::now();
+        {
+            ForwardArgs fa;
+            fa.tokens = x.data();
+            fa.n = drafted;
+            fa.pos0 = p;
+            fa.loops = L;
+            fa.start_pass = D + 1;
+            fa.h_in = draft_h.data();
+            fa.e_in = draft_e.data();
+            PassHook rh;
+            if (options.lens)
+                rh = [&](int pass, int row0, const float* xs, int n) {
+                    for (int r = 0; r < n; ++r)
+                        std::copy(xs + static_cast<size_t>(r) * d, xs + static_cast<size_t>(r + 1) * d,
+                                  row_states[row0 + r].begin() + static_cast<size_t>(pass - 1) * d);
+                };
+            fa.on_pass = options.lens ? &rh : nullptr;
+            forward(m, kv, ws, fa, ver_h);
+            compute_logits(m, ver_h.data(), drafted, ver_logits.data(), ws);
+        }
+        st.verify_ms += ms_since(tv);
+
+        const ChainVerdict v = accept_chain(m, pipe, rng, ver_logits.data(), x, drafted, q_probs);
+        const int a = v.accepted;
+        count_cycle(st, drafted, drafted, a);
+
+        const std::vector<int32_t> drafted_tokens(x.begin() + 1, x.begin() + 1 + drafted);
+        EmitInfo info{.depth = L, .cycle = cycle, .drafted = &drafted_tokens, .accepted = a};
+        for (int i = 0; i < a && !done; ++i) {
+            info.prob = v.accept_prob[i];
+            info.lens_states = options.lens ? row_states[i].data() : nullptr;
+            done = !out.emit(x[i + 1], info);
+        }
+        if (!done && v.correction >= 0) {
+            info.prob = v.corr_prob;
+            info.lens_states = options.lens ? row_states[a].data() : nullptr;
+            info.from_verifier = true;
+            done = !out.emit(v.correction, info);
+        }
+        ++cycle;
+    }
+    out.finish(L);
+    return res;
+}
+
+}  // namespace tinyloop
