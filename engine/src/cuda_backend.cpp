@@ -1,10 +1,9 @@
-// Back-end selection (LoadOptions.backend) and the device probe's report.
+// Back-end selection (LoadOptions.backend), the device probe's report, and the CUDA back end's
+// ops (CudaOps, backend.h).
 //
-// State of the CUDA back end (issue 6): the kernels (kernels/cuda/) and a whole-model CUDA
-// forward with greedy decode (cuda_forward.cpp) exist, but generation, scoring and the
-// speculative modes do not yet dispatch to it. Until they do, a usable device is reported and
-// `cuda` is refused with NotSupported, `auto` runs on the CPU and says so: nothing claims to
-// run on the GPU while it runs on the CPU.
+// A usable device is chosen for `cuda` and `auto`: the model's weights go to the device and
+// generate / generate_stream decode there (cuda_forward.cpp); the calls not routed yet throw
+// NotSupported naming the feature (require_cpu_backend, model.h), never a silent CPU run.
 #include "cuda_backend.h"
 
 namespace tinyloop {
@@ -144,13 +143,10 @@ BackendChoice choose_backend(Backend requested) {
         c.note = "auto: no usable CUDA device (" + p.reason + "), using the CPU";
         return c;
     }
-    // A device is there, but the engine's forward does not dispatch to it yet (see above).
-    if (requested == Backend::Cuda)
-        throw Error(ErrorCode::NotSupported, "backend cuda: " + kern::cuda::describe(p) +
-                                                 " is usable, but the engine does not run on the CUDA "
-                                                 "back end yet (issue 6); use backend cpu or auto");
-    c.note = "auto: CUDA device " + kern::cuda::describe(p) +
-             " found, but the engine does not run on it yet, using the CPU";
+    c.cuda = true;
+    c.device = p.device;
+    c.note = std::string(requested == Backend::Cuda ? "cuda: requested" : "auto: CUDA device found") + ", " +
+             kern::cuda::describe(p);
     return c;
 }
 

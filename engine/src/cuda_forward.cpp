@@ -12,6 +12,9 @@
 #include <cstring>
 
 #include "cuda_backend.h"
+#include "decode.h"
+#include "early_exit.h"
+#include "emit.h"
 #include "forward.h"
 
 namespace tinyloop {
@@ -218,9 +221,12 @@ CudaSession::CudaSession(const CudaWeights& w, const CudaSessionOptions& opt) {
                                                     std::to_string(w.model().max_seq_len) + "]");
     if (o.window < 0) throw Error(ErrorCode::InvalidArgument, "window: must be >= 0");
     with_cuda_errors("cuda session", [&] { impl_ = std::make_unique<Impl>(w, o); });
+    w.session_bytes += device_bytes();
 }
 
-CudaSession::~CudaSession() = default;
+CudaSession::~CudaSession() {
+    if (impl_) impl_->w.session_bytes -= device_bytes();
+}
 
 size_t CudaSession::device_bytes() const {
     const Impl& s = *impl_;
@@ -391,6 +397,61 @@ std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* p
         t = s.decode(t);
     }
     return out;
+}
+
+std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device) {
+    return std::make_shared<const CudaWeights>(m, device);
+}
+
+size_t cuda_model_bytes(const CudaWeights& w) { return w.device_bytes() + w.session_bytes.load(); }
+
+namespace {
+
+void refuse_on_device(bool used, const char* feature) {
+    if (used)
+        throw Error(ErrorCode::NotSupported, std::string(feature) +
+                                                 ": does not run on the CUDA back end yet (this model was loaded "
+                                                 "with backend cuda); load it with backend cpu");
+}
+
+}  // namespace
+
+GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                           const GenerateOptions& options, const DecodeStart* start) {
+    using Clock = TokenEmitter::Clock;
+    const auto t0 = Clock::now();
+    refuse_on_device(config.beam_size >= 2, "beam search (beam_size >= 2)");
+    refuse_on_device(ExitPolicy::from(config).enabled, "early exit");
+    refuse_on_device(options.lens, "the lens (GenerateOptions.lens)");
+    refuse_on_device(options.kv_provenance != nullptr, "kv_provenance");
+    refuse_on_device(config.kv_cache != KVCacheType::F32, "kv_cache int8");
+    refuse_on_device(start != nullptr, "prefix caches and resume handles");
+    const int loops = config.loops > 0 ? config.loops : m.hp.default_loops;
+    GenerateResult res = prompt_result(prompt, prompt_len, config.max_tokens);
+    if (config.max_tokens <= 0) return res;
+    CudaSessionOptions o;
+    o.loops = loops;
+    o.capacity = std::min(m.max_seq_len, prompt_len + config.max_tokens);
+    o.window = config.cache_window;
+    CudaSession s(*m.cuda, o);
+    res.stats.kv_cache_bytes = size_t(2) * exec_layers(m.hp, loops) * o.capacity * m.hp.n_kv_heads * m.hp.head_dim * sizeof(float);
+    s.prefill(prompt, prompt_len);
+    std::vector<float> logits = s.last_logits();
+    res.stats.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    TokenDecoder dec(m, config, res, options.on_token, options.observer, 0, t0);
+    if (dec.grammar.dead()) {
+        res.stats.stop_reason = StopReason::GRAMMAR_DEAD_END;
+        dec.out.finish(loops);
+        return res;
+    }
+    for (int i = 0; i < config.max_tokens; ++i) {
+        if (!dec.step(logits.data(), {.depth = loops, .lens_states = nullptr})) break;
+        if (s.pos() >= o.capacity) break;
+        s.decode(res.tokens.back());  // the device's own greedy pick is not used: the host pipeline decides
+        logits = s.last_logits();
+    }
+    dec.out.finish(loops);
+    return res;
 }
 
 }  // namespace tinyloop

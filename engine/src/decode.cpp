@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "cuda_forward.h"
 #include "early_exit.h"
 #include "emit.h"
 
@@ -85,6 +86,9 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         throw Error(ErrorCode::InvalidArgument,
                     "lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
 
+#ifdef TINYLOOP_HAVE_CUDA
+    if (m.cuda) return cuda_decode(m, prompt, prompt_len, config, options, start);
+#endif
     if (config.beam_size >= 2) {
         if (start) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
         if (options.kv_provenance)

@@ -209,6 +209,7 @@ void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Wo
 
 void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args,
              std::vector<float>& out_h) {
+    require_cpu_backend(m, "this call (the host forward)");
     const HParams& hp = m.hp;
     const int d = hp.d_model;
     if (args.n <= 0) return;
