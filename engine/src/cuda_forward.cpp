@@ -405,27 +405,20 @@ std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device) {
 
 size_t cuda_model_bytes(const CudaWeights& w) { return w.device_bytes() + w.session_bytes.load(); }
 
-namespace {
-
-void refuse_on_device(bool used, const char* feature) {
-    if (used)
-        throw Error(ErrorCode::NotSupported, std::string(feature) +
-                                                 ": does not run on the CUDA back end yet (this model was loaded "
-                                                 "with backend cuda); load it with backend cpu");
+const char* cuda_unrouted_feature(const GenerateConfig& config, const GenerateOptions& options, const DecodeStart* start) {
+    if (config.beam_size >= 2) return "beam search (beam_size >= 2)";
+    if (ExitPolicy::from(config).enabled) return "early exit";
+    if (options.lens) return "the lens (GenerateOptions.lens)";
+    if (options.kv_provenance) return "kv_provenance";
+    if (config.kv_cache != KVCacheType::F32) return "kv_cache int8";
+    if (start) return "prefix caches and resume handles";
+    return nullptr;
 }
 
-}  // namespace
-
 GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
-                           const GenerateOptions& options, const DecodeStart* start) {
+                           const GenerateOptions& options) {
     using Clock = TokenEmitter::Clock;
     const auto t0 = Clock::now();
-    refuse_on_device(config.beam_size >= 2, "beam search (beam_size >= 2)");
-    refuse_on_device(ExitPolicy::from(config).enabled, "early exit");
-    refuse_on_device(options.lens, "the lens (GenerateOptions.lens)");
-    refuse_on_device(options.kv_provenance != nullptr, "kv_provenance");
-    refuse_on_device(config.kv_cache != KVCacheType::F32, "kv_cache int8");
-    refuse_on_device(start != nullptr, "prefix caches and resume handles");
     const int loops = config.loops > 0 ? config.loops : m.hp.default_loops;
     GenerateResult res = prompt_result(prompt, prompt_len, config.max_tokens);
     if (config.max_tokens <= 0) return res;

@@ -105,11 +105,13 @@ private:
 
 // generate / generate_stream on a model loaded on CUDA (decode() dispatches here): prefill and
 // every decode step on the device, the logits back once per step for the host's logits
-// pipeline (sampling, penalties, stops, grammar). What is not routed yet throws NotSupported
-// naming it: beam search, early exit, the lens, KV provenance, an INT8 KV cache, starting from
-// a prefix cache or resume handle. config is validated by the caller.
+// pipeline (sampling, penalties, stops, grammar). config is validated by the caller.
 GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
-                           const GenerateOptions& options, const DecodeStart* start);
+                           const GenerateOptions& options);
+// The first thing a decode call asks for that cuda_decode does not do yet (beam search, early
+// exit, the lens, KV provenance, an INT8 KV cache, starting from a prefix cache or resume
+// handle), or nullptr when it can run on the device.
+const char* cuda_unrouted_feature(const GenerateConfig& config, const GenerateOptions& options, const DecodeStart* start);
 
 // Uploads the model's weights to `device` for load_model (backend cuda).
 std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device);
