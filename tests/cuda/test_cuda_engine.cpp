@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_probe.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -19,15 +20,7 @@ namespace kc = tinyloop::kern::cuda;
 using tinyloop::Backend;
 using tinyloop::ErrorCode;
 
-const kc::DeviceProbe& probe() {
-    static const kc::DeviceProbe p = kc::probe_device();
-    return p;
-}
-
-#define TL_REQUIRE_DEVICE()                                                                   \
-    do {                                                                                      \
-        if (!probe().usable) GTEST_SKIP() << "skipped: no CUDA device (" << probe().reason << ")"; \
-    } while (0)
+const kc::DeviceProbe& probe() { return tltest::device_probe(); }
 
 const std::string kModel = std::string(TL_SOURCE_DIR) + "/resources/models/tinyloop-kjv/model-f32.tinyloop";
 

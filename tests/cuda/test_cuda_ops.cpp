@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_probe.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/op_test_util.h"
@@ -29,15 +30,7 @@ namespace {
 namespace kc = tinyloop::kern::cuda;
 using namespace tinyloop::kern::testing;
 
-const kc::DeviceProbe& probe() {
-    static const kc::DeviceProbe p = kc::probe_device();
-    return p;
-}
-
-#define TL_REQUIRE_DEVICE()                                                                   \
-    do {                                                                                      \
-        if (!probe().usable) GTEST_SKIP() << "skipped: no CUDA device (" << probe().reason << ")"; \
-    } while (0)
+const kc::DeviceProbe& probe() { return tltest::device_probe(); }
 
 kc::Context& ctx() {
     static kc::Context c(probe().device);
