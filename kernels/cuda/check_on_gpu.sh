@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# The CUDA back end's check on a GPU machine (issue 6). From the repository root:
+# The CUDA back end's check on a GPU machine: one prepared script for a session with a device.
+# From the repository root:
 #
 #   kernels/cuda/fetch_debs.sh                  # once, on a machine with network
 #   kernels/cuda/check_on_gpu.sh [BUILD_DIR]    # on the GPU machine (default build-gpu)
 #
-# The GPU machine has CUDA, CMake, ninja and a compiler but no Qt, GoogleTest or nlohmann/json
-# and no network: GoogleTest and nlohmann/json come from kernels/cuda/debs/*.deb (fetch_debs.sh),
-# unpacked with dpkg -x into BUILD_DIR/deps. The script
-#   1. configures and builds the engine, the CLI and the CUDA tests without the UI (sm_90),
-#   2. runs the CUDA tests (ctest -L cuda) and the whole-model parity test,
-#   3. tries `tinyloop bench --backend cuda` and says what it answered,
-#   4. runs bench_cuda (the CUDA forward's own benchmark) on the bundled model (f32, q4) and on
-#      the random shape of the CPU-speed issue (d_model 512, 2 pre + 2 loop layers x 7 loops, q4,
-#      a 2,048-token prompt),
-#   5. prints one short table; logs and JSON lines go to $OUT (device runs) or BUILD_DIR/gpu-check
-#      (six files: gpu.txt build.log ctest.log tinyloop-bench-cuda.txt bench_cuda.jsonl bench_cuda.err).
+# The GPU machine has CUDA, CMake, ninja and a compiler but no Qt, no Python packages, no
+# GoogleTest or nlohmann/json and no network: those two come from kernels/cuda/debs/*.deb
+# (fetch_debs.sh), unpacked with dpkg -x into BUILD_DIR/deps. The script
+#   1. says whether there is a device (nvidia-smi); without one it says so and stops (exit 3),
+#   2. configures without the UI and the binding (sm_90) and builds the CLI and the CUDA tests,
+#   3. runs the CUDA test label (ctest -L cuda: the op table's CUDA rows, the device-only ops,
+#      whole-model parity, the public API on the device, vram_usage_bytes vs cudaMemGetInfo),
+#   4. runs `tinyloop bench --backend cuda`: decode (single stream) and prefill for the bundled
+#      model and the d512 random shape at q4, q8 and f32; the batch engine at 1/4/16; the CPU's
+#      two-thread figure on the bundled model beside it,
+#   5. prints one short table; logs go to $OUT (device runs) or BUILD_DIR/gpu-check.
 # Record the result in kernels/cuda/DEVICE_RUNS.md. Exit status: 0 when every CUDA test passed.
-# Dry runs on a machine without a GPU: TL_USE_DEBS=1 takes the .deb path even where the system
-# has the libraries; TL_CONFIGURE_ONLY=1 stops after configuring.
+# Dry runs without a GPU: TL_NO_DEVICE_OK=1 goes on past step 1 (the tests then skip and the
+# benches are refused, which shows the plumbing); TL_SKIP_BUILD=1 uses BUILD_DIR as it is;
+# TL_USE_DEBS=1 takes the .deb path even where the system has the libraries.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build-gpu}
@@ -28,15 +30,30 @@ t_start=$(date +%s)
 say() { printf '== %s\n' "$*"; }
 
 say "machine"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$logs/gpu.txt"
-nvcc --version | tail -1
-cmake --version | head -1
 git -C "$root" rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' || echo "commit (no git)"
+device=""
+if command -v nvidia-smi > /dev/null 2>&1; then
+  device=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
+  nvidia-smi -L > /dev/null 2>&1 || { echo "nvidia-smi: $device"; device=""; }
+fi
+if [ -z "$device" ]; then
+  echo "NO CUDA DEVICE on this machine (nvidia-smi $(command -v nvidia-smi > /dev/null && echo 'finds no GPU' || echo 'is not installed')):"
+  echo "the CUDA tests would all skip and tinyloop bench --backend cuda would be refused."
+  if [ "${TL_NO_DEVICE_OK:-0}" != 1 ]; then
+    echo "Run this on a machine with an NVIDIA GPU (TL_NO_DEVICE_OK=1 goes on anyway, for a dry run)."
+    exit 3
+  fi
+  echo "(TL_NO_DEVICE_OK=1: going on for a dry run)"
+else
+  echo "device: $device" | tee "$logs/gpu.txt"
+fi
+command -v nvcc > /dev/null && nvcc --version | tail -1
+cmake --version | head -1
 
-# 1. dependencies: the system's if present, else the carried .debs
+# dependencies: the system's if present, else the carried .debs
 prefix=$build/deps
 cmake_deps=()
-if [ "${TL_USE_DEBS:-0}" = 1 ] || ! { [ -f /usr/include/gtest/gtest.h ] && [ -f /usr/include/nlohmann/json.hpp ]; }; then
+if [ "${TL_SKIP_BUILD:-0}" != 1 ] && { [ "${TL_USE_DEBS:-0}" = 1 ] || ! { [ -f /usr/include/gtest/gtest.h ] && [ -f /usr/include/nlohmann/json.hpp ]; }; }; then
   shopt -s nullglob
   debs=("$root"/kernels/cuda/debs/*.deb)
   if [ ${#debs[@]} -eq 0 ]; then
@@ -62,20 +79,21 @@ if [ "${TL_USE_DEBS:-0}" = 1 ] || ! { [ -f /usr/include/gtest/gtest.h ] && [ -f 
   echo "GoogleTest: $(dirname "$gtest_cfg"); nlohmann/json: $(dirname "$json_cfg")"
 fi
 
-say "configure + build"
-t0=$(date +%s)
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTINYLOOP_BUILD_UI=OFF -DTINYLOOP_CUDA=ON \
-  -DTINYLOOP_BUILD_PYTHON=OFF -DCMAKE_CUDA_ARCHITECTURES="90-real;75-virtual" "${cmake_deps[@]}" >> "$logs/build.log" 2>&1 \
-  || { tail -30 "$logs/build.log"; exit 2; }
-if [ "${TL_CONFIGURE_ONLY:-0}" = 1 ]; then
-  grep -E "GTest|nlohmann|TinyLoop" "$logs/build.log" | head; echo "configured (TL_CONFIGURE_ONLY=1)"; exit 0
+t_build=0
+if [ "${TL_SKIP_BUILD:-0}" != 1 ]; then
+  say "configure + build"
+  t0=$(date +%s)
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTINYLOOP_BUILD_UI=OFF -DTINYLOOP_CUDA=ON \
+    -DTINYLOOP_BUILD_PYTHON=OFF -DCMAKE_CUDA_ARCHITECTURES="90-real;75-virtual" "${cmake_deps[@]}" >> "$logs/build.log" 2>&1 \
+    || { tail -30 "$logs/build.log"; exit 2; }
+  cmake --build "$build" -j "$jobs" --target tinyloop_cli test_backend_ops test_cuda_ops test_cuda_forward \
+    test_cuda_engine test_cuda_fallback test_golden_forward >> "$logs/build.log" 2>&1 \
+    || { grep -E "error|Error" "$logs/build.log" | head -40; exit 2; }
+  t_build=$(( $(date +%s) - t0 ))
+  echo "built in ${t_build}s"
 fi
-cmake --build "$build" -j "$jobs" --target tinyloop_cli test_cuda_ops test_cuda_forward test_cuda_fallback bench_cuda \
-  >> "$logs/build.log" 2>&1 || { grep -E "error|Error" "$logs/build.log" | head -40; exit 2; }
-t_build=$(( $(date +%s) - t0 ))
-echo "built in ${t_build}s"
 
-say "CUDA tests"
+say "CUDA tests (ctest -L cuda)"
 ctest --test-dir "$build" -L cuda --output-on-failure > "$logs/ctest.log" 2>&1
 ctest_rc=$?
 summary=$(grep -E "tests passed|tests failed" "$logs/ctest.log" | tail -1)
@@ -87,42 +105,42 @@ grep -E "Failure$|Expected|Which is|max\|err\||not written" "$logs/ctest.log" | 
 cli=$build/bin/tinyloop
 [ -x "$cli" ] || cli=$(find "$build" -type f -name tinyloop -perm -u+x | head -1)
 model=$root/resources/models/tinyloop-kjv/model-f32.tinyloop
-model_q4=$root/resources/models/tinyloop-kjv/model-q4.tinyloop
+d512="d_model=512,n_heads=8,d_ff=1408,vocab=4096,n_pre=2,n_loop=2,loops=7"
 
-say "tinyloop bench --backend cuda"
-"$cli" bench "$model" --backend cuda --tokens 64 --json > "$logs/tinyloop-bench-cuda.txt" 2>&1
-bench_rc=$?
-if [ $bench_rc -eq 0 ]; then
-  cli_bench="ran (see tinyloop-bench-cuda.txt)"
-else
-  cli_bench="refused, exit $bench_rc: $(head -c 300 "$logs/tinyloop-bench-cuda.txt")"
-  echo "$cli_bench"
-  echo "(until the engine's generate dispatches to cuda_forward, bench_cuda below measures the CUDA forward)"
-fi
+say "tinyloop info --backend cuda"
+"$cli" info "$model" --backend cuda 2>&1 | grep -E "backend|bytes|device" | tee "$logs/info.txt"
 
-say "bench_cuda"
-random=$build/random-q4.tinyloop
-"$cli" make-random "$random" --dtype q4 --max-seq-len 4096 > /dev/null
-: > "$logs/bench_cuda.jsonl"
-for spec in "$model|--prompt 256 --tokens 256" "$model_q4|--prompt 256 --tokens 256" "$random|--prompt 2048 --tokens 512"; do
-  m=${spec%%|*}; a=${spec#*|}
-  # shellcheck disable=SC2086
-  timeout 300 "$build/tests/bench_cuda" "$m" $a >> "$logs/bench_cuda.jsonl" 2>> "$logs/bench_cuda.err" \
-    || echo "bench_cuda $m failed: $(tail -1 "$logs/bench_cuda.err")"
-done
-[ -x "$build/tests/bench_cuda" ] || echo "bench_cuda binary not found under $build/tests"
+# bench NAME ARGS...: one bench run, its human table kept; a refusal is recorded as such.
+: > "$logs/bench.txt"
+bench() {
+  local name=$1; shift
+  printf '### %s: tinyloop bench %s\n' "$name" "$*" >> "$logs/bench.txt"
+  timeout 300 "$cli" bench "$@" --no-machine > "$logs/bench-$name.txt" 2>&1
+  local rc=$?
+  cat "$logs/bench-$name.txt" >> "$logs/bench.txt"
+  [ $rc -eq 0 ] || echo "$name: refused or failed (exit $rc): $(grep -m1 -iE 'error|not|refused' "$logs/bench-$name.txt" | head -c 300)"
+}
+say "tinyloop bench"
+bench kjv-cuda "$model" --backend cuda --dtypes f32,q8,q4 --modes plain --tokens 256 --prompt-tokens 256 --repeat 3
+bench kjv-cpu2 "$model" --backend cpu --threads 2 --dtypes f32,q8,q4 --modes plain --tokens 256 --prompt-tokens 256 --repeat 3
+bench d512-cuda --random "$d512" --backend cuda --dtypes f32,q8,q4 --modes plain --tokens 256 --prompt-tokens 256 --repeat 3
+bench kjv-batch-cuda "$model" --backend cuda --batch 1,4,16 --tokens 128 --prompt-tokens 32 --repeat 3
+# the batch mode takes a file: the d512 shape is make-random's default
+d512_q4=$build/d512-q4.tinyloop
+"$cli" make-random "$d512_q4" --dtype q4 > /dev/null || echo "make-random failed"
+bench d512-batch-cuda "$d512_q4" --backend cuda --batch 1,4,16 --tokens 128 --prompt-tokens 32 --repeat 3
 
 say "table"
-python3 - "$logs/bench_cuda.jsonl" <<'PY'
-import json, sys, os
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(f"{'model':<22} {'L':>2} {'prefill tok/s':>13} {'cuBLAS-only':>11} {'ratio':>5} {'decode tok/s':>12} {'direct':>8} {'GB/s':>6} {'launch/tok':>10}")
-for r in rows:
-    print(f"{os.path.basename(r['model']):<22} {r['loops']:>2} {r['prefill_tok_s']:>13.0f} {r['cublas_only_tok_s']:>11.0f} "
-          f"{r['prefill_vs_cublas']:>5.2f} {r['decode_graph_tok_s']:>12.0f} {r['decode_direct_tok_s']:>8.0f} "
-          f"{r['decode_gb_s']:>6.1f} {r['launches_per_token']:>10}")
-PY
+# The plain rows of each single-stream run: dtype, prefill tok/s, decode tok/s.
+printf '%-10s %-5s %14s %14s\n' run dtype "prefill tok/s" "decode tok/s"
+for name in kjv-cuda kjv-cpu2 d512-cuda; do
+  awk -v run="$name" '$3 == "plain" && ($1 ~ /^(f32|f16|q8|q4|q2)$/) { printf "%-10s %-5s %14s %14s\n", run, $1, $5, $6; n++ }
+                      END { if (!n) printf "%-10s %-5s %14s %14s\n", run, "-", "(no rows)", "(see bench.txt)" }' "$logs/bench-$name.txt"
+done
+for name in kjv-batch-cuda d512-batch-cuda; do
+  awk -v run="$name" '$1 ~ /^[0-9]+$/ && NF >= 3 { printf "%-16s batch %-3s aggregate decode %s tok/s\n", run, $1, $2; n++ }
+                      END { if (!n) printf "%-16s (no rows: see bench.txt)\n", run }' "$logs/bench-$name.txt"
+done
 echo "tests: ${summary:-no ctest summary} (ctest exit $ctest_rc; skipped: $n_skipped)"
-echo "tinyloop bench --backend cuda: $cli_bench"
-echo "build ${t_build}s, total $(( $(date +%s) - t_start ))s; logs in $logs"
+echo "device: ${device:-none}; build ${t_build}s, total $(( $(date +%s) - t_start ))s; logs in $logs"
 exit $ctest_rc

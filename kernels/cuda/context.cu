@@ -158,6 +158,13 @@ std::string describe(const DeviceProbe& p) {
 
 size_t device_bytes_in_use() { return g_bytes_in_use.load(); }
 
+size_t device_free_bytes(int device) {
+    TL_CUDA_CHECK(cudaSetDevice(device));
+    size_t free = 0, total = 0;
+    TL_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return free;
+}
+
 // ---- DeviceBuffer ----------------------------------------------------------------------------
 
 DeviceBuffer::DeviceBuffer(Context& ctx, size_t bytes) : bytes_(bytes), device_(ctx.device()) {

@@ -70,6 +70,8 @@ std::string describe(const DeviceProbe& p);
 
 // Device memory currently held through DeviceBuffer on all devices (for vram_usage_bytes).
 size_t device_bytes_in_use();
+// cudaMemGetInfo's free bytes on `device` (what the whole process, the driver included, left).
+size_t device_free_bytes(int device);
 
 class Context;
 

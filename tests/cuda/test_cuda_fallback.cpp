@@ -141,12 +141,24 @@ TEST(BackendFallback, CliRejectsAnUnknownBackend) {
     EXPECT_NE(r.out.find("--backend: expected one of cpu, cuda, auto, got 'gpu'"), std::string::npos) << r.out;
 }
 
-// On a machine with a device: what the probe says is what auto reports.
+// On a machine with a device: auto chooses it, and what the probe says is what auto reports.
 TEST(BackendFallback, WithDeviceAutoNamesTheDevice) {
     if (!device_usable()) GTEST_SKIP() << "skipped: no CUDA device (" << tinyloop::cuda_device_summary() << ")";
     tinyloop::ModelHandle m = tinyloop::load_model_handle(kModel, opts(Backend::Auto));
     const tinyloop::ModelInfo info = tinyloop::model_info(m.get());
+    EXPECT_EQ(info.backend, "cuda");
     EXPECT_NE(info.backend_note.find(tinyloop::cuda_device_summary()), std::string::npos) << info.backend_note;
+    EXPECT_GT(tinyloop::vram_usage_bytes(m.get()), 0u);
+}
+
+// `tinyloop info --backend cuda` names the device, its memory and the model's device bytes.
+TEST(BackendFallback, WithDeviceInfoNamesTheDeviceAndItsMemory) {
+    if (!device_usable()) GTEST_SKIP() << "skipped: no CUDA device (" << tinyloop::cuda_device_summary() << ")";
+    const CliRun r = run_cli("info '" + kModel + "' --backend cuda");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("backend      cuda"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(tinyloop::cuda_device_summary()), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("on the device"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "forward/cuda_backend.h"
 #include "forward/cuda_forward.h"
+#include "cuda/device_probe.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -27,15 +28,7 @@ namespace {
 namespace kc = tinyloop::kern::cuda;
 using tinyloop::Backend;
 
-const kc::DeviceProbe& probe() {
-    static const kc::DeviceProbe p = kc::probe_device();
-    return p;
-}
-
-#define TL_REQUIRE_DEVICE()                                                                   \
-    do {                                                                                      \
-        if (!probe().usable) GTEST_SKIP() << "skipped: no CUDA device (" << probe().reason << ")"; \
-    } while (0)
+const kc::DeviceProbe& probe() { return tltest::device_probe(); }
 
 // Logits rows agree when max|diff| / max|ref| per row stays under this (f32 accumulation in a
 // different order through up to ~40 layers; the CPU is the reference).

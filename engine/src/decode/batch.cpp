@@ -111,6 +111,7 @@ void close_result(Seq& s) {
 }  // namespace
 
 BatchEngine* create_batch_engine(Model* model, const BatchEngineOptions& options) {
+    require_cpu_backend(checked(model), "the batch engine");
     checked(model);
     check_options(options);
     auto e = std::make_unique<BatchEngine>();

@@ -6,6 +6,7 @@
 
 #include "decode/early_exit.h"
 #include "decode/emit.h"
+#include "forward/cuda_forward.h"
 
 namespace tinyloop {
 
@@ -85,6 +86,13 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         throw Error(ErrorCode::InvalidArgument,
                     "lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
 
+#ifdef TINYLOOP_HAVE_CUDA
+    if (m.cuda) {
+        const char* unrouted = cuda_unrouted_feature(config, options, start);
+        if (!unrouted) return cuda_decode(m, prompt, prompt_len, config, options);
+        require_cpu_backend(m, unrouted);  // backend cuda: refused, naming it; auto: on the CPU
+    }
+#endif
     if (config.beam_size >= 2) {
         if (start) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
         if (options.kv_provenance)

@@ -1,10 +1,9 @@
-// The whole-model forward on the CUDA back end (cuda_forward.h). Same math and order as
-// forward.cpp's run_block (FORMAT.md §1, §1a's input injection), one kernels/cuda op per step:
-//   a = rmsnorm(h); q,k,v = W a; rope(q, k); K/V -> cache rows; att = attention; h += wo att;
-//   m = rmsnorm(h); h += w_down (silu(w_gate m) * (w_up m))
-// The residual adds ride in the products (matmul accumulate / cuBLAS beta = 1) and SwiGLU is one
-// launch on the kernel path, q/k/v are one launch and RoPE + the cache writes another: 8
-// launches per layer in the decode step.
+// What only the CUDA back end has (cuda_forward.h): the weights resident in device memory, a
+// session's device KV cache and buffers, and the decode step captured as a CUDA graph. The
+// model's math is forward.cpp's run_layers / block_forward on CudaOps (cuda_backend.h), whose
+// fused ops (q/k/v in one launch, the residual adds in the products, SwiGLU in the gate/up
+// product) and this file's cache side (RoPE + the cache writes in one launch) make 8 launches
+// per layer in the decode step.
 #ifdef TINYLOOP_HAVE_CUDA
 
 #include "forward/cuda_forward.h"
@@ -14,6 +13,9 @@
 
 #include "forward/cuda_backend.h"
 #include "forward/forward.h"
+#include "decode/decode.h"
+#include "decode/early_exit.h"
+#include "decode/emit.h"
 
 namespace tinyloop {
 
@@ -85,13 +87,13 @@ struct CudaSession::Impl {
     const int* store_at = nullptr;     // cache rows of the current rows (nullptr: their positions)
     const int* d_extra_rows = nullptr; // tree extras of the current rows (nullptr: none)
     const int* d_extra_offsets = nullptr;
-    bool force_kernel = false;         // forward_rows: never cuBLAS
+    CudaOps ops;                       // the back end's ops on ctx's stream
     kc::Graph step;
     bool primed = false;   // the device's ids/pos/kv range already hold the next step's input
     int32_t primed_token = -1;
 
     Impl(const CudaWeights& w_, const CudaSessionOptions& opt)
-        : w(w_), hp(w_.model().hp), o(opt), ctx(w_.device()) {
+        : w(w_), hp(w_.model().hp), o(opt), ctx(w_.device()), ops(ctx) {
         const Model& m = w.model();
         rows = std::max(1, m.prefill_chunk);
         layers = exec_layers(hp, o.loops);
@@ -125,84 +127,63 @@ struct CudaSession::Impl {
                     for (const auto* W : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) need(*W);
             need(w.head);
             scratch = kc::DeviceBuffer(ctx, s);
+            ops.use_gemm(scratch.f32(), o.gemm_min_tokens);
         }
     }
 
-    bool use_gemm(int n) const { return n >= o.gemm_min_tokens && !force_kernel; }
-
-    // y = W x (accumulate: y += W x), cuBLAS for large row counts.
-    void mm(const kern::WeightView& W, const float* x, int n, float* y, bool accumulate = false) {
-        if (use_gemm(n)) kc::gemm(ctx, W, x, n, y, scratch.f32(), false, accumulate);
-        else kc::matmul(ctx, W, x, n, y, accumulate);
-    }
-
-    // One pre-norm block over n rows of h at execution layer `layer`; ids/pos/kvb/kve hold the
-    // rows' positions and ranges.
-    void block(const LayerWeights& L, int layer, int n) {
-        const int d = hp.d_model, H = hp.n_heads * hp.head_dim, ff = hp.d_ff;
-        kc::rmsnorm(ctx, h.f32(), L.attn_norm, n, d, hp.norm_eps, a.f32());
-        if (use_gemm(n)) {
-            mm(L.wq, a.f32(), n, q.f32());
-            mm(L.wk, a.f32(), n, kk.f32());
-            mm(L.wv, a.f32(), n, vv.f32());
-        } else {
-            kc::matmul3(ctx, L.wq, L.wk, L.wv, a.f32(), n, q.f32(), kk.f32(), vv.f32());
+    // The session's cache side of a block: RoPE and the K/V writes in one launch (at the rows'
+    // positions, or store_at for verification rows), attention over the device cache.
+    class Cache final : public LayerCache {
+    public:
+        explicit Cache(Impl& s) : s_(s) {}
+        void rope_store(int layer, float* q, float* k, const float* v, int n) override {
+            const HParams& hp = s_.hp;
+            kc::rope_store(s_.ctx, q, k, v, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, s_.pos.i32(), hp.rope_theta,
+                           s_.k_layer(layer), s_.v_layer(layer), s_.store_at ? s_.store_at : s_.pos.i32());
         }
-        float* kl = k.f32() + size_t(layer) * o.capacity * kv_row;
-        float* vl = v.f32() + size_t(layer) * o.capacity * kv_row;
-        const int* at_rows = store_at ? store_at : pos.i32();
-        kc::rope_store(ctx, q.f32(), kk.f32(), vv.f32(), n, hp.n_heads, hp.n_kv_heads, hp.head_dim, pos.i32(),
-                       hp.rope_theta, kl, vl, at_rows);
-        kern::AttentionArgs at;
-        at.q = q.f32();
-        at.n_tok = n;
-        at.n_heads = hp.n_heads;
-        at.n_kv_heads = hp.n_kv_heads;
-        at.head_dim = hp.head_dim;
-        at.k = kl;
-        at.v = vl;
-        at.kv_stride = kv_row;
-        at.kv_begin = kvb.i32();
-        at.kv_end = kve.i32();
-        at.out = att.f32();
-        at.extra_rows = d_extra_rows;
-        at.extra_offsets = d_extra_offsets;
-        kc::attention(ctx, at);
-        mm(L.wo, att.f32(), n, h.f32(), true);  // h += wo att
-        kc::rmsnorm(ctx, h.f32(), L.mlp_norm, n, d, hp.norm_eps, a.f32());
-        if (use_gemm(n)) {
-            mm(L.w_gate, a.f32(), n, g.f32());
-            mm(L.w_up, a.f32(), n, u.f32());
-            kc::silu_mul(ctx, g.f32(), u.f32(), g.f32(), size_t(n) * ff);
-        } else {
-            kc::matmul_swiglu(ctx, L.w_gate, L.w_up, a.f32(), n, g.f32());  // one launch, same bits
+        void attend(int layer, const float* q, int n, float* out) override {
+            const HParams& hp = s_.hp;
+            kern::AttentionArgs at;
+            at.q = q;
+            at.n_tok = n;
+            at.n_heads = hp.n_heads;
+            at.n_kv_heads = hp.n_kv_heads;
+            at.head_dim = hp.head_dim;
+            at.k = s_.k_layer(layer);
+            at.v = s_.v_layer(layer);
+            at.kv_stride = s_.kv_row;
+            at.kv_begin = s_.kvb.i32();
+            at.kv_end = s_.kve.i32();
+            at.out = out;
+            at.extra_rows = s_.d_extra_rows;
+            at.extra_offsets = s_.d_extra_offsets;
+            kc::attention(s_.ctx, at);
         }
-        mm(L.w_down, g.f32(), n, h.f32(), true);  // h += w_down g
-        (void)H;
-    }
 
-    // Embedding, every block at depth loops, for the n rows set up in ids/pos/kvb/kve. With
-    // input injection (FORMAT.md §1a) the prelude output is kept and added before every pass
-    // after the first (add_inplace: the CPU's bits).
+    private:
+        Impl& s_;
+    };
+
+    float* k_layer(int layer) const { return k.f32() + size_t(layer) * o.capacity * kv_row; }
+    float* v_layer(int layer) const { return v.f32() + size_t(layer) * o.capacity * kv_row; }
+
+    // Embedding and every layer at depth loops for the n rows set up in ids/pos/kvb/kve: the
+    // one forward (run_layers) on the device.
     void rows_forward(int n) {
-        const size_t floats = size_t(n) * hp.d_model;
-        kc::embedding(ctx, w.embed, ids.i32(), n, h.f32());
-        for (int i = 0; i < hp.n_pre_blocks; ++i) block(w.pre[i], i, n);
-        const bool inject = injects_input(hp);
-        if (inject) ctx.copy(e_in.f32(), h.f32(), floats * sizeof(float));
-        for (int l = 1; l <= o.loops; ++l) {
-            if (inject && l > 1) kc::add_inplace(ctx, h.f32(), e_in.f32(), floats);
-            for (int j = 0; j < hp.n_loop_layers; ++j)
-                block(w.loop[j], hp.n_pre_blocks + (l - 1) * hp.n_loop_layers + j, n);
-        }
+        Cache cache(*this);
+        const BlockScratch scratch{a.f32(), q.f32(), kk.f32(), vv.f32(), att.f32(), o_.f32(), g.f32(), u.f32()};
+        PassPlan plan;
+        plan.loops = o.loops;
+        run_layers(ops, hp, LayerStack{&w.embed, &w.pre, &w.loop}, cache, scratch, ids.i32(), h.f32(), e_in.f32(), n,
+                   plan);
     }
 
     // Logits of rows [r0, r0 + n) into logits[0..n), and the greedy choice of the last into chosen.
     void head_rows(int r0, int n) {
         const int d = hp.d_model;
-        kc::rmsnorm(ctx, h.f32() + size_t(r0) * d, w.final_norm, n, d, hp.norm_eps, a.f32());
-        mm(w.head, a.f32(), n, logits.f32());
-        kc::argmax(ctx, logits.f32() + size_t(n - 1) * hp.vocab_size, 1, hp.vocab_size, n_valid, chosen.i32());
+        ops.rmsnorm(h.f32() + size_t(r0) * d, w.final_norm, n, d, hp.norm_eps, a.f32());
+        ops.matmul(w.head, a.f32(), n, logits.f32());
+        ops.argmax(logits.f32() + size_t(n - 1) * hp.vocab_size, 1, hp.vocab_size, n_valid, chosen.i32());
     }
 
     void set_rows(const int32_t* tokens, int pos0, int n) {
@@ -240,9 +221,12 @@ CudaSession::CudaSession(const CudaWeights& w, const CudaSessionOptions& opt) {
                                                     std::to_string(w.model().max_seq_len) + "]");
     if (o.window < 0) throw Error(ErrorCode::InvalidArgument, "window: must be >= 0");
     with_cuda_errors("cuda session", [&] { impl_ = std::make_unique<Impl>(w, o); });
+    w.session_bytes += device_bytes();
 }
 
-CudaSession::~CudaSession() = default;
+CudaSession::~CudaSession() {
+    if (impl_) impl_->w.session_bytes -= device_bytes();
+}
 
 size_t CudaSession::device_bytes() const {
     const Impl& s = *impl_;
@@ -381,13 +365,13 @@ void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
             s.d_extra_offsets = s.extra_offsets.i32();
         }
         s.store_at = s.crow.i32();
-        s.force_kernel = true;
+        s.ops.force_kernels(true);
         struct Reset {
             Impl& s;
             ~Reset() {
                 s.store_at = nullptr;
                 s.d_extra_rows = s.d_extra_offsets = nullptr;
-                s.force_kernel = false;
+                s.ops.force_kernels(false);
             }
         } reset{s};
         s.rows_forward(n);
@@ -413,6 +397,54 @@ std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* p
         t = s.decode(t);
     }
     return out;
+}
+
+std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device) {
+    return std::make_shared<const CudaWeights>(m, device);
+}
+
+size_t cuda_model_bytes(const CudaWeights& w) { return w.device_bytes() + w.session_bytes.load(); }
+
+const char* cuda_unrouted_feature(const GenerateConfig& config, const GenerateOptions& options, const DecodeStart* start) {
+    if (config.beam_size >= 2) return "beam search (beam_size >= 2)";
+    if (ExitPolicy::from(config).enabled) return "early exit";
+    if (options.lens) return "the lens (GenerateOptions.lens)";
+    if (options.kv_provenance) return "kv_provenance";
+    if (config.kv_cache != KVCacheType::F32) return "kv_cache int8";
+    if (start) return "prefix caches and resume handles";
+    return nullptr;
+}
+
+GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                           const GenerateOptions& options) {
+    using Clock = TokenEmitter::Clock;
+    const auto t0 = Clock::now();
+    const int loops = config.loops > 0 ? config.loops : m.hp.default_loops;
+    GenerateResult res = prompt_result(prompt, prompt_len, config.max_tokens);
+    if (config.max_tokens <= 0) return res;
+    CudaSessionOptions o;
+    o.loops = loops;
+    o.capacity = std::min(m.max_seq_len, prompt_len + config.max_tokens);
+    o.window = config.cache_window;
+    CudaSession s(*m.cuda, o);
+    res.stats.kv_cache_bytes = size_t(2) * exec_layers(m.hp, loops) * o.capacity * m.hp.n_kv_heads * m.hp.head_dim * sizeof(float);
+    s.prefill(prompt, prompt_len);
+    std::vector<float> logits = s.last_logits();
+    res.stats.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    TokenDecoder dec(m, config, res, options.on_token, options.observer, 0, t0);
+    if (dec.grammar.dead()) {
+        res.stats.stop_reason = StopReason::GRAMMAR_DEAD_END;
+        dec.out.finish(loops);
+        return res;
+    }
+    for (int i = 0; i < config.max_tokens; ++i) {
+        if (!dec.step(logits.data(), {.depth = loops, .lens_states = nullptr})) break;
+        if (s.pos() >= o.capacity) break;
+        s.decode(res.tokens.back());  // the device's own greedy pick is not used: the host pipeline decides
+        logits = s.last_logits();
+    }
+    dec.out.finish(loops);
+    return res;
 }
 
 }  // namespace tinyloop

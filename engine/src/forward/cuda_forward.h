@@ -4,13 +4,14 @@
 // first use and replayed for every later token, no host synchronisation in a step other than
 // reading the chosen token.
 //
-// Not yet reached from the public API: generate/score/speculative still run forward.cpp on the
-// CPU. The hook points are listed in kernels/cuda/DEVICE_RUNS.md ("Wiring the engine to CUDA").
-// Only defined in builds with the CUDA back end (TINYLOOP_HAVE_CUDA).
+// Reached from the public API through load_model (backend cuda / auto on a usable device) and
+// decode() (cuda_decode below); the calls not routed yet throw NotSupported naming the feature
+// (require_cpu_backend, model.h). Only defined in builds with the CUDA back end.
 #pragma once
 
 #ifdef TINYLOOP_HAVE_CUDA
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "model/model.h"
 
 namespace tinyloop {
+
+struct DecodeStart;  // decode.h
 
 // The model's weights in device memory: the file's bytes uploaded as they are (quantized
 // weights stay packed), every WeightView rebased onto the device copy. Immutable after
@@ -32,6 +35,8 @@ public:
     const Model& model() const { return *m_; }
     int device() const { return device_; }
     size_t device_bytes() const;
+    // Device bytes of the sessions running on these weights now (CudaSession adds its own).
+    mutable std::atomic<size_t> session_bytes{0};
 
     kern::WeightView embed, head;
     const float* final_norm = nullptr;
@@ -97,6 +102,21 @@ private:
     std::unique_ptr<Impl> impl_;
     int pos_ = 0;
 };
+
+// generate / generate_stream on a model loaded on CUDA (decode() dispatches here): prefill and
+// every decode step on the device, the logits back once per step for the host's logits
+// pipeline (sampling, penalties, stops, grammar). config is validated by the caller.
+GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                           const GenerateOptions& options);
+// The first thing a decode call asks for that cuda_decode does not do yet (beam search, early
+// exit, the lens, KV provenance, an INT8 KV cache, starting from a prefix cache or resume
+// handle), or nullptr when it can run on the device.
+const char* cuda_unrouted_feature(const GenerateConfig& config, const GenerateOptions& options, const DecodeStart* start);
+
+// Uploads the model's weights to `device` for load_model (backend cuda).
+std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device);
+// Device bytes the model holds: its weights plus the live sessions' buffers.
+size_t cuda_model_bytes(const CudaWeights& w);
 
 // Greedy generation at depth `loops` on the device: the prompt's prefill, then up to
 // max_tokens tokens, stopping after the tokenizer's EOS. The CPU twin is generate() with

@@ -86,7 +86,7 @@ void set_kv_source(kern::AttentionArgs& at, const KVStorage& st, size_t base_row
 // cache of one sequence is read by ranges; paged caches and batched rows (ws.row_kv) by the list
 // of storage rows of each query (the kernel gives a list the same bits as the range), one
 // kernel call per run of rows that share a storage.
-void attend_rows(const Model& m, KVCache& kv, int layer, Workspace& ws, int n) {
+void attend_rows(const Model& m, KVCache& kv, int layer, Workspace& ws, const float* q, int n, float* out) {
     const HParams& hp = m.hp;
     const size_t H = static_cast<size_t>(hp.n_heads) * hp.head_dim;
     kern::AttentionArgs base;
@@ -96,11 +96,11 @@ void attend_rows(const Model& m, KVCache& kv, int layer, Workspace& ws, int n) {
     if (ws.row_kv.empty() && !kv.paged()) {
         kern::AttentionArgs at = base;
         set_kv_source(at, kv.own, static_cast<size_t>(layer) * kv.capacity);
-        at.q = ws.q.data();
+        at.q = q;
         at.n_tok = n;
         at.kv_begin = ws.kv_begin.data();
         at.kv_end = ws.kv_end.data();
-        at.out = ws.att.data();
+        at.out = out;
         if (!ws.extra_offsets.empty()) {
             at.extra_rows = ws.extra_rows.data();
             at.extra_offsets = ws.extra_offsets.data();
@@ -126,51 +126,90 @@ void attend_rows(const Model& m, KVCache& kv, int layer, Workspace& ws, int n) {
         }
         kern::AttentionArgs at = base;
         set_kv_source(at, *st, 0);
-        at.q = ws.q.data() + static_cast<size_t>(t0) * H;
+        at.q = q + static_cast<size_t>(t0) * H;
         at.n_tok = t1 - t0;
         at.kv_begin = ws.pg_zero.data();
         at.kv_end = ws.pg_zero.data();
         at.extra_rows = ws.pg_rows.data();
         at.extra_offsets = ws.pg_offsets.data();
-        at.out = ws.att.data() + static_cast<size_t>(t0) * H;
+        at.out = out + static_cast<size_t>(t0) * H;
         kern::attention(at, m.pool.get());
         t0 = t1;
     }
 }
 
+// The CPU's cache side of a block: keys/values into KVCache rows (ws.row, per row's own cache
+// when batched), attention by ranges or storage-row lists (attend_rows).
+class CpuCache final : public LayerCache {
+public:
+    CpuCache(const Model& m, KVCache& kv, Workspace& ws) : m_(m), kv_(kv), ws_(ws) {}
+    void rope_store(int layer, float* q, float* k, const float* v, int n) override {
+        const HParams& hp = m_.hp;
+        const size_t Hkv = static_cast<size_t>(hp.n_kv_heads) * hp.head_dim;
+        kern::rope(q, n, hp.n_heads, hp.head_dim, ws_.pos.data(), hp.rope_theta);
+        kern::rope(k, n, hp.n_kv_heads, hp.head_dim, ws_.pos.data(), hp.rope_theta);
+        for (int t = 0; t < n; ++t) {
+            KVCache& c = ws_.row_kv.empty() ? kv_ : *ws_.row_kv[static_cast<size_t>(t)];
+            c.store(layer, ws_.row[t], k + static_cast<size_t>(t) * Hkv, v + static_cast<size_t>(t) * Hkv);
+        }
+    }
+    void attend(int layer, const float* q, int n, float* out) override { attend_rows(m_, kv_, layer, ws_, q, n, out); }
+
+private:
+    const Model& m_;
+    KVCache& kv_;
+    Workspace& ws_;
+};
+
+BlockScratch scratch_of(Workspace& ws) {
+    return {ws.a.data(), ws.q.data(), ws.k.data(), ws.v.data(), ws.att.data(), ws.o.data(), ws.g.data(), ws.u.data()};
+}
+
+LayerStack layers_of(const Model& m) { return {&m.embed, &m.pre, &m.loop}; }
+
 }  // namespace
 
-void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Workspace& ws,
-               float* x, int n) {
-    const HParams& hp = m.hp;
+void block_forward(BackendOps& be, const HParams& hp, const LayerWeights& w, LayerCache& cache, int layer,
+                   const BlockScratch& s, float* x, int n) {
     const int d = hp.d_model;
-    const int Hkv = hp.n_kv_heads * hp.head_dim;
-    kern::ThreadPool* pool = m.pool.get();
+    be.rmsnorm(x, w.attn_norm, n, d, hp.norm_eps, s.a);
+    be.matmul_qkv(w.wq, w.wk, w.wv, s.a, n, s.q, s.k, s.v);
+    cache.rope_store(layer, s.q, s.k, s.v, n);
+    cache.attend(layer, s.q, n, s.att);
+    be.matmul_add(w.wo, s.att, n, x, s.o);
+    be.rmsnorm(x, w.mlp_norm, n, d, hp.norm_eps, s.a);
+    be.matmul_swiglu(w.w_gate, w.w_up, s.a, n, s.g, s.u);
+    be.matmul_add(w.w_down, s.g, n, x, s.o);
+}
 
-    kern::rmsnorm(x, w.attn_norm, n, d, hp.norm_eps, ws.a.data());
-    kern::matmul(w.wq, ws.a.data(), n, ws.q.data(), pool);
-    kern::matmul(w.wk, ws.a.data(), n, ws.k.data(), pool);
-    kern::matmul(w.wv, ws.a.data(), n, ws.v.data(), pool);
-    kern::rope(ws.q.data(), n, hp.n_heads, hp.head_dim, ws.pos.data(), hp.rope_theta);
-    kern::rope(ws.k.data(), n, hp.n_kv_heads, hp.head_dim, ws.pos.data(), hp.rope_theta);
-    for (int t = 0; t < n; ++t) {
-        KVCache& c = ws.row_kv.empty() ? kv : *ws.row_kv[static_cast<size_t>(t)];
-        c.store(layer, ws.row[t], ws.k.data() + static_cast<size_t>(t) * Hkv, ws.v.data() + static_cast<size_t>(t) * Hkv);
+void run_layers(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCache& cache, const BlockScratch& s,
+                const int32_t* ids, float* x, float* e, int n, const PassPlan& plan) {
+    const bool inject = injects_input(hp);
+    const size_t floats = static_cast<size_t>(n) * hp.d_model;
+    int layer = 0;
+    if (plan.start_pass <= 1) {
+        be.embedding(*w.embed, ids, n, x);
+        for (const LayerWeights& l : *w.pre) block_forward(be, hp, l, cache, layer++, s, x, n);
+        if (inject) be.copy(e, x, floats * sizeof(float));
+    } else {
+        layer = exec_layers(hp, plan.start_pass - 1);
     }
-    attend_rows(m, kv, layer, ws, n);
-    kern::matmul(w.wo, ws.att.data(), n, ws.o.data(), pool);
-    kern::add_inplace(x, ws.o.data(), static_cast<size_t>(n) * d);
+    for (int pass = std::max(1, plan.start_pass); pass <= plan.loops; ++pass) {
+        if (inject && pass > 1) be.add_inplace(x, e, floats);
+        for (const LayerWeights& l : *w.loop) block_forward(be, hp, l, cache, layer++, s, x, n);
+        if (plan.after_pass && *plan.after_pass) (*plan.after_pass)(pass);
+    }
+}
 
-    kern::rmsnorm(x, w.mlp_norm, n, d, hp.norm_eps, ws.a.data());
-    kern::matmul(w.w_gate, ws.a.data(), n, ws.g.data(), pool);
-    kern::matmul(w.w_up, ws.a.data(), n, ws.u.data(), pool);
-    kern::silu_mul(ws.g.data(), ws.u.data(), ws.g.data(), static_cast<size_t>(n) * hp.d_ff);
-    kern::matmul(w.w_down, ws.g.data(), n, ws.o.data(), pool);
-    kern::add_inplace(x, ws.o.data(), static_cast<size_t>(n) * d);
+void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Workspace& ws, float* x, int n) {
+    CpuOps be(m.pool.get());
+    CpuCache cache(m, kv, ws);
+    block_forward(be, m.hp, w, cache, layer, scratch_of(ws), x, n);
 }
 
 void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args,
              std::vector<float>& out_h) {
+    require_cpu_backend(m, "this call (the host forward)");
     const HParams& hp = m.hp;
     const int d = hp.d_model;
     if (args.n <= 0) return;
@@ -187,31 +226,27 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
     ws.reserve(hp, std::min(args.n, chunk));
     out_h.resize(static_cast<size_t>(args.n) * d);
 
+    CpuOps be(m.pool.get());
+    CpuCache cache(m, kv, ws);
+    const BlockScratch scratch = scratch_of(ws);
     for (int c0 = 0; c0 < args.n; c0 += chunk) {
         const int n = std::min(chunk, args.n - c0);
         float* x = out_h.data() + static_cast<size_t>(c0) * d;
         const size_t rows_bytes = static_cast<size_t>(n) * d * sizeof(float);
         set_rows(ws, args.pos0 + c0, n, args.window);
-        int layer;
-        if (args.start_pass <= 1) {
-            for (int t = 0; t < n; ++t)
-                kern::dequant_row(m.embed, args.tokens[c0 + t], x + static_cast<size_t>(t) * d);
-            layer = 0;
-            for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, x, n);
-            if (inject) {
-                std::memcpy(ws.e.data(), x, rows_bytes);
-                if (args.out_e) std::memcpy(args.out_e + static_cast<size_t>(c0) * d, x, rows_bytes);
-            }
-        } else {
+        if (args.start_pass > 1) {
             std::memcpy(x, args.h_in + static_cast<size_t>(c0) * d, rows_bytes);
             if (inject) std::memcpy(ws.e.data(), args.e_in + static_cast<size_t>(c0) * d, rows_bytes);
-            layer = exec_layers(hp, args.start_pass - 1);
         }
-        for (int pass = std::max(1, args.start_pass); pass <= args.loops; ++pass) {
-            inject_input(m, pass, x, ws.e.data(), n);
-            for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, x, n);
-            if (args.on_pass && *args.on_pass) (*args.on_pass)(pass, c0, x, n);
-        }
+        std::function<void(int)> after;
+        if (args.on_pass && *args.on_pass) after = [&](int pass) { (*args.on_pass)(pass, c0, x, n); };
+        PassPlan plan;
+        plan.start_pass = args.start_pass;
+        plan.loops = args.loops;
+        plan.after_pass = after ? &after : nullptr;
+        run_layers(be, hp, layers_of(m), cache, scratch, args.tokens + c0, x, ws.e.data(), n, plan);
+        if (inject && args.start_pass <= 1 && args.out_e)
+            std::memcpy(args.out_e + static_cast<size_t>(c0) * d, ws.e.data(), rows_bytes);
     }
 }
 
@@ -263,8 +298,9 @@ void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& 
 
 void compute_logits(const Model& m, const float* h, int n, float* logits, Workspace& ws) {
     ws.reserve(m.hp, n);
-    kern::rmsnorm(h, m.final_norm, n, m.hp.d_model, m.hp.norm_eps, ws.a.data());
-    kern::matmul(m.head, ws.a.data(), n, logits, m.pool.get());
+    CpuOps be(m.pool.get());
+    be.rmsnorm(h, m.final_norm, n, m.hp.d_model, m.hp.norm_eps, ws.a.data());
+    be.matmul(m.head, ws.a.data(), n, logits);
 }
 
 }  // namespace tinyloop

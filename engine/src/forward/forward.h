@@ -1,13 +1,57 @@
-// The one forward implementation (FORMAT.md §1), written against the kernel interface.
+// The one forward implementation (FORMAT.md §1), written against the back-end interface
+// (backend.h): block_forward and run_layers are the model's math, once, for every back end; the
+// CPU's forward / forward_batch and the CUDA session (cuda_forward.cpp) call them.
 #pragma once
 
 #include <functional>
 #include <vector>
 
+#include "forward/backend.h"
 #include "forward/kv_cache.h"
 #include "model/model.h"
 
 namespace tinyloop {
+
+// The cache side of a block, per back end: where a layer's keys and values go, and how its
+// queries read them (CPU: KVCache rows, paged or INT8; CUDA: the session's device cache).
+class LayerCache {
+public:
+    virtual ~LayerCache() = default;
+    // RoPE on q [n, n_heads*hd] and k [n, n_kv_heads*hd] in place, then k and v into the cache.
+    virtual void rope_store(int layer, float* q, float* k, const float* v, int n) = 0;
+    // out [n, n_heads*hd] = attention of the n queries over their cache rows at `layer`.
+    virtual void attend(int layer, const float* q, int n, float* out) = 0;
+};
+
+// A block's activations in the back end's memory, each for the rows of one call.
+struct BlockScratch {
+    float *a, *q, *k, *v, *att, *o, *g, *u;
+};
+
+// One pre-norm block over n rows of x (in place) at execution layer `layer` (FORMAT.md §1):
+//   a = rmsnorm(x); q,k,v = W a; rope + cache; att = attention; x += wo att;
+//   a = rmsnorm(x); x += w_down (silu(w_gate a) * (w_up a))
+void block_forward(BackendOps& be, const HParams& hp, const LayerWeights& w, LayerCache& cache, int layer,
+                   const BlockScratch& s, float* x, int n);
+
+// The model's layers in the back end's memory (the CPU's Model, the device copy on CUDA).
+struct LayerStack {
+    const kern::WeightView* embed = nullptr;
+    const std::vector<LayerWeights>* pre = nullptr;
+    const std::vector<LayerWeights>* loop = nullptr;
+};
+
+// The rows' walk through the layers: with start_pass <= 1 the embedding of ids into x, the
+// prelude, and (input injection, §1a) its output kept in e; else x (and e) already hold the
+// state after pass start_pass - 1. Then passes max(1, start_pass) .. loops, each adding e first
+// (injection, pass > 1) and calling after_pass(pass) when set.
+struct PassPlan {
+    int start_pass = 1;
+    int loops = 1;
+    const std::function<void(int pass)>* after_pass = nullptr;
+};
+void run_layers(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCache& cache, const BlockScratch& s,
+                const int32_t* ids, float* x, float* e, int n, const PassPlan& plan);
 
 // Scratch memory for up to `max_tok` rows at once; owned by one call.
 struct Workspace {
@@ -76,7 +120,7 @@ PassHook last_row_hook(std::vector<float>& states, int d);
 
 // Sets the rows' positions and attention ranges in ws for tokens at pos0 .. pos0+n-1.
 void set_rows(Workspace& ws, int pos0, int n, int window);
-// One pre-norm block over n rows of x (in place) at execution layer `layer`, rows as set_rows.
+// block_forward on the CPU back end over n rows of x at execution layer `layer`, rows as set_rows.
 void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Workspace& ws, float* x, int n);
 
 // logits[t] = head · RMSNorm(h[t], final_norm) for n rows; logits is [n, vocab].

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "forward/cuda_backend.h"
+#include "forward/cuda_forward.h"
 #include "model/loader.h"
 #include "model/model.h"
 #include "text/utf8.h"
@@ -24,7 +25,7 @@ Model* load_model(const std::string& path, const LoadOptions& options) {
         throw Error(ErrorCode::InvalidArgument, "backend: " + std::to_string(static_cast<int>(options.backend)) +
                                                     " is not one of auto, cpu, cuda");
     // cpu | cuda | auto, and why (cuda_backend.cpp); throws for cuda without a usable device.
-    const std::string note = choose_backend(options.backend).note;
+    const BackendChoice choice = choose_backend(options.backend);
 
     std::unique_ptr<Model> m = read_model_file(path);
     if (options.max_seq_len > m->hp.max_seq_len)
@@ -37,14 +38,29 @@ Model* load_model(const std::string& path, const LoadOptions& options) {
     if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     m->pool = std::make_unique<kern::ThreadPool>(threads);
     m->backend = "cpu";
-    m->backend_note = note + " (" + kern::simd_level() + ", " + std::to_string(threads) + " threads)";
+    m->backend_note = choice.note + " (" + kern::simd_level() + ", " + std::to_string(threads) + " threads)";
+#ifdef TINYLOOP_HAVE_CUDA
+    if (choice.cuda) {
+        m->cuda = upload_weights(*m, choice.device);
+        m->cuda_required = options.backend == Backend::Cuda;
+        m->backend = "cuda";
+        m->backend_note = choice.note + (m->cuda_required ? "; generate and generate_stream run on the device, calls "
+                                                             "not routed to it yet are refused"
+                                                           : "; generate and generate_stream run on the device, the "
+                                                             "other calls on the CPU until routed");
+    }
+#endif
     return m.release();
 }
 
 void free_model(Model* model) { delete model; }
 
 size_t vram_usage_bytes(const Model* model) {
-    checked(model);
+    const Model& m = checked(model);
+#ifdef TINYLOOP_HAVE_CUDA
+    if (m.cuda) return cuda_model_bytes(*m.cuda);
+#endif
+    (void)m;
     return 0;
 }
 

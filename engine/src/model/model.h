@@ -11,6 +11,8 @@
 
 namespace tinyloop {
 
+class CudaWeights;  // cuda_forward.h: the weights resident on the device (CUDA builds only)
+
 struct LayerWeights {
     const float* attn_norm = nullptr;  // [d]
     const float* mlp_norm = nullptr;   // [d]
@@ -58,10 +60,25 @@ struct Model {
     std::unique_ptr<kern::ThreadPool> pool;
     std::string backend = "cpu";
     std::string backend_note;
+    // backend "cuda": the weights resident on the device; decode runs there (cuda_forward.cpp).
+    std::shared_ptr<const CudaWeights> cuda;
+    // The user asked for CUDA (backend cuda, not auto): calls not routed to the device are refused
+    // rather than run on the CPU.
+    bool cuda_required = false;
 
     const kern::WeightView* find_tensor(const std::string& name) const;
     std::vector<std::pair<std::string, kern::WeightView>> views;  // every matrix/vector by name
 };
+
+// For a call that runs only on the CPU back end so far: on a model loaded with backend cuda it
+// throws NotSupported naming the feature (never a CPU run after the user asked for CUDA); with
+// backend auto the call runs on the CPU, as model_info's backend_note says.
+inline void require_cpu_backend(const Model& m, const char* feature) {
+    if (m.cuda && m.cuda_required)
+        throw Error(ErrorCode::NotSupported, std::string(feature) +
+                                                 ": does not run on the CUDA back end yet (this model was loaded "
+                                                 "with backend cuda); load it with backend cpu");
+}
 
 // Checks a model pointer handed in by a caller.
 inline const Model& checked(const Model* m) {

@@ -31,6 +31,7 @@ bool crosses(const EscalationConfig& c, const float* row, const float* prev_row,
 
 EscalationResult score_with_consistency_escalation(Model* model, const int32_t* tokens, int n,
                                                    const EscalationConfig& c) {
+    require_cpu_backend(checked(model), "score_with_consistency_escalation");
     const Model& m = checked(model);
     check_score_tokens(m, tokens, n, 2);
     if (c.depths.empty()) throw Error(ErrorCode::InvalidArgument, "depths: must hold at least one depth");

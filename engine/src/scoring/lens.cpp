@@ -69,6 +69,7 @@ void depth_logits(const Model& m, const std::vector<float>& states, int n, int d
 }  // namespace
 
 std::vector<float> forward_lens_logits(Model* model, const int32_t* tokens, int n, int loops) {
+    require_cpu_backend(checked(model), "the logit lens");
     const Model& m = checked(model);
     const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
@@ -83,6 +84,7 @@ std::vector<float> forward_lens_logits(Model* model, const int32_t* tokens, int 
 }
 
 LastTokenScore score_last_token(Model* model, const int32_t* tokens, int n, int loops, int top_k) {
+    require_cpu_backend(checked(model), "score_last_token");
     const Model& m = checked(model);
     const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
@@ -101,6 +103,7 @@ LastTokenScore score_last_token(Model* model, const int32_t* tokens, int n, int 
 }
 
 LensResult score_logit_lens(Model* model, const int32_t* tokens, int n, int loops, int top_k) {
+    require_cpu_backend(checked(model), "score_logit_lens");
     const Model& m = checked(model);
     const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
@@ -147,6 +150,7 @@ LensResult score_logit_lens(Model* model, const int32_t* tokens, int n, int loop
 }
 
 UncertaintyResult score_with_uncertainty(Model* model, const int32_t* tokens, int n, int loops) {
+    require_cpu_backend(checked(model), "score_with_uncertainty");
     const Model& m = checked(model);
     const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);

@@ -56,6 +56,7 @@ double row_logprob(const float* row, int vocab, int32_t id) {
 }
 
 std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
+    require_cpu_backend(checked(model), "forward_logits");
     const Model& m = checked(model);
     loops = checked_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
@@ -77,6 +78,7 @@ std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, in
 }
 
 ScoreResult score(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
+    require_cpu_backend(checked(model), "score");
     const Model& m = checked(model);
     const int L = checked_loops(m, loops);
     check_score_tokens(m, tokens, n, 2);

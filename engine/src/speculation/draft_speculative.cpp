@@ -348,6 +348,7 @@ bool DraftRun::cycle() {
 GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const int32_t* prompt, int prompt_len,
                                              const GenerateConfig& c, const DraftSpeculativeConfig& sc,
                                              const GenerateOptions& options) {
+    require_cpu_backend(checked(target), "draft-model speculation");
     const auto t0 = Clock::now();
     const Model& tm = checked(target);
     check_draft_run(tm, draft, prompt, prompt_len, c, sc, options);

@@ -90,6 +90,7 @@ void top_children(const Model& m, const float* logits, int k, std::vector<int32_
 
 GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
                                             const TreeSpeculativeConfig& c, const GenerateOptions& options) {
+    require_cpu_backend(checked(model), "tree self-speculation");
     const auto t0 = Clock::now();
     const Model& m = checked(model);
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, 1, c.temperature);

@@ -1,0 +1,150 @@
+// The public API on the CUDA back end (load_model with backend cuda): what is routed to the
+// device gives the CPU's answers, what is not routed yet says so, and vram_usage_bytes tells
+// the truth. The session-level parity (logits at every depth and dtype, verification rows ==
+// decode steps) is test_cuda_forward.cpp's. Skipped, saying so, without a usable CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda/device_probe.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
+#include "test_util.h"
+#include "tinyloop/tinyloop.h"
+
+namespace {
+
+namespace kc = tinyloop::kern::cuda;
+using tinyloop::Backend;
+using tinyloop::ErrorCode;
+
+const kc::DeviceProbe& probe() { return tltest::device_probe(); }
+
+const std::string kModel = std::string(TL_SOURCE_DIR) + "/resources/models/tinyloop-kjv/model-f32.tinyloop";
+
+tinyloop::LoadOptions on(Backend b) {
+    tinyloop::LoadOptions o;
+    o.backend = b;
+    return o;
+}
+
+std::vector<int32_t> prompt_of(tinyloop::Model* m) {
+    return tinyloop::tokenize(m, "In the beginning God created the heaven and the earth. And");
+}
+
+tinyloop::GenerateConfig greedy(int n, int loops) {
+    tinyloop::GenerateConfig g;
+    g.max_tokens = n;
+    g.loops = loops;
+    g.temperature = 0.0f;
+    g.ignore_eos = true;
+    return g;
+}
+
+// f32 weights: the device's float products against the CPU's (f32 has no int8-activation path).
+TEST(CudaEngine, GreedySixtyFourTokensEqualTheCpu) {
+    TL_REQUIRE_DEVICE();
+    tltest::ModelPtr cpu(kModel, on(Backend::Cpu)), gpu(kModel, on(Backend::Cuda));
+    ASSERT_EQ(tinyloop::model_info(gpu.get()).backend, "cuda");
+    const auto prompt = prompt_of(cpu.get());
+    const tinyloop::HParams& hp = tinyloop::model_hparams(cpu.get());
+    for (int L : {1, hp.default_loops, hp.max_loops}) {
+        const auto g = greedy(64, L);
+        const auto want = tinyloop::generate(cpu.get(), prompt.data(), int(prompt.size()), g);
+        const auto got = tinyloop::generate(gpu.get(), prompt.data(), int(prompt.size()), g);
+        EXPECT_EQ(got, want) << "loops " << L;
+    }
+}
+
+// Sampling: the host's pipeline on the device's logits; one seed gives one continuation, and
+// the stream callback sees every token as it comes.
+TEST(CudaEngine, SamplingIsReproducibleAndStreams) {
+    TL_REQUIRE_DEVICE();
+    tltest::ModelPtr gpu(kModel, on(Backend::Cuda));
+    const auto prompt = prompt_of(gpu.get());
+    tinyloop::GenerateConfig g = greedy(32, 0);
+    g.temperature = 0.8f;
+    g.top_k = 40;
+    g.sample_seed = 1234;
+    const auto a = tinyloop::generate(gpu.get(), prompt.data(), int(prompt.size()), g);
+    std::vector<int32_t> streamed;
+    const auto b = tinyloop::generate_stream(gpu.get(), prompt.data(), int(prompt.size()), g, [&](int32_t t, int) {
+        streamed.push_back(t);
+        return true;
+    });
+    EXPECT_EQ(a, b);
+    ASSERT_EQ(a.size(), prompt.size() + 32);
+    EXPECT_EQ(std::vector<int32_t>(a.begin() + long(prompt.size()), a.end()), streamed);
+}
+
+// What is not routed to the device yet is refused with its name, never run on the CPU.
+TEST(CudaEngine, UnroutedCallsNameTheFeature) {
+    TL_REQUIRE_DEVICE();
+    tltest::ModelPtr gpu(kModel, on(Backend::Cuda));
+    const auto prompt = prompt_of(gpu.get());
+    auto expect_refused = [](const char* feature, const auto& call) {
+        try {
+            call();
+            ADD_FAILURE() << feature << ": ran on a model loaded with backend cuda";
+        } catch (const tinyloop::Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
+            EXPECT_NE(std::string(e.what()).find(feature), std::string::npos) << e.what();
+        }
+    };
+    const int n = int(prompt.size());
+    expect_refused("score", [&] { tinyloop::score(gpu.get(), prompt.data(), n, 0, tinyloop::KVCacheType::F32); });
+    expect_refused("score_logit_lens", [&] { tinyloop::score_logit_lens(gpu.get(), prompt.data(), n, 0, 5); });
+    expect_refused("chain self-speculation", [&] {
+        tinyloop::SpeculativeConfig sc;
+        tinyloop::generate_speculative(gpu.get(), prompt.data(), n, sc);
+    });
+    expect_refused("beam search", [&] {
+        tinyloop::GenerateConfig g = greedy(8, 0);
+        g.beam_size = 2;
+        tinyloop::generate(gpu.get(), prompt.data(), n, g);
+    });
+}
+
+// vram_usage_bytes against what the device lost (cudaMemGetInfo), within 5%: after the load
+// (the weights) and during a generation (the weights plus the session).
+TEST(CudaEngine, VramUsageMatchesTheDevicesFreeMemory) {
+    TL_REQUIRE_DEVICE();
+    const int dev = probe().device;
+    tinyloop::HParams hp = tltest::small_hparams();
+    hp.d_model = 512;
+    hp.n_heads = 8;
+    hp.n_kv_heads = 8;
+    hp.head_dim = 64;
+    hp.d_ff = 1408;
+    hp.vocab_size = 4096;
+    hp.n_pre_blocks = 2;
+    hp.n_loop_layers = 2;
+    hp.max_seq_len = 1024;
+    const std::string path = tltest::write_random_model("vram_d512", hp);
+    { tltest::ModelPtr warm(path, on(Backend::Cuda)); }  // the driver's context and cuBLAS set up once
+    const size_t free0 = kc::device_free_bytes(dev);
+    tltest::ModelPtr gpu(path, on(Backend::Cuda));
+    const size_t free1 = kc::device_free_bytes(dev);
+    const double lost = double(free0) - double(free1), reported = double(tinyloop::vram_usage_bytes(gpu.get()));
+    ASSERT_GT(reported, 0.0);
+    EXPECT_NEAR(reported, lost, 0.05 * lost) << "after load: reported " << reported << " bytes, the device lost " << lost;
+    tinyloop::GenerateConfig g = greedy(4, 0);
+    std::vector<int32_t> prompt(200, 5);
+    bool checked = false;
+    tinyloop::generate_stream(gpu.get(), prompt.data(), int(prompt.size()), g, [&](int32_t, int) {
+        if (!checked) {
+            const double lost_now = double(free0) - double(kc::device_free_bytes(dev));
+            const double rep = double(tinyloop::vram_usage_bytes(gpu.get()));
+            EXPECT_GT(rep, reported) << "a live session's buffers are counted";
+            EXPECT_NEAR(rep, lost_now, 0.05 * lost_now) << "during generate: reported " << rep << ", lost " << lost_now;
+            checked = true;
+        }
+        return true;
+    });
+    EXPECT_TRUE(checked);
+    EXPECT_EQ(double(tinyloop::vram_usage_bytes(gpu.get())), reported) << "the session's bytes are returned";
+}
+
+}  // namespace
