@@ -1,19 +1,10 @@
 // Back-end selection (LoadOptions.backend), the device probe's report, and the CUDA back end's
 // ops (CudaOps, backend.h).
 //
-<<<<<<< HEAD:engine/src/forward/cuda_backend.cpp
-// State of the CUDA back end (issue 6): the kernels (kernels/cuda/) and a whole-model CUDA
-// forward with greedy decode (cuda_forward.cpp) exist, but generation, scoring and the
-// speculative modes do not yet dispatch to it. Until they do, a usable device is reported and
-// `cuda` is refused with NotSupported, `auto` runs on the CPU and says so: nothing claims to
-// run on the GPU while it runs on the CPU.
-#include "forward/cuda_backend.h"
-=======
 // A usable device is chosen for `cuda` and `auto`: the model's weights go to the device and
 // generate / generate_stream decode there (cuda_forward.cpp); the calls not routed yet throw
 // NotSupported naming the feature (require_cpu_backend, model.h), never a silent CPU run.
 #include "forward/cuda_backend.h"
->>>>>>> backend:engine/src/cuda_backend.cpp
 
 namespace tinyloop {
 
