@@ -231,13 +231,7 @@ CommandSpec export_gguf_spec() {
 }
 
 int run_export_gguf(const Args& args) {
-    const auto& pos = args.positionals();
-    if (pos.size() < 2)
-        throw UsageError(std::string("missing ") + (pos.empty() ? "MODEL and OUT" : "OUT") +
-                         "; see 'tinyloop export-gguf --help'");
-    if (pos.size() > 2) throw UsageError("unexpected argument '" + pos[2] + "' (takes MODEL and OUT)");
-    const std::string in = pos[0], out = pos[1];
-    if (in.empty() || out.empty()) throw UsageError("MODEL and OUT must be non-empty paths");
+    const auto [in, out] = in_out_positionals(args, "MODEL");
     const std::optional<int> loops = loops_flag(args);
     if (!loops) throw UsageError("missing --loops (the loop depth to unroll, 1..max_loops)");
     const std::optional<std::string> dflag = args.value("--dtype");
@@ -245,13 +239,7 @@ int run_export_gguf(const Args& args) {
     if (dflag) dtype = parse_gguf_dtype(*dflag);
     load_options(args);  // validates --backend / --threads even though nothing runs
 
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (fs::exists(out, ec)) {
-        if (fs::equivalent(in, out, ec))
-            throw UsageError("OUT '" + out + "' is the input file; write to another path");
-        if (fs::is_directory(out, ec)) throw UsageError("OUT '" + out + "' is a directory");
-    }
+    check_output_path(in, out);
     LoadOptions lo;
     lo.backend = Backend::Cpu;
     lo.threads = 1;

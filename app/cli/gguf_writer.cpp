@@ -133,57 +133,49 @@ std::vector<uint8_t> encode(const float* x, size_t n, TensorType t) {
     return out;
 }
 
-void Writer::add_string(const std::string& key, const std::string& value) {
+void Writer::begin(const std::string& key, uint32_t value_type) {
     put_string(kv_, key);
-    put<uint32_t>(kv_, kString);
-    put_string(kv_, value);
+    put<uint32_t>(kv_, value_type);
     ++kv_count_;
+}
+
+void Writer::add_string(const std::string& key, const std::string& value) {
+    begin(key, kString);
+    put_string(kv_, value);
 }
 
 void Writer::add_u32(const std::string& key, uint32_t value) {
-    put_string(kv_, key);
-    put<uint32_t>(kv_, kUint32);
+    begin(key, kUint32);
     put<uint32_t>(kv_, value);
-    ++kv_count_;
 }
 
 void Writer::add_i32(const std::string& key, int32_t value) {
-    put_string(kv_, key);
-    put<uint32_t>(kv_, kInt32);
+    begin(key, kInt32);
     put<int32_t>(kv_, value);
-    ++kv_count_;
 }
 
 void Writer::add_f32(const std::string& key, float value) {
-    put_string(kv_, key);
-    put<uint32_t>(kv_, kFloat32);
+    begin(key, kFloat32);
     put<float>(kv_, value);
-    ++kv_count_;
 }
 
 void Writer::add_bool(const std::string& key, bool value) {
-    put_string(kv_, key);
-    put<uint32_t>(kv_, kBool);
+    begin(key, kBool);
     put<uint8_t>(kv_, value ? 1 : 0);
-    ++kv_count_;
 }
 
 void Writer::add_string_array(const std::string& key, const std::vector<std::string>& values) {
-    put_string(kv_, key);
-    put<uint32_t>(kv_, kArray);
+    begin(key, kArray);
     put<uint32_t>(kv_, kString);
     put<uint64_t>(kv_, values.size());
     for (const auto& v : values) put_string(kv_, v);
-    ++kv_count_;
 }
 
 void Writer::add_i32_array(const std::string& key, const std::vector<int32_t>& values) {
-    put_string(kv_, key);
-    put<uint32_t>(kv_, kArray);
+    begin(key, kArray);
     put<uint32_t>(kv_, kInt32);
     put<uint64_t>(kv_, values.size());
     for (int32_t v : values) put<int32_t>(kv_, v);
-    ++kv_count_;
 }
 
 void Writer::add_tensor(const std::string& name, int64_t rows, int64_t cols, TensorType type,

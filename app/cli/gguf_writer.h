@@ -52,6 +52,8 @@ private:
         uint64_t bytes = 0, offset = 0;
         std::function<std::vector<uint8_t>()> data;
     };
+    void begin(const std::string& key, uint32_t value_type);  // a pair's key and value type
+
     std::string kv_;  // the encoded key/value pairs
     uint64_t kv_count_ = 0;
     std::vector<Tensor> tensors_;
