@@ -22,12 +22,16 @@ endif()
 
 if(_tl_llama_found)
   find_package(OpenMP COMPONENTS CXX)
-  add_executable(llama_parity ${CMAKE_CURRENT_LIST_DIR}/llama_parity.cpp)
-  target_include_directories(llama_parity PRIVATE ${TINYLOOP_LLAMA_CPP_DIR}/include ${TINYLOOP_LLAMA_CPP_DIR}/ggml/include)
-  target_link_libraries(llama_parity PRIVATE tinyloop ${_tl_llama_libs} Threads::Threads ${CMAKE_DL_LIBS})
-  if(OpenMP_CXX_FOUND)
-    target_link_libraries(llama_parity PRIVATE OpenMP::OpenMP_CXX)
-  endif()
+  # llama_parity: the test's comparison; llama_cpu_time: the side-by-side speed tool (README,
+  # Performance), timed in CPU seconds.
+  foreach(tool llama_parity llama_cpu_time)
+    add_executable(${tool} ${CMAKE_CURRENT_LIST_DIR}/${tool}.cpp)
+    target_include_directories(${tool} PRIVATE ${TINYLOOP_LLAMA_CPP_DIR}/include ${TINYLOOP_LLAMA_CPP_DIR}/ggml/include)
+    target_link_libraries(${tool} PRIVATE tinyloop ${_tl_llama_libs} Threads::Threads ${CMAKE_DL_LIBS})
+    if(OpenMP_CXX_FOUND)
+      target_link_libraries(${tool} PRIVATE OpenMP::OpenMP_CXX)
+    endif()
+  endforeach()
   add_dependencies(llama_parity tinyloop_cli)
   add_test(NAME llama_cpp.parity
     COMMAND ${CMAKE_COMMAND} -DCLI=$<TARGET_FILE:tinyloop_cli> -DPARITY=$<TARGET_FILE:llama_parity>
