@@ -34,13 +34,7 @@ CommandSpec quantize_spec() {
 }
 
 int run_quantize(const Args& args) {
-    const auto& pos = args.positionals();
-    if (pos.size() < 2)
-        throw UsageError(std::string("missing ") + (pos.empty() ? "IN and OUT" : "OUT") +
-                         "; see 'tinyloop quantize --help'");
-    if (pos.size() > 2) throw UsageError("unexpected argument '" + pos[2] + "' (takes IN and OUT)");
-    const std::string in = pos[0], out = pos[1];
-    if (in.empty() || out.empty()) throw UsageError("IN and OUT must be non-empty paths");
+    const auto [in, out] = in_out_positionals(args, "IN");
     auto d = args.value("--dtype");
     if (!d) throw UsageError("missing --dtype (one of f32, f16, q8, q4, q2)");
     if (*d != "f32" && *d != "f16" && *d != "q8" && *d != "q4" && *d != "q2")
@@ -53,13 +47,7 @@ int run_quantize(const Args& args) {
     load_options(args);  // validates --backend / --threads even though nothing runs
 
     check_file_readable("IN", in);
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (fs::exists(out, ec)) {
-        if (fs::equivalent(in, out, ec))
-            throw UsageError("OUT '" + out + "' is the input file; write to another path");
-        if (fs::is_directory(out, ec)) throw UsageError("OUT '" + out + "' is a directory");
-    }
+    check_output_path(in, out);
 
     QuantizeReport rep;
     try {

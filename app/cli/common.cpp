@@ -75,6 +75,24 @@ ModelHandle open_model(const std::string& path, const LoadOptions& options) {
     }
 }
 
+std::pair<std::string, std::string> in_out_positionals(const Args& args, const std::string& in_name) {
+    const auto& pos = args.positionals();
+    if (pos.size() < 2)
+        throw UsageError(std::string("missing ") + (pos.empty() ? in_name + " and OUT" : "OUT") + "; see 'tinyloop " +
+                         args.command() + " --help'");
+    if (pos.size() > 2) throw UsageError("unexpected argument '" + pos[2] + "' (takes " + in_name + " and OUT)");
+    if (pos[0].empty() || pos[1].empty()) throw UsageError(in_name + " and OUT must be non-empty paths");
+    return {pos[0], pos[1]};
+}
+
+void check_output_path(const std::string& in, const std::string& out) {
+    std::error_code ec;
+    if (!std::filesystem::exists(out, ec)) return;
+    if (std::filesystem::equivalent(in, out, ec))
+        throw UsageError("OUT '" + out + "' is the input file; write to another path");
+    if (std::filesystem::is_directory(out, ec)) throw UsageError("OUT '" + out + "' is a directory");
+}
+
 std::string read_text_file(const std::string& flag, const std::string& path) {
     // A prompt or a text to score; the cap turns /dev/zero or a mistaken multi-GiB file into
     // a message instead of an out-of-memory kill.

@@ -34,6 +34,12 @@ ModelHandle open_model(const std::string& path, const LoadOptions& options);
 // UsageError "FLAG: cannot open file 'path': reason" unless path is a readable regular file.
 void check_file_readable(const std::string& flag, const std::string& path);
 
+// The two positionals of a command that reads one file and writes another (quantize,
+// export-gguf), named `in_name` and OUT in messages: both given, non-empty, nothing more.
+std::pair<std::string, std::string> in_out_positionals(const Args& args, const std::string& in_name);
+// UsageError unless OUT may be written: not the input file itself, not a directory.
+void check_output_path(const std::string& in, const std::string& out);
+
 // The whole file, or UsageError "FLAG: cannot read 'path': reason".
 std::string read_text_file(const std::string& flag, const std::string& path);
 

@@ -21,6 +21,8 @@ const std::vector<CommandEntry>& command_table() {
         {"bench", bench_spec, run_bench,
          "prefill/decode tok/s, GB/s, speedups of early exit and speculation"},
         {"quantize", quantize_spec, run_quantize, "re-write a model as f16, q8, q4 or q2"},
+        {"export-gguf", export_gguf_spec, run_export_gguf,
+         "unroll a model to a llama GGUF for llama.cpp, Ollama, LM Studio"},
         {"serve", serve_spec, nullptr, "OpenAI-compatible HTTP server (Python, over the binding)"},
         {"make-random", make_random_spec, run_make_random,
          "write a model with random weights (tests, demos)"},
@@ -57,6 +59,7 @@ std::string usage_text() {
          "  tinyloop lens model.tinyloop --text \"And God said, Let there be light\"\n"
          "  tinyloop score model.tinyloop --file chapter.txt --escalate 2,4,8 --signal margin\n"
          "  tinyloop quantize model.tinyloop model-q4.tinyloop --dtype q4 --group-size 64\n"
+         "  tinyloop export-gguf model.tinyloop model.gguf --loops 6 --dtype q8_0\n"
          "  tinyloop bench --random d_model=512,n_heads=8,d_ff=1408,vocab=4096,loops=7 \\\n"
          "      --dtypes f32,q8,q4 --threads 1,2 --modes plain,early-exit,speculative,tree\n"
          "  tinyloop serve model.tinyloop --port 8080\n";

@@ -176,16 +176,27 @@ void tile(const WeightView& W, const float* x, float* y, int r, int t) {
     }
 }
 
+// The tile of the float kinds (F32, F16). With 32 vector registers: up to 6 tokens x 4 rows (24
+// accumulators + 4 weights + 1 activation), 10 loads per 24 FMAs where 8 x 2 needs 10 per 16.
+template <WType K>
+constexpr bool kFloatKind = K == WType::F32 || K == WType::F16;
+template <WType K>
+constexpr int kTok = kFloatKind<K> && V::kRegs >= 32 ? 6 : V::kTokTile;
+template <WType K>
+constexpr int row_tile(int tok) {
+    return kFloatKind<K> && V::kRegs >= 32 ? 4 : V::row_tile(tok);
+}
+
 // Tokens [t, t+T) against rows [r0, r1): full row tiles, then single rows.
 template <WType K, int T>
 void rows_pass(const WeightView& W, const float* x, float* y, int t, int r0, int r1) {
-    constexpr int R = V::row_tile(T);
+    constexpr int R = row_tile<K>(T);
     int r = r0;
     for (; r + R <= r1; r += R) tile<K, R, T>(W, x, y, r, t);
     for (; r < r1; ++r) tile<K, 1, T>(W, x, y, r, t);
 }
 
-template <WType K, int T = V::kTokTile - 1>
+template <WType K, int T = kTok<K> - 1>
 void rows_pass_rest(const WeightView& W, const float* x, float* y, int t, int rest, int r0, int r1) {
     if constexpr (T >= 1) {
         if (rest == T) {
@@ -202,12 +213,12 @@ template <WType K>
 void matmul_kind(const WeightView& W, const float* x, int n_tok, float* y, int r0, int r1) {
     constexpr size_t kBlockBytes = 192 * 1024;
     const size_t row_bytes = static_cast<size_t>(W.cols) * wtype_bits(K) / 8 + 1;
-    int block = n_tok <= V::kTokTile ? r1 - r0 : static_cast<int>(kBlockBytes / row_bytes) / 4 * 4;
+    int block = n_tok <= kTok<K> ? r1 - r0 : static_cast<int>(kBlockBytes / row_bytes) / 4 * 4;
     if (block < 4) block = 4;
     for (int b0 = r0; b0 < r1; b0 += block) {
         const int b1 = r1 - b0 < block ? r1 : b0 + block;
         int t = 0;
-        for (; t + V::kTokTile <= n_tok; t += V::kTokTile) rows_pass<K, V::kTokTile>(W, x, y, t, b0, b1);
+        for (; t + kTok<K> <= n_tok; t += kTok<K>) rows_pass<K, kTok<K>>(W, x, y, t, b0, b1);
         if (t < n_tok) rows_pass_rest<K>(W, x, y, t, n_tok - t, b0, b1);
     }
 }

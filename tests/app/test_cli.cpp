@@ -89,7 +89,7 @@ TEST_F(CliTest, HelpAndVersion) {
     r = run({"--version"});
     EXPECT_EQ(r.status, 0);
     EXPECT_EQ(r.out.rfind("tinyloop ", 0), 0u) << r.out;
-    for (const char* cmd : {"info", "generate", "score", "lens", "bench", "quantize", "make-random"}) {
+    for (const char* cmd : {"info", "generate", "score", "lens", "bench", "quantize", "export-gguf", "make-random"}) {
         r = run({cmd, "--help"});
         EXPECT_EQ(r.status, 0) << cmd;
         EXPECT_NE(r.out.find("usage: tinyloop " + std::string(cmd)), std::string::npos) << r.out;

@@ -112,7 +112,7 @@ TEST(Ops, SimdMatmulAndScoresFollowTheDocumentedOrderBitForBit) {
                 for (int r = 0; r < rows; ++r) {
                     for (int c = 0; c < cols; ++c) dense[static_cast<size_t>(r) * cols + c] = w.at(r, c);
                 }
-                for (int n_tok : {1, 2, 3, 8, 11}) {
+                for (int n_tok : {1, 2, 3, 6, 7, 8, 11, 13}) {  // float tiles: 6 tokens (AVX-512), 8 (AVX2)
                     const auto x = rng.normals(static_cast<size_t>(n_tok) * cols);
                     const auto y = run_matmul(w.view(), x.data(), n_tok, nullptr);
                     for (int t = 0; t < n_tok; ++t) {
