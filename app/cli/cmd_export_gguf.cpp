@@ -245,7 +245,7 @@ int run_export_gguf(const Args& args) {
     LoadOptions lo;
     lo.backend = Backend::Cpu;
     lo.threads = 1;
-    ModelPtr model = open_model(in, lo);
+    ModelHandle model = open_model(in, lo);
     const ModelInfo info = model_info(model.get());
     const HParams& hp = info.hparams;
     if (hp.loop_input != LoopInput::None)

@@ -46,7 +46,8 @@ tinyloop::GenerateConfig greedy(int n, int loops) {
 // f32 weights: the device's float products against the CPU's (f32 has no int8-activation path).
 TEST(CudaEngine, GreedySixtyFourTokensEqualTheCpu) {
     TL_REQUIRE_DEVICE();
-    tltest::ModelPtr cpu(kModel, on(Backend::Cpu)), gpu(kModel, on(Backend::Cuda));
+    tinyloop::ModelHandle cpu = tinyloop::load_model_handle(kModel, on(Backend::Cpu));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
     ASSERT_EQ(tinyloop::model_info(gpu.get()).backend, "cuda");
     const auto prompt = prompt_of(cpu.get());
     const tinyloop::HParams& hp = tinyloop::model_hparams(cpu.get());
@@ -62,7 +63,7 @@ TEST(CudaEngine, GreedySixtyFourTokensEqualTheCpu) {
 // the stream callback sees every token as it comes.
 TEST(CudaEngine, SamplingIsReproducibleAndStreams) {
     TL_REQUIRE_DEVICE();
-    tltest::ModelPtr gpu(kModel, on(Backend::Cuda));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
     const auto prompt = prompt_of(gpu.get());
     tinyloop::GenerateConfig g = greedy(32, 0);
     g.temperature = 0.8f;
@@ -82,7 +83,7 @@ TEST(CudaEngine, SamplingIsReproducibleAndStreams) {
 // What is not routed to the device yet is refused with its name, never run on the CPU.
 TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     TL_REQUIRE_DEVICE();
-    tltest::ModelPtr gpu(kModel, on(Backend::Cuda));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
     const auto prompt = prompt_of(gpu.get());
     auto expect_refused = [](const char* feature, const auto& call) {
         try {
@@ -123,9 +124,9 @@ TEST(CudaEngine, VramUsageMatchesTheDevicesFreeMemory) {
     hp.n_loop_layers = 2;
     hp.max_seq_len = 1024;
     const std::string path = tltest::write_random_model("vram_d512", hp);
-    { tltest::ModelPtr warm(path, on(Backend::Cuda)); }  // the driver's context and cuBLAS set up once
+    { tinyloop::ModelHandle warm = tinyloop::load_model_handle(path, on(Backend::Cuda)); }  // the driver's context and cuBLAS set up once
     const size_t free0 = kc::device_free_bytes(dev);
-    tltest::ModelPtr gpu(path, on(Backend::Cuda));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(path, on(Backend::Cuda));
     const size_t free1 = kc::device_free_bytes(dev);
     const double lost = double(free0) - double(free1), reported = double(tinyloop::vram_usage_bytes(gpu.get()));
     ASSERT_GT(reported, 0.0);

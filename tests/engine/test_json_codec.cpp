@@ -10,7 +10,6 @@
 
 using namespace tinyloop;
 using nlohmann::json;
-using tltest::ModelPtr;
 
 namespace {
 
@@ -90,7 +89,7 @@ TEST(JsonCodec, ConfigRefusalsNameTheFieldAndRange) {
 
 // The codec's ranges are validate_config's: the same config is refused with the same message.
 TEST(JsonCodec, RangesAreTheEnginesValidation) {
-    ModelPtr m(tltest::write_random_model("codec.tinyloop", tltest::small_hparams(), 7));
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(tltest::write_random_model("codec.tinyloop", tltest::small_hparams(), 7));
     GenerateConfig c;
     c.frequency_penalty = 2.5f;
     const std::string engine = refusal([&] { validate_config(m.get(), 4, c); });
@@ -211,7 +210,7 @@ TEST(JsonCodec, EventRoundTripsWithLensAndCycle) {
 
 // A real speculative run with a lens: its events and stats survive the trip unchanged.
 TEST(JsonCodec, RealRunSurvivesTheTrip) {
-    ModelPtr m(tltest::write_random_model("codec-run.tinyloop", tltest::small_hparams(), 11));
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(tltest::write_random_model("codec-run.tinyloop", tltest::small_hparams(), 11));
     const std::vector<int32_t> prompt = {5, 17, 42, 99};
     RunSpec spec;
     spec.mode = DecodeMode::Speculative;

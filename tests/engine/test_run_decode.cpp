@@ -163,7 +163,7 @@ TEST(RunDecode, ConfigModeIsTheEnginesRule) {
     GenerateConfig bad;
     bad.temperature = -1.0f;
     EXPECT_EQ(config_mode(bad), DecodeMode::Sample);
-    ModelPtr m(model_path());
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(model_path());
     RunSpec spec;
     spec.config = bad;
     spec.mode = config_mode(bad);
