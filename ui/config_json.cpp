@@ -10,6 +10,7 @@ namespace tlui {
 
 using nlohmann::json;
 using tinyloop::EarlyExitCriterion;
+using tinyloop::EarlyStopping;
 using tinyloop::GenerateConfig;
 
 const char* modeName(DecodeMode m) {
@@ -87,7 +88,7 @@ const std::vector<FieldInfo>& configFields() {
         {"repetition_penalty", K::Float, "> 0 (1 disables)", "HuggingFace-convention penalty applied before temperature/top-k/top-p. 1.0 disables.", false},
         {"frequency_penalty", K::Float, "[-2, 2]", "Subtracts penalty x (times the token was emitted) from its logit. 0 disables.", false},
         {"presence_penalty", K::Float, "[-2, 2]", "Subtracts penalty from the logit of every token already emitted. 0 disables.", false},
-        {"logit_bias", K::Bias, "id:bias, bias in [-100, 100]", "Added to the logits after the penalties, e.g. \"256:-100, 32:1.5\".", false},
+        {"logit_bias", K::Bias, "id:bias, bias in [-100, 100]", "Added to the logits before the penalties (Hugging Face's sequence_bias order), e.g. \"256:-100, 32:1.5\".", false},
         {"stop_sequences", K::IdLists, "ids; ids; ...", "Token-id sequences that terminate decode when matched at the tail of emitted output. Matching tokens are included in the returned stream. Format: \"13; 198 198\".", false},
         {"stop_strings", K::Strings, "JSON array of strings", "Text that terminates decode when it appears; excluded from the text. Format: [\"\\n\\n\", \"Amen\"].", false},
         {"ignore_eos", K::Bool, "", "Keep going past the model's EOS token.", false},
@@ -96,6 +97,10 @@ const std::vector<FieldInfo>& configFields() {
         {"bad_words", K::IdLists, "ids; ids; ...", "Token sequences that are never emitted (each non-empty). Format: \"256; 10 10\".", false},
         {"beam_size", K::Int, "0 .. 64", "0 or 1 = standard sampling. >= 2 switches to deterministic beam search; sampling knobs are then ignored.", false},
         {"length_penalty", K::Float, "beam only (1 otherwise)", "Beam-search only. Ranks beams by log_prob / max(1, len)^length_penalty.", false},
+        {"early_stopping", K::EarlyStopping, "false | true | never (beam only)", "Hugging Face's early_stopping. true: the search ends when beam_size hypotheses have finished; false (default): also when the best live beam, scored at its current length, cannot beat the worst of them; never: only when no live beam can.", false},
+        {"renormalize_logits", K::Bool, "beam only", "Beam-search only: log-softmax the scores again after the penalties and bans (Hugging Face's renormalize_logits).", false},
+        {"min_new_tokens", K::Int, "0 .. max_seq_len (0 disables)", "EOS is banned until this many tokens have been emitted (Hugging Face's min_new_tokens).", false},
+        {"min_length", K::Int, "0 .. max_seq_len (0 disables)", "EOS is banned until prompt + emitted hold this many tokens (Hugging Face's min_length).", false},
         {"early_exit_patience", K::Int, ">= 0 (0 disables)", "0 disables adaptive-depth early exit. >0 enables: exit after patience consecutive stable probes past min_L.", false},
         {"early_exit_min_L", K::Int, "1 .. max_loops", "First-probe floor for early exit.", false},
         {"early_exit_peek_every", K::Int, ">= 1", "Probe cadence past min_L.", false},
@@ -191,7 +196,9 @@ std::string checkField(const std::string& key, const json& v, const ConfigLimits
     if (key == "K_branches") return intRange(v, 1, 8);
     if (key == "max_time") return floatRange(v, 0, kInf);
     if (key == "no_repeat_ngram_size") return intRange(v, 0, lim.max_seq_len);
-    if (key == "ignore_eos") return v.is_boolean() ? "" : "expected true or false";
+    if (key == "ignore_eos" || key == "renormalize_logits") return v.is_boolean() ? "" : "expected true or false";
+    if (key == "min_new_tokens" || key == "min_length") return intRange(v, 0, lim.max_seq_len);
+    if (key == "early_stopping") return v.is_boolean() || v == "never" ? "" : "expected true, false or \"never\"";
     if (key == "sample_seed") {
         if (v.is_number_unsigned()) return "";
         if (v.is_number_integer() && v.get<long long>() >= 0) return "";
@@ -265,6 +272,10 @@ json configToJson(const GenerateConfig& c) {
     j["bad_words"] = c.bad_words;
     j["beam_size"] = c.beam_size;
     j["length_penalty"] = c.length_penalty;
+    j["early_stopping"] = c.early_stopping == EarlyStopping::Never ? json("never") : json(c.early_stopping == EarlyStopping::WhenFull);
+    j["renormalize_logits"] = c.renormalize_logits;
+    j["min_new_tokens"] = c.min_new_tokens;
+    j["min_length"] = c.min_length;
     j["early_exit_patience"] = c.early_exit_patience;
     j["early_exit_min_L"] = c.early_exit_min_L;
     j["early_exit_peek_every"] = c.early_exit_peek_every;
@@ -324,6 +335,11 @@ GenerateConfig configFromJson(const json& j, const ConfigLimits& lim, const std:
         else if (k == "no_repeat_ngram_size") c.no_repeat_ngram_size = I();
         else if (k == "beam_size") c.beam_size = I();
         else if (k == "length_penalty") c.length_penalty = F();
+        else if (k == "early_stopping")
+            c.early_stopping = v.is_string() ? EarlyStopping::Never : v.get<bool>() ? EarlyStopping::WhenFull : EarlyStopping::Heuristic;
+        else if (k == "renormalize_logits") c.renormalize_logits = v.get<bool>();
+        else if (k == "min_new_tokens") c.min_new_tokens = I();
+        else if (k == "min_length") c.min_length = I();
         else if (k == "early_exit_patience") c.early_exit_patience = I();
         else if (k == "early_exit_min_L") c.early_exit_min_L = I();
         else if (k == "early_exit_peek_every") c.early_exit_peek_every = I();

@@ -46,7 +46,7 @@ private:
     std::string m_field;
 };
 
-enum class FieldKind { Int, Float, U64, Bool, Criterion, KvCache, IdLists, Strings, Bias, Pointer };
+enum class FieldKind { Int, Float, U64, Bool, Criterion, KvCache, IdLists, Strings, Bias, Pointer, EarlyStopping };
 
 struct FieldInfo {
     const char* key;

@@ -35,6 +35,10 @@ static tinyloop::GenerateConfig everyFieldChanged() {
     c.bad_words = {{256}, {10, 10}};
     c.beam_size = 3;
     c.length_penalty = 0.6f;
+    c.early_stopping = tinyloop::EarlyStopping::Never;
+    c.renormalize_logits = true;
+    c.min_new_tokens = 4;
+    c.min_length = 9;
     c.early_exit_patience = 2;
     c.early_exit_min_L = 3;
     c.early_exit_peek_every = 2;
@@ -88,6 +92,10 @@ private slots:
         QVERIFY(back->bad_words == c.bad_words);
         QCOMPARE(back->beam_size, c.beam_size);
         QCOMPARE(back->length_penalty, c.length_penalty);
+        QCOMPARE(back->early_stopping, c.early_stopping);
+        QCOMPARE(back->renormalize_logits, c.renormalize_logits);
+        QCOMPARE(back->min_new_tokens, c.min_new_tokens);
+        QCOMPARE(back->min_length, c.min_length);
         QCOMPARE(back->early_exit_patience, c.early_exit_patience);
         QCOMPARE(back->early_exit_min_L, c.early_exit_min_L);
         QCOMPARE(back->early_exit_peek_every, c.early_exit_peek_every);
@@ -161,6 +169,8 @@ private slots:
             {"sample_seed", "-1", "not an integer"},
             {"max_time", "-1", "outside [0"},
             {"no_repeat_ngram_size", "-2", "outside [0"},
+            {"min_new_tokens", "-1", "outside [0"},
+            {"min_length", "x", "not an integer"},
             {"bad_words", "1;;2", "must not be empty"},
             {"grammar", "/no/such/file.gbnf", "no such file"},
             {"length_penalty", "0.5", "only applies to beam search"},
