@@ -82,6 +82,20 @@ case "$mode" in
     echo "== Python test environment ($build/pyenv)"
     if [ ! -x "$build/pyenv/bin/python" ]; then /usr/bin/python3 -m venv --system-site-packages "$build/pyenv"; fi
     "$build/pyenv/bin/pip" install --disable-pip-version-check -q -r tests/python/requirements.txt
+    # The Hugging Face peer test's transformers + torch, through a wheel cache outside the
+    # checkout (PyPI's torch pulls ~3 GB of CUDA runtime wheels; a fresh clone on this machine
+    # then installs them from the cache instead of downloading them again). A failed install
+    # fails test_hf_peer.py with the reason; it does not skip.
+    wheels=${TINYLOOP_WHEEL_CACHE:-$HOME/.cache/tinyloop-wheels}
+    peer=tests/python/requirements-peer.txt
+    pipq=("$build/pyenv/bin/pip" --disable-pip-version-check -q)
+    if ! "${pipq[@]}" install --no-index --find-links "$wheels" -r "$peer" 2>/dev/null; then
+      echo "== downloading the peer test's wheels into $wheels (once per machine)"
+      mkdir -p "$wheels"
+      "${pipq[@]}" download -d "$wheels" -r "$peer" &&
+        "${pipq[@]}" install --no-index --find-links "$wheels" -r "$peer" ||
+        echo "== warning: $peer did not install; test_hf_peer.py will fail"
+    fi
     echo "== running the tests"
     ctest --test-dir "$build" --output-on-failure -j "$jobs"
     if [ "${TINYLOOP_SKIP_SANITIZERS:-0}" != 1 ]; then

@@ -28,6 +28,10 @@ inline tinyloop::GenerateConfig every_config_field_changed() {
     c.bad_words = {{256}, {10, 10}};
     c.beam_size = 3;
     c.length_penalty = 0.6f;
+    c.early_stopping = tinyloop::EarlyStopping::Never;
+    c.renormalize_logits = true;
+    c.min_new_tokens = 4;
+    c.min_length = 9;
     c.early_exit_min_L = 3;
     c.early_exit_peek_every = 2;
     c.early_exit_logit_margin = 0.25f;

@@ -10,6 +10,7 @@ namespace tlui {
 
 using nlohmann::json;
 using tinyloop::EarlyExitCriterion;
+using tinyloop::EarlyStopping;
 using tinyloop::GenerateConfig;
 
 const char* modeName(DecodeMode m) {

@@ -74,9 +74,11 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
             r.editor = c;
             break;
         }
-        case FieldKind::KvCache: {
+        case FieldKind::KvCache:
+        case FieldKind::EarlyStopping: {
             auto* c = new QComboBox;
-            c->addItems({"f32", "int8"});
+            if (f.kind == FieldKind::KvCache) c->addItems({"f32", "int8"});
+            else c->addItems({"false", "true", "never"});
             connect(c, &QComboBox::currentIndexChanged, this, [this] { revalidate(); emit changed(); });
             r.editor = c;
             break;
@@ -150,6 +152,9 @@ void ConfigPanel::setConfig(const tinyloop::GenerateConfig& c) {
         case FieldKind::KvCache:
             qobject_cast<QComboBox*>(r.editor)->setCurrentText(QString::fromStdString(v.get<std::string>()));
             break;
+        case FieldKind::EarlyStopping:  // true / false / "never", shown as their JSON spelling
+            qobject_cast<QComboBox*>(r.editor)->setCurrentText(QString::fromStdString(v.is_string() ? v.get<std::string>() : v.dump()));
+            break;
         case FieldKind::IdLists:
             setFieldText(key, QString::fromStdString(idListsToText(key == "bad_words" ? c.bad_words : c.stop_sequences)));
             break;
@@ -216,6 +221,10 @@ json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
         case FieldKind::Bool: return qobject_cast<QCheckBox*>(r.editor)->isChecked();
         case FieldKind::Criterion:
         case FieldKind::KvCache: return qobject_cast<QComboBox*>(r.editor)->currentText().toStdString();
+        case FieldKind::EarlyStopping: {
+            const QString t = qobject_cast<QComboBox*>(r.editor)->currentText();
+            return t == "never" ? json("never") : json(t == "true");
+        }
         case FieldKind::Grammar: return nullptr;
         default: break;
         }

@@ -62,6 +62,10 @@ CommandSpec generate_spec() {
          "an integer >= 0", false, D},
         {"--bad-words", "IDS", "never emit this token sequence, e.g. 13 or 50,51 (repeatable)",
          "a comma-separated list of token ids", true, D},
+        {"--min-new-tokens", "N", "never end (EOS) before N tokens are emitted; 0 disables (default)",
+         "an integer >= 0", false, D},
+        {"--min-length", "N", "never end (EOS) before prompt + output hold N tokens; 0 disables (default)",
+         "an integer >= 0", false, D},
         {"--cache-window", "W", "attend to the last W positions only; 0 = unlimited (default)",
          "an integer >= 0", false, D},
         {"--kv-cache", "T", "KV cache layout: f32 (default) | int8 (per-head, per-position scales)",
@@ -94,6 +98,12 @@ CommandSpec generate_spec() {
          B},
         {"--length-penalty", "X", "rank beams by logprob / len^X (default 1)", "a number", false,
          B},
+        {"--early-stopping", "E",
+         "true: end when N beams finished | false: also when no live beam can win by HF's estimate "
+         "(default) | never: only when none can",
+         "one of true, false, never", false, B},
+        {"--renormalize-logits", "", "log-softmax the beam scores again after the penalties and bans",
+         "", false, B},
 
         {"--early-exit", "C", "stop looping a token early: l2 | margin | kl | entropy | argmax",
          "one of l2, margin, kl, entropy, argmax", false, E},
@@ -198,6 +208,10 @@ const std::vector<std::pair<std::string, std::string>>& field_flags() {
         {"bad_words", "--bad-words"},
         {"beam_size", "--beam-size"},
         {"length_penalty", "--length-penalty"},
+        {"early_stopping", "--early-stopping"},
+        {"renormalize_logits", "--renormalize-logits"},
+        {"min_new_tokens", "--min-new-tokens"},
+        {"min_length", "--min-length"},
         {"early_exit_patience", "--early-exit-patience"},
         {"early_exit_min_L", "--early-exit-min-l"},
         {"early_exit_peek_every", "--early-exit-peek-every"},
@@ -253,7 +267,8 @@ void check_speculative_flags(const Args& args, const std::string& mode) {
     for (const char* f : {"--min-p", "--repetition-penalty", "--frequency-penalty",
                           "--presence-penalty", "--logit-bias", "--stop", "--stop-ids",
                           "--cache-window", "--no-repeat-ngram", "--bad-words", "--max-time", "--kv-cache",
-                          "--beam-size", "--length-penalty", "--early-exit",
+                          "--beam-size", "--length-penalty", "--early-stopping", "--renormalize-logits",
+                          "--min-new-tokens", "--min-length", "--early-exit",
                           "--early-exit-patience", "--grammar"})
         if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode " + mode);
     if (mode == "tree")
@@ -341,6 +356,8 @@ GenerateConfig read_decoding_flags(const Args& args) {
     if (auto v = args.get_int("--no-repeat-ngram")) cfg.no_repeat_ngram_size = *v;
     for (const auto& s : args.values("--bad-words"))
         cfg.bad_words.push_back(parse_id_list("--bad-words", s));
+    if (auto v = args.get_int("--min-new-tokens")) cfg.min_new_tokens = *v;
+    if (auto v = args.get_int("--min-length")) cfg.min_length = *v;
     return cfg;
 }
 
@@ -424,6 +441,16 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
             throw UsageError("--length-penalty: only used with --mode beam");
         cfg.length_penalty = *v;
     }
+    const bool beam = mode == "beam" || args.has("--beam-size");
+    if (auto v = args.value("--early-stopping")) {
+        if (!beam) throw UsageError("--early-stopping: only used with --mode beam");
+        if (*v == "true") cfg.early_stopping = EarlyStopping::WhenFull;
+        else if (*v == "false") cfg.early_stopping = EarlyStopping::Heuristic;
+        else if (*v == "never") cfg.early_stopping = EarlyStopping::Never;
+        else throw UsageError("--early-stopping: expected one of true, false, never, got '" + *v + "'");
+    }
+    if (args.has("--renormalize-logits") && !beam) throw UsageError("--renormalize-logits: only used with --mode beam");
+    cfg.renormalize_logits = args.has("--renormalize-logits");
     return m;
 }
 

@@ -32,7 +32,7 @@ PASSED_THROUGH = {
     "frequency_penalty", "logit_bias", "user", "seed",
     # extensions, as in /v1/completions
     "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "no_repeat_ngram_size",
-    "max_time", "grammar", "kv_cache",
+    "max_time", "grammar", "kv_cache", "min_new_tokens", "min_length",
 }
 
 

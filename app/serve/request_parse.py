@@ -57,6 +57,8 @@ ENGINE_FIELDS = {
     "early_exit_criterion": "early_exit", "early_exit_threshold": "early_exit", "lens_top_k": "logprobs",
     "prompt": "prompt", "beam_size": "beam_size", "grammar": "grammar", "length_penalty": "length_penalty",
     "max_time": "max_time", "no_repeat_ngram_size": "no_repeat_ngram_size", "kv_cache": "kv_cache",
+    "early_stopping": "early_stopping", "renormalize_logits": "renormalize_logits",
+    "min_new_tokens": "min_new_tokens", "min_length": "min_length",
 }
 
 
@@ -87,6 +89,7 @@ KNOWN_FIELDS = {
     # extensions
     "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "speculative",
     "no_repeat_ngram_size", "max_time", "beam_size", "length_penalty", "grammar", "kv_cache",
+    "early_stopping", "renormalize_logits", "min_new_tokens", "min_length",
 }
 
 
@@ -273,7 +276,7 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
     cfg["min_p"] = _num(body, "min_p", 0.0, 0.0, 1.0)
     cfg["repetition_penalty"] = _num(body, "repetition_penalty", 1.0, 0.0, None, lo_open=True)
     cfg["ignore_eos"] = _bool(body, "ignore_eos", False)
-    for k, lo in (("no_repeat_ngram_size", 0), ("beam_size", 0)):
+    for k, lo in (("no_repeat_ngram_size", 0), ("beam_size", 0), ("min_new_tokens", 0), ("min_length", 0)):
         v = _int(body, k, None, lo)
         if v is not None:
             cfg[k] = v
@@ -281,6 +284,13 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
         v = _num(body, k, None, 0.0)
         if v is not None:
             cfg[k] = v
+    es = body.get("early_stopping")  # Hugging Face's: true, false or "never" (beam search)
+    if es is not None:
+        if not isinstance(es, bool) and es != "never":
+            raise bad("early_stopping", "early_stopping: expected true, false or \"never\", got %s" % json.dumps(es))
+        cfg["early_stopping"] = es
+    if body.get("renormalize_logits") is not None:
+        cfg["renormalize_logits"] = _bool(body, "renormalize_logits", False)
     gr = body.get("grammar")
     if gr is not None:
         if not isinstance(gr, str) or not gr.strip():
@@ -348,7 +358,8 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
     # Knobs the speculative decoders do not have.
     unsupported = {"stop": None, "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": None, "min_p": 0,
                    "repetition_penalty": 1, "early_exit": None, "grammar": None, "beam_size": 0,
-                   "no_repeat_ngram_size": 0, "max_time": 0}
+                   "no_repeat_ngram_size": 0, "max_time": 0, "early_stopping": False, "renormalize_logits": False,
+                   "min_new_tokens": 0, "min_length": 0}
     for k, default in unsupported.items():
         v = body.get(k)
         if v is not None and v != default and v != {} and v != []:

@@ -107,6 +107,10 @@ class GenerateConfig:
     bad_words: list[list[int]]     # token sequences never emitted
     beam_size: int                 # 0; >= 2 beam search
     length_penalty: float          # 1.0; beam only
+    early_stopping: bool | str     # False; beam only; True | False | "never" (HF)
+    renormalize_logits: bool       # False; beam only
+    min_new_tokens: int            # 0; EOS banned until this many tokens are emitted
+    min_length: int                # 0; EOS banned until prompt + output hold this many
     early_exit_patience: int       # 0 disables
     early_exit_min_L: int          # 2
     early_exit_peek_every: int     # 1

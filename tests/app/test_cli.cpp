@@ -478,6 +478,28 @@ TEST_F(CliTest, NotYetSupportedFeaturesExitCleanly) {
     EXPECT_USAGE_ERROR(r, "--beam-size");
 }
 
+TEST_F(CliTest, HuggingFaceKnobs) {
+    CliRun r = generate({"--mode", "beam", "--early-stopping", "maybe"});
+    EXPECT_USAGE_ERROR(r, "--early-stopping");
+    r = generate({"--early-stopping", "true"});
+    EXPECT_USAGE_ERROR(r, "--early-stopping");
+    r = generate({"--renormalize-logits"});
+    EXPECT_USAGE_ERROR(r, "--renormalize-logits");
+    r = generate({"--mode", "speculative", "--min-new-tokens", "3"});
+    EXPECT_USAGE_ERROR(r, "--min-new-tokens");
+    r = generate({"--min-length", "-1"});
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("--min-length"), std::string::npos) << r.err;
+    r = generate({"--mode", "beam", "--early-stopping", "never", "--renormalize-logits", "--min-new-tokens", "3",
+                  "--min-length", "2", "--max-tokens", "5", "--ignore-eos", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = parse_json(r);
+    EXPECT_EQ(j["config"]["early_stopping"], "never");
+    EXPECT_EQ(j["config"]["renormalize_logits"], true);
+    EXPECT_EQ(j["config"]["min_new_tokens"], 3);
+    EXPECT_EQ(j["output_ids"].size(), 5u);
+}
+
 TEST_F(CliTest, ScoreJsonHasPerplexity) {
     CliRun r = run({"score", model_, "--text", "In the beginning was the word", "--json"});
     ASSERT_EQ(r.status, 0) << r.err;

@@ -117,6 +117,11 @@ CASES = [
     ("beam_penalised", gen(F32, MOSES, "--mode", "beam", "--beam-size", "3", "--length-penalty", "0.5",
                            "--repetition-penalty", "1.2", "--stop-ids", "44", tokens=20)),
     ("beam_stop_string_q8", gen(Q8, PSALM, "--beam-size", "2", "--stop", ",", tokens=20)),
+    ("beam_early_stopping_true_renormalized", gen(F32, MOSES, "--mode", "beam", "--early-stopping", "true",
+                                                  "--renormalize-logits", "--min-new-tokens", "4", tokens=20)),
+    ("beam_early_stopping_never", gen(F32, PSALM, "--mode", "beam", "--beam-size", "3", "--early-stopping",
+                                      "never", "--length-penalty", "1.5", tokens=20)),
+    ("min_new_tokens_min_length", gen(F32, PSALM, "--min-new-tokens", "30", "--min-length", "36", tokens=40)),
     # ---- draft-model speculation ----
     ("draft_greedy", gen(F32, GENESIS, "--draft-model", Q4, tokens=32)),
     ("draft_sample", gen(F32, MOSES, "--draft-model", Q4, "--mode", "sample", "--seed", "4", "--gamma",

@@ -432,3 +432,18 @@ def test_quantize_model_file(model_path, tmp_path):
     assert all(t["rel_error"] < 0.05 for t in r["tensors"] if t["to"] == "q8")
     with tl.load_model(str(out)) as q:
         assert len(q.generate(PROMPT, max_tokens=4)["output_ids"]) == 4
+
+
+def test_hugging_face_knobs(model):
+    c = tl.GenerateConfig(beam_size=2, early_stopping="never", renormalize_logits=True, min_new_tokens=3, min_length=4)
+    assert (c.early_stopping, c.renormalize_logits, c.min_new_tokens, c.min_length) == ("never", True, 3, 4)
+    assert tl.GenerateConfig(early_stopping=True).early_stopping is True
+    assert tl.GenerateConfig().to_dict()["early_stopping"] is False
+    with pytest.raises(ValueError, match="early_stopping: expected True, False or \"never\""):
+        tl.GenerateConfig(early_stopping="sometimes")
+    with pytest.raises(ValueError, match="early_stopping: only applies to beam search"):
+        tl.generate(model, PROMPT, max_tokens=4, early_stopping=True)
+    with pytest.raises(ValueError, match=r"min_new_tokens: -1 is outside \[0, "):
+        tl.generate(model, PROMPT, max_tokens=4, min_new_tokens=-1)
+    r = tl.generate(model, PROMPT, max_tokens=8, config=c)
+    assert len(r["output_ids"]) >= 3

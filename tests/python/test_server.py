@@ -223,6 +223,11 @@ def test_streaming_stop_string(client, model):
     ({"prompt": "x", "grammar": 5}, "grammar"),
     ({"prompt": "x", "beam_size": 100}, "beam_size"),
     ({"prompt": "x", "max_time": -1}, "max_time"),
+    ({"prompt": "x", "beam_size": 2, "early_stopping": "sometimes"}, "early_stopping"),
+    ({"prompt": "x", "early_stopping": True}, "early_stopping"),
+    ({"prompt": "x", "renormalize_logits": 1}, "renormalize_logits"),
+    ({"prompt": "x", "min_new_tokens": -1}, "min_new_tokens"),
+    ({"prompt": "x", "min_length": 100000}, "min_length"),
 ])
 def test_bad_requests_name_the_field(client, body, param):
     r = post(client, **body)
@@ -345,3 +350,6 @@ def test_grammar_and_beam_extensions(client, model):
     assert j["choices"][0]["text"] in ("yes", "no")
     j = post(client, prompt=PROMPT, max_tokens=6, beam_size=3).json()
     assert j["choices"][0]["text"] == tl.generate(model, PROMPT, max_tokens=6, beam_size=3)["text"]
+    hf = dict(beam_size=3, early_stopping="never", renormalize_logits=True, min_new_tokens=4, min_length=5)
+    j = post(client, prompt=PROMPT, max_tokens=6, **hf).json()
+    assert j["choices"][0]["text"] == tl.generate(model, PROMPT, max_tokens=6, **hf)["text"]

@@ -59,6 +59,10 @@ private slots:
         QVERIFY(back->bad_words == c.bad_words);
         QCOMPARE(back->beam_size, c.beam_size);
         QCOMPARE(back->length_penalty, c.length_penalty);
+        QCOMPARE(back->early_stopping, c.early_stopping);
+        QCOMPARE(back->renormalize_logits, c.renormalize_logits);
+        QCOMPARE(back->min_new_tokens, c.min_new_tokens);
+        QCOMPARE(back->min_length, c.min_length);
         QCOMPARE(back->early_exit_patience, c.early_exit_patience);
         QCOMPARE(back->early_exit_min_L, c.early_exit_min_L);
         QCOMPARE(back->early_exit_peek_every, c.early_exit_peek_every);
@@ -142,6 +146,8 @@ private slots:
             {"sample_seed", "-1", "not an integer"},
             {"max_time", "-1", "must be >= 0"},
             {"no_repeat_ngram_size", "-2", "must be >= 0"},
+            {"min_new_tokens", "-1", "outside [0"},
+            {"min_length", "x", "not an integer"},
             {"bad_words", "1;;2", "must not be empty"},
             {"grammar", "/no/such/file.gbnf", "no such file"},
             {"length_penalty", "0.5", "only applies to beam search"},

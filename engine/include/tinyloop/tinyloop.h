@@ -62,6 +62,9 @@ enum class EarlyExitCriterion {
 enum class KVCacheType { F32, Int8 };
 const char* kv_cache_type_name(KVCacheType t);              // "f32", "int8"
 KVCacheType parse_kv_cache_type(const std::string& name);   // throws InvalidArgument "kv_cache: ..."
+// Beam search's end (HF early_stopping): Heuristic = false (stop when the best live beam, scored at
+// its current length, cannot beat the worst of beam_size finished), WhenFull = true, Never.
+enum class EarlyStopping { Heuristic, WhenFull, Never };
 
 struct GenerateConfig {
     int max_tokens = 64;              // upper bound on emitted tokens, >= 0
@@ -74,7 +77,7 @@ struct GenerateConfig {
     float repetition_penalty = 1.0f;  // > 0; HF convention over prompt + emitted; 1 disables
     float frequency_penalty = 0.0f;   // [-2, 2]; minus penalty * count(token in emitted)
     float presence_penalty = 0.0f;    // [-2, 2]; minus penalty if token in emitted
-    std::vector<std::pair<int32_t, float>> logit_bias;  // added after the penalties; [-100, 100]
+    std::vector<std::pair<int32_t, float>> logit_bias;  // added before the penalties (HF); [-100, 100]
     std::vector<std::vector<int32_t>> stop_sequences;   // token tail match, included in output
     std::vector<std::string> stop_strings;  // text match, excluded from the text (OpenAI stop)
     bool ignore_eos = false;          // keep going past the model's EOS token
@@ -84,6 +87,9 @@ struct GenerateConfig {
     std::vector<std::vector<int32_t>> bad_words;  // token sequences never emitted (each non-empty)
     int beam_size = 0;                // 0 or 1 = sampling; >= 2 beam search, 2..64
     float length_penalty = 1.0f;      // beam only
+    EarlyStopping early_stopping = EarlyStopping::Heuristic;  // beam only (HF's default false)
+    bool renormalize_logits = false;  // beam: log-softmax again after the processors (HF)
+    int min_new_tokens = 0, min_length = 0;  // >= 0; EOS banned until emitted / prompt + emitted reach it
     int early_exit_patience = 0;      // 0 disables early exit; > 0: exit after this many stable probes
     int early_exit_min_L = 2;
     int early_exit_peek_every = 1;

@@ -93,6 +93,18 @@ std::vector<std::string> parse_stop(const py::handle& obj) {
     return out;
 }
 
+// early_stopping as Hugging Face spells it: True, False or "never".
+py::object early_stopping_value(tl::EarlyStopping e) {
+    if (e == tl::EarlyStopping::Never) return py::str("never");
+    return py::bool_(e == tl::EarlyStopping::WhenFull);
+}
+
+tl::EarlyStopping parse_early_stopping(const py::handle& v) {
+    if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? tl::EarlyStopping::WhenFull : tl::EarlyStopping::Heuristic;
+    if (py::isinstance<py::str>(v) && v.cast<std::string>() == "never") return tl::EarlyStopping::Never;
+    throw py::value_error("early_stopping: expected True, False or \"never\", got " + std::string(py::repr(v)));
+}
+
 py::dict logit_bias_dict(const tl::GenerateConfig& c) {
     py::dict d;
     for (const auto& [id, b] : c.logit_bias) d[py::int_(id)] = b;
@@ -253,7 +265,7 @@ void register_config(py::module_& m) {
         .def_property(
             "logit_bias", [](const C& c) { return logit_bias_dict(c); },
             [](C& c, const py::object& v) { c.logit_bias = parse_logit_bias(v); },
-            "dict[int, float]: bias in [-100, 100] added to a token's logit after the penalties; "
+            "dict[int, float]: bias in [-100, 100] added to a token's logit before the penalties (HF's order); "
             "keys may be str holding an int (OpenAI JSON) (default {})")
         .def_readwrite("stop_sequences", &C::stop_sequences,
                        "list[list[int]]: token-id tails that stop decoding; kept in the output (default [])")
@@ -270,6 +282,14 @@ void register_config(py::module_& m) {
         .def_readwrite("bad_words", &C::bad_words, "list[list[int]]: token sequences never emitted (default [])")
         .def_readwrite("beam_size", &C::beam_size, "int: 0 or 1 = sampling; >= 2 beam search (default 0)")
         .def_readwrite("length_penalty", &C::length_penalty, "float: beam only; rank by logp / len^x (default 1)")
+        .def_property(
+            "early_stopping", [](const C& c) { return early_stopping_value(c.early_stopping); },
+            [](C& c, const py::object& v) { c.early_stopping = parse_early_stopping(v); },
+            "bool | 'never': beam only, HF's early_stopping (default False)")
+        .def_readwrite("renormalize_logits", &C::renormalize_logits,
+                       "bool: beam only; log-softmax again after the processors (default False)")
+        .def_readwrite("min_new_tokens", &C::min_new_tokens, "int: EOS banned until this many tokens are emitted (default 0)")
+        .def_readwrite("min_length", &C::min_length, "int: EOS banned until prompt + output hold this many (default 0)")
         .def_readwrite("early_exit_patience", &C::early_exit_patience,
                        "int: 0 disables early exit; > 0 consecutive stable probes before exiting (default 0)")
         .def_readwrite("early_exit_min_L", &C::early_exit_min_L, "int: first depth probed, 1..max_loops (default 2)")

@@ -34,11 +34,15 @@ void LogitsPipeline::process(const float* logits, const std::vector<int32_t>& co
                              std::vector<float>& z) const {
     const int V = m_.hp.vocab_size;
     z.assign(logits, logits + V);
+    apply_logit_bias(z.data(), V, c_.logit_bias);  // HF's sequence_bias comes first
     apply_repetition_penalty(z.data(), V, context, c_.repetition_penalty);
     apply_frequency_presence(z.data(), V, output, c_.frequency_penalty, c_.presence_penalty);
-    apply_logit_bias(z.data(), V, c_.logit_bias);
     ban_repeated_ngrams(z.data(), V, context, c_.no_repeat_ngram_size);
     ban_bad_words(z.data(), V, context, c_.bad_words);
+    const int32_t eos = m_.tokenizer.eos_id();
+    const bool short_output = static_cast<int>(output.size()) < c_.min_new_tokens ||
+                              static_cast<int>(context.size()) < c_.min_length;
+    if (short_output && eos >= 0 && eos < V) z[static_cast<size_t>(eos)] = -std::numeric_limits<float>::infinity();
     mask_undecodable(z.data(), V, m_.tokenizer.n_ids());
     if (mask)
         for (size_t j = 0; j < mask->size(); ++j)

@@ -29,9 +29,11 @@ struct TokenChoice {
     float prob = 0;
 };
 
-// The logits pipeline of one sequence, in the seed's order: repetition penalty over the context
-// (prompt + output), frequency / presence penalties over the output, logit bias, n-gram and
-// bad-word bans over the context, the undecodable-id mask, the grammar's mask; then the choice:
+// The logits pipeline of one sequence, in Hugging Face's order: logit bias (HF's sequence_bias),
+// repetition penalty over the context (prompt + output), frequency / presence penalties over the
+// output (OpenAI's; HF has none), n-gram and bad-word bans over the context, EOS banned while the
+// output is shorter than min_new_tokens or the context than min_length, the undecodable-id mask,
+// the grammar's mask; then the choice:
 // greedy argmax (never a masked id) or a draw from the sampling distribution. `config` must
 // outlive the pipeline.
 class LogitsPipeline {

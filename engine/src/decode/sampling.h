@@ -1,6 +1,6 @@
-// The logits pipeline, in the order the seed fixes: repetition penalty (Hugging Face
-// convention), frequency penalty, presence penalty, logit bias, mask of ids the tokenizer cannot
-// produce, then temperature, top-k, top-p, min-p and the draw.
+// The pieces of the logits pipeline (LogitsPipeline in emit.h runs them in Hugging Face's order:
+// logit bias, repetition penalty, frequency and presence penalties, bans, mask of ids the
+// tokenizer cannot produce), then temperature, top-k, top-p, min-p and the draw.
 #pragma once
 
 #include <cstdint>

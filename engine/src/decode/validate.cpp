@@ -100,7 +100,21 @@ void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
                     " is outside the vocabulary [0, " + std::to_string(hp.vocab_size) + ")");
     }
 
+    if (c.min_new_tokens < 0 || c.min_new_tokens > hp.max_seq_len)
+        bad("min_new_tokens: " + std::to_string(c.min_new_tokens) + " is outside [0, " + std::to_string(hp.max_seq_len) + "] (0 disables)");
+    if (c.min_length < 0 || c.min_length > hp.max_seq_len)
+        bad("min_length: " + std::to_string(c.min_length) + " is outside [0, " + std::to_string(hp.max_seq_len) +
+            "] (prompt + emitted tokens; 0 disables)");
+
     // Beam search knobs.
+    const int stopping = static_cast<int>(c.early_stopping);
+    if (stopping < 0 || stopping > 2)
+        bad("early_stopping: " + std::to_string(stopping) + " is not one of false (0), true (1), never (2)");
+    if (c.beam_size < 2 && c.early_stopping != EarlyStopping::Heuristic)
+        bad("early_stopping: only applies to beam search; set beam_size >= 2 or leave early_stopping at false");
+    if (c.beam_size < 2 && c.renormalize_logits)
+        bad("renormalize_logits: only changes beam search (greedy and sampled choices do not depend on it); "
+            "set beam_size >= 2 or leave renormalize_logits off");
     if (c.beam_size < 0 || c.beam_size > 64) bad("beam_size: " + std::to_string(c.beam_size) + " is outside [0, 64]");
     if (c.kv_cache != KVCacheType::F32 && c.kv_cache != KVCacheType::Int8)
         bad("kv_cache: " + std::to_string(static_cast<int>(c.kv_cache)) + " is not one of f32 (0), int8 (1)");

@@ -62,6 +62,8 @@ json to_j(const std::vector<std::vector<int32_t>>& x) { return x; }
 json to_j(const std::vector<std::string>& x) { return x; }
 json to_j(EarlyExitCriterion x) { return criterion_name(x); }
 json to_j(KVCacheType x) { return kv_cache_type_name(x); }
+// Hugging Face's spelling: false (Heuristic), true (WhenFull) or "never".
+json to_j(EarlyStopping x) { return x == EarlyStopping::Never ? json("never") : json(x == EarlyStopping::WhenFull); }
 json to_j(Grammar*) { return nullptr; }
 json to_j(const std::vector<std::pair<int32_t, float>>& x) {
     json a = json::array();
@@ -119,6 +121,11 @@ void from_j(const json& v, KVCacheType& x, const std::string& f) {
         bad(f, v.dump() + " is not one of f32, int8");
     x = parse_kv_cache_type(v.get<std::string>());
 }
+void from_j(const json& v, EarlyStopping& x, const std::string& f) {
+    if (v.is_boolean()) x = v.get<bool>() ? EarlyStopping::WhenFull : EarlyStopping::Heuristic;
+    else if (v == "never") x = EarlyStopping::Never;
+    else bad(f, v.dump() + " is not one of false, true, \"never\"");
+}
 void from_j(const json& v, Grammar*&, const std::string& f) {
     if (!v.is_null()) bad(f, "a grammar is given as a file (grammar_file), not inside the config");
 }
@@ -152,7 +159,7 @@ const std::vector<FieldCodec>& codecs() {
         field<&C::repetition_penalty>("repetition_penalty", K::Float, "> 0 (1 disables)", "HuggingFace-convention penalty applied before temperature/top-k/top-p. 1.0 disables."),
         field<&C::frequency_penalty>("frequency_penalty", K::Float, "[-2, 2]", "Subtracts penalty x (times the token was emitted) from its logit. 0 disables."),
         field<&C::presence_penalty>("presence_penalty", K::Float, "[-2, 2]", "Subtracts penalty from the logit of every token already emitted. 0 disables."),
-        field<&C::logit_bias>("logit_bias", K::Bias, "id:bias, bias in [-100, 100]", "Added to the logits after the penalties, e.g. \"256:-100, 32:1.5\"."),
+        field<&C::logit_bias>("logit_bias", K::Bias, "id:bias, bias in [-100, 100]", "Added to the logits before the penalties (Hugging Face's sequence_bias order), e.g. \"256:-100, 32:1.5\"."),
         field<&C::stop_sequences>("stop_sequences", K::IdLists, "ids; ids; ...", "Token-id sequences that terminate decode when matched at the tail of emitted output. Matching tokens are included in the returned stream. Format: \"13; 198 198\"."),
         field<&C::stop_strings>("stop_strings", K::Strings, "JSON array of strings", "Text that terminates decode when it appears; excluded from the text. Format: [\"\\n\\n\", \"Amen\"]."),
         field<&C::ignore_eos>("ignore_eos", K::Bool, "", "Keep going past the model's EOS token."),
@@ -161,6 +168,10 @@ const std::vector<FieldCodec>& codecs() {
         field<&C::bad_words>("bad_words", K::IdLists, "ids; ids; ...", "Token sequences that are never emitted (each non-empty). Format: \"256; 10 10\"."),
         field<&C::beam_size>("beam_size", K::Int, "0 .. 64", "0 or 1 = standard sampling. >= 2 switches to deterministic beam search; sampling knobs are then ignored."),
         field<&C::length_penalty>("length_penalty", K::Float, "beam only (1 otherwise)", "Beam-search only. Ranks beams by log_prob / max(1, len)^length_penalty."),
+        field<&C::early_stopping>("early_stopping", K::EarlyStopping, "false | true | never (beam only)", "Hugging Face's early_stopping. true: the search ends when beam_size hypotheses have finished; false (default): also when the best live beam, scored at its current length, cannot beat the worst of them; never: only when no live beam can."),
+        field<&C::renormalize_logits>("renormalize_logits", K::Bool, "beam only", "Beam-search only: log-softmax the scores again after the penalties and bans (Hugging Face's renormalize_logits)."),
+        field<&C::min_new_tokens>("min_new_tokens", K::Int, "0 .. max_seq_len (0 disables)", "EOS is banned until this many tokens have been emitted (Hugging Face's min_new_tokens)."),
+        field<&C::min_length>("min_length", K::Int, "0 .. max_seq_len (0 disables)", "EOS is banned until prompt + emitted hold this many tokens (Hugging Face's min_length)."),
         field<&C::early_exit_patience>("early_exit_patience", K::Int, ">= 0 (0 disables)", "0 disables adaptive-depth early exit. >0 enables: exit after patience consecutive stable probes past min_L."),
         field<&C::early_exit_min_L>("early_exit_min_L", K::Int, "1 .. max_loops", "First-probe floor for early exit."),
         field<&C::early_exit_peek_every>("early_exit_peek_every", K::Int, ">= 1", "Probe cadence past min_L."),
