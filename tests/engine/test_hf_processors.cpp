@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "emit.h"
-#include "model.h"
-#include "sampling.h"
+#include "decode/emit.h"
+#include "model/model.h"
+#include "decode/sampling.h"
 #include "test_util.h"
 
 using namespace tinyloop;
