@@ -15,12 +15,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "config_panel.h"
-#include "lens_heatmap.h"
-#include "main_window.h"
-#include "model_paths.h"
-#include "presets_panel.h"
-#include "views_a.h"
+#include "main/config_panel.h"
+#include "plots/lens_heatmap.h"
+#include "main/main_window.h"
+#include "main/model_paths.h"
+#include "main/presets_panel.h"
+#include "views/views_a.h"
 
 namespace {
 

@@ -8,9 +8,9 @@
 
 #include <atomic>
 
-#include "config_panel.h"
-#include "engine_worker.h"
-#include "main_window.h"
+#include "main/config_panel.h"
+#include "worker/engine_worker.h"
+#include "main/main_window.h"
 #include "ui_test_util.h"
 
 using namespace tlui;

@@ -17,18 +17,18 @@
 
 #include <atomic>
 
-#include "analysis_a_depth.h"
-#include "analysis_a_runs.h"
-#include "analysis_a_step.h"
-#include "analysis_a_worker.h"
-#include "main_window.h"
-#include "model_paths.h"
-#include "presets_panel.h"
-#include "view_agreement.h"
-#include "view_compare.h"
-#include "view_scrubber.h"
-#include "view_step.h"
-#include "view_sweep.h"
+#include <tinyloop_analysis/depth_scrubber.h>
+#include <tinyloop_analysis/compare_modes.h>
+#include <tinyloop_analysis/step_mode.h>
+#include "worker/analysis_a_worker.h"
+#include "main/main_window.h"
+#include "main/model_paths.h"
+#include "main/presets_panel.h"
+#include "views/agreement_map_view.h"
+#include "views/compare_modes_view.h"
+#include "views/depth_scrubber_view.h"
+#include "views/step_mode_view.h"
+#include "views/speculation_sweep_view.h"
 #include "ui_test_util.h"
 
 using namespace tlui;

@@ -15,18 +15,18 @@
 #include <QTest>
 #include <nlohmann/json.hpp>
 
-#include "analysis_b_calib.h"
-#include "analysis_b_compute.h"
-#include "analysis_b_kv.h"
-#include "analysis_b_quant.h"
-#include "main_window.h"
-#include "model_paths.h"
+#include <tinyloop_analysis/exit_calibration.h>
+#include <tinyloop_analysis/compute_quality.h>
+#include <tinyloop_analysis/kv_provenance.h>
+#include <tinyloop_analysis/quant_across_depth.h>
+#include "main/main_window.h"
+#include "main/model_paths.h"
 #include "ui_test_util.h"
-#include "view_calib.h"
-#include "view_compute.h"
-#include "view_kv.h"
-#include "view_quant.h"
-#include "views_b.h"
+#include "views/exit_calibration_view.h"
+#include "views/compute_quality_view.h"
+#include "views/kv_provenance_view.h"
+#include "views/quant_across_depth_view.h"
+#include "views/views_b.h"
 
 using namespace tlui;
 using C = tinyloop::EarlyExitCriterion;

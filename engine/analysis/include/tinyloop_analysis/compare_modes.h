@@ -1,0 +1,84 @@
+// The computation behind the "Compare decode modes" view (issue 8): one decode mode with its
+// settings as data, one engine call per mode, and the side-by-side comparison of several modes on
+// one prompt (run concurrently on the one Model, or one after another). No Qt: the tests check
+// these results, the view only draws them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <tinyloop/tinyloop.h>
+
+#include "main/config_json.h"
+
+namespace tlui {
+
+// One decode mode and its settings. `config` carries max_tokens, loops, sampling and early-exit
+// fields; `knobs` the speculative ones (verify_loops 0 = the model's default depth).
+struct ModeSpec {
+    std::string label;  // shown in the view ("greedy L=4")
+    DecodeMode mode = DecodeMode::Greedy;
+    tinyloop::GenerateConfig config;
+    SpeculativeKnobs knobs;
+};
+
+// The comparison's default set on a model: greedy at 4 and 8 loops, speculative 2->8, tree 2->8
+// (K=2), early exit at two thresholds, sampling with a seed. Depths are clamped to max_loops.
+std::vector<ModeSpec> defaultCompareModes(const tinyloop::HParams& hp, int maxTokens);
+
+// What one mode produced.
+struct ModeRun {
+    ModeSpec spec;
+    std::vector<int32_t> tokens;  // the continuation only
+    std::string text;
+    tinyloop::GenerateStats stats;
+    int loops = 0;                // the depth asked for (verify depth when speculating)
+    bool speculative = false;
+    std::string error;            // non-empty: the engine refused the mode (message)
+
+    double meanDepth() const;     // mean of depth_per_token (0 when no tokens)
+    double tokensPerSecond() const;  // emitted tokens / total_ms
+};
+
+// Runs one mode through the engine (generate_ex / generate_speculative_ex /
+// generate_tree_speculative_ex, the dispatch EngineWorker uses). Throws tinyloop::Error on a
+// refused config. `options` is passed through (observer, lens).
+ModeRun runMode(tinyloop::Model* model, const std::vector<int32_t>& prompt, const ModeSpec& spec,
+                const tinyloop::GenerateOptions& options = {});
+
+// The prompt as the workbench feeds it: tokenized; an empty prompt starts from BOS/EOS.
+std::vector<int32_t> promptIds(const tinyloop::Model* model, const std::string& text);
+
+// Index of the first token where `a` and `b` differ; -1 when equal (same length, same ids).
+int firstDivergence(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+
+struct CompareResult {
+    std::string prompt;
+    std::vector<int32_t> promptIds;
+    std::vector<ModeRun> runs;
+    int baseline = 0;                 // index into runs
+    bool concurrent = false;
+    double wallMs = 0;                // the whole comparison, wall clock
+    std::vector<int> divergence;      // per run: firstDivergence(run, baseline)
+};
+
+// Runs every mode on one prompt, concurrently (one std::thread per mode on the one Model) or one
+// after another. A mode the engine refuses keeps its error in ModeRun::error; the others still run.
+// `cancel` (optional) stops every run at its next token; `onDone(i)` (optional, any thread) is
+// called as each mode ends.
+CompareResult runComparison(tinyloop::Model* model, const std::string& prompt,
+                            const std::vector<ModeSpec>& modes, int baseline, bool concurrent,
+                            const std::atomic<bool>* cancel = nullptr,
+                            const std::function<void(int)>& onDone = {});
+// Re-computes divergence against a new baseline.
+void setBaseline(CompareResult& r, int baseline);
+
+nlohmann::json runStatsToJson(const tinyloop::GenerateStats& s);
+nlohmann::json modeSpecToJson(const ModeSpec& m);
+nlohmann::json compareToJson(const CompareResult& r);
+
+}  // namespace tlui
