@@ -11,7 +11,7 @@
 
 namespace tlui {
 
-// The decode modes the workbench offers; see EngineWorker::generate for the dispatch.
+// The decode modes the workbench offers; see EngineHost::generate for the dispatch.
 enum class DecodeMode { Greedy, Sampling, Speculative, Tree, Beam, EarlyExit };
 const char* modeName(DecodeMode m);            // "greedy", "sampling", "speculative", ...
 const char* modeLabel(DecodeMode m);           // "Greedy", "Sampling", ... for a person

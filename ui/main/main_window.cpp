@@ -23,17 +23,17 @@
 #include <qcustomplot.h>
 
 #include "main/config_panel.h"
-#include "plots/depth_plot.h"
-#include "plots/lens_heatmap.h"
 #include "main/model_panel.h"
-#include "plots/plot_utils.h"
 #include "main/presets_panel.h"
 #include "main/prompt_editor.h"
+#include "main/token_view.h"
+#include "plots/depth_plot.h"
+#include "plots/lens_heatmap.h"
+#include "plots/plot_utils.h"
 #include "plots/speculative_plot.h"
 #include "plots/timing_plot.h"
-#include "main/token_view.h"
-#include "views/views_a.h"
-#include "views/views_b.h"
+#include "views/analysis_views.h"
+#include "worker/analysis_jobs.h"
 
 namespace tlui {
 
@@ -46,25 +46,26 @@ MainWindow::MainWindow(const WindowOptions& opts, QWidget* parent) : QMainWindow
 
     // The worker: its own thread, queued connections both ways.
     m_thread = new QThread(this);
-    m_thread->setObjectName("EngineWorkerThread");
-    m_worker = new EngineWorker;  // no parent: moved, then deleted after the thread has ended
+    m_thread->setObjectName("EngineHostThread");
+    m_worker = new EngineHost;  // no parent: moved, then deleted after the thread has ended
     m_worker->moveToThread(m_thread);
-    connect(this, &MainWindow::requestLoad, m_worker, &EngineWorker::loadModel, Qt::QueuedConnection);
-    connect(this, &MainWindow::requestGenerate, m_worker, &EngineWorker::generate, Qt::QueuedConnection);
-    connect(this, &MainWindow::requestValidate, m_worker, &EngineWorker::validateConfig, Qt::QueuedConnection);
-    connect(m_worker, &EngineWorker::loadStarted, this, &MainWindow::onLoadStarted, Qt::QueuedConnection);
-    connect(m_worker, &EngineWorker::modelLoaded, this, &MainWindow::onModelLoaded, Qt::QueuedConnection);
-    connect(m_worker, &EngineWorker::modelLoadFailed, this, &MainWindow::onModelLoadFailed, Qt::QueuedConnection);
-    connect(m_worker, &EngineWorker::runStarted, this, &MainWindow::onRunStarted, Qt::QueuedConnection);
-    connect(m_worker, &EngineWorker::tokenEvent, this, &MainWindow::onTokenEvent, Qt::QueuedConnection);
-    connect(m_worker, &EngineWorker::progress, this, &MainWindow::onProgress, Qt::QueuedConnection);
-    connect(m_worker, &EngineWorker::runFinished, this, &MainWindow::onRunFinished, Qt::QueuedConnection);
-    connect(m_worker, &EngineWorker::runFailed, this, &MainWindow::onRunFailed, Qt::QueuedConnection);
-    connect(m_worker, &EngineWorker::lensReady, this, &MainWindow::onLensReady, Qt::QueuedConnection);
-    connect(m_worker, &EngineWorker::configChecked, this, [this](quint64 ticket, const QString& err) {
+    connect(this, &MainWindow::requestLoad, m_worker, &EngineHost::loadModel, Qt::QueuedConnection);
+    connect(this, &MainWindow::requestGenerate, m_worker, &EngineHost::generate, Qt::QueuedConnection);
+    connect(this, &MainWindow::requestValidate, m_worker, &EngineHost::validateConfig, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::loadStarted, this, &MainWindow::onLoadStarted, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::modelLoaded, this, &MainWindow::onModelLoaded, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::modelLoadFailed, this, &MainWindow::onModelLoadFailed, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::runStarted, this, &MainWindow::onRunStarted, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::tokenEvent, this, &MainWindow::onTokenEvent, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::progress, this, &MainWindow::onProgress, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::runFinished, this, &MainWindow::onRunFinished, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::runFailed, this, &MainWindow::onRunFailed, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::lensReady, this, &MainWindow::onLensReady, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::configChecked, this, [this](quint64 ticket, const QString& err) {
         if (ticket == m_validateTicket) m_config->setEngineVerdict(err);
     }, Qt::QueuedConnection);
     m_thread->start();
+    m_jobs = new AnalysisJobs(m_worker);  // deleted before m_worker (shutdownWorker)
 
     // Plots and the output are drawn at ~30 Hz, never once per token.
     m_frameTimer = new QTimer(this);
@@ -85,10 +86,35 @@ MainWindow::MainWindow(const WindowOptions& opts, QWidget* parent) : QMainWindow
 
 MainWindow::~MainWindow() { shutdownWorker(); }
 
+QString MainWindow::promptText() const { return m_prompt->toPlainText(); }
+
+std::optional<tinyloop::analysis::ModeSpec> MainWindow::configuredRun(QString* error) const {
+    QString err;
+    const auto cfg = m_config->config(&err);
+    const auto knobs = cfg ? m_config->knobs(&err) : std::nullopt;
+    if (!cfg || !knobs) {
+        if (error) *error = err;
+        return std::nullopt;
+    }
+    tinyloop::analysis::ModeSpec m;
+    m.label = QString("workbench: %1").arg(modeLabel(m_config->mode())).toStdString();
+    m.run = toRunSpec(m_config->mode(), *cfg, *knobs, m_hp);
+    return m;
+}
+
+bool MainWindow::savePreset(const Preset& preset, QString* error) {
+    if (!m_presets->store().save(preset, error)) return false;
+    m_presets->reload();
+    return true;
+}
+
 void MainWindow::shutdownWorker() {
     if (m_shutDown) return;
     m_shutDown = true;
     m_frameTimer->stop();
+    // The analysis lane first: its jobs hold the host's model.
+    delete m_jobs;
+    m_jobs = nullptr;
     // Stop whatever runs (within one token), then let the thread's loop end and join it.
     m_worker->shutdown();
     m_thread->quit();
@@ -239,11 +265,11 @@ void MainWindow::buildMenus() {
     m_stopAct->setShortcut(QKeySequence(Qt::Key_Escape));
     m_stopAct->setShortcutContext(Qt::WindowShortcut);
 
-    // Issue 8: the analysis views, each part installs its own entries.
+    // The analysis views (views/analysis_views.h), one action per view.
     auto* views = menuBar()->addMenu("&Views");
     views->setObjectName("viewsMenu");
-    install_views_a(this, views);
-    install_views_b(this, views);
+    m_views = new AnalysisViews(this, this);
+    m_views->install(views);
 
     auto* help = menuBar()->addMenu("&Help");
     help->addAction("&About", this, [this] {

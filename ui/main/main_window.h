@@ -1,12 +1,13 @@
 // The workbench window: prompt and output, the config and preset editors, the model panel, the
-// plots, and the EngineWorker on its own QThread. The GUI thread never calls the engine.
+// plots, and the EngineHost on its own QThread. The GUI thread never calls the engine.
 #pragma once
 
 #include <QMainWindow>
 #include <QPointer>
 
-#include "worker/engine_worker.h"
 #include "main/session.h"
+#include "views/workbench_access.h"
+#include "worker/engine_host.h"
 
 class QAction;
 class QComboBox;
@@ -36,7 +37,10 @@ struct WindowOptions {
     bool errorDialogs = true;
 };
 
-class MainWindow : public QMainWindow {
+class AnalysisJobs;
+class AnalysisViews;
+
+class MainWindow : public QMainWindow, public WorkbenchAccess {
     Q_OBJECT
 public:
     explicit MainWindow(const WindowOptions& opts = {}, QWidget* parent = nullptr);
@@ -50,7 +54,7 @@ public:
     bool isRunning() const { return m_currentRun != 0; }
     bool isLoading() const { return m_loading; }
     bool hasModel() const { return m_hasModel; }
-    QString modelPath() const { return m_modelPath; }
+    QString modelPath() const override { return m_modelPath; }
     QString lastError() const { return m_lastError; }
     const Session& session() const { return m_session; }
     QString speedText() const;
@@ -66,8 +70,16 @@ public:
     DepthPlot* depthPlot() const { return m_depth; }
     TokenView* tokenView() const { return m_output; }
     ModelPanel* modelPanel() const { return m_modelPanel; }
-    EngineWorker* worker() const { return m_worker; }
+    EngineHost* worker() const { return m_worker; }
     QTabWidget* plotTabs() const { return m_plotTabs; }
+
+    AnalysisViews* analysisViews() const { return m_views; }
+
+    // WorkbenchAccess, for the analysis windows
+    QString promptText() const override;
+    AnalysisJobs* analysisJobs() const override { return m_jobs; }
+    std::optional<tinyloop::analysis::ModeSpec> configuredRun(QString* error) const override;
+    bool savePreset(const Preset& preset, QString* error) override;
 
 signals:
     // to the worker (queued)
@@ -107,7 +119,9 @@ private:
 
     WindowOptions m_opts;
     QThread* m_thread = nullptr;
-    EngineWorker* m_worker = nullptr;
+    EngineHost* m_worker = nullptr;
+    AnalysisJobs* m_jobs = nullptr;
+    AnalysisViews* m_views = nullptr;  // the analysis windows' lane, on m_worker's model
     bool m_shutDown = false;
 
     PromptEditor* m_prompt = nullptr;

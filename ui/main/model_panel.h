@@ -4,7 +4,7 @@
 
 #include <QWidget>
 
-#include "worker/engine_worker.h"
+#include "worker/engine_host.h"
 
 class QTreeWidget;
 class QPlainTextEdit;

@@ -8,7 +8,7 @@
 #include <QString>
 #include <nlohmann/json.hpp>
 
-#include "worker/engine_worker.h"
+#include "worker/engine_host.h"
 
 namespace tlui {
 

@@ -6,7 +6,7 @@
 
 #include <QWidget>
 
-#include "worker/engine_worker.h"
+#include "worker/engine_host.h"
 
 class QCustomPlot;
 class QCPBars;

@@ -15,10 +15,10 @@
 
 namespace tlui {
 
-AgreementView::AgreementView(MainWindow* window, QWidget* parent) : ViewA(window, "Draft-agreement map", parent) {
-    auto* v = new QVBoxLayout(this);
+AgreementView::AgreementView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Draft-agreement map", parent) {
+    QVBoxLayout* v = body();
     auto* form = new QFormLayout;
-    m_prompt = new QLineEdit(promptFromWorkbench().isEmpty() ? QString("In the beginning") : promptFromWorkbench());
+    m_prompt = new QLineEdit(workbenchPrompt().isEmpty() ? QString("In the beginning") : workbenchPrompt());
     m_prompt->setObjectName("prompt");
     m_maxTokens = new QSpinBox;
     m_maxTokens->setRange(2, 512);
@@ -34,7 +34,6 @@ AgreementView::AgreementView(MainWindow* window, QWidget* parent) : ViewA(window
     form->addRow("Final (verify) depth", m_final);
     form->addRow("draft_ahead for the measured runs", m_ahead);
     v->addLayout(form);
-    v->addWidget(controlBar());
     auto* split = new QSplitter(Qt::Vertical);
     m_map = new QCustomPlot;
     m_map->setObjectName("agreementPlot");
@@ -66,12 +65,12 @@ void AgreementView::run() {
     const int V = m_final->value();
     const int K = m_ahead->value();
     auto out = std::make_shared<AgreementData>();
-    startJob("greedy run, lens and speculation...", [=](JobContext& ctx) {
+    startJob("greedy run, lens and speculation...", [=](AnalysisJobContext& ctx) {
         const std::vector<int32_t> ids = promptIds(ctx.model, prompt);
         ModeSpec g;
-        g.mode = DecodeMode::Greedy;
-        g.config.max_tokens = maxTokens;
-        g.config.loops = V;
+        g.run.mode = tinyloop::DecodeMode::Greedy;
+        g.run.config.max_tokens = maxTokens;
+        g.run.config.loops = V;
         const ModeRun greedy = runMode(ctx.model, ids, g);
         if (greedy.tokens.size() < 2)
             throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument,
@@ -91,11 +90,11 @@ void AgreementView::run() {
             row.predicted = predictedAcceptance(out->map, D);
             row.replay = replayChain(out->map, D, K, maxTokens);
             ModeSpec s;
-            s.mode = DecodeMode::Speculative;
-            s.config.max_tokens = maxTokens;
-            s.knobs.draft_loops = D;
-            s.knobs.verify_loops = V;
-            s.knobs.draft_ahead = K;
+            s.run.mode = tinyloop::DecodeMode::Speculative;
+            s.run.config.max_tokens = maxTokens;
+            s.run.speculation.draft_loops = D;
+            s.run.speculation.verify_loops = V;
+            s.run.speculation.draft_ahead = K;
             const ModeRun spec = runMode(ctx.model, ids, s, opts);
             row.measured = spec.stats;
             row.sameText = spec.tokens == greedy.tokens;

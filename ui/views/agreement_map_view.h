@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include <tinyloop_analysis/depth_scrubber.h>
-#include "views/views_a.h"
+#include <tinyloop_analysis/agreement_map.h>
+#include "views/analysis_window.h"
 
 class QLineEdit;
 class QSpinBox;
@@ -32,10 +32,10 @@ struct AgreementData {
     std::vector<AgreementRow> rows;
 };
 
-class AgreementView : public ViewA {
+class AgreementView : public AnalysisWindow {
     Q_OBJECT
 public:
-    explicit AgreementView(MainWindow* window, QWidget* parent = nullptr);
+    AgreementView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

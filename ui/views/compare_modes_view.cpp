@@ -15,17 +15,15 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
-#include "main/config_panel.h"
-#include "main/main_window.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
 
-CompareView::CompareView(MainWindow* window, QWidget* parent) : ViewA(window, "Compare decode modes", parent) {
-    auto* v = new QVBoxLayout(this);
+CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Compare decode modes", parent) {
+    QVBoxLayout* v = body();
     auto* top = new QHBoxLayout;
     auto* form = new QFormLayout;
-    m_prompt = new QLineEdit(promptFromWorkbench().isEmpty() ? QString("In the beginning") : promptFromWorkbench());
+    m_prompt = new QLineEdit(workbenchPrompt().isEmpty() ? QString("In the beginning") : workbenchPrompt());
     m_prompt->setObjectName("prompt");
     m_maxTokens = new QSpinBox;
     m_maxTokens->setRange(1, 512);
@@ -49,7 +47,6 @@ CompareView::CompareView(MainWindow* window, QWidget* parent) : ViewA(window, "C
     modesBox->addWidget(addCurrent);
     top->addLayout(modesBox, 2);
     v->addLayout(top);
-    v->addWidget(controlBar());
 
     auto* split = new QSplitter(Qt::Vertical);
     m_texts = new QTextBrowser;
@@ -86,18 +83,10 @@ CompareView::CompareView(MainWindow* window, QWidget* parent) : ViewA(window, "C
     for (const ModeSpec& m : defaultCompareModes(hp, m_maxTokens->value())) addMode(m, true);
 
     connect(addCurrent, &QPushButton::clicked, this, [this] {
-        ConfigPanel* cp = mainWindow() ? mainWindow()->configPanel() : nullptr;
-        if (!cp) return;
         QString err;
-        auto cfg = cp->config(&err);
-        auto knobs = cp->knobs(&err);
-        if (!cfg || !knobs) return setStatus("the workbench config is not valid: " + err, true);
-        ModeSpec m;
-        m.mode = cp->mode();
-        m.config = *cfg;
-        m.knobs = *knobs;
-        m.label = QString("workbench: %1").arg(modeLabel(m.mode)).toStdString();
-        addMode(m, true);
+        const std::optional<ModeSpec> m = this->workbench()->configuredRun(&err);
+        if (!m) return setStatus("the workbench config is not valid: " + err, true);
+        addMode(*m, true);
     });
     connect(m_baseline, &QComboBox::currentIndexChanged, this, [this](int i) {
         if (m_result && i >= 0 && i < static_cast<int>(m_result->runs.size())) {
@@ -131,7 +120,7 @@ std::vector<ModeSpec> CompareView::checkedModes() const {
     for (int i = 0; i < m_modes->count(); ++i)
         if (m_modes->item(i)->checkState() == Qt::Checked) {
             ModeSpec m = m_specs[static_cast<size_t>(i)];
-            m.config.max_tokens = m_maxTokens->value();
+            m.run.config.max_tokens = m_maxTokens->value();
             out.push_back(m);
         }
     return out;
@@ -149,7 +138,7 @@ void CompareView::run() {
     auto res = std::make_shared<CompareResult>();
     auto pieces = std::make_shared<std::vector<std::vector<QString>>>();
     startJob(QString("running %1 modes%2...").arg(modes.size()).arg(concurrent ? " concurrently" : ""),
-             [=](JobContext& ctx) {
+             [=](AnalysisJobContext& ctx) {
                  const int total = static_cast<int>(modes.size());
                  std::atomic<int> done{0};
                  ctx.progress(0, total, QString());

@@ -1,14 +1,14 @@
 // View > Compare decode modes: several modes with their settings on one prompt, run concurrently
 // on the one model (or one after another); the texts aligned with the first divergence from a
 // chosen baseline highlighted; a table and bars of tokens/s, time to first token, mean depth,
-// acceptance and the time split. The computation is runComparison (analysis_a_runs.h).
+// acceptance and the time split. The computation is runComparison (tinyloop_analysis/compare_modes.h).
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include <tinyloop_analysis/compare_modes.h>
-#include "views/views_a.h"
+#include "views/analysis_window.h"
 
 class QCheckBox;
 class QComboBox;
@@ -20,10 +20,10 @@ class QTextBrowser;
 
 namespace tlui {
 
-class CompareView : public ViewA {
+class CompareView : public AnalysisWindow {
     Q_OBJECT
 public:
-    explicit CompareView(MainWindow* window, QWidget* parent = nullptr);
+    CompareView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

@@ -25,7 +25,7 @@ const char* kDefaultText =
 
 }  // namespace
 
-ComputeView::ComputeView(MainWindow* window) : ViewB(window, "Compute against quality") {
+ComputeView::ComputeView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Compute against quality", parent) {
     m_axis = new QComboBox;
     m_axis->setObjectName("xAxis");
     m_axis->addItem("loop passes per token");
@@ -74,8 +74,8 @@ void ComputeView::run() {
     settings.decode_tokens = m_decodeTokens->value();
     auto out = std::make_shared<std::vector<ComputePoint>>();
     auto n = std::make_shared<int>(0);
-    startJob("scoring", [path, text, custom, settings, out, n](BJobContext& ctx) mutable {
-        tinyloop::Model* m = ctx.model(path);
+    startJob("scoring", [path, text, custom, settings, out, n](AnalysisJobContext& ctx) mutable {
+        tinyloop::Model* m = ctx.modelAt(path);
         const std::vector<int32_t> ids = tinyloop::tokenize(m, text);
         if (!custom) {
             const int dt = settings.decode_tokens;
@@ -85,7 +85,7 @@ void ComputeView::run() {
         *n = static_cast<int>(ids.size());
         *out = compute_vs_quality(m, ids, settings, [&ctx](int d, int t, const std::string& what) {
             ctx.progress(d, t, QString::fromStdString(what));
-        }, ctx.cancelFlag());
+        }, ctx.cancel);
     }, [this, out, n](bool ok, const QString&) {
         if (!ok) return;
         m_points = *out;

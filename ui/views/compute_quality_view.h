@@ -1,10 +1,10 @@
 // Compute against quality view: for a text, each setting's mean NLL per token against the loop
 // passes per token it spends (or its decode time per token): fixed depths, early-exit
-// thresholds and speculative settings on one chart (analysis_b_compute), with the table.
+// thresholds and speculative settings on one chart (tinyloop_analysis/compute_quality.h), with the table.
 #pragma once
 
 #include <tinyloop_analysis/compute_quality.h>
-#include "views/views_b.h"
+#include "views/analysis_window.h"
 
 class QComboBox;
 class QCustomPlot;
@@ -14,10 +14,10 @@ class QTableWidget;
 
 namespace tlui {
 
-class ComputeView : public ViewB {
+class ComputeView : public AnalysisWindow {
     Q_OBJECT
 public:
-    explicit ComputeView(MainWindow* window);
+    ComputeView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

@@ -13,6 +13,7 @@
 #include <qcustomplot.h>
 
 #include <tinyloop_analysis/compare_modes.h>
+#include <tinyloop_analysis/run_json.h>
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -26,11 +27,11 @@ struct ScrubberView::State {
     bool hasPrevious = false;
 };
 
-ScrubberView::ScrubberView(MainWindow* window, QWidget* parent)
-    : ViewA(window, "Depth scrubber", parent), m_state(std::make_shared<State>()) {
-    auto* v = new QVBoxLayout(this);
+ScrubberView::ScrubberView(WorkbenchAccess* workbench, QWidget* parent)
+    : AnalysisWindow(workbench, "Depth scrubber", parent), m_state(std::make_shared<State>()) {
+    QVBoxLayout* v = body();
     auto* form = new QFormLayout;
-    m_prompt = new QLineEdit(promptFromWorkbench().isEmpty() ? QString("In the beginning") : promptFromWorkbench());
+    m_prompt = new QLineEdit(workbenchPrompt().isEmpty() ? QString("In the beginning") : workbenchPrompt());
     m_prompt->setObjectName("prompt");
     m_maxTokens = new QSpinBox;
     m_maxTokens->setRange(1, 512);
@@ -53,7 +54,6 @@ ScrubberView::ScrubberView(MainWindow* window, QWidget* parent)
     sh->addWidget(m_depthLabel);
     v->addLayout(sh);
     runButton()->setText("Prefill prompt");
-    v->addWidget(controlBar());
     m_info = new QLabel;
     m_info->setObjectName("info");
     m_info->setWordWrap(true);
@@ -112,7 +112,7 @@ void ScrubberView::run() {
     const int maxTokens = m_maxTokens->value();
     const int d = m_slider->value();
     auto maxLoops = std::make_shared<int>(0);
-    startJob("prefilling the prompt...", [=](JobContext& ctx) {
+    startJob("prefilling the prompt...", [=](AnalysisJobContext& ctx) {
         const auto& hp = tinyloop::model_hparams(ctx.model);
         *maxLoops = hp.max_loops;
         tinyloop::GenerateConfig cfg;
@@ -142,7 +142,7 @@ void ScrubberView::answer(int depth) {
     m_inFlight = true;
     auto st = m_state;
     auto step = std::make_shared<Step>();
-    startJob(QString("answering at depth %1...").arg(depth), [=](JobContext& ctx) {
+    startJob(QString("answering at depth %1...").arg(depth), [=](AnalysisJobContext& ctx) {
         if (!st->scrubber || st->model != ctx.model)
             throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "scrubber: prefill the prompt first");
         step->previousDepth = 0;
@@ -262,7 +262,7 @@ nlohmann::json ScrubberView::data() const {
                          {"prompt_depth_before", s.answer.handleLoopsBefore},
                          {"prompt_depth_after", s.answer.handleLoopsAfter},
                          {"handle_bytes", s.handleBytes},
-                         {"stats", runStatsToJson(s.answer.stats)},
+                         {"stats", statsToJson(s.answer.stats)},
                          {"diff", diff}});
     }
     return {{"view", "scrubber"}, {"prompt", m_prompt->text().toStdString()}, {"max_tokens", m_maxTokens->value()},

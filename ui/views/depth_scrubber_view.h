@@ -1,14 +1,14 @@
 // View > Depth scrubber: a slider over loop depth for one prompt. The prompt is prefilled once
 // (a ResumeHandle); every move answers at the new depth through resume_generate without
 // recomputing the prompt (deeper: only the new passes run; shallower: free), and shows the token
-// diff from the previous depth. The computation is DepthScrubber (analysis_a_depth.h).
+// diff from the previous depth. The computation is DepthScrubber (tinyloop_analysis/depth_scrubber.h).
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include <tinyloop_analysis/depth_scrubber.h>
-#include "views/views_a.h"
+#include "views/analysis_window.h"
 
 class QLineEdit;
 class QSlider;
@@ -19,10 +19,10 @@ class QLabel;
 
 namespace tlui {
 
-class ScrubberView : public ViewA {
+class ScrubberView : public AnalysisWindow {
     Q_OBJECT
 public:
-    explicit ScrubberView(MainWindow* window, QWidget* parent = nullptr);
+    ScrubberView(WorkbenchAccess* workbench, QWidget* parent);
     ~ScrubberView() override;
 
     nlohmann::json data() const override;

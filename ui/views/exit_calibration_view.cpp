@@ -49,7 +49,7 @@ double default_threshold(C c) {
 
 }  // namespace
 
-CalibView::CalibView(MainWindow* window) : ViewB(window, "Early-exit calibration") {
+CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Early-exit calibration", parent) {
     m_criterion = new QComboBox;
     m_criterion->setObjectName("criterion");
     for (int c = 0; c < 5; ++c) m_criterion->addItem(criterion_label(static_cast<C>(c)), c);
@@ -136,13 +136,13 @@ void CalibView::run() {
     const int maxTokens = m_maxTokens->value();
     const int loops = m_loops->value();
     auto out = std::make_shared<CalibData>();
-    startJob("full-depth run, signals and lens", [path, prompt, maxTokens, loops, out](BJobContext& ctx) {
-        tinyloop::Model* m = ctx.model(path);
+    startJob("full-depth run, signals and lens", [path, prompt, maxTokens, loops, out](AnalysisJobContext& ctx) {
+        tinyloop::Model* m = ctx.modelAt(path);
         std::vector<int32_t> ids = tinyloop::tokenize(m, prompt);
         if (ids.empty())
             throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "prompt: empty (type one in the workbench)");
         ctx.progress(0, 1, "collecting");
-        *out = collect_calibration(m, ids, maxTokens, loops, ctx.cancelFlag());
+        *out = collect_calibration(m, ids, maxTokens, loops, ctx.cancel);
         ctx.progress(1, 1, "collected");
     }, [this, out](bool ok, const QString&) {
         if (!ok) return;

@@ -1,13 +1,13 @@
 // Early-exit calibration view: every criterion's signal per emitted token across depth (one
 // trace per token) for a full-depth greedy run of the workbench prompt, a threshold line to drag,
 // and the tokens whose output would change at that threshold flagged, all re-scored from the
-// cached per-depth data (analysis_b_calib) without generating again.
+// cached per-depth data (tinyloop_analysis/exit_calibration.h) without generating again.
 #pragma once
 
 #include <memory>
 
 #include <tinyloop_analysis/exit_calibration.h>
-#include "views/views_b.h"
+#include "views/analysis_window.h"
 
 class QComboBox;
 class QCustomPlot;
@@ -20,10 +20,10 @@ class QTextBrowser;
 
 namespace tlui {
 
-class CalibView : public ViewB {
+class CalibView : public AnalysisWindow {
     Q_OBJECT
 public:
-    explicit CalibView(MainWindow* window);
+    CalibView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

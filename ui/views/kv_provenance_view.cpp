@@ -14,7 +14,7 @@
 
 namespace tlui {
 
-KvView::KvView(MainWindow* window) : ViewB(window, "KV provenance") {
+KvView::KvView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "KV provenance", parent) {
     m_setup = new QComboBox;
     m_setup->setObjectName("setup");
     for (KvSetup s : {KvSetup::Plain, KvSetup::EarlyExit, KvSetup::PrefixCache})
@@ -86,8 +86,8 @@ void KvView::run() {
     c.early_exit_threshold = static_cast<float>(m_threshold->value());
     const int prefix = m_prefix->value();
     auto out = std::make_shared<KvRun>();
-    startJob("decoding with provenance", [path, prompt, setup, c, prefix, out](BJobContext& ctx) {
-        tinyloop::Model* m = ctx.model(path);
+    startJob("decoding with provenance", [path, prompt, setup, c, prefix, out](AnalysisJobContext& ctx) {
+        tinyloop::Model* m = ctx.modelAt(path);
         const std::vector<int32_t> ids = tinyloop::tokenize(m, prompt);
         ctx.progress(0, 1, "decoding");
         *out = run_kv_provenance(m, ids, c, setup, std::min(prefix, static_cast<int>(ids.size())));

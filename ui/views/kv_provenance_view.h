@@ -1,11 +1,11 @@
 // KV provenance view: for one decode of the workbench prompt (plain, early exit, or from a
 // prefix cache), a map of execution layer x position coloured by where each key/value row came
 // from (computed, propagated from an exited state, reused from the cache, never written), and
-// the KV memory as the cache fills against what the call allocated (analysis_b_kv).
+// the KV memory as the cache fills against what the call allocated (tinyloop_analysis/kv_provenance.h).
 #pragma once
 
 #include <tinyloop_analysis/kv_provenance.h>
-#include "views/views_b.h"
+#include "views/analysis_window.h"
 
 class QComboBox;
 class QCustomPlot;
@@ -15,10 +15,10 @@ class QSpinBox;
 
 namespace tlui {
 
-class KvView : public ViewB {
+class KvView : public AnalysisWindow {
     Q_OBJECT
 public:
-    explicit KvView(MainWindow* window);
+    KvView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

@@ -31,7 +31,7 @@ QString suggestedSecondModel(const QString& path) {
     return QString();
 }
 
-QuantView::QuantView(MainWindow* window) : ViewB(window, "Quantization across depth") {
+QuantView::QuantView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Quantization across depth", parent) {
     m_second = new QLineEdit(suggestedSecondModel(modelPath()));
     m_second->setObjectName("secondModel");
     m_second->setPlaceholderText("second file of the same model (e.g. model-q4.tinyloop)");
@@ -96,12 +96,12 @@ void QuantView::run() {
     const int maxTokens = m_maxTokens->value();
     const int loops = m_loops->value();
     auto out = std::make_shared<QuantData>();
-    startJob("two lenses", [pathA, pathB, prompt, maxTokens, loops, out](BJobContext& ctx) {
+    startJob("two lenses", [pathA, pathB, prompt, maxTokens, loops, out](AnalysisJobContext& ctx) {
         if (pathB.isEmpty())
             throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "second model: choose a file");
-        tinyloop::Model* a = ctx.model(pathA);
+        tinyloop::Model* a = ctx.modelAt(pathA);
         ctx.progress(0, 3, "loading the second model");
-        tinyloop::Model* b = ctx.model(pathB);
+        tinyloop::Model* b = ctx.modelAt(pathB);
         check_same_model(a, b);
         std::vector<int32_t> ids = tinyloop::tokenize(a, prompt);
         if (ids.empty())

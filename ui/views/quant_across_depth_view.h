@@ -2,11 +2,11 @@
 // its f32) reads the workbench prompt and the first model's greedy continuation; the lens
 // trajectories of both per depth (probability of each one's final argmax, top-1 agreement) and
 // their divergence (KL, max |logit difference|) at each depth, as means and per token
-// (analysis_b_quant).
+// (tinyloop_analysis/quant_across_depth.h).
 #pragma once
 
 #include <tinyloop_analysis/quant_across_depth.h>
-#include "views/views_b.h"
+#include "views/analysis_window.h"
 
 class QCustomPlot;
 class QLineEdit;
@@ -14,10 +14,10 @@ class QSpinBox;
 
 namespace tlui {
 
-class QuantView : public ViewB {
+class QuantView : public AnalysisWindow {
     Q_OBJECT
 public:
-    explicit QuantView(MainWindow* window);
+    QuantView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

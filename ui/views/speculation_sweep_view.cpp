@@ -18,11 +18,35 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
-#include "main/main_window.h"
+#include "main/preset_store.h"
+#include "worker/engine_host.h"
 #include "plots/plot_utils.h"
-#include "main/presets_panel.h"
 
 namespace tlui {
+
+Preset bestPreset(const SweepResult& r) {
+    Preset p;
+    const int b = r.bestCell();
+    if (b < 0) return p;
+    const SweepCell& c = r.cells[static_cast<size_t>(b)];
+    const ModeSpec best = r.bestSpec();
+    p.mode = workbenchMode(best.run.mode);
+    p.config = best.run.config;
+    p.knobs.draft_loops = best.run.speculation.draft_loops;
+    p.knobs.verify_loops = best.run.speculation.verify_loops;
+    p.knobs.draft_ahead = best.run.speculation.draft_ahead;
+    p.knobs.K_branches = best.run.speculation.branches;
+    p.name = QString::fromStdString(best.label);
+    p.name[0] = p.name[0].toUpper();
+    p.description = QString("From the speculation sweep over %1 prompt(s), %2 tokens each: measured %3x over "
+                            "greedy at depth %4, acceptance %5%.")
+                        .arg(r.spec.prompts.size())
+                        .arg(r.spec.maxTokens)
+                        .arg(c.measuredSpeedup(), 0, 'f', 2)
+                        .arg(r.verifyLoops)
+                        .arg(100.0 * c.acceptance(), 0, 'f', 1);
+    return p;
+}
 
 namespace {
 
@@ -47,8 +71,8 @@ std::optional<std::vector<int>> parseList(const QString& field, const QString& t
 
 }  // namespace
 
-SweepView::SweepView(MainWindow* window, QWidget* parent) : ViewA(window, "Speculation tuning sweep", parent) {
-    auto* v = new QVBoxLayout(this);
+SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Speculation tuning sweep", parent) {
+    QVBoxLayout* v = body();
     auto* top = new QHBoxLayout;
     m_prompts = new QPlainTextEdit;
     m_prompts->setObjectName("prompts");
@@ -77,7 +101,6 @@ SweepView::SweepView(MainWindow* window, QWidget* parent) : ViewA(window, "Specu
     form->addRow("K_branches (0 = chain)", m_branches);
     top->addLayout(form, 1);
     v->addLayout(top);
-    v->addWidget(controlBar());
 
     auto* bestRow = new QHBoxLayout;
     m_best = new QLabel("Run the sweep to find the best setting.");
@@ -158,7 +181,7 @@ void SweepView::run() {
     if (!sp) return setStatus(err, true);
     auto out = std::make_shared<SweepResult>();
     const SweepSpec s = *sp;
-    startJob("sweeping...", [=](JobContext& ctx) {
+    startJob("sweeping...", [=](AnalysisJobContext& ctx) {
         *out = runSweep(ctx.model, s, ctx.cancel, [&ctx](int done, int total) {
             ctx.progress(done, total, QString("run %1 of %2").arg(done).arg(total));
         });
@@ -271,7 +294,7 @@ void SweepView::showResult() {
     const int b = r.bestCell();
     m_saveBest->setEnabled(b >= 0);
     if (b >= 0) {
-        const Preset p = r.bestPreset();
+        const Preset p = bestPreset(r);
         m_best->setText(QString("Best: %1 (measured %2x, acceptance %3%)")
                             .arg(p.name)
                             .arg(r.cells[static_cast<size_t>(b)].measuredSpeedup(), 0, 'f', 2)
@@ -284,20 +307,15 @@ QString SweepView::saveBestPreset(QString* error) {
         if (error) *error = "no finished cell to save";
         return QString();
     }
-    if (!mainWindow() || !mainWindow()->presetsPanel()) {
-        if (error) *error = "no workbench preset store";
-        return QString();
-    }
-    const Preset p = m_result->bestPreset();
-    if (!mainWindow()->presetsPanel()->store().save(p, error)) return QString();
-    mainWindow()->presetsPanel()->reload();
+    const Preset p = bestPreset(*m_result);
+    if (!workbench()->savePreset(p, error)) return QString();
     return p.name;
 }
 
 nlohmann::json SweepView::data() const {
     if (!m_result) return {{"view", "sweep"}};
     nlohmann::json j = sweepToJson(*m_result);
-    if (m_result->bestCell() >= 0) j["best_preset"] = presetToJson(m_result->bestPreset());
+    if (m_result->bestCell() >= 0) j["best_preset"] = presetToJson(bestPreset(*m_result));
     return j;
 }
 

@@ -6,8 +6,9 @@
 
 #include <memory>
 
-#include <tinyloop_analysis/depth_scrubber.h>
-#include "views/views_a.h"
+#include <tinyloop_analysis/speculation_sweep.h>
+#include "main/preset_store.h"
+#include "views/analysis_window.h"
 
 class QComboBox;
 class QLineEdit;
@@ -19,10 +20,14 @@ class QPushButton;
 
 namespace tlui {
 
-class SweepView : public ViewA {
+// The sweep's best cell as a workbench preset (mode, max_tokens, knobs; named after the cell,
+// described by its measurement); an empty preset when no cell finished.
+Preset bestPreset(const SweepResult& r);
+
+class SweepView : public AnalysisWindow {
     Q_OBJECT
 public:
-    explicit SweepView(MainWindow* window, QWidget* parent = nullptr);
+    SweepView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

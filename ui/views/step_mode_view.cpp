@@ -22,11 +22,11 @@ struct StepView::State {
     tinyloop::Model* model = nullptr;
 };
 
-StepView::StepView(MainWindow* window, QWidget* parent)
-    : ViewA(window, "Step mode", parent), m_state(std::make_shared<State>()) {
-    auto* v = new QVBoxLayout(this);
+StepView::StepView(WorkbenchAccess* workbench, QWidget* parent)
+    : AnalysisWindow(workbench, "Step mode", parent), m_state(std::make_shared<State>()) {
+    QVBoxLayout* v = body();
     auto* form = new QFormLayout;
-    m_prompt = new QLineEdit(promptFromWorkbench().isEmpty() ? QString("In the beginning") : promptFromWorkbench());
+    m_prompt = new QLineEdit(workbenchPrompt().isEmpty() ? QString("In the beginning") : workbenchPrompt());
     m_prompt->setObjectName("prompt");
     auto* knobs = new QHBoxLayout;
     m_loops = new QSpinBox;
@@ -53,7 +53,6 @@ StepView::StepView(MainWindow* window, QWidget* parent)
     form->addRow("Decoder", knobs);
     v->addLayout(form);
     runButton()->setText("Start");
-    v->addWidget(controlBar());
     auto* acts = new QHBoxLayout;
     m_accept = new QPushButton("Take the proposal (Enter)");
     m_accept->setObjectName("acceptButton");
@@ -120,7 +119,7 @@ void StepView::run() {
     cfg.sample_seed = static_cast<uint64_t>(m_seed->value());
     cfg.max_tokens = m_maxTokens->value();
     auto snap = std::make_shared<Snapshot>();
-    startJob("starting...", [=](JobContext& ctx) {
+    startJob("starting...", [=](AnalysisJobContext& ctx) {
         st->stepper = std::make_unique<Stepper>(ctx.model, promptIds(ctx.model, prompt), cfg, 8);
         st->model = ctx.model;
     }, [=, this](bool ok, const QString&) {
@@ -139,7 +138,7 @@ void StepView::submitSteps(std::vector<int32_t> tokens, int proposals) {
     if (isBusy()) return;
     auto st = m_state;
     auto snap = std::make_shared<Snapshot>();
-    startJob("stepping...", [=](JobContext& ctx) {
+    startJob("stepping...", [=](AnalysisJobContext& ctx) {
         if (!st->stepper || st->model != ctx.model)
             throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "step mode: press Start first");
         Stepper& s = *st->stepper;

@@ -2,13 +2,13 @@
 // token the config's decoder would emit: greedy argmax, or the seeded sample) and that step's lens
 // row (top candidates at every depth); the person takes the proposal or any candidate (or types
 // an id) and continues. Taking the proposal every time is plain generation (Stepper,
-// analysis_a_step.h).
+// tinyloop_analysis/step_mode.h).
 #pragma once
 
 #include <memory>
 
 #include <tinyloop_analysis/step_mode.h>
-#include "views/views_a.h"
+#include "views/analysis_window.h"
 
 class QDoubleSpinBox;
 class QLineEdit;
@@ -19,10 +19,10 @@ class QPushButton;
 
 namespace tlui {
 
-class StepView : public ViewA {
+class StepView : public AnalysisWindow {
     Q_OBJECT
 public:
-    explicit StepView(MainWindow* window, QWidget* parent = nullptr);
+    StepView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;  // starts (or restarts) step mode on the prompt

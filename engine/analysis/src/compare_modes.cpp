@@ -6,9 +6,9 @@
 #include <exception>
 #include <thread>
 
-namespace tlui {
+#include <tinyloop_analysis/run_json.h>
 
-using tinyloop::GenerateConfig;
+namespace tinyloop::analysis {
 
 namespace {
 // snprintf, not string concatenation: GCC 12 warns (-Wrestrict, a false positive) on
@@ -20,48 +20,48 @@ std::string format(const char* fmt, int a, int b = 0) {
 }
 }  // namespace
 
-std::vector<ModeSpec> defaultCompareModes(const tinyloop::HParams& hp, int maxTokens) {
+std::vector<ModeSpec> defaultCompareModes(const HParams& hp, int maxTokens) {
     const int maxL = std::max(1, hp.max_loops);
     const int deep = std::min(8, maxL);
     const int shallow = std::min(4, maxL);
     auto base = [&](const std::string& label, DecodeMode mode) {
         ModeSpec m;
         m.label = label;
-        m.mode = mode;
-        m.config.max_tokens = maxTokens;
-        m.config.loops = deep;
+        m.run.mode = mode;
+        m.run.config.max_tokens = maxTokens;
+        m.run.config.loops = deep;
         return m;
     };
     std::vector<ModeSpec> out;
     ModeSpec g4 = base(format("greedy L=%d", shallow), DecodeMode::Greedy);
-    g4.config.loops = shallow;
+    g4.run.config.loops = shallow;
     out.push_back(g4);
     out.push_back(base(format("greedy L=%d", deep), DecodeMode::Greedy));
     if (deep >= 2) {
         ModeSpec s = base(format("speculative %d->%d", std::min(2, deep - 1), deep), DecodeMode::Speculative);
-        s.knobs.draft_loops = std::min(2, deep - 1);
-        s.knobs.verify_loops = deep;
-        s.knobs.draft_ahead = 4;
+        s.run.speculation.draft_loops = std::min(2, deep - 1);
+        s.run.speculation.verify_loops = deep;
+        s.run.speculation.draft_ahead = 4;
         out.push_back(s);
         ModeSpec t = base(format("tree %d->%d K=2", std::min(2, deep - 1), deep), DecodeMode::Tree);
-        t.knobs = s.knobs;
-        t.knobs.K_branches = 2;
+        t.run.speculation = s.run.speculation;
+        t.run.speculation.branches = 2;
         out.push_back(t);
     }
     for (float thr : {0.1f, 0.2f}) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "early exit l2<%.2f", static_cast<double>(thr));
         ModeSpec e = base(buf, DecodeMode::EarlyExit);
-        e.config.early_exit_patience = 1;
-        e.config.early_exit_min_L = 2;
-        e.config.early_exit_criterion = tinyloop::EarlyExitCriterion::HiddenL2;
-        e.config.early_exit_threshold = thr;
+        e.run.config.early_exit_patience = 1;
+        e.run.config.early_exit_min_L = 2;
+        e.run.config.early_exit_criterion = EarlyExitCriterion::HiddenL2;
+        e.run.config.early_exit_threshold = thr;
         out.push_back(e);
     }
-    ModeSpec smp = base("sampling T=0.8 seed=7", DecodeMode::Sampling);
-    smp.config.temperature = 0.8f;
-    smp.config.top_k = 40;
-    smp.config.sample_seed = 7;
+    ModeSpec smp = base("sampling T=0.8 seed=7", DecodeMode::Sample);
+    smp.run.config.temperature = 0.8f;
+    smp.run.config.top_k = 40;
+    smp.run.config.sample_seed = 7;
     out.push_back(smp);
     return out;
 }
@@ -77,84 +77,31 @@ double ModeRun::tokensPerSecond() const {
     return stats.total_ms > 0 ? stats.tokens_emitted * 1000.0 / stats.total_ms : 0.0;
 }
 
-std::vector<int32_t> promptIds(const tinyloop::Model* model, const std::string& text) {
-    std::vector<int32_t> ids = tinyloop::tokenize(model, text);
+std::vector<int32_t> promptIds(const Model* model, const std::string& text) {
+    std::vector<int32_t> ids = tokenize(model, text);
     if (ids.empty()) {
-        const auto info = tinyloop::model_info(model);
+        const auto info = model_info(model);
         const int32_t start = info.tokenizer.bos_id >= 0 ? info.tokenizer.bos_id : info.tokenizer.eos_id;
         if (start < 0)
-            throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument,
+            throw Error(ErrorCode::InvalidArgument,
                                   "prompt: empty, and the tokenizer has no BOS/EOS token to start from");
         ids.push_back(start);
     }
     return ids;
 }
 
-ModeRun runMode(tinyloop::Model* model, const std::vector<int32_t>& prompt, const ModeSpec& spec,
-                const tinyloop::GenerateOptions& options) {
-    const auto& hp = tinyloop::model_hparams(model);
+ModeRun runMode(Model* model, const std::vector<int32_t>& prompt, const ModeSpec& spec,
+                const GenerateOptions& options) {
     ModeRun run;
     run.spec = spec;
-    GenerateConfig cfg = spec.config;
-    const int n = static_cast<int>(prompt.size());
-    run.loops = cfg.loops > 0 ? cfg.loops : hp.default_loops;
-    tinyloop::GenerateResult out;
-    switch (spec.mode) {
-    case DecodeMode::Greedy:
-        cfg.temperature = 0.0f;
-        cfg.beam_size = 0;
-        cfg.early_exit_patience = 0;
-        out = tinyloop::generate_ex(model, prompt.data(), n, cfg, options);
-        break;
-    case DecodeMode::Sampling:
-        cfg.beam_size = 0;
-        cfg.early_exit_patience = 0;
-        out = tinyloop::generate_ex(model, prompt.data(), n, cfg, options);
-        break;
-    case DecodeMode::EarlyExit:
-        cfg.beam_size = 0;
-        if (cfg.early_exit_patience <= 0)
-            throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument,
-                                  "early_exit_patience: must be >= 1 in early-exit mode (0 disables early exit)");
-        out = tinyloop::generate_ex(model, prompt.data(), n, cfg, options);
-        break;
-    case DecodeMode::Beam:
-        if (cfg.beam_size < 2)
-            throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "beam_size: must be >= 2 in beam mode");
-        out = tinyloop::generate_ex(model, prompt.data(), n, cfg, options);
-        break;
-    case DecodeMode::Speculative: {
-        tinyloop::SpeculativeConfig sc;
-        sc.max_tokens = cfg.max_tokens;
-        sc.verify_loops = spec.knobs.verify_loops > 0 ? spec.knobs.verify_loops : hp.default_loops;
-        sc.draft_loops = spec.knobs.draft_loops;
-        sc.draft_ahead = spec.knobs.draft_ahead;
-        sc.temperature = cfg.temperature;
-        sc.seed = cfg.sample_seed;
-        sc.top_k = cfg.temperature > 0.01f ? cfg.top_k : 0;
-        sc.top_p = cfg.top_p;
-        sc.ignore_eos = cfg.ignore_eos;
-        run.loops = sc.verify_loops;
-        run.speculative = true;
-        out = tinyloop::generate_speculative_ex(model, prompt.data(), n, sc, options);
-        break;
-    }
-    case DecodeMode::Tree: {
-        tinyloop::TreeSpeculativeConfig tc;
-        tc.max_tokens = cfg.max_tokens;
-        tc.verify_loops = spec.knobs.verify_loops > 0 ? spec.knobs.verify_loops : hp.default_loops;
-        tc.draft_loops = spec.knobs.draft_loops;
-        tc.draft_ahead = spec.knobs.draft_ahead;
-        tc.K_branches = spec.knobs.K_branches;
-        tc.temperature = cfg.temperature;
-        tc.seed = cfg.sample_seed;
-        tc.ignore_eos = cfg.ignore_eos;
-        run.loops = tc.verify_loops;
-        run.speculative = true;
-        out = tinyloop::generate_tree_speculative_ex(model, prompt.data(), n, tc, options);
-        break;
-    }
-    }
+    const RunSpec& rs = spec.run;
+    run.speculative = rs.mode == DecodeMode::Speculative || rs.mode == DecodeMode::Tree ||
+                      rs.mode == DecodeMode::DraftModel;
+    if (run.speculative && rs.mode != DecodeMode::DraftModel)
+        run.loops = resolved_speculation(model, rs).verify_loops;
+    else
+        run.loops = rs.config.loops > 0 ? rs.config.loops : model_hparams(model).default_loops;
+    GenerateResult out = run_decode(model, prompt.data(), static_cast<int>(prompt.size()), rs, options);
     run.tokens.assign(out.tokens.begin() + out.prompt_len, out.tokens.end());
     run.text = std::move(out.text);
     run.stats = std::move(out.stats);
@@ -181,7 +128,7 @@ void setBaseline(CompareResult& r, int baseline) {
         r.divergence[i] = (r.runs[i].error.empty() && b.error.empty()) ? firstDivergence(r.runs[i].tokens, b.tokens) : 0;
 }
 
-CompareResult runComparison(tinyloop::Model* model, const std::string& prompt,
+CompareResult runComparison(Model* model, const std::string& prompt,
                             const std::vector<ModeSpec>& modes, int baseline, bool concurrent,
                             const std::atomic<bool>* cancel, const std::function<void(int)>& onDone) {
     CompareResult r;
@@ -189,8 +136,8 @@ CompareResult runComparison(tinyloop::Model* model, const std::string& prompt,
     r.promptIds = promptIds(model, prompt);
     r.concurrent = concurrent;
     r.runs.resize(modes.size());
-    tinyloop::GenerateOptions opts;
-    if (cancel) opts.observer = [cancel](const tinyloop::TokenEvent&) { return !cancel->load(); };
+    GenerateOptions opts;
+    if (cancel) opts.observer = [cancel](const TokenEvent&) { return !cancel->load(); };
     auto one = [&](size_t i) {
         try {
             r.runs[i] = runMode(model, r.promptIds, modes[i], opts);
@@ -222,29 +169,10 @@ CompareResult runComparison(tinyloop::Model* model, const std::string& prompt,
     return r;
 }
 
-nlohmann::json runStatsToJson(const tinyloop::GenerateStats& s) {
-    return {{"prefill_ms", s.prefill_ms},
-            {"first_token_ms", s.first_token_ms},
-            {"decode_ms", s.decode_ms},
-            {"total_ms", s.total_ms},
-            {"prompt_tokens", s.prompt_tokens},
-            {"tokens_emitted", s.tokens_emitted},
-            {"stop_reason", tinyloop::stop_reason_name(s.stop_reason)},
-            {"loops_used", s.loops_used},
-            {"depth_per_token", s.depth_per_token},
-            {"spec_cycles", s.spec_cycles},
-            {"spec_drafted", s.spec_drafted},
-            {"spec_tested", s.spec_tested},
-            {"spec_accepted", s.spec_accepted},
-            {"spec_accept_hist", s.spec_accept_hist},
-            {"spec_acceptance_rate", s.spec_acceptance_rate()},
-            {"draft_ms", s.draft_ms},
-            {"verify_ms", s.verify_ms}};
-}
-
 nlohmann::json modeSpecToJson(const ModeSpec& m) {
-    return {{"label", m.label}, {"mode", modeName(m.mode)}, {"config", configToJson(m.config)},
-            {"speculative", knobsToJson(m.knobs)}};
+    nlohmann::json j = runSpecToJson(m.run);
+    j["label"] = m.label;
+    return j;
 }
 
 nlohmann::json compareToJson(const CompareResult& r) {
@@ -255,7 +183,7 @@ nlohmann::json compareToJson(const CompareResult& r) {
                             {"loops", m.loops},
                             {"output_ids", m.tokens},
                             {"text", m.text},
-                            {"stats", runStatsToJson(m.stats)},
+                            {"stats", statsToJson(m.stats)},
                             {"mean_depth", m.meanDepth()},
                             {"tokens_per_s", m.tokensPerSecond()},
                             {"first_divergence", i < r.divergence.size() ? r.divergence[i] : -1}};
@@ -267,4 +195,4 @@ nlohmann::json compareToJson(const CompareResult& r) {
             {"runs", runs}};
 }
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

@@ -6,7 +6,7 @@
 
 #include <tinyloop_analysis/exit_calibration.h>
 
-namespace tlui {
+namespace tinyloop::analysis {
 
 namespace {
 
@@ -55,10 +55,14 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
         ++done;
     };
     const int pn = std::min(s.prompt_tokens, n);
-    auto decode_ms = [&](tinyloop::GenerateConfig c) {
-        c.max_tokens = s.decode_tokens;
-        c.ignore_eos = true;
-        return ms_per_decoded(tinyloop::generate_ex(model, text.data(), pn, c).stats);
+    // Timed decodes from the text's first tokens, through the engine's one run entry.
+    auto decode = [&](tinyloop::RunSpec spec) {
+        spec.config.max_tokens = s.decode_tokens;
+        spec.config.ignore_eos = true;
+        return tinyloop::run_decode(model, text.data(), pn, spec);
+    };
+    auto decode_ms = [&](tinyloop::DecodeMode mode, const tinyloop::GenerateConfig& c) {
+        return ms_per_decoded(decode({.mode = mode, .config = c, .speculation = {}}).stats);
     };
 
     std::vector<ComputePoint> out;
@@ -73,7 +77,7 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
         p.scored_tokens = n - 1;
         tinyloop::GenerateConfig c;
         c.loops = d;
-        p.ms_per_token = decode_ms(c);
+        p.ms_per_token = decode_ms(tinyloop::DecodeMode::Greedy, c);
         out.push_back(p);
     }
     const int exit_loops = s.exit_loops > 0 ? s.exit_loops : hp.default_loops;
@@ -96,7 +100,7 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
         p.mean_depth = static_cast<double>(sum) / (n - 1);
         p.nll = r.total_nll / (n - 1);
         p.scored_tokens = n - 1;
-        p.ms_per_token = decode_ms(c);
+        p.ms_per_token = decode_ms(tinyloop::DecodeMode::EarlyExit, c);
         out.push_back(p);
     }
     const int V = s.verify_loops > 0 ? s.verify_loops : hp.default_loops;
@@ -104,13 +108,12 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
         const tinyloop::ScoreResult r = tinyloop::score(model, text.data(), n, V);
         for (const ComputeSettings::Spec& sp : s.specs) {
             step("speculative D" + std::to_string(sp.draft_loops) + " K" + std::to_string(sp.draft_ahead));
-            tinyloop::SpeculativeConfig sc;
-            sc.max_tokens = s.decode_tokens;
-            sc.draft_loops = sp.draft_loops;
-            sc.verify_loops = V;
-            sc.draft_ahead = sp.draft_ahead;
-            sc.ignore_eos = true;
-            const tinyloop::GenerateResult g = tinyloop::generate_speculative_ex(model, text.data(), pn, sc);
+            tinyloop::RunSpec spec;
+            spec.mode = tinyloop::DecodeMode::Speculative;
+            spec.speculation.draft_loops = sp.draft_loops;
+            spec.speculation.verify_loops = V;
+            spec.speculation.draft_ahead = sp.draft_ahead;
+            const tinyloop::GenerateResult g = decode(spec);
             ComputePoint p;
             p.series = "speculative";
             p.label = "D" + std::to_string(sp.draft_loops) + " K" + std::to_string(sp.draft_ahead) + " V" +
@@ -144,4 +147,4 @@ nlohmann::json compute_json(const std::vector<ComputePoint>& points, int text_to
     return j;
 }
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-namespace tlui {
+namespace tinyloop::analysis {
 
 namespace {
 
@@ -22,12 +22,12 @@ CalibData collect_calibration(tinyloop::Model* model, const std::vector<int32_t>
     const tinyloop::HParams& hp = tinyloop::model_hparams(model);
     CalibData d;
     d.loops = loops > 0 ? loops : hp.default_loops;
-    tinyloop::GenerateConfig c;
-    c.max_tokens = max_tokens;
-    c.loops = d.loops;
-    c.temperature = 0.0f;
+    tinyloop::RunSpec greedy;
+    greedy.mode = tinyloop::DecodeMode::Greedy;
+    greedy.config.max_tokens = max_tokens;
+    greedy.config.loops = d.loops;
     const tinyloop::GenerateResult g =
-        tinyloop::generate_ex(model, prompt.data(), static_cast<int>(prompt.size()), c);
+        tinyloop::run_decode(model, prompt.data(), static_cast<int>(prompt.size()), greedy);
     check_cancel(cancel);
     d.tokens = g.tokens;
     d.prompt_len = g.prompt_len;
@@ -138,4 +138,4 @@ nlohmann::json calibration_json(const CalibData& d, const CalibPolicy& p, const 
     return j;
 }
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

@@ -2,7 +2,7 @@
 
 #include <memory>
 
-namespace tlui {
+namespace tinyloop::analysis {
 
 namespace {
 
@@ -36,15 +36,14 @@ KvRun run_kv_provenance(tinyloop::Model* model, const std::vector<int32_t>& prom
     tinyloop::GenerateResult g;
     const int n = static_cast<int>(prompt.size());
     switch (setup) {
-        case KvSetup::Plain:
-            c.early_exit_patience = 0;
-            g = tinyloop::generate_ex(model, prompt.data(), n, c, o);
+        case KvSetup::Plain:  // Sample: the config's temperature (greedy at <= 0.01), early exit off
+        case KvSetup::EarlyExit: {  // the engine refuses early_exit_patience < 1 here
+            tinyloop::RunSpec spec;
+            spec.mode = setup == KvSetup::Plain ? tinyloop::DecodeMode::Sample : tinyloop::DecodeMode::EarlyExit;
+            spec.config = c;
+            g = tinyloop::run_decode(model, prompt.data(), n, spec, o);
             break;
-        case KvSetup::EarlyExit:
-            if (c.early_exit_patience < 1)
-                bad("early_exit_patience: must be >= 1 for the early-exit set-up (0 disables early exit)");
-            g = tinyloop::generate_ex(model, prompt.data(), n, c, o);
-            break;
+        }
         case KvSetup::PrefixCache: {
             if (prefix_len < 1 || prefix_len > n)
                 bad("prefix_len: " + std::to_string(prefix_len) + " is outside [1, " + std::to_string(n) + "]");
@@ -107,4 +106,4 @@ nlohmann::json kv_json(const KvRun& r) {
     return j;
 }
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

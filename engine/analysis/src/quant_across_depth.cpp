@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-namespace tlui {
+namespace tinyloop::analysis {
 
 namespace {
 
@@ -153,4 +153,4 @@ nlohmann::json quant_json(const QuantData& q) {
     return j;
 }
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

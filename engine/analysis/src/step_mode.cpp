@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "main/config_json.h"
+#include <tinyloop_analysis/run_json.h>
 
-namespace tlui {
+namespace tinyloop::analysis {
 
 namespace {
 [[noreturn]] void fail(const std::string& msg) {
@@ -54,7 +54,13 @@ const tinyloop::TokenEvent& Stepper::propose() {
         if (ev.index == since) last = ev;
         return true;
     };
-    tinyloop::GenerateResult r = tinyloop::generate_ex(m_model, origin.data(), static_cast<int>(origin.size()), cfg, opts);
+    // Sample is plain decoding at the config's temperature (greedy at <= 0.01).
+    const tinyloop::RunSpec spec{.mode = cfg.early_exit_patience > 0 ? tinyloop::DecodeMode::EarlyExit
+                                                                     : tinyloop::DecodeMode::Sample,
+                                 .config = cfg,
+                                 .speculation = {}};
+    tinyloop::GenerateResult r =
+        tinyloop::run_decode(m_model, origin.data(), static_cast<int>(origin.size()), spec, opts);
     const int got = static_cast<int>(r.tokens.size()) - r.prompt_len;
     // The replay must reproduce the committed tokens since the origin (they were its proposals).
     for (int i = 0; i < std::min(got, since); ++i)
@@ -126,4 +132,4 @@ nlohmann::json stepsToJson(const Stepper& s, const tinyloop::Model* model) {
             {"steps", steps}};
 }
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

@@ -1,7 +1,7 @@
-// The computation behind the "Compare decode modes" view (issue 8): one decode mode with its
-// settings as data, one engine call per mode, and the side-by-side comparison of several modes on
-// one prompt (run concurrently on the one Model, or one after another). No Qt: the tests check
-// these results, the view only draws them.
+// Compare decode modes: one decode mode with its settings as data (a labelled tinyloop::RunSpec),
+// one engine call per mode (tinyloop::run_decode, which owns the mode rules), and the side-by-side
+// comparison of several modes on one prompt (run concurrently on the one Model, or one after
+// another). No Qt: tests/analysis checks these results, the workbench's view only draws them.
 #pragma once
 
 #include <atomic>
@@ -13,17 +13,13 @@
 #include <nlohmann/json.hpp>
 #include <tinyloop/tinyloop.h>
 
-#include "main/config_json.h"
+namespace tinyloop::analysis {
 
-namespace tlui {
-
-// One decode mode and its settings. `config` carries max_tokens, loops, sampling and early-exit
-// fields; `knobs` the speculative ones (verify_loops 0 = the model's default depth).
+// One decode mode and its settings, as the engine takes them (mode, GenerateConfig, speculation
+// knobs), with the label the view shows ("greedy L=4").
 struct ModeSpec {
-    std::string label;  // shown in the view ("greedy L=4")
-    DecodeMode mode = DecodeMode::Greedy;
-    tinyloop::GenerateConfig config;
-    SpeculativeKnobs knobs;
+    std::string label;
+    tinyloop::RunSpec run;
 };
 
 // The comparison's default set on a model: greedy at 4 and 8 loops, speculative 2->8, tree 2->8
@@ -44,9 +40,8 @@ struct ModeRun {
     double tokensPerSecond() const;  // emitted tokens / total_ms
 };
 
-// Runs one mode through the engine (generate_ex / generate_speculative_ex /
-// generate_tree_speculative_ex, the dispatch EngineWorker uses). Throws tinyloop::Error on a
-// refused config. `options` is passed through (observer, lens).
+// Runs one mode through tinyloop::run_decode (the engine applies the mode's rules). Throws
+// tinyloop::Error on a refused config. `options` is passed through (observer, lens).
 ModeRun runMode(tinyloop::Model* model, const std::vector<int32_t>& prompt, const ModeSpec& spec,
                 const tinyloop::GenerateOptions& options = {});
 
@@ -77,8 +72,7 @@ CompareResult runComparison(tinyloop::Model* model, const std::string& prompt,
 // Re-computes divergence against a new baseline.
 void setBaseline(CompareResult& r, int baseline);
 
-nlohmann::json runStatsToJson(const tinyloop::GenerateStats& s);
 nlohmann::json modeSpecToJson(const ModeSpec& m);
 nlohmann::json compareToJson(const CompareResult& r);
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

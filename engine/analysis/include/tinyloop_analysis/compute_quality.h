@@ -5,12 +5,12 @@
 //   early exit (c, t)    score_early_exit(text, config): NLL; compute = mean depth_used over the
 //                        positions that predict a token
 //   speculative (D, K)   lossless at temperature 0, so its quality is score(text, V); compute =
-//                        loop passes per decoded token of a real generate_speculative_ex run
+//                        loop passes per decoded token of a real speculative run
 //                        from the text's first tokens (verification runs every drafted row
 //                        through all V passes: V * spec_drafted / (emitted - 1))
 // Each setting also gets decode time per token (ms) from a real greedy decode of the same
-// length from the same prompt (generate_ex, with early exit where the setting has it;
-// generate_speculative_ex), so the chart can use time instead of passes on its x axis.
+// length from the same prompt (tinyloop::run_decode: Greedy, EarlyExit or Speculative), so the
+// chart can use time instead of passes on its x axis.
 #pragma once
 
 #include <atomic>
@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <tinyloop/tinyloop.h>
 
-namespace tlui {
+namespace tinyloop::analysis {
 
 struct ComputeSettings {
     std::vector<int> depths;                  // fixed depths, each 1..max_loops
@@ -64,4 +64,4 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
 
 nlohmann::json compute_json(const std::vector<ComputePoint>& points, int text_tokens);
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

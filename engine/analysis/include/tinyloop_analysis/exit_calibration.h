@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <tinyloop/tinyloop.h>
 
-namespace tlui {
+namespace tinyloop::analysis {
 
 struct CalibData {
     std::vector<int32_t> tokens;  // prompt + the full-depth greedy continuation
@@ -70,4 +70,4 @@ std::vector<CalibToken> rescore_calibration(const CalibData& data, const CalibPo
 nlohmann::json calibration_json(const CalibData& data, const CalibPolicy& policy,
                                 const std::vector<CalibToken>& scored);
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

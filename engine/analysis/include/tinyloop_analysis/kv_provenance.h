@@ -1,7 +1,8 @@
 // KV provenance, the data behind its view (no Qt): one decode of a prompt with
 // GenerateOptions::kv_provenance, in one of three set-ups, and what its cache holds.
-//   plain        generate_ex at the config's depth: every row computed
-//   early exit   generate_ex with the config's early-exit policy: a row that exits at e has the
+//   plain        run_decode Sample (greedy at temperature <= 0.01) at the config's depth: every
+//                row computed
+//   early exit   run_decode EarlyExit with the config's policy: a row that exits at e has the
 //                layers of passes e+1.. propagated from its frozen state
 //   prefix cache the prompt's first prefix_len tokens prefilled once into a PrefixCache, then
 //                generate_with_prefix: those positions' rows are reused
@@ -14,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <tinyloop/tinyloop.h>
 
-namespace tlui {
+namespace tinyloop::analysis {
 
 enum class KvSetup { Plain, EarlyExit, PrefixCache };
 const char* kv_setup_name(KvSetup s);  // "plain", "early exit", "prefix cache"
@@ -41,4 +42,4 @@ KvRun run_kv_provenance(tinyloop::Model* model, const std::vector<int32_t>& prom
 
 nlohmann::json kv_json(const KvRun& run);
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <tinyloop/tinyloop.h>
 
-namespace tlui {
+namespace tinyloop::analysis {
 
 struct QuantData {
     std::string name_a, name_b;   // the two files
@@ -47,4 +47,4 @@ double kl_logits(const float* za, const float* zb, int vocab);
 
 nlohmann::json quant_json(const QuantData& q);
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

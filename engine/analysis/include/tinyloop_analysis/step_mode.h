@@ -1,9 +1,9 @@
-// Step mode (issue 8): generate one token at a time, show that step's lens row, let the person
+// Step mode: generate one token at a time, show that step's lens row, let the person
 // take the sampled token or any other candidate, and continue. No Qt.
 //
 // How a step is computed, with the public engine API only: the continuation since the last
 // override ("origin": the prompt plus every token committed up to and including the last one
-// that differed from the engine's proposal) is regenerated with generate_ex, one token longer
+// that differed from the engine's proposal) is regenerated with tinyloop::run_decode (Sample, or EarlyExit when the config has early exit), one token longer
 // than before, so the RNG, the penalties and early exit see exactly what a plain run from the
 // origin sees; the last TokenEvent is the proposal (token, probability, depth, lens row). Taking
 // the proposal every time is therefore a plain generation, token for token, greedy or sampled
@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <tinyloop/tinyloop.h>
 
-namespace tlui {
+namespace tinyloop::analysis {
 
 struct StepRecord {
     tinyloop::TokenEvent proposal;  // what the engine sampled, with its lens row
@@ -69,4 +69,4 @@ private:
 
 nlohmann::json stepsToJson(const Stepper& s, const tinyloop::Model* model);
 
-}  // namespace tlui
+}  // namespace tinyloop::analysis

@@ -9,13 +9,13 @@
 #include <atomic>
 
 #include "main/config_panel.h"
-#include "worker/engine_worker.h"
+#include "worker/engine_host.h"
 #include "main/main_window.h"
 #include "ui_test_util.h"
 
 using namespace tlui;
 
-class TestEngineWorker : public QObject {
+class TestEngineHost : public QObject {
     Q_OBJECT
     QTemporaryDir m_dir;
     QString m_model;
@@ -32,7 +32,7 @@ private slots:
 
     void streamsInOrderAndStatsLast() {
         QThread thread;
-        auto* worker = new EngineWorker;
+        auto* worker = new EngineHost;
         worker->moveToThread(&thread);
         thread.start();
 
@@ -41,22 +41,22 @@ private slots:
         RunResult result;
         bool loaded = false, finished = false;
         QObject ctx;
-        connect(worker, &EngineWorker::modelLoaded, &ctx, [&](const ModelLoaded& m) {
+        connect(worker, &EngineHost::modelLoaded, &ctx, [&](const ModelLoaded& m) {
             loaded = true;
             QCOMPARE(m.info.hparams.vocab_size, 300);
             QVERIFY(m.vocab.size() >= 257);
         }, Qt::QueuedConnection);
-        connect(worker, &EngineWorker::tokenEvent, &ctx, [&](quint64 id, const tinyloop::TokenEvent& ev) {
+        connect(worker, &EngineHost::tokenEvent, &ctx, [&](quint64 id, const tinyloop::TokenEvent& ev) {
             QCOMPARE(id, quint64(1));
             events.push_back(ev);
             log << "token";
         }, Qt::QueuedConnection);
-        connect(worker, &EngineWorker::runFinished, &ctx, [&](const RunResult& r) {
+        connect(worker, &EngineHost::runFinished, &ctx, [&](const RunResult& r) {
             result = r;
             finished = true;
             log << "stats";
         }, Qt::QueuedConnection);
-        connect(worker, &EngineWorker::lensReady, &ctx, [&](const LensReady&) { log << "lens"; }, Qt::QueuedConnection);
+        connect(worker, &EngineHost::lensReady, &ctx, [&](const LensReady&) { log << "lens"; }, Qt::QueuedConnection);
 
         QMetaObject::invokeMethod(worker, "loadModel", Qt::QueuedConnection, Q_ARG(QString, m_model));
         QVERIFY(tltest::waitFor([&] { return loaded; }));
@@ -88,18 +88,18 @@ private slots:
 
     void stopEndsWithinOneToken() {
         QThread thread;
-        auto* worker = new EngineWorker;
+        auto* worker = new EngineHost;
         worker->moveToThread(&thread);
         thread.start();
         bool loaded = false, finished = false;
         RunResult result;
         QObject ctx;
-        connect(worker, &EngineWorker::modelLoaded, &ctx, [&] { loaded = true; }, Qt::QueuedConnection);
-        connect(worker, &EngineWorker::runFinished, &ctx, [&](const RunResult& r) { result = r; finished = true; }, Qt::QueuedConnection);
+        connect(worker, &EngineHost::modelLoaded, &ctx, [&] { loaded = true; }, Qt::QueuedConnection);
+        connect(worker, &EngineHost::runFinished, &ctx, [&](const RunResult& r) { result = r; finished = true; }, Qt::QueuedConnection);
         // Stop pressed the moment token #5 is emitted (direct: in the worker's thread, like the
         // atomic the Stop button sets): the observer must end the run right after that token.
         std::atomic<int> seen{0};
-        connect(worker, &EngineWorker::tokenEvent, worker, [&, worker](quint64 id, const tinyloop::TokenEvent& ev) {
+        connect(worker, &EngineHost::tokenEvent, worker, [&, worker](quint64 id, const tinyloop::TokenEvent& ev) {
             ++seen;
             if (ev.index == 5) worker->requestStop(id);
         }, Qt::DirectConnection);
@@ -119,7 +119,7 @@ private slots:
 
         // a run stopped before it starts never runs
         bool failed = false;
-        connect(worker, &EngineWorker::runFailed, &ctx, [&](quint64 id, const QString&) { failed = (id == 8); }, Qt::QueuedConnection);
+        connect(worker, &EngineHost::runFailed, &ctx, [&](quint64 id, const QString&) { failed = (id == 8); }, Qt::QueuedConnection);
         worker->requestStop(8);
         req.id = 8;
         QMetaObject::invokeMethod(worker, "generate", Qt::QueuedConnection, Q_ARG(tlui::RunRequest, req));
@@ -171,7 +171,7 @@ private slots:
         c.ignore_eos = true;
         w.configPanel()->setConfig(c);
         w.setPrompt("x");
-        QSignalSpy progress(w.worker(), &EngineWorker::progress);
+        QSignalSpy progress(w.worker(), &EngineHost::progress);
         QSignalSpy ended(&w, &MainWindow::runEnded);
         QVERIFY(w.generate());
         // run for ~2.5 s, watching the label the user reads
@@ -211,7 +211,7 @@ private slots:
             QVERIFY(w->generate());
             QVERIFY(tltest::waitFor([&] { return !w->session().events.empty(); }));
             QVERIFY(w->isRunning());
-            QPointer<EngineWorker> worker = w->worker();
+            QPointer<EngineHost> worker = w->worker();
             QElapsedTimer t;
             t.start();
             if (round == 0) w->close();
@@ -222,5 +222,5 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestEngineWorker)
-#include "test_engine_worker.moc"
+QTEST_MAIN(TestEngineHost)
+#include "test_engine_host.moc"

@@ -1,4 +1,4 @@
-#include "worker/engine_worker.h"
+#include "worker/engine_host.h"
 
 #include <chrono>
 #include <memory>
@@ -25,6 +25,24 @@ tinyloop::DecodeMode engineMode(DecodeMode m) {
 
 }  // namespace
 
+DecodeMode workbenchMode(tinyloop::DecodeMode m) {
+    for (DecodeMode w : allModes())
+        if (engineMode(w) == m) return w;
+    return DecodeMode::Speculative;  // DraftModel
+}
+
+tinyloop::RunSpec toRunSpec(DecodeMode mode, const tinyloop::GenerateConfig& config, const SpeculativeKnobs& knobs,
+                            const tinyloop::HParams& hp) {
+    tinyloop::RunSpec spec;
+    spec.mode = engineMode(mode);
+    spec.config = config;
+    spec.speculation = {.verify_loops = knobs.verify_loops > 0 ? knobs.verify_loops : hp.default_loops,
+                        .draft_loops = knobs.draft_loops,
+                        .draft_ahead = knobs.draft_ahead,
+                        .branches = knobs.K_branches};
+    return spec;
+}
+
 void registerEngineMetaTypes() {
     static std::once_flag once;
     std::call_once(once, [] {
@@ -36,19 +54,29 @@ void registerEngineMetaTypes() {
     });
 }
 
-EngineWorker::EngineWorker(QObject* parent) : QObject(parent) { registerEngineMetaTypes(); }
+EngineHost::EngineHost(QObject* parent) : QObject(parent) { registerEngineMetaTypes(); }
 
-EngineWorker::~EngineWorker() { tinyloop::free_model(m_model); }
+EngineHost::~EngineHost() = default;
 
-void EngineWorker::requestStop(quint64 upToId) {
+std::shared_ptr<tinyloop::Model> EngineHost::sharedModel() const {
+    std::lock_guard<std::mutex> lock(m_modelMutex);
+    return m_model;
+}
+
+QString EngineHost::modelPath() const {
+    std::lock_guard<std::mutex> lock(m_modelMutex);
+    return m_modelPath;
+}
+
+void EngineHost::requestStop(quint64 upToId) {
     quint64 cur = m_cancelUpTo.load();
     while (upToId > cur && !m_cancelUpTo.compare_exchange_weak(cur, upToId)) {
     }
 }
 
-void EngineWorker::shutdown() { m_shutdown.store(true); }
+void EngineHost::shutdown() { m_shutdown.store(true); }
 
-void EngineWorker::loadModel(const QString& path) {
+void EngineHost::loadModel(const QString& path) {
     if (m_shutdown.load()) return;
     emit loadStarted(path);
     tinyloop::Model* fresh = nullptr;
@@ -68,8 +96,11 @@ void EngineWorker::loadModel(const QString& path) {
             }
         }
         // Only now does the new model replace the old one: a refused file leaves it in place.
-        tinyloop::free_model(m_model);
-        m_model = fresh;
+        {
+            std::lock_guard<std::mutex> lock(m_modelMutex);
+            m_model.reset(fresh, tinyloop::free_model);
+            m_modelPath = path;
+        }
         emit modelLoaded(m);
     } catch (const std::exception& e) {
         tinyloop::free_model(fresh);
@@ -77,13 +108,14 @@ void EngineWorker::loadModel(const QString& path) {
     }
 }
 
-void EngineWorker::validateConfig(quint64 ticket, const RunRequest& req) {
-    if (!m_model) {
+void EngineHost::validateConfig(quint64 ticket, const RunRequest& req) {
+    tinyloop::Model* model = m_model.get();  // only this thread replaces m_model
+    if (!model) {
         emit configChecked(ticket, QStringLiteral("no model loaded"));
         return;
     }
     try {
-        auto ids = tinyloop::tokenize(m_model, req.prompt.toStdString());
+        auto ids = tinyloop::tokenize(model, req.prompt.toStdString());
         if (ids.empty()) ids.push_back(0);  // generate starts an empty prompt from BOS/EOS
         std::unique_ptr<tinyloop::Grammar, void (*)(tinyloop::Grammar*)> grammar(nullptr, tinyloop::free_grammar);
         tinyloop::GenerateConfig cfg = req.config;
@@ -91,19 +123,20 @@ void EngineWorker::validateConfig(quint64 ticket, const RunRequest& req) {
             grammar.reset(tinyloop::load_grammar_file(req.grammarFile.toStdString()));
             cfg.grammar = grammar.get();
         }
-        tinyloop::validate_config(m_model, static_cast<int>(ids.size()), cfg);
+        tinyloop::validate_config(model, static_cast<int>(ids.size()), cfg);
         emit configChecked(ticket, QString());
     } catch (const std::exception& e) {
         emit configChecked(ticket, QString::fromStdString(e.what()));
     }
 }
 
-void EngineWorker::generate(const RunRequest& req) {
+void EngineHost::generate(const RunRequest& req) {
     if (cancelled(req.id)) {
         emit runFailed(req.id, QStringLiteral("stopped before it started"));
         return;
     }
-    if (!m_model) {
+    tinyloop::Model* model = m_model.get();  // only this thread replaces m_model
+    if (!model) {
         emit runFailed(req.id, QStringLiteral("no model loaded"));
         return;
     }
@@ -115,11 +148,11 @@ void EngineWorker::generate(const RunRequest& req) {
     res.grammarFile = req.grammarFile;
     res.prompt = req.prompt;
     try {
-        std::vector<int32_t> prompt = tinyloop::tokenize(m_model, req.prompt.toStdString());
-        const auto& hp = tinyloop::model_hparams(m_model);
+        std::vector<int32_t> prompt = tinyloop::tokenize(model, req.prompt.toStdString());
+        const auto& hp = tinyloop::model_hparams(model);
         if (prompt.empty() && hp.vocab_size > 0) {
             // an empty prompt cannot be decoded: start from BOS/EOS when the tokenizer has one
-            auto info = tinyloop::model_info(m_model);
+            auto info = tinyloop::model_info(model);
             int32_t start = info.tokenizer.bos_id >= 0 ? info.tokenizer.bos_id : info.tokenizer.eos_id;
             if (start >= 0) prompt.push_back(start);
         }
@@ -158,20 +191,13 @@ void EngineWorker::generate(const RunRequest& req) {
 
         // The mode becomes an engine call in one place: tinyloop::run_decode applies the mode's
         // rules (beam_size >= 2, early-exit patience >= 1, tree greedy-only) and its defaults.
-        tinyloop::RunSpec spec;
-        spec.mode = engineMode(req.mode);
-        spec.config = cfg;
-        // The workbench's verify_loops 0 is the model's default_loops (config_json.h).
-        spec.speculation = {.verify_loops = req.knobs.verify_loops > 0 ? req.knobs.verify_loops : hp.default_loops,
-                            .draft_loops = req.knobs.draft_loops,
-                            .draft_ahead = req.knobs.draft_ahead,
-                            .branches = req.knobs.K_branches};
+        const tinyloop::RunSpec spec = toRunSpec(req.mode, cfg, req.knobs, hp);
         if (req.mode == DecodeMode::Speculative || req.mode == DecodeMode::Tree) {
             res.loops = spec.speculation.verify_loops;
             res.hasSpeculative = true;
         }
         tinyloop::GenerateResult out =
-            tinyloop::run_decode(m_model, prompt.data(), static_cast<int>(prompt.size()), spec, opts);
+            tinyloop::run_decode(model, prompt.data(), static_cast<int>(prompt.size()), spec, opts);
 
         res.tokens = std::move(out.tokens);
         res.promptLen = out.prompt_len;
@@ -185,7 +211,7 @@ void EngineWorker::generate(const RunRequest& req) {
                 LensReady l;
                 l.id = req.id;
                 l.promptLen = res.promptLen;
-                l.lens = tinyloop::score_logit_lens(m_model, res.tokens.data(),
+                l.lens = tinyloop::score_logit_lens(model, res.tokens.data(),
                                                     static_cast<int>(res.tokens.size()), res.loops,
                                                     req.lensTopK);
                 emit lensReady(l);

@@ -1,11 +1,14 @@
-// EngineWorker: the one object that calls the engine. It lives on its own QThread and owns the
-// loaded Model; the GUI thread talks to it only through queued slots and signals, except for
-// requestStop/shutdown, which set atomics the token observer reads (so Stop lands within one
-// token even while a generate slot is running).
+// EngineHost: the one engine host. It lives on its own QThread and owns the one loaded Model,
+// which it shares (sharedModel) with the analysis views' job lane (AnalysisJobs): the engine is
+// thread-safe by contract, so nothing loads a second copy. The GUI thread talks to it only through
+// queued slots and signals, except for requestStop/shutdown, which set atomics the token observer
+// reads (so Stop lands within one token even while a generate slot is running).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include <QMetaType>
@@ -67,17 +70,28 @@ struct LensReady {
 
 void registerEngineMetaTypes();  // idempotent
 
-class EngineWorker : public QObject {
+// The workbench's mode, config and knobs as the engine's run specification (verify_loops 0 is the
+// model's default_loops, as the config panel says); tinyloop::run_decode applies the mode's rules.
+tinyloop::RunSpec toRunSpec(DecodeMode mode, const tinyloop::GenerateConfig& config, const SpeculativeKnobs& knobs,
+                            const tinyloop::HParams& hp);
+// The engine's mode as the workbench's (DraftModel, which the workbench does not offer, as Speculative).
+DecodeMode workbenchMode(tinyloop::DecodeMode mode);
+
+class EngineHost : public QObject {
     Q_OBJECT
 public:
-    explicit EngineWorker(QObject* parent = nullptr);
-    ~EngineWorker() override;
+    explicit EngineHost(QObject* parent = nullptr);
+    ~EngineHost() override;
 
     // Thread-safe: any run with id <= upToId ends at its next token (or does not start).
     void requestStop(quint64 upToId);
     // Thread-safe: every run, queued or running, stops; used before quit()/wait().
     void shutdown();
-    bool hasModel() const { return m_model != nullptr; }
+    bool hasModel() const { return sharedModel() != nullptr; }
+    // Thread-safe: the loaded model (null before the first load) and its file. A holder keeps a
+    // model alive across a later load; the host frees it when the last holder lets go.
+    std::shared_ptr<tinyloop::Model> sharedModel() const;
+    QString modelPath() const;
 
 public slots:
     void loadModel(const QString& path);
@@ -104,7 +118,9 @@ private:
                id <= m_cancelUpTo.load(std::memory_order_relaxed);
     }
 
-    tinyloop::Model* m_model = nullptr;
+    std::shared_ptr<tinyloop::Model> m_model;  // written on the host's thread, under m_modelMutex
+    QString m_modelPath;
+    mutable std::mutex m_modelMutex;
     std::atomic<quint64> m_cancelUpTo{0};
     std::atomic<bool> m_shutdown{false};
 };
