@@ -12,11 +12,11 @@ using namespace analysis_test;
 TEST(DepthScrubber, EqualsFreshGeneration) {
     tinyloop::Model* m_model = bundled();
 
-    const std::vector<int32_t> ids = promptIds(m_model, "In the beginning God created");
+    const std::vector<int32_t> ids = prompt_ids(m_model, "In the beginning God created");
     tinyloop::GenerateConfig cfg;
     cfg.max_tokens = 12;
     DepthScrubber s(m_model, ids, cfg, 4);
-    EXPECT_EQ(s.handleLoops(), 4);
+    EXPECT_EQ(s.handle_loops(), 4);
     int deepest = 4;
     std::vector<int32_t> previous;
     for (int d : {4, 8, 2, 6, 1, 12, 3}) {
@@ -29,11 +29,11 @@ TEST(DepthScrubber, EqualsFreshGeneration) {
         EXPECT_EQ(a.depth, d);
         EXPECT_EQ(a.stats.depth_per_token, f.stats.depth_per_token);
         // the prompt is computed once: only going deeper runs new passes over it
-        EXPECT_EQ(a.handleLoopsBefore, deepest);
+        EXPECT_EQ(a.handle_loops_before, deepest);
         deepest = std::max(deepest, d);
-        EXPECT_EQ(a.handleLoopsAfter, deepest);
+        EXPECT_EQ(a.handle_loops_after, deepest);
         // the diff replays both answers
-        const std::vector<DiffOp> ops = diffTokens(previous, a.tokens);
+        const std::vector<DiffOp> ops = diff_tokens(previous, a.tokens);
         std::vector<int32_t> from, to;
         for (const DiffOp& op : ops) {
             if (op.kind != DiffOp::Added) from.push_back(op.token);
@@ -49,7 +49,7 @@ TEST(DepthScrubber, EqualsFreshGeneration) {
 
 TEST(DepthScrubber, TokenDiffIsMinimal) {
 
-    const std::vector<DiffOp> ops = diffTokens({1, 2, 3, 4, 5}, {1, 3, 4, 9, 5});
+    const std::vector<DiffOp> ops = diff_tokens({1, 2, 3, 4, 5}, {1, 3, 4, 9, 5});
     int same = 0, removed = 0, added = 0;
     for (const DiffOp& op : ops) (op.kind == DiffOp::Same ? same : op.kind == DiffOp::Removed ? removed : added)++;
     EXPECT_EQ(same, 4);  // 1 3 4 5
@@ -59,5 +59,5 @@ TEST(DepthScrubber, TokenDiffIsMinimal) {
     EXPECT_EQ(ops[1].token, 2);
     EXPECT_EQ(ops[4].kind, DiffOp::Added);
     EXPECT_EQ(ops[4].token, 9);
-    EXPECT_EQ(diffTokens({}, {7, 8}).size(), size_t(2));
+    EXPECT_EQ(diff_tokens({}, {7, 8}).size(), size_t(2));
 }

@@ -1,6 +1,8 @@
 // Step mode (tinyloop_analysis): taking the proposal every time is plain generation (greedy,
 // sampled with a seed, early exit), with each step's lens row; an override continues as a plain
 // run from the chosen token.
+#include <ostream>
+
 #include <tinyloop_analysis/compare_modes.h>
 #include <tinyloop_analysis/step_mode.h>
 #include <gtest/gtest.h>
@@ -19,6 +21,9 @@ struct StepCase {
     int patience;
 };
 
+// CTest lists a case by its name, not its bytes.
+void PrintTo(const StepCase& c, std::ostream* os) { *os << c.name; }
+
 class StepTakingProposals : public ::testing::TestWithParam<StepCase> {};
 
 }  // namespace
@@ -29,7 +34,7 @@ TEST_P(StepTakingProposals, IsPlainGeneration) {
     const int loops = GetParam().loops;
     const int patience = GetParam().patience;
 
-    const std::vector<int32_t> ids = promptIds(m_model, "In the beginning God");
+    const std::vector<int32_t> ids = prompt_ids(m_model, "In the beginning God");
     tinyloop::GenerateConfig cfg;
     cfg.max_tokens = 14;
     cfg.loops = loops;
@@ -48,10 +53,10 @@ TEST_P(StepTakingProposals, IsPlainGeneration) {
     };
     const tinyloop::GenerateResult ref = tinyloop::generate_ex(m_model, ids.data(), static_cast<int>(ids.size()), cfg, lensOpts);
     Stepper s(m_model, ids, cfg, 8);
-    while (!s.finished()) s.acceptProposal();
+    while (!s.finished()) s.accept_proposal();
     EXPECT_EQ(s.continuation(), continuationOf(ref));
     EXPECT_EQ(s.text(), ref.text);
-    EXPECT_EQ(s.stopReason(), std::string(tinyloop::stop_reason_name(ref.stats.stop_reason)));
+    EXPECT_EQ(s.stop_reason(), std::string(tinyloop::stop_reason_name(ref.stats.stop_reason)));
     // each step showed the lens row the plain run reports for that token
     EXPECT_EQ(s.steps().size(), events.size());
     for (size_t i = 0; i < events.size(); ++i) {
@@ -78,22 +83,22 @@ INSTANTIATE_TEST_SUITE_P(StepMode, StepTakingProposals,
 TEST(StepMode, OverrideContinuesFromTheChosenToken) {
     tinyloop::Model* m_model = bundled();
 
-    const std::vector<int32_t> ids = promptIds(m_model, "And God said");
+    const std::vector<int32_t> ids = prompt_ids(m_model, "And God said");
     tinyloop::GenerateConfig cfg;
     cfg.max_tokens = 10;
     cfg.temperature = 0.8f;
     cfg.sample_seed = 3;
     Stepper s(m_model, ids, cfg, 5);
-    s.acceptProposal();
-    s.acceptProposal();
+    s.accept_proposal();
+    s.accept_proposal();
     // pick the second-ranked candidate of the final depth's lens row
     const tinyloop::TokenEvent& p = s.propose();
     const auto& row = p.lens.back().top_ids;
     const int32_t other = row[0] == p.token ? row[1] : row[0];
     s.commit(other);
     EXPECT_TRUE(s.steps().back().overridden());
-    EXPECT_EQ(s.originSteps(), 3);
-    while (!s.finished()) s.acceptProposal();
+    EXPECT_EQ(s.origin_steps(), 3);
+    while (!s.finished()) s.accept_proposal();
     // after the override, the rest is a plain run from prompt + the three chosen tokens
     std::vector<int32_t> origin = ids;
     for (int i = 0; i < 3; ++i) origin.push_back(s.continuation()[static_cast<size_t>(i)]);

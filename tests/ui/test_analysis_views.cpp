@@ -157,8 +157,8 @@ private slots:
         QVERIFY2(cmp->lastError().isEmpty(), qPrintable(cmp->lastError()));
         QVERIFY(cmp->result());
         QCOMPARE(cmp->result()->runs.size(), size_t(7));
-        const std::vector<int32_t> ids = promptIds(m_model, "In the beginning");
-        for (const ModeRun& r : cmp->result()->runs) sameRun(r, runMode(m_model, ids, r.spec));
+        const std::vector<int32_t> ids = prompt_ids(m_model, "In the beginning");
+        for (const ModeRun& r : cmp->result()->runs) sameRun(r, run_mode(m_model, ids, r.spec));
         QCOMPARE(cmp->table()->rowCount(), 7);
         // the aligned texts mark where each mode leaves the baseline (by default the second mode,
         // greedy at depth 8)
@@ -172,7 +172,7 @@ private slots:
         }
         cmp->setBaseline(0);  // re-based without running again
         QCOMPARE(cmp->result()->baseline, 0);
-        QCOMPARE(cmp->result()->divergence[1], firstDivergence(cmp->result()->runs[1].tokens, cmp->result()->runs[0].tokens));
+        QCOMPARE(cmp->result()->divergence[1], first_divergence(cmp->result()->runs[1].tokens, cmp->result()->runs[0].tokens));
         exportAll(cmp, "compare");
 
         auto* scr = qobject_cast<ScrubberView*>(trigger("scrubber"));
@@ -189,7 +189,7 @@ private slots:
         c.loops = 9;
         QCOMPARE(scr->history().back().answer.tokens, continuationOf(plain(m_model, ids, c)));
         QCOMPARE(scr->history().back().previousDepth, 4);
-        QCOMPARE(scr->history().back().answer.handleLoopsAfter, 9);
+        QCOMPARE(scr->history().back().answer.handle_loops_after, 9);
         exportAll(scr, "scrubber");
 
         auto* agr = qobject_cast<AgreementView*>(trigger("agreement"));
@@ -237,7 +237,7 @@ private slots:
             QVERIFY(swp->result()->cancelled);
             int runs = 0;
             for (const SweepCell& c : swp->result()->cells) runs += c.runs;
-            QVERIFY(runs < swp->result()->cellsPlanned * 2);
+            QVERIFY(runs < swp->result()->cells_planned * 2);
         }
 
         auto* stp = qobject_cast<StepView*>(trigger("step"));

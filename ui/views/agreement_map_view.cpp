@@ -61,23 +61,23 @@ void AgreementView::setDraftAhead(int k) { m_ahead->setValue(k); }
 void AgreementView::run() {
     if (isBusy()) return;
     const std::string prompt = m_prompt->text().toStdString();
-    const int maxTokens = m_maxTokens->value();
+    const int max_tokens = m_maxTokens->value();
     const int V = m_final->value();
     const int K = m_ahead->value();
     auto out = std::make_shared<AgreementData>();
     startJob("greedy run, lens and speculation...", [=](AnalysisJobContext& ctx) {
-        const std::vector<int32_t> ids = promptIds(ctx.model, prompt);
+        const std::vector<int32_t> ids = prompt_ids(ctx.model, prompt);
         ModeSpec g;
         g.run.mode = tinyloop::DecodeMode::Greedy;
-        g.run.config.max_tokens = maxTokens;
+        g.run.config.max_tokens = max_tokens;
         g.run.config.loops = V;
-        const ModeRun greedy = runMode(ctx.model, ids, g);
+        const ModeRun greedy = run_mode(ctx.model, ids, g);
         if (greedy.tokens.size() < 2)
             throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument,
                                   "max_tokens: the greedy answer has fewer than 2 tokens; nothing to draft");
-        out->map = buildAgreementMap(ctx.model, ids, greedy.tokens, V);
-        out->draftAhead = K;
-        out->maxTokens = maxTokens;
+        out->map = build_agreement_map(ctx.model, ids, greedy.tokens, V);
+        out->draft_ahead = K;
+        out->max_tokens = max_tokens;
         for (int32_t t : greedy.tokens)
             out->pieces.push_back(QString::fromStdString(tinyloop::detokenize_text(ctx.model, &t, 1)));
         tinyloop::GenerateOptions opts;
@@ -86,16 +86,16 @@ void AgreementView::run() {
             if (ctx.cancelled()) return;
             ctx.progress(D, V - 1, QString("speculating %1 -> %2...").arg(D).arg(V));
             AgreementRow row;
-            row.draftDepth = D;
-            row.predicted = predictedAcceptance(out->map, D);
-            row.replay = replayChain(out->map, D, K, maxTokens);
+            row.draft_depth = D;
+            row.predicted = predicted_acceptance(out->map, D);
+            row.replay = replay_chain(out->map, D, K, max_tokens);
             ModeSpec s;
             s.run.mode = tinyloop::DecodeMode::Speculative;
-            s.run.config.max_tokens = maxTokens;
+            s.run.config.max_tokens = max_tokens;
             s.run.speculation.draft_loops = D;
             s.run.speculation.verify_loops = V;
             s.run.speculation.draft_ahead = K;
-            const ModeRun spec = runMode(ctx.model, ids, s, opts);
+            const ModeRun spec = run_mode(ctx.model, ids, s, opts);
             row.measured = spec.stats;
             row.sameText = spec.tokens == greedy.tokens;
             out->rows.push_back(row);
@@ -105,7 +105,7 @@ void AgreementView::run() {
         m_data = out;
         show_();
         setStatus(QString("%1 positions at depth %2; measured speculation with draft_ahead %3")
-                      .arg(out->map.positions()).arg(out->map.finalDepth).arg(out->draftAhead));
+                      .arg(out->map.positions()).arg(out->map.final_depth).arg(out->draft_ahead));
     });
 }
 
@@ -116,10 +116,10 @@ void AgreementView::show_() {
     m_map->clearGraphs();
     auto* cmap = new QCPColorMap(m_map->xAxis, m_map->yAxis);
     const int n = m.positions();
-    cmap->data()->setSize(n, m.finalDepth);
-    cmap->data()->setRange(QCPRange(0, n - 1), QCPRange(1, m.finalDepth));
+    cmap->data()->setSize(n, m.final_depth);
+    cmap->data()->setRange(QCPRange(0, n - 1), QCPRange(1, m.final_depth));
     for (int j = 0; j < n; ++j)
-        for (int depth = 1; depth <= m.finalDepth; ++depth)
+        for (int depth = 1; depth <= m.final_depth; ++depth)
             cmap->data()->setCell(j, depth - 1, m.agrees(j, depth) ? 1.0 : 0.0);
     QCPColorGradient grad;
     grad.setColorStopAt(0, QColor(235, 235, 235));
@@ -137,7 +137,7 @@ void AgreementView::show_() {
     QVector<double> xs, ys;
     for (int j = 0; j < n; ++j) {
         xs << j;
-        ys << m.firstAgree[static_cast<size_t>(j)];
+        ys << m.first_agree[static_cast<size_t>(j)];
     }
     first->setData(xs, ys, true);
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
@@ -149,7 +149,7 @@ void AgreementView::show_() {
     m_map->xAxis->setTicker(ticker);
     m_map->xAxis->setTickLabelRotation(60);
     m_map->xAxis->setRange(-0.5, n - 0.5);
-    m_map->yAxis->setRange(0.5, m.finalDepth + 0.5);
+    m_map->yAxis->setRange(0.5, m.final_depth + 0.5);
     m_map->legend->setVisible(true);
     m_map->replot();
 
@@ -157,11 +157,11 @@ void AgreementView::show_() {
     std::vector<double> pred, replay, meas;
     std::vector<QStringList> rows;
     for (const AgreementRow& r : d.rows) {
-        labels << QString("D=%1").arg(r.draftDepth);
+        labels << QString("D=%1").arg(r.draft_depth);
         pred.push_back(100.0 * r.predicted);
         replay.push_back(100.0 * r.replay.acceptance());
         meas.push_back(100.0 * r.measured.spec_acceptance_rate());
-        rows.push_back({QString::number(r.draftDepth), QString::number(100.0 * r.predicted, 'f', 1),
+        rows.push_back({QString::number(r.draft_depth), QString::number(100.0 * r.predicted, 'f', 1),
                         QString("%1/%2").arg(r.replay.accepted).arg(r.replay.drafted),
                         QString("%1/%2").arg(r.measured.spec_accepted).arg(r.measured.spec_tested),
                         QString::number(100.0 * r.measured.spec_acceptance_rate(), 'f', 1),
@@ -180,15 +180,15 @@ nlohmann::json AgreementView::data() const {
     if (!m_data) return {{"view", "agreement"}};
     nlohmann::json rows = nlohmann::json::array();
     for (const AgreementRow& r : m_data->rows)
-        rows.push_back({{"draft_loops", r.draftDepth},
+        rows.push_back({{"draft_loops", r.draft_depth},
                         {"predicted_acceptance", r.predicted},
                         {"replay", {{"cycles", r.replay.cycles}, {"drafted", r.replay.drafted}, {"accepted", r.replay.accepted}}},
                         {"measured", {{"cycles", r.measured.spec_cycles}, {"drafted", r.measured.spec_drafted},
                                       {"tested", r.measured.spec_tested}, {"accepted", r.measured.spec_accepted},
                                       {"acceptance", r.measured.spec_acceptance_rate()}}},
                         {"text_equals_greedy", r.sameText}});
-    return {{"view", "agreement"}, {"prompt", m_prompt->text().toStdString()}, {"draft_ahead", m_data->draftAhead},
-            {"max_tokens", m_data->maxTokens}, {"map", agreementToJson(m_data->map)}, {"rows", rows}};
+    return {{"view", "agreement"}, {"prompt", m_prompt->text().toStdString()}, {"draft_ahead", m_data->draft_ahead},
+            {"max_tokens", m_data->max_tokens}, {"map", agreement_to_json(m_data->map)}, {"rows", rows}};
 }
 
 }  // namespace tlui

@@ -17,8 +17,8 @@ class QTableWidget;
 namespace tlui {
 
 struct AgreementRow {
-    int draftDepth = 0;
-    double predicted = 0;       // predictedAcceptance(map, D)
+    int draft_depth = 0;
+    double predicted = 0;       // predicted_acceptance(map, D)
     ChainReplay replay;         // the map replayed as chain speculation
     tinyloop::GenerateStats measured;  // speculative D -> final, same prompt
     bool sameText = false;      // the speculative text equals the greedy one
@@ -27,8 +27,8 @@ struct AgreementRow {
 struct AgreementData {
     AgreementMap map;
     std::vector<QString> pieces;  // text of each continuation token
-    int draftAhead = 0;
-    int maxTokens = 0;
+    int draft_ahead = 0;
+    int max_tokens = 0;
     std::vector<AgreementRow> rows;
 };
 

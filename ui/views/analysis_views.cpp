@@ -100,7 +100,7 @@ AnalysisWindow* AnalysisViews::open(const QString& kind) {
     return v;
 }
 
-void AnalysisViews::demo(const QString& kind, const QString& prompt, int maxTokens, const QString& out,
+void AnalysisViews::demo(const QString& kind, const QString& prompt, int max_tokens, const QString& out,
                          std::function<void(bool)> done) {
     AnalysisWindow* v = open(kind);
     if (!v) return done(false);
@@ -131,26 +131,26 @@ void AnalysisViews::demo(const QString& kind, const QString& prompt, int maxToke
         }
         if (auto* st = qobject_cast<StepView*>(v)) {
             // (the start job's end is busy: its first proposal is already queued)
-            if (*stage == 1) return st->takeProposals(std::max(1, maxTokens / 2));
+            if (*stage == 1) return st->takeProposals(std::max(1, max_tokens / 2));
             return finish(true);
         }
         finish(true);
     });
     if (auto* c = qobject_cast<CompareView*>(v)) {
         c->setPrompt(prompt);
-        c->setMaxTokens(maxTokens);
+        c->setMaxTokens(max_tokens);
     } else if (auto* s = qobject_cast<ScrubberView*>(v)) {
         s->setPrompt(prompt);
-        s->setMaxTokens(maxTokens);
+        s->setMaxTokens(max_tokens);
         s->setDepth(1);
     } else if (auto* a = qobject_cast<AgreementView*>(v)) {
         a->setPrompt(prompt);
-        a->setMaxTokens(maxTokens);
+        a->setMaxTokens(max_tokens);
     } else if (auto* w = qobject_cast<SweepView*>(v)) {
-        w->setMaxTokens(maxTokens);
+        w->setMaxTokens(max_tokens);
     } else if (auto* st = qobject_cast<StepView*>(v)) {
         st->setPrompt(prompt);
-        st->setConfig(0, 0.8, 7, maxTokens);
+        st->setConfig(0, 0.8, 7, max_tokens);
     }
     v->run();
 }

@@ -34,10 +34,10 @@ public:
     AnalysisWindow* open(const QString& kind);
     AnalysisWindow* window(const QString& kind) const;  // nullptr when not opened yet
 
-    // For screenshots and demos: opens `kind`, fills it by a run on `prompt` with `maxTokens`
+    // For screenshots and demos: opens `kind`, fills it by a run on `prompt` with `max_tokens`
     // (scrubber: depth 1, then 2, 4, 6, so each diff shows), saves it as PNG at `out` when not
     // empty, and calls `done(ok)`.
-    void demo(const QString& kind, const QString& prompt, int maxTokens, const QString& out,
+    void demo(const QString& kind, const QString& prompt, int max_tokens, const QString& out,
               std::function<void(bool)> done);
 
 private:

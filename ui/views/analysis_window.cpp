@@ -106,8 +106,8 @@ void AnalysisWindow::setStatus(const QString& text, bool error) {
 }
 
 void AnalysisWindow::startJob(const QString& what, AnalysisJobs::Job job,
-                              std::function<void(bool, const QString&)> onDone) {
-    m_done[jobs()->submit(this, std::move(job))] = std::move(onDone);
+                              std::function<void(bool, const QString&)> on_done) {
+    m_done[jobs()->submit(this, std::move(job))] = std::move(on_done);
     ++m_pending;
     m_cancel->setEnabled(true);
     m_progress->setRange(0, 0);  // busy until the job reports its own progress

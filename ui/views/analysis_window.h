@@ -28,7 +28,7 @@ class QVBoxLayout;
 
 namespace tlui {
 
-// The analysis library's names (ModeSpec, runComparison, DepthScrubber, ...) read unqualified in
+// The analysis library's names (ModeSpec, run_comparison, DepthScrubber, ...) read unqualified in
 // the views, which draw what it computes.
 using namespace tinyloop::analysis;
 
@@ -57,8 +57,8 @@ signals:
     void jobProgress(int done, int total, const QString& what);
 
 protected:
-    // Runs `job` on the lane; `onDone(ok, error)` runs on the GUI thread after it ends.
-    void startJob(const QString& what, AnalysisJobs::Job job, std::function<void(bool, const QString&)> onDone);
+    // Runs `job` on the lane; `on_done(ok, error)` runs on the GUI thread after it ends.
+    void startJob(const QString& what, AnalysisJobs::Job job, std::function<void(bool, const QString&)> on_done);
     void setStatus(const QString& text, bool error = false);
     QString modelPath() const { return m_workbench->modelPath(); }
     QString workbenchPrompt() const { return m_workbench->promptText(); }

@@ -80,7 +80,7 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
 
     tinyloop::HParams hp;  // the defaults are clamped by the engine's refusal if the model is shallower
     hp.max_loops = 16;
-    for (const ModeSpec& m : defaultCompareModes(hp, m_maxTokens->value())) addMode(m, true);
+    for (const ModeSpec& m : default_compare_modes(hp, m_maxTokens->value())) addMode(m, true);
 
     connect(addCurrent, &QPushButton::clicked, this, [this] {
         QString err;
@@ -90,7 +90,7 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     });
     connect(m_baseline, &QComboBox::currentIndexChanged, this, [this](int i) {
         if (m_result && i >= 0 && i < static_cast<int>(m_result->runs.size())) {
-            tlui::setBaseline(*m_result, i);
+            set_baseline(*m_result, i);
             showResult();
         }
     });
@@ -101,7 +101,7 @@ void CompareView::addMode(const ModeSpec& m, bool checked) {
     auto* item = new QListWidgetItem(QString::fromStdString(m.label), m_modes);
     item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
     item->setCheckState(checked ? Qt::Checked : Qt::Unchecked);
-    item->setToolTip(QString::fromStdString(modeSpecToJson(m).dump()));
+    item->setToolTip(QString::fromStdString(mode_spec_to_json(m).dump()));
 }
 
 void CompareView::setPrompt(const QString& text) { m_prompt->setText(text); }
@@ -142,7 +142,7 @@ void CompareView::run() {
                  const int total = static_cast<int>(modes.size());
                  std::atomic<int> done{0};
                  ctx.progress(0, total, QString());
-                 *res = runComparison(ctx.model, prompt, modes, baseline, concurrent, ctx.cancel, [&](int) {
+                 *res = run_comparison(ctx.model, prompt, modes, baseline, concurrent, ctx.cancel, [&](int) {
                      ctx.progress(++done, total, QString());
                  });
                  for (const ModeRun& r : res->runs) {
@@ -164,7 +164,7 @@ void CompareView::run() {
                  showResult();
                  setStatus(QString("%1 modes in %2 ms wall (%3)")
                                .arg(res->runs.size())
-                               .arg(res->wallMs, 0, 'f', 0)
+                               .arg(res->wall_ms, 0, 'f', 0)
                                .arg(res->concurrent ? "concurrent" : "one after another"));
              });
 }
@@ -207,9 +207,9 @@ void CompareView::showResult() {
         const double other = std::max(0.0, s.total_ms - s.prefill_ms - s.draft_ms - s.verify_ms);
         rows.push_back({QString::fromStdString(run.spec.label),
                         run.error.empty() ? QString::number(s.tokens_emitted) : QString("error"),
-                        QString::number(run.tokensPerSecond(), 'f', 1),
+                        QString::number(run.tokens_per_second(), 'f', 1),
                         QString::number(s.first_token_ms, 'f', 2),
-                        QString::number(run.meanDepth(), 'f', 2),
+                        QString::number(run.mean_depth(), 'f', 2),
                         run.speculative ? QString("%1/%2 (%3%)").arg(s.spec_accepted).arg(s.spec_tested).arg(100.0 * s.spec_acceptance_rate(), 0, 'f', 1) : QString("-"),
                         QString::number(s.prefill_ms, 'f', 2),
                         QString::number(s.decode_ms, 'f', 2),
@@ -218,9 +218,9 @@ void CompareView::showResult() {
                         QString::number(s.total_ms, 'f', 2),
                         r.divergence[i] < 0 ? QString("same") : QString::number(r.divergence[i]),
                         QString::fromStdString(run.error)});
-        tps.push_back(run.tokensPerSecond());
+        tps.push_back(run.tokens_per_second());
         ttft.push_back(s.first_token_ms);
-        depth.push_back(run.meanDepth());
+        depth.push_back(run.mean_depth());
         acc.push_back(run.speculative ? 100.0 * s.spec_acceptance_rate() : 0.0);
         prefill.push_back(s.prefill_ms);
         draft.push_back(s.draft_ms);
@@ -241,7 +241,7 @@ void CompareView::showResult() {
 
 nlohmann::json CompareView::data() const {
     if (!m_result) return {{"view", "compare"}, {"runs", nlohmann::json::array()}};
-    return compareToJson(*m_result);
+    return compare_to_json(*m_result);
 }
 
 }  // namespace tlui

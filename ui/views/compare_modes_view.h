@@ -1,7 +1,7 @@
 // View > Compare decode modes: several modes with their settings on one prompt, run concurrently
 // on the one model (or one after another); the texts aligned with the first divergence from a
 // chosen baseline highlighted; a table and bars of tokens/s, time to first token, mean depth,
-// acceptance and the time split. The computation is runComparison (tinyloop_analysis/compare_modes.h).
+// acceptance and the time split. The computation is run_comparison (tinyloop_analysis/compare_modes.h).
 #pragma once
 
 #include <memory>

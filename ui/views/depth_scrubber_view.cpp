@@ -22,7 +22,7 @@ struct ScrubberView::State {
     std::unique_ptr<DepthScrubber> scrubber;
     tinyloop::Model* model = nullptr;
     std::string prompt;
-    int maxTokens = 0;
+    int max_tokens = 0;
     std::vector<int32_t> previous;
     bool hasPrevious = false;
 };
@@ -109,19 +109,19 @@ void ScrubberView::run() {
     m_prefilled = false;
     auto st = m_state;
     const std::string prompt = m_prompt->text().toStdString();
-    const int maxTokens = m_maxTokens->value();
+    const int max_tokens = m_maxTokens->value();
     const int d = m_slider->value();
     auto maxLoops = std::make_shared<int>(0);
     startJob("prefilling the prompt...", [=](AnalysisJobContext& ctx) {
         const auto& hp = tinyloop::model_hparams(ctx.model);
         *maxLoops = hp.max_loops;
         tinyloop::GenerateConfig cfg;
-        cfg.max_tokens = maxTokens;
-        st->scrubber = std::make_unique<DepthScrubber>(ctx.model, promptIds(ctx.model, prompt), cfg,
+        cfg.max_tokens = max_tokens;
+        st->scrubber = std::make_unique<DepthScrubber>(ctx.model, prompt_ids(ctx.model, prompt), cfg,
                                                        std::clamp(d, 1, hp.max_loops));
         st->model = ctx.model;
         st->prompt = prompt;
-        st->maxTokens = maxTokens;
+        st->max_tokens = max_tokens;
         st->hasPrevious = false;
     }, [=, this](bool ok, const QString&) {
         if (!ok) return;
@@ -147,8 +147,8 @@ void ScrubberView::answer(int depth) {
             throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "scrubber: prefill the prompt first");
         step->previousDepth = 0;
         step->answer = st->scrubber->answer(depth);
-        step->handleBytes = st->scrubber->handleBytes();
-        step->diff = diffTokens(st->hasPrevious ? st->previous : std::vector<int32_t>{}, step->answer.tokens);
+        step->handle_bytes = st->scrubber->handle_bytes();
+        step->diff = diff_tokens(st->hasPrevious ? st->previous : std::vector<int32_t>{}, step->answer.tokens);
         for (const DiffOp& op : step->diff)
             step->diffPieces.push_back(QString::fromStdString(tinyloop::detokenize_text(ctx.model, &op.token, 1)));
         st->previous = step->answer.tokens;
@@ -203,12 +203,12 @@ void ScrubberView::showStep(const Step& s) {
                         .arg(s.previousDepth ? QString(" (from %1)").arg(s.previousDepth) : QString())
                         .arg(a.stats.tokens_emitted)
                         .arg(a.ms, 0, 'f', 2)
-                        .arg(a.handleLoopsAfter)
-                        .arg(a.handleLoopsBefore)
-                        .arg(a.handleLoopsAfter > a.handleLoopsBefore
-                                 ? QString(": passes %1..%2 ran over the prompt").arg(a.handleLoopsBefore + 1).arg(a.handleLoopsAfter)
+                        .arg(a.handle_loops_after)
+                        .arg(a.handle_loops_before)
+                        .arg(a.handle_loops_after > a.handle_loops_before
+                                 ? QString(": passes %1..%2 ran over the prompt").arg(a.handle_loops_before + 1).arg(a.handle_loops_after)
                                  : QString(": no prompt pass recomputed"))
-                        .arg(s.handleBytes / 1024)
+                        .arg(s.handle_bytes / 1024)
                         .arg(s.previousDepth == 0 ? QString()
                              : fd < 0       ? QString("Same answer as depth %1.").arg(s.previousDepth)
                                             : QString("%1 token edits from depth %2; first change at token %3.")
@@ -222,7 +222,7 @@ void ScrubberView::showStep(const Step& s) {
         for (const DiffOp& op : h.diff) edits += op.kind != DiffOp::Same;
         rows.push_back({QString::number(h.answer.depth), h.previousDepth ? QString::number(h.previousDepth) : "-",
                         QString::number(h.answer.ms, 'f', 2),
-                        QString("%1 -> %2").arg(h.answer.handleLoopsBefore).arg(h.answer.handleLoopsAfter),
+                        QString("%1 -> %2").arg(h.answer.handle_loops_before).arg(h.answer.handle_loops_after),
                         h.previousDepth ? QString::number(edits) : "-",
                         QString::fromStdString(h.answer.text).left(60)});
         xs << h.answer.depth;
@@ -259,10 +259,10 @@ nlohmann::json ScrubberView::data() const {
                          {"output_ids", s.answer.tokens},
                          {"text", s.answer.text},
                          {"ms", s.answer.ms},
-                         {"prompt_depth_before", s.answer.handleLoopsBefore},
-                         {"prompt_depth_after", s.answer.handleLoopsAfter},
-                         {"handle_bytes", s.handleBytes},
-                         {"stats", statsToJson(s.answer.stats)},
+                         {"prompt_depth_before", s.answer.handle_loops_before},
+                         {"prompt_depth_after", s.answer.handle_loops_after},
+                         {"handle_bytes", s.handle_bytes},
+                         {"stats", stats_to_json(s.answer.stats)},
                          {"diff", diff}});
     }
     return {{"view", "scrubber"}, {"prompt", m_prompt->text().toStdString()}, {"max_tokens", m_maxTokens->value()},

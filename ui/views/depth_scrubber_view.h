@@ -38,7 +38,7 @@ public:
         int previousDepth = 0;  // 0 for the first answer
         std::vector<DiffOp> diff;  // from the previous answer to this one
         std::vector<QString> diffPieces;  // text of each diff op's token
-        size_t handleBytes = 0;
+        size_t handle_bytes = 0;
     };
     const std::vector<Step>& history() const { return m_history; }
 

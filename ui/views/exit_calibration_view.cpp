@@ -133,16 +133,16 @@ void CalibView::setLoops(int loops) { m_loops->setValue(loops); }
 void CalibView::run() {
     const QString path = modelPath();
     const std::string prompt = workbenchPrompt().toStdString();
-    const int maxTokens = m_maxTokens->value();
+    const int max_tokens = m_maxTokens->value();
     const int loops = m_loops->value();
     auto out = std::make_shared<CalibData>();
-    startJob("full-depth run, signals and lens", [path, prompt, maxTokens, loops, out](AnalysisJobContext& ctx) {
+    startJob("full-depth run, signals and lens", [path, prompt, max_tokens, loops, out](AnalysisJobContext& ctx) {
         tinyloop::Model* m = ctx.modelAt(path);
         std::vector<int32_t> ids = tinyloop::tokenize(m, prompt);
         if (ids.empty())
             throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "prompt: empty (type one in the workbench)");
         ctx.progress(0, 1, "collecting");
-        *out = collect_calibration(m, ids, maxTokens, loops, ctx.cancel);
+        *out = collect_calibration(m, ids, max_tokens, loops, ctx.cancel);
         ctx.progress(1, 1, "collected");
     }, [this, out](bool ok, const QString&) {
         if (!ok) return;

@@ -93,10 +93,10 @@ void QuantView::run() {
     if (m_second->text().isEmpty()) m_second->setText(suggestedSecondModel(pathA));
     const QString pathB = m_second->text();
     const std::string prompt = workbenchPrompt().toStdString();
-    const int maxTokens = m_maxTokens->value();
+    const int max_tokens = m_maxTokens->value();
     const int loops = m_loops->value();
     auto out = std::make_shared<QuantData>();
-    startJob("two lenses", [pathA, pathB, prompt, maxTokens, loops, out](AnalysisJobContext& ctx) {
+    startJob("two lenses", [pathA, pathB, prompt, max_tokens, loops, out](AnalysisJobContext& ctx) {
         if (pathB.isEmpty())
             throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "second model: choose a file");
         tinyloop::Model* a = ctx.modelAt(pathA);
@@ -107,10 +107,10 @@ void QuantView::run() {
         if (ids.empty())
             throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "prompt: empty (type one in the workbench)");
         ctx.checkCancel();
-        if (maxTokens > 0) {  // the first model's greedy continuation, read by both
+        if (max_tokens > 0) {  // the first model's greedy continuation, read by both
             ctx.progress(1, 3, "continuation");
             tinyloop::GenerateConfig c;
-            c.max_tokens = maxTokens;
+            c.max_tokens = max_tokens;
             c.loops = loops;
             ids = tinyloop::generate_ex(a, ids.data(), static_cast<int>(ids.size()), c).tokens;
         }

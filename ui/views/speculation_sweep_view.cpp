@@ -26,10 +26,10 @@ namespace tlui {
 
 Preset bestPreset(const SweepResult& r) {
     Preset p;
-    const int b = r.bestCell();
+    const int b = r.best_cell();
     if (b < 0) return p;
     const SweepCell& c = r.cells[static_cast<size_t>(b)];
-    const ModeSpec best = r.bestSpec();
+    const ModeSpec best = r.best_spec();
     p.mode = workbenchMode(best.run.mode);
     p.config = best.run.config;
     p.knobs.draft_loops = best.run.speculation.draft_loops;
@@ -41,9 +41,9 @@ Preset bestPreset(const SweepResult& r) {
     p.description = QString("From the speculation sweep over %1 prompt(s), %2 tokens each: measured %3x over "
                             "greedy at depth %4, acceptance %5%.")
                         .arg(r.spec.prompts.size())
-                        .arg(r.spec.maxTokens)
-                        .arg(c.measuredSpeedup(), 0, 'f', 2)
-                        .arg(r.verifyLoops)
+                        .arg(r.spec.max_tokens)
+                        .arg(c.measured_speedup(), 0, 'f', 2)
+                        .arg(r.verify_loops)
                         .arg(100.0 * c.acceptance(), 0, 'f', 1);
     return p;
 }
@@ -162,14 +162,14 @@ std::optional<SweepSpec> SweepView::spec(QString* error) const {
         if (error) *error = "prompts: at least one non-empty line";
         return std::nullopt;
     }
-    s.maxTokens = m_maxTokens->value();
-    s.verifyLoops = m_verify->value();
+    s.max_tokens = m_maxTokens->value();
+    s.verify_loops = m_verify->value();
     auto d = parseList("draft_loops", m_draftLoops->text(), error);
     auto k = parseList("draft_ahead", m_draftAhead->text(), error);
     auto b = parseList("K_branches", m_branches->text(), error);
     if (!d || !k || !b) return std::nullopt;
-    s.draftLoops = *d;
-    s.draftAhead = *k;
+    s.draft_loops = *d;
+    s.draft_ahead = *k;
     s.branches = *b;
     return s;
 }
@@ -182,7 +182,7 @@ void SweepView::run() {
     auto out = std::make_shared<SweepResult>();
     const SweepSpec s = *sp;
     startJob("sweeping...", [=](AnalysisJobContext& ctx) {
-        *out = runSweep(ctx.model, s, ctx.cancel, [&ctx](int done, int total) {
+        *out = run_sweep(ctx.model, s, ctx.cancel, [&ctx](int done, int total) {
             ctx.progress(done, total, QString("run %1 of %2").arg(done).arg(total));
         });
     }, [=, this](bool, const QString& error) {
@@ -197,15 +197,15 @@ void SweepView::run() {
         m_kPick->blockSignals(false);
         showResult();
         if (!error.isEmpty()) setStatus(QString("%1: showing the cells finished").arg(error), true);
-        else setStatus(QString("%1 cells x %2 prompts, verify depth %3").arg(out->cells.size()).arg(out->spec.prompts.size()).arg(out->verifyLoops));
+        else setStatus(QString("%1 cells x %2 prompts, verify depth %3").arg(out->cells.size()).arg(out->spec.prompts.size()).arg(out->verify_loops));
     });
 }
 
 void SweepView::showResult() {
     const SweepResult& r = *m_result;
     const int K = m_kPick->currentData().toInt();
-    const auto& dl = r.spec.draftLoops;
-    const auto& da = r.spec.draftAhead;
+    const auto& dl = r.spec.draft_loops;
+    const auto& da = r.spec.draft_ahead;
     auto drawMap = [&](QCustomPlot* plot, const QString& title, auto value, double lo, double hi) {
         plot->clearItems();
         plot->clearPlottables();
@@ -223,8 +223,8 @@ void SweepView::showResult() {
             for (int y = 0; y < ny; ++y) cmap->data()->setCell(x, y, std::numeric_limits<double>::quiet_NaN());
         for (const SweepCell& c : r.cells) {
             if (c.branches != K || c.runs == 0) continue;
-            const int x = static_cast<int>(std::find(da.begin(), da.end(), c.draftAhead) - da.begin());
-            const int y = static_cast<int>(std::find(dl.begin(), dl.end(), c.draftLoops) - dl.begin());
+            const int x = static_cast<int>(std::find(da.begin(), da.end(), c.draft_ahead) - da.begin());
+            const int y = static_cast<int>(std::find(dl.begin(), dl.end(), c.draft_loops) - dl.begin());
             const double val = value(c);
             cmap->data()->setCell(x, y, val);
             auto* label = new QCPItemText(plot);
@@ -251,8 +251,8 @@ void SweepView::showResult() {
         plot->replot();
     };
     double smax = 0;
-    for (const SweepCell& c : r.cells) smax = std::max(smax, c.measuredSpeedup());
-    drawMap(m_speedMap, "measured speedup over greedy (x)", [](const SweepCell& c) { return c.measuredSpeedup(); }, 0.0,
+    for (const SweepCell& c : r.cells) smax = std::max(smax, c.measured_speedup());
+    drawMap(m_speedMap, "measured speedup over greedy (x)", [](const SweepCell& c) { return c.measured_speedup(); }, 0.0,
             std::max(1.0, smax));
     drawMap(m_accMap, "measured acceptance", [](const SweepCell& c) { return c.acceptance(); }, 0.0, 1.0);
 
@@ -267,15 +267,15 @@ void SweepView::showResult() {
     std::vector<QStringList> rows;
     for (const SweepCell& c : r.cells) {
         if (c.runs == 0) continue;
-        px << c.predictedSpeedup(r.verifyLoops);
-        my << c.measuredSpeedup();
-        hi = std::max({hi, c.predictedSpeedup(r.verifyLoops), c.measuredSpeedup()});
-        rows.push_back({c.branches ? QString("tree K=%1").arg(c.branches) : QString("chain"), QString::number(c.draftLoops),
-                        QString::number(c.draftAhead), QString::number(c.runs), QString::number(c.tokens),
+        px << c.predicted_speedup(r.verify_loops);
+        my << c.measured_speedup();
+        hi = std::max({hi, c.predicted_speedup(r.verify_loops), c.measured_speedup()});
+        rows.push_back({c.branches ? QString("tree K=%1").arg(c.branches) : QString("chain"), QString::number(c.draft_loops),
+                        QString::number(c.draft_ahead), QString::number(c.runs), QString::number(c.tokens),
                         QString("%1/%2").arg(c.accepted).arg(c.tested), QString::number(100.0 * c.acceptance(), 'f', 1),
-                        QString::number(100.0 * c.predictedAcceptance, 'f', 1),
-                        QString::number(c.measuredSpeedup(), 'f', 2), QString::number(c.predictedSpeedup(r.verifyLoops), 'f', 2),
-                        c.equalsGreedy ? "yes" : "NO", QString::fromStdString(c.error)});
+                        QString::number(100.0 * c.predicted_acceptance, 'f', 1),
+                        QString::number(c.measured_speedup(), 'f', 2), QString::number(c.predicted_speedup(r.verify_loops), 'f', 2),
+                        c.equals_greedy ? "yes" : "NO", QString::fromStdString(c.error)});
     }
     g->setData(px, my);
     auto* diag = m_scatter->addGraph();
@@ -291,19 +291,19 @@ void SweepView::showResult() {
     fillTable(m_table, {"mode", "draft_loops", "draft_ahead", "prompts", "tokens", "accepted/tested", "acceptance %",
                         "predicted acc. %", "measured x", "predicted x", "text = greedy", "error"},
               rows);
-    const int b = r.bestCell();
+    const int b = r.best_cell();
     m_saveBest->setEnabled(b >= 0);
     if (b >= 0) {
         const Preset p = bestPreset(r);
         m_best->setText(QString("Best: %1 (measured %2x, acceptance %3%)")
                             .arg(p.name)
-                            .arg(r.cells[static_cast<size_t>(b)].measuredSpeedup(), 0, 'f', 2)
+                            .arg(r.cells[static_cast<size_t>(b)].measured_speedup(), 0, 'f', 2)
                             .arg(100.0 * r.cells[static_cast<size_t>(b)].acceptance(), 0, 'f', 1));
     }
 }
 
 QString SweepView::saveBestPreset(QString* error) {
-    if (!m_result || m_result->bestCell() < 0) {
+    if (!m_result || m_result->best_cell() < 0) {
         if (error) *error = "no finished cell to save";
         return QString();
     }
@@ -314,8 +314,8 @@ QString SweepView::saveBestPreset(QString* error) {
 
 nlohmann::json SweepView::data() const {
     if (!m_result) return {{"view", "sweep"}};
-    nlohmann::json j = sweepToJson(*m_result);
-    if (m_result->bestCell() >= 0) j["best_preset"] = presetToJson(bestPreset(*m_result));
+    nlohmann::json j = sweep_to_json(*m_result);
+    if (m_result->best_cell() >= 0) j["best_preset"] = presetToJson(bestPreset(*m_result));
     return j;
 }
 

@@ -1,7 +1,7 @@
 // View > Speculation tuning sweep: a grid draft_loops x draft_ahead (x K_branches for tree) on a
 // prompt set, with progress and cancel; heatmaps of measured speedup (against greedy at the verify
 // depth, same prompts, same run) and acceptance; predicted speedup (from the agreement maps'
-// acceptance) against measured; the best cell offered as a preset. The computation is runSweep.
+// acceptance) against measured; the best cell offered as a preset. The computation is run_sweep.
 #pragma once
 
 #include <memory>
@@ -36,7 +36,7 @@ public:
     void setPrompts(const QStringList& prompts);
     void setMaxTokens(int n);
     void setVerifyLoops(int v);
-    void setGrid(const QString& draftLoops, const QString& draftAhead, const QString& branches);
+    void setGrid(const QString& draft_loops, const QString& draft_ahead, const QString& branches);
     std::optional<SweepSpec> spec(QString* error) const;
     const SweepResult* result() const { return m_result.get(); }
     // Saves the best cell as a preset in the workbench's preset store; returns its name ("" on failure).

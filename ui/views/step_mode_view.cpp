@@ -102,11 +102,11 @@ StepView::StepView(WorkbenchAccess* workbench, QWidget* parent)
 }
 
 void StepView::setPrompt(const QString& text) { m_prompt->setText(text); }
-void StepView::setConfig(int loops, double temperature, quint64 seed, int maxTokens) {
+void StepView::setConfig(int loops, double temperature, quint64 seed, int max_tokens) {
     m_loops->setValue(loops);
     m_temp->setValue(temperature);
     m_seed->setValue(static_cast<int>(seed));
-    m_maxTokens->setValue(maxTokens);
+    m_maxTokens->setValue(max_tokens);
 }
 
 void StepView::run() {
@@ -120,7 +120,7 @@ void StepView::run() {
     cfg.max_tokens = m_maxTokens->value();
     auto snap = std::make_shared<Snapshot>();
     startJob("starting...", [=](AnalysisJobContext& ctx) {
-        st->stepper = std::make_unique<Stepper>(ctx.model, promptIds(ctx.model, prompt), cfg, 8);
+        st->stepper = std::make_unique<Stepper>(ctx.model, prompt_ids(ctx.model, prompt), cfg, 8);
         st->model = ctx.model;
     }, [=, this](bool ok, const QString&) {
         if (ok) submitSteps({}, 0);
@@ -145,13 +145,13 @@ void StepView::submitSteps(std::vector<int32_t> tokens, int proposals) {
         for (int32_t t : tokens)
             if (!s.finished()) s.commit(t);
         for (int i = 0; i < proposals && !s.finished() && !ctx.cancelled(); ++i) {
-            s.acceptProposal();
+            s.accept_proposal();
             ctx.progress(i + 1, proposals, QString());
         }
         snap->prompt = s.prompt();
         snap->steps = s.steps();
         snap->finished = s.finished();
-        snap->stopReason = QString::fromStdString(s.stopReason());
+        snap->stop_reason = QString::fromStdString(s.stop_reason());
         for (const StepRecord& r : s.steps())
             snap->stepPieces.push_back(QString::fromStdString(tinyloop::detokenize_text(ctx.model, &r.chosen, 1)));
         snap->text = QString::fromStdString(s.text());
@@ -164,7 +164,7 @@ void StepView::submitSteps(std::vector<int32_t> tokens, int proposals) {
                 snap->lensText.push_back(std::move(row));
             }
         }
-        snap->json = stepsToJson(s, ctx.model);
+        snap->json = steps_to_json(s, ctx.model);
     }, [=, this](bool ok, const QString&) {
         if (!ok) return;
         m_snap = *snap;
@@ -186,7 +186,7 @@ void StepView::showSnapshot() {
     if (s.proposal)
         html += "<span style='background:#cfe3ff;color:#124'>" + tokenHtml(s.proposalText) + "</span><span style='color:#999'>?</span>";
     html += "</div>";
-    if (s.finished) html += QString("<p><i>finished: %1</i></p>").arg(s.stopReason);
+    if (s.finished) html += QString("<p><i>finished: %1</i></p>").arg(s.stop_reason);
     m_text->setHtml(html);
 
     m_lens->clear();
@@ -224,7 +224,7 @@ void StepView::showSnapshot() {
                       .arg(s.proposal->prob, 0, 'f', 3)
                       .arg(s.proposal->depth));
     } else {
-        setStatus(QString("finished after %1 steps (%2)").arg(s.steps.size()).arg(s.stopReason));
+        setStatus(QString("finished after %1 steps (%2)").arg(s.steps.size()).arg(s.stop_reason));
     }
     for (QPushButton* b : {m_accept, m_takeSel, m_run10}) b->setEnabled(!s.finished);
 }

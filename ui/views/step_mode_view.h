@@ -28,7 +28,7 @@ public:
     void run() override;  // starts (or restarts) step mode on the prompt
 
     void setPrompt(const QString& text);
-    void setConfig(int loops, double temperature, quint64 seed, int maxTokens);
+    void setConfig(int loops, double temperature, quint64 seed, int max_tokens);
     // Commits the proposal (token < 0) or the given id, then proposes the next step.
     void take(int32_t token = -1);
     // Takes the proposal `n` times in one job (the "Run N" button).
@@ -43,7 +43,7 @@ public:
         QString proposalText;
         QString text;
         bool finished = false;
-        QString stopReason;
+        QString stop_reason;
         nlohmann::json json;
     };
     const Snapshot& snapshot() const { return m_snap; }

@@ -20,15 +20,15 @@ std::string format(const char* fmt, int a, int b = 0) {
 }
 }  // namespace
 
-std::vector<ModeSpec> defaultCompareModes(const HParams& hp, int maxTokens) {
-    const int maxL = std::max(1, hp.max_loops);
-    const int deep = std::min(8, maxL);
-    const int shallow = std::min(4, maxL);
+std::vector<ModeSpec> default_compare_modes(const HParams& hp, int max_tokens) {
+    const int max_l = std::max(1, hp.max_loops);
+    const int deep = std::min(8, max_l);
+    const int shallow = std::min(4, max_l);
     auto base = [&](const std::string& label, DecodeMode mode) {
         ModeSpec m;
         m.label = label;
         m.run.mode = mode;
-        m.run.config.max_tokens = maxTokens;
+        m.run.config.max_tokens = max_tokens;
         m.run.config.loops = deep;
         return m;
     };
@@ -66,18 +66,18 @@ std::vector<ModeSpec> defaultCompareModes(const HParams& hp, int maxTokens) {
     return out;
 }
 
-double ModeRun::meanDepth() const {
+double ModeRun::mean_depth() const {
     if (stats.depth_per_token.empty()) return 0.0;
     double s = 0;
     for (int d : stats.depth_per_token) s += d;
     return s / static_cast<double>(stats.depth_per_token.size());
 }
 
-double ModeRun::tokensPerSecond() const {
+double ModeRun::tokens_per_second() const {
     return stats.total_ms > 0 ? stats.tokens_emitted * 1000.0 / stats.total_ms : 0.0;
 }
 
-std::vector<int32_t> promptIds(const Model* model, const std::string& text) {
+std::vector<int32_t> prompt_ids(const Model* model, const std::string& text) {
     std::vector<int32_t> ids = tokenize(model, text);
     if (ids.empty()) {
         const auto info = model_info(model);
@@ -90,7 +90,7 @@ std::vector<int32_t> promptIds(const Model* model, const std::string& text) {
     return ids;
 }
 
-ModeRun runMode(Model* model, const std::vector<int32_t>& prompt, const ModeSpec& spec,
+ModeRun run_mode(Model* model, const std::vector<int32_t>& prompt, const ModeSpec& spec,
                 const GenerateOptions& options) {
     ModeRun run;
     run.spec = spec;
@@ -108,14 +108,14 @@ ModeRun runMode(Model* model, const std::vector<int32_t>& prompt, const ModeSpec
     return run;
 }
 
-int firstDivergence(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+int first_divergence(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
     const size_t n = std::min(a.size(), b.size());
     for (size_t i = 0; i < n; ++i)
         if (a[i] != b[i]) return static_cast<int>(i);
     return a.size() == b.size() ? -1 : static_cast<int>(n);
 }
 
-void setBaseline(CompareResult& r, int baseline) {
+void set_baseline(CompareResult& r, int baseline) {
     if (r.runs.empty()) {
         r.baseline = 0;
         r.divergence.clear();
@@ -125,28 +125,28 @@ void setBaseline(CompareResult& r, int baseline) {
     r.divergence.assign(r.runs.size(), -1);
     const ModeRun& b = r.runs[static_cast<size_t>(r.baseline)];
     for (size_t i = 0; i < r.runs.size(); ++i)
-        r.divergence[i] = (r.runs[i].error.empty() && b.error.empty()) ? firstDivergence(r.runs[i].tokens, b.tokens) : 0;
+        r.divergence[i] = (r.runs[i].error.empty() && b.error.empty()) ? first_divergence(r.runs[i].tokens, b.tokens) : 0;
 }
 
-CompareResult runComparison(Model* model, const std::string& prompt,
+CompareResult run_comparison(Model* model, const std::string& prompt,
                             const std::vector<ModeSpec>& modes, int baseline, bool concurrent,
-                            const std::atomic<bool>* cancel, const std::function<void(int)>& onDone) {
+                            const std::atomic<bool>* cancel, const std::function<void(int)>& on_done) {
     CompareResult r;
     r.prompt = prompt;
-    r.promptIds = promptIds(model, prompt);
+    r.prompt_ids = prompt_ids(model, prompt);
     r.concurrent = concurrent;
     r.runs.resize(modes.size());
     GenerateOptions opts;
     if (cancel) opts.observer = [cancel](const TokenEvent&) { return !cancel->load(); };
     auto one = [&](size_t i) {
         try {
-            r.runs[i] = runMode(model, r.promptIds, modes[i], opts);
+            r.runs[i] = run_mode(model, r.prompt_ids, modes[i], opts);
         } catch (const std::exception& e) {
             r.runs[i] = ModeRun{};
             r.runs[i].spec = modes[i];
             r.runs[i].error = e.what();
         }
-        if (onDone) onDone(static_cast<int>(i));
+        if (on_done) on_done(static_cast<int>(i));
     };
     const auto t0 = std::chrono::steady_clock::now();
     if (concurrent) {
@@ -164,34 +164,34 @@ CompareResult runComparison(Model* model, const std::string& prompt,
             one(i);
         }
     }
-    r.wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    setBaseline(r, baseline);
+    r.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    set_baseline(r, baseline);
     return r;
 }
 
-nlohmann::json modeSpecToJson(const ModeSpec& m) {
-    nlohmann::json j = runSpecToJson(m.run);
+nlohmann::json mode_spec_to_json(const ModeSpec& m) {
+    nlohmann::json j = run_spec_to_json(m.run);
     j["label"] = m.label;
     return j;
 }
 
-nlohmann::json compareToJson(const CompareResult& r) {
+nlohmann::json compare_to_json(const CompareResult& r) {
     nlohmann::json runs = nlohmann::json::array();
     for (size_t i = 0; i < r.runs.size(); ++i) {
         const ModeRun& m = r.runs[i];
-        nlohmann::json j = {{"mode", modeSpecToJson(m.spec)},
+        nlohmann::json j = {{"mode", mode_spec_to_json(m.spec)},
                             {"loops", m.loops},
                             {"output_ids", m.tokens},
                             {"text", m.text},
-                            {"stats", statsToJson(m.stats)},
-                            {"mean_depth", m.meanDepth()},
-                            {"tokens_per_s", m.tokensPerSecond()},
+                            {"stats", stats_to_json(m.stats)},
+                            {"mean_depth", m.mean_depth()},
+                            {"tokens_per_s", m.tokens_per_second()},
                             {"first_divergence", i < r.divergence.size() ? r.divergence[i] : -1}};
         if (!m.error.empty()) j["error"] = m.error;
         runs.push_back(std::move(j));
     }
-    return {{"view", "compare"},   {"prompt", r.prompt}, {"prompt_ids", r.promptIds},
-            {"baseline", r.baseline}, {"concurrent", r.concurrent}, {"wall_ms", r.wallMs},
+    return {{"view", "compare"},   {"prompt", r.prompt}, {"prompt_ids", r.prompt_ids},
+            {"baseline", r.baseline}, {"concurrent", r.concurrent}, {"wall_ms", r.wall_ms},
             {"runs", runs}};
 }
 

@@ -8,15 +8,15 @@ namespace tinyloop::analysis {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-[[noreturn]] void badArg(const std::string& msg) {
+[[noreturn]] void bad_arg(const std::string& msg) {
     throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, msg);
 }
 
 }  // namespace
 
-std::vector<DiffOp> diffTokens(const std::vector<int32_t>& from, const std::vector<int32_t>& to) {
+std::vector<DiffOp> diff_tokens(const std::vector<int32_t>& from, const std::vector<int32_t>& to) {
     const size_t n = from.size(), m = to.size();
     // lcs[i][j]: LCS length of from[i..] and to[j..]
     std::vector<std::vector<int>> lcs(n + 1, std::vector<int>(m + 1, 0));
@@ -40,35 +40,35 @@ std::vector<DiffOp> diffTokens(const std::vector<int32_t>& from, const std::vect
 
 
 DepthScrubber::DepthScrubber(tinyloop::Model* model, std::vector<int32_t> prompt,
-                             const tinyloop::GenerateConfig& config, int startDepth)
+                             const tinyloop::GenerateConfig& config, int start_depth)
     : m_model(model), m_prompt(std::move(prompt)), m_config(config) {
     const auto& hp = tinyloop::model_hparams(model);
-    if (startDepth < 1 || startDepth > hp.max_loops)
-        badArg("depth: " + std::to_string(startDepth) + " is outside [1, " + std::to_string(hp.max_loops) + "]");
+    if (start_depth < 1 || start_depth > hp.max_loops)
+        bad_arg("depth: " + std::to_string(start_depth) + " is outside [1, " + std::to_string(hp.max_loops) + "]");
     tinyloop::GenerateConfig probe = m_config;
-    probe.loops = startDepth;
+    probe.loops = start_depth;
     tinyloop::validate_config(model, static_cast<int>(m_prompt.size()), probe);
-    m_handle = tinyloop::create_resume_handle(model, m_prompt.data(), static_cast<int>(m_prompt.size()), startDepth);
+    m_handle = tinyloop::create_resume_handle(model, m_prompt.data(), static_cast<int>(m_prompt.size()), start_depth);
 }
 
 DepthScrubber::~DepthScrubber() { tinyloop::free_resume_handle(m_handle); }
 
-int DepthScrubber::handleLoops() const { return tinyloop::resume_handle_loops(m_handle); }
-size_t DepthScrubber::handleBytes() const { return tinyloop::resume_handle_bytes(m_handle); }
+int DepthScrubber::handle_loops() const { return tinyloop::resume_handle_loops(m_handle); }
+size_t DepthScrubber::handle_bytes() const { return tinyloop::resume_handle_bytes(m_handle); }
 
 ScrubAnswer DepthScrubber::answer(int depth) {
     const auto& hp = tinyloop::model_hparams(m_model);
     if (depth < 1 || depth > hp.max_loops)
-        badArg("depth: " + std::to_string(depth) + " is outside [1, " + std::to_string(hp.max_loops) + "]");
+        bad_arg("depth: " + std::to_string(depth) + " is outside [1, " + std::to_string(hp.max_loops) + "]");
     ScrubAnswer a;
     a.depth = depth;
-    a.handleLoopsBefore = handleLoops();
+    a.handle_loops_before = handle_loops();
     tinyloop::GenerateConfig cfg = m_config;
     cfg.loops = depth;
     const auto t0 = Clock::now();
     tinyloop::GenerateResult r = tinyloop::resume_generate(m_handle, cfg);
-    a.ms = msSince(t0);
-    a.handleLoopsAfter = handleLoops();
+    a.ms = ms_since(t0);
+    a.handle_loops_after = handle_loops();
     a.tokens.assign(r.tokens.begin() + r.prompt_len, r.tokens.end());
     a.text = std::move(r.text);
     a.stats = std::move(r.stats);

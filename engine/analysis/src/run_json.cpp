@@ -4,7 +4,7 @@
 
 namespace tinyloop::analysis {
 
-nlohmann::json configToJson(const GenerateConfig& c) {
+nlohmann::json config_to_json(const GenerateConfig& c) {
     return {{"max_tokens", c.max_tokens},
             {"loops", c.loops},
             {"temperature", c.temperature},
@@ -28,8 +28,8 @@ nlohmann::json configToJson(const GenerateConfig& c) {
             {"grammar", c.grammar != nullptr}};
 }
 
-nlohmann::json runSpecToJson(const RunSpec& spec) {
-    nlohmann::json j = {{"mode", decode_mode_name(spec.mode)}, {"config", configToJson(spec.config)}};
+nlohmann::json run_spec_to_json(const RunSpec& spec) {
+    nlohmann::json j = {{"mode", decode_mode_name(spec.mode)}, {"config", config_to_json(spec.config)}};
     const SpeculationKnobs& k = spec.speculation;
     if (spec.mode == DecodeMode::Speculative || spec.mode == DecodeMode::Tree)
         j["speculation"] = {{"verify_loops", k.verify_loops},
@@ -41,7 +41,7 @@ nlohmann::json runSpecToJson(const RunSpec& spec) {
     return j;
 }
 
-nlohmann::json statsToJson(const GenerateStats& s) {
+nlohmann::json stats_to_json(const GenerateStats& s) {
     return {{"prefill_ms", s.prefill_ms},
             {"first_token_ms", s.first_token_ms},
             {"decode_ms", s.decode_ms},

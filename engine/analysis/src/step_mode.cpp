@@ -13,10 +13,10 @@ namespace {
 }  // namespace
 
 Stepper::Stepper(tinyloop::Model* model, std::vector<int32_t> prompt, const tinyloop::GenerateConfig& config,
-                 int lensTopK)
-    : m_model(model), m_prompt(std::move(prompt)), m_config(config), m_lensTopK(lensTopK) {
+                 int lens_top_k)
+    : m_model(model), m_prompt(std::move(prompt)), m_config(config), m_lensTopK(lens_top_k) {
     if (m_config.beam_size >= 2) fail("beam_size: step mode decodes one sequence (0 or 1), got " + std::to_string(m_config.beam_size));
-    if (lensTopK < 1 || lensTopK > 64) fail("lens_top_k: " + std::to_string(lensTopK) + " is outside [1, 64]");
+    if (lens_top_k < 1 || lens_top_k > 64) fail("lens_top_k: " + std::to_string(lens_top_k) + " is outside [1, 64]");
     tinyloop::validate_config(model, static_cast<int>(m_prompt.size()), m_config);
     if (m_config.max_tokens == 0) {
         m_finished = true;
@@ -106,7 +106,7 @@ void Stepper::commit(int32_t token) {
     }
 }
 
-nlohmann::json stepsToJson(const Stepper& s, const tinyloop::Model* model) {
+nlohmann::json steps_to_json(const Stepper& s, const tinyloop::Model* model) {
     nlohmann::json steps = nlohmann::json::array();
     for (const StepRecord& r : s.steps()) {
         nlohmann::json lens = nlohmann::json::array();
@@ -124,11 +124,11 @@ nlohmann::json stepsToJson(const Stepper& s, const tinyloop::Model* model) {
     return {{"view", "step"},
             {"prompt_ids", s.prompt()},
             {"prompt_text", tinyloop::detokenize_text(model, s.prompt().data(), s.prompt().size())},
-            {"config", configToJson(s.config())},
+            {"config", config_to_json(s.config())},
             {"continuation_ids", s.continuation()},
             {"text", s.text()},
             {"finished", s.finished()},
-            {"stop_reason", s.stopReason()},
+            {"stop_reason", s.stop_reason()},
             {"steps", steps}};
 }
 

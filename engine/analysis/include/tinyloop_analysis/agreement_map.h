@@ -17,36 +17,36 @@ namespace tinyloop::analysis {
 // ---------------------------------------------------------------------------------------------
 
 struct AgreementMap {
-    int finalDepth = 0;
+    int final_depth = 0;
     std::vector<int32_t> prompt;
     std::vector<int32_t> continuation;           // the tokens the map is read on
     std::vector<std::vector<int32_t>> argmax;    // [j][d-1]: lens argmax predicting continuation[j]
-    std::vector<int> firstAgree;                 // [j]: first d with argmax[j][d-1] == argmax[j][final-1]
+    std::vector<int> first_agree;                 // [j]: first d with argmax[j][d-1] == argmax[j][final-1]
 
     int positions() const { return static_cast<int>(argmax.size()); }
     bool agrees(int j, int depth) const {
         return argmax[static_cast<size_t>(j)][static_cast<size_t>(depth - 1)] ==
-               argmax[static_cast<size_t>(j)][static_cast<size_t>(finalDepth - 1)];
+               argmax[static_cast<size_t>(j)][static_cast<size_t>(final_depth - 1)];
     }
 };
 
 // From a hand-built (or computed) argmax table [positions][depths]; the last column is the final
 // depth. Throws std::invalid_argument on a ragged or empty row.
-AgreementMap agreementFromArgmax(const std::vector<std::vector<int32_t>>& argmax);
+AgreementMap agreement_from_argmax(const std::vector<std::vector<int32_t>>& argmax);
 
-// The map over `continuation` after `prompt` at `finalDepth` (score_logit_lens, top 1): row j is
+// The map over `continuation` after `prompt` at `final_depth` (score_logit_lens, top 1): row j is
 // the lens at position prompt.size() - 1 + j, which predicts continuation[j].
-AgreementMap buildAgreementMap(tinyloop::Model* model, const std::vector<int32_t>& prompt,
-                               const std::vector<int32_t>& continuation, int finalDepth);
+AgreementMap build_agreement_map(tinyloop::Model* model, const std::vector<int32_t>& prompt,
+                               const std::vector<int32_t>& continuation, int final_depth);
 
-// The acceptance a greedy drafter at `draftDepth` would get: the fraction of positions j >= 1
-// (position 0 comes from the prompt's prefill and is never drafted) whose argmax at draftDepth
+// The acceptance a greedy drafter at `draft_depth` would get: the fraction of positions j >= 1
+// (position 0 comes from the prompt's prefill and is never drafted) whose argmax at draft_depth
 // equals the final one. 0 when there are no such positions.
-double predictedAcceptance(const AgreementMap& map, int draftDepth);
+double predicted_acceptance(const AgreementMap& map, int draft_depth);
 
-// Self-speculation replayed on the map (chain, greedy): cycles of up to draftAhead drafts, each
+// Self-speculation replayed on the map (chain, greedy): cycles of up to draft_ahead drafts, each
 // accepting the leading agreements, a rejection adding the verifier's token, all accepted adding
-// none (the engine's rule). `maxTokens` caps emission as the engine does (0: the map's length).
+// none (the engine's rule). `max_tokens` caps emission as the engine does (0: the map's length).
 struct ChainReplay {
     int cycles = 0;
     int drafted = 0;
@@ -54,14 +54,14 @@ struct ChainReplay {
     int emitted = 0;
     double acceptance() const { return drafted > 0 ? double(accepted) / drafted : 0.0; }
 };
-ChainReplay replayChain(const AgreementMap& map, int draftDepth, int draftAhead, int maxTokens = 0);
+ChainReplay replay_chain(const AgreementMap& map, int draft_depth, int draft_ahead, int max_tokens = 0);
 
-// Speedup over greedy at verifyDepth that per-token acceptance `alpha` predicts, counting loop
-// passes: a cycle drafts k tokens at draftDepth passes each and verifies them in one batched
-// forward of verifyDepth - draftDepth passes (priced as one token: decode is memory-bound), and
+// Speedup over greedy at verify_depth that per-token acceptance `alpha` predicts, counting loop
+// passes: a cycle drafts k tokens at draft_depth passes each and verifies them in one batched
+// forward of verify_depth - draft_depth passes (priced as one token: decode is memory-bound), and
 // emits (1 - alpha^k) / (1 - alpha) tokens on average (k when alpha = 1).
-double predictedSpeedup(double alpha, int draftDepth, int verifyDepth, int draftAhead);
+double predicted_speedup(double alpha, int draft_depth, int verify_depth, int draft_ahead);
 
-nlohmann::json agreementToJson(const AgreementMap& m);
+nlohmann::json agreement_to_json(const AgreementMap& m);
 
 }  // namespace tinyloop::analysis

@@ -24,7 +24,7 @@ struct ModeSpec {
 
 // The comparison's default set on a model: greedy at 4 and 8 loops, speculative 2->8, tree 2->8
 // (K=2), early exit at two thresholds, sampling with a seed. Depths are clamped to max_loops.
-std::vector<ModeSpec> defaultCompareModes(const tinyloop::HParams& hp, int maxTokens);
+std::vector<ModeSpec> default_compare_modes(const tinyloop::HParams& hp, int max_tokens);
 
 // What one mode produced.
 struct ModeRun {
@@ -36,43 +36,43 @@ struct ModeRun {
     bool speculative = false;
     std::string error;            // non-empty: the engine refused the mode (message)
 
-    double meanDepth() const;     // mean of depth_per_token (0 when no tokens)
-    double tokensPerSecond() const;  // emitted tokens / total_ms
+    double mean_depth() const;     // mean of depth_per_token (0 when no tokens)
+    double tokens_per_second() const;  // emitted tokens / total_ms
 };
 
 // Runs one mode through tinyloop::run_decode (the engine applies the mode's rules). Throws
 // tinyloop::Error on a refused config. `options` is passed through (observer, lens).
-ModeRun runMode(tinyloop::Model* model, const std::vector<int32_t>& prompt, const ModeSpec& spec,
+ModeRun run_mode(tinyloop::Model* model, const std::vector<int32_t>& prompt, const ModeSpec& spec,
                 const tinyloop::GenerateOptions& options = {});
 
 // The prompt as the workbench feeds it: tokenized; an empty prompt starts from BOS/EOS.
-std::vector<int32_t> promptIds(const tinyloop::Model* model, const std::string& text);
+std::vector<int32_t> prompt_ids(const tinyloop::Model* model, const std::string& text);
 
 // Index of the first token where `a` and `b` differ; -1 when equal (same length, same ids).
-int firstDivergence(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+int first_divergence(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
 
 struct CompareResult {
     std::string prompt;
-    std::vector<int32_t> promptIds;
+    std::vector<int32_t> prompt_ids;
     std::vector<ModeRun> runs;
     int baseline = 0;                 // index into runs
     bool concurrent = false;
-    double wallMs = 0;                // the whole comparison, wall clock
-    std::vector<int> divergence;      // per run: firstDivergence(run, baseline)
+    double wall_ms = 0;                // the whole comparison, wall clock
+    std::vector<int> divergence;      // per run: first_divergence(run, baseline)
 };
 
 // Runs every mode on one prompt, concurrently (one std::thread per mode on the one Model) or one
 // after another. A mode the engine refuses keeps its error in ModeRun::error; the others still run.
-// `cancel` (optional) stops every run at its next token; `onDone(i)` (optional, any thread) is
+// `cancel` (optional) stops every run at its next token; `on_done(i)` (optional, any thread) is
 // called as each mode ends.
-CompareResult runComparison(tinyloop::Model* model, const std::string& prompt,
+CompareResult run_comparison(tinyloop::Model* model, const std::string& prompt,
                             const std::vector<ModeSpec>& modes, int baseline, bool concurrent,
                             const std::atomic<bool>* cancel = nullptr,
-                            const std::function<void(int)>& onDone = {});
+                            const std::function<void(int)>& on_done = {});
 // Re-computes divergence against a new baseline.
-void setBaseline(CompareResult& r, int baseline);
+void set_baseline(CompareResult& r, int baseline);
 
-nlohmann::json modeSpecToJson(const ModeSpec& m);
-nlohmann::json compareToJson(const CompareResult& r);
+nlohmann::json mode_spec_to_json(const ModeSpec& m);
+nlohmann::json compare_to_json(const CompareResult& r);
 
 }  // namespace tinyloop::analysis

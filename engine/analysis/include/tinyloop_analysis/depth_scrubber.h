@@ -22,7 +22,7 @@ struct DiffOp {
 };
 // Shortest edit script turning `from` into `to` (longest common subsequence; ties keep removals
 // before additions). Same + Removed replays `from`; Same + Added replays `to`.
-std::vector<DiffOp> diffTokens(const std::vector<int32_t>& from, const std::vector<int32_t>& to);
+std::vector<DiffOp> diff_tokens(const std::vector<int32_t>& from, const std::vector<int32_t>& to);
 
 // ---------------------------------------------------------------------------------------------
 // Depth scrubber
@@ -33,17 +33,17 @@ struct ScrubAnswer {
     std::vector<int32_t> tokens;  // continuation
     std::string text;
     tinyloop::GenerateStats stats;
-    int handleLoopsBefore = 0;    // deepest prompt depth computed before this answer
-    int handleLoopsAfter = 0;     // ... and after (grows only when the answer went deeper)
+    int handle_loops_before = 0;    // deepest prompt depth computed before this answer
+    int handle_loops_after = 0;     // ... and after (grows only when the answer went deeper)
     double ms = 0;                // wall time of resume_generate
 };
 
 class DepthScrubber {
 public:
-    // Prefills `prompt` once at `startDepth` (create_resume_handle). `config` is the decode config
+    // Prefills `prompt` once at `start_depth` (create_resume_handle). `config` is the decode config
     // every answer uses, with loops replaced by the slider's depth. Throws tinyloop::Error.
     DepthScrubber(tinyloop::Model* model, std::vector<int32_t> prompt, const tinyloop::GenerateConfig& config,
-                  int startDepth);
+                  int start_depth);
     ~DepthScrubber();
     DepthScrubber(const DepthScrubber&) = delete;
     DepthScrubber& operator=(const DepthScrubber&) = delete;
@@ -51,8 +51,8 @@ public:
     // Answers at `depth` (1..max_loops) through resume_generate; throws tinyloop::Error naming
     // the depth when it is out of range.
     ScrubAnswer answer(int depth);
-    int handleLoops() const;
-    size_t handleBytes() const;
+    int handle_loops() const;
+    size_t handle_bytes() const;
     const std::vector<int32_t>& prompt() const { return m_prompt; }
     const tinyloop::GenerateConfig& config() const { return m_config; }
 

@@ -10,9 +10,9 @@ namespace tinyloop::analysis {
 
 // The config fields a view varies (depth, sampling, penalties, early exit, beam); the lists
 // (stop sequences, bias, bad words) as counts.
-nlohmann::json configToJson(const GenerateConfig& c);
+nlohmann::json config_to_json(const GenerateConfig& c);
 // {"mode", "config", "speculation"}; speculation only for the speculative modes.
-nlohmann::json runSpecToJson(const RunSpec& spec);
-nlohmann::json statsToJson(const GenerateStats& s);
+nlohmann::json run_spec_to_json(const RunSpec& spec);
+nlohmann::json stats_to_json(const GenerateStats& s);
 
 }  // namespace tinyloop::analysis

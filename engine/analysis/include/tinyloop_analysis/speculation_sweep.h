@@ -1,6 +1,6 @@
 // Speculation tuning sweep: speculation over a grid draft_loops x draft_ahead (x K_branches) on a
 // prompt set, measured against greedy at the verify depth, next to what the agreement maps
-// predict. Every run goes through tinyloop::run_decode (compare_modes.h's runMode). No Qt.
+// predict. Every run goes through tinyloop::run_decode (compare_modes.h's run_mode). No Qt.
 #pragma once
 
 #include <atomic>
@@ -21,44 +21,44 @@ namespace tinyloop::analysis {
 
 struct SweepSpec {
     std::vector<std::string> prompts;
-    int maxTokens = 24;
-    int verifyLoops = 0;               // 0 = the model's default depth
-    std::vector<int> draftLoops = {1, 2, 3};
-    std::vector<int> draftAhead = {2, 4, 6};
+    int max_tokens = 24;
+    int verify_loops = 0;               // 0 = the model's default depth
+    std::vector<int> draft_loops = {1, 2, 3};
+    std::vector<int> draft_ahead = {2, 4, 6};
     std::vector<int> branches = {0};   // 0 = chain speculation; K >= 1 = tree with K branches
 };
 
 struct SweepCell {
-    int draftLoops = 0, draftAhead = 0, branches = 0;
+    int draft_loops = 0, draft_ahead = 0, branches = 0;
     int runs = 0;                      // prompts run for this cell
     int tokens = 0;                    // tokens emitted, summed over prompts
     int cycles = 0, drafted = 0, tested = 0, accepted = 0;
-    double totalMs = 0;                // speculative wall time, summed over prompts
-    double baselineMs = 0;             // greedy at the verify depth, the same prompts (faster of two runs)
-    bool equalsGreedy = true;          // every prompt's text equals greedy at the verify depth
-    double predictedAcceptance = 0;    // from the agreement maps (pooled over prompts)
+    double total_ms = 0;                // speculative wall time, summed over prompts
+    double baseline_ms = 0;             // greedy at the verify depth, the same prompts (faster of two runs)
+    bool equals_greedy = true;          // every prompt's text equals greedy at the verify depth
+    double predicted_acceptance = 0;    // from the agreement maps (pooled over prompts)
     std::string error;
 
     double acceptance() const { return tested > 0 ? double(accepted) / tested : 0.0; }
-    double measuredSpeedup() const { return totalMs > 0 ? baselineMs / totalMs : 0.0; }
-    double predictedSpeedup(int verifyLoops) const;
+    double measured_speedup() const { return total_ms > 0 ? baseline_ms / total_ms : 0.0; }
+    double predicted_speedup(int verify_loops) const;
 };
 
 struct SweepResult {
     SweepSpec spec;
-    int verifyLoops = 0;
-    std::vector<std::vector<int32_t>> promptIds;
-    std::vector<std::vector<int32_t>> baselineTokens;  // greedy continuation per prompt
-    std::vector<double> baselineMs;                    // per prompt
+    int verify_loops = 0;
+    std::vector<std::vector<int32_t>> prompt_ids;
+    std::vector<std::vector<int32_t>> baseline_tokens;  // greedy continuation per prompt
+    std::vector<double> baseline_ms;                    // per prompt
     std::vector<AgreementMap> maps;                    // per prompt, on the greedy continuation
-    std::vector<SweepCell> cells;                      // grid order: branches, draftLoops, draftAhead
-    int cellsPlanned = 0;
+    std::vector<SweepCell> cells;                      // grid order: branches, draft_loops, draft_ahead
+    int cells_planned = 0;
     bool cancelled = false;
 
-    int bestCell() const;  // highest measured speedup among cells without error; -1 if none
+    int best_cell() const;  // highest measured speedup among cells without error; -1 if none
     // The best cell as a run: chain or tree speculation, greedy, at the sweep's max_tokens and
     // verify depth (label "sweep best chain 2->6 k=4"); an empty label when there is none.
-    ModeSpec bestSpec() const;
+    ModeSpec best_spec() const;
 };
 
 // Runs the grid: the greedy baseline per prompt, every cell on every prompt, the baseline again
@@ -66,9 +66,9 @@ struct SweepResult {
 // `cancel` ends it between runs and inside a run at its next token. Cells whose draft depth is not
 // below the verify depth are skipped (not planned). Throws tinyloop::Error on an empty prompt set
 // or grid, or a value outside its range, naming the field.
-SweepResult runSweep(tinyloop::Model* model, const SweepSpec& spec, const std::atomic<bool>* cancel = nullptr,
+SweepResult run_sweep(tinyloop::Model* model, const SweepSpec& spec, const std::atomic<bool>* cancel = nullptr,
                      const std::function<void(int, int)>& progress = {});
 
-nlohmann::json sweepToJson(const SweepResult& r);
+nlohmann::json sweep_to_json(const SweepResult& r);
 
 }  // namespace tinyloop::analysis

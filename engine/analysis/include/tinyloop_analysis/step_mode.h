@@ -32,7 +32,7 @@ public:
     // `config` is the decode config (greedy, sampling with seed, early exit; beam is refused);
     // max_tokens caps the steps. Throws tinyloop::Error on a config the engine refuses.
     Stepper(tinyloop::Model* model, std::vector<int32_t> prompt, const tinyloop::GenerateConfig& config,
-            int lensTopK = 8);
+            int lens_top_k = 8);
 
     // The engine's proposal for the next token (computed once per step, then cached).
     // Throws tinyloop::Error when finished().
@@ -40,18 +40,18 @@ public:
     // Takes `token` (any id in the vocabulary) as the next token. Throws tinyloop::Error naming
     // the id when it is outside the vocabulary or when finished().
     void commit(int32_t token);
-    void acceptProposal() { commit(propose().token); }
+    void accept_proposal() { commit(propose().token); }
 
     // True once max_tokens are committed, or the proposal that was taken ended the run (EOS,
     // stop sequence/string, grammar) as it would have ended a plain run.
     bool finished() const { return m_finished; }
-    std::string stopReason() const { return m_stopReason; }
+    std::string stop_reason() const { return m_stopReason; }
 
     const std::vector<int32_t>& prompt() const { return m_prompt; }
     std::vector<int32_t> continuation() const;  // committed tokens
     std::string text() const;                   // detokenize_text of the continuation
     const std::vector<StepRecord>& steps() const { return m_steps; }
-    int originSteps() const { return m_origin; }  // steps committed before the current origin
+    int origin_steps() const { return m_origin; }  // steps committed before the current origin
     const tinyloop::GenerateConfig& config() const { return m_config; }
 
 private:
@@ -67,6 +67,6 @@ private:
     std::string m_stopReason;
 };
 
-nlohmann::json stepsToJson(const Stepper& s, const tinyloop::Model* model);
+nlohmann::json steps_to_json(const Stepper& s, const tinyloop::Model* model);
 
 }  // namespace tinyloop::analysis
