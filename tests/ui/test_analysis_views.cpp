@@ -345,6 +345,20 @@ private slots:
         QVERIFY(quant->lastError().contains("vocab_size"));
         QVERIFY(!trigger("nonsense"));
     }
+
+    // Closing the workbench closes its analysis windows and ends the lane; a window asked to run
+    // afterwards says so instead of touching the gone engine.
+    void closingTheWorkbenchEndsTheViews() {
+        AnalysisWindow* kv = trigger("kv");
+        QVERIFY(kv && kv->isVisible());
+        m_window->close();
+        QVERIFY(!kv->isVisible());
+        QVERIFY(m_window->analysisJobs() == nullptr);
+        kv->run();
+        QVERIFY(!kv->isBusy());
+        QVERIFY2(kv->statusText().contains("shut"), qPrintable(kv->statusText()));
+        kv->cancel();  // nothing to cancel: no crash
+    }
 };
 
 QTEST_MAIN(TestAnalysisViews)

@@ -125,6 +125,7 @@ void MainWindow::shutdownWorker() {
 
 void MainWindow::closeEvent(QCloseEvent* e) {
     QSettings().setValue("window/geometry", saveGeometry());
+    m_views->closeAll();  // they run on the engine host, which ends now
     shutdownWorker();
     e->accept();
 }

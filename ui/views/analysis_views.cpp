@@ -86,6 +86,11 @@ AnalysisWindow* AnalysisViews::window(const QString& kind) const {
     return it == m_windows.end() ? nullptr : it->second.data();
 }
 
+void AnalysisViews::closeAll() {
+    for (auto& [kind, w] : m_windows)
+        if (w) w->close();
+}
+
 AnalysisWindow* AnalysisViews::open(const QString& kind) {
     AnalysisWindow* v = window(kind);
     if (!v) {

@@ -33,6 +33,7 @@ public:
     // Opens (creating it the first time) the window of that kind; nullptr for an unknown kind.
     AnalysisWindow* open(const QString& kind);
     AnalysisWindow* window(const QString& kind) const;  // nullptr when not opened yet
+    void closeAll();  // hides every open window (the workbench is closing)
 
     // For screenshots and demos: opens `kind`, fills it by a run on `prompt` with `max_tokens`
     // (scrubber: depth 1, then 2, 4, 6, so each diff shows), saves it as PNG at `out` when not

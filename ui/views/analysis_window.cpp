@@ -77,6 +77,7 @@ AnalysisWindow::AnalysisWindow(WorkbenchAccess* workbench, const QString& title,
 AnalysisWindow::~AnalysisWindow() = default;
 
 void AnalysisWindow::cancel() {
+    if (!jobs()) return;  // the workbench has shut its engine down: nothing runs
     jobs()->cancel(this);
     setStatus("cancelling...");
 }
@@ -107,6 +108,7 @@ void AnalysisWindow::setStatus(const QString& text, bool error) {
 
 void AnalysisWindow::startJob(const QString& what, AnalysisJobs::Job job,
                               std::function<void(bool, const QString&)> on_done) {
+    if (!jobs()) return setStatus("the workbench has shut its engine down", true);
     m_done[jobs()->submit(this, std::move(job))] = std::move(on_done);
     ++m_pending;
     m_cancel->setEnabled(true);

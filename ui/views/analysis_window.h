@@ -48,7 +48,7 @@ public:
     bool isBusy() const { return m_pending > 0; }
     QString lastError() const { return m_lastError; }
     QString statusText() const;
-    AnalysisJobs* jobs() const { return m_workbench->analysisJobs(); }
+    AnalysisJobs* jobs() const { return m_workbench->analysisJobs(); }  // null once the workbench shut down
     WorkbenchAccess* workbench() const { return m_workbench; }
     void cancel();  // the Cancel button: this window's jobs end at their next check
 
