@@ -15,12 +15,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "config_panel.h"
-#include "lens_heatmap.h"
-#include "main_window.h"
-#include "model_paths.h"
-#include "presets_panel.h"
-#include "views_a.h"
+#include "main/config_panel.h"
+#include "plots/lens_heatmap.h"
+#include "main/main_window.h"
+#include "main/model_paths.h"
+#include "main/presets_panel.h"
+#include "views/analysis_views.h"
 
 namespace {
 
@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
     QCommandLineOption maxTokOpt("max-tokens", "Override max_tokens of the config.", "N");
     QCommandLineOption sizeOpt("size", "Window size WxH (screenshots).", "WxH", "1440x900");
     cli.addOptions({promptOpt, autorunOpt, demoOpt, shotOpt, tabOpt, metricOpt, presetOpt, maxTokOpt, sizeOpt});
-    QCommandLineOption viewAOpt("view", "Open a Views-menu window (compare, scrubber, agreement, sweep, step), fill it by a run on --prompt and, with --screenshot, save that window and quit.", "NAME");
-    cli.addOption(viewAOpt);
+    QCommandLineOption viewOpt("view", "Open a Views-menu window (compare, scrubber, agreement, sweep, step, calibration, compute, kv, quant), fill it by a run on --prompt and, with --screenshot, save that window and quit.", "NAME");
+    cli.addOption(viewOpt);
     cli.process(app);
 
     tlui::MainWindow w;
@@ -130,16 +130,16 @@ int main(int argc, char** argv) {
                 w.configPanel()->setConfig(*c);
             }
         }
-        if (cli.isSet(viewAOpt)) {
-            tlui::demoViewA(&w, cli.value(viewAOpt).toLower(), prompt.isEmpty() ? QString("In the beginning") : prompt,
-                            cli.isSet(maxTokOpt) ? cli.value(maxTokOpt).toInt() : 24, shot, [&](bool ok) {
-                                if (!ok) std::fprintf(stderr, "tinyloop-workbench: the view could not be filled\n");
-                                else if (!shot.isEmpty()) std::printf("screenshot: %s\n", qPrintable(shot));
-                                if (!shot.isEmpty()) {
-                                    exitCode = ok ? 0 : 1;
-                                    QApplication::quit();
-                                }
-                            });
+        if (cli.isSet(viewOpt)) {
+            w.analysisViews()->demo(cli.value(viewOpt).toLower(), prompt.isEmpty() ? QString("In the beginning") : prompt,
+                                    cli.isSet(maxTokOpt) ? cli.value(maxTokOpt).toInt() : 24, shot, [&](bool ok) {
+                                        if (!ok) std::fprintf(stderr, "tinyloop-workbench: the view could not be filled\n");
+                                        else if (!shot.isEmpty()) std::printf("screenshot: %s\n", qPrintable(shot));
+                                        if (!shot.isEmpty()) {
+                                            exitCode = ok ? 0 : 1;
+                                            QApplication::quit();
+                                        }
+                                    });
             return;
         }
         if (autorun) {

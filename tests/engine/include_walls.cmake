@@ -17,6 +17,7 @@ function(tl_add_include_wall_test front_end)
 endfunction()
 
 tl_add_include_wall_test(tinyloop_cli)
+tl_add_include_wall_test(tinyloop_analysis)
 if(TARGET tinyloop_soak)
   tl_add_include_wall_test(tinyloop_soak)
 endif()

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "preset_store.h"
+#include "main/preset_store.h"
 
 using nlohmann::json;
 

@@ -9,8 +9,8 @@
 #include <QTest>
 
 #include "../config_fixture.h"
-#include "config_panel.h"
-#include "main_window.h"
+#include "main/config_panel.h"
+#include "main/main_window.h"
 #include "ui_test_util.h"
 
 using namespace tlui;

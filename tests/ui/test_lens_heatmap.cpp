@@ -6,10 +6,10 @@
 #include <cmath>
 #include <qcustomplot.h>
 
-#include "config_panel.h"
-#include "depth_plot.h"
-#include "lens_heatmap.h"
-#include "main_window.h"
+#include "main/config_panel.h"
+#include "plots/depth_plot.h"
+#include "plots/lens_heatmap.h"
+#include "main/main_window.h"
 #include "ui_test_util.h"
 
 using namespace tlui;

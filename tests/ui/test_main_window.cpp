@@ -8,11 +8,11 @@
 #include <QTest>
 #include <QTreeWidget>
 
-#include "config_panel.h"
-#include "main_window.h"
-#include "model_panel.h"
-#include "model_paths.h"
-#include "token_view.h"
+#include "main/config_panel.h"
+#include "main/main_window.h"
+#include "main/model_panel.h"
+#include "main/model_paths.h"
+#include "main/token_view.h"
 #include "ui_test_util.h"
 
 using namespace tlui;

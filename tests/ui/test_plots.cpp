@@ -7,11 +7,11 @@
 #include <QTest>
 #include <qcustomplot.h>
 
-#include "config_panel.h"
-#include "depth_plot.h"
-#include "main_window.h"
-#include "speculative_plot.h"
-#include "timing_plot.h"
+#include "main/config_panel.h"
+#include "plots/depth_plot.h"
+#include "main/main_window.h"
+#include "plots/speculative_plot.h"
+#include "plots/timing_plot.h"
 #include "ui_test_util.h"
 
 using namespace tlui;

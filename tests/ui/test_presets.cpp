@@ -8,11 +8,11 @@
 #include <QSignalSpy>
 #include <QTest>
 
-#include "config_panel.h"
-#include "main_window.h"
-#include "preset_store.h"
-#include "presets_panel.h"
-#include "prompt_editor.h"
+#include "main/config_panel.h"
+#include "main/main_window.h"
+#include "main/preset_store.h"
+#include "main/presets_panel.h"
+#include "main/prompt_editor.h"
 #include "ui_test_util.h"
 
 using namespace tlui;

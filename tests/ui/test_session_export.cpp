@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <qcustomplot.h>
 
-#include "config_panel.h"
-#include "main_window.h"
+#include "main/config_panel.h"
+#include "main/main_window.h"
 #include "ui_test_util.h"
 
 using namespace tlui;

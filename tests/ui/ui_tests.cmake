@@ -2,15 +2,14 @@
 find_package(Qt6 REQUIRED COMPONENTS Test)
 enable_testing()
 set(TL_UI_TESTS
-  test_engine_worker
+  test_engine_host
   test_config_panel
   test_presets
   test_lens_heatmap
   test_session_export
   test_main_window
   test_plots
-  test_views_a
-  test_views_b)
+  test_analysis_views)
 set(TL_UI_TESTS_BUILT)
 foreach(t IN LISTS TL_UI_TESTS)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)

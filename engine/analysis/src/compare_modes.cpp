@@ -1,0 +1,198 @@
+#include <tinyloop_analysis/compare_modes.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <thread>
+
+#include <tinyloop/json.h>
+
+namespace tinyloop::analysis {
+
+namespace {
+// snprintf, not string concatenation: GCC 12 warns (-Wrestrict, a false positive) on
+// "literal" + std::to_string(...) at -O3.
+std::string format(const char* fmt, int a, int b = 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, fmt, a, b);
+    return buf;
+}
+}  // namespace
+
+std::vector<ModeSpec> default_compare_modes(const HParams& hp, int max_tokens) {
+    const int max_l = std::max(1, hp.max_loops);
+    const int deep = std::min(8, max_l);
+    const int shallow = std::min(4, max_l);
+    auto base = [&](const std::string& label, DecodeMode mode) {
+        ModeSpec m;
+        m.label = label;
+        m.run.mode = mode;
+        m.run.config.max_tokens = max_tokens;
+        m.run.config.loops = deep;
+        return m;
+    };
+    std::vector<ModeSpec> out;
+    ModeSpec g4 = base(format("greedy L=%d", shallow), DecodeMode::Greedy);
+    g4.run.config.loops = shallow;
+    out.push_back(g4);
+    out.push_back(base(format("greedy L=%d", deep), DecodeMode::Greedy));
+    if (deep >= 2) {
+        ModeSpec s = base(format("speculative %d->%d", std::min(2, deep - 1), deep), DecodeMode::Speculative);
+        s.run.speculation.draft_loops = std::min(2, deep - 1);
+        s.run.speculation.verify_loops = deep;
+        s.run.speculation.draft_ahead = 4;
+        out.push_back(s);
+        ModeSpec t = base(format("tree %d->%d K=2", std::min(2, deep - 1), deep), DecodeMode::Tree);
+        t.run.speculation = s.run.speculation;
+        t.run.speculation.branches = 2;
+        out.push_back(t);
+    }
+    for (float thr : {0.1f, 0.2f}) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "early exit l2<%.2f", static_cast<double>(thr));
+        ModeSpec e = base(buf, DecodeMode::EarlyExit);
+        e.run.config.early_exit_patience = 1;
+        e.run.config.early_exit_min_L = 2;
+        e.run.config.early_exit_criterion = EarlyExitCriterion::HiddenL2;
+        e.run.config.early_exit_threshold = thr;
+        out.push_back(e);
+    }
+    ModeSpec smp = base("sampling T=0.8 seed=7", DecodeMode::Sample);
+    smp.run.config.temperature = 0.8f;
+    smp.run.config.top_k = 40;
+    smp.run.config.sample_seed = 7;
+    out.push_back(smp);
+    return out;
+}
+
+double ModeRun::mean_depth() const {
+    if (stats.depth_per_token.empty()) return 0.0;
+    double s = 0;
+    for (int d : stats.depth_per_token) s += d;
+    return s / static_cast<double>(stats.depth_per_token.size());
+}
+
+double ModeRun::tokens_per_second() const {
+    return stats.total_ms > 0 ? stats.tokens_emitted * 1000.0 / stats.total_ms : 0.0;
+}
+
+std::vector<int32_t> prompt_ids(const Model* model, const std::string& text) {
+    std::vector<int32_t> ids = tokenize(model, text);
+    if (ids.empty()) {
+        const auto info = model_info(model);
+        const int32_t start = info.tokenizer.bos_id >= 0 ? info.tokenizer.bos_id : info.tokenizer.eos_id;
+        if (start < 0)
+            throw Error(ErrorCode::InvalidArgument,
+                                  "prompt: empty, and the tokenizer has no BOS/EOS token to start from");
+        ids.push_back(start);
+    }
+    return ids;
+}
+
+ModeRun run_mode(Model* model, const std::vector<int32_t>& prompt, const ModeSpec& spec,
+                const GenerateOptions& options) {
+    ModeRun run;
+    run.spec = spec;
+    const RunSpec& rs = spec.run;
+    run.speculative = rs.mode == DecodeMode::Speculative || rs.mode == DecodeMode::Tree ||
+                      rs.mode == DecodeMode::DraftModel;
+    if (run.speculative && rs.mode != DecodeMode::DraftModel)
+        run.loops = resolved_speculation(model, rs).verify_loops;
+    else
+        run.loops = rs.config.loops > 0 ? rs.config.loops : model_hparams(model).default_loops;
+    GenerateResult out = run_decode(model, prompt.data(), static_cast<int>(prompt.size()), rs, options);
+    run.tokens.assign(out.tokens.begin() + out.prompt_len, out.tokens.end());
+    run.text = std::move(out.text);
+    run.stats = std::move(out.stats);
+    return run;
+}
+
+int first_divergence(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    const size_t n = std::min(a.size(), b.size());
+    for (size_t i = 0; i < n; ++i)
+        if (a[i] != b[i]) return static_cast<int>(i);
+    return a.size() == b.size() ? -1 : static_cast<int>(n);
+}
+
+void set_baseline(CompareResult& r, int baseline) {
+    if (r.runs.empty()) {
+        r.baseline = 0;
+        r.divergence.clear();
+        return;
+    }
+    r.baseline = std::clamp(baseline, 0, static_cast<int>(r.runs.size()) - 1);
+    r.divergence.assign(r.runs.size(), -1);
+    const ModeRun& b = r.runs[static_cast<size_t>(r.baseline)];
+    for (size_t i = 0; i < r.runs.size(); ++i)
+        r.divergence[i] = (r.runs[i].error.empty() && b.error.empty()) ? first_divergence(r.runs[i].tokens, b.tokens) : 0;
+}
+
+CompareResult run_comparison(Model* model, const std::string& prompt,
+                            const std::vector<ModeSpec>& modes, int baseline, bool concurrent,
+                            const std::atomic<bool>* cancel, const std::function<void(int)>& on_done) {
+    CompareResult r;
+    r.prompt = prompt;
+    r.prompt_ids = prompt_ids(model, prompt);
+    r.concurrent = concurrent;
+    r.runs.resize(modes.size());
+    GenerateOptions opts;
+    if (cancel) opts.observer = [cancel](const TokenEvent&) { return !cancel->load(); };
+    auto one = [&](size_t i) {
+        try {
+            r.runs[i] = run_mode(model, r.prompt_ids, modes[i], opts);
+        } catch (const std::exception& e) {
+            r.runs[i] = ModeRun{};
+            r.runs[i].spec = modes[i];
+            r.runs[i].error = e.what();
+        }
+        if (on_done) on_done(static_cast<int>(i));
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    if (concurrent) {
+        std::vector<std::thread> threads;
+        threads.reserve(modes.size());
+        for (size_t i = 0; i < modes.size(); ++i) threads.emplace_back(one, i);
+        for (auto& t : threads) t.join();
+    } else {
+        for (size_t i = 0; i < modes.size(); ++i) {
+            if (cancel && cancel->load()) {
+                r.runs[i].spec = modes[i];
+                r.runs[i].error = "cancelled";
+                continue;
+            }
+            one(i);
+        }
+    }
+    r.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    set_baseline(r, baseline);
+    return r;
+}
+
+nlohmann::json mode_spec_to_json(const ModeSpec& m) {
+    nlohmann::json j = run_spec_to_json(m.run);
+    j["label"] = m.label;
+    return j;
+}
+
+nlohmann::json compare_to_json(const CompareResult& r) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (size_t i = 0; i < r.runs.size(); ++i) {
+        const ModeRun& m = r.runs[i];
+        nlohmann::json j = {{"mode", mode_spec_to_json(m.spec)},
+                            {"loops", m.loops},
+                            {"output_ids", m.tokens},
+                            {"text", m.text},
+                            {"stats", stats_to_json(m.stats)},
+                            {"mean_depth", m.mean_depth()},
+                            {"tokens_per_s", m.tokens_per_second()},
+                            {"first_divergence", i < r.divergence.size() ? r.divergence[i] : -1}};
+        if (!m.error.empty()) j["error"] = m.error;
+        runs.push_back(std::move(j));
+    }
+    return {{"view", "compare"},   {"prompt", r.prompt}, {"prompt_ids", r.prompt_ids},
+            {"baseline", r.baseline}, {"concurrent", r.concurrent}, {"wall_ms", r.wall_ms},
+            {"runs", runs}};
+}
+
+}  // namespace tinyloop::analysis

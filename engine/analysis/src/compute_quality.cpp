@@ -1,0 +1,150 @@
+#include <tinyloop_analysis/compute_quality.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include <tinyloop_analysis/exit_calibration.h>
+
+namespace tinyloop::analysis {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& m) { throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, m); }
+
+std::string num(float x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", static_cast<double>(x));
+    return b;
+}
+
+double ms_per_decoded(const tinyloop::GenerateStats& st) {
+    return st.tokens_emitted > 1 ? st.decode_ms / (st.tokens_emitted - 1) : 0.0;
+}
+
+}  // namespace
+
+ComputeSettings default_compute_settings(const tinyloop::HParams& hp) {
+    ComputeSettings s;
+    const int top = std::min(hp.max_loops, std::max(hp.default_loops, 8));
+    for (int d = 1; d <= top; ++d) s.depths.push_back(d);
+    s.exit_loops = hp.default_loops;
+    s.verify_loops = hp.default_loops;
+    using C = tinyloop::EarlyExitCriterion;
+    for (float t : {0.05f, 0.1f, 0.2f, 0.4f}) s.exits.push_back({C::HiddenL2, t});
+    for (float t : {0.01f, 0.05f, 0.2f, 0.5f}) s.exits.push_back({C::KL, t});
+    for (float t : {8.0f, 4.0f, 2.0f, 1.0f}) s.exits.push_back({C::LogitMargin, t});
+    for (int D = 1; D < s.verify_loops && D <= 3; ++D) s.specs.push_back({D, 4});
+    return s;
+}
+
+std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::vector<int32_t>& text,
+                                             const ComputeSettings& s, const ComputeProgress& progress,
+                                             const std::atomic<bool>* cancel) {
+    const int n = static_cast<int>(text.size());
+    if (n < 2) bad("text: needs at least 2 tokens to score (has " + std::to_string(n) + ")");
+    if (s.prompt_tokens < 1) bad("prompt_tokens: " + std::to_string(s.prompt_tokens) + " must be >= 1");
+    if (s.decode_tokens < 2 || s.decode_tokens > 1024)
+        bad("decode_tokens: " + std::to_string(s.decode_tokens) + " is outside [2, 1024]");
+    const tinyloop::HParams& hp = tinyloop::model_hparams(model);
+    const int total = static_cast<int>(s.depths.size() + s.exits.size() + s.specs.size());
+    int done = 0;
+    auto step = [&](const std::string& what) {
+        if (cancel && cancel->load()) throw std::runtime_error("cancelled");
+        if (progress) progress(done, total, what);
+        ++done;
+    };
+    const int pn = std::min(s.prompt_tokens, n);
+    // Timed decodes from the text's first tokens, through the engine's one run entry.
+    auto decode = [&](tinyloop::RunSpec spec) {
+        spec.config.max_tokens = s.decode_tokens;
+        spec.config.ignore_eos = true;
+        return tinyloop::run_decode(model, text.data(), pn, spec);
+    };
+    auto decode_ms = [&](tinyloop::DecodeMode mode, const tinyloop::GenerateConfig& c) {
+        return ms_per_decoded(decode({.mode = mode, .config = c, .speculation = {}}).stats);
+    };
+
+    std::vector<ComputePoint> out;
+    for (int d : s.depths) {
+        step("fixed depth " + std::to_string(d));
+        const tinyloop::ScoreResult r = tinyloop::score(model, text.data(), n, d);
+        ComputePoint p;
+        p.series = "fixed depth";
+        p.label = "L=" + std::to_string(d);
+        p.mean_depth = d;
+        p.nll = r.total_nll / (n - 1);
+        p.scored_tokens = n - 1;
+        tinyloop::GenerateConfig c;
+        c.loops = d;
+        p.ms_per_token = decode_ms(tinyloop::DecodeMode::Greedy, c);
+        out.push_back(p);
+    }
+    const int exit_loops = s.exit_loops > 0 ? s.exit_loops : hp.default_loops;
+    for (const ComputeSettings::Exit& e : s.exits) {
+        const std::string crit = criterion_label(e.criterion);
+        step("early exit " + crit + " " + num(e.threshold));
+        tinyloop::GenerateConfig c;
+        c.loops = exit_loops;
+        c.early_exit_patience = 1;
+        c.early_exit_min_L = std::min(2, exit_loops);
+        c.early_exit_criterion = e.criterion;
+        c.early_exit_threshold = e.threshold;
+        std::vector<int> depth;
+        const tinyloop::ScoreResult r = tinyloop::score_early_exit(model, text.data(), n, c, &depth);
+        ComputePoint p;
+        p.series = "early exit " + crit;
+        p.label = crit + (e.criterion == tinyloop::EarlyExitCriterion::LogitMargin ? ">=" : "<") + num(e.threshold);
+        long long sum = 0;
+        for (int i = 0; i + 1 < n; ++i) sum += depth[static_cast<size_t>(i)];  // positions that predict
+        p.mean_depth = static_cast<double>(sum) / (n - 1);
+        p.nll = r.total_nll / (n - 1);
+        p.scored_tokens = n - 1;
+        p.ms_per_token = decode_ms(tinyloop::DecodeMode::EarlyExit, c);
+        out.push_back(p);
+    }
+    const int V = s.verify_loops > 0 ? s.verify_loops : hp.default_loops;
+    if (!s.specs.empty()) {
+        const tinyloop::ScoreResult r = tinyloop::score(model, text.data(), n, V);
+        for (const ComputeSettings::Spec& sp : s.specs) {
+            step("speculative D" + std::to_string(sp.draft_loops) + " K" + std::to_string(sp.draft_ahead));
+            tinyloop::RunSpec spec;
+            spec.mode = tinyloop::DecodeMode::Speculative;
+            spec.speculation.draft_loops = sp.draft_loops;
+            spec.speculation.verify_loops = V;
+            spec.speculation.draft_ahead = sp.draft_ahead;
+            const tinyloop::GenerateResult g = decode(spec);
+            ComputePoint p;
+            p.series = "speculative";
+            p.label = "D" + std::to_string(sp.draft_loops) + " K" + std::to_string(sp.draft_ahead) + " V" +
+                      std::to_string(V);
+            const int decoded = g.stats.tokens_emitted - 1;
+            p.mean_depth = decoded > 0 ? static_cast<double>(V) * g.stats.spec_drafted / decoded : V;
+            p.nll = r.total_nll / (n - 1);
+            p.scored_tokens = n - 1;
+            p.ms_per_token = ms_per_decoded(g.stats);
+            p.acceptance = g.stats.spec_acceptance_rate();
+            out.push_back(p);
+        }
+    }
+    if (progress) progress(total, total, "done");
+    return out;
+}
+
+nlohmann::json compute_json(const std::vector<ComputePoint>& points, int text_tokens) {
+    nlohmann::json j;
+    j["view"] = "compute against quality";
+    j["text_tokens"] = text_tokens;
+    nlohmann::json arr = nlohmann::json::array();
+    for (const ComputePoint& p : points) {
+        nlohmann::json o = {{"series", p.series}, {"label", p.label}, {"mean_depth", p.mean_depth},
+                            {"nll_per_token", p.nll}, {"ms_per_token", p.ms_per_token},
+                            {"scored_tokens", p.scored_tokens}};
+        if (p.acceptance >= 0) o["acceptance"] = p.acceptance;
+        arr.push_back(o);
+    }
+    j["points"] = arr;
+    return j;
+}
+
+}  // namespace tinyloop::analysis

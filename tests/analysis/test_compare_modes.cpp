@@ -1,0 +1,116 @@
+// Compare decode modes (tinyloop_analysis) on the bundled model: the comparison equals each mode
+// run alone, concurrently or one after another, and a mode the engine refuses keeps its error
+// while the others run.
+#include <tinyloop_analysis/compare_modes.h>
+#include <gtest/gtest.h>
+
+#include "analysis_test_util.h"
+
+using namespace tinyloop::analysis;
+using namespace analysis_test;
+
+namespace {
+
+void sameRun(const ModeRun& a, const ModeRun& b) {
+    ASSERT_TRUE(a.error.empty()) << a.error;
+    ASSERT_TRUE(b.error.empty()) << b.error;
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.text, b.text);
+    EXPECT_EQ(a.stats.tokens_emitted, b.stats.tokens_emitted);
+    EXPECT_EQ(a.stats.depth_per_token, b.stats.depth_per_token);
+    EXPECT_EQ(a.mean_depth(), b.mean_depth());
+    EXPECT_EQ(a.stats.stop_reason, b.stats.stop_reason);
+    EXPECT_EQ(a.stats.spec_cycles, b.stats.spec_cycles);
+    EXPECT_EQ(a.stats.spec_drafted, b.stats.spec_drafted);
+    EXPECT_EQ(a.stats.spec_tested, b.stats.spec_tested);
+    EXPECT_EQ(a.stats.spec_accepted, b.stats.spec_accepted);
+    EXPECT_EQ(a.stats.spec_accept_hist, b.stats.spec_accept_hist);
+}
+
+}  // namespace
+
+TEST(CompareModes, ComparisonEqualsEachModeAlone) {
+    tinyloop::Model* m_model = bundled();
+
+    const auto& hp = tinyloop::model_hparams(m_model);
+    const std::vector<ModeSpec> modes = default_compare_modes(hp, 16);
+    EXPECT_EQ(modes.size(), size_t(7));
+    const std::string prompt = "And God said";
+    const CompareResult conc = run_comparison(m_model, prompt, modes, 1, true);
+    const CompareResult seq = run_comparison(m_model, prompt, modes, 1, false);
+    EXPECT_TRUE(conc.concurrent && !seq.concurrent);
+    const std::vector<int32_t> ids = prompt_ids(m_model, prompt);
+    EXPECT_EQ(conc.prompt_ids, ids);
+    for (size_t i = 0; i < modes.size(); ++i) {
+        const ModeRun alone = run_mode(m_model, ids, modes[i]);
+        sameRun(conc.runs[i], alone);
+        sameRun(seq.runs[i], alone);
+        EXPECT_TRUE(conc.runs[i].stats.tokens_emitted > 0);
+    }
+    // The divergence column: speculation (greedy) equals greedy at its verify depth, so it
+    // never diverges from the "greedy L=8" baseline; the L=4 answer's divergence is where its
+    // tokens first differ.
+    EXPECT_EQ(conc.baseline, 1);
+    EXPECT_EQ(conc.divergence[2], -1);
+    EXPECT_EQ(conc.divergence[3], -1);
+    EXPECT_EQ(conc.divergence[0], first_divergence(conc.runs[0].tokens, conc.runs[1].tokens));
+    EXPECT_TRUE(conc.runs[2].speculative && conc.runs[2].stats.spec_tested > 0);
+    // Early exit (hidden-state change below 0.1 and 0.2) uses fewer loops than the fixed depth.
+    EXPECT_TRUE(conc.runs[4].mean_depth() < 8.0);
+    EXPECT_TRUE(conc.runs[5].mean_depth() < 8.0);
+    // Re-basing only recomputes the divergences.
+    CompareResult r = conc;
+    set_baseline(r, 0);
+    EXPECT_EQ(r.divergence[0], -1);
+    EXPECT_EQ(r.divergence[1], first_divergence(r.runs[1].tokens, r.runs[0].tokens));
+    // The JSON export carries every run's text and counters.
+    const nlohmann::json j = compare_to_json(conc);
+    EXPECT_EQ(j["runs"].size(), modes.size());
+    EXPECT_EQ(j["runs"][2]["stats"]["spec_accepted"].get<int>(), conc.runs[2].stats.spec_accepted);
+    EXPECT_EQ(j["runs"][6]["text"].get<std::string>(), conc.runs[6].text);
+}
+
+TEST(CompareModes, RefusedModeKeepsItsError) {
+    tinyloop::Model* m_model = bundled();
+
+    ModeSpec bad;
+    bad.label = "speculative 9->8";
+    bad.run.mode = tinyloop::DecodeMode::Speculative;
+    bad.run.config.max_tokens = 4;
+    bad.run.speculation.draft_loops = 9;
+    bad.run.speculation.verify_loops = 8;
+    ModeSpec good;
+    good.label = "greedy";
+    good.run.config.max_tokens = 4;
+    const CompareResult r = run_comparison(m_model, "In", {good, bad}, 0, true);
+    EXPECT_TRUE(r.runs[0].error.empty());
+    EXPECT_EQ(r.runs[0].stats.tokens_emitted, 4);
+    EXPECT_TRUE(contains(r.runs[1].error, "draft_loops")) << r.runs[1].error;
+}
+
+// The mode rules are the engine's: run_mode is tinyloop::run_decode, refusals included.
+TEST(CompareModes, RunModeIsTheEnginesRunDecode) {
+    tinyloop::Model* m_model = bundled();
+    const std::vector<int32_t> ids = prompt_ids(m_model, "In the beginning");
+    ModeSpec tree;
+    tree.run.mode = tinyloop::DecodeMode::Tree;
+    tree.run.config.max_tokens = 8;
+    tree.run.speculation.verify_loops = 6;
+    tree.run.speculation.draft_loops = 2;
+    const ModeRun got = run_mode(m_model, ids, tree);
+    const tinyloop::GenerateResult want =
+        tinyloop::run_decode(m_model, ids.data(), static_cast<int>(ids.size()), tree.run);
+    EXPECT_EQ(got.tokens, continuationOf(want));
+    EXPECT_EQ(got.stats.spec_accepted, want.stats.spec_accepted);
+    EXPECT_EQ(got.loops, 6);
+    EXPECT_TRUE(got.speculative);
+    ModeSpec beam;
+    beam.run.mode = tinyloop::DecodeMode::Beam;
+    beam.run.config.beam_size = 1;
+    try {
+        run_mode(m_model, ids, beam);
+        FAIL() << "beam_size 1 accepted in beam mode";
+    } catch (const tinyloop::Error& e) {
+        EXPECT_TRUE(contains(e.what(), "beam_size")) << e.what();
+    }
+}

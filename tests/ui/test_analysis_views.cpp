@@ -1,0 +1,365 @@
+// The analysis windows of the Views menu on the bundled model: each opens from the menu, fills
+// from real runs on the workbench's one model (shared with the main window through the
+// AnalysisJobs lane), shows what tinyloop_analysis computes run directly, cancels, and exports PNG,
+// PDF and JSON. The computations themselves are tested in tests/analysis.
+#include <algorithm>
+#include <fstream>
+
+#include <QAction>
+#include <QFileInfo>
+#include <QMenu>
+#include <QMenuBar>
+#include <QSignalSpy>
+#include <QTableWidget>
+#include <QTest>
+#include <QTextBrowser>
+#include <nlohmann/json.hpp>
+
+#include "main/main_window.h"
+#include "main/model_paths.h"
+#include "main/presets_panel.h"
+#include "ui_test_util.h"
+#include "views/agreement_map_view.h"
+#include "views/analysis_views.h"
+#include "views/compare_modes_view.h"
+#include "views/compute_quality_view.h"
+#include "views/depth_scrubber_view.h"
+#include "views/exit_calibration_view.h"
+#include "views/kv_provenance_view.h"
+#include "views/quant_across_depth_view.h"
+#include "views/speculation_sweep_view.h"
+#include "views/step_mode_view.h"
+#include "worker/analysis_jobs.h"
+
+using namespace tlui;
+using C = tinyloop::EarlyExitCriterion;
+
+namespace {
+
+const char* kPrompt = "And God said, Let there be light: and there was";
+
+tinyloop::GenerateResult plain(tinyloop::Model* m, const std::vector<int32_t>& prompt, const tinyloop::GenerateConfig& c) {
+    return tinyloop::generate_ex(m, prompt.data(), static_cast<int>(prompt.size()), c);
+}
+
+std::vector<int32_t> continuationOf(const tinyloop::GenerateResult& r) {
+    return {r.tokens.begin() + r.prompt_len, r.tokens.end()};
+}
+
+}  // namespace
+
+class TestAnalysisViews : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+    QString m_path;
+    tinyloop::Model* m_model = nullptr;
+    std::unique_ptr<MainWindow> m_window;
+
+    QString q4Path() const { return QFileInfo(m_path).dir().filePath("model-q4.tinyloop"); }
+
+    static void sameRun(const ModeRun& a, const ModeRun& b) {
+        QVERIFY2(a.error.empty(), a.error.c_str());
+        QVERIFY2(b.error.empty(), b.error.c_str());
+        QCOMPARE(a.tokens, b.tokens);
+        QCOMPARE(a.text, b.text);
+        QCOMPARE(a.stats.depth_per_token, b.stats.depth_per_token);
+        QCOMPARE(a.stats.spec_accepted, b.stats.spec_accepted);
+    }
+
+    // The window of `kind`, opened through its Views-menu action.
+    AnalysisWindow* trigger(const QString& kind) {
+        for (QAction* a : m_window->menuBar()->actions())
+            if (a->menu() && a->text().remove('&') == "Views")
+                for (QAction* v : a->menu()->actions())
+                    if (v->objectName() == "viewAction_" + kind) {
+                        v->trigger();
+                        return m_window->analysisViews()->window(kind);
+                    }
+        return nullptr;
+    }
+
+    // Runs the window's main computation; true when it finished without error.
+    static bool runAndFinish(AnalysisWindow* v) {
+        QSignalSpy done(v, &AnalysisWindow::workFinished);
+        v->run();
+        if (!tltest::waitFor([&] { return !v->isBusy() && done.count() > 0; }, 240000)) return false;
+        return done.back().at(0).toBool();
+    }
+
+    void exportAll(AnalysisWindow* v, const QString& stem) {
+        for (const char* suffix : {".png", ".pdf", ".json"}) {
+            const QString p = m_dir.filePath(stem + suffix);
+            QString err;
+            const bool ok = QString(suffix) == ".json" ? v->exportJson(p, &err) : v->exportImage(p, &err);
+            QVERIFY2(ok, qPrintable(err));
+            QVERIFY(QFileInfo(p).size() > 100);
+        }
+        std::ifstream f(m_dir.filePath(stem + ".json").toStdString());
+        QVERIFY(nlohmann::json::parse(f) == v->data());
+    }
+
+private slots:
+    void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true);
+        QCoreApplication::setOrganizationName("TinyLoopTest");
+        QCoreApplication::setApplicationName("test_analysis_views");
+        QVERIFY(m_dir.isValid());
+        const StartupModel sm = resolveStartupModel(QString());
+        QVERIFY2(!sm.path.isEmpty() && !sm.randomFallback,
+                 qPrintable("the bundled model is missing; looked at " + sm.tried.join(", ")));
+        m_path = sm.path;
+        QVERIFY2(QFileInfo::exists(q4Path()), qPrintable(q4Path() + " is missing"));
+        m_model = tinyloop::load_model(m_path.toStdString());
+        QVERIFY(m_model);
+        WindowOptions o;
+        o.presetDir = m_dir.filePath("presets");
+        o.errorDialogs = false;
+        m_window = std::make_unique<MainWindow>(o);
+        m_window->show();
+        QSignalSpy ready(m_window.get(), &MainWindow::modelReady);
+        m_window->openModel(m_path);
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+        QVERIFY(ready.at(0).at(0).toBool());
+    }
+    void cleanupTestCase() {
+        m_window.reset();
+        tinyloop::free_model(m_model);
+    }
+
+    // Every job runs on the engine host's one model: no window loads a copy.
+    void jobsShareTheWorkbenchModel() {
+        AnalysisJobs* jobs = m_window->analysisJobs();
+        QVERIFY(jobs);
+        QObject owner;
+        tinyloop::Model* seen = nullptr;
+        QSignalSpy done(jobs, &AnalysisJobs::finished);
+        jobs->submit(&owner, [&seen](AnalysisJobContext& ctx) { seen = ctx.model; });
+        QVERIFY(tltest::waitFor([&] { return done.count() == 1; }));
+        QVERIFY(done.at(0).at(1).toBool());
+        QVERIFY(seen != nullptr);
+        QCOMPARE(seen, m_window->worker()->sharedModel().get());
+        // the workbench's own file through modelAt is that model too
+        tinyloop::Model* byPath = nullptr;
+        const QString path = m_window->modelPath();
+        jobs->submit(&owner, [&byPath, path](AnalysisJobContext& ctx) { byPath = ctx.modelAt(path); });
+        QVERIFY(tltest::waitFor([&] { return done.count() == 2; }));
+        QCOMPARE(byPath, seen);
+    }
+
+    void decodeViewsFromTheMenu() {
+        MainWindow& w = *m_window;
+        w.setPrompt("In the beginning");
+        auto* cmp = qobject_cast<CompareView*>(trigger("compare"));
+        QVERIFY(cmp && cmp->isVisible());
+        cmp->setPrompt("In the beginning");
+        cmp->setMaxTokens(8);
+        QVERIFY(runAndFinish(cmp));
+        QVERIFY2(cmp->lastError().isEmpty(), qPrintable(cmp->lastError()));
+        QVERIFY(cmp->result());
+        QCOMPARE(cmp->result()->runs.size(), size_t(7));
+        const std::vector<int32_t> ids = prompt_ids(m_model, "In the beginning");
+        for (const ModeRun& r : cmp->result()->runs) sameRun(r, run_mode(m_model, ids, r.spec));
+        QCOMPARE(cmp->table()->rowCount(), 7);
+        // the aligned texts mark where each mode leaves the baseline (by default the second mode,
+        // greedy at depth 8)
+        const QString shown = cmp->textsView()->toPlainText();
+        QCOMPARE(cmp->result()->baseline, 1);
+        for (size_t i = 0; i < cmp->result()->runs.size(); ++i) {
+            if (i == 1) continue;
+            const int div = cmp->result()->divergence[i];
+            QVERIFY(shown.contains(QString::fromStdString(cmp->result()->runs[i].spec.label)));
+            QVERIFY(shown.contains(div < 0 ? QString("[= baseline]") : QString("[diverges at token %1]").arg(div)));
+        }
+        cmp->setBaseline(0);  // re-based without running again
+        QCOMPARE(cmp->result()->baseline, 0);
+        QCOMPARE(cmp->result()->divergence[1], first_divergence(cmp->result()->runs[1].tokens, cmp->result()->runs[0].tokens));
+        exportAll(cmp, "compare");
+
+        auto* scr = qobject_cast<ScrubberView*>(trigger("scrubber"));
+        QVERIFY(scr);
+        scr->setPrompt("In the beginning");
+        scr->setMaxTokens(8);
+        scr->setDepth(4);
+        QVERIFY(runAndFinish(scr));  // prefill, then the answer at depth 4
+        QVERIFY(tltest::waitFor([&] { return scr->history().size() == 1 && !scr->isBusy(); }));
+        scr->setDepth(9);
+        QVERIFY(tltest::waitFor([&] { return scr->history().size() == 2 && !scr->isBusy(); }));
+        tinyloop::GenerateConfig c;
+        c.max_tokens = 8;
+        c.loops = 9;
+        QCOMPARE(scr->history().back().answer.tokens, continuationOf(plain(m_model, ids, c)));
+        QCOMPARE(scr->history().back().previousDepth, 4);
+        QCOMPARE(scr->history().back().answer.handle_loops_after, 9);
+        exportAll(scr, "scrubber");
+
+        auto* agr = qobject_cast<AgreementView*>(trigger("agreement"));
+        QVERIFY(agr);
+        agr->setPrompt("In the beginning");
+        agr->setMaxTokens(12);
+        agr->setFinalDepth(4);
+        agr->setDraftAhead(3);
+        QVERIFY(runAndFinish(agr));
+        QVERIFY2(agr->lastError().isEmpty(), qPrintable(agr->lastError()));
+        QCOMPARE(agr->result()->rows.size(), size_t(3));
+        for (const AgreementRow& r : agr->result()->rows) {
+            QCOMPARE(r.replay.accepted, r.measured.spec_accepted);
+            QVERIFY(r.sameText);
+        }
+        exportAll(agr, "agreement");
+
+        auto* swp = qobject_cast<SweepView*>(trigger("sweep"));
+        QVERIFY(swp);
+        swp->setPrompts({"In the beginning"});
+        swp->setMaxTokens(8);
+        swp->setVerifyLoops(4);
+        swp->setGrid("1,2", "2,3", "0");
+        QVERIFY(runAndFinish(swp));
+        QVERIFY2(swp->lastError().isEmpty(), qPrintable(swp->lastError()));
+        QCOMPARE(swp->result()->cells.size(), size_t(4));
+        const QString name = swp->saveBestPreset();
+        QVERIFY(!name.isEmpty());
+        QVERIFY(w.presetsPanel()->names().contains(name));
+        exportAll(swp, "sweep");
+        // Cancel lands mid-sweep: the view keeps the cells it finished and says so.
+        swp->setPrompts({"In the beginning", "And God said"});
+        swp->setMaxTokens(24);
+        swp->setVerifyLoops(8);
+        swp->setGrid("1,2,3,4,5,6,7", "2,4,6,8", "0,2");
+        {
+            QSignalSpy prog(swp, &AnalysisWindow::jobProgress);
+            QSignalSpy done(swp, &AnalysisWindow::workFinished);
+            swp->run();
+            QVERIFY(tltest::waitFor([&] { return prog.count() >= 4; }, 120000));
+            swp->cancel();
+            QVERIFY(tltest::waitFor([&] { return done.count() == 1 && !swp->isBusy(); }, 120000));
+            QCOMPARE(done.at(0).at(0).toBool(), false);
+            QCOMPARE(swp->lastError(), QString("cancelled"));
+            QVERIFY(swp->result()->cancelled);
+            int runs = 0;
+            for (const SweepCell& c : swp->result()->cells) runs += c.runs;
+            QVERIFY(runs < swp->result()->cells_planned * 2);
+        }
+
+        auto* stp = qobject_cast<StepView*>(trigger("step"));
+        QVERIFY(stp);
+        stp->setPrompt("In the beginning");
+        stp->setConfig(4, 0.0, 1, 6);
+        QVERIFY(runAndFinish(stp));
+        QVERIFY(tltest::waitFor([&] { return stp->snapshot().proposal.has_value() && !stp->isBusy(); }));
+        stp->takeProposals(3);
+        QVERIFY(tltest::waitFor([&] { return stp->snapshot().steps.size() == 3 && !stp->isBusy(); }));
+        const int32_t pick = stp->snapshot().proposal->lens.back().top_ids.back();  // the 8th candidate
+        stp->take(pick);
+        QVERIFY(tltest::waitFor([&] { return stp->snapshot().steps.size() == 4 && !stp->isBusy(); }));
+        QCOMPARE(stp->snapshot().steps.back().chosen, pick);
+        c.loops = 4;
+        c.max_tokens = 3;
+        const auto first3 = continuationOf(plain(m_model, ids, c));
+        for (int i = 0; i < 3; ++i) QCOMPARE(stp->snapshot().steps[static_cast<size_t>(i)].chosen, first3[static_cast<size_t>(i)]);
+        exportAll(stp, "step");
+    }
+
+    void depthAndExitViewsFromTheMenu() {
+        MainWindow& w = *m_window;
+        tinyloop::Model* m = m_model;
+        w.setPrompt(kPrompt);
+        const auto prompt = tinyloop::tokenize(m, kPrompt);
+
+        auto* calib = qobject_cast<CalibView*>(trigger("calibration"));
+        QVERIFY(calib);
+        calib->setMaxTokens(12);
+        calib->setLoops(8);
+        QVERIFY2(runAndFinish(calib), qPrintable(calib->lastError()));
+        calib->setCriterion(C::KL);
+        calib->setThreshold(0.3);
+        {
+            const CalibData d = collect_calibration(m, prompt, 12, 8);
+            QCOMPARE(calib->calibData()->tokens, d.tokens);
+            CalibPolicy p;
+            p.criterion = C::KL;
+            p.threshold = 0.3f;
+            const auto want = rescore_calibration(d, p);
+            QCOMPARE(calib->scored().size(), want.size());
+            for (size_t i = 0; i < want.size(); ++i) {
+                QCOMPARE(calib->scored()[i].flagged, want[i].flagged);
+                QCOMPARE(calib->scored()[i].exit_depth, want[i].exit_depth);
+            }
+            QCOMPARE(calib->data()["flagged"].get<int>(),
+                     static_cast<int>(std::count_if(want.begin(), want.end(), [](auto& t) { return t.flagged; })));
+        }
+        exportAll(calib, "calibration");
+
+        auto* comp = qobject_cast<ComputeView*>(trigger("compute"));
+        QVERIFY(comp);
+        ComputeSettings s;
+        s.depths = {1, 4};
+        s.exits = {{C::HiddenL2, 0.2f}};
+        s.specs = {{2, 4}};
+        s.decode_tokens = 8;
+        comp->setSettings(s);
+        comp->setText(kPrompt);
+        QVERIFY2(runAndFinish(comp), qPrintable(comp->lastError()));
+        QCOMPARE(static_cast<int>(comp->points().size()), 4);
+        QCOMPARE(comp->points()[1].nll, tinyloop::score(m, prompt.data(), static_cast<int>(prompt.size()), 4).total_nll /
+                                            (static_cast<int>(prompt.size()) - 1));
+        comp->setTimeAxis(true);
+        exportAll(comp, "compute");
+
+        auto* kv = qobject_cast<KvView*>(trigger("kv"));
+        QVERIFY(kv);
+        kv->setSetup(KvSetup::EarlyExit);
+        kv->setMaxTokens(12);
+        kv->setLoops(8);
+        kv->setThreshold(0.2);
+        QVERIFY2(runAndFinish(kv), qPrintable(kv->lastError()));
+        {
+            tinyloop::GenerateConfig c;
+            c.max_tokens = 12;
+            c.loops = 8;
+            c.early_exit_patience = 1;
+            c.early_exit_threshold = 0.2f;
+            const KvRun want = run_kv_provenance(m, prompt, c, KvSetup::EarlyExit);
+            QCOMPARE(kv->kvRun().prov.origin, want.prov.origin);
+            QCOMPARE(kv->kvRun().live_bytes, want.live_bytes);
+        }
+        exportAll(kv, "kv");
+
+        auto* quant = qobject_cast<QuantView*>(trigger("quant"));
+        QVERIFY(quant);
+        QCOMPARE(QFileInfo(quant->secondPath()).fileName(), QString("model-q4.tinyloop"));
+        quant->setMaxTokens(0);
+        quant->setLoops(4);
+        QVERIFY2(runAndFinish(quant), qPrintable(quant->lastError()));
+        {
+            tinyloop::Model* q4 = tinyloop::load_model(q4Path().toStdString());
+            const QuantData want = compare_quantized(m, q4, prompt, 4);
+            tinyloop::free_model(q4);
+            QCOMPARE(quant->quantData().kl, want.kl);
+            QCOMPARE(quant->quantData().max_abs_diff, want.max_abs_diff);
+        }
+        exportAll(quant, "quant");
+
+        // A second file that is not the same model: the view says why, nothing crashes.
+        quant->setSecondPath(tltest::writeTinyModel(m_dir.path(), 3, "other.tinyloop"));
+        QVERIFY(!runAndFinish(quant));
+        QVERIFY(quant->lastError().contains("vocab_size"));
+        QVERIFY(!trigger("nonsense"));
+    }
+
+    // Closing the workbench closes its analysis windows and ends the lane; a window asked to run
+    // afterwards says so instead of touching the gone engine.
+    void closingTheWorkbenchEndsTheViews() {
+        AnalysisWindow* kv = trigger("kv");
+        QVERIFY(kv && kv->isVisible());
+        m_window->close();
+        QVERIFY(!kv->isVisible());
+        QVERIFY(m_window->analysisJobs() == nullptr);
+        kv->run();
+        QVERIFY(!kv->isBusy());
+        QVERIFY2(kv->statusText().contains("shut"), qPrintable(kv->statusText()));
+        kv->cancel();  // nothing to cancel: no crash
+    }
+};
+
+QTEST_MAIN(TestAnalysisViews)
+#include "test_analysis_views.moc"

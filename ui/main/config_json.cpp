@@ -1,0 +1,231 @@
+#include "main/config_json.h"
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+
+namespace tlui {
+
+using nlohmann::json;
+using tinyloop::EarlyExitCriterion;
+using tinyloop::EarlyStopping;
+using tinyloop::GenerateConfig;
+
+const char* modeName(DecodeMode m) {
+    switch (m) {
+    case DecodeMode::Greedy: return "greedy";
+    case DecodeMode::Sampling: return "sampling";
+    case DecodeMode::Speculative: return "speculative";
+    case DecodeMode::Tree: return "tree";
+    case DecodeMode::Beam: return "beam";
+    case DecodeMode::EarlyExit: return "early-exit";
+    }
+    return "greedy";
+}
+
+const char* modeLabel(DecodeMode m) {
+    switch (m) {
+    case DecodeMode::Greedy: return "Greedy";
+    case DecodeMode::Sampling: return "Sampling";
+    case DecodeMode::Speculative: return "Speculative (chain)";
+    case DecodeMode::Tree: return "Speculative (tree)";
+    case DecodeMode::Beam: return "Beam search";
+    case DecodeMode::EarlyExit: return "Early exit";
+    }
+    return "Greedy";
+}
+
+const std::vector<DecodeMode>& allModes() {
+    static const std::vector<DecodeMode> v = {DecodeMode::Greedy, DecodeMode::Sampling,
+                                              DecodeMode::Speculative, DecodeMode::Tree,
+                                              DecodeMode::Beam, DecodeMode::EarlyExit};
+    return v;
+}
+
+bool parseMode(const std::string& name, DecodeMode* out) {
+    for (DecodeMode m : allModes())
+        if (name == modeName(m)) {
+            *out = m;
+            return true;
+        }
+    return false;
+}
+
+const char* criterionName(EarlyExitCriterion c) { return tinyloop::criterion_name(c); }
+
+bool parseCriterion(const std::string& s, EarlyExitCriterion* out) { return tinyloop::parse_criterion(s, out); }
+
+ConfigError ConfigError::fromEngine(const tinyloop::Error& e) {
+    const std::string m = e.what();
+    const size_t colon = m.find(": ");
+    if (colon == std::string::npos) return ConfigError("config", m);
+    return ConfigError(m.substr(0, colon), m.substr(colon + 2));
+}
+
+const std::vector<FieldInfo>& configFields() {
+    static const std::vector<FieldInfo> v = [] {
+        std::vector<FieldInfo> out;
+        for (const auto& f : tinyloop::config_fields()) out.push_back({f.key, f.kind, f.range, f.help, false});
+        const std::vector<FieldInfo> knobs = {
+            {"draft_loops", FieldKind::Int, "1 .. verify_loops - 1", "Cheap draft-pass loop depth. Lower = faster drafts, more rejections.", true},
+            {"verify_loops", FieldKind::Int, "0 .. max_loops (0 = model default)", "Verify-pass loop depth. Typically equal to model.default_loops (0 = the model's default_loops).", true},
+            {"draft_ahead", FieldKind::Int, "1 .. 32 (tree: 1 .. 8)", "Number of tokens drafted per verify cycle (tree: tree depth). Larger = more parallelism per verify, more wasted work on miss.", true},
+            {"K_branches", FieldKind::Int, "1 .. 8", "Tree only: number of candidate tokens kept per draft step. Total tree size is approximately K_branches^draft_ahead.", true},
+        };
+        out.insert(out.end(), knobs.begin(), knobs.end());
+        return out;
+    }();
+    return v;
+}
+
+const FieldInfo* findField(const std::string& key) {
+    for (const auto& f : configFields())
+        if (key == f.key) return &f;
+    return nullptr;
+}
+
+namespace {
+
+std::string fmt(double x) {
+    std::ostringstream os;
+    os << x;
+    return os.str();
+}
+
+}  // namespace
+
+json configToJson(const GenerateConfig& c) { return tinyloop::config_to_json(c); }
+
+GenerateConfig configFromJson(const json& j, const ConfigLimits& lim, const std::string& where) {
+    try {
+        return tinyloop::config_from_json(j, lim, where);
+    } catch (const tinyloop::Error& e) {
+        throw ConfigError::fromEngine(e);
+    }
+}
+
+json knobsToJson(const SpeculativeKnobs& k) {
+    return json{{"draft_loops", k.draft_loops}, {"verify_loops", k.verify_loops},
+                {"draft_ahead", k.draft_ahead}, {"K_branches", k.K_branches}};
+}
+
+SpeculativeKnobs knobsFromJson(const json& j, const ConfigLimits& lim, const std::string& where) {
+    if (j.is_object())
+        for (auto it = j.begin(); it != j.end(); ++it) {
+            const FieldInfo* f = findField(it.key());
+            if (!f || !f->speculative) throw ConfigError(where + it.key(), "unknown field");
+        }
+    tinyloop::SpeculationKnobs e;
+    try {
+        e = tinyloop::speculation_from_json(j, lim, where);
+    } catch (const tinyloop::Error& err) {
+        throw ConfigError::fromEngine(err);
+    }
+    // The workbench's defaults for the knobs a file leaves out.
+    SpeculativeKnobs k;
+    if (j.contains("draft_loops")) k.draft_loops = e.draft_loops;
+    if (j.contains("verify_loops")) k.verify_loops = e.verify_loops;
+    if (j.contains("draft_ahead")) k.draft_ahead = e.draft_ahead;
+    if (j.contains("K_branches")) k.K_branches = e.branches;
+    return k;
+}
+
+std::string idListsToText(const std::vector<std::vector<int32_t>>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (i) s += "; ";
+        for (size_t k = 0; k < v[i].size(); ++k) {
+            if (k) s += " ";
+            s += std::to_string(v[i][k]);
+        }
+    }
+    return s;
+}
+
+std::string biasToText(const std::vector<std::pair<int32_t, float>>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(v[i].first) + ":" + fmt(v[i].second);
+    }
+    return s;
+}
+
+std::string stringsToText(const std::vector<std::string>& v) {
+    return v.empty() ? std::string() : json(v).dump();
+}
+
+json idListsFromText(const std::string& key, const std::string& text) {
+    json out = json::array();
+    std::stringstream all(text);
+    std::string part;
+    int idx = 0;
+    while (std::getline(all, part, ';')) {
+        std::stringstream ps(part);
+        std::string tok;
+        json ids = json::array();
+        while (ps >> tok) {
+            try {
+                size_t used = 0;
+                long long x = std::stoll(tok, &used);
+                if (used != tok.size()) throw std::invalid_argument(tok);
+                ids.push_back(x);
+            } catch (const std::exception&) {
+                throw ConfigError(key, "[" + std::to_string(idx) + "]: '" + tok + "' is not a token id");
+            }
+        }
+        if (ids.empty()) {
+            // "a;" or an all-blank text: trailing separators are tolerated, inner empties are not
+            if (all.eof() || part.find_first_not_of(" \t") == std::string::npos) {
+                if (!all.eof()) throw ConfigError(key, "[" + std::to_string(idx) + "]: must not be empty");
+                continue;
+            }
+        }
+        out.push_back(ids);
+        ++idx;
+    }
+    return out;
+}
+
+json biasFromText(const std::string& key, const std::string& text) {
+    json out = json::array();
+    std::stringstream all(text);
+    std::string part;
+    int idx = 0;
+    while (std::getline(all, part, ',')) {
+        if (part.find_first_not_of(" \t") == std::string::npos) {
+            if (all.eof()) break;
+            throw ConfigError(key, "[" + std::to_string(idx) + "]: empty entry, expected id:bias");
+        }
+        auto colon = part.find(':');
+        if (colon == std::string::npos) throw ConfigError(key, "[" + std::to_string(idx) + "]: expected id:bias");
+        try {
+            size_t u1 = 0, u2 = 0;
+            std::string a = part.substr(0, colon), b = part.substr(colon + 1);
+            long long id = std::stoll(a, &u1);
+            double bias = std::stod(b, &u2);
+            if (a.find_first_not_of(" \t", u1) != std::string::npos || b.find_first_not_of(" \t", u2) != std::string::npos)
+                throw std::invalid_argument(part);
+            out.push_back(json::array({id, bias}));
+        } catch (const std::exception&) {
+            throw ConfigError(key, "[" + std::to_string(idx) + "]: '" + part + "' is not id:bias");
+        }
+        ++idx;
+    }
+    return out;
+}
+
+json stringsFromText(const std::string& key, const std::string& text) {
+    if (text.find_first_not_of(" \t") == std::string::npos) return json::array();
+    json v = json::parse(text, nullptr, false);
+    if (v.is_discarded() || !v.is_array()) throw ConfigError(key, "expected a JSON array of strings, e.g. [\"\\n\\n\", \"Amen\"]");
+    return v;
+}
+
+bool configsEqual(const GenerateConfig& a, const GenerateConfig& b) {
+    return configToJson(a) == configToJson(b);
+}
+
+}  // namespace tlui

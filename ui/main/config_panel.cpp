@@ -1,0 +1,435 @@
+#include "main/config_panel.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QLabel>
+#include <QLineEdit>
+#include <QScrollArea>
+#include <QVBoxLayout>
+
+namespace tlui {
+
+using nlohmann::json;
+
+static const char* kBadStyle = "border: 2px solid #d33; background: #fff0f0;";
+
+ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
+    auto* outer = new QVBoxLayout(this);
+    outer->setContentsMargins(4, 4, 4, 4);
+
+    auto* modeRow = new QFormLayout;
+    m_mode = new QComboBox;
+    for (DecodeMode m : allModes()) m_mode->addItem(modeLabel(m), QString(modeName(m)));
+    m_mode->setToolTip("Decode mode. Greedy and sampling use generate; early exit adapts the depth per "
+                       "token; speculative (chain, tree) drafts at draft_loops and verifies at "
+                       "verify_loops; beam search needs beam_size >= 2.");
+    m_mode->setObjectName("mode");
+    modeRow->addRow("mode", m_mode);
+    outer->addLayout(modeRow);
+
+    m_message = new QLabel;
+    m_message->setObjectName("configMessage");
+    m_message->setWordWrap(true);
+    m_message->setStyleSheet("color: #b00; font-weight: bold;");
+    m_message->hide();
+    outer->addWidget(m_message);
+
+    auto* scroll = new QScrollArea;
+    scroll->setWidgetResizable(true);
+    auto* inner = new QWidget;
+    auto* innerLayout = new QVBoxLayout(inner);
+    auto* genBox = new QGroupBox("GenerateConfig");
+    auto* genForm = new QFormLayout(genBox);
+    m_specBox = new QGroupBox("Speculative / tree (SpeculativeConfig, TreeSpeculativeConfig)");
+    auto* specForm = new QFormLayout(m_specBox);
+    auto* specNote = new QLabel("max_tokens, temperature (tree: 0 only), sample_seed, top_k, top_p and "
+                                "ignore_eos come from GenerateConfig above.");
+    specNote->setWordWrap(true);
+    specNote->setStyleSheet("color: #666;");
+    specForm->addRow(specNote);
+    innerLayout->addWidget(genBox);
+    innerLayout->addWidget(m_specBox);
+    innerLayout->addStretch(1);
+    scroll->setWidget(inner);
+    outer->addWidget(scroll, 1);
+
+    for (const FieldInfo& f : configFields()) {
+        Row r;
+        r.info = &f;
+        const QString tip = QString("<b>%1</b> (%2)<br>%3").arg(f.key, f.range, QString(f.tooltip).toHtmlEscaped());
+        switch (f.kind) {
+        case FieldKind::Bool: {
+            auto* cb = new QCheckBox;
+            connect(cb, &QCheckBox::toggled, this, [this] { revalidate(); emit changed(); });
+            r.editor = cb;
+            break;
+        }
+        case FieldKind::Criterion: {
+            auto* c = new QComboBox;
+            for (int i = 0; i <= 4; ++i) c->addItem(criterionName(static_cast<tinyloop::EarlyExitCriterion>(i)));
+            connect(c, &QComboBox::currentIndexChanged, this, [this] { revalidate(); emit changed(); });
+            r.editor = c;
+            break;
+        }
+        case FieldKind::KvCache:
+        case FieldKind::EarlyStopping: {
+            auto* c = new QComboBox;
+            if (f.kind == FieldKind::KvCache) c->addItems({"f32", "int8"});
+            else c->addItems({"false", "true", "never"});
+            connect(c, &QComboBox::currentIndexChanged, this, [this] { revalidate(); emit changed(); });
+            r.editor = c;
+            break;
+        }
+        case FieldKind::Grammar: {  // grammar: a .gbnf file the worker parses for the run
+            auto* e = new QLineEdit;
+            e->setPlaceholderText("no grammar (path to a .gbnf file)");
+            connect(e, &QLineEdit::textChanged, this, [this] { revalidate(); emit changed(); });
+            r.editor = e;
+            break;
+        }
+        default: {
+            auto* e = new QLineEdit;
+            e->setPlaceholderText(f.range);
+            connect(e, &QLineEdit::textChanged, this, [this] { revalidate(); emit changed(); });
+            r.editor = e;
+            break;
+        }
+        }
+        r.editor->setObjectName(f.key);
+        r.editor->setToolTip(tip);
+        r.label = new QLabel(QString("%1").arg(f.key));
+        r.label->setToolTip(tip);
+        auto* rowWidget = new QWidget;
+        auto* h = new QHBoxLayout(rowWidget);
+        h->setContentsMargins(0, 0, 0, 0);
+        h->addWidget(r.editor, 1);
+        auto* range = new QLabel(f.range);
+        range->setStyleSheet("color: #777;");
+        h->addWidget(range);
+        (f.speculative ? specForm : genForm)->addRow(r.label, rowWidget);
+        m_rows[f.key] = r;
+    }
+    connect(m_mode, &QComboBox::activated, this, [this](int) {
+        applyModeDefaults(mode());
+        emit modeChanged(mode());
+        emit changed();
+    });
+    connect(m_mode, &QComboBox::currentIndexChanged, this, [this](int) {
+        m_specBox->setEnabled(mode() == DecodeMode::Speculative || mode() == DecodeMode::Tree);
+        revalidate();
+    });
+    setConfig(tinyloop::GenerateConfig{});
+    setKnobs(SpeculativeKnobs{});
+    setMode(DecodeMode::Greedy);
+    m_specBox->setEnabled(false);
+}
+
+QWidget* ConfigPanel::editor(const QString& key) const {
+    auto it = m_rows.find(key.toStdString());
+    return it == m_rows.end() ? nullptr : it->second.editor;
+}
+
+void ConfigPanel::setFieldText(const std::string& key, const QString& text) {
+    if (auto* e = qobject_cast<QLineEdit*>(m_rows.at(key).editor)) e->setText(text);
+}
+
+static QString num(double x) { return QString::number(x, 'g', 9); }  // float round-trips at 9 digits
+
+void ConfigPanel::setConfig(const tinyloop::GenerateConfig& c) {
+    const json j = configToJson(c);
+    for (auto& [key, r] : m_rows) {
+        if (r.info->speculative || !j.contains(key)) continue;
+        const json& v = j.at(key);
+        switch (r.info->kind) {
+        case FieldKind::Int: setFieldText(key, QString::number(v.get<long long>())); break;
+        case FieldKind::U64: setFieldText(key, QString::number(v.get<unsigned long long>())); break;
+        case FieldKind::Float: setFieldText(key, num(v.get<float>())); break;
+        case FieldKind::Bool: qobject_cast<QCheckBox*>(r.editor)->setChecked(v.get<bool>()); break;
+        case FieldKind::Criterion:
+        case FieldKind::KvCache:
+            qobject_cast<QComboBox*>(r.editor)->setCurrentText(QString::fromStdString(v.get<std::string>()));
+            break;
+        case FieldKind::EarlyStopping:  // true / false / "never", shown as their JSON spelling
+            qobject_cast<QComboBox*>(r.editor)->setCurrentText(QString::fromStdString(v.is_string() ? v.get<std::string>() : v.dump()));
+            break;
+        case FieldKind::IdLists:
+            setFieldText(key, QString::fromStdString(idListsToText(key == "bad_words" ? c.bad_words : c.stop_sequences)));
+            break;
+        case FieldKind::Bias: setFieldText(key, QString::fromStdString(biasToText(c.logit_bias))); break;
+        case FieldKind::Strings: setFieldText(key, QString::fromStdString(stringsToText(c.stop_strings))); break;
+        case FieldKind::Grammar: break;
+        }
+    }
+    revalidate();
+}
+
+void ConfigPanel::setKnobs(const SpeculativeKnobs& k) {
+    setFieldText("draft_loops", QString::number(k.draft_loops));
+    setFieldText("verify_loops", QString::number(k.verify_loops));
+    setFieldText("draft_ahead", QString::number(k.draft_ahead));
+    setFieldText("K_branches", QString::number(k.K_branches));
+    revalidate();
+}
+
+void ConfigPanel::setMode(DecodeMode m) {
+    const int i = m_mode->findData(QString(modeName(m)));
+    if (i >= 0) m_mode->setCurrentIndex(i);
+}
+
+DecodeMode ConfigPanel::mode() const {
+    DecodeMode m = DecodeMode::Greedy;
+    parseMode(m_mode->currentData().toString().toStdString(), &m);
+    return m;
+}
+
+void ConfigPanel::applyModeDefaults(DecodeMode m) {
+    // Picking a mode puts the fields it depends on into a state where it can run.
+    auto text = [&](const char* k) { return qobject_cast<QLineEdit*>(m_rows.at(k).editor)->text(); };
+    switch (m) {
+    case DecodeMode::Greedy:
+        setFieldText("temperature", "0");
+        setFieldText("beam_size", "0");
+        setFieldText("early_exit_patience", "0");
+        break;
+    case DecodeMode::Sampling:
+        if (text("temperature").toDouble() <= 0.01) setFieldText("temperature", "0.8");
+        setFieldText("beam_size", "0");
+        setFieldText("early_exit_patience", "0");
+        break;
+    case DecodeMode::Beam:
+        if (text("beam_size").toInt() < 2) setFieldText("beam_size", "4");
+        break;
+    case DecodeMode::EarlyExit:
+        if (text("early_exit_patience").toInt() < 1) setFieldText("early_exit_patience", "2");
+        setFieldText("beam_size", "0");
+        break;
+    case DecodeMode::Speculative:
+    case DecodeMode::Tree:
+        setFieldText("beam_size", "0");
+        setFieldText("early_exit_patience", "0");
+        break;
+    }
+}
+
+json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
+    const std::string key = r.info->key;
+    try {
+        switch (r.info->kind) {
+        case FieldKind::Bool: return qobject_cast<QCheckBox*>(r.editor)->isChecked();
+        case FieldKind::Criterion:
+        case FieldKind::KvCache: return qobject_cast<QComboBox*>(r.editor)->currentText().toStdString();
+        case FieldKind::EarlyStopping: {
+            const QString t = qobject_cast<QComboBox*>(r.editor)->currentText();
+            return t == "never" ? json("never") : json(t == "true");
+        }
+        case FieldKind::Grammar: return nullptr;
+        default: break;
+        }
+        const QString t = qobject_cast<QLineEdit*>(r.editor)->text().trimmed();
+        bool ok = false;
+        switch (r.info->kind) {
+        case FieldKind::Int: {
+            const qlonglong v = t.toLongLong(&ok);
+            if (!ok) {
+                *why = t.isEmpty() ? "a value is required" : "'" + t.toStdString() + "' is not an integer";
+                return json();
+            }
+            return static_cast<long long>(v);
+        }
+        case FieldKind::U64: {
+            const qulonglong v = t.toULongLong(&ok);
+            if (!ok) {
+                *why = "'" + t.toStdString() + "' is not an integer in [0, 2^64-1]";
+                return json();
+            }
+            return static_cast<unsigned long long>(v);
+        }
+        case FieldKind::Float: {
+            const double v = t.toDouble(&ok);
+            if (!ok) {
+                *why = t.isEmpty() ? "a value is required" : "'" + t.toStdString() + "' is not a number";
+                return json();
+            }
+            return static_cast<double>(static_cast<float>(v));
+        }
+        case FieldKind::IdLists: return idListsFromText(key, t.toStdString());
+        case FieldKind::Bias: return biasFromText(key, t.toStdString());
+        case FieldKind::Strings: return stringsFromText(key, t.toStdString());
+        default: return json();
+        }
+    } catch (const ConfigError& e) {
+        *why = std::string(e.what()).substr(key.size() + 2);
+        return json();
+    }
+}
+
+namespace {
+
+// The part of an engine message after the field it names: "logit_bias[0]: bias 150 ..." ->
+// "[0]: bias 150 ..." for the key "logit_bias".
+std::string reasonAfter(const std::string& key, const std::string& message) {
+    std::string rest = message.compare(0, key.size(), key) == 0 ? message.substr(key.size()) : message;
+    if (rest.compare(0, 2, ": ") == 0) rest = rest.substr(2);
+    return rest;
+}
+
+// The field an engine message names ("logit_bias[0]: ..." -> "logit_bias").
+std::string fieldOf(const std::string& message) {
+    const std::string head = message.substr(0, message.find(':'));
+    return head.substr(0, head.find('['));
+}
+
+}  // namespace
+
+// Each field's text is parsed and type-checked into a GenerateConfig by the engine's codec, then
+// the whole config goes through the engine's validate_config_fields (and the knobs through its
+// validate_speculation): the panel keeps no copy of the ranges.
+void ConfigPanel::revalidate() {
+    m_invalid.clear();
+    QString first;
+    auto mark = [&](const std::string& key, const std::string& why) {
+        auto it = m_rows.find(key);
+        if (it == m_rows.end() || m_invalid.contains(QString::fromStdString(key))) return;
+        it->second.editor->setStyleSheet(kBadStyle);
+        it->second.editor->setProperty("invalid", true);
+        m_invalid << QString::fromStdString(key);
+        if (first.isEmpty()) first = QString("%1: %2").arg(QString::fromStdString(key), QString::fromStdString(why));
+    };
+    tinyloop::GenerateConfig c;
+    json knobs = json::object();
+    for (auto& [key, r] : m_rows) {
+        r.editor->setStyleSheet("");
+        r.editor->setProperty("invalid", false);
+        if (r.info->kind == FieldKind::Grammar) {
+            const QString g = grammarFile();
+            if (!g.isEmpty() && !QFileInfo(g).isFile()) mark(key, "no such file: " + g.toStdString());
+            continue;
+        }
+        std::string why;
+        json v = fieldValue(r, &why);
+        if (why.empty() && r.info->speculative) knobs[key] = v;
+        else if (why.empty()) {
+            try {
+                tinyloop::set_config_field(c, key, v);
+            } catch (const tinyloop::Error& e) {
+                why = reasonAfter(key, e.what());
+            }
+        }
+        if (!why.empty()) mark(key, why);
+    }
+    if (m_invalid.isEmpty()) {
+        try {
+            tinyloop::validate_config_fields(c, m_limits);
+        } catch (const tinyloop::Error& e) {
+            mark(fieldOf(e.what()), reasonAfter(fieldOf(e.what()), e.what()));
+        }
+        try {
+            knobsFromJson(knobs, m_limits);
+        } catch (const ConfigError& e) {
+            mark(e.field(), reasonAfter(e.field(), e.what()));
+        }
+    }
+    // The speculative modes' depth rules, checked before a run (the engine refuses them too).
+    const bool speculative = mode() == DecodeMode::Speculative || mode() == DecodeMode::Tree;
+    if (m_invalid.isEmpty() && speculative) {
+        const int draft = knobs.value("draft_loops", 0), verify = knobs.value("verify_loops", 0);
+        if (verify > 0 && draft >= verify) mark("draft_loops", "must be below verify_loops");
+        if (mode() == DecodeMode::Tree && knobs.value("draft_ahead", 0) > 8)
+            mark("draft_ahead", "the tree is at most 8 deep (1 .. 8)");
+    }
+    if (!first.isEmpty() && m_invalid.size() > 1) first += QString("  (and %1 more)").arg(m_invalid.size() - 1);
+    m_localError = first;
+    m_engineError.clear();  // a new edit needs a new engine verdict
+    const QString msg = message();
+    m_message->setText(msg);
+    m_message->setVisible(!msg.isEmpty());
+}
+
+void ConfigPanel::setEngineVerdict(const QString& error) {
+    m_engineError = error;
+    const QString msg = message();
+    m_message->setText(msg);
+    m_message->setVisible(!msg.isEmpty());
+    // mark the field the engine names ("max_tokens: ..." / "logit_bias[0]: ...")
+    if (!error.isEmpty()) {
+        QString key = error.section(':', 0, 0);
+        key = key.section('[', 0, 0).trimmed();
+        if (auto it = m_rows.find(key.toStdString()); it != m_rows.end())
+            it->second.editor->setStyleSheet(kBadStyle);
+    }
+}
+
+QString ConfigPanel::message() const {
+    if (!m_localError.isEmpty()) return m_localError;
+    if (!m_engineError.isEmpty()) return "engine: " + m_engineError;
+    return QString();
+}
+
+QStringList ConfigPanel::invalidFields() const { return m_invalid; }
+
+QString ConfigPanel::grammarFile() const {
+    return qobject_cast<QLineEdit*>(m_rows.at("grammar").editor)->text().trimmed();
+}
+
+void ConfigPanel::setGrammarFile(const QString& path) { setFieldText("grammar", path); }
+
+bool ConfigPanel::isValid() const { return m_localError.isEmpty(); }
+
+std::optional<tinyloop::GenerateConfig> ConfigPanel::config(QString* error) const {
+    if (!m_localError.isEmpty()) {  // a refused field, including the cross-field rules
+        if (error) *error = m_localError;
+        return std::nullopt;
+    }
+    const QString g = grammarFile();
+    if (!g.isEmpty() && !QFileInfo(g).isFile()) {
+        if (error) *error = QString("grammar: no such file: %1").arg(g);
+        return std::nullopt;
+    }
+    json j = json::object();
+    for (const auto& [key, r] : m_rows) {
+        if (r.info->speculative || r.info->kind == FieldKind::Grammar) continue;
+        std::string why;
+        json v = fieldValue(r, &why);
+        if (!why.empty()) {
+            if (error) *error = QString("%1: %2").arg(QString::fromStdString(key), QString::fromStdString(why));
+            return std::nullopt;
+        }
+        j[key] = v;
+    }
+    try {
+        return configFromJson(j, m_limits);
+    } catch (const ConfigError& e) {
+        if (error) *error = QString::fromStdString(e.what());
+        return std::nullopt;
+    }
+}
+
+std::optional<SpeculativeKnobs> ConfigPanel::knobs(QString* error) const {
+    json j = json::object();
+    for (const auto& [key, r] : m_rows) {
+        if (!r.info->speculative) continue;
+        std::string why;
+        json v = fieldValue(r, &why);
+        if (!why.empty()) {
+            if (error) *error = QString("%1: %2").arg(QString::fromStdString(key), QString::fromStdString(why));
+            return std::nullopt;
+        }
+        j[key] = v;
+    }
+    try {
+        return knobsFromJson(j, m_limits);
+    } catch (const ConfigError& e) {
+        if (error) *error = QString::fromStdString(e.what());
+        return std::nullopt;
+    }
+}
+
+void ConfigPanel::setLimits(const ConfigLimits& lim) {
+    m_limits = lim;
+    revalidate();
+}
+
+}  // namespace tlui

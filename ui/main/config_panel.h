@@ -1,0 +1,75 @@
+// The GenerateConfig editor: a mode selector and one editor per GenerateConfig field (plus the
+// speculative knobs), each with its range and the seed's description as tooltip. Input outside
+// a field's range is refused in place: red border, the reason under the form, config() empty.
+// The engine's validate_config (asked through the worker) has the final word: setEngineVerdict.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include <QWidget>
+
+#include "main/config_json.h"
+
+class QComboBox;
+class QLabel;
+class QGroupBox;
+
+namespace tlui {
+
+class ConfigPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit ConfigPanel(QWidget* parent = nullptr);
+
+    void setLimits(const ConfigLimits& lim);
+    ConfigLimits limits() const { return m_limits; }
+
+    void setConfig(const tinyloop::GenerateConfig& c);
+    void setKnobs(const SpeculativeKnobs& k);
+    void setMode(DecodeMode m);  // programmatic: no field is touched
+
+    // The config in the editors, or nullopt (and the reason) when a field is refused.
+    std::optional<tinyloop::GenerateConfig> config(QString* error = nullptr) const;
+    std::optional<SpeculativeKnobs> knobs(QString* error = nullptr) const;
+    DecodeMode mode() const;
+    // The grammar file for constrained decoding ("" = none); the worker parses it for each run.
+    QString grammarFile() const;
+    void setGrammarFile(const QString& path);
+    bool isValid() const;
+    QString message() const;  // what the message label shows ("" when all is well)
+    QStringList invalidFields() const;
+
+    // The engine's word on the whole config ("" = accepted).
+    void setEngineVerdict(const QString& error);
+
+    QWidget* editor(const QString& key) const;      // for tests and focus
+    QComboBox* modeSelector() const { return m_mode; }
+
+signals:
+    void changed();  // any edit (the window asks the engine after a pause)
+    void modeChanged(tlui::DecodeMode m);
+
+private:
+    struct Row {
+        const FieldInfo* info = nullptr;
+        QWidget* editor = nullptr;
+        QLabel* label = nullptr;
+    };
+    nlohmann::json fieldValue(const Row& r, std::string* why) const;  // null + why on failure
+    void revalidate();
+    void applyModeDefaults(DecodeMode m);
+    void setFieldText(const std::string& key, const QString& text);
+
+    std::map<std::string, Row> m_rows;
+    QComboBox* m_mode = nullptr;
+    QGroupBox* m_specBox = nullptr;
+    QLabel* m_message = nullptr;
+    ConfigLimits m_limits;
+    QString m_localError;
+    QString m_engineError;
+    QStringList m_invalid;
+};
+
+}  // namespace tlui

@@ -1,0 +1,571 @@
+#include "main/main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QComboBox>
+#include <QDockWidget>
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QProgressBar>
+#include <QSettings>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QThread>
+#include <QTimer>
+#include <QToolBar>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include "main/config_panel.h"
+#include "main/model_panel.h"
+#include "main/presets_panel.h"
+#include "main/prompt_editor.h"
+#include "main/token_view.h"
+#include "plots/depth_plot.h"
+#include "plots/lens_heatmap.h"
+#include "plots/plot_utils.h"
+#include "plots/speculative_plot.h"
+#include "plots/timing_plot.h"
+#include "views/analysis_views.h"
+#include "worker/analysis_jobs.h"
+
+namespace tlui {
+
+MainWindow::MainWindow(const WindowOptions& opts, QWidget* parent) : QMainWindow(parent), m_opts(opts) {
+    registerEngineMetaTypes();
+    setObjectName("mainWindow");
+    setWindowIcon(QIcon(":/icons/tinyloop.svg"));
+    buildUi();
+    buildMenus();
+
+    // The worker: its own thread, queued connections both ways.
+    m_thread = new QThread(this);
+    m_thread->setObjectName("EngineHostThread");
+    m_worker = new EngineHost;  // no parent: moved, then deleted after the thread has ended
+    m_worker->moveToThread(m_thread);
+    connect(this, &MainWindow::requestLoad, m_worker, &EngineHost::loadModel, Qt::QueuedConnection);
+    connect(this, &MainWindow::requestGenerate, m_worker, &EngineHost::generate, Qt::QueuedConnection);
+    connect(this, &MainWindow::requestValidate, m_worker, &EngineHost::validateConfig, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::loadStarted, this, &MainWindow::onLoadStarted, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::modelLoaded, this, &MainWindow::onModelLoaded, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::modelLoadFailed, this, &MainWindow::onModelLoadFailed, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::runStarted, this, &MainWindow::onRunStarted, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::tokenEvent, this, &MainWindow::onTokenEvent, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::progress, this, &MainWindow::onProgress, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::runFinished, this, &MainWindow::onRunFinished, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::runFailed, this, &MainWindow::onRunFailed, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::lensReady, this, &MainWindow::onLensReady, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::configChecked, this, [this](quint64 ticket, const QString& err) {
+        if (ticket == m_validateTicket) m_config->setEngineVerdict(err);
+    }, Qt::QueuedConnection);
+    m_thread->start();
+    m_jobs = new AnalysisJobs(m_worker);  // deleted before m_worker (shutdownWorker)
+
+    // Plots and the output are drawn at ~30 Hz, never once per token.
+    m_frameTimer = new QTimer(this);
+    m_frameTimer->setInterval(33);
+    connect(m_frameTimer, &QTimer::timeout, this, &MainWindow::onFrame);
+    m_frameTimer->start();
+    m_validateTimer = new QTimer(this);
+    m_validateTimer->setSingleShot(true);
+    m_validateTimer->setInterval(300);
+    connect(m_validateTimer, &QTimer::timeout, this, [this] {
+        if (!m_hasModel) return;
+        QString err;
+        if (auto req = makeRequest(&err)) emit requestValidate(++m_validateTicket, *req);
+    });
+    updateActions();
+    updateTitle();
+}
+
+MainWindow::~MainWindow() { shutdownWorker(); }
+
+QString MainWindow::promptText() const { return m_prompt->toPlainText(); }
+
+std::optional<tinyloop::analysis::ModeSpec> MainWindow::configuredRun(QString* error) const {
+    QString err;
+    const auto cfg = m_config->config(&err);
+    const auto knobs = cfg ? m_config->knobs(&err) : std::nullopt;
+    if (!cfg || !knobs) {
+        if (error) *error = err;
+        return std::nullopt;
+    }
+    tinyloop::analysis::ModeSpec m;
+    m.label = QString("workbench: %1").arg(modeLabel(m_config->mode())).toStdString();
+    m.run = toRunSpec(m_config->mode(), *cfg, *knobs, m_hp);
+    return m;
+}
+
+bool MainWindow::savePreset(const Preset& preset, QString* error) {
+    if (!m_presets->store().save(preset, error)) return false;
+    m_presets->reload();
+    return true;
+}
+
+void MainWindow::shutdownWorker() {
+    if (m_shutDown) return;
+    m_shutDown = true;
+    m_frameTimer->stop();
+    // The analysis lane first: its jobs hold the host's model.
+    delete m_jobs;
+    m_jobs = nullptr;
+    // Stop whatever runs (within one token), then let the thread's loop end and join it.
+    m_worker->shutdown();
+    m_thread->quit();
+    m_thread->wait();
+    delete m_worker;
+    m_worker = nullptr;
+}
+
+void MainWindow::closeEvent(QCloseEvent* e) {
+    QSettings().setValue("window/geometry", saveGeometry());
+    m_views->closeAll();  // they run on the engine host, which ends now
+    shutdownWorker();
+    e->accept();
+}
+
+void MainWindow::buildUi() {
+    resize(1400, 900);
+    auto* center = new QSplitter(Qt::Horizontal);
+    auto* left = new QSplitter(Qt::Vertical);
+    m_prompt = new PromptEditor;
+    m_prompt->setPlainText("In the beginning");
+    connect(m_prompt, &PromptEditor::generateRequested, this, [this] { generate(); });
+    connect(m_prompt, &QPlainTextEdit::textChanged, this, &MainWindow::scheduleValidation);
+    auto* outBox = new QWidget;
+    auto* ov = new QVBoxLayout(outBox);
+    ov->setContentsMargins(0, 0, 0, 0);
+    auto* shadeRow = new QHBoxLayout;
+    shadeRow->addWidget(new QLabel("shade tokens by:"));
+    m_shadeBox = new QComboBox;
+    m_shadeBox->setObjectName("shadeMeasure");
+    m_shadeBox->addItem("depth used", int(ShadeMeasure::Depth));
+    m_shadeBox->addItem("probability", int(ShadeMeasure::Probability));
+    m_shadeBox->addItem("entropy", int(ShadeMeasure::Entropy));
+    shadeRow->addWidget(m_shadeBox);
+    shadeRow->addStretch(1);
+    ov->addLayout(shadeRow);
+    m_output = new TokenView;
+    ov->addWidget(m_output, 1);
+    connect(m_shadeBox, &QComboBox::currentIndexChanged, this,
+            [this](int) { m_output->setMeasure(static_cast<ShadeMeasure>(m_shadeBox->currentData().toInt())); });
+    left->addWidget(m_prompt);
+    left->addWidget(outBox);
+    left->setStretchFactor(0, 1);
+    left->setStretchFactor(1, 3);
+
+    m_plotTabs = new QTabWidget;
+    m_plotTabs->setObjectName("plotTabs");
+    m_heatmap = new LensHeatmap;
+    m_depth = new DepthPlot;
+    m_spec = new SpeculativePlot;
+    m_timing = new TimingPlot;
+    m_plotTabs->addTab(m_heatmap, "Logit lens");
+    m_plotTabs->addTab(m_depth, "Depth per token");
+    m_plotTabs->addTab(m_spec, "Speculative");
+    m_plotTabs->addTab(m_timing, "Timing");
+    center->addWidget(left);
+    center->addWidget(m_plotTabs);
+    center->setStretchFactor(0, 2);
+    center->setStretchFactor(1, 3);
+    center->setSizes({520, 700});
+    setCentralWidget(center);
+
+    m_config = new ConfigPanel;
+    connect(m_config, &ConfigPanel::changed, this, &MainWindow::scheduleValidation);
+    m_presets = new PresetsPanel(m_config, m_opts.presetDir);
+    connect(m_presets, &PresetsPanel::promptRequested, this, &MainWindow::setPrompt);
+    m_modelPanel = new ModelPanel;
+    auto* cfgDock = new QDockWidget("Generate config", this);
+    cfgDock->setObjectName("configDock");
+    cfgDock->setWidget(m_config);
+    auto* presetDock = new QDockWidget("Presets", this);
+    presetDock->setObjectName("presetDock");
+    presetDock->setWidget(m_presets);
+    auto* modelDock = new QDockWidget("Model", this);
+    modelDock->setObjectName("modelDock");
+    modelDock->setWidget(m_modelPanel);
+    addDockWidget(Qt::LeftDockWidgetArea, cfgDock);
+    addDockWidget(Qt::LeftDockWidgetArea, presetDock);
+    tabifyDockWidget(presetDock, modelDock);
+    presetDock->raise();
+    resizeDocks({cfgDock}, {440}, Qt::Horizontal);
+    resizeDocks({cfgDock, presetDock}, {620, 220}, Qt::Vertical);
+
+    m_stateLabel = new QLabel("starting");
+    m_stateLabel->setObjectName("stateLabel");
+    m_speedLabel = new QLabel;
+    m_speedLabel->setObjectName("speedLabel");
+    m_busy = new QProgressBar;
+    m_busy->setRange(0, 0);  // busy indicator: the loader reports no fractions
+    m_busy->setMaximumWidth(120);
+    m_busy->hide();
+    m_noiseLabel = new QLabel("random model: text is noise");
+    m_noiseLabel->setObjectName("noiseLabel");
+    m_noiseLabel->setStyleSheet("color: #b00; font-weight: bold;");
+    m_noiseLabel->hide();
+    statusBar()->addWidget(m_stateLabel, 1);
+    statusBar()->addPermanentWidget(m_noiseLabel);
+    statusBar()->addPermanentWidget(m_speedLabel);
+    statusBar()->addPermanentWidget(m_busy);
+}
+
+void MainWindow::buildMenus() {
+    auto* file = menuBar()->addMenu("&File");
+    m_openAct = file->addAction("&Open model...", QKeySequence::Open, this, [this] {
+        const QString p = QFileDialog::getOpenFileName(this, "Open a TinyLoop model",
+                                                       QFileInfo(m_modelPath).absolutePath(),
+                                                       "TinyLoop models (*.tinyloop);;All files (*)");
+        if (!p.isEmpty()) openModel(p);
+    });
+    m_recentMenu = file->addMenu("Open &recent");
+    rebuildRecentMenu();
+    file->addSeparator();
+    file->addAction("Export session as &JSON...", this, [this] {
+        const QString p = QFileDialog::getSaveFileName(this, "Export session", "session.json", "JSON (*.json)");
+        QString err;
+        if (!p.isEmpty() && !exportSessionJson(p, &err)) showError("Export failed", err);
+    });
+    file->addAction("Export session as &Markdown...", this, [this] {
+        const QString p = QFileDialog::getSaveFileName(this, "Export session", "session.md", "Markdown (*.md)");
+        QString err;
+        if (!p.isEmpty() && !exportSessionMarkdown(p, &err)) showError("Export failed", err);
+    });
+    file->addAction("Export current &plot (PNG/PDF)...", this, [this] {
+        const QString name = m_plotTabs->tabText(m_plotTabs->currentIndex());
+        const QString p = QFileDialog::getSaveFileName(this, "Export plot", QString(name).replace(' ', '-').toLower() + ".png",
+                                                       "PNG (*.png);;PDF (*.pdf)");
+        QString err;
+        if (!p.isEmpty() && !exportPlot(name, p, &err)) showError("Export failed", err);
+    });
+    file->addAction("Export &all plots to a folder...", this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, "Export all plots");
+        if (dir.isEmpty()) return;
+        for (const auto& [name, plot] : plots()) {
+            QString err;
+            const QString stem = dir + "/" + QString(name).replace(' ', '-').toLower();
+            if (!savePlot(plot, stem + ".png", &err) || !savePlot(plot, stem + ".pdf", &err))
+                return showError("Export failed", err);
+        }
+        m_stateLabel->setText("plots written to " + dir);
+    });
+    file->addSeparator();
+    file->addAction("&Quit", QKeySequence::Quit, this, &QWidget::close);
+
+    auto* run = menuBar()->addMenu("&Run");
+    m_generateAct = run->addAction("&Generate", this, [this] { generate(); });
+    m_generateAct->setShortcuts({QKeySequence(Qt::CTRL | Qt::Key_Return), QKeySequence(Qt::CTRL | Qt::Key_Enter)});
+    m_generateAct->setShortcutContext(Qt::WindowShortcut);
+    m_stopAct = run->addAction("&Stop", this, [this] { stop(); });
+    m_stopAct->setShortcut(QKeySequence(Qt::Key_Escape));
+    m_stopAct->setShortcutContext(Qt::WindowShortcut);
+
+    // The analysis views (views/analysis_views.h), one action per view.
+    auto* views = menuBar()->addMenu("&Views");
+    views->setObjectName("viewsMenu");
+    m_views = new AnalysisViews(this, this);
+    m_views->install(views);
+
+    auto* help = menuBar()->addMenu("&Help");
+    help->addAction("&About", this, [this] {
+        QMessageBox::about(this, "TinyLoop Workbench",
+                           QString("TinyLoop Workbench %1\nA workbench for weight-shared looped transformers.")
+                               .arg(TINYLOOP_VERSION));
+    });
+
+    auto* tb = addToolBar("Main");
+    tb->setObjectName("mainToolbar");
+    tb->addAction(m_openAct);
+    tb->addAction(m_generateAct);
+    tb->addAction(m_stopAct);
+    m_generateAct->setToolTip("Generate (Ctrl+Enter)");
+    m_stopAct->setToolTip("Stop (Esc): ends within one token");
+}
+
+void MainWindow::updateActions() {
+    const bool running = m_currentRun != 0;
+    m_generateAct->setEnabled(m_hasModel && !running && !m_loading);
+    m_stopAct->setEnabled(running);
+    m_openAct->setEnabled(!m_loading);
+    m_busy->setVisible(m_loading || running);
+}
+
+void MainWindow::updateTitle() {
+    QString t = "TinyLoop Workbench";
+    if (m_hasModel) t += " - " + m_modelName;
+    if (m_hasModel && m_randomFallback) t += " - random model: text is noise";
+    setWindowTitle(t);
+    m_noiseLabel->setVisible(m_hasModel && m_randomFallback);
+}
+
+void MainWindow::showError(const QString& title, const QString& text) {
+    m_lastError = text;
+    m_stateLabel->setText(title + ": " + text);
+    if (!m_opts.errorDialogs) return;
+    if (m_errorBox) m_errorBox->close();
+    m_errorBox = new QMessageBox(QMessageBox::Critical, title, text, QMessageBox::Ok, this);
+    m_errorBox->setObjectName("errorDialog");
+    m_errorBox->setAttribute(Qt::WA_DeleteOnClose);
+    m_errorBox->open();  // window-modal, does not block the event loop
+}
+
+void MainWindow::addRecent(const QString& path) {
+    QSettings s;
+    QStringList r = s.value("recentFiles").toStringList();
+    r.removeAll(path);
+    r.prepend(path);
+    while (r.size() > 8) r.removeLast();
+    s.setValue("recentFiles", r);
+    rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu() {
+    m_recentMenu->clear();
+    const QStringList r = QSettings().value("recentFiles").toStringList();
+    for (const QString& p : r) m_recentMenu->addAction(p, this, [this, p] { openModel(p); });
+    m_recentMenu->setEnabled(!r.isEmpty());
+}
+
+void MainWindow::openModel(const QString& path, bool randomFallback) {
+    if (m_shutDown) return;
+    m_loading = true;
+    m_pendingRandom = randomFallback;
+    m_stateLabel->setText("loading " + path);
+    updateActions();
+    emit requestLoad(path);
+}
+
+void MainWindow::onLoadStarted(const QString& path) { m_stateLabel->setText("loading " + path + " ..."); }
+
+void MainWindow::onModelLoaded(const ModelLoaded& m) {
+    m_loading = false;
+    m_hasModel = true;
+    m_hp = m.info.hparams;
+    m_modelPath = QString::fromStdString(m.info.path);
+    m_randomFallback = m_pendingRandom || ModelPanel::isRandomModel(m.info);
+    m_modelPanel->setModel(m, m_randomFallback);
+    m_modelName = QFileInfo(m_modelPath).fileName();
+    m_session.modelPath = m_modelPath;
+    m_session.modelSummary = m_modelPanel->summaryLine();
+    ConfigLimits lim;
+    lim.max_loops = m_hp.max_loops;
+    lim.max_seq_len = m_hp.max_seq_len;
+    lim.vocab_size = m_hp.vocab_size;
+    m_config->setLimits(lim);
+    m_output->setVocab(m.vocab);
+    m_output->setMaxDepth(m_hp.max_loops);
+    m_heatmap->setVocab(m.vocab);
+    m_presets->setModelPath(m_modelPath);
+    m_presets->applyDefaultForModel();
+    addRecent(m_modelPath);
+    m_stateLabel->setText(QString("loaded %1%2").arg(m_modelPanel->summaryLine(),
+                                                     m_randomFallback ? "  -  random model: text is noise" : ""));
+    updateTitle();
+    updateActions();
+    scheduleValidation();
+    emit modelReady(true);
+}
+
+void MainWindow::onModelLoadFailed(const QString& path, const QString& message) {
+    m_loading = false;
+    updateActions();
+    QString text = QString("Could not open %1:\n%2").arg(path, message);
+    if (m_hasModel) text += QString("\n\n%1 stays loaded.").arg(m_modelName);
+    showError("Model not loaded", text);
+    emit modelReady(false);
+}
+
+std::optional<RunRequest> MainWindow::makeRequest(QString* error) {
+    auto cfg = m_config->config(error);
+    if (!cfg) return std::nullopt;
+    auto knobs = m_config->knobs(error);
+    if (!knobs) return std::nullopt;
+    RunRequest r;
+    r.prompt = m_prompt->toPlainText();
+    r.mode = m_config->mode();
+    r.config = *cfg;
+    r.knobs = *knobs;
+    r.grammarFile = m_config->grammarFile();
+    return r;
+}
+
+void MainWindow::scheduleValidation() {
+    if (!m_shutDown) m_validateTimer->start();
+}
+
+bool MainWindow::generate() {
+    if (m_shutDown) return false;
+    if (m_currentRun != 0) return false;
+    if (!m_hasModel) {
+        m_stateLabel->setText("no model loaded");
+        return false;
+    }
+    QString err;
+    auto req = makeRequest(&err);
+    if (!req) {
+        m_stateLabel->setText("not started: " + err);
+        return false;
+    }
+    req->id = m_nextRunId++;
+    m_currentRun = req->id;
+    m_awaitLens = req->id;
+    m_liveTps = 0;
+    m_session.clearRun();
+    m_session.run.id = req->id;
+    m_session.run.prompt = req->prompt;
+    m_session.run.mode = req->mode;
+    m_session.run.config = req->config;
+    m_session.run.knobs = req->knobs;
+    m_session.run.grammarFile = req->grammarFile;
+    const int loops = req->config.loops > 0 ? req->config.loops : m_hp.default_loops;
+    m_output->clearTokens(req->prompt);
+    m_heatmap->clear(loops);
+    m_depth->clear(loops);
+    m_spec->clear();
+    m_liveCycles.clear();
+    m_lastCycle = -1;
+    m_cyclesDirty = false;
+    m_speedLabel->setText("0 tok/s");
+    m_stateLabel->setText(QString("generating (%1)...").arg(modeLabel(req->mode)));
+    updateActions();
+    emit requestGenerate(*req);
+    return true;
+}
+
+void MainWindow::stop() {
+    if (m_currentRun != 0 && m_worker) m_worker->requestStop(m_currentRun);
+}
+
+void MainWindow::setPrompt(const QString& text) { m_prompt->setPlainText(text); }
+
+QString MainWindow::speedText() const { return m_speedLabel->text(); }
+
+void MainWindow::onRunStarted(quint64 id, int promptLen) {
+    if (id != m_currentRun) return;
+    m_session.run.promptLen = promptLen;
+}
+
+void MainWindow::onTokenEvent(quint64 id, const tinyloop::TokenEvent& ev) {
+    if (id != m_currentRun) return;
+    m_session.events.push_back(ev);
+    m_output->addToken(ev);
+    m_heatmap->addEvent(ev);
+    m_depth->addToken(ev.index, ev.depth);
+    if (ev.cycle >= 0 && ev.cycle != m_lastCycle) {
+        m_liveCycles.push_back(SpecCycle{static_cast<int>(ev.drafted.size()), ev.accepted});
+        m_lastCycle = ev.cycle;
+        m_cyclesDirty = true;
+    }
+}
+
+void MainWindow::onProgress(quint64 id, int emitted, double tps) {
+    if (id != m_currentRun) return;
+    m_liveTps = tps;
+    m_speedLabel->setText(QString("%1 tok/s (%2 tokens)").arg(tps, 0, 'f', 1).arg(emitted));
+}
+
+void MainWindow::onFrame() {
+    m_output->flush();
+    m_heatmap->refresh();
+    m_depth->refresh();
+    if (m_cyclesDirty) {
+        m_cyclesDirty = false;
+        m_spec->setCycles(m_liveCycles);
+    }
+}
+
+void MainWindow::onRunFinished(const RunResult& r) {
+    if (r.id != m_currentRun) return;
+    m_currentRun = 0;
+    m_session.run = r;
+    m_session.finished = true;
+    RunSummary s;
+    s.id = r.id;
+    s.mode = modeName(r.mode);
+    s.tokens = r.stats.tokens_emitted;
+    s.prefillMs = r.stats.prefill_ms;
+    s.firstTokenMs = r.stats.first_token_ms;
+    s.decodeMs = r.stats.decode_ms;
+    s.totalMs = r.stats.total_ms;
+    // Beam search hands its tokens over at the end, so its decode phase is empty: rate over the call.
+    s.tokensPerSecond = r.mode == DecodeMode::Beam && r.stats.total_ms > 0
+                            ? r.stats.tokens_emitted * 1000.0 / r.stats.total_ms
+                            : r.stats.decode_tokens_per_s();
+    m_session.history.push_back(s);
+    m_timing->setRuns(m_session.history);
+    if (r.hasSpeculative) {
+        m_spec->setCycles(r.cycles);
+        m_spec->setStats(r.stats);
+    }
+    onFrame();
+    m_speedLabel->setText(QString("%1 tok/s").arg(s.tokensPerSecond, 0, 'f', 1));
+    m_stateLabel->setText(QString("done: %1 tokens, %2, prefill %3 ms, decode %4 tok/s")
+                              .arg(r.stats.tokens_emitted)
+                              .arg(tinyloop::stop_reason_name(r.stats.stop_reason))
+                              .arg(r.stats.prefill_ms, 0, 'f', 1)
+                              .arg(s.tokensPerSecond, 0, 'f', 1));
+    updateActions();
+    emit runEnded(r.id, true);
+}
+
+void MainWindow::onRunFailed(quint64 id, const QString& message) {
+    if (id != m_currentRun) return;
+    m_currentRun = 0;
+    m_awaitLens = 0;
+    m_lastError = message;
+    m_config->setEngineVerdict(message);
+    m_stateLabel->setText("run failed: " + message);
+    updateActions();
+    emit runEnded(id, false);
+    emit sessionSettled();
+}
+
+void MainWindow::onLensReady(const LensReady& l) {
+    if (l.id != m_awaitLens || l.id != m_session.run.id) return;
+    m_awaitLens = 0;
+    m_session.lens = l.lens;
+    m_heatmap->setExactLens(l.lens, l.promptLen);
+    m_heatmap->refresh();
+    emit sessionSettled();
+}
+
+bool MainWindow::exportSessionJson(const QString& path, QString* error) const {
+    QFile f(path);
+    if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) {
+        if (error) *error = f.errorString();
+        return false;
+    }
+    const std::string s = sessionToJson(m_session).dump(2) + "\n";
+    return f.write(s.data(), qint64(s.size())) == qint64(s.size());
+}
+
+bool MainWindow::exportSessionMarkdown(const QString& path, QString* error) const {
+    QFile f(path);
+    if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) {
+        if (error) *error = f.errorString();
+        return false;
+    }
+    return f.write(sessionToMarkdown(m_session).toUtf8()) >= 0;
+}
+
+QList<QPair<QString, QCustomPlot*>> MainWindow::plots() const {
+    return {{"Logit lens", m_heatmap->plot()},
+            {"Depth per token", m_depth->plot()},
+            {"Speculative", m_spec->plot()},
+            {"Timing", m_timing->plot()}};
+}
+
+bool MainWindow::exportPlot(const QString& name, const QString& path, QString* error) {
+    for (const auto& [n, p] : plots())
+        if (n == name) return savePlot(p, path, error);
+    if (error) *error = "no plot named " + name;
+    return false;
+}
+
+}  // namespace tlui

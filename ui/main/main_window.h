@@ -1,0 +1,169 @@
+// The workbench window: prompt and output, the config and preset editors, the model panel, the
+// plots, and the EngineHost on its own QThread. The GUI thread never calls the engine.
+#pragma once
+
+#include <QMainWindow>
+#include <QPointer>
+
+#include "main/session.h"
+#include "views/workbench_access.h"
+#include "worker/engine_host.h"
+
+class QAction;
+class QComboBox;
+class QLabel;
+class QMenu;
+class QMessageBox;
+class QProgressBar;
+class QTabWidget;
+class QThread;
+class QTimer;
+class QCustomPlot;
+
+namespace tlui {
+
+class ConfigPanel;
+class DepthPlot;
+class LensHeatmap;
+class ModelPanel;
+class PresetsPanel;
+class PromptEditor;
+class SpeculativePlot;
+class TimingPlot;
+class TokenView;
+
+struct WindowOptions {
+    QString presetDir;  // empty: QStandardPaths::AppConfigLocation/presets
+    bool errorDialogs = true;
+};
+
+class AnalysisJobs;
+class AnalysisViews;
+
+class MainWindow : public QMainWindow, public WorkbenchAccess {
+    Q_OBJECT
+public:
+    explicit MainWindow(const WindowOptions& opts = {}, QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    void openModel(const QString& path, bool randomFallback = false);
+    void setPrompt(const QString& text);
+    bool generate();  // false (and the reason in the status bar) when it cannot start
+    void stop();
+
+    bool isRunning() const { return m_currentRun != 0; }
+    bool isLoading() const { return m_loading; }
+    bool hasModel() const { return m_hasModel; }
+    QString modelPath() const override { return m_modelPath; }
+    QString lastError() const { return m_lastError; }
+    const Session& session() const { return m_session; }
+    QString speedText() const;
+
+    bool exportSessionJson(const QString& path, QString* error = nullptr) const;
+    bool exportSessionMarkdown(const QString& path, QString* error = nullptr) const;
+    QList<QPair<QString, QCustomPlot*>> plots() const;
+    bool exportPlot(const QString& name, const QString& path, QString* error = nullptr);
+
+    ConfigPanel* configPanel() const { return m_config; }
+    PresetsPanel* presetsPanel() const { return m_presets; }
+    LensHeatmap* heatmap() const { return m_heatmap; }
+    DepthPlot* depthPlot() const { return m_depth; }
+    TokenView* tokenView() const { return m_output; }
+    ModelPanel* modelPanel() const { return m_modelPanel; }
+    EngineHost* worker() const { return m_worker; }
+    QTabWidget* plotTabs() const { return m_plotTabs; }
+
+    AnalysisViews* analysisViews() const { return m_views; }
+
+    // WorkbenchAccess, for the analysis windows
+    QString promptText() const override;
+    AnalysisJobs* analysisJobs() const override { return m_jobs; }
+    std::optional<tinyloop::analysis::ModeSpec> configuredRun(QString* error) const override;
+    bool savePreset(const Preset& preset, QString* error) override;
+
+signals:
+    // to the worker (queued)
+    void requestLoad(const QString& path);
+    void requestGenerate(const tlui::RunRequest& req);
+    void requestValidate(quint64 ticket, const tlui::RunRequest& req);
+    // for main() and tests
+    void modelReady(bool ok);
+    void runEnded(quint64 id, bool ok);
+    void sessionSettled();  // the run ended and its exact lens (if any) is in
+
+protected:
+    void closeEvent(QCloseEvent* e) override;
+
+private:
+    void buildUi();
+    void buildMenus();
+    void shutdownWorker();
+    void updateActions();
+    void updateTitle();
+    void showError(const QString& title, const QString& text);
+    void addRecent(const QString& path);
+    void rebuildRecentMenu();
+    void scheduleValidation();
+    void onFrame();
+    std::optional<RunRequest> makeRequest(QString* error);
+
+    void onLoadStarted(const QString& path);
+    void onModelLoaded(const tlui::ModelLoaded& m);
+    void onModelLoadFailed(const QString& path, const QString& message);
+    void onRunStarted(quint64 id, int promptLen);
+    void onTokenEvent(quint64 id, const tinyloop::TokenEvent& ev);
+    void onProgress(quint64 id, int emitted, double tps);
+    void onRunFinished(const tlui::RunResult& r);
+    void onRunFailed(quint64 id, const QString& message);
+    void onLensReady(const tlui::LensReady& l);
+
+    WindowOptions m_opts;
+    QThread* m_thread = nullptr;
+    EngineHost* m_worker = nullptr;
+    AnalysisJobs* m_jobs = nullptr;
+    AnalysisViews* m_views = nullptr;  // the analysis windows' lane, on m_worker's model
+    bool m_shutDown = false;
+
+    PromptEditor* m_prompt = nullptr;
+    TokenView* m_output = nullptr;
+    QComboBox* m_shadeBox = nullptr;
+    ConfigPanel* m_config = nullptr;
+    PresetsPanel* m_presets = nullptr;
+    ModelPanel* m_modelPanel = nullptr;
+    QTabWidget* m_plotTabs = nullptr;
+    LensHeatmap* m_heatmap = nullptr;
+    DepthPlot* m_depth = nullptr;
+    SpeculativePlot* m_spec = nullptr;
+    TimingPlot* m_timing = nullptr;
+    QLabel* m_stateLabel = nullptr;
+    QLabel* m_speedLabel = nullptr;
+    QLabel* m_noiseLabel = nullptr;
+    QProgressBar* m_busy = nullptr;
+    QAction* m_generateAct = nullptr;
+    QAction* m_stopAct = nullptr;
+    QAction* m_openAct = nullptr;
+    QMenu* m_recentMenu = nullptr;
+    QTimer* m_frameTimer = nullptr;
+    QTimer* m_validateTimer = nullptr;
+    QPointer<QMessageBox> m_errorBox;
+
+    Session m_session;
+    bool m_hasModel = false;
+    bool m_loading = false;
+    bool m_randomFallback = false;
+    bool m_pendingRandom = false;
+    QString m_modelPath;
+    QString m_modelName;
+    QString m_lastError;
+    tinyloop::HParams m_hp;
+    quint64 m_nextRunId = 1;
+    quint64 m_currentRun = 0;  // 0 = none running
+    quint64 m_awaitLens = 0;   // run whose exact lens is still to come
+    quint64 m_validateTicket = 0;
+    double m_liveTps = 0;
+    std::vector<SpecCycle> m_liveCycles;
+    int m_lastCycle = -1;
+    bool m_cyclesDirty = false;
+};
+
+}  // namespace tlui

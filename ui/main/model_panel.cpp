@@ -1,0 +1,188 @@
+#include "main/model_panel.h"
+
+#include <map>
+#include <set>
+
+#include <QFileInfo>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QTreeWidget>
+#include <QVBoxLayout>
+#include <nlohmann/json.hpp>
+
+namespace tlui {
+
+using nlohmann::json;
+
+ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
+    auto* v = new QVBoxLayout(this);
+    v->setContentsMargins(4, 4, 4, 4);
+    m_banner = new QLabel("No model loaded.");
+    m_banner->setObjectName("modelBanner");
+    m_banner->setWordWrap(true);
+    v->addWidget(m_banner);
+    auto* split = new QSplitter(Qt::Vertical);
+    m_tree = new QTreeWidget;
+    m_tree->setObjectName("modelTree");
+    m_tree->setColumnCount(2);
+    m_tree->setHeaderLabels({"property", "value"});
+    m_tree->header()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
+    split->addWidget(m_tree);
+    auto* depthBox = new QWidget;
+    auto* dv = new QVBoxLayout(depthBox);
+    dv->setContentsMargins(0, 0, 0, 0);
+    m_depthLabel = new QLabel;
+    dv->addWidget(m_depthLabel);
+    m_depthTable = new QTableWidget;
+    m_depthTable->setObjectName("depthTable");
+    m_depthTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    dv->addWidget(m_depthTable);
+    split->addWidget(depthBox);
+    depthBox->hide();
+    m_metadata = new QPlainTextEdit;
+    m_metadata->setObjectName("metadata");
+    m_metadata->setReadOnly(true);
+    m_metadata->setLineWrapMode(QPlainTextEdit::NoWrap);
+    m_metadata->setFont(QFont("monospace"));
+    split->addWidget(m_metadata);
+    v->addWidget(split, 1);
+}
+
+QString ModelPanel::humanBytes(quint64 b) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double x = double(b);
+    int u = 0;
+    while (x >= 1024.0 && u < 4) {
+        x /= 1024.0;
+        ++u;
+    }
+    return u == 0 ? QString("%1 B").arg(b) : QString("%1 %2").arg(x, 0, 'f', 2).arg(units[u]);
+}
+
+bool ModelPanel::isRandomModel(const tinyloop::ModelInfo& info) {
+    json meta = json::parse(info.metadata_json, nullptr, false);
+    return meta.is_object() && meta.value("generator", std::string()) == "random_model_spec";
+}
+
+static QTreeWidgetItem* group(QTreeWidget* t, const QString& name) {
+    auto* g = new QTreeWidgetItem(t, {name});
+    g->setFirstColumnSpanned(true);
+    QFont f = g->font(0);
+    f.setBold(true);
+    g->setFont(0, f);
+    return g;
+}
+
+static void row(QTreeWidgetItem* g, const QString& k, const QString& v) { new QTreeWidgetItem(g, {k, v}); }
+
+void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
+    const auto& i = m.info;
+    const auto& hp = i.hparams;
+    m_tree->clear();
+    auto* file = group(m_tree, "File");
+    row(file, "path", QString::fromStdString(i.path));
+    row(file, "size", humanBytes(i.file_bytes));
+    row(file, "back end", QString::fromStdString(i.backend) + (i.backend_note.empty() ? "" : " (" + QString::fromStdString(i.backend_note) + ")"));
+    row(file, "threads", QString::number(i.threads));
+    auto* h = group(m_tree, "Hyperparameters");
+    row(h, "vocab_size", QString::number(hp.vocab_size));
+    row(h, "d_model", QString::number(hp.d_model));
+    row(h, "n_heads / n_kv_heads", QString("%1 / %2").arg(hp.n_heads).arg(hp.n_kv_heads));
+    row(h, "head_dim", QString::number(hp.head_dim));
+    row(h, "d_ff", QString::number(hp.d_ff));
+    row(h, "n_pre_blocks", QString::number(hp.n_pre_blocks));
+    row(h, "n_loop_layers", QString::number(hp.n_loop_layers));
+    row(h, "default_loops / max_loops", QString("%1 / %2").arg(hp.default_loops).arg(hp.max_loops));
+    row(h, "max_seq_len", QString::number(hp.max_seq_len));
+    row(h, "rope_theta", QString::number(hp.rope_theta));
+    row(h, "norm_eps", QString::number(hp.norm_eps));
+    row(h, "tie_embeddings", hp.tie_embeddings ? "yes" : "no");
+    // FORMAT.md §1a: "add" re-injects the prelude output before every pass after the first.
+    row(h, "loop_input", hp.loop_input == tinyloop::LoopInput::Add ? "add (input injection)" : "none");
+    row(h, "parameters", QString("%L1").arg(i.parameter_count));
+    auto* d = group(m_tree, "Dtypes");
+    std::map<std::string, std::pair<int, quint64>> byType;
+    for (const auto& t : i.tensors) {
+        auto& e = byType[tinyloop::dtype_name(t.dtype)];
+        ++e.first;
+        e.second += t.bytes;
+    }
+    for (const auto& [name, e] : byType)
+        row(d, QString::fromStdString(name), QString("%1 tensors, %2").arg(e.first).arg(humanBytes(e.second)));
+    auto* tensors = new QTreeWidgetItem(d, {"tensors", QString::number(i.tensors.size())});
+    for (const auto& t : i.tensors) {
+        QStringList dims;
+        for (auto s : t.shape) dims << QString::number(s);
+        QString v = QString("%1 [%2]").arg(tinyloop::dtype_name(t.dtype), dims.join(" x "));
+        if (t.group_size) v += QString(" g%1").arg(t.group_size);
+        new QTreeWidgetItem(tensors, {QString::fromStdString(t.name), v + ", " + humanBytes(t.bytes)});
+    }
+    auto* tk = group(m_tree, "Tokenizer");
+    row(tk, "type", QString::fromStdString(i.tokenizer.type));
+    row(tk, "pretokenizer", QString::fromStdString(i.tokenizer.pretokenizer));
+    row(tk, "merges", QString::number(i.tokenizer.merges.size()));
+    row(tk, "ids it can produce", QString::number(i.tokenizer_vocab));
+    QStringList specials;
+    for (const auto& [s, id] : i.tokenizer.special_tokens) specials << QString("%1=%2").arg(QString::fromStdString(s)).arg(id);
+    row(tk, "special tokens", specials.join(", "));
+    row(tk, "eos_id / bos_id", QString("%1 / %2").arg(i.tokenizer.eos_id).arg(i.tokenizer.bos_id));
+    auto* mem = group(m_tree, "Memory");
+    row(mem, "resident weights", humanBytes(i.weight_bytes));
+    row(mem, "file", humanBytes(i.file_bytes));
+    row(mem, "device (VRAM)", humanBytes(m.vramBytes));
+    const quint64 kvPerToken = quint64(hp.n_kv_heads) * hp.head_dim * 2 * 4 * quint64(hp.n_pre_blocks + hp.n_loop_layers * hp.default_loops);
+    row(mem, "KV cache at max_seq_len (f32, default depth)", humanBytes(kvPerToken * quint64(hp.max_seq_len)));
+    m_tree->expandAll();
+    tensors->setExpanded(false);
+
+    json meta = json::parse(i.metadata_json, nullptr, false);
+    m_metadata->setPlainText(meta.is_discarded() ? QString::fromStdString(i.metadata_json)
+                                                 : QString::fromStdString(meta.dump(2)));
+    // A per-depth table: the first member whose name mentions depth and holds an array of objects.
+    QWidget* depthBox = m_depthTable->parentWidget();
+    depthBox->hide();
+    if (meta.is_object()) {
+        for (auto it = meta.begin(); it != meta.end(); ++it) {
+            const json& v = it.value();
+            if (it.key().find("depth") == std::string::npos || !v.is_array() || v.empty() || !v[0].is_object()) continue;
+            std::vector<std::string> cols;
+            std::set<std::string> seen;
+            for (const auto& r : v)
+                if (r.is_object())
+                    for (auto c = r.begin(); c != r.end(); ++c)
+                        if (seen.insert(c.key()).second) cols.push_back(c.key());
+            m_depthTable->clear();
+            m_depthTable->setColumnCount(int(cols.size()));
+            m_depthTable->setRowCount(int(v.size()));
+            QStringList headers;
+            for (const auto& c : cols) headers << QString::fromStdString(c);
+            m_depthTable->setHorizontalHeaderLabels(headers);
+            for (size_t r = 0; r < v.size(); ++r)
+                for (size_t c = 0; c < cols.size(); ++c) {
+                    const json cell = v[r].is_object() && v[r].contains(cols[c]) ? v[r][cols[c]] : json();
+                    QString s = cell.is_string() ? QString::fromStdString(cell.get<std::string>())
+                                                 : cell.is_null() ? QString() : QString::fromStdString(cell.dump());
+                    m_depthTable->setItem(int(r), int(c), new QTableWidgetItem(s));
+                }
+            m_depthTable->resizeColumnsToContents();
+            m_depthLabel->setText(QString("<b>%1</b> (from the metadata)").arg(QString::fromStdString(it.key())));
+            depthBox->show();
+            break;
+        }
+    }
+
+    const bool random = randomFallback || isRandomModel(i);
+    QString name = QFileInfo(QString::fromStdString(i.path)).fileName();
+    if (meta.is_object() && meta.contains("name") && meta["name"].is_string())
+        name = QString::fromStdString(meta["name"].get<std::string>());
+    std::string dtype = i.tensors.empty() ? "?" : tinyloop::dtype_name(i.tensors.back().dtype);
+    m_summary = QString("%1: %2 parameters, %3, %4 loops by default, %5")
+                    .arg(name).arg(QString("%L1").arg(i.parameter_count)).arg(QString::fromStdString(dtype))
+                    .arg(hp.default_loops).arg(QString::fromStdString(i.backend));
+    m_banner->setText(random ? "<b style='color:#b00'>random model: text is noise</b><br>" + m_summary : m_summary);
+}
+
+}  // namespace tlui

@@ -1,0 +1,194 @@
+#include "views/agreement_map_view.h"
+
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include <tinyloop_analysis/compare_modes.h>
+#include "plots/plot_utils.h"
+
+namespace tlui {
+
+AgreementView::AgreementView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Draft-agreement map", parent) {
+    QVBoxLayout* v = body();
+    auto* form = new QFormLayout;
+    m_prompt = new QLineEdit(workbenchPrompt().isEmpty() ? QString("In the beginning") : workbenchPrompt());
+    m_prompt->setObjectName("prompt");
+    m_maxTokens = new QSpinBox;
+    m_maxTokens->setRange(2, 512);
+    m_maxTokens->setValue(48);
+    m_final = new QSpinBox;
+    m_final->setRange(2, 64);
+    m_final->setValue(8);
+    m_ahead = new QSpinBox;
+    m_ahead->setRange(1, 32);
+    m_ahead->setValue(4);
+    form->addRow("Prompt", m_prompt);
+    form->addRow("Max tokens (greedy)", m_maxTokens);
+    form->addRow("Final (verify) depth", m_final);
+    form->addRow("draft_ahead for the measured runs", m_ahead);
+    v->addLayout(form);
+    auto* split = new QSplitter(Qt::Vertical);
+    m_map = new QCustomPlot;
+    m_map->setObjectName("agreementPlot");
+    stylePlot(m_map);
+    m_map->xAxis->setLabel("emitted position");
+    m_map->yAxis->setLabel("depth");
+    split->addWidget(m_map);
+    auto* bottom = new QSplitter(Qt::Horizontal);
+    m_bars = new QCustomPlot;
+    m_bars->setObjectName("acceptancePlot");
+    stylePlot(m_bars);
+    m_table = new QTableWidget;
+    m_table->setObjectName("table");
+    bottom->addWidget(m_bars);
+    bottom->addWidget(m_table);
+    split->addWidget(bottom);
+    v->addWidget(split, 1);
+}
+
+void AgreementView::setPrompt(const QString& text) { m_prompt->setText(text); }
+void AgreementView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void AgreementView::setFinalDepth(int d) { m_final->setValue(d); }
+void AgreementView::setDraftAhead(int k) { m_ahead->setValue(k); }
+
+void AgreementView::run() {
+    if (isBusy()) return;
+    const std::string prompt = m_prompt->text().toStdString();
+    const int max_tokens = m_maxTokens->value();
+    const int V = m_final->value();
+    const int K = m_ahead->value();
+    auto out = std::make_shared<AgreementData>();
+    startJob("greedy run, lens and speculation...", [=](AnalysisJobContext& ctx) {
+        const std::vector<int32_t> ids = prompt_ids(ctx.model, prompt);
+        ModeSpec g;
+        g.run.mode = tinyloop::DecodeMode::Greedy;
+        g.run.config.max_tokens = max_tokens;
+        g.run.config.loops = V;
+        const ModeRun greedy = run_mode(ctx.model, ids, g);
+        if (greedy.tokens.size() < 2)
+            throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument,
+                                  "max_tokens: the greedy answer has fewer than 2 tokens; nothing to draft");
+        out->map = build_agreement_map(ctx.model, ids, greedy.tokens, V);
+        out->draft_ahead = K;
+        out->max_tokens = max_tokens;
+        for (int32_t t : greedy.tokens)
+            out->pieces.push_back(QString::fromStdString(tinyloop::detokenize_text(ctx.model, &t, 1)));
+        tinyloop::GenerateOptions opts;
+        opts.observer = [&ctx](const tinyloop::TokenEvent&) { return !ctx.cancelled(); };
+        for (int D = 1; D < V; ++D) {
+            if (ctx.cancelled()) return;
+            ctx.progress(D, V - 1, QString("speculating %1 -> %2...").arg(D).arg(V));
+            AgreementRow row;
+            row.draft_depth = D;
+            row.predicted = predicted_acceptance(out->map, D);
+            row.replay = replay_chain(out->map, D, K, max_tokens);
+            ModeSpec s;
+            s.run.mode = tinyloop::DecodeMode::Speculative;
+            s.run.config.max_tokens = max_tokens;
+            s.run.speculation.draft_loops = D;
+            s.run.speculation.verify_loops = V;
+            s.run.speculation.draft_ahead = K;
+            const ModeRun spec = run_mode(ctx.model, ids, s, opts);
+            row.measured = spec.stats;
+            row.sameText = spec.tokens == greedy.tokens;
+            out->rows.push_back(row);
+        }
+    }, [=, this](bool ok, const QString&) {
+        if (!ok) return;
+        m_data = out;
+        show_();
+        setStatus(QString("%1 positions at depth %2; measured speculation with draft_ahead %3")
+                      .arg(out->map.positions()).arg(out->map.final_depth).arg(out->draft_ahead));
+    });
+}
+
+void AgreementView::show_() {
+    const AgreementData& d = *m_data;
+    const AgreementMap& m = d.map;
+    m_map->clearPlottables();
+    m_map->clearGraphs();
+    auto* cmap = new QCPColorMap(m_map->xAxis, m_map->yAxis);
+    const int n = m.positions();
+    cmap->data()->setSize(n, m.final_depth);
+    cmap->data()->setRange(QCPRange(0, n - 1), QCPRange(1, m.final_depth));
+    for (int j = 0; j < n; ++j)
+        for (int depth = 1; depth <= m.final_depth; ++depth)
+            cmap->data()->setCell(j, depth - 1, m.agrees(j, depth) ? 1.0 : 0.0);
+    QCPColorGradient grad;
+    grad.setColorStopAt(0, QColor(235, 235, 235));
+    grad.setColorStopAt(1, QColor(60, 170, 90));
+    grad.setLevelCount(2);
+    cmap->setGradient(grad);
+    cmap->setDataRange(QCPRange(0, 1));
+    cmap->setInterpolate(false);
+    cmap->setName("argmax equals the final depth's");
+    auto* first = m_map->addGraph();
+    first->setName("first agreeing depth");
+    first->setPen(QPen(QColor(200, 60, 60), 2));
+    first->setLineStyle(QCPGraph::lsStepCenter);
+    first->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, QColor(200, 60, 60), 5));
+    QVector<double> xs, ys;
+    for (int j = 0; j < n; ++j) {
+        xs << j;
+        ys << m.first_agree[static_cast<size_t>(j)];
+    }
+    first->setData(xs, ys, true);
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    for (int j = 0; j < n; ++j) {
+        QString p = d.pieces[static_cast<size_t>(j)];
+        p.replace("\n", "\\n");
+        ticker->addTick(j, p.trimmed().isEmpty() ? QString("'%1'").arg(p) : p);
+    }
+    m_map->xAxis->setTicker(ticker);
+    m_map->xAxis->setTickLabelRotation(60);
+    m_map->xAxis->setRange(-0.5, n - 0.5);
+    m_map->yAxis->setRange(0.5, m.final_depth + 0.5);
+    m_map->legend->setVisible(true);
+    m_map->replot();
+
+    QStringList labels;
+    std::vector<double> pred, replay, meas;
+    std::vector<QStringList> rows;
+    for (const AgreementRow& r : d.rows) {
+        labels << QString("D=%1").arg(r.draft_depth);
+        pred.push_back(100.0 * r.predicted);
+        replay.push_back(100.0 * r.replay.acceptance());
+        meas.push_back(100.0 * r.measured.spec_acceptance_rate());
+        rows.push_back({QString::number(r.draft_depth), QString::number(100.0 * r.predicted, 'f', 1),
+                        QString("%1/%2").arg(r.replay.accepted).arg(r.replay.drafted),
+                        QString("%1/%2").arg(r.measured.spec_accepted).arg(r.measured.spec_tested),
+                        QString::number(100.0 * r.measured.spec_acceptance_rate(), 'f', 1),
+                        QString("%1 / %2").arg(r.replay.cycles).arg(r.measured.spec_cycles),
+                        r.sameText ? "yes" : "NO"});
+    }
+    drawCategoryBars(m_bars, labels, {pred, replay, meas},
+                     {"predicted per token (map)", "map replayed as speculation", "measured speculating"}, false,
+                     "acceptance (%)");
+    fillTable(m_table, {"draft depth", "predicted %", "replayed acc/drafted", "measured acc/tested", "measured %",
+                        "cycles replay/measured", "text = greedy"},
+              rows);
+}
+
+nlohmann::json AgreementView::data() const {
+    if (!m_data) return {{"view", "agreement"}};
+    nlohmann::json rows = nlohmann::json::array();
+    for (const AgreementRow& r : m_data->rows)
+        rows.push_back({{"draft_loops", r.draft_depth},
+                        {"predicted_acceptance", r.predicted},
+                        {"replay", {{"cycles", r.replay.cycles}, {"drafted", r.replay.drafted}, {"accepted", r.replay.accepted}}},
+                        {"measured", {{"cycles", r.measured.spec_cycles}, {"drafted", r.measured.spec_drafted},
+                                      {"tested", r.measured.spec_tested}, {"accepted", r.measured.spec_accepted},
+                                      {"acceptance", r.measured.spec_acceptance_rate()}}},
+                        {"text_equals_greedy", r.sameText}});
+    return {{"view", "agreement"}, {"prompt", m_prompt->text().toStdString()}, {"draft_ahead", m_data->draft_ahead},
+            {"max_tokens", m_data->max_tokens}, {"map", agreement_to_json(m_data->map)}, {"rows", rows}};
+}
+
+}  // namespace tlui

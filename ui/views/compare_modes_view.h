@@ -1,0 +1,62 @@
+// View > Compare decode modes: several modes with their settings on one prompt, run concurrently
+// on the one model (or one after another); the texts aligned with the first divergence from a
+// chosen baseline highlighted; a table and bars of tokens/s, time to first token, mean depth,
+// acceptance and the time split. The computation is run_comparison (tinyloop_analysis/compare_modes.h).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <tinyloop_analysis/compare_modes.h>
+#include "views/analysis_window.h"
+
+class QCheckBox;
+class QComboBox;
+class QLineEdit;
+class QListWidget;
+class QSpinBox;
+class QTableWidget;
+class QTextBrowser;
+
+namespace tlui {
+
+class CompareView : public AnalysisWindow {
+    Q_OBJECT
+public:
+    CompareView(WorkbenchAccess* workbench, QWidget* parent);
+
+    nlohmann::json data() const override;
+    void run() override;
+
+    // Inputs (tests, screenshots).
+    void setPrompt(const QString& text);
+    void setMaxTokens(int n);
+    void setConcurrent(bool on);
+    void setModes(const std::vector<ModeSpec>& modes);  // all checked
+    std::vector<ModeSpec> checkedModes() const;
+    void setBaseline(int index);
+
+    const CompareResult* result() const { return m_result.get(); }
+    QTextBrowser* textsView() const { return m_texts; }
+    QTableWidget* table() const { return m_table; }
+
+private:
+    void addMode(const ModeSpec& m, bool checked);
+    void showResult();
+
+    std::vector<ModeSpec> m_specs;  // parallel to m_modes' rows
+    std::shared_ptr<CompareResult> m_result;
+    std::vector<std::vector<QString>> m_pieces;  // per run, per token: its text
+    QLineEdit* m_prompt;
+    QSpinBox* m_maxTokens;
+    QCheckBox* m_concurrent;
+    QComboBox* m_baseline;
+    QListWidget* m_modes;
+    QTextBrowser* m_texts;
+    QTableWidget* m_table;
+    QCustomPlot* m_speed;
+    QCustomPlot* m_depth;
+    QCustomPlot* m_split;
+};
+
+}  // namespace tlui

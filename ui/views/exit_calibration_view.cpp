@@ -1,0 +1,261 @@
+#include "views/exit_calibration_view.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QMouseEvent>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTextBrowser>
+#include <qcustomplot.h>
+
+#include "plots/plot_utils.h"
+
+namespace tlui {
+
+namespace {
+
+using C = tinyloop::EarlyExitCriterion;
+
+QString esc(const std::string& s) {
+    QString t = QString::fromStdString(s).toHtmlEscaped();
+    t.replace("\n", "&#8629;");
+    t.replace(" ", "&nbsp;");
+    return t;
+}
+
+QSpinBox* spin(int lo, int hi, int v) {
+    auto* s = new QSpinBox;
+    s->setRange(lo, hi);
+    s->setValue(v);
+    return s;
+}
+
+// A starting threshold per criterion, in its display units.
+double default_threshold(C c) {
+    switch (c) {
+        case C::HiddenL2: return 0.2;
+        case C::LogitMargin: return 2.0;
+        case C::KL: return 0.1;
+        case C::EntropyDelta: return 0.1;
+        case C::ArgmaxStable: return 0.5;
+    }
+    return 0.1;
+}
+
+}  // namespace
+
+CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Early-exit calibration", parent) {
+    m_criterion = new QComboBox;
+    m_criterion->setObjectName("criterion");
+    for (int c = 0; c < 5; ++c) m_criterion->addItem(criterion_label(static_cast<C>(c)), c);
+    m_threshold = new QDoubleSpinBox;
+    m_threshold->setObjectName("threshold");
+    m_threshold->setDecimals(4);
+    m_threshold->setRange(0.0001, 1000.0);
+    m_threshold->setSingleStep(0.01);
+    m_threshold->setValue(default_threshold(C::HiddenL2));
+    m_patience = spin(1, 16, 1);
+    m_minL = spin(1, 64, 2);
+    m_peek = spin(1, 16, 1);
+    m_maxTokens = spin(2, 512, 48);
+    m_loops = spin(0, 64, 8);
+    m_loops->setSpecialValueText("default");
+    auto add = [this](const QString& label, QWidget* w) {
+        controls()->addWidget(new QLabel(label));
+        controls()->addWidget(w);
+    };
+    add("criterion", m_criterion);
+    add("threshold", m_threshold);
+    add("patience", m_patience);
+    add("min L", m_minL);
+    add("peek every", m_peek);
+    add("tokens", m_maxTokens);
+    add("depth", m_loops);
+    controls()->addStretch(1);
+
+    auto* split = new QSplitter(Qt::Vertical);
+    m_plot = new QCustomPlot;
+    m_plot->setObjectName("calibPlot");
+    stylePlot(m_plot);
+    m_plot->xAxis->setLabel("loop pass (depth)");
+    m_line = new QCPItemStraightLine(m_plot);
+    m_line->setPen(QPen(QColor(200, 40, 40), 2, Qt::DashLine));
+    m_line->setSelectable(false);
+    split->addWidget(m_plot);
+    auto* lower = new QWidget;
+    auto* lv = new QVBoxLayout(lower);
+    lv->setContentsMargins(0, 0, 0, 0);
+    m_summary = new QLabel("Run to collect the per-depth data of a full-depth greedy run of the workbench prompt.");
+    m_summary->setObjectName("summary");
+    m_summary->setWordWrap(true);
+    m_tokens = new QTextBrowser;
+    m_tokens->setObjectName("tokens");
+    lv->addWidget(m_summary);
+    lv->addWidget(m_tokens, 1);
+    split->addWidget(lower);
+    split->setStretchFactor(0, 3);
+    split->setStretchFactor(1, 2);
+    body()->addWidget(split);
+
+    connect(m_criterion, &QComboBox::currentIndexChanged, this, [this] {
+        m_threshold->blockSignals(true);
+        m_threshold->setValue(default_threshold(static_cast<C>(m_criterion->currentData().toInt())));
+        m_threshold->blockSignals(false);
+        rescore();
+    });
+    for (QSpinBox* s : {m_patience, m_minL, m_peek}) connect(s, &QSpinBox::valueChanged, this, [this] { rescore(); });
+    connect(m_threshold, &QDoubleSpinBox::valueChanged, this, [this] { rescore(); });
+    connect(m_plot, &QCustomPlot::mousePress, this, &CalibView::onMousePress);
+    connect(m_plot, &QCustomPlot::mouseMove, this, &CalibView::onMouseMove);
+    connect(m_plot, &QCustomPlot::mouseRelease, this, &CalibView::onMouseRelease);
+}
+
+CalibPolicy CalibView::policy() const {
+    CalibPolicy p;
+    p.criterion = static_cast<C>(m_criterion->currentData().toInt());
+    p.threshold = static_cast<float>(m_threshold->value());
+    p.patience = m_patience->value();
+    p.min_L = m_minL->value();
+    p.peek_every = m_peek->value();
+    return p;
+}
+
+void CalibView::setCriterion(C c) { m_criterion->setCurrentIndex(m_criterion->findData(static_cast<int>(c))); }
+void CalibView::setThreshold(double t) { m_threshold->setValue(t); }
+void CalibView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void CalibView::setLoops(int loops) { m_loops->setValue(loops); }
+
+void CalibView::run() {
+    const QString path = modelPath();
+    const std::string prompt = workbenchPrompt().toStdString();
+    const int max_tokens = m_maxTokens->value();
+    const int loops = m_loops->value();
+    auto out = std::make_shared<CalibData>();
+    startJob("full-depth run, signals and lens", [path, prompt, max_tokens, loops, out](AnalysisJobContext& ctx) {
+        tinyloop::Model* m = ctx.modelAt(path);
+        std::vector<int32_t> ids = tinyloop::tokenize(m, prompt);
+        if (ids.empty())
+            throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "prompt: empty (type one in the workbench)");
+        ctx.progress(0, 1, "collecting");
+        *out = collect_calibration(m, ids, max_tokens, loops, ctx.cancel);
+        ctx.progress(1, 1, "collected");
+    }, [this, out](bool ok, const QString&) {
+        if (!ok) return;
+        m_data = out;
+        m_minL->setMaximum(m_data->loops);
+        rescore();
+    });
+}
+
+void CalibView::rescore() {
+    if (!m_data) return;
+    try {
+        m_scored = rescore_calibration(*m_data, policy());
+    } catch (const std::exception& e) {
+        setStatus(e.what(), true);
+        m_scored.clear();
+    }
+    redraw();
+}
+
+void CalibView::redraw() {
+    if (!m_data) return;
+    const CalibPolicy p = policy();
+    m_plot->clearGraphs();
+    m_plot->yAxis->setLabel(QString("%1%2").arg(criterion_label(p.criterion),
+                                                 p.criterion == C::LogitMargin ? " (margin; exit when >= threshold)"
+                                                                               : " (exit when < threshold)"));
+    const CalibData& d = *m_data;
+    double lo = 0, hi = 0;
+    bool first = true;
+    for (const CalibToken& t : m_scored) {
+        QCPGraph* g = m_plot->addGraph();
+        QVector<double> xs, ys;
+        for (int l = 1; l <= d.loops; ++l) {
+            const double v = display_signal(p.criterion, d.exits.at(p.criterion, t.row, l));
+            if (!std::isfinite(v)) continue;
+            xs.push_back(l);
+            ys.push_back(v);
+            lo = first ? v : std::min(lo, v);
+            hi = first ? v : std::max(hi, v);
+            first = false;
+        }
+        g->setData(xs, ys, true);
+        g->setPen(t.flagged ? QPen(QColor(210, 30, 30, 220), 2.0) : QPen(QColor(60, 100, 200, 90), 1.0));
+        g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, t.flagged ? 5 : 3));
+    }
+    const double thr = p.criterion == C::ArgmaxStable ? 0.5 : p.threshold;
+    m_line->point1->setCoords(0, thr);
+    m_line->point2->setCoords(1, thr);
+    m_line->setVisible(p.criterion != C::ArgmaxStable);
+    m_plot->xAxis->setRange(0.5, d.loops + 0.5);
+    const double top = std::max(hi, thr), bottom = std::min(lo, thr);
+    const double pad = (top - bottom) * 0.05 + 1e-6;
+    m_plot->yAxis->setRange(bottom - pad, top + pad);
+    m_plot->replot();
+
+    // The tokens: flagged ones red, early exits that keep their token blue, each with its depth.
+    QString html = "<div style='font-family: monospace; line-height: 160%'>";
+    for (int i = 0; i < d.prompt_len; ++i)
+        html += "<span style='color:#777'>" + esc(d.pieces[static_cast<size_t>(i)]) + "</span>";
+    if (d.emitted() > 0)
+        html += QString("<span style='background:#ddd'>%1<sub>%2</sub></span>")
+                    .arg(esc(d.pieces[static_cast<size_t>(d.prompt_len)]))
+                    .arg(d.loops);
+    int flagged = 0;
+    double depthSum = d.loops;  // the first token comes from the prompt, at full depth
+    for (const CalibToken& t : m_scored) {
+        const std::string& piece = d.pieces[static_cast<size_t>(d.prompt_len + t.index)];
+        depthSum += t.exit_depth;
+        const bool early = t.exit_depth < d.loops;
+        const QString style = t.flagged ? "background:#f4a0a0" : early ? "background:#cfe3ff" : "";
+        QString tip = QString("exit depth %1").arg(t.exit_depth);
+        if (t.flagged) tip += QString(", would emit id %1 instead of %2").arg(t.exit_token).arg(t.full_token);
+        html += QString("<span style='%1' title='%2'>%3<sub>%4</sub></span>")
+                    .arg(style, tip.toHtmlEscaped(), esc(piece))
+                    .arg(t.exit_depth);
+        flagged += t.flagged;
+    }
+    html += "</div>";
+    m_tokens->setHtml(html);
+    const int emitted = d.emitted();
+    m_summary->setText(QString("%1 of %2 tokens would change at this threshold (red); blue: exits early with the same "
+                               "token; mean depth %3 of %4. Drag the dashed line or edit the threshold.")
+                           .arg(flagged)
+                           .arg(std::max(emitted - 1, 0))
+                           .arg(emitted > 0 ? depthSum / emitted : 0.0, 0, 'f', 2)
+                           .arg(d.loops));
+}
+
+void CalibView::onMousePress(QMouseEvent* e) {
+    if (!m_data || !m_line->visible()) return;
+    const double y = m_plot->yAxis->coordToPixel(m_threshold->value());
+    if (std::abs(e->position().y() - y) <= 6) {
+        m_dragging = true;
+        m_plot->setInteraction(QCP::iRangeDrag, false);
+    }
+}
+
+void CalibView::onMouseMove(QMouseEvent* e) {
+    if (!m_dragging) return;
+    const double v = m_plot->yAxis->pixelToCoord(e->position().y());
+    m_threshold->setValue(std::max(v, m_threshold->minimum()));
+}
+
+void CalibView::onMouseRelease(QMouseEvent*) {
+    if (!m_dragging) return;
+    m_dragging = false;
+    m_plot->setInteraction(QCP::iRangeDrag, true);
+}
+
+nlohmann::json CalibView::data() const {
+    if (!m_data) return {{"view", "early-exit calibration"}, {"empty", true}};
+    return calibration_json(*m_data, policy(), m_scored);
+}
+
+}  // namespace tlui

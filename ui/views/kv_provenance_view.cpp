@@ -1,0 +1,171 @@
+#include "views/kv_provenance_view.h"
+
+#include <algorithm>
+#include <memory>
+
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QLabel>
+#include <QSpinBox>
+#include <QSplitter>
+#include <qcustomplot.h>
+
+#include "plots/plot_utils.h"
+
+namespace tlui {
+
+KvView::KvView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "KV provenance", parent) {
+    m_setup = new QComboBox;
+    m_setup->setObjectName("setup");
+    for (KvSetup s : {KvSetup::Plain, KvSetup::EarlyExit, KvSetup::PrefixCache})
+        m_setup->addItem(kv_setup_name(s), static_cast<int>(s));
+    m_maxTokens = new QSpinBox;
+    m_maxTokens->setRange(1, 512);
+    m_maxTokens->setValue(32);
+    m_loops = new QSpinBox;
+    m_loops->setRange(0, 64);
+    m_loops->setValue(8);
+    m_loops->setSpecialValueText("default");
+    m_threshold = new QDoubleSpinBox;
+    m_threshold->setDecimals(3);
+    m_threshold->setRange(0.001, 10.0);
+    m_threshold->setSingleStep(0.05);
+    m_threshold->setValue(0.2);
+    m_prefix = new QSpinBox;
+    m_prefix->setRange(1, 4096);
+    m_prefix->setValue(4);
+    auto add = [this](const QString& label, QWidget* w) {
+        controls()->addWidget(new QLabel(label));
+        controls()->addWidget(w);
+    };
+    add("set-up", m_setup);
+    add("tokens", m_maxTokens);
+    add("depth", m_loops);
+    add("exit threshold (hidden_l2)", m_threshold);
+    add("cached prefix tokens", m_prefix);
+    controls()->addStretch(1);
+
+    auto* split = new QSplitter(Qt::Vertical);
+    m_map = new QCustomPlot;
+    m_map->setObjectName("kvMap");
+    stylePlot(m_map);
+    m_map->xAxis->setLabel("position");
+    m_map->yAxis->setLabel("execution layer");
+    split->addWidget(m_map);
+    m_mem = new QCustomPlot;
+    m_mem->setObjectName("kvMemory");
+    stylePlot(m_mem);
+    m_mem->xAxis->setLabel("position");
+    m_mem->yAxis->setLabel("KV bytes");
+    m_mem->legend->setVisible(true);
+    split->addWidget(m_mem);
+    split->setStretchFactor(0, 3);
+    split->setStretchFactor(1, 2);
+    m_summary = new QLabel("Run to decode the workbench prompt and record where each key/value row came from.");
+    m_summary->setObjectName("summary");
+    m_summary->setWordWrap(true);
+    body()->addWidget(m_summary);
+    body()->addWidget(split, 1);
+}
+
+void KvView::setSetup(KvSetup s) { m_setup->setCurrentIndex(m_setup->findData(static_cast<int>(s))); }
+void KvView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void KvView::setLoops(int loops) { m_loops->setValue(loops); }
+void KvView::setThreshold(double t) { m_threshold->setValue(t); }
+void KvView::setPrefixLen(int n) { m_prefix->setValue(n); }
+
+void KvView::run() {
+    const QString path = modelPath();
+    const std::string prompt = workbenchPrompt().toStdString();
+    const KvSetup setup = static_cast<KvSetup>(m_setup->currentData().toInt());
+    tinyloop::GenerateConfig c;
+    c.max_tokens = m_maxTokens->value();
+    c.loops = m_loops->value();
+    c.early_exit_patience = setup == KvSetup::EarlyExit ? 1 : 0;
+    c.early_exit_criterion = tinyloop::EarlyExitCriterion::HiddenL2;
+    c.early_exit_threshold = static_cast<float>(m_threshold->value());
+    const int prefix = m_prefix->value();
+    auto out = std::make_shared<KvRun>();
+    startJob("decoding with provenance", [path, prompt, setup, c, prefix, out](AnalysisJobContext& ctx) {
+        tinyloop::Model* m = ctx.modelAt(path);
+        const std::vector<int32_t> ids = tinyloop::tokenize(m, prompt);
+        ctx.progress(0, 1, "decoding");
+        *out = run_kv_provenance(m, ids, c, setup, std::min(prefix, static_cast<int>(ids.size())));
+        ctx.progress(1, 1, "done");
+    }, [this, out](bool ok, const QString&) {
+        if (!ok) return;
+        m_run = std::move(*out);
+        m_has = true;
+        redraw();
+    });
+}
+
+void KvView::redraw() {
+    const tinyloop::KVProvenance& p = m_run.prov;
+    m_map->clearPlottables();
+    auto* cmap = new QCPColorMap(m_map->xAxis, m_map->yAxis);
+    cmap->data()->setSize(p.n_positions, p.n_layers);
+    cmap->data()->setRange(QCPRange(0, std::max(p.n_positions - 1, 1)), QCPRange(0, std::max(p.n_layers - 1, 1)));
+    for (int e = 0; e < p.n_layers; ++e)
+        for (int pos = 0; pos < p.n_positions; ++pos) cmap->data()->setCell(pos, e, static_cast<int>(p.at(e, pos)));
+    QCPColorGradient g;
+    g.setLevelCount(4);
+    g.setColorStopAt(0.0, QColor(235, 235, 235));  // none
+    g.setColorStopAt(0.33, QColor(60, 110, 210));  // computed
+    g.setColorStopAt(0.67, QColor(240, 150, 30));  // propagated
+    g.setColorStopAt(1.0, QColor(40, 170, 90));    // reused
+    cmap->setGradient(g);
+    cmap->setDataRange(QCPRange(0, 3));
+    cmap->setInterpolate(false);
+    m_map->xAxis->setRange(-0.5, p.n_positions - 0.5);
+    m_map->yAxis->setRange(-0.5, p.n_layers - 0.5);
+    m_map->replot();
+
+    m_mem->clearGraphs();
+    QVector<double> xs, live, alloc;
+    for (int pos = 0; pos < p.n_positions; ++pos) {
+        xs.push_back(pos);
+        live.push_back(static_cast<double>(m_run.live_bytes[static_cast<size_t>(pos)]));
+        alloc.push_back(static_cast<double>(p.kv_bytes_allocated));
+    }
+    QCPGraph* gl = m_mem->addGraph();
+    gl->setName("written (live)");
+    gl->setData(xs, live, true);
+    gl->setPen(QPen(QColor(60, 110, 210), 2));
+    QCPGraph* ga = m_mem->addGraph();
+    ga->setName("allocated by the call");
+    ga->setData(xs, alloc, true);
+    ga->setPen(QPen(QColor(120, 120, 120), 1.5, Qt::DashLine));
+    m_mem->rescaleAxes();
+    m_mem->yAxis->setRangeLower(0);
+    m_mem->replot();
+
+    QString text = QString("%1: %2 positions x %3 execution layers (%4 prelude + %5 per pass). Rows: "
+                           "<span style='color:#3c6ed2'>computed %6</span>, "
+                           "<span style='color:#f0961e'>propagated %7</span>, "
+                           "<span style='color:#28aa5a'>reused %8</span>, never written %9. "
+                           "KV written %10 KiB of %11 KiB allocated.")
+                       .arg(kv_setup_name(m_run.setup))
+                       .arg(p.n_positions)
+                       .arg(p.n_layers)
+                       .arg(p.n_pre_blocks)
+                       .arg(p.n_loop_layers)
+                       .arg(m_run.count(tinyloop::KVOrigin::Computed))
+                       .arg(m_run.count(tinyloop::KVOrigin::Propagated))
+                       .arg(m_run.count(tinyloop::KVOrigin::Reused))
+                       .arg(m_run.count(tinyloop::KVOrigin::None))
+                       .arg(static_cast<double>(p.kv_bytes_written) / 1024.0, 0, 'f', 1)
+                       .arg(static_cast<double>(p.kv_bytes_allocated) / 1024.0, 0, 'f', 1);
+    if (m_run.setup == KvSetup::PrefixCache)
+        text += QString(" The prefix cache (%1 tokens) holds %2 KiB.")
+                    .arg(m_run.prefix_len)
+                    .arg(static_cast<double>(m_run.prefix_cache_bytes) / 1024.0, 0, 'f', 1);
+    m_summary->setText(text);
+}
+
+nlohmann::json KvView::data() const {
+    if (!m_has) return {{"view", "kv provenance"}, {"empty", true}};
+    return kv_json(m_run);
+}
+
+}  // namespace tlui

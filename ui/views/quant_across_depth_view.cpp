@@ -1,0 +1,185 @@
+#include "views/quant_across_depth_view.h"
+
+#include <algorithm>
+#include <memory>
+
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QSplitter>
+#include <qcustomplot.h>
+
+#include "plots/plot_utils.h"
+
+namespace tlui {
+
+QString suggestedSecondModel(const QString& path) {
+    const QFileInfo fi(path);
+    const QString base = fi.fileName();
+    QStringList candidates;
+    if (base.contains("f32")) candidates << QString(base).replace("f32", "q4") << QString(base).replace("f32", "q8");
+    else if (base.contains("q4")) candidates << QString(base).replace("q4", "f32");
+    else if (base.contains("q8")) candidates << QString(base).replace("q8", "f32");
+    for (const QString& c : candidates) {
+        const QString p = fi.dir().filePath(c);
+        if (QFileInfo::exists(p)) return p;
+    }
+    return QString();
+}
+
+QuantView::QuantView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Quantization across depth", parent) {
+    m_second = new QLineEdit(suggestedSecondModel(modelPath()));
+    m_second->setObjectName("secondModel");
+    m_second->setPlaceholderText("second file of the same model (e.g. model-q4.tinyloop)");
+    auto* browse = new QPushButton("Browse...");
+    m_maxTokens = new QSpinBox;
+    m_maxTokens->setRange(0, 512);
+    m_maxTokens->setValue(32);
+    m_loops = new QSpinBox;
+    m_loops->setRange(0, 64);
+    m_loops->setValue(8);
+    m_loops->setSpecialValueText("default");
+    controls()->addWidget(new QLabel("second model"));
+    controls()->addWidget(m_second, 1);
+    controls()->addWidget(browse);
+    controls()->addWidget(new QLabel("continuation tokens"));
+    controls()->addWidget(m_maxTokens);
+    controls()->addWidget(new QLabel("depth"));
+    controls()->addWidget(m_loops);
+    connect(browse, &QPushButton::clicked, this, [this] {
+        const QString p = QFileDialog::getOpenFileName(this, "Second model file", QFileInfo(modelPath()).path(),
+                                                       "TinyLoop models (*.tinyloop)");
+        if (!p.isEmpty()) m_second->setText(p);
+    });
+    auto* split = new QSplitter(Qt::Vertical);
+    auto* top = new QSplitter(Qt::Horizontal);
+    m_traj = new QCustomPlot;
+    m_traj->setObjectName("trajectories");
+    stylePlot(m_traj);
+    m_traj->xAxis->setLabel("depth");
+    m_traj->yAxis->setLabel("mean over tokens");
+    m_traj->legend->setVisible(true);
+    m_div = new QCustomPlot;
+    m_div->setObjectName("divergence");
+    stylePlot(m_div);
+    m_div->xAxis->setLabel("depth");
+    m_div->yAxis->setLabel("mean KL(A || B), nats");
+    m_div->yAxis2->setVisible(true);
+    m_div->yAxis2->setLabel("mean max |logit A - logit B|");
+    m_div->legend->setVisible(true);
+    top->addWidget(m_traj);
+    top->addWidget(m_div);
+    m_heat = new QCustomPlot;
+    m_heat->setObjectName("klHeatmap");
+    stylePlot(m_heat);
+    m_heat->xAxis->setLabel("position");
+    m_heat->yAxis->setLabel("depth (colour: KL(A || B))");
+    split->addWidget(top);
+    split->addWidget(m_heat);
+    body()->addWidget(split);
+}
+
+void QuantView::setSecondPath(const QString& path) { m_second->setText(path); }
+QString QuantView::secondPath() const { return m_second->text(); }
+void QuantView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void QuantView::setLoops(int loops) { m_loops->setValue(loops); }
+
+void QuantView::run() {
+    const QString pathA = modelPath();
+    if (m_second->text().isEmpty()) m_second->setText(suggestedSecondModel(pathA));
+    const QString pathB = m_second->text();
+    const std::string prompt = workbenchPrompt().toStdString();
+    const int max_tokens = m_maxTokens->value();
+    const int loops = m_loops->value();
+    auto out = std::make_shared<QuantData>();
+    startJob("two lenses", [pathA, pathB, prompt, max_tokens, loops, out](AnalysisJobContext& ctx) {
+        if (pathB.isEmpty())
+            throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "second model: choose a file");
+        tinyloop::Model* a = ctx.modelAt(pathA);
+        ctx.progress(0, 3, "loading the second model");
+        tinyloop::Model* b = ctx.modelAt(pathB);
+        check_same_model(a, b);
+        std::vector<int32_t> ids = tinyloop::tokenize(a, prompt);
+        if (ids.empty())
+            throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "prompt: empty (type one in the workbench)");
+        ctx.checkCancel();
+        if (max_tokens > 0) {  // the first model's greedy continuation, read by both
+            ctx.progress(1, 3, "continuation");
+            tinyloop::GenerateConfig c;
+            c.max_tokens = max_tokens;
+            c.loops = loops;
+            ids = tinyloop::generate_ex(a, ids.data(), static_cast<int>(ids.size()), c).tokens;
+        }
+        ctx.checkCancel();
+        ctx.progress(2, 3, "lens of both");
+        *out = compare_quantized(a, b, ids, loops);
+        ctx.progress(3, 3, "done");
+    }, [this, out](bool ok, const QString&) {
+        if (!ok) return;
+        m_data = std::move(*out);
+        m_has = true;
+        setStatus(QString("A = %1, B = %2").arg(QFileInfo(QString::fromStdString(m_data.name_a)).fileName(),
+                                                QFileInfo(QString::fromStdString(m_data.name_b)).fileName()));
+        redraw();
+    });
+}
+
+void QuantView::redraw() {
+    const QuantData& q = m_data;
+    QVector<double> xs, pa, pb, agree, kl, diff;
+    for (int l = 1; l <= q.loops; ++l) {
+        xs.push_back(l);
+        pa.push_back(q.mean_p_final_a(l));
+        pb.push_back(q.mean_p_final_b(l));
+        agree.push_back(q.top1_agreement(l));
+        kl.push_back(q.mean_kl(l));
+        diff.push_back(q.mean_max_abs_diff(l));
+    }
+    auto line = [](QCustomPlot* plot, QCPAxis* y, const QString& name, const QVector<double>& x,
+                   const QVector<double>& v, QColor c, Qt::PenStyle style) {
+        QCPGraph* g = plot->addGraph(plot->xAxis, y);
+        g->setName(name);
+        g->setData(x, v, true);
+        g->setPen(QPen(c, 2, style));
+        g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 5));
+    };
+    m_traj->clearGraphs();
+    line(m_traj, m_traj->yAxis, "A: p(A's final argmax)", xs, pa, QColor(40, 90, 200), Qt::SolidLine);
+    line(m_traj, m_traj->yAxis, "B: p(B's final argmax)", xs, pb, QColor(220, 120, 20), Qt::SolidLine);
+    line(m_traj, m_traj->yAxis, "top-1 agreement A/B", xs, agree, QColor(30, 150, 70), Qt::DashLine);
+    m_traj->xAxis->setRange(0.5, q.loops + 0.5);
+    m_traj->yAxis->setRange(0, 1.05);
+    m_traj->replot();
+    m_div->clearGraphs();
+    line(m_div, m_div->yAxis, "mean KL(A || B)", xs, kl, QColor(190, 40, 40), Qt::SolidLine);
+    line(m_div, m_div->yAxis2, "mean max |logit diff|", xs, diff, QColor(110, 60, 170), Qt::DashLine);
+    m_div->xAxis->setRange(0.5, q.loops + 0.5);
+    m_div->yAxis->rescale();
+    m_div->yAxis->setRangeLower(0);
+    m_div->yAxis2->rescale();
+    m_div->yAxis2->setRangeLower(0);
+    m_div->replot();
+    m_heat->clearPlottables();
+    auto* cmap = new QCPColorMap(m_heat->xAxis, m_heat->yAxis);
+    cmap->data()->setSize(q.n, q.loops);
+    cmap->data()->setRange(QCPRange(0, std::max(q.n - 1, 1)), QCPRange(1, std::max(q.loops, 2)));
+    for (int l = 1; l <= q.loops; ++l)
+        for (int p = 0; p < q.n; ++p) cmap->data()->setCell(p, l - 1, q.kl[q.at(l, p)]);
+    cmap->setGradient(QCPColorGradient::gpHot);
+    cmap->setInterpolate(false);
+    cmap->rescaleDataRange();
+    m_heat->xAxis->setRange(-0.5, q.n - 0.5);
+    m_heat->yAxis->setRange(0.5, q.loops + 0.5);
+    m_heat->replot();
+}
+
+nlohmann::json QuantView::data() const {
+    if (!m_has) return {{"view", "quantization across depth"}, {"empty", true}};
+    return quant_json(m_data);
+}
+
+}  // namespace tlui

@@ -1,0 +1,322 @@
+#include "views/speculation_sweep_view.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include <QComboBox>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include "main/preset_store.h"
+#include "worker/engine_host.h"
+#include "plots/plot_utils.h"
+
+namespace tlui {
+
+Preset bestPreset(const SweepResult& r) {
+    Preset p;
+    const int b = r.best_cell();
+    if (b < 0) return p;
+    const SweepCell& c = r.cells[static_cast<size_t>(b)];
+    const ModeSpec best = r.best_spec();
+    p.mode = workbenchMode(best.run.mode);
+    p.config = best.run.config;
+    p.knobs.draft_loops = best.run.speculation.draft_loops;
+    p.knobs.verify_loops = best.run.speculation.verify_loops;
+    p.knobs.draft_ahead = best.run.speculation.draft_ahead;
+    p.knobs.K_branches = best.run.speculation.branches;
+    p.name = QString::fromStdString(best.label);
+    p.name[0] = p.name[0].toUpper();
+    p.description = QString("From the speculation sweep over %1 prompt(s), %2 tokens each: measured %3x over "
+                            "greedy at depth %4, acceptance %5%.")
+                        .arg(r.spec.prompts.size())
+                        .arg(r.spec.max_tokens)
+                        .arg(c.measured_speedup(), 0, 'f', 2)
+                        .arg(r.verify_loops)
+                        .arg(100.0 * c.acceptance(), 0, 'f', 1);
+    return p;
+}
+
+namespace {
+
+std::optional<std::vector<int>> parseList(const QString& field, const QString& text, QString* error) {
+    std::vector<int> out;
+    for (const QString& part : text.split(',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const int v = part.trimmed().toInt(&ok);
+        if (!ok) {
+            if (error) *error = QString("%1: '%2' is not an integer (a comma-separated list, e.g. 1,2,3)").arg(field, part.trimmed());
+            return std::nullopt;
+        }
+        if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    }
+    if (out.empty()) {
+        if (error) *error = QString("%1: empty (a comma-separated list, e.g. 1,2,3)").arg(field);
+        return std::nullopt;
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+}  // namespace
+
+SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Speculation tuning sweep", parent) {
+    QVBoxLayout* v = body();
+    auto* top = new QHBoxLayout;
+    m_prompts = new QPlainTextEdit;
+    m_prompts->setObjectName("prompts");
+    m_prompts->setPlainText("In the beginning\nAnd God said, Let there be light\nThe LORD is my shepherd");
+    m_prompts->setMaximumHeight(90);
+    auto* pv = new QVBoxLayout;
+    pv->addWidget(new QLabel("Prompts (one per line)"));
+    pv->addWidget(m_prompts);
+    top->addLayout(pv, 2);
+    auto* form = new QFormLayout;
+    m_maxTokens = new QSpinBox;
+    m_maxTokens->setRange(1, 4096);
+    m_maxTokens->setValue(32);
+    m_verify = new QSpinBox;
+    m_verify->setRange(0, 64);
+    m_verify->setValue(8);
+    m_verify->setSpecialValueText("model default");
+    m_draftLoops = new QLineEdit("1,2,3,4");
+    m_draftAhead = new QLineEdit("2,4,6,8");
+    m_branches = new QLineEdit("0");
+    m_branches->setToolTip("0 = chain speculation; K >= 1 = tree speculation with K branches (draft_ahead <= 8)");
+    form->addRow("Max tokens", m_maxTokens);
+    form->addRow("Verify depth", m_verify);
+    form->addRow("draft_loops", m_draftLoops);
+    form->addRow("draft_ahead", m_draftAhead);
+    form->addRow("K_branches (0 = chain)", m_branches);
+    top->addLayout(form, 1);
+    v->addLayout(top);
+
+    auto* bestRow = new QHBoxLayout;
+    m_best = new QLabel("Run the sweep to find the best setting.");
+    m_best->setObjectName("best");
+    m_saveBest = new QPushButton("Save best as preset");
+    m_saveBest->setEnabled(false);
+    m_kPick = new QComboBox;
+    bestRow->addWidget(new QLabel("Heatmaps for"));
+    bestRow->addWidget(m_kPick);
+    bestRow->addWidget(m_best, 1);
+    bestRow->addWidget(m_saveBest);
+    v->addLayout(bestRow);
+
+    auto* split = new QSplitter(Qt::Vertical);
+    auto* maps = new QWidget;
+    auto* mh = new QHBoxLayout(maps);
+    mh->setContentsMargins(0, 0, 0, 0);
+    m_speedMap = new QCustomPlot;
+    m_speedMap->setObjectName("speedupMap");
+    m_accMap = new QCustomPlot;
+    m_accMap->setObjectName("acceptanceMap");
+    m_scatter = new QCustomPlot;
+    m_scatter->setObjectName("predictedVsMeasured");
+    for (QCustomPlot* p : {m_speedMap, m_accMap, m_scatter}) {
+        stylePlot(p);
+        p->setMinimumHeight(260);
+        mh->addWidget(p);
+    }
+    split->addWidget(maps);
+    m_table = new QTableWidget;
+    m_table->setObjectName("table");
+    split->addWidget(m_table);
+    v->addWidget(split, 1);
+
+    connect(m_kPick, &QComboBox::currentIndexChanged, this, [this] {
+        if (m_result) showResult();
+    });
+    connect(m_saveBest, &QPushButton::clicked, this, [this] {
+        QString err;
+        const QString name = saveBestPreset(&err);
+        setStatus(name.isEmpty() ? err : QString("saved preset \"%1\"").arg(name), name.isEmpty());
+    });
+}
+
+void SweepView::setPrompts(const QStringList& prompts) { m_prompts->setPlainText(prompts.join('\n')); }
+void SweepView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void SweepView::setVerifyLoops(int v) { m_verify->setValue(v); }
+void SweepView::setGrid(const QString& d, const QString& k, const QString& b) {
+    m_draftLoops->setText(d);
+    m_draftAhead->setText(k);
+    m_branches->setText(b);
+}
+
+std::optional<SweepSpec> SweepView::spec(QString* error) const {
+    SweepSpec s;
+    for (const QString& line : m_prompts->toPlainText().split('\n'))
+        if (!line.trimmed().isEmpty()) s.prompts.push_back(line.toStdString());
+    if (s.prompts.empty()) {
+        if (error) *error = "prompts: at least one non-empty line";
+        return std::nullopt;
+    }
+    s.max_tokens = m_maxTokens->value();
+    s.verify_loops = m_verify->value();
+    auto d = parseList("draft_loops", m_draftLoops->text(), error);
+    auto k = parseList("draft_ahead", m_draftAhead->text(), error);
+    auto b = parseList("K_branches", m_branches->text(), error);
+    if (!d || !k || !b) return std::nullopt;
+    s.draft_loops = *d;
+    s.draft_ahead = *k;
+    s.branches = *b;
+    return s;
+}
+
+void SweepView::run() {
+    if (isBusy()) return;
+    QString err;
+    const auto sp = spec(&err);
+    if (!sp) return setStatus(err, true);
+    auto out = std::make_shared<SweepResult>();
+    const SweepSpec s = *sp;
+    startJob("sweeping...", [=](AnalysisJobContext& ctx) {
+        *out = run_sweep(ctx.model, s, ctx.cancel, [&ctx](int done, int total) {
+            ctx.progress(done, total, QString("run %1 of %2").arg(done).arg(total));
+        });
+    }, [=, this](bool, const QString& error) {
+        // A cancelled sweep still shows the cells it finished.
+        if (out->cells.empty()) return;
+        m_result = out;
+        std::set<int> ks;
+        for (const SweepCell& c : out->cells) ks.insert(c.branches);
+        m_kPick->blockSignals(true);
+        m_kPick->clear();
+        for (int k : ks) m_kPick->addItem(k == 0 ? QString("chain") : QString("tree K=%1").arg(k), k);
+        m_kPick->blockSignals(false);
+        showResult();
+        if (!error.isEmpty()) setStatus(QString("%1: showing the cells finished").arg(error), true);
+        else setStatus(QString("%1 cells x %2 prompts, verify depth %3").arg(out->cells.size()).arg(out->spec.prompts.size()).arg(out->verify_loops));
+    });
+}
+
+void SweepView::showResult() {
+    const SweepResult& r = *m_result;
+    const int K = m_kPick->currentData().toInt();
+    const auto& dl = r.spec.draft_loops;
+    const auto& da = r.spec.draft_ahead;
+    auto drawMap = [&](QCustomPlot* plot, const QString& title, auto value, double lo, double hi) {
+        plot->clearItems();
+        plot->clearPlottables();
+        plot->plotLayout()->clear();
+        auto* rect = new QCPAxisRect(plot);
+        plot->plotLayout()->addElement(0, 0, new QCPTextElement(plot, title));
+        plot->plotLayout()->addElement(1, 0, rect);
+        auto* scale = new QCPColorScale(plot);
+        plot->plotLayout()->addElement(1, 1, scale);
+        auto* cmap = new QCPColorMap(rect->axis(QCPAxis::atBottom), rect->axis(QCPAxis::atLeft));
+        const int nx = static_cast<int>(da.size()), ny = static_cast<int>(dl.size());
+        cmap->data()->setSize(nx, ny);
+        cmap->data()->setRange(QCPRange(0, nx - 1), QCPRange(0, ny - 1));
+        for (int x = 0; x < nx; ++x)
+            for (int y = 0; y < ny; ++y) cmap->data()->setCell(x, y, std::numeric_limits<double>::quiet_NaN());
+        for (const SweepCell& c : r.cells) {
+            if (c.branches != K || c.runs == 0) continue;
+            const int x = static_cast<int>(std::find(da.begin(), da.end(), c.draft_ahead) - da.begin());
+            const int y = static_cast<int>(std::find(dl.begin(), dl.end(), c.draft_loops) - dl.begin());
+            const double val = value(c);
+            cmap->data()->setCell(x, y, val);
+            auto* label = new QCPItemText(plot);
+            label->setClipAxisRect(rect);
+            label->position->setAxes(rect->axis(QCPAxis::atBottom), rect->axis(QCPAxis::atLeft));
+            label->position->setCoords(x, y);
+            label->setText(QString::number(val, 'f', 2));
+            label->setColor(Qt::black);
+        }
+        cmap->setColorScale(scale);
+        cmap->setGradient(QCPColorGradient::gpThermal);
+        cmap->setInterpolate(false);
+        cmap->setDataRange(QCPRange(lo, hi > lo ? hi : lo + 1));
+        auto tx = QSharedPointer<QCPAxisTickerText>::create();
+        for (int x = 0; x < nx; ++x) tx->addTick(x, QString::number(da[static_cast<size_t>(x)]));
+        auto ty = QSharedPointer<QCPAxisTickerText>::create();
+        for (int y = 0; y < ny; ++y) ty->addTick(y, QString::number(dl[static_cast<size_t>(y)]));
+        rect->axis(QCPAxis::atBottom)->setTicker(tx);
+        rect->axis(QCPAxis::atLeft)->setTicker(ty);
+        rect->axis(QCPAxis::atBottom)->setLabel("draft_ahead");
+        rect->axis(QCPAxis::atLeft)->setLabel("draft_loops");
+        rect->axis(QCPAxis::atBottom)->setRange(-0.5, nx - 0.5);
+        rect->axis(QCPAxis::atLeft)->setRange(-0.5, ny - 0.5);
+        plot->replot();
+    };
+    double smax = 0;
+    for (const SweepCell& c : r.cells) smax = std::max(smax, c.measured_speedup());
+    drawMap(m_speedMap, "measured speedup over greedy (x)", [](const SweepCell& c) { return c.measured_speedup(); }, 0.0,
+            std::max(1.0, smax));
+    drawMap(m_accMap, "measured acceptance", [](const SweepCell& c) { return c.acceptance(); }, 0.0, 1.0);
+
+    m_scatter->clearGraphs();
+    m_scatter->clearItems();
+    auto* g = m_scatter->addGraph();
+    g->setName("cells");
+    g->setLineStyle(QCPGraph::lsNone);
+    g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, QColor(70, 120, 230), 7));
+    QVector<double> px, my;
+    double hi = 1.0;
+    std::vector<QStringList> rows;
+    for (const SweepCell& c : r.cells) {
+        if (c.runs == 0) continue;
+        px << c.predicted_speedup(r.verify_loops);
+        my << c.measured_speedup();
+        hi = std::max({hi, c.predicted_speedup(r.verify_loops), c.measured_speedup()});
+        rows.push_back({c.branches ? QString("tree K=%1").arg(c.branches) : QString("chain"), QString::number(c.draft_loops),
+                        QString::number(c.draft_ahead), QString::number(c.runs), QString::number(c.tokens),
+                        QString("%1/%2").arg(c.accepted).arg(c.tested), QString::number(100.0 * c.acceptance(), 'f', 1),
+                        QString::number(100.0 * c.predicted_acceptance, 'f', 1),
+                        QString::number(c.measured_speedup(), 'f', 2), QString::number(c.predicted_speedup(r.verify_loops), 'f', 2),
+                        c.equals_greedy ? "yes" : "NO", QString::fromStdString(c.error)});
+    }
+    g->setData(px, my);
+    auto* diag = m_scatter->addGraph();
+    diag->setName("measured = predicted");
+    diag->setPen(QPen(Qt::gray, 1, Qt::DashLine));
+    diag->setData({0, hi * 1.1}, {0, hi * 1.1});
+    m_scatter->xAxis->setLabel("predicted speedup (from acceptance)");
+    m_scatter->yAxis->setLabel("measured speedup");
+    m_scatter->xAxis->setRange(0, hi * 1.1);
+    m_scatter->yAxis->setRange(0, hi * 1.1);
+    m_scatter->legend->setVisible(true);
+    m_scatter->replot();
+    fillTable(m_table, {"mode", "draft_loops", "draft_ahead", "prompts", "tokens", "accepted/tested", "acceptance %",
+                        "predicted acc. %", "measured x", "predicted x", "text = greedy", "error"},
+              rows);
+    const int b = r.best_cell();
+    m_saveBest->setEnabled(b >= 0);
+    if (b >= 0) {
+        const Preset p = bestPreset(r);
+        m_best->setText(QString("Best: %1 (measured %2x, acceptance %3%)")
+                            .arg(p.name)
+                            .arg(r.cells[static_cast<size_t>(b)].measured_speedup(), 0, 'f', 2)
+                            .arg(100.0 * r.cells[static_cast<size_t>(b)].acceptance(), 0, 'f', 1));
+    }
+}
+
+QString SweepView::saveBestPreset(QString* error) {
+    if (!m_result || m_result->best_cell() < 0) {
+        if (error) *error = "no finished cell to save";
+        return QString();
+    }
+    const Preset p = bestPreset(*m_result);
+    if (!workbench()->savePreset(p, error)) return QString();
+    return p.name;
+}
+
+nlohmann::json SweepView::data() const {
+    if (!m_result) return {{"view", "sweep"}};
+    nlohmann::json j = sweep_to_json(*m_result);
+    if (m_result->best_cell() >= 0) j["best_preset"] = presetToJson(bestPreset(*m_result));
+    return j;
+}
+
+}  // namespace tlui

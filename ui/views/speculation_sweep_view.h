@@ -1,0 +1,64 @@
+// View > Speculation tuning sweep: a grid draft_loops x draft_ahead (x K_branches for tree) on a
+// prompt set, with progress and cancel; heatmaps of measured speedup (against greedy at the verify
+// depth, same prompts, same run) and acceptance; predicted speedup (from the agreement maps'
+// acceptance) against measured; the best cell offered as a preset. The computation is run_sweep.
+#pragma once
+
+#include <memory>
+
+#include <tinyloop_analysis/speculation_sweep.h>
+#include "main/preset_store.h"
+#include "views/analysis_window.h"
+
+class QComboBox;
+class QLineEdit;
+class QPlainTextEdit;
+class QSpinBox;
+class QTableWidget;
+class QLabel;
+class QPushButton;
+
+namespace tlui {
+
+// The sweep's best cell as a workbench preset (mode, max_tokens, knobs; named after the cell,
+// described by its measurement); an empty preset when no cell finished.
+Preset bestPreset(const SweepResult& r);
+
+class SweepView : public AnalysisWindow {
+    Q_OBJECT
+public:
+    SweepView(WorkbenchAccess* workbench, QWidget* parent);
+
+    nlohmann::json data() const override;
+    void run() override;
+
+    // Inputs (tests): prompts one per line; lists as "1,2,3".
+    void setPrompts(const QStringList& prompts);
+    void setMaxTokens(int n);
+    void setVerifyLoops(int v);
+    void setGrid(const QString& draft_loops, const QString& draft_ahead, const QString& branches);
+    std::optional<SweepSpec> spec(QString* error) const;
+    const SweepResult* result() const { return m_result.get(); }
+    // Saves the best cell as a preset in the workbench's preset store; returns its name ("" on failure).
+    QString saveBestPreset(QString* error = nullptr);
+
+private:
+    void showResult();
+
+    std::shared_ptr<SweepResult> m_result;
+    QPlainTextEdit* m_prompts;
+    QSpinBox* m_maxTokens;
+    QSpinBox* m_verify;
+    QLineEdit* m_draftLoops;
+    QLineEdit* m_draftAhead;
+    QLineEdit* m_branches;
+    QComboBox* m_kPick;
+    QCustomPlot* m_speedMap;
+    QCustomPlot* m_accMap;
+    QCustomPlot* m_scatter;
+    QTableWidget* m_table;
+    QLabel* m_best;
+    QPushButton* m_saveBest;
+};
+
+}  // namespace tlui

@@ -1,0 +1,228 @@
+#include "worker/engine_host.h"
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+
+#include <QThread>
+
+namespace tlui {
+
+namespace {
+
+// The workbench's decode modes as the engine's.
+tinyloop::DecodeMode engineMode(DecodeMode m) {
+    switch (m) {
+        case DecodeMode::Greedy: return tinyloop::DecodeMode::Greedy;
+        case DecodeMode::Sampling: return tinyloop::DecodeMode::Sample;
+        case DecodeMode::Speculative: return tinyloop::DecodeMode::Speculative;
+        case DecodeMode::Tree: return tinyloop::DecodeMode::Tree;
+        case DecodeMode::Beam: return tinyloop::DecodeMode::Beam;
+        case DecodeMode::EarlyExit: return tinyloop::DecodeMode::EarlyExit;
+    }
+    return tinyloop::DecodeMode::Greedy;
+}
+
+}  // namespace
+
+DecodeMode workbenchMode(tinyloop::DecodeMode m) {
+    for (DecodeMode w : allModes())
+        if (engineMode(w) == m) return w;
+    return DecodeMode::Speculative;  // DraftModel
+}
+
+tinyloop::RunSpec toRunSpec(DecodeMode mode, const tinyloop::GenerateConfig& config, const SpeculativeKnobs& knobs,
+                            const tinyloop::HParams& hp) {
+    tinyloop::RunSpec spec;
+    spec.mode = engineMode(mode);
+    spec.config = config;
+    spec.speculation = {.verify_loops = knobs.verify_loops > 0 ? knobs.verify_loops : hp.default_loops,
+                        .draft_loops = knobs.draft_loops,
+                        .draft_ahead = knobs.draft_ahead,
+                        .branches = knobs.K_branches};
+    return spec;
+}
+
+void registerEngineMetaTypes() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        qRegisterMetaType<tinyloop::TokenEvent>("tinyloop::TokenEvent");
+        qRegisterMetaType<tlui::RunRequest>("tlui::RunRequest");
+        qRegisterMetaType<tlui::RunResult>("tlui::RunResult");
+        qRegisterMetaType<tlui::ModelLoaded>("tlui::ModelLoaded");
+        qRegisterMetaType<tlui::LensReady>("tlui::LensReady");
+    });
+}
+
+EngineHost::EngineHost(QObject* parent) : QObject(parent) { registerEngineMetaTypes(); }
+
+EngineHost::~EngineHost() = default;
+
+std::shared_ptr<tinyloop::Model> EngineHost::sharedModel() const {
+    std::lock_guard<std::mutex> lock(m_modelMutex);
+    return m_model;
+}
+
+QString EngineHost::modelPath() const {
+    std::lock_guard<std::mutex> lock(m_modelMutex);
+    return m_modelPath;
+}
+
+void EngineHost::requestStop(quint64 upToId) {
+    quint64 cur = m_cancelUpTo.load();
+    while (upToId > cur && !m_cancelUpTo.compare_exchange_weak(cur, upToId)) {
+    }
+}
+
+void EngineHost::shutdown() { m_shutdown.store(true); }
+
+void EngineHost::loadModel(const QString& path) {
+    if (m_shutdown.load()) return;
+    emit loadStarted(path);
+    tinyloop::Model* fresh = nullptr;
+    try {
+        fresh = tinyloop::load_model(path.toStdString());
+        ModelLoaded m;
+        m.info = tinyloop::model_info(fresh);
+        m.vramBytes = tinyloop::vram_usage_bytes(fresh);
+        const int n = m.info.tokenizer_vocab;
+        m.vocab.reserve(n);
+        for (int id = 0; id < n; ++id) {
+            try {
+                m.vocab.push_back(QString::fromStdString(
+                    tinyloop::sanitize_utf8(tinyloop::token_bytes(fresh, id))));
+            } catch (const std::exception&) {
+                m.vocab.push_back(QString("<%1>").arg(id));
+            }
+        }
+        // Only now does the new model replace the old one: a refused file leaves it in place.
+        {
+            std::lock_guard<std::mutex> lock(m_modelMutex);
+            m_model.reset(fresh, tinyloop::free_model);
+            m_modelPath = path;
+        }
+        emit modelLoaded(m);
+    } catch (const std::exception& e) {
+        tinyloop::free_model(fresh);
+        emit modelLoadFailed(path, QString::fromStdString(e.what()));
+    }
+}
+
+void EngineHost::validateConfig(quint64 ticket, const RunRequest& req) {
+    tinyloop::Model* model = m_model.get();  // only this thread replaces m_model
+    if (!model) {
+        emit configChecked(ticket, QStringLiteral("no model loaded"));
+        return;
+    }
+    try {
+        auto ids = tinyloop::tokenize(model, req.prompt.toStdString());
+        if (ids.empty()) ids.push_back(0);  // generate starts an empty prompt from BOS/EOS
+        tinyloop::Owned<tinyloop::Grammar> grammar;
+        tinyloop::GenerateConfig cfg = req.config;
+        if (!req.grammarFile.isEmpty()) {
+            grammar.reset(tinyloop::load_grammar_file(req.grammarFile.toStdString()));
+            cfg.grammar = grammar.get();
+        }
+        tinyloop::validate_config(model, static_cast<int>(ids.size()), cfg);
+        emit configChecked(ticket, QString());
+    } catch (const std::exception& e) {
+        emit configChecked(ticket, QString::fromStdString(e.what()));
+    }
+}
+
+void EngineHost::generate(const RunRequest& req) {
+    if (cancelled(req.id)) {
+        emit runFailed(req.id, QStringLiteral("stopped before it started"));
+        return;
+    }
+    tinyloop::Model* model = m_model.get();  // only this thread replaces m_model
+    if (!model) {
+        emit runFailed(req.id, QStringLiteral("no model loaded"));
+        return;
+    }
+    RunResult res;
+    res.id = req.id;
+    res.mode = req.mode;
+    res.config = req.config;
+    res.knobs = req.knobs;
+    res.grammarFile = req.grammarFile;
+    res.prompt = req.prompt;
+    try {
+        std::vector<int32_t> prompt = tinyloop::tokenize(model, req.prompt.toStdString());
+        const auto& hp = tinyloop::model_hparams(model);
+        if (prompt.empty() && hp.vocab_size > 0) {
+            // an empty prompt cannot be decoded: start from BOS/EOS when the tokenizer has one
+            auto info = tinyloop::model_info(model);
+            int32_t start = info.tokenizer.bos_id >= 0 ? info.tokenizer.bos_id : info.tokenizer.eos_id;
+            if (start >= 0) prompt.push_back(start);
+        }
+        tinyloop::GenerateConfig cfg = req.config;
+        tinyloop::Owned<tinyloop::Grammar> grammar;
+        if (!req.grammarFile.isEmpty()) {
+            grammar.reset(tinyloop::load_grammar_file(req.grammarFile.toStdString()));
+            cfg.grammar = grammar.get();
+        }
+        res.loops = cfg.loops > 0 ? cfg.loops : hp.default_loops;
+        emit runStarted(req.id, static_cast<int>(prompt.size()));
+
+        using clock = std::chrono::steady_clock;
+        const auto t0 = clock::now();
+        auto lastReport = t0;
+        int emitted = 0;
+        tinyloop::GenerateOptions opts;
+        opts.lens = req.lens;
+        opts.lens_top_k = req.lensTopK;
+        int lastCycle = -1;
+        opts.observer = [&](const tinyloop::TokenEvent& ev) {
+            ++emitted;
+            if (ev.cycle >= 0 && ev.cycle != lastCycle) {  // the first token of a verify cycle
+                res.cycles.push_back(SpecCycle{static_cast<int>(ev.drafted.size()), ev.accepted});
+                lastCycle = ev.cycle;
+            }
+            emit tokenEvent(req.id, ev);
+            const auto now = clock::now();
+            if (now - lastReport >= std::chrono::seconds(1)) {
+                const double s = std::chrono::duration<double>(now - t0).count();
+                emit progress(req.id, emitted, s > 0 ? emitted / s : 0.0);
+                lastReport = now;
+            }
+            return !cancelled(req.id);
+        };
+
+        // The mode becomes an engine call in one place: tinyloop::run_decode applies the mode's
+        // rules (beam_size >= 2, early-exit patience >= 1, tree greedy-only) and its defaults.
+        const tinyloop::RunSpec spec = toRunSpec(req.mode, cfg, req.knobs, hp);
+        if (req.mode == DecodeMode::Speculative || req.mode == DecodeMode::Tree) {
+            res.loops = spec.speculation.verify_loops;
+            res.hasSpeculative = true;
+        }
+        tinyloop::GenerateResult out =
+            tinyloop::run_decode(model, prompt.data(), static_cast<int>(prompt.size()), spec, opts);
+
+        res.tokens = std::move(out.tokens);
+        res.promptLen = out.prompt_len;
+        res.text = QString::fromStdString(out.text);
+        res.stats = out.stats;
+        emit runFinished(res);
+
+        if (req.exactLens && !m_shutdown.load() && !res.tokens.empty()) {
+            // The exact lens (full distributions: KL too) over prompt + output, after the run.
+            try {
+                LensReady l;
+                l.id = req.id;
+                l.promptLen = res.promptLen;
+                l.lens = tinyloop::score_logit_lens(model, res.tokens.data(),
+                                                    static_cast<int>(res.tokens.size()), res.loops,
+                                                    req.lensTopK);
+                emit lensReady(l);
+            } catch (const std::exception&) {
+                // the streamed lens rows stay on screen; nothing else depends on it
+            }
+            return;
+        }
+    } catch (const std::exception& e) {
+        emit runFailed(req.id, QString::fromStdString(e.what()));
+    }
+}
+
+}  // namespace tlui

@@ -1,0 +1,134 @@
+// EngineHost: the one engine host. It lives on its own QThread and owns the one loaded Model,
+// which it shares (sharedModel) with the analysis views' job lane (AnalysisJobs): the engine is
+// thread-safe by contract, so nothing loads a second copy. The GUI thread talks to it only through
+// queued slots and signals, except for requestStop/shutdown, which set atomics the token observer
+// reads (so Stop lands within one token even while a generate slot is running).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <QMetaType>
+#include <QObject>
+#include <QString>
+#include <QStringList>
+
+#include <tinyloop/tinyloop.h>
+
+#include "main/config_json.h"
+
+namespace tlui {
+
+struct RunRequest {
+    quint64 id = 0;
+    QString prompt;
+    DecodeMode mode = DecodeMode::Greedy;
+    tinyloop::GenerateConfig config;
+    SpeculativeKnobs knobs;
+    QString grammarFile;     // "" = none; parsed on the worker for this run
+    bool lens = true;        // per-token lens rows in the TokenEvents
+    int lensTopK = 5;
+    bool exactLens = true;   // after the run: score_logit_lens over prompt + output
+};
+
+// Per speculative cycle (filled when the engine reports cycles).
+struct SpecCycle {
+    int drafted = 0;
+    int accepted = 0;
+};
+
+struct RunResult {
+    quint64 id = 0;
+    DecodeMode mode = DecodeMode::Greedy;
+    tinyloop::GenerateConfig config;
+    SpeculativeKnobs knobs;
+    QString grammarFile;
+    QString prompt;
+    std::vector<int32_t> tokens;  // prompt followed by the continuation
+    int promptLen = 0;
+    QString text;                 // the continuation
+    tinyloop::GenerateStats stats;
+    bool hasSpeculative = false;  // speculative counters below are meaningful
+    std::vector<SpecCycle> cycles;
+    int loops = 0;                // the depth the run asked for (config.loops resolved)
+};
+
+struct ModelLoaded {
+    tinyloop::ModelInfo info;
+    quint64 vramBytes = 0;
+    QStringList vocab;  // printable text of every id the tokenizer can decode (hover tooltips)
+};
+
+struct LensReady {
+    quint64 id = 0;
+    int promptLen = 0;
+    tinyloop::LensResult lens;
+};
+
+void registerEngineMetaTypes();  // idempotent
+
+// The workbench's mode, config and knobs as the engine's run specification (verify_loops 0 is the
+// model's default_loops, as the config panel says); tinyloop::run_decode applies the mode's rules.
+tinyloop::RunSpec toRunSpec(DecodeMode mode, const tinyloop::GenerateConfig& config, const SpeculativeKnobs& knobs,
+                            const tinyloop::HParams& hp);
+// The engine's mode as the workbench's (DraftModel, which the workbench does not offer, as Speculative).
+DecodeMode workbenchMode(tinyloop::DecodeMode mode);
+
+class EngineHost : public QObject {
+    Q_OBJECT
+public:
+    explicit EngineHost(QObject* parent = nullptr);
+    ~EngineHost() override;
+
+    // Thread-safe: any run with id <= upToId ends at its next token (or does not start).
+    void requestStop(quint64 upToId);
+    // Thread-safe: every run, queued or running, stops; used before quit()/wait().
+    void shutdown();
+    bool hasModel() const { return sharedModel() != nullptr; }
+    // Thread-safe: the loaded model (null before the first load) and its file. A holder keeps a
+    // model alive across a later load; the host frees it when the last holder lets go.
+    std::shared_ptr<tinyloop::Model> sharedModel() const;
+    QString modelPath() const;
+
+public slots:
+    void loadModel(const QString& path);
+    void generate(const tlui::RunRequest& req);
+    // Checks req.config with tinyloop::validate_config on the loaded model (prompt tokenized);
+    // answers with configChecked(ticket, "") or the engine's reason.
+    void validateConfig(quint64 ticket, const tlui::RunRequest& req);
+
+signals:
+    void loadStarted(const QString& path);
+    void modelLoaded(const tlui::ModelLoaded& m);
+    void modelLoadFailed(const QString& path, const QString& message);
+    void runStarted(quint64 id, int promptLen);
+    void tokenEvent(quint64 id, const tinyloop::TokenEvent& ev);
+    void progress(quint64 id, int emitted, double tokensPerSecond);
+    void runFinished(const tlui::RunResult& r);
+    void runFailed(quint64 id, const QString& message);
+    void lensReady(const tlui::LensReady& l);
+    void configChecked(quint64 ticket, const QString& error);
+
+private:
+    bool cancelled(quint64 id) const {
+        return m_shutdown.load(std::memory_order_relaxed) ||
+               id <= m_cancelUpTo.load(std::memory_order_relaxed);
+    }
+
+    std::shared_ptr<tinyloop::Model> m_model;  // written on the host's thread, under m_modelMutex
+    QString m_modelPath;
+    mutable std::mutex m_modelMutex;
+    std::atomic<quint64> m_cancelUpTo{0};
+    std::atomic<bool> m_shutdown{false};
+};
+
+}  // namespace tlui
+
+Q_DECLARE_METATYPE(tinyloop::TokenEvent)
+Q_DECLARE_METATYPE(tlui::RunRequest)
+Q_DECLARE_METATYPE(tlui::RunResult)
+Q_DECLARE_METATYPE(tlui::ModelLoaded)
+Q_DECLARE_METATYPE(tlui::LensReady)
