@@ -13,13 +13,12 @@
 #include "test_util.h"
 
 using namespace tinyloop;
-using tltest::ModelPtr;
 
 namespace {
 
 struct Fixture {
     std::string path = tltest::write_random_model("hf-processors.tinyloop", tltest::small_hparams(), 11);
-    ModelPtr mp{path};
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(path);
     Model* m = mp.get();
     int32_t eos = model_info(m).tokenizer.eos_id;
     std::vector<int32_t> prompt = {10, 20, 30, 40};

@@ -378,6 +378,29 @@ void ConfigPanel::setGrammarFile(const QString& path) { setFieldText("grammar", 
 
 bool ConfigPanel::isValid() const { return m_localError.isEmpty(); }
 
+// The rows of one kind (the GenerateConfig fields or the speculative knobs) as one JSON object,
+// read by `parse` (the codec); the first refusal goes to *error.
+template <class T, class Parse>
+std::optional<T> ConfigPanel::fromRows(bool speculative, QString* error, Parse parse) const {
+    json j = json::object();
+    for (const auto& [key, r] : m_rows) {
+        if (r.info->speculative != speculative || r.info->kind == FieldKind::Grammar) continue;
+        std::string why;
+        json v = fieldValue(r, &why);
+        if (!why.empty()) {
+            if (error) *error = QString("%1: %2").arg(QString::fromStdString(key), QString::fromStdString(why));
+            return std::nullopt;
+        }
+        j[key] = v;
+    }
+    try {
+        return parse(j);
+    } catch (const ConfigError& e) {
+        if (error) *error = QString::fromStdString(e.what());
+        return std::nullopt;
+    }
+}
+
 std::optional<tinyloop::GenerateConfig> ConfigPanel::config(QString* error) const {
     if (!m_localError.isEmpty()) {  // a refused field, including the cross-field rules
         if (error) *error = m_localError;
@@ -388,43 +411,11 @@ std::optional<tinyloop::GenerateConfig> ConfigPanel::config(QString* error) cons
         if (error) *error = QString("grammar: no such file: %1").arg(g);
         return std::nullopt;
     }
-    json j = json::object();
-    for (const auto& [key, r] : m_rows) {
-        if (r.info->speculative || r.info->kind == FieldKind::Grammar) continue;
-        std::string why;
-        json v = fieldValue(r, &why);
-        if (!why.empty()) {
-            if (error) *error = QString("%1: %2").arg(QString::fromStdString(key), QString::fromStdString(why));
-            return std::nullopt;
-        }
-        j[key] = v;
-    }
-    try {
-        return configFromJson(j, m_limits);
-    } catch (const ConfigError& e) {
-        if (error) *error = QString::fromStdString(e.what());
-        return std::nullopt;
-    }
+    return fromRows<tinyloop::GenerateConfig>(false, error, [this](const json& j) { return configFromJson(j, m_limits); });
 }
 
 std::optional<SpeculativeKnobs> ConfigPanel::knobs(QString* error) const {
-    json j = json::object();
-    for (const auto& [key, r] : m_rows) {
-        if (!r.info->speculative) continue;
-        std::string why;
-        json v = fieldValue(r, &why);
-        if (!why.empty()) {
-            if (error) *error = QString("%1: %2").arg(QString::fromStdString(key), QString::fromStdString(why));
-            return std::nullopt;
-        }
-        j[key] = v;
-    }
-    try {
-        return knobsFromJson(j, m_limits);
-    } catch (const ConfigError& e) {
-        if (error) *error = QString::fromStdString(e.what());
-        return std::nullopt;
-    }
+    return fromRows<SpeculativeKnobs>(true, error, [this](const json& j) { return knobsFromJson(j, m_limits); });
 }
 
 void ConfigPanel::setLimits(const ConfigLimits& lim) {

@@ -58,6 +58,8 @@ private:
         QLabel* label = nullptr;
     };
     nlohmann::json fieldValue(const Row& r, std::string* why) const;  // null + why on failure
+    template <class T, class Parse>
+    std::optional<T> fromRows(bool speculative, QString* error, Parse parse) const;
     void revalidate();
     void applyModeDefaults(DecodeMode m);
     void setFieldText(const std::string& key, const QString& text);

@@ -177,22 +177,12 @@ public:
 
     py::dict next() {
         for (;;) {
-            bool have = false, finished = false;
             tl::TokenEvent ev;
-            {
-                py::gil_scoped_release nogil;
-                std::unique_lock<std::mutex> lk(mu_);
-                cv_.wait_for(lk, std::chrono::milliseconds(100), [this] { return !queue_.empty() || finished_; });
-                if (!queue_.empty()) {
-                    ev = std::move(queue_.front());
-                    queue_.pop_front();
-                    have = true;
+            bool finished = false;
+            if (take_event(mu_, cv_, queue_, finished_, &ev, &finished, [this] {
                     if (queue_.size() + 1 == capacity_) driver_->wake();
-                } else {
-                    finished = finished_;
-                }
-            }
-            if (have) return event_dict(ev);
+                }))
+                return event_dict(ev);
             if (finished) {
                 if (!error_.empty() && !error_raised_) {
                     error_raised_ = true;
@@ -200,10 +190,7 @@ public:
                 }
                 throw py::stop_iteration();
             }
-            if (PyErr_CheckSignals() != 0) {
-                abort();
-                throw py::error_already_set();
-            }
+            check_signals([this] { abort(); });
         }
     }
 

@@ -9,7 +9,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -95,5 +99,35 @@ void register_generate(py::module_& m);
 void register_scoring(py::module_& m);
 void register_caches(py::module_& m);
 void register_batch(py::module_& m);
+
+// The consumer side of a stream's event queue (GenerationStream, BatchStream): waits up to 100 ms
+// with the GIL released. Returns true with *ev when an event was taken (on_pop then runs under the
+// lock), false otherwise; *finished tells whether the producer is done and the queue empty.
+template <class OnPop>
+bool take_event(std::mutex& mu, std::condition_variable& cv, std::deque<tinyloop::TokenEvent>& queue,
+                const bool& done, tinyloop::TokenEvent* ev, bool* finished, OnPop on_pop) {
+    py::gil_scoped_release nogil;
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return !queue.empty() || done; });
+    *finished = false;
+    if (queue.empty()) {
+        *finished = done;
+        return false;
+    }
+    *ev = std::move(queue.front());
+    queue.pop_front();
+    on_pop();
+    return true;
+}
+
+// While waiting for a slow token: lets Ctrl-C (KeyboardInterrupt) reach the consumer, after
+// `abort` stopped the producer.
+template <class Abort>
+void check_signals(Abort abort) {
+    if (PyErr_CheckSignals() != 0) {
+        abort();
+        throw py::error_already_set();
+    }
+}
 
 }  // namespace tinyloop_py

@@ -42,22 +42,10 @@ public:
 
     py::dict next() {
         for (;;) {
-            bool have = false, finished = false;
             tl::TokenEvent ev;
-            {
-                py::gil_scoped_release nogil;
-                std::unique_lock<std::mutex> lk(mu_);
-                cv_.wait_for(lk, std::chrono::milliseconds(100), [this] { return !queue_.empty() || finished_; });
-                if (!queue_.empty()) {
-                    ev = std::move(queue_.front());
-                    queue_.pop_front();
-                    have = true;
-                    cv_.notify_all();
-                } else {
-                    finished = finished_;
-                }
-            }
-            if (have) return event_dict(ev);
+            bool finished = false;
+            if (take_event(mu_, cv_, queue_, finished_, &ev, &finished, [this] { cv_.notify_all(); }))
+                return event_dict(ev);
             if (finished) {
                 if (error_ && !error_raised_) {
                     error_raised_ = true;
@@ -65,11 +53,7 @@ public:
                 }
                 throw py::stop_iteration();
             }
-            // Let Ctrl-C (KeyboardInterrupt) reach a consumer waiting for a slow token.
-            if (PyErr_CheckSignals() != 0) {
-                abort();
-                throw py::error_already_set();
-            }
+            check_signals([this] { abort(); });
         }
     }
 
