@@ -92,31 +92,9 @@ py::str to_py_text(const std::string& s) {
     return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(s.data(), (Py_ssize_t)s.size(), "replace"));
 }
 
-}  // namespace
 
-}  // namespace tinyloop_py
-
-using namespace tinyloop_py;
-
-PYBIND11_MODULE(tinyloop_py, m) {
-    m.doc() =
-        "tinyloop_py: Python binding of the TinyLoop runtime (weight-shared looped transformers).\n"
-        "\n"
-        "    import tinyloop_py as tl\n"
-        "    with tl.load_model('model.tinyloop') as model:\n"
-        "        r = tl.generate(model, 'In the beginning', max_tokens=32)\n"
-        "        print(r['text'], r['stats']['stop_reason'])\n"
-        "        for ev in tl.generate_stream(model, 'In the beginning', max_tokens=32):\n"
-        "            print(ev['piece'], end='', flush=True)\n"
-        "\n"
-        "Errors: ValueError for an invalid argument (the message names the field and its range),\n"
-        "ModelFileError (a ValueError) for a file the loader refuses, OSError when a file cannot be\n"
-        "read or written, MemoryError, NotImplementedError for a feature not in this build,\n"
-        "RuntimeError otherwise (EngineError for back-end failures and internal errors).\n"
-        "\n"
-        "Threads: every call releases the GIL while the engine runs; calls on one Model from several\n"
-        "threads run concurrently (the engine's weights are immutable).";
-
+// The module's exceptions and the translation of tl::Error codes into Python exceptions.
+void register_errors(py::module_& m) {
     static py::exception<tl::Error> model_file_error(m, "ModelFileError", PyExc_ValueError);
     static py::exception<tl::Error> engine_error(m, "EngineError", PyExc_RuntimeError);
     model_file_error.attr("__doc__") = "A model file the loader refuses (FORMAT.md §4): bad magic, version, sizes, checksums.";
@@ -135,7 +113,10 @@ PYBIND11_MODULE(tinyloop_py, m) {
             }
         }
     });
+}
 
+// Model (load, info, tokenizer, free), load_model, StreamDecoder.
+void register_model(py::module_& m) {
     py::class_<PyModel, std::shared_ptr<PyModel>>(
         m, "Model",
         "A loaded .tinyloop model. Use as a context manager or call free(); calls in flight (and\n"
@@ -206,7 +187,10 @@ PYBIND11_MODULE(tinyloop_py, m) {
              "Text completed by this id (an incomplete UTF-8 sequence is held back).")
         .def("flush", [](tl::StreamDecoder& d) { return to_py_text(d.flush()); },
              "Whatever is held back, invalid bytes replaced.");
+}
 
+// The writer: write_random_model, quantize_model_file.
+void register_writer(py::module_& m) {
     m.def(
         "write_random_model",
         [](const std::string& path, int vocab_size, int d_model, int n_heads, int n_kv_heads, int head_dim,
@@ -268,7 +252,36 @@ PYBIND11_MODULE(tinyloop_py, m) {
         "Re-writes a model with every matrix stored as dtype (q8|q4|q2|f16|f32; groups of 32, 64 or\n"
         "128). Returns {tensors: [{name, from, to, rel_error, bytes_in, bytes_out}], file_bytes_in,\n"
         "file_bytes_out}.");
+}
 
+}  // namespace
+
+}  // namespace tinyloop_py
+
+using namespace tinyloop_py;
+
+PYBIND11_MODULE(tinyloop_py, m) {
+    m.doc() =
+        "tinyloop_py: Python binding of the TinyLoop runtime (weight-shared looped transformers).\n"
+        "\n"
+        "    import tinyloop_py as tl\n"
+        "    with tl.load_model('model.tinyloop') as model:\n"
+        "        r = tl.generate(model, 'In the beginning', max_tokens=32)\n"
+        "        print(r['text'], r['stats']['stop_reason'])\n"
+        "        for ev in tl.generate_stream(model, 'In the beginning', max_tokens=32):\n"
+        "            print(ev['piece'], end='', flush=True)\n"
+        "\n"
+        "Errors: ValueError for an invalid argument (the message names the field and its range),\n"
+        "ModelFileError (a ValueError) for a file the loader refuses, OSError when a file cannot be\n"
+        "read or written, MemoryError, NotImplementedError for a feature not in this build,\n"
+        "RuntimeError otherwise (EngineError for back-end failures and internal errors).\n"
+        "\n"
+        "Threads: every call releases the GIL while the engine runs; calls on one Model from several\n"
+        "threads run concurrently (the engine's weights are immutable).";
+
+    register_errors(m);
+    register_model(m);
+    register_writer(m);
     register_config(m);
     register_generate(m);
     register_scoring(m);

@@ -75,14 +75,8 @@ void put_u64(uint8_t* p, uint64_t v) {
     for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 
-}  // namespace
-
-void save_model(const std::string& path, const ModelSpec& spec) {
-    const HParams& hp = spec.hparams;
-    if (const std::string p = hparams_problem(hp); !p.empty()) invalid(p);
-    Tokenizer check;
-    check.init(spec.tokenizer, hp.vocab_size);  // throws InvalidArgument naming the field
-
+// metadata_json as a JSON object ("{}" when empty).
+ojson parse_metadata(const ModelSpec& spec) {
     ojson metadata;
     try {
         metadata =
@@ -91,8 +85,12 @@ void save_model(const std::string& path, const ModelSpec& spec) {
         invalid(std::string("metadata_json: invalid JSON: ") + e.what());
     }
     if (!metadata.is_object()) invalid("metadata_json: expected a JSON object");
+    return metadata;
+}
 
-    const std::vector<ExpectedTensor> expected = expected_tensors(hp);
+// Every tensor of `spec` is one of the tensors these hyperparameters call for, listed once.
+std::map<std::string, const TensorData*> index_tensors(const ModelSpec& spec,
+                                                       const std::vector<ExpectedTensor>& expected) {
     std::map<std::string, const TensorData*> by_name;
     for (const TensorData& t : spec.tensors) {
         if (!by_name.emplace(t.name, &t).second) invalid("tensors." + t.name + ": listed twice");
@@ -103,8 +101,12 @@ void save_model(const std::string& path, const ModelSpec& spec) {
                     (t.name == "head" ? ": present, but hparams.tie_embeddings is true"
                                       : ": unexpected tensor for these hyperparameters"));
     }
+    return by_name;
+}
 
-    // Validate every tensor and lay the data out: each region 64-aligned, in canonical order.
+// Validates every tensor and lays the data out: each region 64-aligned, in canonical order.
+std::vector<Placed> place_tensors(const std::vector<ExpectedTensor>& expected,
+                                  const std::map<std::string, const TensorData*>& by_name) {
     std::vector<Placed> placed;
     uint64_t cursor = 0;
     for (const ExpectedTensor& e : expected) {
@@ -151,8 +153,12 @@ void save_model(const std::string& path, const ModelSpec& spec) {
         }
         placed.push_back(p);
     }
+    return placed;
+}
 
-    // The header, keys in FORMAT.md's order.
+// The header's JSON text, keys in FORMAT.md's order.
+std::string header_text(const ModelSpec& spec, const std::vector<Placed>& placed, ojson metadata) {
+    const HParams& hp = spec.hparams;
     ojson h;
     h["format"] = "tinyloop";
     ojson& jh = h["hparams"];
@@ -206,7 +212,12 @@ void save_model(const std::string& path, const ModelSpec& spec) {
     } catch (const nlohmann::json::exception& e) {  // e.g. a special token that is not UTF-8
         invalid(std::string("tokenizer.special_tokens: not valid UTF-8: ") + e.what());
     }
+    return header;
+}
 
+// Writes preamble, header and data to `path` through `path`.tmp (removed on any failure).
+void write_model_file(const std::string& path, const std::string& header, bool injects,
+                      const std::vector<Placed>& placed) {
     const std::string tmp = path + ".tmp";
     try {
         std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -257,6 +268,21 @@ void save_model(const std::string& path, const ModelSpec& spec) {
         std::filesystem::remove(tmp, ec);
         throw;
     }
+}
+
+}  // namespace
+
+void save_model(const std::string& path, const ModelSpec& spec) {
+    const HParams& hp = spec.hparams;
+    if (const std::string p = hparams_problem(hp); !p.empty()) invalid(p);
+    Tokenizer check;
+    check.init(spec.tokenizer, hp.vocab_size);  // throws InvalidArgument naming the field
+    ojson metadata = parse_metadata(spec);
+    const std::vector<ExpectedTensor> expected = expected_tensors(hp);
+    const std::vector<Placed> placed = place_tensors(expected, index_tensors(spec, expected));
+    const std::string header = header_text(spec, placed, std::move(metadata));
+    // FORMAT.md §1a: version 2 when the loop input is injected ("add"), else version 1.
+    write_model_file(path, header, hp.loop_input == LoopInput::Add, placed);
 }
 
 ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype, int group_size) {

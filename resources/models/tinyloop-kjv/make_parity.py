@@ -26,7 +26,7 @@ PROMPTS = [
 
 # The model card's greedy samples: "<|endoftext|>" + prompt, greedy at these depths, stopped at
 # eos or after GREEDY_TOKENS tokens.  `tinyloop generate` must reproduce them exactly
-# (tests/app/test_cli.cpp, CliTest.BundledModelReproducesTheCardsGreedySamples).
+# (tests/app/test_cli_generate.cpp, CliTest.BundledModelReproducesTheCardsGreedySamples).
 GREEDY_PROMPTS = ["And God said", "The LORD is my shepherd"]
 GREEDY_TOKENS = 40
 
