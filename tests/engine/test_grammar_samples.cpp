@@ -317,11 +317,23 @@ TEST(GrammarMatch, AllowedIsFastOnALargeVocabulary) {
         corpus += "\": ";
         switch (rng() % 4) {
             case 0: corpus += std::to_string(rng() % 100000); break;
-            case 1: corpus += "\"" + std::string(words[rng() % 21]) + " " + words[rng() % 21] + "\""; break;
-            case 2: corpus += "[" + std::to_string(rng() % 100) + ", " + std::to_string(rng() % 1000) + "]"; break;
+            case 1: {
+                const char* first = words[rng() % 21];
+                const char* second = words[rng() % 21];
+                for (const char* piece : {"\"", first, " ", second, "\""}) corpus += piece;
+                break;
+            }
+            case 2: {
+                const std::string a = std::to_string(rng() % 100), b = std::to_string(rng() % 1000);
+                for (const std::string& piece : {std::string("["), a, std::string(", "), b, std::string("]")}) corpus += piece;
+                break;
+            }
             default: corpus += words[6 + rng() % 3];
         }
-        corpus += ", \"" + std::string(words[rng() % 21]) + "\": \"" + std::to_string(rng() % 10) + "x\"}\n";
+        const char* key = words[rng() % 21];
+        const std::string digit = std::to_string(rng() % 10);
+        for (const std::string& piece : {std::string(", \""), std::string(key), std::string("\": \""), digit, std::string("x\"}\n")})
+            corpus += piece;
     }
     // Byte-pair training, several merges per counting round.
     VocabBuilder vb;
