@@ -1,11 +1,12 @@
 // The op table (ggml's test-backend-ops pattern): every op of the back-end interface
 // (engine/src/backend.h) on every back end this build and machine offer — the CPU at each SIMD
-// level it has, CUDA where a device is present — against the scalar reference (kernels.h
-// *_ref, the engine's argmax), on fresh random inputs of awkward sizes, every output element
-// checked (outputs are poisoned with NaN / -1 first, so an element never written fails), with
-// a normalised error bound per op. Plus the contracts the forward builds on, per back end:
-// batch invariance (a row alone gives the bits it gets in a batch), the fused ops giving the
-// unfused ops' bits, a tree-extras list naming the rows of a range giving the range's bits.
+// level it has (Q8/Q4 matmul in both of its activation modes), CUDA where a device is present —
+// against the scalar reference (kernels.h *_ref, the engine's argmax), on fresh random inputs of
+// awkward sizes, every output element checked (outputs are poisoned with NaN / -1 first, so an
+// element never written fails), with a normalised error bound per op. Plus the contracts the
+// forward builds on, per back end: batch invariance (a row alone gives the bits it gets in a
+// batch), the fused ops giving the unfused ops' bits, a tree-extras list naming the rows of a
+// range giving the range's bits.
 //
 // Adding an op means adding a case here. The CUDA rows (suite BackendOpsCuda, CTest label cuda)
 // report "skipped: no CUDA device (<reason>)" without one. TL_TEST_SEED=<n> replays a run.
@@ -187,6 +188,16 @@ void check_matmul(Dev& dev, Rng& rng, WType t, int gs, int rows, int cols) {
     }
 }
 
+// The CPU's float-activation path for a scope (kernels.h: set_int8_activations); the setting
+// before is restored after.
+struct FloatActivations {
+    bool saved = int8_activations();
+    FloatActivations() { set_int8_activations(false); }
+    ~FloatActivations() { set_int8_activations(saved); }
+    FloatActivations(const FloatActivations&) = delete;
+    FloatActivations& operator=(const FloatActivations&) = delete;
+};
+
 void add_matmul_cases(std::vector<OpCase>& v) {
     struct Shape {
         WType type;
@@ -205,6 +216,28 @@ void add_matmul_cases(std::vector<OpCase>& v) {
                                      (s.gs ? "_g" + std::to_string(s.gs) : "") + "_c" + std::to_string(cols);
             v.push_back({name, [s, cols](Dev& dev, Rng& rng) {
                              for (int rows : {1, 7, 67}) check_matmul(dev, rng, s.type, s.gs ? s.gs : 32, rows, cols);
+                         }});
+        }
+    // The CPU's other activation mode: Q8/Q4 with float activations (set_int8_activations(false),
+    // or TINYLOOP_INT8_ACT=0), against matmul_ref with the same bound, at every SIMD level, up to
+    // 257 rows and 1408 columns; group sizes outside FORMAT.md (the loader refuses them; they
+    // always take this path) included. The switch is the CPU's: a device back end has one mode,
+    // checked by the cases above.
+    const std::vector<Shape> float_act = {
+        {WType::Q8, 32, {96, 160, 352, 1408}}, {WType::Q4, 32, {96, 160, 352, 1408}},
+        {WType::Q8, 64, {128, 320, 1408}},     {WType::Q4, 64, {128, 320, 1408}},
+        {WType::Q8, 128, {128, 384, 1408}},    {WType::Q4, 128, {128, 384, 1408}},
+        {WType::Q4, 16, {96, 160}},            {WType::Q8, 48, {96, 144}},
+    };
+    for (const Shape& s : float_act)
+        for (int cols : s.cols) {
+            const std::string name = std::string("matmul_") + type_name(s.type) + "_g" + std::to_string(s.gs) + "_c" +
+                                     std::to_string(cols) + "_float_act";
+            v.push_back({name, [s, cols](Dev& dev, Rng& rng) {
+                             if (!dev.cpu) GTEST_SKIP() << "the int8/float activation switch is the CPU back end's";
+                             const FloatActivations scope;
+                             ASSERT_FALSE(dev.be.int8_activations(WeightView{s.type, 1, cols, s.gs}));  // so: matmul_ref
+                             for (int rows : {1, 7, 33, 257}) check_matmul(dev, rng, s.type, s.gs, rows, cols);
                          }});
         }
     // The fused forms give the unfused ops' bits: y += W x, q/k/v at once, silu(G x) * (U x).

@@ -28,7 +28,8 @@ foreach(t IN LISTS TL_UI_TESTS)
 endforeach()
 add_custom_target(tinyloop_ui_tests DEPENDS ${TL_UI_TESTS_BUILT})
 
-# The program itself with no display at all (not even QT_QPA_PLATFORM): workbench_headless.cmake.
+# The program itself (target tinyloop_workbench, app/workbench/CMakeLists.txt) with no display at
+# all (not even QT_QPA_PLATFORM): workbench_headless.cmake.
 add_test(NAME ui.workbench_headless
   COMMAND ${CMAKE_COMMAND} -DWORKBENCH=$<TARGET_FILE:tinyloop_workbench>
           -DMODEL=${PROJECT_SOURCE_DIR}/resources/models/tinyloop-kjv/model-q4.tinyloop
