@@ -89,7 +89,7 @@ inline const Tokenizer& test_tokenizer() {
                               "\\u00", "e-", "xx", "a.", "ab", "abc"})
             vb.add(s);
         for (const std::string& s : std::vector<std::string>{utf8(0x3B1), utf8(0x3B2), utf8(0x3C9), utf8(0x3B1) + utf8(0x3B2),
-                                     "x" + utf8(0x4E2D), "x\xCE", "\xB1\xCE", "\xB2.", "\xCF\x80", "\xF0\x9F",
+                                     std::string("x") + utf8(0x4E2D), "x\xCE", "\xB1\xCE", "\xB2.", "\xCF\x80", "\xF0\x9F",
                                      std::string("\x98\x80"), "\xE4\xB8", "\xAD.", "x\xF0", "\x9F\x98",
                                      "\xCE\xB1x", "\xED\x9F", "\xC3"})
             vb.add(s);

@@ -162,13 +162,13 @@ void add_pointwise_cases(std::vector<OpCase>& v) {
 void check_matmul(Dev& dev, Rng& rng, WType t, int gs, int rows, int cols) {
     const Weights w(t, rows, cols, gs, rng);
     const WeightView dw = dev.weights(w);
-    const int max_tok = 13;
+    const int max_tok = 17;
     const auto x = rng.normals(static_cast<size_t>(max_tok) * cols);
     std::vector<float> want(static_cast<size_t>(max_tok) * rows);
     if (dev.be.int8_activations(w.view())) matmul_int8_ref(w.view(), x.data(), max_tok, want.data());
     else matmul_ref(w.view(), x.data(), max_tok, want.data());
     const float* dx = dev.up(x);
-    for (int n : {1, 2, 5, 13}) {
+    for (int n : {1, 2, 5, 13, 17}) {
         float* y = dev.poisoned<float>(static_cast<size_t>(n) * rows);
         dev.be.matmul(dw, dx, n, y);
         const auto got = dev.down(y, static_cast<size_t>(n) * rows);
@@ -205,17 +205,20 @@ void add_matmul_cases(std::vector<OpCase>& v) {
         std::vector<int> cols;
     };
     const std::vector<Shape> shapes = {
-        {WType::F32, 0, {1, 17, 100, 1411}}, {WType::F16, 0, {3, 160, 1408}}, {WType::Q8, 32, {96, 352}},
-        {WType::Q4, 32, {96, 352, 1408}},    {WType::Q2, 32, {96, 352}},      {WType::Q8, 64, {128, 320}},
-        {WType::Q4, 64, {128, 1408}},        {WType::Q2, 64, {320}},          {WType::Q8, 128, {384}},
-        {WType::Q4, 128, {128, 384}},        {WType::Q2, 128, {384}},
+        // Every shape the per-level matmul test had before the table (test_ops.cpp at 9e8e98b).
+        {WType::F32, 0, {1, 17, 96, 100, 1411}}, {WType::F16, 0, {3, 16, 160, 1408}},
+        {WType::Q8, 32, {96, 160, 352, 1408}},   {WType::Q4, 32, {96, 160, 352, 1408}},
+        {WType::Q2, 32, {96, 160, 352, 1408}},   {WType::Q8, 64, {128, 320, 1408}},
+        {WType::Q4, 64, {128, 320, 1408}},       {WType::Q2, 64, {128, 320, 1408}},
+        {WType::Q8, 128, {128, 384, 1408}},      {WType::Q4, 128, {128, 384, 1408}},
+        {WType::Q2, 128, {128, 384, 1408}},
     };
     for (const Shape& s : shapes)
         for (int cols : s.cols) {
             const std::string name = std::string("matmul_") + type_name(s.type) +
                                      (s.gs ? "_g" + std::to_string(s.gs) : "") + "_c" + std::to_string(cols);
             v.push_back({name, [s, cols](Dev& dev, Rng& rng) {
-                             for (int rows : {1, 7, 67}) check_matmul(dev, rng, s.type, s.gs ? s.gs : 32, rows, cols);
+                             for (int rows : {1, 7, 33, 67, 257}) check_matmul(dev, rng, s.type, s.gs ? s.gs : 32, rows, cols);
                          }});
         }
     // The CPU's other activation mode: Q8/Q4 with float activations (set_int8_activations(false),

@@ -242,7 +242,7 @@ json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
         case FieldKind::U64: {
             const qulonglong v = t.toULongLong(&ok);
             if (!ok) {
-                *why = "'" + t.toStdString() + "' is not an integer in [0, 2^64-1]";
+                *why = std::string("'") + t.toStdString() + "' is not an integer in [0, 2^64-1]";
                 return json();
             }
             return static_cast<unsigned long long>(v);
