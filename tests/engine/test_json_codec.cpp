@@ -118,7 +118,9 @@ TEST(JsonCodec, RunSpecRoundTrips) {
     RunSpec spec;
     spec.mode = DecodeMode::Tree;
     spec.config = every_field_changed();
-    spec.config.length_penalty = 1.0f;
+    spec.config.length_penalty = 1.0f;  // the beam-only knobs at their defaults: beam search is off
+    spec.config.early_stopping = tinyloop::EarlyStopping::Heuristic;
+    spec.config.renormalize_logits = false;
     spec.config.beam_size = 0;
     spec.speculation = {.verify_loops = 6, .draft_loops = 2, .draft_ahead = 3, .branches = 4, .gamma = 5};
     const json j = run_spec_to_json(spec);
