@@ -18,11 +18,8 @@ namespace tlui {
 AgreementView::AgreementView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Draft-agreement map", parent) {
     QVBoxLayout* v = body();
     auto* form = new QFormLayout;
-    m_prompt = new QLineEdit(workbenchPrompt().isEmpty() ? QString("In the beginning") : workbenchPrompt());
-    m_prompt->setObjectName("prompt");
-    m_maxTokens = new QSpinBox;
-    m_maxTokens->setRange(2, 512);
-    m_maxTokens->setValue(48);
+    m_prompt = newPromptField();
+    m_maxTokens = newCountField(2, 512, 48);
     m_final = new QSpinBox;
     m_final->setRange(2, 64);
     m_final->setValue(8);

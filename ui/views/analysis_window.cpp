@@ -7,11 +7,13 @@
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPainter>
 #include <QPdfWriter>
 #include <QPixmap>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QSpinBox>
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
@@ -100,6 +102,19 @@ void AnalysisWindow::onFinished(quint64 ticket, bool ok, const QString& error) {
 }
 
 QString AnalysisWindow::statusText() const { return m_status->text(); }
+
+QLineEdit* AnalysisWindow::newPromptField() const {
+    auto* e = new QLineEdit(workbenchPrompt().isEmpty() ? QString("In the beginning") : workbenchPrompt());
+    e->setObjectName("prompt");
+    return e;
+}
+
+QSpinBox* AnalysisWindow::newCountField(int lo, int hi, int value) {
+    auto* b = new QSpinBox;
+    b->setRange(lo, hi);
+    b->setValue(value);
+    return b;
+}
 
 void AnalysisWindow::setStatus(const QString& text, bool error) {
     m_status->setText(text);

@@ -21,8 +21,10 @@
 class QCustomPlot;
 class QHBoxLayout;
 class QLabel;
+class QLineEdit;
 class QProgressBar;
 class QPushButton;
+class QSpinBox;
 class QTableWidget;
 class QVBoxLayout;
 
@@ -65,6 +67,11 @@ protected:
     QHBoxLayout* controls() const { return m_controls; }  // the view's inputs, above its body
     QVBoxLayout* body() const { return m_body; }          // the view's plots and tables
     QPushButton* runButton() const { return m_run; }
+    // The prompt field most views start with (object name "prompt"): the workbench's prompt, else
+    // "In the beginning".
+    QLineEdit* newPromptField() const;
+    // A spin box for a count (max tokens, ...) in [lo, hi] starting at `value`.
+    static QSpinBox* newCountField(int lo, int hi, int value);
 
 private:
     void onFinished(quint64 ticket, bool ok, const QString& error);

@@ -23,11 +23,8 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     QVBoxLayout* v = body();
     auto* top = new QHBoxLayout;
     auto* form = new QFormLayout;
-    m_prompt = new QLineEdit(workbenchPrompt().isEmpty() ? QString("In the beginning") : workbenchPrompt());
-    m_prompt->setObjectName("prompt");
-    m_maxTokens = new QSpinBox;
-    m_maxTokens->setRange(1, 512);
-    m_maxTokens->setValue(32);
+    m_prompt = newPromptField();
+    m_maxTokens = newCountField(1, 512, 32);
     m_concurrent = new QCheckBox("run the modes concurrently on the one model");
     m_concurrent->setChecked(true);
     m_baseline = new QComboBox;

@@ -31,11 +31,8 @@ ScrubberView::ScrubberView(WorkbenchAccess* workbench, QWidget* parent)
     : AnalysisWindow(workbench, "Depth scrubber", parent), m_state(std::make_shared<State>()) {
     QVBoxLayout* v = body();
     auto* form = new QFormLayout;
-    m_prompt = new QLineEdit(workbenchPrompt().isEmpty() ? QString("In the beginning") : workbenchPrompt());
-    m_prompt->setObjectName("prompt");
-    m_maxTokens = new QSpinBox;
-    m_maxTokens->setRange(1, 512);
-    m_maxTokens->setValue(32);
+    m_prompt = newPromptField();
+    m_maxTokens = newCountField(1, 512, 32);
     form->addRow("Prompt", m_prompt);
     form->addRow("Max tokens (greedy)", m_maxTokens);
     v->addLayout(form);

@@ -19,9 +19,7 @@ KvView::KvView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(wor
     m_setup->setObjectName("setup");
     for (KvSetup s : {KvSetup::Plain, KvSetup::EarlyExit, KvSetup::PrefixCache})
         m_setup->addItem(kv_setup_name(s), static_cast<int>(s));
-    m_maxTokens = new QSpinBox;
-    m_maxTokens->setRange(1, 512);
-    m_maxTokens->setValue(32);
+    m_maxTokens = newCountField(1, 512, 32);
     m_loops = new QSpinBox;
     m_loops->setRange(0, 64);
     m_loops->setValue(8);

@@ -36,9 +36,7 @@ QuantView::QuantView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_second->setObjectName("secondModel");
     m_second->setPlaceholderText("second file of the same model (e.g. model-q4.tinyloop)");
     auto* browse = new QPushButton("Browse...");
-    m_maxTokens = new QSpinBox;
-    m_maxTokens->setRange(0, 512);
-    m_maxTokens->setValue(32);
+    m_maxTokens = newCountField(0, 512, 32);
     m_loops = new QSpinBox;
     m_loops->setRange(0, 64);
     m_loops->setValue(8);

@@ -83,9 +83,7 @@ SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     pv->addWidget(m_prompts);
     top->addLayout(pv, 2);
     auto* form = new QFormLayout;
-    m_maxTokens = new QSpinBox;
-    m_maxTokens->setRange(1, 4096);
-    m_maxTokens->setValue(32);
+    m_maxTokens = newCountField(1, 4096, 32);
     m_verify = new QSpinBox;
     m_verify->setRange(0, 64);
     m_verify->setValue(8);

@@ -26,8 +26,7 @@ StepView::StepView(WorkbenchAccess* workbench, QWidget* parent)
     : AnalysisWindow(workbench, "Step mode", parent), m_state(std::make_shared<State>()) {
     QVBoxLayout* v = body();
     auto* form = new QFormLayout;
-    m_prompt = new QLineEdit(workbenchPrompt().isEmpty() ? QString("In the beginning") : workbenchPrompt());
-    m_prompt->setObjectName("prompt");
+    m_prompt = newPromptField();
     auto* knobs = new QHBoxLayout;
     m_loops = new QSpinBox;
     m_loops->setRange(0, 64);
@@ -40,9 +39,7 @@ StepView::StepView(WorkbenchAccess* workbench, QWidget* parent)
     m_seed = new QSpinBox;
     m_seed->setRange(0, 1 << 30);
     m_seed->setValue(1);
-    m_maxTokens = new QSpinBox;
-    m_maxTokens->setRange(1, 512);
-    m_maxTokens->setValue(64);
+    m_maxTokens = newCountField(1, 512, 64);
     for (auto [label, w] : std::initializer_list<std::pair<const char*, QWidget*>>{
              {"loops", m_loops}, {"temperature (0 = greedy)", m_temp}, {"seed", m_seed}, {"max tokens", m_maxTokens}}) {
         knobs->addWidget(new QLabel(label));

@@ -27,6 +27,20 @@ void check_score_tokens(const Model& m, const int32_t* tokens, int n, int min_n)
 
 int resolve_loops(const Model& m, int loops) { return checked_loops(m, loops); }
 
+// The whole sequence in one prefill at depth `loops` through a fresh cache of `kv_cache`'s
+// layout: h receives the final states; `hook`, when given, sees every pass.
+static void whole_sequence_forward(const Model& m, const int32_t* tokens, int n, int loops, KVCacheType kv_cache,
+                                   const PassHook* hook, Workspace& ws, std::vector<float>& h) {
+    KVCache kv;
+    kv.allocate(m.hp, exec_layers(m.hp, loops), n, kv_cache);
+    ForwardArgs fa;
+    fa.tokens = tokens;
+    fa.n = n;
+    fa.loops = loops;
+    fa.on_pass = hook;
+    forward(m, kv, ws, fa, h);
+}
+
 std::vector<float> all_pass_states(const Model& m, const int32_t* tokens, int n, int loops) {
     const int d = m.hp.d_model;
     std::vector<float> states(static_cast<size_t>(loops) * n * d);
@@ -34,16 +48,9 @@ std::vector<float> all_pass_states(const Model& m, const int32_t* tokens, int n,
         std::copy(x, x + static_cast<size_t>(rows) * d,
                   states.begin() + (static_cast<size_t>(pass - 1) * n + row0) * d);
     };
-    KVCache kv;
-    kv.allocate(exec_layers(m.hp, loops), n, m.hp.n_kv_heads * m.hp.head_dim);
     Workspace ws;
     std::vector<float> h;
-    ForwardArgs fa;
-    fa.tokens = tokens;
-    fa.n = n;
-    fa.loops = loops;
-    fa.on_pass = &hook;
-    forward(m, kv, ws, fa, h);
+    whole_sequence_forward(m, tokens, n, loops, KVCacheType::F32, &hook, ws, h);
     return states;
 }
 
@@ -63,15 +70,9 @@ std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, in
     if (kv_cache != KVCacheType::F32 && kv_cache != KVCacheType::Int8)
         throw Error(ErrorCode::InvalidArgument, "kv_cache: " + std::to_string(static_cast<int>(kv_cache)) +
                                                     " is not one of f32 (0), int8 (1)");
-    KVCache kv;
-    kv.allocate(m.hp, exec_layers(m.hp, loops), n, kv_cache);
     Workspace ws;
     std::vector<float> h;
-    ForwardArgs fa;
-    fa.tokens = tokens;
-    fa.n = n;
-    fa.loops = loops;
-    forward(m, kv, ws, fa, h);
+    whole_sequence_forward(m, tokens, n, loops, kv_cache, nullptr, ws, h);
     std::vector<float> logits(static_cast<size_t>(n) * m.hp.vocab_size);
     compute_logits(m, h.data(), n, logits.data(), ws);
     return logits;
