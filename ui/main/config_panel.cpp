@@ -234,7 +234,7 @@ json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
         case FieldKind::Int: {
             const qlonglong v = t.toLongLong(&ok);
             if (!ok) {
-                *why = t.isEmpty() ? "a value is required" : "'" + t.toStdString() + "' is not an integer";
+                *why = t.isEmpty() ? "a value is required" : std::string("'") + t.toStdString() + "' is not an integer";
                 return json();
             }
             return static_cast<long long>(v);
@@ -250,7 +250,7 @@ json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
         case FieldKind::Float: {
             const double v = t.toDouble(&ok);
             if (!ok) {
-                *why = t.isEmpty() ? "a value is required" : "'" + t.toStdString() + "' is not a number";
+                *why = t.isEmpty() ? "a value is required" : std::string("'") + t.toStdString() + "' is not a number";
                 return json();
             }
             return static_cast<double>(static_cast<float>(v));
