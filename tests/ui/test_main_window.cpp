@@ -1,6 +1,7 @@
 // Opening a corrupt model shows an error dialog and the previous model stays loaded and usable;
 // the model panel shows hyperparameters and the metadata's per-depth table; a random model says
 // its text is noise; Ctrl+Enter in the prompt generates; recent files are remembered.
+#include <QLabel>
 #include <QMessageBox>
 #include <QSettings>
 #include <QSignalSpy>
@@ -12,6 +13,7 @@
 #include "main/main_window.h"
 #include "main/model_panel.h"
 #include "main/model_paths.h"
+#include "main/session.h"
 #include "main/token_view.h"
 #include "ui_test_util.h"
 
@@ -156,6 +158,22 @@ private slots:
         QVERIFY(tltest::waitFor([&] { return ended.count() == 1; }));
         QVERIFY(w.session().run.stats.tokens_emitted <= 4);
         QVERIFY(w.tokenView()->lensTooltip(0).contains("depth"));
+        // the status bar says why the run stopped in plain words, not the engine's enum name
+        auto* state = w.findChild<QLabel*>("stateLabel");
+        QVERIFY(state);
+        QVERIFY2(state->text().contains(stopReasonText(w.session().run.stats.stop_reason)), qPrintable(state->text()));
+        QVERIFY(!state->text().contains(tinyloop::stop_reason_name(w.session().run.stats.stop_reason)));
+    }
+
+    void stopReasonsInPlainWords() {
+        using R = tinyloop::StopReason;
+        QCOMPARE(stopReasonText(R::CALLBACK_ABORT), QString("stopped by you"));
+        for (R r : {R::EOS, R::STOP_SEQUENCE, R::MAX_TOKENS, R::CALLBACK_ABORT, R::GRAMMAR_DEAD_END, R::STOP_STRING,
+                    R::MAX_TIME}) {
+            const QString t = stopReasonText(r);
+            QVERIFY(!t.isEmpty());
+            QVERIFY2(!t.contains('_') || t.contains("max_"), qPrintable(t));  // words, not an enum name
+        }
     }
 };
 

@@ -505,9 +505,9 @@ void MainWindow::onRunFinished(const RunResult& r) {
     }
     onFrame();
     m_speedLabel->setText(QString("%1 tok/s").arg(s.tokensPerSecond, 0, 'f', 1));
-    m_stateLabel->setText(QString("done: %1 tokens, %2, prefill %3 ms, decode %4 tok/s")
+    m_stateLabel->setText(QString("done: %1 tokens, %2; prefill %3 ms, decode %4 tok/s")
                               .arg(r.stats.tokens_emitted)
-                              .arg(tinyloop::stop_reason_name(r.stats.stop_reason))
+                              .arg(stopReasonText(r.stats.stop_reason))
                               .arg(r.stats.prefill_ms, 0, 'f', 1)
                               .arg(s.tokensPerSecond, 0, 'f', 1));
     updateActions();

@@ -98,4 +98,18 @@ QString sessionToMarkdown(const Session& s) {
     return md;
 }
 
+QString stopReasonText(tinyloop::StopReason r) {
+    using R = tinyloop::StopReason;
+    switch (r) {
+    case R::EOS: return "the model ended the text (its end-of-sequence token)";
+    case R::STOP_SEQUENCE: return "a stop sequence matched";
+    case R::MAX_TOKENS: return "reached max_tokens";
+    case R::CALLBACK_ABORT: return "stopped by you";
+    case R::GRAMMAR_DEAD_END: return "the grammar allowed no further token";
+    case R::STOP_STRING: return "a stop string appeared";
+    case R::MAX_TIME: return "max_time ran out";
+    }
+    return tinyloop::stop_reason_name(r);
+}
+
 }  // namespace tlui

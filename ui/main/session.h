@@ -41,4 +41,8 @@ struct Session {
 nlohmann::json sessionToJson(const Session& s);
 QString sessionToMarkdown(const Session& s);
 
+// Why a run stopped, in the words of the status bar ("stopped by you", "reached max_tokens", ...);
+// exports keep the engine's names (stop_reason_name).
+QString stopReasonText(tinyloop::StopReason r);
+
 }  // namespace tlui
