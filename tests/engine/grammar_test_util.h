@@ -15,6 +15,7 @@
 
 #include "grammar/grammar.h"
 #include "text/tokenizer.h"
+#include "text/utf8.h"
 
 namespace tinyloop::grammar_test {
 
@@ -23,21 +24,7 @@ inline GrammarPtr parse(const std::string& text) { return GrammarPtr(parse_gramm
 
 inline std::string utf8(uint32_t cp) {
     std::string out;
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+    append_utf8(cp, out);
     return out;
 }
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "grammar/grammar.h"
+#include "text/utf8.h"
 
 namespace tinyloop {
 
@@ -37,23 +38,6 @@ GrammarElem ref_elem(int32_t rule) {
     return e;
 }
 
-void append_utf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-}
 
 constexpr long kMaxRepeat = 4096;  // the largest count of {m}, {m,}, {m,n}
 // Groups nest at most this deep: the parser recurses once per '(' (a named error beyond).
