@@ -3,6 +3,7 @@
 //
 //   tinyloop-workbench [MODEL] [--prompt TEXT] [--autorun] [--screenshot OUT.png] [--tab NAME]
 //   tinyloop-workbench --demo-run "In the beginning" --screenshot docs/screenshots/main.png
+//   tinyloop-workbench --session demo.json          (a saved session, shown without running)
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
@@ -77,6 +78,8 @@ int main(int argc, char** argv) {
     cli.addOptions({promptOpt, autorunOpt, demoOpt, shotOpt, tabOpt, metricOpt, presetOpt, maxTokOpt, sizeOpt});
     QCommandLineOption viewOpt("view", "Open a Views-menu window (compare, scrubber, agreement, sweep, step, calibration, compute, kv, quant), fill it by a run on --prompt and, with --screenshot, save that window and quit.", "NAME");
     cli.addOption(viewOpt);
+    QCommandLineOption sessionOpt("session", "Open a saved session (File -> Save session): prompt, config, output and lens, shown without running. Its model opens unless MODEL is given.", "FILE");
+    cli.addOption(sessionOpt);
     cli.process(app);
 
     tlui::MainWindow w;
@@ -104,7 +107,7 @@ int main(int argc, char** argv) {
         // let the 30 Hz frame timer draw the last tokens and plots first
         QTimer::singleShot(400, &w, [&w, &shot, &exitCode] {
             QDir().mkpath(QFileInfo(shot).absolutePath());
-            if (!w.grab().save(shot)) {
+            if (!w.grab().save(shot, "PNG", 0)) {  // quality 0: PNG's strongest compression
                 std::fprintf(stderr, "tinyloop-workbench: could not write %s\n", qPrintable(shot));
                 exitCode = 1;
             } else {
@@ -154,7 +157,16 @@ int main(int argc, char** argv) {
     if (!shot.isEmpty() && autorun)
         QObject::connect(&w, &tlui::MainWindow::sessionSettled, &w, [&] { grabAndQuit(); });
 
-    const QStringList pos = cli.positionalArguments();
+    QStringList pos = cli.positionalArguments();
+    if (cli.isSet(sessionOpt)) {
+        QString err;
+        if (!w.openSession(cli.value(sessionOpt), &err)) {
+            std::fprintf(stderr, "tinyloop-workbench: session not opened: %s\n", qPrintable(err));
+            return 1;
+        }
+        // the model the session was run on, when it is still there and none is named
+        if (pos.isEmpty() && QFileInfo(w.session().modelPath).isFile()) pos << w.session().modelPath;
+    }
     const tlui::StartupModel sm = tlui::resolveStartupModel(pos.isEmpty() ? QString() : pos.first());
     w.show();
     if (sm.path.isEmpty()) {

@@ -7,6 +7,9 @@ set(TL_UI_TESTS
   test_presets
   test_lens_heatmap
   test_session_export
+  test_session_reopen
+  test_config_refusals
+  test_token_shading
   test_main_window
   test_plots
   test_analysis_views)

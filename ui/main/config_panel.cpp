@@ -30,11 +30,16 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
     modeRow->addRow("mode", m_mode);
     outer->addLayout(modeRow);
 
+    // The refusal line keeps its place (two lines, always laid out) and never asks for width, so
+    // the form below does not move while typing and the dock keeps its width; the whole message
+    // is its tooltip when it needs more than two lines.
     m_message = new QLabel;
     m_message->setObjectName("configMessage");
     m_message->setWordWrap(true);
+    m_message->setAlignment(Qt::AlignLeft | Qt::AlignTop);
     m_message->setStyleSheet("color: #b00; font-weight: bold;");
-    m_message->hide();
+    m_message->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
+    m_message->setFixedHeight(2 * QFontMetrics(m_message->font()).lineSpacing() + 4);
     outer->addWidget(m_message);
 
     auto* scroll = new QScrollArea;
@@ -343,16 +348,12 @@ void ConfigPanel::revalidate() {
     if (!first.isEmpty() && m_invalid.size() > 1) first += QString("  (and %1 more)").arg(m_invalid.size() - 1);
     m_localError = first;
     m_engineError.clear();  // a new edit needs a new engine verdict
-    const QString msg = message();
-    m_message->setText(msg);
-    m_message->setVisible(!msg.isEmpty());
+    showMessage();
 }
 
 void ConfigPanel::setEngineVerdict(const QString& error) {
     m_engineError = error;
-    const QString msg = message();
-    m_message->setText(msg);
-    m_message->setVisible(!msg.isEmpty());
+    showMessage();
     // mark the field the engine names ("max_tokens: ..." / "logit_bias[0]: ...")
     if (!error.isEmpty()) {
         QString key = error.section(':', 0, 0);
@@ -360,6 +361,12 @@ void ConfigPanel::setEngineVerdict(const QString& error) {
         if (auto it = m_rows.find(key.toStdString()); it != m_rows.end())
             it->second.editor->setStyleSheet(kBadStyle);
     }
+}
+
+void ConfigPanel::showMessage() {
+    const QString msg = message();
+    m_message->setText(msg);
+    m_message->setToolTip(msg);
 }
 
 QString ConfigPanel::message() const {

@@ -61,6 +61,7 @@ private:
     template <class T, class Parse>
     std::optional<T> fromRows(bool speculative, QString* error, Parse parse) const;
     void revalidate();
+    void showMessage();  // message() on the refusal line
     void applyModeDefaults(DecodeMode m);
     void setFieldText(const std::string& key, const QString& text);
 

@@ -26,6 +26,7 @@
 #include "main/model_panel.h"
 #include "main/presets_panel.h"
 #include "main/prompt_editor.h"
+#include "main/session_file.h"
 #include "main/token_view.h"
 #include "plots/depth_plot.h"
 #include "plots/lens_heatmap.h"
@@ -62,7 +63,12 @@ MainWindow::MainWindow(const WindowOptions& opts, QWidget* parent) : QMainWindow
     connect(m_worker, &EngineHost::runFailed, this, &MainWindow::onRunFailed, Qt::QueuedConnection);
     connect(m_worker, &EngineHost::lensReady, this, &MainWindow::onLensReady, Qt::QueuedConnection);
     connect(m_worker, &EngineHost::configChecked, this, [this](quint64 ticket, const QString& err) {
-        if (ticket == m_validateTicket) m_config->setEngineVerdict(err);
+        if (ticket != m_validateTicket) return;
+        m_config->setEngineVerdict(err);
+        if (err.isEmpty() && m_notStarted && !isRunning()) {  // the reason it gave is gone
+            m_notStarted = false;
+            m_stateLabel->setText("ready: the config is valid");
+        }
     }, Qt::QueuedConnection);
     m_thread->start();
     m_jobs = new AnalysisJobs(m_worker);  // deleted before m_worker (shutdownWorker)
@@ -227,11 +233,17 @@ void MainWindow::buildMenus() {
     m_recentMenu = file->addMenu("Open &recent");
     rebuildRecentMenu();
     file->addSeparator();
-    file->addAction("Export session as &JSON...", this, [this] {
-        const QString p = QFileDialog::getSaveFileName(this, "Export session", "session.json", "JSON (*.json)");
+    file->addAction("Open &session...", this, [this] {
+        const QString p = QFileDialog::getOpenFileName(this, "Open a saved session", QString(),
+                                                       "Workbench sessions (*.json);;All files (*)");
         QString err;
-        if (!p.isEmpty() && !exportSessionJson(p, &err)) showError("Export failed", err);
-    });
+        if (!p.isEmpty() && !openSession(p, &err)) showError("Session not opened", err);
+    })->setObjectName("openSessionAction");
+    file->addAction("Sa&ve session...", QKeySequence::Save, this, [this] {
+        const QString p = QFileDialog::getSaveFileName(this, "Save session", "session.json", "JSON (*.json)");
+        QString err;
+        if (!p.isEmpty() && !exportSessionJson(p, &err)) showError("Save failed", err);
+    })->setObjectName("saveSessionAction");
     file->addAction("Export session as &Markdown...", this, [this] {
         const QString p = QFileDialog::getSaveFileName(this, "Export session", "session.md", "Markdown (*.md)");
         QString err;
@@ -363,6 +375,12 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
     m_heatmap->setVocab(m.vocab);
     m_presets->setModelPath(m_modelPath);
     m_presets->applyDefaultForModel();
+    if (m_sessionConfig) {  // an opened session shows the config it was run with
+        m_config->setMode(m_session.run.mode);
+        m_config->setConfig(m_session.run.config);
+        m_config->setKnobs(m_session.run.knobs);
+        m_prompt->setPlainText(m_session.run.prompt);
+    }
     addRecent(m_modelPath);
     m_stateLabel->setText(QString("loaded %1%2").arg(m_modelPanel->summaryLine(),
                                                      m_randomFallback ? "  -  random model: text is noise" : ""));
@@ -408,34 +426,104 @@ bool MainWindow::generate() {
     }
     QString err;
     auto req = makeRequest(&err);
+    if (req && !m_config->message().isEmpty()) {  // the engine refused this config already
+        err = m_config->message();
+        req.reset();
+    }
     if (!req) {
         m_stateLabel->setText("not started: " + err);
+        m_notStarted = true;
         return false;
     }
+    m_notStarted = false;
+    m_sessionConfig = false;
     req->id = m_nextRunId++;
     m_currentRun = req->id;
     m_awaitLens = req->id;
     m_liveTps = 0;
+    m_pendingRun = *req;
+    m_showsPrevious = true;  // the engine may still refuse the run: keep the last one on screen
+    m_speedLabel->setText("0 tok/s");
+    m_stateLabel->setText(QString("generating (%1)...").arg(modeLabel(req->mode)));
+    updateActions();
+    emit requestGenerate(*req);
+    return true;
+}
+
+void MainWindow::startShowingRun() {
+    if (!m_showsPrevious) return;
+    m_showsPrevious = false;
+    const RunRequest& req = m_pendingRun;
     m_session.clearRun();
-    m_session.run.id = req->id;
-    m_session.run.prompt = req->prompt;
-    m_session.run.mode = req->mode;
-    m_session.run.config = req->config;
-    m_session.run.knobs = req->knobs;
-    m_session.run.grammarFile = req->grammarFile;
-    const int loops = req->config.loops > 0 ? req->config.loops : m_hp.default_loops;
-    m_output->clearTokens(req->prompt);
+    m_session.run.id = req.id;
+    m_session.run.prompt = req.prompt;
+    m_session.run.mode = req.mode;
+    m_session.run.config = req.config;
+    m_session.run.knobs = req.knobs;
+    m_session.run.grammarFile = req.grammarFile;
+    m_session.run.promptLen = m_pendingPromptLen;
+    const int loops = req.config.loops > 0 ? req.config.loops : m_hp.default_loops;
+    m_output->clearTokens(req.prompt);
     m_heatmap->clear(loops);
     m_depth->clear(loops);
     m_spec->clear();
     m_liveCycles.clear();
     m_lastCycle = -1;
     m_cyclesDirty = false;
-    m_speedLabel->setText("0 tok/s");
-    m_stateLabel->setText(QString("generating (%1)...").arg(modeLabel(req->mode)));
-    updateActions();
-    emit requestGenerate(*req);
+}
+
+bool MainWindow::openSession(const QString& path, QString* error) {
+    if (m_currentRun != 0) {
+        if (error) *error = "a run is in progress: stop it first";
+        return false;
+    }
+    Session s;
+    if (!readSessionFile(path, &s, error)) return false;
+    s.finished = true;
+    if (m_hasModel) {  // the panel shows this model's file; the session keeps the one it was run on
+        s.modelPath = s.modelPath.isEmpty() ? m_modelPath : s.modelPath;
+    }
+    m_session = std::move(s);
+    m_showsPrevious = false;
+    m_awaitLens = 0;
+    m_sessionConfig = true;
+    showSession();
+    QString note = QString("session %1: %2 tokens, %3").arg(QFileInfo(path).fileName())
+                       .arg(m_session.events.size()).arg(modeLabel(m_session.run.mode));
+    if (!m_session.modelPath.isEmpty() && m_hasModel && QFileInfo(m_session.modelPath) != QFileInfo(m_modelPath))
+        note += QString(" (recorded on %1; %2 is loaded)").arg(QFileInfo(m_session.modelPath).fileName(), m_modelName);
+    m_stateLabel->setText(note);
+    m_notStarted = false;
     return true;
+}
+
+void MainWindow::showSession() {
+    const Session& s = m_session;
+    m_prompt->setPlainText(s.run.prompt);
+    m_config->setMode(s.run.mode);
+    m_config->setConfig(s.run.config);
+    m_config->setKnobs(s.run.knobs);
+    m_config->setGrammarFile(s.run.grammarFile);
+    const int loops = std::max(1, s.lens ? s.lens->loops : s.run.loops);
+    m_output->clearTokens(s.run.prompt);
+    m_heatmap->clear(loops);
+    m_depth->clear(loops);
+    m_spec->clear();
+    for (const auto& ev : s.events) {
+        m_output->addToken(ev);
+        m_heatmap->addEvent(ev);
+        m_depth->addToken(ev.index, ev.depth);
+    }
+    if (s.lens) m_heatmap->setExactLens(*s.lens, s.run.promptLen);
+    m_liveCycles = s.run.cycles;
+    m_cyclesDirty = false;
+    if (s.run.hasSpeculative) {
+        m_spec->setCycles(s.run.cycles);
+        m_spec->setStats(s.run.stats);
+    }
+    m_timing->setRuns(s.history);
+    onFrame();
+    m_speedLabel->clear();
 }
 
 void MainWindow::stop() {
@@ -448,11 +536,13 @@ QString MainWindow::speedText() const { return m_speedLabel->text(); }
 
 void MainWindow::onRunStarted(quint64 id, int promptLen) {
     if (id != m_currentRun) return;
-    m_session.run.promptLen = promptLen;
+    m_pendingPromptLen = promptLen;
+    if (!m_showsPrevious) m_session.run.promptLen = promptLen;
 }
 
 void MainWindow::onTokenEvent(quint64 id, const tinyloop::TokenEvent& ev) {
     if (id != m_currentRun) return;
+    startShowingRun();
     m_session.events.push_back(ev);
     m_output->addToken(ev);
     m_heatmap->addEvent(ev);
@@ -482,6 +572,7 @@ void MainWindow::onFrame() {
 
 void MainWindow::onRunFinished(const RunResult& r) {
     if (r.id != m_currentRun) return;
+    startShowingRun();
     m_currentRun = 0;
     m_session.run = r;
     m_session.finished = true;
@@ -518,9 +609,10 @@ void MainWindow::onRunFailed(quint64 id, const QString& message) {
     if (id != m_currentRun) return;
     m_currentRun = 0;
     m_awaitLens = 0;
+    m_showsPrevious = false;  // nothing of the refused run was shown: the last one stays
     m_lastError = message;
     m_config->setEngineVerdict(message);
-    m_stateLabel->setText("run failed: " + message);
+    m_stateLabel->setText("run failed: " + message + " (the previous output stays)");
     updateActions();
     emit runEnded(id, false);
     emit sessionSettled();
@@ -530,6 +622,18 @@ void MainWindow::onLensReady(const LensReady& l) {
     if (l.id != m_awaitLens || l.id != m_session.run.id) return;
     m_awaitLens = 0;
     m_session.lens = l.lens;
+    if (m_session.run.mode == DecodeMode::Beam && l.lens.loops > 0) {
+        // Beam search hands its winner over with no per-token probability: the model's
+        // probability of each token (the exact lens at the final depth) shades it instead.
+        std::vector<float> probs;
+        for (size_t k = 0; k < m_session.events.size(); ++k) {
+            const int pos = l.promptLen - 1 + static_cast<int>(k);
+            if (pos < 0 || pos >= l.lens.n_positions) break;
+            probs.push_back(std::max(0.0f, l.lens.at(pos, l.lens.loops).p_next));
+            m_session.events[k].prob = probs.back();
+        }
+        m_output->setProbabilities(probs);
+    }
     m_heatmap->setExactLens(l.lens, l.promptLen);
     m_heatmap->refresh();
     emit sessionSettled();

@@ -60,6 +60,10 @@ public:
     QString speedText() const;
 
     bool exportSessionJson(const QString& path, QString* error = nullptr) const;
+    // Reloads a saved session (exportSessionJson's file) into the window: prompt, config, output,
+    // events, lens and plots, without running. False, with the reason, for a bad file (the window
+    // keeps what it showed) or while a run is in progress.
+    bool openSession(const QString& path, QString* error = nullptr);
     bool exportSessionMarkdown(const QString& path, QString* error = nullptr) const;
     QList<QPair<QString, QCustomPlot*>> plots() const;
     bool exportPlot(const QString& name, const QString& path, QString* error = nullptr);
@@ -106,6 +110,8 @@ private:
     void scheduleValidation();
     void onFrame();
     std::optional<RunRequest> makeRequest(QString* error);
+    void startShowingRun();  // the run's first sign of life: the previous output and plots go
+    void showSession();      // m_session on every panel and plot
 
     void onLoadStarted(const QString& path);
     void onModelLoaded(const tlui::ModelLoaded& m);
@@ -160,6 +166,11 @@ private:
     quint64 m_currentRun = 0;  // 0 = none running
     quint64 m_awaitLens = 0;   // run whose exact lens is still to come
     quint64 m_validateTicket = 0;
+    RunRequest m_pendingRun;       // the run asked for last (shown from its first token on)
+    int m_pendingPromptLen = 0;
+    bool m_showsPrevious = false;  // a run was asked for; the previous output stays until it starts
+    bool m_notStarted = false;     // the status bar says why a run did not start
+    bool m_sessionConfig = false;  // an opened session's config outlives the model's default preset
     double m_liveTps = 0;
     std::vector<SpecCycle> m_liveCycles;
     int m_lastCycle = -1;

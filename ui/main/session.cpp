@@ -11,7 +11,7 @@ using nlohmann::json;
 json sessionToJson(const Session& s) {
     json j;
     j["format"] = "tinyloop-workbench-session";
-    j["version"] = 1;
+    j["version"] = 2;
     j["exported_at"] = QDateTime::currentDateTimeUtc().toString(Qt::ISODate).toStdString();
     j["model"] = json{{"path", s.modelPath.toStdString()}, {"summary", s.modelSummary.toStdString()}};
     j["prompt"] = s.run.prompt.toStdString();
@@ -19,6 +19,7 @@ json sessionToJson(const Session& s) {
     j["config"] = configToJson(s.run.config);
     j["speculative"] = knobsToJson(s.run.knobs);
     j["grammar_file"] = s.run.grammarFile.toStdString();
+    j["loops"] = s.run.loops;
     std::vector<int32_t> promptIds(s.run.tokens.begin(),
                                    s.run.tokens.begin() + std::min<size_t>(s.run.promptLen, s.run.tokens.size()));
     std::vector<int32_t> outIds(s.run.tokens.begin() + promptIds.size(), s.run.tokens.end());
@@ -39,19 +40,25 @@ json sessionToJson(const Session& s) {
         const auto& L = *s.lens;
         json cells = json::array();
         // one row per emitted token: the lens at the position that predicted it, depth 1..loops
+        const int first = std::max(s.run.promptLen - 1, 0);
         for (size_t k = 0; k < outIds.size(); ++k) {
-            const int pos = s.run.promptLen + static_cast<int>(k) - 1;
-            if (pos < 0 || pos >= L.n_positions) continue;
+            const int pos = first + static_cast<int>(k);
+            if (pos >= L.n_positions) break;
             json row = json::array();
             for (int d = 1; d <= L.loops; ++d) {
                 const auto& c = L.at(pos, d);
-                row.push_back(json{{"p_final_argmax", c.p_final_argmax}, {"p_next", c.p_next},
-                                   {"entropy", c.entropy}, {"kl_to_final", c.kl_to_final},
-                                   {"argmax", c.argmax}});
+                json probs = json::array();
+                for (float p : c.top_probs) probs.push_back(tinyloop::json_float(p));
+                row.push_back(json{{"p_final_argmax", tinyloop::json_float(c.p_final_argmax)},
+                                   {"p_next", tinyloop::json_float(c.p_next)},
+                                   {"entropy", tinyloop::json_float(c.entropy)},
+                                   {"kl_to_final", tinyloop::json_float(c.kl_to_final)},
+                                   {"argmax", c.argmax}, {"top_ids", c.top_ids}, {"top_probs", probs}});
             }
             cells.push_back(row);
         }
-        j["lens"] = json{{"loops", L.loops}, {"top_k", L.top_k}, {"rows", cells}};
+        j["lens"] = json{{"loops", L.loops}, {"top_k", L.top_k}, {"n_positions", L.n_positions},
+                         {"first_position", first}, {"rows", cells}};
     }
     json hist = json::array();
     for (const auto& h : s.history)

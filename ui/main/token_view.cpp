@@ -40,6 +40,11 @@ void TokenView::clearTokens(const QString& promptText) {
 
 void TokenView::addToken(const tinyloop::TokenEvent& ev) { m_events.push_back(ev); }
 
+void TokenView::setProbabilities(const std::vector<float>& probs) {
+    for (size_t i = 0; i < m_events.size() && i < probs.size(); ++i) m_events[i].prob = probs[i];
+    setMeasure(m_measure);
+}
+
 void TokenView::flush() {
     if (m_drawn >= static_cast<int>(m_events.size())) return;
     setUpdatesEnabled(false);
@@ -101,6 +106,7 @@ int TokenView::tokenAt(const QPoint& viewportPos) const {
 QString TokenView::tokenText(int32_t id) const {
     QString s = id >= 0 && id < m_vocab.size() ? m_vocab[id] : QString("<%1>").arg(id);
     s.replace("\n", "\\n").replace("\t", "\\t");
+    s.replace(' ', QChar(0x00A0));  // a token's own spaces never break a tooltip line
     return s.toHtmlEscaped();
 }
 
@@ -110,12 +116,14 @@ QString TokenView::lensTooltip(int index) const {
     QString h = QString("<b>token %1</b> id %2 '%3' &nbsp; depth %4 &nbsp; p=%5<br>")
                     .arg(ev.index).arg(ev.token).arg(tokenText(ev.token)).arg(ev.depth).arg(ev.prob, 0, 'f', 3);
     if (ev.lens.empty()) return h + "<i>no lens row (lens off)</i>";
-    h += "<table cellspacing=0 cellpadding=2><tr><th>depth</th><th>p(emitted)</th><th>H</th><th>top-k</th></tr>";
+    // no line of the table wraps (white-space: nowrap), so no top-k entry breaks in two
+    h += "<table style=\"white-space:nowrap\" cellspacing=0 cellpadding=2><tr><th>depth</th><th>p(emitted)</th><th>H</th><th>top-k</th></tr>";
     for (const auto& d : ev.lens) {
         QString tops;
         for (size_t i = 0; i < d.top_ids.size(); ++i) {
             const bool isEmitted = d.top_ids[i] == ev.token;
-            QString cell = QString("'%1' %2").arg(tokenText(d.top_ids[i])).arg(d.top_probs[i], 0, 'f', 3);
+            // one entry never wraps inside (token text and its probability stay on one line)
+            QString cell = QString("<nobr>'%1'&nbsp;%2</nobr>").arg(tokenText(d.top_ids[i])).arg(d.top_probs[i], 0, 'f', 3);
             tops += (i ? " &nbsp; " : "") + (isEmitted ? "<b>" + cell + "</b>" : cell);
         }
         h += QString("<tr><td align=right>%1</td><td>%2</td><td>%3</td><td>%4</td></tr>")

@@ -29,6 +29,9 @@ public:
     void clearTokens(const QString& promptText = QString());
     void addToken(const tinyloop::TokenEvent& ev);  // buffered
     void flush();                                   // draws what is buffered
+    // Replaces the tokens' probabilities (beam search reports none per token: the window gives it
+    // the model's probability of each token from the exact lens) and redraws.
+    void setProbabilities(const std::vector<float>& probs);
     int tokenCount() const { return static_cast<int>(m_events.size()); }
     const std::vector<tinyloop::TokenEvent>& events() const { return m_events; }
 

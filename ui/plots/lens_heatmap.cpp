@@ -185,15 +185,15 @@ QString LensHeatmap::cellTooltip(int token, int depth) const {
     if (token < 0 || token >= tokenCount() || depth < 1 || depth > m_loops) return QString();
     auto txt = [&](int32_t id) {
         QString s = id >= 0 && id < m_vocab.size() ? m_vocab[id] : QString("<%1>").arg(id);
-        return s.replace("\n", "\\n").toHtmlEscaped();
+        return s.replace("\n", "\\n").replace(' ', QChar(0x00A0)).toHtmlEscaped();  // no break inside a token
     };
     QString h = QString("<b>token %1</b> '%2', depth %3 (exit %4)<br>").arg(token).arg(txt(m_tokens[size_t(token)]))
                     .arg(depth).arg(m_exitDepth[size_t(token)]);
     const double val = value(m_metric, token, depth);
     h += QString("%1: %2<br>").arg(m_metricBox->currentText(), std::isnan(val) ? QString("unknown") : QString::number(val, 'f', 4));
     const TopK& t = m_top[size_t(token)][size_t(depth - 1)];
-    for (size_t i = 0; i < t.ids.size(); ++i) h += QString("'%1' %2<br>").arg(txt(t.ids[i])).arg(t.probs[i], 0, 'f', 3);
-    return h;
+    for (size_t i = 0; i < t.ids.size(); ++i) h += QString("<nobr>'%1'&nbsp;%2</nobr><br>").arg(txt(t.ids[i])).arg(t.probs[i], 0, 'f', 3);
+    return "<div style=\"white-space:nowrap\">" + h + "</div>";  // one line per entry, never wrapped
 }
 
 void LensHeatmap::onMouseMove(QMouseEvent* e) {
