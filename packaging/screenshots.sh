@@ -1,48 +1,85 @@
 #!/usr/bin/env bash
-# Screenshots of the workbench for the README, taken under a virtual X server (Xvfb): the app
-# loads the bundled model (or the random demo model), generates from a prompt, waits for the
-# run and its exact logit lens, grabs its own window (QWidget::grab) into docs/screenshots/ and
-# quits. Usage:
+# Screenshots of the workbench under a virtual X server (Xvfb), at each screen size, into
+# docs/screenshots/<WxH>/NAME.png: the main window after a real run on the bundled model, and
+# every window of the Views menu after a real run of that view. Each picture is one `shot` line
+# below (a name and the workbench's arguments); the window size is the screen's.
+# Usage:
 #   bash packaging/screenshots.sh [BUILD_DIR] [MODEL]
-# Needs: xvfb (xvfb-run), a built tinyloop-workbench.
+#   TINYLOOP_SCREENSHOT_SIZES="1280x720" TINYLOOP_SCREENSHOT_ONLY="compare scrubber" bash packaging/screenshots.sh
+# Needs: Xvfb, a built tinyloop-workbench.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-${TINYLOOP_BUILD_DIR:-$root/build}}
 model=${2:-}
 bin="$build/bin/tinyloop-workbench"
-out="$root/docs/screenshots"
+sizes=${TINYLOOP_SCREENSHOT_SIZES:-"1280x720 1920x1080"}
+only=${TINYLOOP_SCREENSHOT_ONLY:-}
 [ -x "$bin" ] || { echo "no $bin: build the tinyloop_workbench target first" >&2; exit 1; }
-mkdir -p "$out"
+command -v Xvfb >/dev/null 2>&1 || { echo "no Xvfb: install xvfb" >&2; exit 1; }
 
-run() {  # run NAME ARGS... : one screenshot
-  local name=$1; shift
-  echo "== $name"
-  if command -v xvfb-run >/dev/null 2>&1; then
-    xvfb-run -a -s "-screen 0 1600x1000x24" "$bin" ${model:+"$model"} "$@" --screenshot "$out/$name.png"
-  else
-    # no xvfb-run: a bare Xvfb on a free display
-    local d=99
-    while [ -e "/tmp/.X$d-lock" ]; do d=$((d + 1)); done
-    Xvfb ":$d" -screen 0 1600x1000x24 >/dev/null 2>&1 &
-    local xpid=$!
-    sleep 1
-    DISPLAY=":$d" "$bin" ${model:+"$model"} "$@" --screenshot "$out/$name.png" || { kill "$xpid"; return 1; }
-    kill "$xpid"
-  fi
+# ---- the pictures: shot NAME ARGS... -----------------------------------------------------------
+names=()
+argv=()
+shot() {
+  names+=("$1")
+  shift
+  local q
+  printf -v q '%q ' "$@"
+  argv+=("$q")
 }
+# The main window, one per plot tab, after a generation on the bundled model.
+shot workbench-lens        --demo-run "In the beginning God created" --max-tokens 48 --tab lens --lens-metric emitted
+shot workbench-kl          --demo-run "And God said, Let there be light" --max-tokens 48 --tab lens --lens-metric kl
+shot workbench-depth       --demo-run "In the beginning" --preset "Early exit" --max-tokens 48 --tab depth
+shot workbench-speculative --demo-run "In the beginning" --preset "Speculative" --max-tokens 64 --tab speculative
+shot workbench-timing      --demo-run "In the beginning" --max-tokens 64 --tab timing
+# Every window of the Views menu, filled by a run of the view itself.
+shot view-compare     --view compare     --prompt "In the beginning God created" --max-tokens 24
+shot view-scrubber    --view scrubber    --prompt "And God said, Let there be light" --max-tokens 32
+shot view-agreement   --view agreement   --prompt "In the beginning God created" --max-tokens 32
+shot view-sweep       --view sweep       --max-tokens 16
+shot view-step        --view step        --prompt "In the beginning" --max-tokens 12
+shot view-calibration --view calibration --prompt "In the beginning" --max-tokens 32
+shot view-compute     --view compute     --prompt "In the beginning" --max-tokens 24
+shot view-kv          --view kv          --prompt "In the beginning" --max-tokens 24
+shot view-quant       --view quant       --prompt "In the beginning" --max-tokens 24
 
+# ---- taking them -------------------------------------------------------------------------------
 # Fresh settings, so a developer's presets and recent files do not leak into the pictures.
 export XDG_CONFIG_HOME
 XDG_CONFIG_HOME=$(mktemp -d)
-trap 'rm -rf "$XDG_CONFIG_HOME"' EXIT
+xpid=
+cleanup() {
+  [ -n "$xpid" ] && kill "$xpid" 2>/dev/null || true
+  rm -rf "$XDG_CONFIG_HOME"
+}
+trap cleanup EXIT
 
-run workbench-lens     --demo-run "In the beginning God created" --max-tokens 48 --tab lens --lens-metric emitted
-run workbench-kl       --demo-run "And God said, Let there be light" --max-tokens 48 --tab lens --lens-metric kl
-run workbench-depth    --demo-run "In the beginning" --preset "Early exit" --max-tokens 48 --tab depth
-run workbench-timing   --demo-run "In the beginning" --max-tokens 64 --tab timing
-run workbench-speculative --demo-run "In the beginning" --preset "Speculative" --max-tokens 64 --tab speculative
-# Views menu (issue 8): each view saves its own window after a real run on the model.
-run compare  --view compare  --prompt "In the beginning God created" --max-tokens 24
-run scrubber --view scrubber --prompt "And God said, Let there be light" --max-tokens 32
-echo "screenshots in $out:"
-ls -l "$out"
+failed=0
+for size in $sizes; do
+  out="$root/docs/screenshots/$size"
+  mkdir -p "$out"
+  # one X server per size, on a free display
+  d=90
+  while [ -e "/tmp/.X$d-lock" ] || [ -e "/tmp/.X11-unix/X$d" ]; do d=$((d + 1)); done
+  Xvfb ":$d" -screen 0 "${size}x24" -nolisten tcp >/dev/null 2>&1 &
+  xpid=$!
+  for _ in $(seq 50); do [ -e "/tmp/.X11-unix/X$d" ] && break; sleep 0.1; done
+  for i in "${!names[@]}"; do
+    name=${names[$i]}
+    if [ -n "$only" ] && [[ " $only " != *" $name "* ]] && [[ " $only " != *" ${name#*-} "* ]]; then continue; fi
+    eval "args=(${argv[$i]})"
+    echo "== $size $name"
+    if ! DISPLAY=":$d" QT_QPA_PLATFORM=xcb timeout 600 "$bin" ${model:+"$model"} --size "$size" "${args[@]}" \
+         --screenshot "$out/$name.png"; then
+      echo "!! $size $name failed" >&2
+      failed=1
+    fi
+  done
+  kill "$xpid" 2>/dev/null || true
+  wait "$xpid" 2>/dev/null || true
+  xpid=
+done
+echo "screenshots in $root/docs/screenshots:"
+for size in $sizes; do echo "$size: $(ls "$root/docs/screenshots/$size" | wc -l) files, $(du -sh "$root/docs/screenshots/$size" | cut -f1)"; done
+exit $failed

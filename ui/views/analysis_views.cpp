@@ -5,6 +5,7 @@
 
 #include <QAction>
 #include <QMenu>
+#include <QScreen>
 #include <QTimer>
 #include <QWidget>
 
@@ -109,7 +110,10 @@ void AnalysisViews::demo(const QString& kind, const QString& prompt, int max_tok
                          std::function<void(bool)> done) {
     AnalysisWindow* v = open(kind);
     if (!v) return done(false);
-    v->resize(1400, 900);
+    // as large as it opens for a reader, but inside the screen it is on (a 1280x720 projector)
+    const QRect screen = v->screen() ? v->screen()->availableGeometry() : QRect(0, 0, 1400, 900);
+    v->resize(std::min(1400, screen.width()), std::min(900, screen.height()));
+    v->move(screen.topLeft());
     auto finish = [v, out, done](bool ok) {
         QTimer::singleShot(400, v, [v, out, done, ok] {
             bool saved = true;
