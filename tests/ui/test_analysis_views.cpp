@@ -7,13 +7,18 @@
 
 #include <QAction>
 #include <QFileInfo>
+#include <QFormLayout>
+#include <QLabel>
 #include <QMenu>
 #include <QMenuBar>
+#include <QProgressBar>
+#include <QPushButton>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTest>
 #include <QTextBrowser>
 #include <nlohmann/json.hpp>
+#include <qcustomplot.h>
 
 #include "main/main_window.h"
 #include "main/model_paths.h"
@@ -244,8 +249,12 @@ private slots:
         QVERIFY(stp);
         stp->setPrompt("In the beginning");
         stp->setConfig(4, 0.0, 1, 6);
+        auto* takeId = stp->findChild<QPushButton*>("takeIdButton");
+        QVERIFY(takeId);
+        QVERIFY(!takeId->isEnabled());  // nothing to take a token into before Start
         QVERIFY(runAndFinish(stp));
         QVERIFY(tltest::waitFor([&] { return stp->snapshot().proposal.has_value() && !stp->isBusy(); }));
+        QVERIFY(takeId->isEnabled());
         stp->takeProposals(3);
         QVERIFY(tltest::waitFor([&] { return stp->snapshot().steps.size() == 3 && !stp->isBusy(); }));
         const int32_t pick = stp->snapshot().proposal->lens.back().top_ids.back();  // the 8th candidate
@@ -343,7 +352,50 @@ private slots:
         quant->setSecondPath(tltest::writeTinyModel(m_dir.path(), 3, "other.tinyloop"));
         QVERIFY(!runAndFinish(quant));
         QVERIFY(quant->lastError().contains("vocab_size"));
+        // ... and shows nothing of the previous pair: no plot, an empty progress bar, the reason
+        QVERIFY(!quant->hasData());
+        for (const char* name : {"trajectories", "divergence", "klHeatmap"})
+            QCOMPARE(quant->findChild<QCustomPlot*>(name)->plottableCount(), 0);
+        auto* bar = quant->findChild<QProgressBar*>("progress");
+        QVERIFY(bar && bar->value() < bar->maximum());
+        QVERIFY(quant->statusText().contains("vocab_size"));
         QVERIFY(!trigger("nonsense"));
+    }
+
+    // The Views menu is one family: "..." on every entry (each opens a window), one title form,
+    // the Run button and the exports in the bottom bar with the same words, and the inputs row
+    // labelled in sentence case, each label naming its field.
+    void everyViewFollowsOneConvention() {
+        for (QAction* a : m_window->menuBar()->actions())
+            if (a->menu() && a->text().remove('&') == "Views")
+                for (QAction* v : a->menu()->actions())
+                    if (!v->isSeparator()) QVERIFY2(v->text().endsWith("..."), qPrintable(v->text()));
+        for (const QString& kind : AnalysisViews::kinds()) {
+            AnalysisWindow* v = trigger(kind);
+            QVERIFY(v);
+            QVERIFY2(v->windowTitle().endsWith(" - TinyLoop Workbench"), qPrintable(v->windowTitle()));
+            QVERIFY(!v->windowTitle().contains(QChar(0x2014)) && !v->windowTitle().contains(QChar(0x2013)));
+            QCOMPARE(v->findChildren<QPushButton*>("runButton").size(), 1);
+            QCOMPARE(v->findChild<QPushButton*>("exportImageButton")->text(), QString("Export image (PNG/PDF)..."));
+            QCOMPARE(v->findChild<QPushButton*>("exportDataButton")->text(), QString("Export data (JSON)..."));
+            auto* inputs = v->layout()->itemAt(0)->layout();
+            QVERIFY(inputs);
+            for (int i = 0; i < inputs->count(); ++i) {
+                auto* label = qobject_cast<QLabel*>(inputs->itemAt(i)->widget());
+                if (!label) continue;
+                const QString t = label->text();
+                QVERIFY2(!t.isEmpty() && (t.at(0).isUpper() || t.contains('_')), qPrintable(kind + ": " + t));
+                QVERIFY2(label->buddy(), qPrintable(kind + ": " + t));
+            }
+            for (auto* form : v->findChildren<QFormLayout*>())
+                for (int r = 0; r < form->rowCount(); ++r)
+                    if (auto* item = form->itemAt(r, QFormLayout::LabelRole))
+                        if (auto* label = qobject_cast<QLabel*>(item->widget())) {
+                            const QString t = label->text();
+                            QVERIFY2(t.isEmpty() || t.at(0).isUpper() || t.contains('_'), qPrintable(kind + ": " + t));
+                        }
+            v->close();
+        }
     }
 
     // Closing the workbench closes its analysis windows and ends the lane; a window asked to run

@@ -44,8 +44,11 @@ AnalysisWindow::AnalysisWindow(WorkbenchAccess* workbench, const QString& title,
     m_status = new QLabel;
     m_status->setObjectName("status");
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    auto* img = new QPushButton("Export image...");
+    // the main window's wording: "Export <what> (<formats>)...", "..." where a dialog opens
+    auto* img = new QPushButton("Export image (PNG/PDF)...");
+    img->setObjectName("exportImageButton");
     auto* js = new QPushButton("Export data (JSON)...");
+    js->setObjectName("exportDataButton");
     bar->addWidget(m_run);
     bar->addWidget(m_cancel);
     bar->addWidget(m_progress);
@@ -103,6 +106,13 @@ void AnalysisWindow::onFinished(quint64 ticket, bool ok, const QString& error) {
 
 QString AnalysisWindow::statusText() const { return m_status->text(); }
 
+void AnalysisWindow::addControl(const QString& label, QWidget* field, int stretch) {
+    auto* l = new QLabel(label);
+    l->setBuddy(field);
+    m_controls->addWidget(l);
+    m_controls->addWidget(field, stretch);
+}
+
 QLineEdit* AnalysisWindow::newPromptField() const {
     auto* e = new QLineEdit(workbenchPrompt().isEmpty() ? QString("In the beginning") : workbenchPrompt());
     e->setObjectName("prompt");
@@ -157,7 +167,7 @@ bool AnalysisWindow::exportImage(const QString& path, QString* error) {
         }
         ok = ok && QFileInfo(path).size() > 0;
     } else {
-        ok = grab().save(path, "PNG");
+        ok = grab().save(path, "PNG", 0);  // quality 0: PNG's strongest compression
     }
     if (!ok && error) *error = QString("could not write %1").arg(path);
     return ok;

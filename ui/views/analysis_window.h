@@ -65,6 +65,9 @@ protected:
     QString modelPath() const { return m_workbench->modelPath(); }
     QString workbenchPrompt() const { return m_workbench->promptText(); }
     QHBoxLayout* controls() const { return m_controls; }  // the view's inputs, above its body
+    // One input in the inputs row: its label (sentence case, like the form rows of the other
+    // views: "Max tokens", "Depth") and its field.
+    void addControl(const QString& label, QWidget* field, int stretch = 0);
     QVBoxLayout* body() const { return m_body; }          // the view's plots and tables
     QPushButton* runButton() const { return m_run; }
     // The prompt field most views start with (object name "prompt"): the workbench's prompt, else

@@ -33,10 +33,8 @@ ComputeView::ComputeView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     m_decodeTokens = new QSpinBox;
     m_decodeTokens->setRange(2, 512);
     m_decodeTokens->setValue(32);
-    controls()->addWidget(new QLabel("x axis"));
-    controls()->addWidget(m_axis);
-    controls()->addWidget(new QLabel("decode tokens (time, speculation)"));
-    controls()->addWidget(m_decodeTokens);
+    addControl("X axis", m_axis);
+    addControl("Decode tokens (time, speculation)", m_decodeTokens);
     controls()->addStretch(1);
     auto* split = new QSplitter(Qt::Vertical);
     m_text = new QPlainTextEdit(kDefaultText);

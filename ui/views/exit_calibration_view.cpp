@@ -65,17 +65,13 @@ CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_maxTokens = spin(2, 512, 48);
     m_loops = spin(0, 64, 8);
     m_loops->setSpecialValueText("default");
-    auto add = [this](const QString& label, QWidget* w) {
-        controls()->addWidget(new QLabel(label));
-        controls()->addWidget(w);
-    };
-    add("criterion", m_criterion);
-    add("threshold", m_threshold);
-    add("patience", m_patience);
-    add("min L", m_minL);
-    add("peek every", m_peek);
-    add("tokens", m_maxTokens);
-    add("depth", m_loops);
+    addControl("Criterion", m_criterion);
+    addControl("Threshold", m_threshold);
+    addControl("Patience", m_patience);
+    addControl("Min L", m_minL);
+    addControl("Peek every", m_peek);
+    addControl("Tokens", m_maxTokens);
+    addControl("Depth", m_loops);
     controls()->addStretch(1);
 
     auto* split = new QSplitter(Qt::Vertical);

@@ -32,15 +32,11 @@ KvView::KvView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(wor
     m_prefix = new QSpinBox;
     m_prefix->setRange(1, 4096);
     m_prefix->setValue(4);
-    auto add = [this](const QString& label, QWidget* w) {
-        controls()->addWidget(new QLabel(label));
-        controls()->addWidget(w);
-    };
-    add("set-up", m_setup);
-    add("tokens", m_maxTokens);
-    add("depth", m_loops);
-    add("exit threshold (hidden_l2)", m_threshold);
-    add("cached prefix tokens", m_prefix);
+    addControl("Set-up", m_setup);
+    addControl("Tokens", m_maxTokens);
+    addControl("Depth", m_loops);
+    addControl("Exit threshold (hidden_l2)", m_threshold);
+    addControl("Cached prefix tokens", m_prefix);
     controls()->addStretch(1);
 
     auto* split = new QSplitter(Qt::Vertical);

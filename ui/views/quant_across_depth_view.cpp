@@ -41,13 +41,10 @@ QuantView::QuantView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_loops->setRange(0, 64);
     m_loops->setValue(8);
     m_loops->setSpecialValueText("default");
-    controls()->addWidget(new QLabel("second model"));
-    controls()->addWidget(m_second, 1);
+    addControl("Second model", m_second, 1);
     controls()->addWidget(browse);
-    controls()->addWidget(new QLabel("continuation tokens"));
-    controls()->addWidget(m_maxTokens);
-    controls()->addWidget(new QLabel("depth"));
-    controls()->addWidget(m_loops);
+    addControl("Continuation tokens", m_maxTokens);
+    addControl("Depth", m_loops);
     connect(browse, &QPushButton::clicked, this, [this] {
         const QString p = QFileDialog::getOpenFileName(this, "Second model file", QFileInfo(modelPath()).path(),
                                                        "TinyLoop models (*.tinyloop)");
@@ -117,13 +114,22 @@ void QuantView::run() {
         *out = compare_quantized(a, b, ids, loops);
         ctx.progress(3, 3, "done");
     }, [this, out](bool ok, const QString&) {
-        if (!ok) return;
+        if (!ok) return clearPlots();  // the error is in the status line; no plot of another file stays
         m_data = std::move(*out);
         m_has = true;
         setStatus(QString("A = %1, B = %2").arg(QFileInfo(QString::fromStdString(m_data.name_a)).fileName(),
                                                 QFileInfo(QString::fromStdString(m_data.name_b)).fileName()));
         redraw();
     });
+}
+
+void QuantView::clearPlots() {
+    m_has = false;
+    m_data = QuantData{};
+    for (QCustomPlot* p : {m_traj, m_div, m_heat}) {
+        p->clearPlottables();
+        p->replot();
+    }
 }
 
 void QuantView::redraw() {

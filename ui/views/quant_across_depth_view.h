@@ -31,6 +31,7 @@ public:
 
 private:
     void redraw();
+    void clearPlots();  // after a failed run: nothing of the previous pair stays
 
     QLineEdit* m_second;
     QSpinBox* m_maxTokens;

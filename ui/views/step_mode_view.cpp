@@ -41,7 +41,7 @@ StepView::StepView(WorkbenchAccess* workbench, QWidget* parent)
     m_seed->setValue(1);
     m_maxTokens = newCountField(1, 512, 64);
     for (auto [label, w] : std::initializer_list<std::pair<const char*, QWidget*>>{
-             {"loops", m_loops}, {"temperature (0 = greedy)", m_temp}, {"seed", m_seed}, {"max tokens", m_maxTokens}}) {
+             {"Loops", m_loops}, {"Temperature (0 = greedy)", m_temp}, {"Seed", m_seed}, {"Max tokens", m_maxTokens}}) {
         knobs->addWidget(new QLabel(label));
         knobs->addWidget(w);
     }
@@ -59,9 +59,10 @@ StepView::StepView(WorkbenchAccess* workbench, QWidget* parent)
     m_tokenId = new QLineEdit;
     m_tokenId->setPlaceholderText("or a token id");
     m_tokenId->setMaximumWidth(120);
-    auto* takeId = new QPushButton("Take id");
+    m_takeId = new QPushButton("Take id");
+    m_takeId->setObjectName("takeIdButton");
     for (QWidget* w : {static_cast<QWidget*>(m_accept), static_cast<QWidget*>(m_takeSel), static_cast<QWidget*>(m_run10),
-                       static_cast<QWidget*>(m_tokenId), static_cast<QWidget*>(takeId)})
+                       static_cast<QWidget*>(m_tokenId), static_cast<QWidget*>(m_takeId)})
         acts->addWidget(w);
     acts->addStretch(1);
     v->addLayout(acts);
@@ -89,13 +90,13 @@ StepView::StepView(WorkbenchAccess* workbench, QWidget* parent)
         auto* item = m_lens->item(r, c);
         if (item && item->data(Qt::UserRole).isValid()) take(item->data(Qt::UserRole).toInt());
     });
-    connect(takeId, &QPushButton::clicked, this, [this] {
+    connect(m_takeId, &QPushButton::clicked, this, [this] {
         bool ok = false;
         const int id = m_tokenId->text().trimmed().toInt(&ok);
         if (!ok) return setStatus("token id: not an integer", true);
         take(id);
     });
-    for (QPushButton* b : {m_accept, m_takeSel, m_run10}) b->setEnabled(false);
+    for (QPushButton* b : {m_accept, m_takeSel, m_run10, m_takeId}) b->setEnabled(false);
 }
 
 void StepView::setPrompt(const QString& text) { m_prompt->setText(text); }
@@ -223,7 +224,7 @@ void StepView::showSnapshot() {
     } else {
         setStatus(QString("finished after %1 steps (%2)").arg(s.steps.size()).arg(s.stop_reason));
     }
-    for (QPushButton* b : {m_accept, m_takeSel, m_run10}) b->setEnabled(!s.finished);
+    for (QPushButton* b : {m_accept, m_takeSel, m_run10, m_takeId}) b->setEnabled(!s.finished);
 }
 
 nlohmann::json StepView::data() const {

@@ -66,6 +66,7 @@ private:
     QPushButton* m_takeSel;
     QPushButton* m_run10;
     QLineEdit* m_tokenId;
+    QPushButton* m_takeId;  // like the other take buttons: enabled only while a decoder is started
 };
 
 }  // namespace tlui
