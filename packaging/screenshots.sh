@@ -17,6 +17,8 @@ only=${TINYLOOP_SCREENSHOT_ONLY:-}
 [ -x "$bin" ] || { echo "no $bin: build the tinyloop_workbench target first" >&2; exit 1; }
 command -v Xvfb >/dev/null 2>&1 || { echo "no Xvfb: install xvfb" >&2; exit 1; }
 
+work=$(mktemp -d)  # a saved session, between the shot that saves it and the one that opens it
+
 # ---- the pictures: shot NAME ARGS... -----------------------------------------------------------
 names=()
 argv=()
@@ -33,6 +35,9 @@ shot workbench-kl          --demo-run "And God said, Let there be light" --max-t
 shot workbench-depth       --demo-run "In the beginning" --preset "Early exit" --max-tokens 48 --tab depth
 shot workbench-speculative --demo-run "In the beginning" --preset "Speculative" --max-tokens 64 --tab speculative
 shot workbench-timing      --demo-run "In the beginning" --max-tokens 64 --tab timing
+# A session saved after a run, then opened again without running (File -> Open session).
+shot workbench-sampling    --demo-run "And God said" --preset "Sampling" --max-tokens 48 --save-session "$work/session.json"
+shot workbench-session     --session "$work/session.json" --tab lens
 # Every window of the Views menu, filled by a run of the view itself.
 shot view-compare     --view compare     --prompt "In the beginning God created" --max-tokens 24
 shot view-scrubber    --view scrubber    --prompt "And God said, Let there be light" --max-tokens 32
@@ -51,7 +56,7 @@ XDG_CONFIG_HOME=$(mktemp -d)
 xpid=
 cleanup() {
   [ -n "$xpid" ] && kill "$xpid" 2>/dev/null || true
-  rm -rf "$XDG_CONFIG_HOME"
+  rm -rf "$XDG_CONFIG_HOME" "$work"
 }
 trap cleanup EXIT
 

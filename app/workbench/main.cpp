@@ -3,6 +3,7 @@
 //
 //   tinyloop-workbench [MODEL] [--prompt TEXT] [--autorun] [--screenshot OUT.png] [--tab NAME]
 //   tinyloop-workbench --demo-run "In the beginning" --screenshot docs/screenshots/main.png
+//   tinyloop-workbench --demo-run "In the beginning" --save-session demo.json   (prepare a demo)
 //   tinyloop-workbench --session demo.json          (a saved session, shown without running)
 #include <QApplication>
 #include <QCommandLineParser>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "main/config_panel.h"
 #include "plots/lens_heatmap.h"
@@ -50,10 +52,30 @@ bool choose_platform(int argc, char** argv) {
     return false;
 }
 
+// QGuiApplication takes "-session ID" / "--session ID" for itself (X11 session management) and
+// removes it from argv, so the workbench's --session FILE is taken out before Qt sees it.
+std::string take_session_arg(int& argc, char** argv) {
+    std::string file;
+    int out = 1;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--session") && i + 1 < argc) {
+            file = argv[++i];
+        } else if (!std::strncmp(argv[i], "--session=", 10)) {
+            file = argv[i] + 10;
+        } else {
+            argv[out++] = argv[i];
+        }
+    }
+    argc = out;
+    argv[argc] = nullptr;
+    return file;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     if (!choose_platform(argc, argv)) return 2;
+    const QString sessionFile = QString::fromLocal8Bit(take_session_arg(argc, argv));
     QApplication app(argc, argv);
     QApplication::setOrganizationName("TinyLoop");
     QApplication::setApplicationName("tinyloop-workbench");
@@ -80,6 +102,8 @@ int main(int argc, char** argv) {
     cli.addOption(viewOpt);
     QCommandLineOption sessionOpt("session", "Open a saved session (File -> Save session): prompt, config, output and lens, shown without running. Its model opens unless MODEL is given.", "FILE");
     cli.addOption(sessionOpt);
+    QCommandLineOption saveSessionOpt("save-session", "After the run (with --autorun or --demo-run), save the session as FILE (what --session opens).", "FILE");
+    cli.addOption(saveSessionOpt);
     cli.process(app);
 
     tlui::MainWindow w;
@@ -154,13 +178,23 @@ int main(int argc, char** argv) {
             grabAndQuit();
         }
     });
+    if (cli.isSet(saveSessionOpt))
+        QObject::connect(&w, &tlui::MainWindow::sessionSettled, &w, [&] {
+            QString err;
+            if (w.exportSessionJson(cli.value(saveSessionOpt), &err)) {
+                std::printf("session: %s\n", qPrintable(cli.value(saveSessionOpt)));
+            } else {
+                std::fprintf(stderr, "tinyloop-workbench: session not saved: %s\n", qPrintable(err));
+                exitCode = 1;
+            }
+        });
     if (!shot.isEmpty() && autorun)
         QObject::connect(&w, &tlui::MainWindow::sessionSettled, &w, [&] { grabAndQuit(); });
 
     QStringList pos = cli.positionalArguments();
-    if (cli.isSet(sessionOpt)) {
+    if (!sessionFile.isEmpty()) {  // (taken from argv before Qt: take_session_arg)
         QString err;
-        if (!w.openSession(cli.value(sessionOpt), &err)) {
+        if (!w.openSession(sessionFile, &err)) {
             std::fprintf(stderr, "tinyloop-workbench: session not opened: %s\n", qPrintable(err));
             return 1;
         }

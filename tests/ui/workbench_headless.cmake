@@ -24,3 +24,15 @@ expect("--screenshot" 0 "screenshot: " ${MODEL} --screenshot ${OUT} --size 800x6
 if(NOT EXISTS ${OUT})
   message(FATAL_ERROR "--screenshot: ${OUT} was not written")
 endif()
+
+# A session saved after a run opens again without running (--session is taken before Qt, which
+# would read "-session" as its own session-management option); a bad one is refused with the field.
+get_filename_component(dir ${OUT} DIRECTORY)
+file(REMOVE ${dir}/headless-session.json)
+expect("--save-session" 0 "session: .*headless-session.json" ${MODEL} --demo-run "In the beginning" --max-tokens 4
+       --save-session ${dir}/headless-session.json --screenshot ${dir}/headless-run.png --size 800x600)
+expect("--session" 0 "screenshot: " --session ${dir}/headless-session.json --screenshot ${dir}/headless-session.png
+       --size 800x600)
+file(WRITE ${dir}/headless-bad-session.json "{\"format\": \"something else\"}")
+expect("a bad --session" 1 "session not opened: headless-bad-session.json: session.format: 'something else'"
+       --session ${dir}/headless-bad-session.json --screenshot ${dir}/headless-bad.png)

@@ -384,6 +384,7 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
     addRecent(m_modelPath);
     m_stateLabel->setText(QString("loaded %1%2").arg(m_modelPanel->summaryLine(),
                                                      m_randomFallback ? "  -  random model: text is noise" : ""));
+    if (m_sessionConfig) m_stateLabel->setText(m_sessionNote + "; " + m_stateLabel->text());  // what is on screen
     updateTitle();
     updateActions();
     scheduleValidation();
@@ -493,6 +494,7 @@ bool MainWindow::openSession(const QString& path, QString* error) {
     if (!m_session.modelPath.isEmpty() && m_hasModel && QFileInfo(m_session.modelPath) != QFileInfo(m_modelPath))
         note += QString(" (recorded on %1; %2 is loaded)").arg(QFileInfo(m_session.modelPath).fileName(), m_modelName);
     m_stateLabel->setText(note);
+    m_sessionNote = note;
     m_notStarted = false;
     return true;
 }

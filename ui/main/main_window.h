@@ -171,6 +171,7 @@ private:
     bool m_showsPrevious = false;  // a run was asked for; the previous output stays until it starts
     bool m_notStarted = false;     // the status bar says why a run did not start
     bool m_sessionConfig = false;  // an opened session's config outlives the model's default preset
+    QString m_sessionNote;         // what the status bar said about the opened session
     double m_liveTps = 0;
     std::vector<SpecCycle> m_liveCycles;
     int m_lastCycle = -1;
