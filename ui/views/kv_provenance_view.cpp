@@ -10,6 +10,7 @@
 #include <QSplitter>
 #include <qcustomplot.h>
 
+#include "plots/plot_caption.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -49,14 +50,19 @@ KvView::KvView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(wor
     stylePlot(m_map);
     m_map->xAxis->setLabel("position");
     m_map->yAxis->setLabel("execution layer");
-    split->addWidget(m_map);
+    split->addWidget(withCaption(m_map,
+        "Each column is a position, each row an execution layer ([[prelude]] first, then every [[loop pass]]'s "
+        "layers). The colour says who wrote that [[KV cache]] entry: a normal pass, [[propagated keys/values|"
+        "propagated]] from a token's early exit, or the [[prefix cache]]."));
     m_mem = new QCustomPlot;
     m_mem->setObjectName("kvMemory");
     stylePlot(m_mem);
     m_mem->xAxis->setLabel("position");
     m_mem->yAxis->setLabel("KV bytes");
     m_mem->legend->setVisible(true);
-    split->addWidget(m_mem);
+    split->addWidget(withCaption(m_mem,
+        "Memory of the [[KV cache]] as the text grows, position by position: what was written so far and "
+        "what the call set aside."));
     split->setStretchFactor(0, 3);
     split->setStretchFactor(1, 2);
     m_summary = new QLabel("Run to decode the workbench prompt and record where each key/value row came from.");

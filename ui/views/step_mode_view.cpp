@@ -15,6 +15,8 @@
 
 #include <tinyloop_analysis/compare_modes.h>
 
+#include "plots/plot_caption.h"
+
 namespace tlui {
 
 struct StepView::State {
@@ -73,7 +75,10 @@ StepView::StepView(WorkbenchAccess* workbench, QWidget* parent)
     m_lens->setObjectName("lensRow");
     m_lens->setSelectionMode(QAbstractItemView::SingleSelection);
     m_lens->setSelectionBehavior(QAbstractItemView::SelectItems);
-    split->addWidget(m_lens);
+    split->addWidget(withCaption(m_lens,
+        "The [[lens row]] of the next token: one row per [[loop pass]], its top guesses with their "
+        "[[probability|probabilities]]. Select any cell and take that token instead of the proposal to steer "
+        "the text by hand."));
     split->setStretchFactor(0, 1);
     split->setStretchFactor(1, 2);
     v->addWidget(split, 1);
