@@ -53,9 +53,9 @@ const char* kDepthCaption =
     "One bar per emitted token: how many [[loop pass|passes]] it used. The dashed line is the depth asked "
     "for; bars below it are tokens that stopped early ([[early exit]]), the passes saved.";
 const char* kSpeculativeCaption =
-    "One pair of bars per [[cycle]] of [[self-speculation]]: grey how many tokens the shallow pass "
-    "[[draft|drafted]], green how many the full depth accepted. The small chart counts the cycles by "
-    "how many drafts they kept; more on the right means higher [[acceptance]].";
+    "Left, one bar per [[cycle]] of [[self-speculation]]: grey up to how many tokens the shallow pass "
+    "[[draft|drafted]], green how many of them the full depth accepted. Right, the cycles counted by how "
+    "many drafts they kept; more on the right means higher [[acceptance]].";
 const char* kTimingCaption =
     "Left: where the last run's time went, in milliseconds ([[prefill]], [[first token]], [[decode]], "
     "total). Right: the [[decode]] speed of every run so far, in [[tokens per second]]; higher is faster.";

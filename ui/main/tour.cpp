@@ -29,7 +29,7 @@ Tour::Tour(MainWindow* window) : QObject(window), m_window(window) {
     m_dock = new QDockWidget("Tour", window);
     m_dock->setObjectName("tourDock");
     auto* box = new QWidget;
-    auto* v = new QVBoxLayout(box);
+    auto* v = new QHBoxLayout(box);
     m_heading = new QLabel;
     m_heading->setObjectName("tourHeading");
     m_heading->setWordWrap(true);
@@ -40,6 +40,7 @@ Tour::Tour(MainWindow* window) : QObject(window), m_window(window) {
     m_text = new PlotCaption(QString());
     m_text->setObjectName("tourText");
     m_text->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+    m_text->setMinimumHeight(m_text->fontMetrics().lineSpacing() * 4 + 8);  // a step's paragraph, never cut
     m_state = new QLabel;
     m_state->setObjectName("tourState");
     m_state->setWordWrap(true);
@@ -52,15 +53,20 @@ Tour::Tour(MainWindow* window) : QObject(window), m_window(window) {
     closeButton->setObjectName("tourClose");
     buttons->addWidget(m_back);
     buttons->addWidget(m_next);
-    buttons->addStretch(1);
     buttons->addWidget(closeButton);
-    v->addWidget(m_heading);
-    v->addWidget(m_text, 1);
-    v->addWidget(m_state);
-    v->addLayout(buttons);
+    // A strip along the bottom: it takes height, never width, so the window still fits a
+    // 1280-px projector with the config dock open.
+    auto* words = new QVBoxLayout;
+    words->addWidget(m_heading);
+    words->addWidget(m_text, 1);
+    auto* side = new QVBoxLayout;
+    side->addWidget(m_state, 1);
+    side->addLayout(buttons);
+    m_state->setMaximumWidth(320);
+    v->addLayout(words, 1);
+    v->addLayout(side);
     m_dock->setWidget(box);
-    m_dock->setMinimumWidth(240);
-    window->addDockWidget(Qt::RightDockWidgetArea, m_dock);
+    window->addDockWidget(Qt::BottomDockWidgetArea, m_dock);
     m_dock->hide();
     connect(m_back, &QPushButton::clicked, this, &Tour::back);
     connect(m_next, &QPushButton::clicked, this, &Tour::next);
@@ -75,7 +81,10 @@ QWidget* Tour::stepWindow() const {
 
 void Tour::goTo(int index) {
     index = std::clamp(index, 0, count() - 1);
-    m_dock->show();
+    if (!m_dock->isVisible()) {
+        m_dock->show();
+        m_window->resizeDocks({m_dock}, {m_dock->widget()->minimumSizeHint().height()}, Qt::Vertical);
+    }
     m_dock->raise();
     if (m_busy) {  // end the current step's run (within one token) and go on from its end
         m_pending = index;

@@ -71,8 +71,9 @@ std::vector<TourStep> makeSteps() {
                  "The text model continued \"In the beginning\" [[greedy|greedily]]: at every step it takes its most "
                  "likely token. The Logit lens tab (middle) shows what the model would have said after each "
                  "[[loop pass]]: one column per token, pass 1 at the bottom. The colour is the [[probability]] that "
-                 "pass gives the token finally written. Read a column upwards: the low passes are dark, and the "
-                 "answer lights up a few passes in. Hover a cell for that pass's top guesses.",
+                 "pass gives the token finally written. Read a column upwards: a column bright from pass 1 was "
+                 "an easy token; where the colour changes from pass to pass, the later passes changed the "
+                 "model's mind. Hover a cell for that pass's top guesses.",
                  "tinyloop-kjv",
                  [](MainWindow& w, Done done) {
                      configure(w, "In the beginning", DecodeMode::Greedy, baseConfig(24), LensTab);
@@ -110,7 +111,7 @@ std::vector<TourStep> makeSteps() {
                  "Back to the text model with [[early exit]] on: each token stops looping once its top guess has "
                  "stayed the same for one check, from pass 2 on, instead of running all 6 passes. The Depth per "
                  "token tab shows how many passes each token used: bars below the dashed line stopped early, and "
-                 "the passes they skipped are work saved. The status bar below says where most tokens exited and "
+                 "the passes they skipped are work saved. The status bar at the very bottom says where most tokens exited and "
                  "why. Later tokens still see the exited ones through [[propagated keys/values]].",
                  "tinyloop-kjv",
                  [](MainWindow& w, Done done) {
@@ -133,7 +134,7 @@ std::vector<TourStep> makeSteps() {
     s.push_back({"Self-speculation and its acceptance",
                  "[[self-speculation]]: the same model [[draft|drafts]] 4 tokens cheaply with 1 pass, then checks "
                  "them all at once at full depth and keeps those it agrees with. The Speculative tab shows one "
-                 "[[cycle]] per pair of bars: grey drafted, green accepted. The rate above the chart is the "
+                 "bar per [[cycle]]: grey up to the tokens drafted, green the ones accepted. The rate above the chart is the "
                  "[[acceptance]]. The text is exactly the greedy text of step 1; only the work differs.",
                  "tinyloop-kjv",
                  [](MainWindow& w, Done done) {
