@@ -190,6 +190,9 @@ private slots:
         for (auto& e : ev) e.depth = 6;
         QVERIFY(earlyExitSummary(ev, 6, c).startsWith("no token exited early"));
 
+        QCOMPARE(stopReasonWords("MAX_TOKENS"), QString("reached max_tokens"));
+        QCOMPARE(stopReasonWords("CALLBACK_ABORT"), QString("stopped by you"));
+        QCOMPARE(stopReasonWords("SOMETHING_NEW"), QString("SOMETHING_NEW"));
         QCOMPARE(memoryText(70 * 1024), QString("70 KB"));
         QCOMPARE(memoryText(3 * 1024 * 1024 / 2), QString("1.5 MB"));
         ScrubberAnswerFacts f;

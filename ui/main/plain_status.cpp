@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "main/session.h"
+
 namespace tlui {
 
 namespace {
@@ -25,6 +27,13 @@ QString criterionWords(tinyloop::EarlyExitCriterion c, double threshold) {
 }
 
 }  // namespace
+
+QString stopReasonWords(const std::string& engineName) {
+    using R = tinyloop::StopReason;
+    for (R r : {R::EOS, R::STOP_SEQUENCE, R::MAX_TOKENS, R::CALLBACK_ABORT, R::GRAMMAR_DEAD_END, R::STOP_STRING, R::MAX_TIME})
+        if (engineName == tinyloop::stop_reason_name(r)) return stopReasonText(r);
+    return QString::fromStdString(engineName);
+}
 
 QString memoryText(std::size_t bytes) {
     if (bytes < 1024) return QString("%1 bytes").arg(bytes);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include <QString>
@@ -11,6 +12,10 @@
 #include <tinyloop/tinyloop.h>
 
 namespace tlui {
+
+// The engine's name of a stop reason ("MAX_TOKENS", as the analysis library reports it) in the
+// status bar's words (stopReasonText: "reached max_tokens"); an unknown name as it is.
+QString stopReasonWords(const std::string& engineName);
 
 // "70 KB", "1.4 MB", "512 bytes".
 QString memoryText(std::size_t bytes);

@@ -167,10 +167,11 @@ void CompareView::run() {
                  m_baseline->setCurrentIndex(res->baseline);
                  m_baseline->blockSignals(false);
                  showResult();
-                 setStatus(QString("%1 modes in %2 ms wall (%3)")
+                 setStatus(QString("%1 modes in %2 ms by the clock, %3")
                                .arg(res->runs.size())
                                .arg(res->wall_ms, 0, 'f', 0)
-                               .arg(res->concurrent ? "concurrent" : "one after another"));
+                               .arg(res->concurrent ? "all at the same time (their speeds share the processor)"
+                                                    : "one after another"));
              });
 }
 

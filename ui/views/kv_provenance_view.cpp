@@ -10,6 +10,7 @@
 #include <QSplitter>
 #include <qcustomplot.h>
 
+#include "main/plain_status.h"
 #include "plots/plot_caption.h"
 #include "plots/plot_utils.h"
 
@@ -148,7 +149,7 @@ void KvView::redraw() {
                            "<span style='color:#3c6ed2'>computed %6</span>, "
                            "<span style='color:#f0961e'>propagated %7</span>, "
                            "<span style='color:#28aa5a'>reused %8</span>, never written %9. "
-                           "KV written %10 KiB of %11 KiB allocated.")
+                           "The cache holds %10 written of %11 set aside.")
                        .arg(kv_setup_name(m_run.setup))
                        .arg(p.n_positions)
                        .arg(p.n_layers)
@@ -158,12 +159,10 @@ void KvView::redraw() {
                        .arg(m_run.count(tinyloop::KVOrigin::Propagated))
                        .arg(m_run.count(tinyloop::KVOrigin::Reused))
                        .arg(m_run.count(tinyloop::KVOrigin::None))
-                       .arg(static_cast<double>(p.kv_bytes_written) / 1024.0, 0, 'f', 1)
-                       .arg(static_cast<double>(p.kv_bytes_allocated) / 1024.0, 0, 'f', 1);
+                       .arg(memoryText(p.kv_bytes_written))
+                       .arg(memoryText(p.kv_bytes_allocated));
     if (m_run.setup == KvSetup::PrefixCache)
-        text += QString(" The prefix cache (%1 tokens) holds %2 KiB.")
-                    .arg(m_run.prefix_len)
-                    .arg(static_cast<double>(m_run.prefix_cache_bytes) / 1024.0, 0, 'f', 1);
+        text += QString(" The prefix cache (%1 tokens) holds %2.").arg(m_run.prefix_len).arg(memoryText(m_run.prefix_cache_bytes));
     m_summary->setText(text);
 }
 

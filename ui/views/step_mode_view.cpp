@@ -15,6 +15,7 @@
 
 #include <tinyloop_analysis/compare_modes.h>
 
+#include "main/plain_status.h"
 #include "plots/plot_caption.h"
 
 namespace tlui {
@@ -153,7 +154,7 @@ void StepView::submitSteps(std::vector<int32_t> tokens, int proposals) {
         snap->prompt = s.prompt();
         snap->steps = s.steps();
         snap->finished = s.finished();
-        snap->stop_reason = QString::fromStdString(s.stop_reason());
+        snap->stop_reason = stopReasonWords(s.stop_reason());
         for (const StepRecord& r : s.steps())
             snap->stepPieces.push_back(QString::fromStdString(tinyloop::detokenize_text(ctx.model, &r.chosen, 1)));
         snap->text = QString::fromStdString(s.text());
