@@ -144,6 +144,10 @@ private slots:
               << "repetition penalty" << "beam" << "length penalty" << "entropy" << "prefill" << "decode" << "tok/s"
               << "first token" << "NLL" << "predicted acceptance" << "measured acceptance" << "prefix cache" << "speedup"
               << "cycle" << "bonus token" << "argmax" << "EOS" << "logit" << "hidden state" << "perplexity";
+        // the axes and the model panel
+        terms << "execution layer" << "nats" << "position" << "loop_input" << "d_model" << "vocab_size" << "max_seq_len"
+              << "default_loops" << "max_loops" << "n_loop_layers" << "n_pre_blocks" << "tokenizer" << "back end"
+              << "baseline" << "verify cycle" << "accepted length" << "KV bytes";
         QVERIFY(terms.size() > 80);
         QStringList missing;
         for (const QString& t : terms)

@@ -15,7 +15,7 @@ QString normalised(QString s) {
 // One entry a line group: term, the other spellings the UI uses, the explanation.
 std::vector<GlossaryEntry> makeEntries() {
     std::vector<GlossaryEntry> e = {
-        {"acceptance", {"acceptance rate", "accepted", "acc", "accept"},
+        {"acceptance", {"acceptance rate", "accepted", "acc", "accept", "accepted length"},
          "In self-speculation, the share of drafted tokens the verifier agrees with: accepted / tested. "
          "High acceptance means the shallow draft usually guesses what the deep model would have said, "
          "so many tokens come out of one verification."},
@@ -45,7 +45,7 @@ std::vector<GlossaryEntry> makeEntries() {
         {"compute against quality", {"compute vs quality", "compute"},
          "A view that plots how much work each setting does (passes or milliseconds per token) "
          "against how good its predictions are (NLL). Down and to the left is better."},
-        {"cycle", {"speculative cycle", "cycles"},
+        {"cycle", {"speculative cycle", "cycles", "verify cycle"},
          "One round of self-speculation: draft draft_ahead tokens at the shallow depth, verify them all "
          "at once at the full depth, keep the agreeing ones."},
         {"decode", {"decoding", "decode rate", "decode tok/s", "decode ms"},
@@ -108,6 +108,32 @@ std::vector<GlossaryEntry> makeEntries() {
          "tokens stopping there would change."},
         {"exponential_decay_length_penalty", {"exponential decay length penalty"},
          "After a given length, raises the chance of the end token more and more, so long texts end."},
+        {"execution layer", {"execution layers", "layer"},
+         "One (pass, layer) of the model as it runs: the prelude's layers, then the shared layers once per "
+         "loop pass. Each has its own keys and values in the KV cache."},
+        {"nats", {"nat"},
+         "The unit of entropy, KL and NLL when natural logarithms are used: 1 nat is about 1.44 bits."},
+        {"position", {"positions", "emitted position"},
+         "Where a token sits in the text, counting from 0 at the start of the prompt."},
+        {"input injection", {"loop_input", "loop input"},
+         "A variant of the looped model (the digit-sum reasoner) that adds the prelude's output back into "
+         "the state before every pass, so no pass forgets the input."},
+        {"d_model", {"hidden size", "width"}, "How many numbers the hidden state of one position holds."},
+        {"vocab_size", {"vocabulary", "vocab"}, "How many different tokens the model knows."},
+        {"max_seq_len", {"context length", "context"},
+         "The longest text (prompt plus output, in tokens) the model can handle."},
+        {"max_loops", {"default_loops", "default loops", "default depth"},
+         "default_loops: the depth the model was trained to answer at and runs when loops is 0; "
+         "max_loops: the deepest it may be run."},
+        {"n_loop_layers", {"shared block", "loop layers"},
+         "How many layers the shared block has: the layers every loop pass runs again with the same weights."},
+        {"tokenizer", {"merges", "special tokens"},
+         "Turns text into tokens and back: bytes merged into common pieces, plus special tokens such as EOS."},
+        {"back end", {"backend", "cpu", "cuda"},
+         "Where the arithmetic runs: the processor (CPU) or a graphics card (CUDA)."},
+        {"baseline", {},
+         "In Compare decode modes, the run every other mode's text is compared with; the first token where "
+         "they differ is highlighted."},
         {"f32", {"float32"}, "Weights or cache stored as 32-bit floating-point numbers: exact, largest."},
         {"first token", {"first token ms", "time to first token"},
          "The time from pressing Generate until the first new token appears: mostly the prefill."},
