@@ -5,6 +5,7 @@
 //   tinyloop-workbench --demo-run "In the beginning" --screenshot docs/screenshots/main.png
 //   tinyloop-workbench --demo-run "In the beginning" --save-session demo.json   (prepare a demo)
 //   tinyloop-workbench --session demo.json          (a saved session, shown without running)
+//   tinyloop-workbench --tour            (Help -> Tour at step 1; --tour-step N at step N)
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
@@ -23,6 +24,7 @@
 #include "main/main_window.h"
 #include "main/model_paths.h"
 #include "main/presets_panel.h"
+#include "main/tour.h"
 #include "views/analysis_views.h"
 
 namespace {
@@ -104,7 +106,23 @@ int main(int argc, char** argv) {
     cli.addOption(sessionOpt);
     QCommandLineOption saveSessionOpt("save-session", "After the run (with --autorun or --demo-run), save the session as FILE (what --session opens).", "FILE");
     cli.addOption(saveSessionOpt);
+    QCommandLineOption tourOpt("tour", "Start the guided tour (Help -> Tour) once the model is loaded.");
+    QCommandLineOption tourStepOpt("tour-step", "Start the guided tour at step N (1 = the first); with --screenshot, save the window that step points at once it has run, and quit.", "N");
+    cli.addOptions({tourOpt, tourStepOpt});
     cli.process(app);
+
+    int tourStep = 0;  // 1-based; 0 = no tour
+    if (cli.isSet(tourStepOpt)) {
+        bool ok = false;
+        tourStep = cli.value(tourStepOpt).toInt(&ok);
+        const int steps = static_cast<int>(tlui::tourSteps().size());
+        if (!ok || tourStep < 1 || tourStep > steps) {
+            std::fprintf(stderr, "tinyloop-workbench: --tour-step: %s is outside [1, %d]\n", qPrintable(cli.value(tourStepOpt)), steps);
+            return 2;
+        }
+    } else if (cli.isSet(tourOpt)) {
+        tourStep = 1;
+    }
 
     tlui::MainWindow w;
     const QStringList size = cli.value(sizeOpt).split('x');
@@ -156,6 +174,26 @@ int main(int argc, char** argv) {
                 c->max_tokens = cli.value(maxTokOpt).toInt();
                 w.configPanel()->setConfig(*c);
             }
+        }
+        if (tourStep > 0) {
+            tlui::Tour* tour = w.startTour(tourStep - 1);
+            if (!shot.isEmpty())
+                QObject::connect(tour, &tlui::Tour::stepFinished, &w, [&, tour](int, bool stepOk) {
+                    if (!stepOk) std::fprintf(stderr, "tinyloop-workbench: tour step %d: %s\n", tourStep, qPrintable(tour->stepError()));
+                    QTimer::singleShot(400, &w, [&, tour, stepOk] {
+                        QWidget* target = tour->stepWindow();
+                        QDir().mkpath(QFileInfo(shot).absolutePath());
+                        const bool saved = target->grab().save(shot);
+                        if (saved)
+                            std::printf("tour step %d of %d (%s) %s; screenshot: %s\n", tourStep, tour->count(),
+                                        qPrintable(tlui::tourSteps()[static_cast<size_t>(tourStep - 1)].title),
+                                        stepOk ? "ran" : "failed", qPrintable(shot));
+                        else std::fprintf(stderr, "tinyloop-workbench: could not write %s\n", qPrintable(shot));
+                        exitCode = saved && stepOk ? 0 : 1;
+                        QApplication::quit();
+                    });
+                });
+            return;
         }
         if (cli.isSet(viewOpt)) {
             w.analysisViews()->demo(cli.value(viewOpt).toLower(), prompt.isEmpty() ? QString("In the beginning") : prompt,

@@ -12,7 +12,9 @@ set(TL_UI_TESTS
   test_token_shading
   test_main_window
   test_plots
-  test_analysis_views)
+  test_analysis_views
+  test_captions_glossary
+  test_tour)
 set(TL_UI_TESTS_BUILT)
 foreach(t IN LISTS TL_UI_TESTS)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)
@@ -41,3 +43,18 @@ add_test(NAME ui.workbench_headless
 set_tests_properties(ui.workbench_headless PROPERTIES
   ENVIRONMENT "XDG_CONFIG_HOME=${PROJECT_BINARY_DIR}/tests/ui/xdg-headless"
   TIMEOUT 300 LABELS ui)
+
+# --tour-step N opens step N of the tour, runs it and saves the window it points at; a step out of
+# range is refused with the allowed range.
+add_test(NAME ui.tour_step_cli
+  COMMAND tinyloop_workbench --tour-step 3 --size 1280x720 --screenshot ${PROJECT_BINARY_DIR}/tests/ui/tour-step-3.png)
+set_tests_properties(ui.tour_step_cli PROPERTIES
+  ENVIRONMENT "QT_QPA_PLATFORM=offscreen;XDG_CONFIG_HOME=${PROJECT_BINARY_DIR}/tests/ui/xdg-tour-cli"
+  PASS_REGULAR_EXPRESSION "tour step 3 of 5 \\(Early exit[^)]*\\) ran; screenshot: "
+  TIMEOUT 300 LABELS ui)
+add_test(NAME ui.tour_step_cli_refuses
+  COMMAND tinyloop_workbench --tour-step 9 --screenshot ${PROJECT_BINARY_DIR}/tests/ui/tour-step-9.png)
+set_tests_properties(ui.tour_step_cli_refuses PROPERTIES
+  ENVIRONMENT "QT_QPA_PLATFORM=offscreen"
+  PASS_REGULAR_EXPRESSION "--tour-step: 9 is outside \\[1, 5\\]"
+  TIMEOUT 60 LABELS ui)

@@ -23,13 +23,17 @@
 #include <qcustomplot.h>
 
 #include "main/config_panel.h"
+#include "main/glossary_dialog.h"
+#include "main/tour.h"
 #include "main/model_panel.h"
+#include "main/plain_status.h"
 #include "main/presets_panel.h"
 #include "main/prompt_editor.h"
 #include "main/session_file.h"
 #include "main/token_view.h"
 #include "plots/depth_plot.h"
 #include "plots/lens_heatmap.h"
+#include "plots/plot_caption.h"
 #include "plots/plot_utils.h"
 #include "plots/speculative_plot.h"
 #include "plots/timing_plot.h"
@@ -37,6 +41,27 @@
 #include "worker/analysis_jobs.h"
 
 namespace tlui {
+
+namespace {
+
+// The line under each plot of the main window (plots/plot_caption.h).
+const char* kLensCaption =
+    "Each column is an emitted token, each row a [[loop pass]] (pass 1 at the bottom); a cell's colour is "
+    "the chosen measure at that pass, by default the [[probability]] the pass gives the token finally "
+    "emitted. Read a column upwards to watch the answer form; a cross marks the pass where the token "
+    "[[early exit|exited]]. Hover a cell for the pass's top guesses.";
+const char* kDepthCaption =
+    "One bar per emitted token: how many [[loop pass|passes]] it used. The dashed line is the depth asked "
+    "for; bars below it are tokens that stopped early ([[early exit]]), the passes saved.";
+const char* kSpeculativeCaption =
+    "Left, one bar per [[cycle]] of [[self-speculation]]: grey up to how many tokens the shallow pass "
+    "[[draft|drafted]], green how many of them the full depth accepted. Right, the cycles counted by how "
+    "many drafts they kept; more on the right means higher [[acceptance]].";
+const char* kTimingCaption =
+    "Left: where the last run's time went, in milliseconds ([[prefill]], [[first token]], [[decode]], "
+    "total). Right: the [[decode]] speed of every run so far, in [[tokens per second]]; higher is faster.";
+
+}  // namespace
 
 MainWindow::MainWindow(const WindowOptions& opts, QWidget* parent) : QMainWindow(parent), m_opts(opts) {
     registerEngineMetaTypes();
@@ -172,10 +197,10 @@ void MainWindow::buildUi() {
     m_depth = new DepthPlot;
     m_spec = new SpeculativePlot;
     m_timing = new TimingPlot;
-    m_plotTabs->addTab(m_heatmap, "Logit lens");
-    m_plotTabs->addTab(m_depth, "Depth per token");
-    m_plotTabs->addTab(m_spec, "Speculative");
-    m_plotTabs->addTab(m_timing, "Timing");
+    m_plotTabs->addTab(withCaption(m_heatmap, kLensCaption), "Logit lens");
+    m_plotTabs->addTab(withCaption(m_depth, kDepthCaption), "Depth per token");
+    m_plotTabs->addTab(withCaption(m_spec, kSpeculativeCaption), "Speculative");
+    m_plotTabs->addTab(withCaption(m_timing, kTimingCaption), "Timing");
     center->addWidget(left);
     center->addWidget(m_plotTabs);
     center->setStretchFactor(0, 2);
@@ -206,6 +231,7 @@ void MainWindow::buildUi() {
 
     m_stateLabel = new QLabel("starting");
     m_stateLabel->setObjectName("stateLabel");
+    m_stateLabel->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);  // a long line is cut, never widens the window
     m_speedLabel = new QLabel;
     m_speedLabel->setObjectName("speedLabel");
     m_busy = new QProgressBar;
@@ -285,6 +311,13 @@ void MainWindow::buildMenus() {
     m_views->install(views);
 
     auto* help = menuBar()->addMenu("&Help");
+    help->setObjectName("helpMenu");
+    auto* glossary = help->addAction("&Glossary...", this, [this] { showGlossary(this); });
+    glossary->setObjectName("glossaryAction");
+    glossary->setShortcut(QKeySequence::HelpContents);
+    auto* tour = help->addAction("&Tour...", this, [this] { startTour(); });
+    tour->setObjectName("tourAction");
+    help->addSeparator();
     help->addAction("&About", this, [this] {
         QMessageBox::about(this, "TinyLoop Workbench",
                            QString("TinyLoop Workbench %1\nA workbench for weight-shared looped transformers.")
@@ -534,6 +567,12 @@ void MainWindow::stop() {
 
 void MainWindow::setPrompt(const QString& text) { m_prompt->setPlainText(text); }
 
+Tour* MainWindow::startTour(int step) {
+    if (!m_tour) m_tour = new Tour(this);
+    m_tour->goTo(step);
+    return m_tour;
+}
+
 QString MainWindow::speedText() const { return m_speedLabel->text(); }
 
 void MainWindow::onRunStarted(quint64 id, int promptLen) {
@@ -598,11 +637,16 @@ void MainWindow::onRunFinished(const RunResult& r) {
     }
     onFrame();
     m_speedLabel->setText(QString("%1 tok/s").arg(s.tokensPerSecond, 0, 'f', 1));
-    m_stateLabel->setText(QString("done: %1 tokens, %2; prefill %3 ms, decode %4 tok/s")
-                              .arg(r.stats.tokens_emitted)
-                              .arg(stopReasonText(r.stats.stop_reason))
-                              .arg(r.stats.prefill_ms, 0, 'f', 1)
-                              .arg(s.tokensPerSecond, 0, 'f', 1));
+    QString done = QString("done: %1 tokens, %2; prefill %3 ms, decode %4 tok/s")
+                       .arg(r.stats.tokens_emitted)
+                       .arg(stopReasonText(r.stats.stop_reason))
+                       .arg(r.stats.prefill_ms, 0, 'f', 1)
+                       .arg(s.tokensPerSecond, 0, 'f', 1);
+    if (r.mode == DecodeMode::EarlyExit)
+        done += ". Early exit: " + earlyExitSummary(m_session.events, r.config.loops > 0 ? r.config.loops : m_hp.default_loops,
+                                                    r.config);
+    m_stateLabel->setText(done);
+    m_stateLabel->setToolTip(done);
     updateActions();
     emit runEnded(r.id, true);
 }

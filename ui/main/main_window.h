@@ -31,6 +31,7 @@ class PromptEditor;
 class SpeculativePlot;
 class TimingPlot;
 class TokenView;
+class Tour;
 
 struct WindowOptions {
     QString presetDir;  // empty: QStandardPaths::AppConfigLocation/presets
@@ -78,6 +79,9 @@ public:
     QTabWidget* plotTabs() const { return m_plotTabs; }
 
     AnalysisViews* analysisViews() const { return m_views; }
+    // Help -> Tour: shows the tour panel and runs step `step` (0-based); the tour is made on first use.
+    Tour* startTour(int step = 0);
+    Tour* tour() const { return m_tour; }
 
     // WorkbenchAccess, for the analysis windows
     QString promptText() const override;
@@ -128,6 +132,7 @@ private:
     EngineHost* m_worker = nullptr;
     AnalysisJobs* m_jobs = nullptr;
     AnalysisViews* m_views = nullptr;  // the analysis windows' lane, on m_worker's model
+    Tour* m_tour = nullptr;
     bool m_shutDown = false;
 
     PromptEditor* m_prompt = nullptr;

@@ -1,5 +1,7 @@
 #include "views/agreement_map_view.h"
 
+#include <cmath>
+
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -11,9 +13,49 @@
 #include <qcustomplot.h>
 
 #include <tinyloop_analysis/compare_modes.h>
+#include "plots/plot_caption.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
+
+namespace {
+
+const char* kMapCaption =
+    "Each column is an emitted token, each row a [[depth]] (1 at the bottom). Green: at that depth the top "
+    "guess already equals the final depth's. The red line is the first depth that agrees; a [[draft]] made "
+    "at a depth on or above it would be accepted.";
+const char* kBarsCaption =
+    "For each [[draft depth|draft]] D, three acceptances: [[predicted vs measured acceptance|predicted]] "
+    "(the share of green cells at D, each token judged alone), the map replayed as chain speculation, and "
+    "measured in a real speculative run. Run to see why measured is lower.";
+
+// Why the measured acceptance is below the predicted one, in the numbers of the row with the
+// widest gap: on screen under the bars, so "predicted 51% vs measured 24.5%" explains itself.
+QString acceptanceGapText(const AgreementData& d) {
+    const AgreementRow* widest = nullptr;
+    for (const AgreementRow& r : d.rows)
+        if (!widest || r.predicted - r.measured.spec_acceptance_rate() >
+                           widest->predicted - widest->measured.spec_acceptance_rate())
+            widest = &r;
+    if (!widest) return kBarsCaption;
+    const double pred = 100.0 * widest->predicted, meas = 100.0 * widest->measured.spec_acceptance_rate();
+    const double replay = 100.0 * widest->replay.acceptance();
+    return QString("Draft depth %1: [[predicted vs measured acceptance|predicted]] %2% is the share of tokens whose "
+                   "top guess at depth %1 already equals the final one, each judged alone with the right text "
+                   "before it. Measured %3% is accepted / tested in a real run with [[draft_ahead]] %4: a "
+                   "[[cycle]] stops at its first wrong draft, and the drafts after it, built on a wrong token, "
+                   "count as tested but rejected. Replaying the map as chains gives %5%%6.")
+        .arg(widest->draft_depth)
+        .arg(pred, 0, 'f', 1)
+        .arg(meas, 0, 'f', 1)
+        .arg(d.draft_ahead)
+        .arg(replay, 0, 'f', 1)
+        .arg(std::abs(replay - meas) <= 10.0 ? ", close to measured: the chain rule explains the gap"
+                                             : "; the rest of the gap is the draft reading keys and values "
+                                               "from shallow passes");
+}
+
+}  // namespace
 
 AgreementView::AgreementView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Draft-agreement map", parent) {
     QVBoxLayout* v = body();
@@ -37,14 +79,14 @@ AgreementView::AgreementView(WorkbenchAccess* workbench, QWidget* parent) : Anal
     stylePlot(m_map);
     m_map->xAxis->setLabel("emitted position");
     m_map->yAxis->setLabel("depth");
-    split->addWidget(m_map);
+    split->addWidget(withCaption(m_map, kMapCaption));
     auto* bottom = new QSplitter(Qt::Horizontal);
     m_bars = new QCustomPlot;
     m_bars->setObjectName("acceptancePlot");
     stylePlot(m_bars);
     m_table = new QTableWidget;
     m_table->setObjectName("table");
-    bottom->addWidget(m_bars);
+    bottom->addWidget(withCaption(m_bars, kBarsCaption));
     bottom->addWidget(m_table);
     split->addWidget(bottom);
     v->addWidget(split, 1);
@@ -168,6 +210,7 @@ void AgreementView::show_() {
     drawCategoryBars(m_bars, labels, {pred, replay, meas},
                      {"predicted per token (map)", "map replayed as speculation", "measured speculating"}, false,
                      "acceptance (%)");
+    if (PlotCaption* c = captionOf(m_bars)) c->setCaption(acceptanceGapText(d));
     fillTable(m_table, {"draft depth", "predicted %", "replayed acc/drafted", "measured acc/tested", "measured %",
                         "cycles replay/measured", "text = greedy"},
               rows);

@@ -114,7 +114,11 @@ void AnalysisViews::demo(const QString& kind, const QString& prompt, int max_tok
     const QRect screen = v->screen() ? v->screen()->availableGeometry() : QRect(0, 0, 1400, 900);
     v->resize(std::min(1400, screen.width()), std::min(900, screen.height()));
     v->move(screen.topLeft());
-    auto finish = [v, out, done](bool ok) {
+    // One connection per demo, cut when it ends: a window demonstrated again (the tour's Back and
+    // Next) must not run the old demo's steps too.
+    auto conn = std::make_shared<QMetaObject::Connection>();
+    auto finish = [v, out, done, conn](bool ok) {
+        QObject::disconnect(*conn);
         QTimer::singleShot(400, v, [v, out, done, ok] {
             bool saved = true;
             if (!out.isEmpty()) {
@@ -126,7 +130,7 @@ void AnalysisViews::demo(const QString& kind, const QString& prompt, int max_tok
         });
     };
     auto stage = std::make_shared<int>(0);
-    connect(v, &AnalysisWindow::workFinished, v, [=](bool ok) {
+    *conn = connect(v, &AnalysisWindow::workFinished, v, [=](bool ok) {
         if (!ok) return finish(false);
         if (v->isBusy()) return;
         ++*stage;
@@ -151,7 +155,7 @@ void AnalysisViews::demo(const QString& kind, const QString& prompt, int max_tok
     } else if (auto* s = qobject_cast<ScrubberView*>(v)) {
         s->setPrompt(prompt);
         s->setMaxTokens(max_tokens);
-        s->setDepth(1);
+        s->setStartDepth(1);  // a window demonstrated before starts again from a fresh prefill
     } else if (auto* a = qobject_cast<AgreementView*>(v)) {
         a->setPrompt(prompt);
         a->setMaxTokens(max_tokens);

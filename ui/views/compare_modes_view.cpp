@@ -15,6 +15,7 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include "plots/plot_caption.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -58,10 +59,17 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     m_speed = new QCustomPlot;
     m_depth = new QCustomPlot;
     m_split = new QCustomPlot;
+    const char* captions[] = {
+        "How fast each mode was: [[tokens per second]] over the call, and the wait for the [[first token]].",
+        "The mean [[depth]] each mode's tokens used and, for speculative modes, the [[acceptance]] of drafts. "
+        "Less depth for the same text is work saved.",
+        "Where each mode's time went, in ms: [[prefill]], [[decode]] and, for [[self-speculation]], drafting "
+        "and verifying."};
+    int at = 0;
     for (QCustomPlot* p : {m_speed, m_depth, m_split}) {
         stylePlot(p);
         p->setMinimumHeight(240);
-        ph->addWidget(p);
+        ph->addWidget(withCaption(p, captions[at++]));
     }
     m_speed->plotLayout()->insertRow(0);
     m_speed->plotLayout()->addElement(0, 0, new QCPTextElement(m_speed, "tokens/s (total) and first token (ms)"));
@@ -159,10 +167,11 @@ void CompareView::run() {
                  m_baseline->setCurrentIndex(res->baseline);
                  m_baseline->blockSignals(false);
                  showResult();
-                 setStatus(QString("%1 modes in %2 ms wall (%3)")
+                 setStatus(QString("%1 modes in %2 ms by the clock, %3")
                                .arg(res->runs.size())
                                .arg(res->wall_ms, 0, 'f', 0)
-                               .arg(res->concurrent ? "concurrent" : "one after another"));
+                               .arg(res->concurrent ? "all at the same time (their speeds share the processor)"
+                                                    : "one after another"));
              });
 }
 

@@ -13,6 +13,7 @@
 #include <QTableWidget>
 #include <qcustomplot.h>
 
+#include "plots/plot_caption.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -46,7 +47,10 @@ ComputeView::ComputeView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     stylePlot(m_plot);
     m_plot->yAxis->setLabel("mean NLL per token (nats)");
     m_plot->legend->setVisible(true);
-    split->addWidget(m_plot);
+    split->addWidget(withCaption(m_plot,
+        "Each point is one setting (a fixed [[depth]], an [[early exit]] threshold, or [[self-speculation]]): "
+        "across, the work per token (passes or ms); up, the [[NLL|mean NLL]] of the text (how surprised the "
+        "model is). Lower is better and left is cheaper: the best settings sit bottom-left."));
     m_table = new QTableWidget;
     m_table->setObjectName("pointsTable");
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);

@@ -14,6 +14,8 @@
 
 #include <tinyloop_analysis/compare_modes.h>
 #include <tinyloop/json.h>
+#include "main/plain_status.h"
+#include "plots/plot_caption.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -83,7 +85,9 @@ ScrubberView::ScrubberView(WorkbenchAccess* workbench, QWidget* parent)
     m_plot->yAxis->setLabel("answer time (ms)");
     auto* bottom = new QSplitter(Qt::Horizontal);
     bottom->addWidget(m_table);
-    bottom->addWidget(m_plot);
+    bottom->addWidget(withCaption(m_plot,
+        "How long each answer took, by the [[depth]] asked. Going deeper runs only the new [[loop pass|passes]] "
+        "over the prompt, so a step up costs less than starting again."));
     split->addWidget(bottom);
     v->addWidget(split, 1);
 
@@ -98,6 +102,10 @@ ScrubberView::~ScrubberView() = default;
 void ScrubberView::setPrompt(const QString& text) { m_prompt->setText(text); }
 void ScrubberView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
 void ScrubberView::setDepth(int depth) { m_slider->setValue(depth); }
+void ScrubberView::setStartDepth(int depth) {
+    m_prefilled = false;
+    m_slider->setValue(depth);
+}
 int ScrubberView::depth() const { return m_slider->value(); }
 
 void ScrubberView::run() {
@@ -195,23 +203,17 @@ void ScrubberView::showStep(const Step& s) {
         }
         return -1;
     }();
-    m_info->setText(QString("Depth %1%2: %3 tokens in %4 ms. Prompt state computed to depth %5 (was %6)%7; handle %8 KiB. %9")
-                        .arg(a.depth)
-                        .arg(s.previousDepth ? QString(" (from %1)").arg(s.previousDepth) : QString())
-                        .arg(a.stats.tokens_emitted)
-                        .arg(a.ms, 0, 'f', 2)
-                        .arg(a.handle_loops_after)
-                        .arg(a.handle_loops_before)
-                        .arg(a.handle_loops_after > a.handle_loops_before
-                                 ? QString(": passes %1..%2 ran over the prompt").arg(a.handle_loops_before + 1).arg(a.handle_loops_after)
-                                 : QString(": no prompt pass recomputed"))
-                        .arg(s.handle_bytes / 1024)
-                        .arg(s.previousDepth == 0 ? QString()
-                             : fd < 0       ? QString("Same answer as depth %1.").arg(s.previousDepth)
-                                            : QString("%1 token edits from depth %2; first change at token %3.")
-                                                  .arg(changed)
-                                                  .arg(s.previousDepth)
-                                                  .arg(fd)));
+    ScrubberAnswerFacts facts;
+    facts.depth = a.depth;
+    facts.previousDepth = s.previousDepth;
+    facts.tokens = a.stats.tokens_emitted;
+    facts.ms = a.ms;
+    facts.promptDepthBefore = a.handle_loops_before;
+    facts.promptDepthAfter = a.handle_loops_after;
+    facts.keptBytes = s.handle_bytes;
+    facts.changedTokens = changed;
+    facts.firstChange = fd;
+    m_info->setText(scrubberAnswerText(facts));
     std::vector<QStringList> rows;
     QVector<double> xs, ys;
     for (const Step& h : m_history) {

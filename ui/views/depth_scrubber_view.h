@@ -31,6 +31,8 @@ public:
     void setPrompt(const QString& text);
     void setMaxTokens(int n);
     void setDepth(int depth);  // moves the slider (answers through the handle)
+    // Moves the slider without answering: the depth the next Run (prefill) starts at.
+    void setStartDepth(int depth);
     int depth() const;
 
     struct Step {

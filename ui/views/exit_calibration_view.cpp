@@ -13,6 +13,7 @@
 #include <QTextBrowser>
 #include <qcustomplot.h>
 
+#include "plots/plot_caption.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -82,7 +83,11 @@ CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_line = new QCPItemStraightLine(m_plot);
     m_line->setPen(QPen(QColor(200, 40, 40), 2, Qt::DashLine));
     m_line->setSelectable(false);
-    split->addWidget(m_plot);
+    split->addWidget(withCaption(m_plot,
+        "One line per emitted token: the chosen [[early_exit_criterion|criterion]]'s signal after each "
+        "[[loop pass]]. A token would [[early exit|exit]] at the first pass where its line crosses the red "
+        "[[early_exit_threshold|threshold]] (drag it) and stays there for [[patience]] passes; tokens whose "
+        "text would then change are flagged below."));
     auto* lower = new QWidget;
     auto* lv = new QVBoxLayout(lower);
     lv->setContentsMargins(0, 0, 0, 0);

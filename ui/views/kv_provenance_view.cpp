@@ -10,6 +10,8 @@
 #include <QSplitter>
 #include <qcustomplot.h>
 
+#include "main/plain_status.h"
+#include "plots/plot_caption.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -45,14 +47,19 @@ KvView::KvView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(wor
     stylePlot(m_map);
     m_map->xAxis->setLabel("position");
     m_map->yAxis->setLabel("execution layer");
-    split->addWidget(m_map);
+    split->addWidget(withCaption(m_map,
+        "Each column is a position, each row an execution layer ([[prelude]] first, then every [[loop pass]]'s "
+        "layers). The colour says who wrote that [[KV cache]] entry: a normal pass, [[propagated keys/values|"
+        "propagated]] from a token's early exit, or the [[prefix cache]]."));
     m_mem = new QCustomPlot;
     m_mem->setObjectName("kvMemory");
     stylePlot(m_mem);
     m_mem->xAxis->setLabel("position");
     m_mem->yAxis->setLabel("KV bytes");
     m_mem->legend->setVisible(true);
-    split->addWidget(m_mem);
+    split->addWidget(withCaption(m_mem,
+        "Memory of the [[KV cache]] as the text grows, position by position: what was written so far and "
+        "what the call set aside."));
     split->setStretchFactor(0, 3);
     split->setStretchFactor(1, 2);
     m_summary = new QLabel("Run to decode the workbench prompt and record where each key/value row came from.");
@@ -138,7 +145,7 @@ void KvView::redraw() {
                            "<span style='color:#3c6ed2'>computed %6</span>, "
                            "<span style='color:#f0961e'>propagated %7</span>, "
                            "<span style='color:#28aa5a'>reused %8</span>, never written %9. "
-                           "KV written %10 KiB of %11 KiB allocated.")
+                           "The cache holds %10 written of %11 set aside.")
                        .arg(kv_setup_name(m_run.setup))
                        .arg(p.n_positions)
                        .arg(p.n_layers)
@@ -148,12 +155,10 @@ void KvView::redraw() {
                        .arg(m_run.count(tinyloop::KVOrigin::Propagated))
                        .arg(m_run.count(tinyloop::KVOrigin::Reused))
                        .arg(m_run.count(tinyloop::KVOrigin::None))
-                       .arg(static_cast<double>(p.kv_bytes_written) / 1024.0, 0, 'f', 1)
-                       .arg(static_cast<double>(p.kv_bytes_allocated) / 1024.0, 0, 'f', 1);
+                       .arg(memoryText(p.kv_bytes_written))
+                       .arg(memoryText(p.kv_bytes_allocated));
     if (m_run.setup == KvSetup::PrefixCache)
-        text += QString(" The prefix cache (%1 tokens) holds %2 KiB.")
-                    .arg(m_run.prefix_len)
-                    .arg(static_cast<double>(m_run.prefix_cache_bytes) / 1024.0, 0, 'f', 1);
+        text += QString(" The prefix cache (%1 tokens) holds %2.").arg(m_run.prefix_len).arg(memoryText(m_run.prefix_cache_bytes));
     m_summary->setText(text);
 }
 

@@ -13,6 +13,7 @@
 #include <QSplitter>
 #include <qcustomplot.h>
 
+#include "plots/plot_caption.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -66,15 +67,21 @@ QuantView::QuantView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_div->yAxis2->setVisible(true);
     m_div->yAxis2->setLabel("mean max |logit A - logit B|");
     m_div->legend->setVisible(true);
-    top->addWidget(m_traj);
-    top->addWidget(m_div);
+    top->addWidget(withCaption(m_traj,
+        "Both files (A and B, e.g. f32 and [[q8/q4|q4]]) at every [[depth]]: their mean lens measures over the "
+        "tokens. Lines that lie on each other mean quantization changes little at that pass."));
+    top->addWidget(withCaption(m_div,
+        "How far B's guess is from A's at every [[depth]]: the mean [[KL]] (0 = identical) and the largest "
+        "[[logit]] difference. Rising with depth means the error grows pass by pass."));
     m_heat = new QCustomPlot;
     m_heat->setObjectName("klHeatmap");
     stylePlot(m_heat);
     m_heat->xAxis->setLabel("position");
     m_heat->yAxis->setLabel("depth (colour: KL(A || B))");
     split->addWidget(top);
-    split->addWidget(m_heat);
+    split->addWidget(withCaption(m_heat,
+        "Each column a position, each row a [[depth]]; the colour is the [[KL]] between the two files' guesses "
+        "there. Dark is where quantization changed the model's mind."));
     body()->addWidget(split);
 }
 

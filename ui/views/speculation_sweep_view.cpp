@@ -20,6 +20,7 @@
 
 #include "main/preset_store.h"
 #include "worker/engine_host.h"
+#include "plots/plot_caption.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -122,10 +123,17 @@ SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_accMap->setObjectName("acceptanceMap");
     m_scatter = new QCustomPlot;
     m_scatter->setObjectName("predictedVsMeasured");
+    const char* captions[] = {
+        "Measured [[speedup]] over greedy for each [[draft_loops]] (rows) x [[draft_ahead]] (columns); "
+        "above 1 is faster than greedy.",
+        "The [[acceptance]] of each cell: the share of drafted tokens the full depth kept.",
+        "Each cell as a dot: the speedup its acceptance predicts (across) against the one measured (up). "
+        "Dots on the diagonal mean the prediction holds."};
+    int at = 0;
     for (QCustomPlot* p : {m_speedMap, m_accMap, m_scatter}) {
         stylePlot(p);
         p->setMinimumHeight(260);
-        mh->addWidget(p);
+        mh->addWidget(withCaption(p, captions[at++]));
     }
     split->addWidget(maps);
     m_table = new QTableWidget;

@@ -15,6 +15,9 @@
 
 #include <tinyloop_analysis/compare_modes.h>
 
+#include "main/plain_status.h"
+#include "plots/plot_caption.h"
+
 namespace tlui {
 
 struct StepView::State {
@@ -74,7 +77,10 @@ StepView::StepView(WorkbenchAccess* workbench, QWidget* parent)
     m_lens->setObjectName("lensRow");
     m_lens->setSelectionMode(QAbstractItemView::SingleSelection);
     m_lens->setSelectionBehavior(QAbstractItemView::SelectItems);
-    split->addWidget(m_lens);
+    split->addWidget(withCaption(m_lens,
+        "The [[lens row]] of the next token: one row per [[loop pass]], its top guesses with their "
+        "[[probability|probabilities]]. Select any cell and take that token instead of the proposal to steer "
+        "the text by hand."));
     split->setStretchFactor(0, 1);
     split->setStretchFactor(1, 2);
     v->addWidget(split, 1);
@@ -149,7 +155,7 @@ void StepView::submitSteps(std::vector<int32_t> tokens, int proposals) {
         snap->prompt = s.prompt();
         snap->steps = s.steps();
         snap->finished = s.finished();
-        snap->stop_reason = QString::fromStdString(s.stop_reason());
+        snap->stop_reason = stopReasonWords(s.stop_reason());
         for (const StepRecord& r : s.steps())
             snap->stepPieces.push_back(QString::fromStdString(tinyloop::detokenize_text(ctx.model, &r.chosen, 1)));
         snap->text = QString::fromStdString(s.text());

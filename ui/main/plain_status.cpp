@@ -1,0 +1,115 @@
+#include "main/plain_status.h"
+
+#include <algorithm>
+#include <map>
+
+#include "main/session.h"
+
+namespace tlui {
+
+namespace {
+
+QString times(int n, const char* one, const char* many) { return QString("%1 %2").arg(n).arg(n == 1 ? one : many); }
+
+QString number(double x) { return QString::number(x, 'g', 3); }
+
+// What the criterion watches and what "settled" means for it, for `threshold`.
+QString criterionWords(tinyloop::EarlyExitCriterion c, double threshold) {
+    using C = tinyloop::EarlyExitCriterion;
+    switch (c) {
+    case C::HiddenL2: return QString("the hidden state changed less than %1").arg(number(threshold));
+    case C::LogitMargin: return QString("its top guess led the next one by more than %1").arg(number(threshold));
+    case C::KL: return QString("its guess moved less than %1 (KL) from the pass before").arg(number(threshold));
+    case C::EntropyDelta: return QString("its uncertainty (entropy) changed less than %1").arg(number(threshold));
+    case C::ArgmaxStable: return QString("its top guess stayed the same");
+    }
+    return QString("it settled");
+}
+
+}  // namespace
+
+QString stopReasonWords(const std::string& engineName) {
+    using R = tinyloop::StopReason;
+    for (R r : {R::EOS, R::STOP_SEQUENCE, R::MAX_TOKENS, R::CALLBACK_ABORT, R::GRAMMAR_DEAD_END, R::STOP_STRING, R::MAX_TIME})
+        if (engineName == tinyloop::stop_reason_name(r)) return stopReasonText(r);
+    return QString::fromStdString(engineName);
+}
+
+QString memoryText(std::size_t bytes) {
+    if (bytes < 1024) return QString("%1 bytes").arg(bytes);
+    if (bytes < 1024 * 1024) return QString("%1 KB").arg(double(bytes) / 1024.0, 0, 'f', bytes < 10 * 1024 ? 1 : 0);
+    return QString("%1 MB").arg(double(bytes) / (1024.0 * 1024.0), 0, 'f', 1);
+}
+
+QString exitRuleText(const tinyloop::GenerateConfig& cfg) {
+    const int patience = std::max(1, cfg.early_exit_patience);
+    const int every = std::max(1, cfg.early_exit_peek_every);
+    QString s = criterionWords(cfg.early_exit_criterion, cfg.early_exit_threshold) + " for " +
+                times(patience, "check", "checks in a row");
+    s += QString(" (checked %1 from pass %2 on)")
+             .arg(every == 1 ? QString("after every pass") : QString("every %1 passes").arg(every))
+             .arg(std::max(1, cfg.early_exit_min_L));
+    return s;
+}
+
+QString tokenExitText(int depth, int loops, const tinyloop::GenerateConfig& cfg) {
+    if (depth >= loops) return QString("ran all %1 passes (it never settled early)").arg(loops);
+    return QString("exited at pass %1 of %2 because %3").arg(depth).arg(loops).arg(exitRuleText(cfg));
+}
+
+QString earlyExitSummary(const std::vector<tinyloop::TokenEvent>& events, int loops,
+                         const tinyloop::GenerateConfig& cfg) {
+    if (events.empty()) return QString();
+    std::map<int, int> byDepth;
+    double sum = 0;
+    int early = 0;
+    for (const auto& e : events) {
+        ++byDepth[e.depth];
+        sum += e.depth;
+        if (e.depth < loops) ++early;
+    }
+    const int n = static_cast<int>(events.size());
+    const double mean = sum / n;
+    if (early == 0)
+        return QString("no token exited early: all %1 ran all %2 passes; none settled because %3. Loosen the "
+                       "threshold or the patience to see exits.")
+            .arg(n).arg(loops).arg(exitRuleText(cfg));
+    const auto most = std::max_element(byDepth.begin(), byDepth.end(), [&](const auto& a, const auto& b) {
+        return (a.first < loops ? a.second : -1) < (b.first < loops ? b.second : -1);
+    });
+    return QString("%1 of %2 tokens exited early (on average %3 of %4 passes, %5% of the work saved); most "
+                   "exited at pass %6 because %7")
+        .arg(early).arg(n)
+        .arg(mean, 0, 'f', 1).arg(loops)
+        .arg(100.0 * (1.0 - mean / loops), 0, 'f', 0)
+        .arg(most->first)
+        .arg(exitRuleText(cfg));
+}
+
+QString scrubberAnswerText(const ScrubberAnswerFacts& f) {
+    QString s = QString("Answer at depth %1").arg(f.depth);
+    if (f.previousDepth > 0) s += QString(" (moved from depth %1)").arg(f.previousDepth);
+    s += QString(": %1 in %2 ms. ").arg(times(f.tokens, "token", "tokens")).arg(f.ms, 0, 'f', 1);
+    if (f.promptDepthAfter > f.promptDepthBefore) {
+        s += f.promptDepthBefore == 0
+                 ? QString("The prompt was read with %1. ").arg(times(f.promptDepthAfter, "pass", "passes"))
+                 : f.promptDepthAfter == f.promptDepthBefore + 1
+                       ? QString("The prompt had been read to depth %1, so only pass %2 was run on it again. ")
+                             .arg(f.promptDepthBefore).arg(f.promptDepthAfter)
+                       : QString("The prompt had been read to depth %1, so only passes %2 to %3 were run on it. ")
+                             .arg(f.promptDepthBefore).arg(f.promptDepthBefore + 1).arg(f.promptDepthAfter);
+    } else {
+        s += QString("The prompt had already been read to depth %1: nothing was run on it again. ")
+                 .arg(f.promptDepthAfter);
+    }
+    s += QString("Keeping the prompt's state for the next move takes %1 of memory.").arg(memoryText(f.keptBytes));
+    if (f.previousDepth > 0)
+        s += f.firstChange < 0 ? QString(" Same answer as at depth %1.").arg(f.previousDepth)
+                               : QString(" %1 changed from depth %2; the first change is token %3.")
+                                     .arg(times(f.changedTokens, "token", "tokens"))
+                                     .arg(f.previousDepth)
+                                     .arg(f.firstChange + 1);
+    return s;
+}
+
+}  // namespace tlui
