@@ -184,6 +184,8 @@ TEST(HfSamplingKnobs, RangesAreChecked) {
             "decay_factor nan is outside");
     refused([](GenerateConfig& c) { c.suppress_tokens = {1, -1}; }, "suppress_tokens[1]: token id -1 is outside the vocabulary");
     refused([&](GenerateConfig& c) { c.begin_suppress_tokens = {f.V}; }, "begin_suppress_tokens[0]: token id");
+    refused([&](GenerateConfig& c) { for (int i = f.V - 1; i >= 0; --i) c.suppress_tokens.push_back(i); },
+            "suppress_tokens: bans every id of the vocabulary");
     refused([](GenerateConfig& c) { c.typical_p = 0.0f; }, "typical_p: 0 is outside (0, 1] (1 disables)");
     refused([](GenerateConfig& c) { c.typical_p = 1.5f; }, "typical_p: 1.5 is outside (0, 1]");
     refused([](GenerateConfig& c) { c.epsilon_cutoff = 1.0f; }, "epsilon_cutoff: 1 is outside [0, 1) (0 disables)");

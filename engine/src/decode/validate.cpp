@@ -24,11 +24,16 @@ void finite(const char* field, float x) {
     if (!std::isfinite(x)) bad(std::string(field) + ": must be a finite number");
 }
 
-void token_ids(const std::string& field, const std::vector<int32_t>& ids, int vocab) {
+// Ids a ban lists, each in the vocabulary, and not all of it (nothing could be emitted).
+void banned_ids(const std::string& field, const std::vector<int32_t>& ids, int vocab) {
     for (size_t i = 0; i < ids.size(); ++i)
         if (ids[i] < 0 || ids[i] >= vocab)
             bad(field + "[" + std::to_string(i) + "]: token id " + std::to_string(ids[i]) +
                 " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    std::vector<int32_t> distinct = ids;
+    std::sort(distinct.begin(), distinct.end());
+    if (std::unique(distinct.begin(), distinct.end()) - distinct.begin() >= vocab)
+        bad(field + ": bans every id of the vocabulary [0, " + std::to_string(vocab) + ") (nothing could be emitted)");
 }
 
 // Hugging Face's sampling-side GenerationConfig knobs.
@@ -47,8 +52,8 @@ void validate_hf_sampling_fields(const GenerateConfig& c, const ConfigLimits& hp
         if (!std::isfinite(d->second) || d->second <= 0.0f || d->second > 10.0f)
             bad("exponential_decay_length_penalty: decay_factor " + num(d->second) + " is outside (0, 10] (1 = no effect)");
     }
-    token_ids("suppress_tokens", c.suppress_tokens, hp.vocab_size);
-    token_ids("begin_suppress_tokens", c.begin_suppress_tokens, hp.vocab_size);
+    banned_ids("suppress_tokens", c.suppress_tokens, hp.vocab_size);
+    banned_ids("begin_suppress_tokens", c.begin_suppress_tokens, hp.vocab_size);
     finite("typical_p", c.typical_p);
     if (!(c.typical_p > 0.0f && c.typical_p <= 1.0f)) bad("typical_p: " + num(c.typical_p) + " is outside (0, 1] (1 disables)");
     finite("epsilon_cutoff", c.epsilon_cutoff);
