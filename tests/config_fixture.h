@@ -32,6 +32,13 @@ inline tinyloop::GenerateConfig every_config_field_changed() {
     c.renormalize_logits = true;
     c.min_new_tokens = 4;
     c.min_length = 9;
+    c.forced_eos_token_id = 7;
+    c.exponential_decay_length_penalty = std::pair<int, float>{12, 1.25f};
+    c.suppress_tokens = {3, 200};
+    c.begin_suppress_tokens = {5};
+    c.typical_p = 0.8f;
+    c.epsilon_cutoff = 0.03f;
+    c.eta_cutoff = 0.002f;
     c.early_exit_min_L = 3;
     c.early_exit_peek_every = 2;
     c.early_exit_logit_margin = 0.25f;

@@ -66,6 +66,21 @@ CommandSpec generate_spec() {
          "an integer >= 0", false, D},
         {"--min-length", "N", "never end (EOS) before prompt + output hold N tokens; 0 disables (default)",
          "an integer >= 0", false, D},
+        {"--forced-eos-token-id", "ID", "the only token allowed as the last of --max-tokens (HF); -1 off (default)",
+         "an integer >= -1", false, D},
+        {"--exponential-decay-length-penalty", "START,FACTOR",
+         "past START new tokens, raise EOS's score by |s| * (FACTOR^(n - START) - 1) (HF)",
+         "START,FACTOR like 10,1.05", false, D},
+        {"--suppress-tokens", "IDS", "never emit these token ids, e.g. 13,50 (repeatable)",
+         "a comma-separated list of token ids", true, D},
+        {"--begin-suppress-tokens", "IDS", "never emit these token ids as the first new token (repeatable)",
+         "a comma-separated list of token ids", true, D},
+        {"--typical-p", "P", "sampling: locally typical mass in (0, 1]; 1 disables (default 1)",
+         "a number in (0, 1]", false, D},
+        {"--epsilon-cutoff", "E", "sampling: drop tokens with p < E, in [0, 1); 0 disables (default 0)",
+         "a number in [0, 1)", false, D},
+        {"--eta-cutoff", "E", "sampling: drop p < min(E, sqrt(E) * e^-entropy), in [0, 1); 0 disables",
+         "a number in [0, 1)", false, D},
         {"--cache-window", "W", "attend to the last W positions only; 0 = unlimited (default)",
          "an integer >= 0", false, D},
         {"--kv-cache", "T", "KV cache layout: f32 (default) | int8 (per-head, per-position scales)",
@@ -212,6 +227,13 @@ const std::vector<std::pair<std::string, std::string>>& field_flags() {
         {"renormalize_logits", "--renormalize-logits"},
         {"min_new_tokens", "--min-new-tokens"},
         {"min_length", "--min-length"},
+        {"forced_eos_token_id", "--forced-eos-token-id"},
+        {"exponential_decay_length_penalty", "--exponential-decay-length-penalty"},
+        {"suppress_tokens", "--suppress-tokens"},
+        {"begin_suppress_tokens", "--begin-suppress-tokens"},
+        {"typical_p", "--typical-p"},
+        {"epsilon_cutoff", "--epsilon-cutoff"},
+        {"eta_cutoff", "--eta-cutoff"},
         {"early_exit_patience", "--early-exit-patience"},
         {"early_exit_min_L", "--early-exit-min-l"},
         {"early_exit_peek_every", "--early-exit-peek-every"},
@@ -268,7 +290,9 @@ void check_speculative_flags(const Args& args, const std::string& mode) {
                           "--presence-penalty", "--logit-bias", "--stop", "--stop-ids",
                           "--cache-window", "--no-repeat-ngram", "--bad-words", "--max-time", "--kv-cache",
                           "--beam-size", "--length-penalty", "--early-stopping", "--renormalize-logits",
-                          "--min-new-tokens", "--min-length", "--early-exit",
+                          "--min-new-tokens", "--min-length", "--forced-eos-token-id",
+                          "--exponential-decay-length-penalty", "--suppress-tokens", "--begin-suppress-tokens",
+                          "--typical-p", "--epsilon-cutoff", "--eta-cutoff", "--early-exit",
                           "--early-exit-patience", "--grammar"})
         if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode " + mode);
     if (mode == "tree")
@@ -317,6 +341,31 @@ nlohmann::json speculation_echo(Model* model, const RunSpec& rs, const std::opti
 
 namespace {
 
+// Hugging Face's sampling-side GenerationConfig knobs.
+void read_hf_sampling_flags(const Args& args, GenerateConfig& cfg) {
+    if (auto v = args.get_int("--forced-eos-token-id")) cfg.forced_eos_token_id = *v;
+    if (auto v = args.value("--exponential-decay-length-penalty")) {
+        const std::string flag = "--exponential-decay-length-penalty", expect = "START,FACTOR like 10,1.05";
+        const size_t comma = v->find(',');
+        if (comma == std::string::npos) throw UsageError(flag + ": expected " + expect + ", got '" + *v + "'");
+        const int start = static_cast<int>(
+            parse_integer(flag, v->substr(0, comma), 0, INT32_MAX, "an integer >= 0 before ',' (START)"));
+        cfg.exponential_decay_length_penalty.emplace(
+            start, parse_number(flag, v->substr(comma + 1), "a number in (0, 10] after ',' (FACTOR)"));
+    }
+    for (const auto& s : args.values("--suppress-tokens")) {
+        const std::vector<int32_t> ids = parse_id_list("--suppress-tokens", s);
+        cfg.suppress_tokens.insert(cfg.suppress_tokens.end(), ids.begin(), ids.end());
+    }
+    for (const auto& s : args.values("--begin-suppress-tokens")) {
+        const std::vector<int32_t> ids = parse_id_list("--begin-suppress-tokens", s);
+        cfg.begin_suppress_tokens.insert(cfg.begin_suppress_tokens.end(), ids.begin(), ids.end());
+    }
+    if (auto v = args.get_float("--typical-p")) cfg.typical_p = *v;
+    if (auto v = args.get_float("--epsilon-cutoff")) cfg.epsilon_cutoff = *v;
+    if (auto v = args.get_float("--eta-cutoff")) cfg.eta_cutoff = *v;
+}
+
 // The decoding knobs that fill GenerateConfig fields one to one.
 GenerateConfig read_decoding_flags(const Args& args) {
     GenerateConfig cfg;
@@ -358,6 +407,7 @@ GenerateConfig read_decoding_flags(const Args& args) {
         cfg.bad_words.push_back(parse_id_list("--bad-words", s));
     if (auto v = args.get_int("--min-new-tokens")) cfg.min_new_tokens = *v;
     if (auto v = args.get_int("--min-length")) cfg.min_length = *v;
+    read_hf_sampling_flags(args, cfg);
     return cfg;
 }
 

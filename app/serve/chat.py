@@ -33,6 +33,8 @@ PASSED_THROUGH = {
     # extensions, as in /v1/completions
     "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "no_repeat_ngram_size",
     "max_time", "grammar", "kv_cache", "min_new_tokens", "min_length",
+    "forced_eos_token_id", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+    "typical_p", "epsilon_cutoff", "eta_cutoff",
 }
 
 

@@ -59,6 +59,10 @@ ENGINE_FIELDS = {
     "max_time": "max_time", "no_repeat_ngram_size": "no_repeat_ngram_size", "kv_cache": "kv_cache",
     "early_stopping": "early_stopping", "renormalize_logits": "renormalize_logits",
     "min_new_tokens": "min_new_tokens", "min_length": "min_length",
+    "forced_eos_token_id": "forced_eos_token_id",
+    "exponential_decay_length_penalty": "exponential_decay_length_penalty", "suppress_tokens": "suppress_tokens",
+    "begin_suppress_tokens": "begin_suppress_tokens", "typical_p": "typical_p", "epsilon_cutoff": "epsilon_cutoff",
+    "eta_cutoff": "eta_cutoff",
 }
 
 
@@ -90,7 +94,13 @@ KNOWN_FIELDS = {
     "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "speculative",
     "no_repeat_ngram_size", "max_time", "beam_size", "length_penalty", "grammar", "kv_cache",
     "early_stopping", "renormalize_logits", "min_new_tokens", "min_length",
+    # Hugging Face's sampling-side GenerationConfig knobs
+    "forced_eos_token_id", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+    "typical_p", "epsilon_cutoff", "eta_cutoff",
 }
+HF_SAMPLING_DEFAULTS = {"forced_eos_token_id": None, "exponential_decay_length_penalty": None,
+                        "suppress_tokens": [], "begin_suppress_tokens": [], "typical_p": 1,
+                        "epsilon_cutoff": 0, "eta_cutoff": 0}
 
 
 def _is_int(v: Any) -> bool:
@@ -291,6 +301,7 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
         cfg["early_stopping"] = es
     if body.get("renormalize_logits") is not None:
         cfg["renormalize_logits"] = _bool(body, "renormalize_logits", False)
+    parse_hf_sampling(body, cfg, vocab_size)
     gr = body.get("grammar")
     if gr is not None:
         if not isinstance(gr, str) or not gr.strip():
@@ -327,6 +338,44 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
     return c
 
 
+def _token_ids(body: dict, name: str, vocab_size: int) -> list[int] | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(_is_int(x) for x in v):
+        raise bad(name, "%s: expected an array of token ids, got %s" % (name, json.dumps(v)))
+    for i, x in enumerate(v):
+        if x < 0 or x >= vocab_size:
+            raise bad(name, "%s[%d]: token id %d is outside the vocabulary [0, %d)" % (name, i, x, vocab_size))
+    return v
+
+
+def parse_hf_sampling(body: dict, cfg: dict, vocab_size: int) -> None:
+    """Hugging Face's forced_eos_token_id, exponential_decay_length_penalty, suppress_tokens,
+    begin_suppress_tokens, typical_p, epsilon_cutoff and eta_cutoff into `cfg` (the engine checks
+    the rest of their ranges)."""
+    v = _int(body, "forced_eos_token_id", None, 0, vocab_size - 1)
+    if v is not None:
+        cfg["forced_eos_token_id"] = v
+    decay = body.get("exponential_decay_length_penalty")
+    if decay is not None:
+        if (not isinstance(decay, list) or len(decay) != 2 or not _is_int(decay[0]) or not _is_num(decay[1])):
+            raise bad("exponential_decay_length_penalty", "exponential_decay_length_penalty: expected "
+                      "[start_index, decay_factor], got %s" % json.dumps(decay))
+        cfg["exponential_decay_length_penalty"] = (decay[0], float(decay[1]))
+    for k in ("suppress_tokens", "begin_suppress_tokens"):
+        ids = _token_ids(body, k, vocab_size)
+        if ids is not None:
+            cfg[k] = ids
+    v = _num(body, "typical_p", None, 0.0, 1.0, lo_open=True)
+    if v is not None:
+        cfg["typical_p"] = v
+    for k in ("epsilon_cutoff", "eta_cutoff"):
+        v = _num(body, k, None, 0.0)
+        if v is not None:
+            cfg[k] = v
+
+
 def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
     """speculative {mode: chain|tree, draft_loops, verify_loops, draft_ahead, branches}: the
     engine's self-speculative decoding. verify_loops defaults to `loops` (or the model's default),
@@ -359,7 +408,7 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
     unsupported = {"stop": None, "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": None, "min_p": 0,
                    "repetition_penalty": 1, "early_exit": None, "grammar": None, "beam_size": 0,
                    "no_repeat_ngram_size": 0, "max_time": 0, "early_stopping": False, "renormalize_logits": False,
-                   "min_new_tokens": 0, "min_length": 0}
+                   "min_new_tokens": 0, "min_length": 0, **HF_SAMPLING_DEFAULTS}
     for k, default in unsupported.items():
         v = body.get(k)
         if v is not None and v != default and v != {} and v != []:

@@ -111,6 +111,13 @@ class GenerateConfig:
     renormalize_logits: bool       # False; beam only
     min_new_tokens: int            # 0; EOS banned until this many tokens are emitted
     min_length: int                # 0; EOS banned until prompt + output hold this many
+    forced_eos_token_id: int       # -1 (off); the only token allowed as the last of max_tokens
+    exponential_decay_length_penalty: tuple[int, float] | None  # None; (start_index, decay_factor)
+    suppress_tokens: list[int]     # token ids never emitted
+    begin_suppress_tokens: list[int]  # token ids banned for the first new token
+    typical_p: float               # 1.0; sampling only
+    epsilon_cutoff: float          # 0.0; sampling only
+    eta_cutoff: float              # 0.0; sampling only
     early_exit_patience: int       # 0 disables
     early_exit_min_L: int          # 2
     early_exit_peek_every: int     # 1
@@ -283,6 +290,9 @@ def generate_stream(model: Model, prompt: Prompt, config: GenerateConfig | None 
 def generate_batch(model: Model, prompts: Sequence[Prompt], config: GenerateConfig | None = None,
                    **kw: Any) -> list[GenerateResult]: ...
 def validate_config(model: Model, prompt: Prompt | int, config: GenerateConfig | None = None, **kw: Any) -> None: ...
+# The distribution decoding draws the token after `tokens` from (the last `emitted` count as output).
+def next_token_distribution(model: Model, tokens: Prompt, emitted: int = 0, config: GenerateConfig | None = None,
+                            **kw: Any) -> list[float]: ...
 def generate_speculative(model: Model, prompt: Prompt, *, max_tokens: int = 64, draft_loops: int = 2,
                          verify_loops: int = 8, draft_ahead: int = 4, temperature: float = 0.0, seed: int = 0,
                          top_k: int = 0, top_p: float = 1.0, ignore_eos: bool = False, stream: bool = False,

@@ -353,6 +353,36 @@ TEST_F(CliTest, HuggingFaceKnobs) {
     EXPECT_EQ(j["output_ids"].size(), 5u);
 }
 
+TEST_F(CliTest, HuggingFaceSamplingKnobs) {
+    CliRun r = generate({"--exponential-decay-length-penalty", "10"});
+    EXPECT_USAGE_ERROR(r, "--exponential-decay-length-penalty");
+    r = generate({"--suppress-tokens", "3,x"});
+    EXPECT_USAGE_ERROR(r, "--suppress-tokens");
+    r = generate({"--mode", "speculative", "--typical-p", "0.5"});
+    EXPECT_USAGE_ERROR(r, "--typical-p");
+    for (const char* flag : {"--typical-p", "--epsilon-cutoff", "--eta-cutoff"}) {
+        r = generate({flag, "1.5"});
+        EXPECT_EQ(r.status, 2) << r.err;
+        EXPECT_NE(r.err.find(flag), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("1.5 is outside"), std::string::npos) << r.err;
+    }
+    r = generate({"--forced-eos-token-id", "7", "--suppress-tokens", "3,9", "--suppress-tokens", "11",
+                  "--begin-suppress-tokens", "5", "--exponential-decay-length-penalty", "4,1.2", "--temperature",
+                  "0.8", "--typical-p", "0.9", "--epsilon-cutoff", "0.001", "--eta-cutoff", "0.001",
+                  "--max-tokens", "5", "--ignore-eos", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = parse_json(r);
+    EXPECT_EQ(j["config"]["suppress_tokens"], json::array({3, 9, 11}));
+    EXPECT_EQ(j["config"]["begin_suppress_tokens"], json::array({5}));
+    EXPECT_EQ(j["config"]["exponential_decay_length_penalty"], json::array({4, 1.2}));
+    EXPECT_EQ(j["config"]["typical_p"], 0.9);
+    const std::vector<int> out = j["output_ids"].get<std::vector<int>>();
+    ASSERT_EQ(out.size(), 5u);
+    EXPECT_EQ(out.back(), 7);  // the forced last token
+    EXPECT_NE(out.front(), 5);
+    for (int t : out) EXPECT_TRUE(t != 3 && t != 9 && t != 11) << t;
+}
+
 // ---- tree speculation and grammars ----------------------------------------------------------
 
 TEST_F(CliTest, GreedyTreeSpeculationEqualsGreedyDecoding) {

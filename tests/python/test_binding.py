@@ -447,3 +447,29 @@ def test_hugging_face_knobs(model):
         tl.generate(model, PROMPT, max_tokens=4, min_new_tokens=-1)
     r = tl.generate(model, PROMPT, max_tokens=8, config=c)
     assert len(r["output_ids"]) >= 3
+
+
+def test_hugging_face_sampling_knobs(model):
+    c = tl.GenerateConfig(suppress_tokens=[3, 9], begin_suppress_tokens=[5], forced_eos_token_id=7,
+                          exponential_decay_length_penalty=(4, 1.5), typical_p=0.9, epsilon_cutoff=0.01,
+                          eta_cutoff=0.002)
+    assert c.exponential_decay_length_penalty == (4, 1.5) and c.suppress_tokens == [3, 9]
+    assert c.to_dict()["exponential_decay_length_penalty"] == [4, 1.5]
+    assert tl.GenerateConfig().exponential_decay_length_penalty is None
+    with pytest.raises(ValueError, match=r"typical_p: 0 is outside \(0, 1\]"):
+        tl.generate(model, PROMPT, max_tokens=4, typical_p=0.0)
+    with pytest.raises(ValueError, match=r"suppress_tokens\[0\]: token id -1 is outside the vocabulary"):
+        tl.generate(model, PROMPT, max_tokens=4, suppress_tokens=[-1])
+    r = tl.generate(model, PROMPT, max_tokens=5, ignore_eos=True, config=c)
+    assert r["output_ids"][-1] == 7 and r["output_ids"][0] != 5 and not {3, 9} & set(r["output_ids"])
+    # next_token_distribution: the sampler's distribution, 1 at the argmax when greedy.
+    ids = model.tokenize(PROMPT)
+    greedy = tl.next_token_distribution(model, ids)
+    assert greedy.index(1.0) == tl.generate(model, ids, max_tokens=1)["output_ids"][0] and sum(greedy) == 1.0
+    p = tl.next_token_distribution(model, ids, temperature=0.9, top_k=20, typical_p=0.5)
+    assert abs(sum(p) - 1) < 1e-5 and 0 < sum(x > 0 for x in p) < 20
+    ids_after = ids + [int(max(range(len(p)), key=p.__getitem__))]
+    forced = tl.next_token_distribution(model, ids_after, emitted=1, max_tokens=2, forced_eos_token_id=7)
+    assert forced[7] == 1.0
+    with pytest.raises(ValueError, match=r"emitted: 5 is outside \[0, "):
+        tl.next_token_distribution(model, ids[:3], emitted=5)

@@ -113,6 +113,11 @@ class Peer:
                                    return_dict_in_generate=True, generation_config=self.hf_config(1, **kw))
         return torch.softmax(out.scores[0][0].double(), dim=-1)
 
+    def ours_probs(self, context, **kw):
+        """tinyloop's sampling distribution for the token after `context` (the whole context as the
+        prompt, as hf_probs has it)."""
+        return torch.tensor(tl.next_token_distribution(self.ours, context, loops=self.loops, **kw), dtype=torch.float64)
+
     def ours_generate(self, prompt, max_tokens, **kw):
         r = tl.generate(self.ours, prompt, max_tokens=max_tokens, loops=self.loops, **kw)
         return r["output_ids"]
@@ -261,3 +266,99 @@ def test_sampled_first_token_frequencies_match_transformers(kjv):
     support = int((probs > 0).sum())
     # The expected total variation of n draws is about sqrt(support / (2 pi n)); allow 3 times.
     assert tv < 3 * math.sqrt(support / (2 * math.pi * n)) + 0.01, (tv, support)
+
+
+# ---- Hugging Face's sampling-side knobs: suppress_tokens, begin_suppress_tokens,
+# forced_eos_token_id, exponential_decay_length_penalty (token for token, greedy and beam), and
+# the typical_p, epsilon_cutoff and eta_cutoff warpers (whole distributions, and sampled runs).
+
+def hf_processor_cases(peer, plain):
+    """The deterministic knobs, aimed at the tokens of a prompt's plain greedy output `plain`
+    (EOS left out: forced_eos_token_id must not be suppressed)."""
+    plain = [t for t in plain if t != peer.eos]
+    return [
+        {"suppress_tokens": [plain[0], plain[2]]},
+        {"begin_suppress_tokens": [plain[0], plain[1]]},
+        {"forced_eos_token_id": peer.eos},
+        {"forced_eos_token_id": plain[1]},
+        {"exponential_decay_length_penalty": (3, 1.6)},
+        {"exponential_decay_length_penalty": (0, 3.0)},
+        {"repetition_penalty": 1.2, "min_new_tokens": 4, "suppress_tokens": [plain[1]],
+         "begin_suppress_tokens": [plain[0]], "exponential_decay_length_penalty": (5, 1.4),
+         "forced_eos_token_id": peer.eos},
+    ]
+
+
+def compare_hf_processors(peer, max_tokens, searches):
+    mismatches, changed = [], {}
+    for p in prompts(peer):
+        plain = peer.ours_generate(p, max_tokens, ignore_eos=True)
+        for search in searches:
+            unset = peer.ours_generate(p, max_tokens, **search)
+            for i, kw in enumerate(hf_processor_cases(peer, plain)):
+                args = {**search, **kw}
+                ours = peer.ours_generate(p, max_tokens, **args)
+                hf = peer.hf_generate(p, max_tokens, **args)
+                changed[i] = changed.get(i, 0) + (ours != unset)
+                if ours != hf:
+                    mismatches.append(f"{args} prompt {p}: ours {ours}, transformers {hf}")
+    assert not mismatches, "\n".join(mismatches)
+    # Every case changes some output (else its agreement would prove nothing).
+    assert all(changed.values()), changed
+
+
+def test_hf_processor_knobs_match_transformers(kjv):
+    compare_hf_processors(kjv, 12, [{}, {"beam_size": 3, "length_penalty": 1.0}])
+
+
+def test_hf_processor_knobs_match_transformers_on_a_random_model(random_peer):
+    compare_hf_processors(random_peer, 10, [{}, {"beam_size": 2}])
+
+
+WARPERS = [
+    {"temperature": 0.9, "typical_p": 0.8},
+    {"temperature": 1.0, "typical_p": 0.3},
+    {"temperature": 1.0, "epsilon_cutoff": 3e-3},
+    {"temperature": 1.3, "eta_cutoff": 2e-3},
+    {"temperature": 1.0, "eta_cutoff": 0.2},
+    {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.01, "typical_p": 0.9, "epsilon_cutoff": 1e-3,
+     "eta_cutoff": 1e-3, "repetition_penalty": 1.2},
+]
+
+
+def support(p):
+    return set((p > 0).nonzero().flatten().tolist())
+
+
+def test_warper_distributions_match_transformers(kjv):
+    """The whole distribution each warper leaves (the same surviving tokens, the same
+    probabilities to float32 precision) after several contexts."""
+    contexts = prompts(kjv) + [kjv.ours.tokenize(P_TEXT)]
+    worst = 0.0
+    for kw in WARPERS:
+        without = {k: v for k, v in kw.items() if k not in ("typical_p", "epsilon_cutoff", "eta_cutoff")}
+        removed = 0
+        for ctx in contexts:
+            ours, hf = kjv.ours_probs(ctx, **kw), kjv.hf_probs(ctx, **kw)
+            kept_ours, kept_hf = support(ours), support(hf)
+            assert kept_ours == kept_hf, f"{kw} after {ctx}: only ours {kept_ours - kept_hf}, only HF {kept_hf - kept_ours}"
+            removed += len(support(kjv.ours_probs(ctx, **without))) - len(kept_ours)
+            worst = max(worst, float((ours - hf).abs().max()))
+        assert removed > 0, f"{kw}: the warpers removed no token after any context (the case proves nothing)"
+    assert worst < 2e-4, worst
+
+
+def test_sampled_runs_with_warpers_match_transformers(kjv):
+    """Sampled runs through generate() (the pipeline's draws, not only its distribution): each
+    token's probability against transformers' after the same prefix."""
+    kw = WARPERS[-1]
+    worst = 0.0
+    prompt = kjv.ours.tokenize(P_TEXT)
+    r = tl.generate(kjv.ours, prompt, max_tokens=10, loops=kjv.loops, seed=3, events=True, **kw)
+    ctx = list(prompt)
+    for ev in r["events"]:
+        p_hf = float(kjv.hf_probs(ctx, **kw)[ev["token"]])
+        assert p_hf > 0, f"token {ev['token']} after {ctx} is outside transformers' support"
+        worst = max(worst, abs(p_hf - ev["prob"]))
+        ctx.append(ev["token"])
+    assert worst < 2e-4, worst

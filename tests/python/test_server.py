@@ -228,6 +228,14 @@ def test_streaming_stop_string(client, model):
     ({"prompt": "x", "renormalize_logits": 1}, "renormalize_logits"),
     ({"prompt": "x", "min_new_tokens": -1}, "min_new_tokens"),
     ({"prompt": "x", "min_length": 100000}, "min_length"),
+    ({"prompt": "x", "typical_p": 0}, "typical_p"),
+    ({"prompt": "x", "epsilon_cutoff": 1}, "epsilon_cutoff"),
+    ({"prompt": "x", "eta_cutoff": "a"}, "eta_cutoff"),
+    ({"prompt": "x", "suppress_tokens": [1, "a"]}, "suppress_tokens"),
+    ({"prompt": "x", "begin_suppress_tokens": [100000]}, "begin_suppress_tokens"),
+    ({"prompt": "x", "forced_eos_token_id": -3}, "forced_eos_token_id"),
+    ({"prompt": "x", "exponential_decay_length_penalty": [1]}, "exponential_decay_length_penalty"),
+    ({"prompt": "x", "exponential_decay_length_penalty": [1, 0]}, "exponential_decay_length_penalty"),
 ])
 def test_bad_requests_name_the_field(client, body, param):
     r = post(client, **body)
@@ -340,9 +348,21 @@ def test_speculative_matches_greedy(client, model):
                         ({"speculative": {"draft_loops": 5, "verify_loops": 4}}, "speculative.draft_loops"),
                         ({"speculative": {"mode": "tree"}, "temperature": 0.5}, "temperature"),
                         ({"speculative": {}, "stop": "x"}, "stop"),
+                        ({"speculative": {}, "typical_p": 0.5}, "typical_p"),
                         ({"speculative": {"bogus": 1}}, "speculative")]:
         r = post(client, prompt=PROMPT, max_tokens=4, **body)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+
+
+def test_hugging_face_sampling_extensions(client, model):
+    plain = tl.generate(model, PROMPT, max_tokens=6)["output_ids"]
+    forced = next(t for t in range(3, 50) if t != plain[1])
+    for hf in (dict(temperature=0, suppress_tokens=[plain[1]], begin_suppress_tokens=[plain[0]],
+                    forced_eos_token_id=forced, exponential_decay_length_penalty=[2, 1.1]),
+               dict(temperature=0.9, top_k=50, seed=4, typical_p=0.9, epsilon_cutoff=1e-3, eta_cutoff=1e-3)):
+        j = post(client, prompt=PROMPT, max_tokens=6, **hf).json()
+        kw = {**hf, "exponential_decay_length_penalty": (2, 1.1)} if "suppress_tokens" in hf else hf
+        assert j["choices"][0]["text"] == tl.generate(model, PROMPT, max_tokens=6, **kw)["text"], hf
 
 
 def test_grammar_and_beam_extensions(client, model):

@@ -63,6 +63,13 @@ private slots:
         QCOMPARE(back->renormalize_logits, c.renormalize_logits);
         QCOMPARE(back->min_new_tokens, c.min_new_tokens);
         QCOMPARE(back->min_length, c.min_length);
+        QCOMPARE(back->forced_eos_token_id, c.forced_eos_token_id);
+        QVERIFY(back->exponential_decay_length_penalty == c.exponential_decay_length_penalty);
+        QVERIFY(back->suppress_tokens == c.suppress_tokens);
+        QVERIFY(back->begin_suppress_tokens == c.begin_suppress_tokens);
+        QCOMPARE(back->typical_p, c.typical_p);
+        QCOMPARE(back->epsilon_cutoff, c.epsilon_cutoff);
+        QCOMPARE(back->eta_cutoff, c.eta_cutoff);
         QCOMPARE(back->early_exit_patience, c.early_exit_patience);
         QCOMPARE(back->early_exit_min_L, c.early_exit_min_L);
         QCOMPARE(back->early_exit_peek_every, c.early_exit_peek_every);
@@ -149,6 +156,14 @@ private slots:
             {"min_new_tokens", "-1", "outside [0"},
             {"min_length", "x", "not an integer"},
             {"bad_words", "1;;2", "must not be empty"},
+            {"forced_eos_token_id", "-2", "outside [0"},
+            {"exponential_decay_length_penalty", "3", "start_index, decay_factor"},
+            {"exponential_decay_length_penalty", "3, 0", "decay_factor 0 is outside (0, 10]"},
+            {"suppress_tokens", "1 x", "not a token id"},
+            {"begin_suppress_tokens", "999", "token id"},
+            {"typical_p", "0", "outside (0, 1]"},
+            {"epsilon_cutoff", "1", "outside [0, 1)"},
+            {"eta_cutoff", "-0.1", "outside [0, 1)"},
             {"grammar", "/no/such/file.gbnf", "no such file"},
             {"length_penalty", "0.5", "only applies to beam search"},
         };

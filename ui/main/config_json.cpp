@@ -1,5 +1,6 @@
 #include "main/config_json.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -222,6 +223,40 @@ json stringsFromText(const std::string& key, const std::string& text) {
     json v = json::parse(text, nullptr, false);
     if (v.is_discarded() || !v.is_array()) throw ConfigError(key, "expected a JSON array of strings, e.g. [\"\\n\\n\", \"Amen\"]");
     return v;
+}
+
+std::string idsToText(const json& ids) {
+    std::string s;
+    for (const json& id : ids) {
+        if (!s.empty()) s += ' ';
+        s += std::to_string(id.get<long long>());
+    }
+    return s;
+}
+
+json idsFromText(const std::string& key, const std::string& text) {
+    std::string spaced = text;
+    std::replace(spaced.begin(), spaced.end(), ',', ' ');
+    if (spaced.find(';') != std::string::npos) throw ConfigError(key, "expected one list of token ids, e.g. 256 10");
+    const json lists = idListsFromText(key, spaced);
+    return lists.empty() ? json::array() : lists[0];
+}
+
+std::string lengthDecayToText(const json& decay) {
+    return decay.is_array() ? std::to_string(decay[0].get<long long>()) + ", " + fmt(decay[1].get<float>()) : "";
+}
+
+json lengthDecayFromText(const std::string& key, const std::string& text) {
+    if (text.find_first_not_of(" \t") == std::string::npos) return nullptr;
+    std::string spaced = text;
+    std::replace(spaced.begin(), spaced.end(), ',', ' ');
+    std::stringstream in(spaced);
+    long long start = 0;
+    double factor = 0;
+    std::string rest;
+    if (!(in >> start >> factor) || (in >> rest))
+        throw ConfigError(key, "expected start_index, decay_factor like 10, 1.05 (empty = off)");
+    return json::array({start, factor});
 }
 
 bool configsEqual(const GenerateConfig& a, const GenerateConfig& b) {

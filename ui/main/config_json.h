@@ -83,6 +83,12 @@ std::string stringsToText(const std::vector<std::string>& v);
 nlohmann::json idListsFromText(const std::string& key, const std::string& text);
 nlohmann::json biasFromText(const std::string& key, const std::string& text);
 nlohmann::json stringsFromText(const std::string& key, const std::string& text);
+// A list of token ids ("256 10", commas allowed) and Hugging Face's (start_index, decay_factor)
+// pair ("10, 1.05"; empty = off, JSON null), to and from the codec's JSON values.
+std::string idsToText(const nlohmann::json& ids);
+nlohmann::json idsFromText(const std::string& key, const std::string& text);
+std::string lengthDecayToText(const nlohmann::json& decay);
+nlohmann::json lengthDecayFromText(const std::string& key, const std::string& text);
 
 bool configsEqual(const tinyloop::GenerateConfig& a, const tinyloop::GenerateConfig& b);
 

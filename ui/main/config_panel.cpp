@@ -165,6 +165,8 @@ void ConfigPanel::setConfig(const tinyloop::GenerateConfig& c) {
             break;
         case FieldKind::Bias: setFieldText(key, QString::fromStdString(biasToText(c.logit_bias))); break;
         case FieldKind::Strings: setFieldText(key, QString::fromStdString(stringsToText(c.stop_strings))); break;
+        case FieldKind::Ids: setFieldText(key, QString::fromStdString(idsToText(v))); break;
+        case FieldKind::LengthDecay: setFieldText(key, QString::fromStdString(lengthDecayToText(v))); break;
         case FieldKind::Grammar: break;
         }
     }
@@ -263,6 +265,8 @@ json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
         case FieldKind::IdLists: return idListsFromText(key, t.toStdString());
         case FieldKind::Bias: return biasFromText(key, t.toStdString());
         case FieldKind::Strings: return stringsFromText(key, t.toStdString());
+        case FieldKind::Ids: return idsFromText(key, t.toStdString());
+        case FieldKind::LengthDecay: return lengthDecayFromText(key, t.toStdString());
         default: return json();
         }
     } catch (const ConfigError& e) {

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -90,6 +91,18 @@ struct GenerateConfig {
     EarlyStopping early_stopping = EarlyStopping::Heuristic;  // beam only (HF's default false)
     bool renormalize_logits = false;  // beam: log-softmax again after the processors (HF)
     int min_new_tokens = 0, min_length = 0;  // >= 0; EOS banned until emitted / prompt + emitted reach it
+    // Hugging Face's sampling-side GenerationConfig knobs, in HF's processor order.
+    int32_t forced_eos_token_id = -1;  // -1 off; else 0..vocab-1, the only id allowed as the last
+                                       // allowed new token (emitted count == max_tokens - 1)
+    // (start_index, decay_factor): once more than start_index tokens were emitted, EOS's score s
+    // becomes s + |s| * (decay_factor^(emitted - start_index) - 1); start_index 0..max_seq_len,
+    // decay_factor (0, 10]; nullopt off (HF's exponential_decay_length_penalty)
+    std::optional<std::pair<int, float>> exponential_decay_length_penalty;
+    std::vector<int32_t> suppress_tokens;        // ids always banned (0..vocab-1)
+    std::vector<int32_t> begin_suppress_tokens;  // ids banned for the first emitted token
+    float typical_p = 1.0f;           // (0, 1]; sampling only: locally typical filter; 1 disables
+    float epsilon_cutoff = 0.0f;      // [0, 1); sampling only: drop p < epsilon_cutoff; 0 disables
+    float eta_cutoff = 0.0f;          // [0, 1); sampling only: drop p < min(eta, sqrt(eta) e^-H); 0 disables
     int early_exit_patience = 0;      // 0 disables early exit; > 0: exit after this many stable probes
     int early_exit_min_L = 2;
     int early_exit_peek_every = 1;
@@ -253,6 +266,14 @@ std::vector<std::vector<int32_t>> split_batch_output(const std::vector<int32_t>&
 
 // Validates a config against a model (every rule generate applies), throwing InvalidArgument.
 void validate_config(const Model* model, int prompt_len, const GenerateConfig& config);
+
+// The distribution decode draws the token after `tokens` from: tokens[0 .. n - emitted) is the
+// prompt, the last `emitted` were output already. The config's logits pipeline (bias, penalties,
+// bans, min length, forced EOS, length decay, suppression) then its sampling warpers (temperature,
+// top-k, top-p, min-p, typical-p, epsilon, eta); a greedy config: 1 at the argmax. No grammar;
+// CPU back end. For tests and tools that compare it with another implementation.
+std::vector<float> next_token_distribution(Model* model, const int32_t* tokens, int n, int emitted,
+                                           const GenerateConfig& config);
 
 }  // namespace tinyloop
 

@@ -290,6 +290,18 @@ void register_config(py::module_& m) {
                        "bool: beam only; log-softmax again after the processors (default False)")
         .def_readwrite("min_new_tokens", &C::min_new_tokens, "int: EOS banned until this many tokens are emitted (default 0)")
         .def_readwrite("min_length", &C::min_length, "int: EOS banned until prompt + output hold this many (default 0)")
+        .def_readwrite("forced_eos_token_id", &C::forced_eos_token_id,
+                       "int: the only token allowed as the last of max_tokens; -1 off (default -1)")
+        .def_readwrite("exponential_decay_length_penalty", &C::exponential_decay_length_penalty,
+                       "tuple[int, float] | None: (start_index, decay_factor) raising EOS's score past start_index "
+                       "new tokens (default None)")
+        .def_readwrite("suppress_tokens", &C::suppress_tokens, "list[int]: token ids never emitted (default [])")
+        .def_readwrite("begin_suppress_tokens", &C::begin_suppress_tokens,
+                       "list[int]: token ids banned for the first new token (default [])")
+        .def_readwrite("typical_p", &C::typical_p, "float: sampling only; locally typical mass in (0, 1] (default 1)")
+        .def_readwrite("epsilon_cutoff", &C::epsilon_cutoff, "float: sampling only; drop p < this, [0, 1) (default 0)")
+        .def_readwrite("eta_cutoff", &C::eta_cutoff,
+                       "float: sampling only; drop p < min(eta, sqrt(eta) e^-entropy), [0, 1) (default 0)")
         .def_readwrite("early_exit_patience", &C::early_exit_patience,
                        "int: 0 disables early exit; > 0 consecutive stable probes before exiting (default 0)")
         .def_readwrite("early_exit_min_L", &C::early_exit_min_L, "int: first depth probed, 1..max_loops (default 2)")

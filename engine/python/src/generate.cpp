@@ -142,6 +142,8 @@ const char* kConfigDoc =
     "stop_sequences=[] (token-id tails), ignore_eos=False, max_time=0.0 (seconds; 0 = none),\n"
     "no_repeat_ngram_size=0, bad_words=[] (token sequences), beam_size=0, length_penalty=1.0,\n"
     "early_stopping=False (True | False | 'never'), renormalize_logits=False, min_new_tokens=0, min_length=0,\n"
+    "forced_eos_token_id=-1 (off), exponential_decay_length_penalty=None ((start_index, decay_factor)),\n"
+    "suppress_tokens=[], begin_suppress_tokens=[], typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,\n"
     "early_exit_patience=0, early_exit_min_L=2, early_exit_peek_every=1,\n"
     "early_exit_logit_margin=0.0, early_exit_criterion='hidden_l2', early_exit_threshold=0.05,\n"
     "seed (sample_seed)=0. Call options: grammar (a Grammar or GBNF text), events=False,\n"
@@ -322,6 +324,21 @@ void register_generate(py::module_& m) {
            "with lens=True or beam search, one after another). Every prompt is validated before any\n"
            "decoding. Returns a list of result dicts, one per prompt, in order; each prompt's tokens\n"
            "equal generate()'s for it alone.\n\n" + cfg_doc).c_str());
+
+    m.def(
+        "next_token_distribution",
+        [](const PyModel& model, const py::object& tokens, int emitted, const py::object& config, py::kwargs kw) {
+            const SharedModel m = model.get();
+            const tl::GenerateConfig cfg = make_config(config, kw, "next_token_distribution");
+            const std::vector<int32_t> ids = prompt_ids(m.get(), tokens);
+            py::gil_scoped_release unlocked;
+            return tl::next_token_distribution(m.get(), ids.data(), static_cast<int>(ids.size()), emitted, cfg);
+        },
+        py::arg("model"), py::arg("tokens"), py::arg("emitted") = 0, py::arg("config") = py::none(),
+        ("The distribution decoding draws the token after `tokens` (text or ids) from, as a list of\n"
+         "vocab_size floats: the last `emitted` tokens count as output already (the rest as the prompt);\n"
+         "the config's logits pipeline, then its sampling warpers (greedy: 1 at the argmax). No grammar.\n\n" +
+         cfg_doc).c_str());
 
     py::class_<PyGrammar>(m, "Grammar",
                           "A GBNF-style grammar for constrained decoding (named rules `name ::= ...`, \"literals\",\n"

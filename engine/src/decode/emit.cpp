@@ -14,6 +14,11 @@ double ms_since(TokenEmitter::Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(TokenEmitter::Clock::now() - t).count();
 }
 
+// Whether the grammar's mask (none: everything) allows `id`.
+bool allowed_by(const std::vector<char>* mask, int32_t id) {
+    return !mask || (static_cast<size_t>(id) < mask->size() && (*mask)[static_cast<size_t>(id)]);
+}
+
 }  // namespace
 
 GenerateResult prompt_result(const int32_t* prompt, int prompt_len, int max_tokens) {
@@ -40,9 +45,16 @@ void LogitsPipeline::process(const float* logits, const std::vector<int32_t>& co
     ban_repeated_ngrams(z.data(), V, context, c_.no_repeat_ngram_size);
     ban_bad_words(z.data(), V, context, c_.bad_words);
     const int32_t eos = m_.tokenizer.eos_id();
-    const bool short_output = static_cast<int>(output.size()) < c_.min_new_tokens ||
-                              static_cast<int>(context.size()) < c_.min_length;
+    const int emitted = static_cast<int>(output.size());
+    const bool short_output = emitted < c_.min_new_tokens || static_cast<int>(context.size()) < c_.min_length;
     if (short_output && eos >= 0 && eos < V) z[static_cast<size_t>(eos)] = -std::numeric_limits<float>::infinity();
+    // HF forces it at max_length - 1; a grammar that refuses it keeps its own mask.
+    const int32_t forced = c_.forced_eos_token_id;
+    if (forced >= 0 && emitted == c_.max_tokens - 1 && allowed_by(mask, forced)) force_token(z.data(), V, forced);
+    if (const auto& decay = c_.exponential_decay_length_penalty)
+        apply_length_decay(z.data(), V, eos, emitted, decay->first, decay->second);
+    suppress_ids(z.data(), V, c_.suppress_tokens);
+    if (emitted == 0) suppress_ids(z.data(), V, c_.begin_suppress_tokens);
     mask_undecodable(z.data(), V, m_.tokenizer.n_ids());
     if (mask)
         for (size_t j = 0; j < mask->size(); ++j)
@@ -50,7 +62,8 @@ void LogitsPipeline::process(const float* logits, const std::vector<int32_t>& co
 }
 
 std::vector<float> LogitsPipeline::probs(const std::vector<float>& z) const {
-    return sampling_probs(z.data(), m_.hp.vocab_size, c_.temperature, c_.top_k, c_.top_p, c_.min_p);
+    return sampling_probs(z.data(), m_.hp.vocab_size, c_.temperature, c_.top_k, c_.top_p, c_.min_p,
+                          {c_.typical_p, c_.epsilon_cutoff, c_.eta_cutoff});
 }
 
 TokenChoice LogitsPipeline::pick(const std::vector<float>& z, Rng& rng, std::vector<float>* probs_out) const {

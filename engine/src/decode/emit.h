@@ -32,10 +32,12 @@ struct TokenChoice {
 // The logits pipeline of one sequence, in Hugging Face's order: logit bias (HF's sequence_bias),
 // repetition penalty over the context (prompt + output), frequency / presence penalties over the
 // output (OpenAI's; HF has none), n-gram and bad-word bans over the context, EOS banned while the
-// output is shorter than min_new_tokens or the context than min_length, the undecodable-id mask,
-// the grammar's mask; then the choice:
-// greedy argmax (never a masked id) or a draw from the sampling distribution. `config` must
-// outlive the pipeline.
+// output is shorter than min_new_tokens or the context than min_length, forced_eos_token_id as the
+// last allowed new token, the exponential decay length penalty on EOS, suppress_tokens,
+// begin_suppress_tokens at the first new token, the undecodable-id mask, the grammar's mask; then
+// the choice: greedy argmax (never a masked id) or a draw from the sampling distribution (HF's
+// warpers: temperature, top-k, top-p, min-p, typical-p, epsilon, eta). `config` must outlive the
+// pipeline.
 class LogitsPipeline {
 public:
     LogitsPipeline(const Model& m, const GenerateConfig& config);
@@ -43,7 +45,8 @@ public:
     // z = `logits` after every processor; `mask` (optional) is the grammar's allowed set.
     void process(const float* logits, const std::vector<int32_t>& context, const std::vector<int32_t>& output,
                  const std::vector<char>* mask, std::vector<float>& z) const;
-    // The distribution a sampler draws from (temperature, top-k, top-p, min-p); sampling only.
+    // The distribution a sampler draws from (temperature, top-k, top-p, min-p, typical-p, epsilon,
+    // eta); sampling only.
     std::vector<float> probs(const std::vector<float>& z) const;
     // Chooses from processed logits: greedy argmax, or a draw from probs(z) (which `probs_out`,
     // when given, receives).

@@ -1,6 +1,7 @@
 // Plain decoding (greedy and sampling) with the seed's canonical state machine, and the seed's
 // generate / generate_stream / generate_batch wrappers (and those of the speculative modes).
 #include "decode/decode.h"
+#include "decode/emit.h"
 
 #include <algorithm>
 #include <functional>
@@ -24,6 +25,27 @@ const char* stop_reason_name(StopReason r) {
 GenerateResult generate_ex(Model* model, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
                            const GenerateOptions& options) {
     return decode(checked(model), prompt, prompt_len, config, options, nullptr);
+}
+
+std::vector<float> next_token_distribution(Model* model, const int32_t* tokens, int n, int emitted,
+                                           const GenerateConfig& config) {
+    const Model& m = checked(model);
+    if (emitted < 0 || emitted >= n)
+        throw Error(ErrorCode::InvalidArgument, "emitted: " + std::to_string(emitted) + " is outside [0, n - 1 = " +
+                                                    std::to_string(n - 1) + "] (the prompt needs a token)");
+    validate_config(model, n - emitted, config);
+    if (config.grammar) throw Error(ErrorCode::InvalidArgument, "grammar: next_token_distribution takes no grammar");
+    check_prompt_ids(m, tokens, n);
+    const int V = m.hp.vocab_size;
+    const std::vector<float> all = forward_logits(model, tokens, n, config.loops, config.kv_cache);
+    const std::vector<int32_t> context(tokens, tokens + n), output(tokens + (n - emitted), tokens + n);
+    const LogitsPipeline pipe(m, config);
+    std::vector<float> z;
+    pipe.process(all.data() + static_cast<size_t>(n - 1) * V, context, output, nullptr, z);
+    if (!pipe.greedy()) return pipe.probs(z);
+    std::vector<float> one_hot(static_cast<size_t>(V), 0.0f);
+    one_hot[static_cast<size_t>(greedy_choice(m, z.data()).token)] = 1.0f;
+    return one_hot;
 }
 
 std::vector<int32_t> generate(Model* model, const int32_t* prompt, int prompt_len, const GenerateConfig& config) {

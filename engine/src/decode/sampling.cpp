@@ -59,6 +59,25 @@ void ban_bad_words(float* logits, int vocab, const std::vector<int32_t>& context
     }
 }
 
+void suppress_ids(float* logits, int vocab, const std::vector<int32_t>& ids) {
+    for (int32_t id : ids)
+        if (id >= 0 && id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
+}
+
+void force_token(float* logits, int vocab, int32_t forced) {
+    if (forced < 0 || forced >= vocab) return;
+    std::fill(logits, logits + vocab, -std::numeric_limits<float>::infinity());
+    logits[forced] = 0.0f;
+}
+
+void apply_length_decay(float* logits, int vocab, int32_t eos, int emitted, int start_index, float factor) {
+    if (emitted <= start_index || eos < 0 || eos >= vocab || !std::isfinite(logits[eos])) return;
+    const double s = logits[eos];
+    const double raised = s + std::fabs(s) * (std::pow(static_cast<double>(factor), emitted - start_index) - 1.0);
+    const double cap = std::numeric_limits<float>::max();
+    logits[eos] = static_cast<float>(std::clamp(raised, -cap, cap));
+}
+
 void mask_undecodable(float* logits, int vocab, int n_ids) {
     for (int i = std::max(0, n_ids); i < vocab; ++i) logits[i] = -std::numeric_limits<float>::infinity();
 }
@@ -82,7 +101,7 @@ int32_t argmax(const float* logits, int vocab) {
 }
 
 std::vector<float> sampling_probs(const float* logits, int vocab, float temperature, int top_k,
-                                  float top_p, float min_p) {
+                                  float top_p, float min_p, const SamplingCutoffs& cutoffs) {
     const float inf = std::numeric_limits<float>::infinity();
     std::vector<float> z(static_cast<size_t>(vocab));
     for (int i = 0; i < vocab; ++i) z[i] = std::isnan(logits[i]) ? -inf : logits[i] / temperature;
@@ -123,11 +142,75 @@ std::vector<float> sampling_probs(const float* logits, int vocab, float temperat
         while (j < keep && p[j] >= floor) ++j;
         keep = std::max<size_t>(1, j);
     }
+    std::vector<double> w(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep));
+    if (cutoffs.typical_p < 1.0f) keep_typical(w, cutoffs.typical_p);
+    if (cutoffs.epsilon_cutoff > 0.0f) keep_above_epsilon(w, cutoffs.epsilon_cutoff);
+    if (cutoffs.eta_cutoff > 0.0f) keep_above_eta(w, cutoffs.eta_cutoff);
     double kept = 0;
-    for (size_t i = 0; i < keep; ++i) kept += p[i];
+    for (double x : w) kept += x;
     std::vector<float> out(static_cast<size_t>(vocab), 0.0f);
-    for (size_t i = 0; i < keep; ++i) out[order[i]] = static_cast<float>(p[i] / kept);
+    for (size_t i = 0; i < keep; ++i) out[order[i]] = static_cast<float>(w[i] / kept);
     return out;
+}
+
+namespace {
+
+// The weights as probabilities (0 stays 0) and their entropy in nats.
+double normalized_entropy(const std::vector<double>& w, std::vector<double>& q) {
+    double sum = 0;
+    for (double x : w) sum += x;
+    q.assign(w.size(), 0.0);
+    double h = 0;
+    for (size_t i = 0; i < w.size(); ++i)
+        if (w[i] > 0) {
+            q[i] = w[i] / sum;
+            h -= q[i] * std::log(q[i]);
+        }
+    return h;
+}
+
+// Removes every token whose probability q is below `cut`, except the most probable one (HF's
+// `probabilities < cut` and `scores < topk(scores, 1)`).
+void keep_at_least(std::vector<double>& w, const std::vector<double>& q, double cut) {
+    const double top = *std::max_element(w.begin(), w.end());
+    for (size_t i = 0; i < w.size(); ++i)
+        if (q[i] < cut && w[i] < top) w[i] = 0.0;
+}
+
+}  // namespace
+
+void keep_typical(std::vector<double>& w, double mass) {
+    std::vector<double> q;
+    const double h = normalized_entropy(w, q);
+    // HF: sort by |-log q - H| (most typical first), keep up to and including the token whose
+    // cumulative mass first reaches `mass`, plus every token exactly as typical as it.
+    std::vector<size_t> live;
+    std::vector<double> shift(w.size(), std::numeric_limits<double>::infinity());
+    for (size_t i = 0; i < w.size(); ++i)
+        if (q[i] > 0) {
+            live.push_back(i);
+            shift[i] = std::fabs(-std::log(q[i]) - h);
+        }
+    std::stable_sort(live.begin(), live.end(), [&](size_t a, size_t b) { return shift[a] < shift[b]; });
+    double cum = 0;
+    size_t last = 0;
+    while (last < live.size() && (cum += q[live[last]]) < mass) ++last;
+    if (last >= live.size()) return;  // the whole mass lies below `mass` (rounding): keep all
+    const double bound = shift[live[last]];
+    for (size_t i : live)
+        if (shift[i] > bound) w[i] = 0.0;
+}
+
+void keep_above_epsilon(std::vector<double>& w, double epsilon) {
+    std::vector<double> q;
+    normalized_entropy(w, q);
+    keep_at_least(w, q, epsilon);
+}
+
+void keep_above_eta(std::vector<double>& w, double eta) {
+    std::vector<double> q;
+    const double h = normalized_entropy(w, q);
+    keep_at_least(w, q, std::min(eta, std::sqrt(eta) * std::exp(-h)));
 }
 
 int32_t draw(const std::vector<float>& probs, Rng& rng) {

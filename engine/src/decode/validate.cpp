@@ -24,6 +24,45 @@ void finite(const char* field, float x) {
     if (!std::isfinite(x)) bad(std::string(field) + ": must be a finite number");
 }
 
+// Ids a ban lists, each in the vocabulary, and not all of it (nothing could be emitted).
+void banned_ids(const std::string& field, const std::vector<int32_t>& ids, int vocab) {
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            bad(field + "[" + std::to_string(i) + "]: token id " + std::to_string(ids[i]) +
+                " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    std::vector<int32_t> distinct = ids;
+    std::sort(distinct.begin(), distinct.end());
+    if (std::unique(distinct.begin(), distinct.end()) - distinct.begin() >= vocab)
+        bad(field + ": bans every id of the vocabulary [0, " + std::to_string(vocab) + ") (nothing could be emitted)");
+}
+
+// Hugging Face's sampling-side GenerationConfig knobs.
+void validate_hf_sampling_fields(const GenerateConfig& c, const ConfigLimits& hp) {
+    if (c.forced_eos_token_id < -1 || c.forced_eos_token_id >= hp.vocab_size)
+        bad("forced_eos_token_id: " + std::to_string(c.forced_eos_token_id) + " is outside [0, " +
+            std::to_string(hp.vocab_size) + ") (-1 disables)");
+    if (c.forced_eos_token_id >= 0 &&
+        std::find(c.suppress_tokens.begin(), c.suppress_tokens.end(), c.forced_eos_token_id) != c.suppress_tokens.end())
+        bad("forced_eos_token_id: " + std::to_string(c.forced_eos_token_id) +
+            " is also in suppress_tokens (nothing could be emitted as the last token)");
+    if (const auto& d = c.exponential_decay_length_penalty) {
+        if (d->first < 0 || d->first > hp.max_seq_len)
+            bad("exponential_decay_length_penalty: start_index " + std::to_string(d->first) + " is outside [0, " +
+                std::to_string(hp.max_seq_len) + "]");
+        if (!std::isfinite(d->second) || d->second <= 0.0f || d->second > 10.0f)
+            bad("exponential_decay_length_penalty: decay_factor " + num(d->second) + " is outside (0, 10] (1 = no effect)");
+    }
+    banned_ids("suppress_tokens", c.suppress_tokens, hp.vocab_size);
+    banned_ids("begin_suppress_tokens", c.begin_suppress_tokens, hp.vocab_size);
+    finite("typical_p", c.typical_p);
+    if (!(c.typical_p > 0.0f && c.typical_p <= 1.0f)) bad("typical_p: " + num(c.typical_p) + " is outside (0, 1] (1 disables)");
+    finite("epsilon_cutoff", c.epsilon_cutoff);
+    if (!(c.epsilon_cutoff >= 0.0f && c.epsilon_cutoff < 1.0f))
+        bad("epsilon_cutoff: " + num(c.epsilon_cutoff) + " is outside [0, 1) (0 disables)");
+    finite("eta_cutoff", c.eta_cutoff);
+    if (!(c.eta_cutoff >= 0.0f && c.eta_cutoff < 1.0f)) bad("eta_cutoff: " + num(c.eta_cutoff) + " is outside [0, 1) (0 disables)");
+}
+
 }  // namespace
 
 ConfigLimits config_limits(const Model* model) {
@@ -105,6 +144,8 @@ void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
     if (c.min_length < 0 || c.min_length > hp.max_seq_len)
         bad("min_length: " + std::to_string(c.min_length) + " is outside [0, " + std::to_string(hp.max_seq_len) +
             "] (prompt + emitted tokens; 0 disables)");
+
+    validate_hf_sampling_fields(c, hp);
 
     // Beam search knobs.
     const int stopping = static_cast<int>(c.early_stopping);

@@ -3,6 +3,8 @@
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include "tinyloop/json.h"
 
@@ -60,6 +62,10 @@ json to_j(bool x) { return x; }
 json to_j(uint64_t x) { return x; }
 json to_j(const std::vector<std::vector<int32_t>>& x) { return x; }
 json to_j(const std::vector<std::string>& x) { return x; }
+json to_j(const std::vector<int32_t>& x) { return x; }
+json to_j(const std::optional<std::pair<int, float>>& x) {
+    return x ? json::array({x->first, json_float(x->second)}) : json(nullptr);
+}
 json to_j(EarlyExitCriterion x) { return criterion_name(x); }
 json to_j(KVCacheType x) { return kv_cache_type_name(x); }
 // Hugging Face's spelling: false (Heuristic), true (WhenFull) or "never".
@@ -94,6 +100,19 @@ void from_j(const json& v, std::vector<std::vector<int32_t>>& x, const std::stri
         for (size_t k = 0; k < v[i].size(); ++k) ids.push_back(int_value(v[i][k], fi + "[" + std::to_string(k) + "]"));
         x.push_back(std::move(ids));
     }
+}
+void from_j(const json& v, std::vector<int32_t>& x, const std::string& f) {
+    if (!v.is_array()) bad(f, "expected an array of token ids");
+    x.clear();
+    for (size_t i = 0; i < v.size(); ++i) x.push_back(int_value(v[i], f + "[" + std::to_string(i) + "]"));
+}
+void from_j(const json& v, std::optional<std::pair<int, float>>& x, const std::string& f) {
+    if (v.is_null()) {
+        x.reset();
+        return;
+    }
+    if (!v.is_array() || v.size() != 2) bad(f, "expected null or a [start_index, decay_factor] pair, got " + v.dump());
+    x.emplace(int_value(v[0], f + ": start_index"), float_value(v[1], f + ": decay_factor"));
 }
 void from_j(const json& v, std::vector<std::string>& x, const std::string& f) {
     if (!v.is_array()) bad(f, "expected an array of strings");
@@ -172,6 +191,13 @@ const std::vector<FieldCodec>& codecs() {
         field<&C::renormalize_logits>("renormalize_logits", K::Bool, "beam only", "Beam-search only: log-softmax the scores again after the penalties and bans (Hugging Face's renormalize_logits)."),
         field<&C::min_new_tokens>("min_new_tokens", K::Int, "0 .. max_seq_len (0 disables)", "EOS is banned until this many tokens have been emitted (Hugging Face's min_new_tokens)."),
         field<&C::min_length>("min_length", K::Int, "0 .. max_seq_len (0 disables)", "EOS is banned until prompt + emitted hold this many tokens (Hugging Face's min_length)."),
+        field<&C::forced_eos_token_id>("forced_eos_token_id", K::Int, "-1 (off) or 0 .. vocab - 1", "The only token allowed as the last allowed new token (emitted == max_tokens - 1), Hugging Face's forced_eos_token_id. -1 disables."),
+        field<&C::exponential_decay_length_penalty>("exponential_decay_length_penalty", K::LengthDecay, "start_index, decay_factor (0, 10]; empty = off", "Hugging Face's exponential_decay_length_penalty: once more than start_index tokens were emitted, EOS's score s becomes s + |s| x (decay_factor^(emitted - start_index) - 1). Format: \"10, 1.05\"."),
+        field<&C::suppress_tokens>("suppress_tokens", K::Ids, "ids in 0 .. vocab - 1", "Token ids never emitted (Hugging Face's suppress_tokens). Format: \"256 10\"."),
+        field<&C::begin_suppress_tokens>("begin_suppress_tokens", K::Ids, "ids in 0 .. vocab - 1", "Token ids banned for the first emitted token only (Hugging Face's begin_suppress_tokens). Format: \"2047 10\"."),
+        field<&C::typical_p>("typical_p", K::Float, "(0, 1]", "Sampling only: keep the most locally typical tokens (closest to the distribution's entropy) up to this mass (Hugging Face's typical_p). 1 disables."),
+        field<&C::epsilon_cutoff>("epsilon_cutoff", K::Float, "[0, 1)", "Sampling only: drop tokens whose probability is below this (the most probable stays; Hugging Face's epsilon_cutoff). 0 disables."),
+        field<&C::eta_cutoff>("eta_cutoff", K::Float, "[0, 1)", "Sampling only: drop tokens whose probability is below min(eta, sqrt(eta) x exp(-entropy)) (Hugging Face's eta_cutoff). 0 disables."),
         field<&C::early_exit_patience>("early_exit_patience", K::Int, ">= 0 (0 disables)", "0 disables adaptive-depth early exit. >0 enables: exit after patience consecutive stable probes past min_L."),
         field<&C::early_exit_min_L>("early_exit_min_L", K::Int, "1 .. max_loops", "First-probe floor for early exit."),
         field<&C::early_exit_peek_every>("early_exit_peek_every", K::Int, ">= 1", "Probe cadence past min_L."),
