@@ -24,3 +24,7 @@ expect("--screenshot" 0 "screenshot: " ${MODEL} --screenshot ${OUT} --size 800x6
 if(NOT EXISTS ${OUT})
   message(FATAL_ERROR "--screenshot: ${OUT} was not written")
 endif()
+# A bad --zoom, --theme or --size is refused before any window, naming the option and the range.
+expect("--zoom out of range" 2 "--zoom: '9' is not a zoom factor; allowed: a number from 0.5 to 3" ${MODEL} --zoom 9 --screenshot ${OUT})
+expect("--theme unknown" 2 "--theme: 'blue' is not a theme; allowed: light, dark" ${MODEL} --theme blue --screenshot ${OUT})
+expect("--size malformed" 2 "--size: '12x' is not a window size" ${MODEL} --size 12x --screenshot ${OUT})

@@ -8,6 +8,7 @@
 #include <QTimer>
 #include <QWidget>
 
+#include "main/screen_fit.h"
 #include "views/agreement_map_view.h"
 #include "views/compare_modes_view.h"
 #include "views/compute_quality_view.h"
@@ -97,6 +98,7 @@ AnalysisWindow* AnalysisViews::open(const QString& kind) {
         v = create(kind, m_workbench, m_parent);
         if (!v) return nullptr;
         v->setObjectName("view_" + kind);
+        fitToScreen(v, QSize(1100, 760), availableGeometry(m_parent));  // the screen the workbench is on
         m_windows[kind] = v;
     }
     v->show();
@@ -109,7 +111,7 @@ void AnalysisViews::demo(const QString& kind, const QString& prompt, int max_tok
                          std::function<void(bool)> done) {
     AnalysisWindow* v = open(kind);
     if (!v) return done(false);
-    v->resize(1400, 900);
+    fitToScreen(v, QSize(1400, 900), availableGeometry(m_parent));
     auto finish = [v, out, done](bool ok) {
         QTimer::singleShot(400, v, [v, out, done, ok] {
             bool saved = true;
