@@ -5,6 +5,7 @@
 // remembered; --zoom refuses what is out of range. The dark theme reaches the plots.
 #include <QAction>
 #include <QApplication>
+#include <QLabel>
 #include <QSettings>
 #include <QTest>
 #include <QToolBar>
@@ -82,6 +83,10 @@ private slots:
         QCOMPARE(QApplication::font().pointSizeF(), base * 1.1);
         QCOMPARE(w.tokenView()->font().pointSizeF(), base * 1.1);
         QCOMPARE(w.configPanel()->editor("temperature")->font().pointSizeF(), base * 1.1);
+        // a label coloured by a style sheet too
+        auto* message = w.configPanel()->findChild<QLabel*>("configMessage");
+        QVERIFY(message && !message->styleSheet().isEmpty());
+        QCOMPARE(message->font().pointSizeF(), base * 1.1);
         QCOMPARE(QToolTip::font().pointSizeF(), base * 1.1);
         QCOMPARE(tickSize(plot), tick * 1.1);
         QCOMPARE(plot->xAxis->labelFont().pointSizeF(), label * 1.1);

@@ -6,7 +6,9 @@
 
 #include <QApplication>
 #include <QSettings>
+#include <QStyle>
 #include <QToolTip>
+#include <QWidget>
 
 namespace tlui {
 
@@ -86,6 +88,13 @@ void Zoom::apply() {
     const QFont f = scaled(m_base);
     QApplication::setFont(f);
     QToolTip::setFont(f);
+    // A widget with a style sheet (a coloured status line) keeps the font it had when the sheet
+    // was applied: polishing it again takes the new one.
+    for (QWidget* w : QApplication::allWidgets())
+        if (w->testAttribute(Qt::WA_StyleSheet)) {
+            w->style()->unpolish(w);
+            w->style()->polish(w);
+        }
 }
 
 std::optional<double> Zoom::parse(const QString& text, QString* error) {
