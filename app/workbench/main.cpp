@@ -2,6 +2,7 @@
 // on the bundled model (or the one named), optionally run once and save a screenshot.
 //
 //   tinyloop-workbench [MODEL] [--prompt TEXT] [--autorun] [--screenshot OUT.png] [--tab NAME]
+//                      [--zoom F] [--presentation] [--theme light|dark] [--size WxH]
 //   tinyloop-workbench --demo-run "In the beginning" --screenshot docs/screenshots/main.png
 //   tinyloop-workbench --demo-run "In the beginning" --save-session demo.json   (prepare a demo)
 //   tinyloop-workbench --session demo.json          (a saved session, shown without running)
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <optional>
 
 #include "main/config_panel.h"
 #include "plots/lens_heatmap.h"
@@ -25,6 +27,9 @@
 #include "main/model_paths.h"
 #include "main/presets_panel.h"
 #include "main/tour.h"
+#include "main/screen_fit.h"
+#include "main/theme.h"
+#include "main/zoom.h"
 #include "views/analysis_views.h"
 
 namespace {
@@ -73,6 +78,17 @@ std::string take_session_arg(int& argc, char** argv) {
     return file;
 }
 
+// "--size WxH": two whole numbers from 200 to 10000; nullopt and a message naming the option.
+std::optional<QSize> parseWindowSize(const QString& text, QString* error) {
+    const QStringList wh = text.trimmed().toLower().split('x');
+    bool okW = false, okH = false;
+    const int width = wh.size() == 2 ? wh[0].toInt(&okW) : 0, height = wh.size() == 2 ? wh[1].toInt(&okH) : 0;
+    if (okW && okH && width >= 200 && width <= 10000 && height >= 200 && height <= 10000) return QSize(width, height);
+    *error = QString("--size: '%1' is not a window size; allowed: WIDTHxHEIGHT, each a whole number from 200 to "
+                     "10000 (e.g. 1280x720)").arg(text);
+    return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,8 +114,13 @@ int main(int argc, char** argv) {
     QCommandLineOption metricOpt("lens-metric", "Heatmap metric: final, emitted, entropy, kl.", "NAME", "emitted");
     QCommandLineOption presetOpt("preset", "Apply a named preset at start.", "NAME");
     QCommandLineOption maxTokOpt("max-tokens", "Override max_tokens of the config.", "N");
-    QCommandLineOption sizeOpt("size", "Window size WxH (screenshots).", "WxH", "1440x900");
-    cli.addOptions({promptOpt, autorunOpt, demoOpt, shotOpt, tabOpt, metricOpt, presetOpt, maxTokOpt, sizeOpt});
+    QCommandLineOption sizeOpt("size", "Window size WxH (screenshots), at most the screen's available area.", "WxH", "1440x900");
+    QCommandLineOption zoomOpt("zoom", QString("Zoom factor for fonts and plots, %1 to %2 (this run only; View > Zoom "
+                                               "is remembered).").arg(tlui::Zoom::kMin).arg(tlui::Zoom::kMax), "F");
+    QCommandLineOption presentOpt("presentation", "Start in presentation mode (View > Presentation mode, F5).");
+    QCommandLineOption themeOpt("theme", "Theme for this run: light or dark (View > Theme is remembered).", "NAME");
+    cli.addOptions({promptOpt, autorunOpt, demoOpt, shotOpt, tabOpt, metricOpt, presetOpt, maxTokOpt, sizeOpt,
+                    zoomOpt, presentOpt, themeOpt});
     QCommandLineOption viewOpt("view", "Open a Views-menu window (compare, scrubber, agreement, sweep, step, calibration, compute, kv, quant), fill it by a run on --prompt and, with --screenshot, save that window and quit.", "NAME");
     cli.addOption(viewOpt);
     QCommandLineOption sessionOpt("session", "Open a saved session (File -> Save session): prompt, config, output and lens, shown without running. Its model opens unless MODEL is given.", "FILE");
@@ -123,10 +144,23 @@ int main(int argc, char** argv) {
     } else if (cli.isSet(tourOpt)) {
         tourStep = 1;
     }
+    const auto fail = [](const QString& message) {
+        std::fprintf(stderr, "tinyloop-workbench: %s\n", qPrintable(message));
+        return 2;
+    };
+    QString error;
+    const auto zoom = cli.isSet(zoomOpt) ? tlui::Zoom::parse(cli.value(zoomOpt), &error) : std::optional<double>();
+    if (cli.isSet(zoomOpt) && !zoom) return fail(error);
+    const auto theme = cli.isSet(themeOpt) ? tlui::parseTheme(cli.value(themeOpt), &error) : std::optional<tlui::Theme>();
+    if (cli.isSet(themeOpt) && !theme) return fail(error);
+    const auto windowSize = parseWindowSize(cli.value(sizeOpt), &error);
+    if (!windowSize) return fail(error);
 
-    tlui::MainWindow w;
-    const QStringList size = cli.value(sizeOpt).split('x');
-    if (size.size() == 2) w.resize(size[0].toInt(), size[1].toInt());
+    tlui::MainWindow w;  // applies the remembered zoom and theme; the command line's go over them
+    if (theme) tlui::applyTheme(*theme, false);
+    if (zoom) tlui::Zoom::instance().setFactor(*zoom, false);
+    if (cli.isSet(presentOpt)) tlui::Zoom::instance().setPresentation(true);
+    tlui::fitToScreen(&w, *windowSize);
 
     QString prompt = cli.value(promptOpt);
     bool autorun = cli.isSet(autorunOpt);

@@ -3,6 +3,9 @@
 // (validate_config_fields); the engine's validate_config has the final word on the whole config.
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDir>
+#include <QFile>
+#include <QRegularExpression>
 #include <QLabel>
 #include <QLineEdit>
 #include <QSignalSpy>
@@ -248,6 +251,41 @@ private slots:
         c.max_tokens = 8;
         w.configPanel()->setConfig(c);
         QVERIFY(tltest::waitFor([&] { return w.configPanel()->message().isEmpty(); }, 10000));
+    }
+
+    void floatFieldsShowTheShortestDecimal() {
+        // 0.05f is 0.0500000007 at 9 digits: a field shows "0.05", and reads back the same float
+        ConfigPanel p;
+        tinyloop::GenerateConfig c;
+        c.temperature = 0.8f;
+        c.top_p = 0.95f;
+        c.min_p = 0.01f;
+        c.repetition_penalty = 1.1f;
+        c.early_exit_threshold = 0.05f;
+        c.logit_bias = {{5, 0.3f}, {7, -1.7f}};
+        p.setConfig(c);
+        auto text = [&](const char* key) { return qobject_cast<QLineEdit*>(p.editor(key))->text(); };
+        QCOMPARE(text("temperature"), QString("0.8"));
+        QCOMPARE(text("top_p"), QString("0.95"));
+        QCOMPARE(text("min_p"), QString("0.01"));
+        QCOMPARE(text("repetition_penalty"), QString("1.1"));
+        QCOMPARE(text("early_exit_threshold"), QString("0.05"));
+        QCOMPARE(text("logit_bias"), QString("5:0.3, 7:-1.7"));
+        const auto back = p.config();
+        QVERIFY(back);
+        QCOMPARE(back->early_exit_threshold, 0.05f);
+        QVERIFY(back->logit_bias == c.logit_bias);
+        // every bundled preset, every field
+        const QRegularExpression artefact("\\d\\.\\d*(0{5,}|9{5,})\\d");
+        for (const QString& file : QDir(QString(TL_SOURCE_DIR) + "/resources/presets").entryList({"*.json"})) {
+            QFile f(QString(TL_SOURCE_DIR) + "/resources/presets/" + file);
+            QVERIFY(f.open(QIODevice::ReadOnly));
+            const auto j = nlohmann::json::parse(f.readAll().toStdString());
+            p.setConfig(configFromJson(j.at("config")));
+            for (const FieldInfo& fi : configFields())
+                if (auto* e = qobject_cast<QLineEdit*>(p.editor(fi.key)))
+                    QVERIFY2(!artefact.match(e->text()).hasMatch(), qPrintable(file + ": " + fi.key + " = " + e->text()));
+        }
     }
 };
 

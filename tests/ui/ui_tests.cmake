@@ -14,7 +14,9 @@ set(TL_UI_TESTS
   test_plots
   test_analysis_views
   test_captions_glossary
-  test_tour)
+  test_tour
+  test_zoom
+  test_screen_fit)
 set(TL_UI_TESTS_BUILT)
 foreach(t IN LISTS TL_UI_TESTS)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)

@@ -36,3 +36,7 @@ expect("--session" 0 "screenshot: " --session ${dir}/headless-session.json --scr
 file(WRITE ${dir}/headless-bad-session.json "{\"format\": \"something else\"}")
 expect("a bad --session" 1 "session not opened: headless-bad-session.json: session.format: 'something else'"
        --session ${dir}/headless-bad-session.json --screenshot ${dir}/headless-bad.png)
+# A bad --zoom, --theme or --size is refused before any window, naming the option and the range.
+expect("--zoom out of range" 2 "--zoom: '9' is not a zoom factor; allowed: a number from 0.5 to 3" ${MODEL} --zoom 9 --screenshot ${OUT})
+expect("--theme unknown" 2 "--theme: 'blue' is not a theme; allowed: light, dark" ${MODEL} --theme blue --screenshot ${OUT})
+expect("--size malformed" 2 "--size: '12x' is not a window size" ${MODEL} --size 12x --screenshot ${OUT})

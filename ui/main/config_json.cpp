@@ -1,11 +1,11 @@
 #include "main/config_json.h"
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <sstream>
 
 namespace tlui {
 
@@ -87,15 +87,11 @@ const FieldInfo* findField(const std::string& key) {
     return nullptr;
 }
 
-namespace {
-
-std::string fmt(double x) {
-    std::ostringstream os;
-    os << x;
-    return os.str();
+std::string floatText(float x) {
+    char buf[64];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), x);
+    return ec == std::errc() ? std::string(buf, end) : std::to_string(x);
 }
-
-}  // namespace
 
 json configToJson(const GenerateConfig& c) { return tinyloop::config_to_json(c); }
 
@@ -149,7 +145,7 @@ std::string biasToText(const std::vector<std::pair<int32_t, float>>& v) {
     std::string s;
     for (size_t i = 0; i < v.size(); ++i) {
         if (i) s += ", ";
-        s += std::to_string(v[i].first) + ":" + fmt(v[i].second);
+        s += std::to_string(v[i].first) + ":" + floatText(v[i].second);
     }
     return s;
 }

@@ -75,6 +75,10 @@ SpeculativeKnobs knobsFromJson(const nlohmann::json& j, const ConfigLimits& lim 
 const char* criterionName(tinyloop::EarlyExitCriterion c);
 bool parseCriterion(const std::string& s, tinyloop::EarlyExitCriterion* out);
 
+// A float as the shortest decimal that reads back as the same float: 0.05f as "0.05", never
+// "0.0500000007". Every field showing a float is filled through it.
+std::string floatText(float x);
+
 // Text forms used by the panel's line edits: "1 2 3; 4 5", "id:bias, id:bias", JSON string array.
 std::string idListsToText(const std::vector<std::vector<int32_t>>& v);
 std::string biasToText(const std::vector<std::pair<int32_t, float>>& v);

@@ -14,7 +14,19 @@ namespace tlui {
 
 using nlohmann::json;
 
-static const char* kBadStyle = "border: 2px solid #d33; background: #fff0f0;";
+static const char* kBadStyle = "border: 2px solid #d33; background: #fff0f0; color: #000;";  // readable in the dark theme too
+
+// A refused field gets a red border. A style sheet pins a widget's font and palette (and Qt keeps
+// its WA_StyleSheet mark after the sheet is cleared), so once the field is accepted again both
+// are inherited again: it follows the zoom and the theme.
+static void showRefused(QWidget* editor, bool refused) {
+    if (refused) return editor->setStyleSheet(kBadStyle);
+    if (editor->styleSheet().isEmpty()) return;
+    editor->setStyleSheet(QString());
+    editor->setAttribute(Qt::WA_StyleSheet, false);
+    editor->setFont(QFont());
+    editor->setPalette(QPalette());
+}
 
 ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
     auto* outer = new QVBoxLayout(this);
@@ -43,17 +55,22 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
     outer->addWidget(m_message);
 
     auto* scroll = new QScrollArea;
+    scroll->setObjectName("configScroll");
     scroll->setWidgetResizable(true);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);  // the rows wrap to the dock's width
     auto* inner = new QWidget;
     auto* innerLayout = new QVBoxLayout(inner);
     auto* genBox = new QGroupBox("GenerateConfig");
     auto* genForm = new QFormLayout(genBox);
-    m_specBox = new QGroupBox("Speculative / tree (SpeculativeConfig, TreeSpeculativeConfig)");
+    genForm->setRowWrapPolicy(QFormLayout::WrapLongRows);
+    m_specBox = new QGroupBox("Speculative / tree");  // short: a group's title sets its least width
+    m_specBox->setToolTip("SpeculativeConfig, TreeSpeculativeConfig");
     auto* specForm = new QFormLayout(m_specBox);
+    specForm->setRowWrapPolicy(QFormLayout::WrapLongRows);
     auto* specNote = new QLabel("max_tokens, temperature (tree: 0 only), sample_seed, top_k, top_p and "
                                 "ignore_eos come from GenerateConfig above.");
     specNote->setWordWrap(true);
-    specNote->setStyleSheet("color: #666;");
+    specNote->setForegroundRole(QPalette::PlaceholderText);
     specForm->addRow(specNote);
     innerLayout->addWidget(genBox);
     innerLayout->addWidget(m_specBox);
@@ -107,13 +124,19 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
         r.editor->setToolTip(tip);
         r.label = new QLabel(QString("%1").arg(f.key));
         r.label->setToolTip(tip);
+        // The range under the editor, wrapped: a narrow dock (a 1280x720 screen, a big zoom)
+        // shows all of it instead of cutting it off beside the field.
         auto* rowWidget = new QWidget;
-        auto* h = new QHBoxLayout(rowWidget);
-        h->setContentsMargins(0, 0, 0, 0);
-        h->addWidget(r.editor, 1);
+        auto* col = new QVBoxLayout(rowWidget);
+        col->setContentsMargins(0, 0, 0, 0);
+        col->setSpacing(0);
+        col->addWidget(r.editor);
         auto* range = new QLabel(f.range);
-        range->setStyleSheet("color: #777;");
-        h->addWidget(range);
+        range->setObjectName(QString("range_") + f.key);
+        range->setWordWrap(true);
+        range->setToolTip(tip);
+        range->setForegroundRole(QPalette::PlaceholderText);  // dim in either theme
+        col->addWidget(range);
         (f.speculative ? specForm : genForm)->addRow(r.label, rowWidget);
         m_rows[f.key] = r;
     }
@@ -141,7 +164,6 @@ void ConfigPanel::setFieldText(const std::string& key, const QString& text) {
     if (auto* e = qobject_cast<QLineEdit*>(m_rows.at(key).editor)) e->setText(text);
 }
 
-static QString num(double x) { return QString::number(x, 'g', 9); }  // float round-trips at 9 digits
 
 void ConfigPanel::setConfig(const tinyloop::GenerateConfig& c) {
     const json j = configToJson(c);
@@ -151,7 +173,7 @@ void ConfigPanel::setConfig(const tinyloop::GenerateConfig& c) {
         switch (r.info->kind) {
         case FieldKind::Int: setFieldText(key, QString::number(v.get<long long>())); break;
         case FieldKind::U64: setFieldText(key, QString::number(v.get<unsigned long long>())); break;
-        case FieldKind::Float: setFieldText(key, num(v.get<float>())); break;
+        case FieldKind::Float: setFieldText(key, QString::fromStdString(floatText(v.get<float>()))); break;
         case FieldKind::Bool: qobject_cast<QCheckBox*>(r.editor)->setChecked(v.get<bool>()); break;
         case FieldKind::Criterion:
         case FieldKind::KvCache:
@@ -302,7 +324,7 @@ void ConfigPanel::revalidate() {
     auto mark = [&](const std::string& key, const std::string& why) {
         auto it = m_rows.find(key);
         if (it == m_rows.end() || m_invalid.contains(QString::fromStdString(key))) return;
-        it->second.editor->setStyleSheet(kBadStyle);
+        showRefused(it->second.editor, true);
         it->second.editor->setProperty("invalid", true);
         m_invalid << QString::fromStdString(key);
         if (first.isEmpty()) first = QString("%1: %2").arg(QString::fromStdString(key), QString::fromStdString(why));
@@ -310,7 +332,7 @@ void ConfigPanel::revalidate() {
     tinyloop::GenerateConfig c;
     json knobs = json::object();
     for (auto& [key, r] : m_rows) {
-        r.editor->setStyleSheet("");
+        showRefused(r.editor, false);
         r.editor->setProperty("invalid", false);
         if (r.info->kind == FieldKind::Grammar) {
             const QString g = grammarFile();
@@ -363,7 +385,7 @@ void ConfigPanel::setEngineVerdict(const QString& error) {
         QString key = error.section(':', 0, 0);
         key = key.section('[', 0, 0).trimmed();
         if (auto it = m_rows.find(key.toStdString()); it != m_rows.end())
-            it->second.editor->setStyleSheet(kBadStyle);
+            showRefused(it->second.editor, true);
     }
 }
 

@@ -30,7 +30,9 @@
 #include "main/presets_panel.h"
 #include "main/prompt_editor.h"
 #include "main/session_file.h"
+#include "main/screen_fit.h"
 #include "main/token_view.h"
+#include "main/view_menu.h"
 #include "plots/depth_plot.h"
 #include "plots/lens_heatmap.h"
 #include "plots/plot_caption.h"
@@ -162,7 +164,7 @@ void MainWindow::closeEvent(QCloseEvent* e) {
 }
 
 void MainWindow::buildUi() {
-    resize(1400, 900);
+    fitToScreen(this, QSize(1400, 900));
     auto* center = new QSplitter(Qt::Horizontal);
     auto* left = new QSplitter(Qt::Vertical);
     m_prompt = new PromptEditor;
@@ -231,7 +233,7 @@ void MainWindow::buildUi() {
 
     m_stateLabel = new QLabel("starting");
     m_stateLabel->setObjectName("stateLabel");
-    m_stateLabel->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);  // a long line is cut, never widens the window
+    m_stateLabel->setWordWrap(true);  // a long message wraps instead of widening the window past the screen
     m_speedLabel = new QLabel;
     m_speedLabel->setObjectName("speedLabel");
     m_busy = new QProgressBar;
@@ -303,6 +305,8 @@ void MainWindow::buildMenus() {
     m_stopAct = run->addAction("&Stop", this, [this] { stop(); });
     m_stopAct->setShortcut(QKeySequence(Qt::Key_Escape));
     m_stopAct->setShortcutContext(Qt::WindowShortcut);
+
+    installViewMenu(this, menuBar()->addMenu("Vie&w"));  // zoom, presentation mode, theme
 
     // The analysis views (views/analysis_views.h), one action per view.
     auto* views = menuBar()->addMenu("&Views");

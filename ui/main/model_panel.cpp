@@ -35,6 +35,7 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     auto* dv = new QVBoxLayout(depthBox);
     dv->setContentsMargins(0, 0, 0, 0);
     m_depthLabel = new QLabel;
+    m_depthLabel->setWordWrap(true);  // wraps instead of widening the window past the screen
     dv->addWidget(m_depthLabel);
     m_depthTable = new QTableWidget;
     m_depthTable->setObjectName("depthTable");

@@ -85,6 +85,7 @@ void TokenView::appendSpan(int index) {
     c.movePosition(QTextCursor::End);
     QTextCharFormat f;
     f.setBackground(shade(ev));
+    f.setForeground(QColor(Qt::black));  // the shades are light in either theme
     f.setProperty(kTokenIndexProperty, index);
     QString text = QString::fromStdString(ev.piece);
     if (text.isEmpty()) text = QString(QChar(0x00B7));  // a token whose bytes are not complete yet

@@ -29,7 +29,8 @@ LensHeatmap::LensHeatmap(QWidget* parent) : QWidget(parent) {
     m_metricBox->addItem("KL to the final depth (nats)", int(LensMetric::KLToFinal));
     m_metricBox->setCurrentIndex(int(m_metric));
     m_note = new QLabel;
-    m_note->setStyleSheet("color: #666;");
+    m_note->setForegroundRole(QPalette::PlaceholderText);  // dim in either theme
+    m_note->setWordWrap(true);  // a long note wraps instead of widening the window past the screen
     bar->addWidget(new QLabel("metric:"));
     bar->addWidget(m_metricBox);
     bar->addWidget(m_note, 1);

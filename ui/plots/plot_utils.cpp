@@ -3,6 +3,8 @@
 #include <QFileInfo>
 #include <qcustomplot.h>
 
+#include "plots/plot_look.h"
+
 namespace tlui {
 
 bool savePlot(QCustomPlot* plot, const QString& path, QString* error) {
@@ -21,6 +23,7 @@ void stylePlot(QCustomPlot* plot) {
     plot->setNoAntialiasingOnDrag(true);
     plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     plot->setMinimumSize(300, 200);
+    trackPlotLook(plot);  // zoom and theme
 }
 
 }  // namespace tlui

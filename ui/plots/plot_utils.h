@@ -9,6 +9,7 @@ namespace tlui {
 
 // Saves by suffix: .pdf -> savePdf, anything else -> savePng. False and a reason on failure.
 bool savePlot(QCustomPlot* plot, const QString& path, QString* error = nullptr);
+// The common look, zoom and theme included (plots/plot_look.h): call it right after making a plot.
 void stylePlot(QCustomPlot* plot);
 
 }  // namespace tlui

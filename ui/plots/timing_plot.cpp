@@ -15,6 +15,7 @@ TimingPlot::TimingPlot(QWidget* parent) : QWidget(parent) {
     v->setContentsMargins(0, 0, 0, 0);
     m_summary = new QLabel("No run yet.");
     m_summary->setObjectName("timingSummary");
+    m_summary->setWordWrap(true);  // a long summary wraps instead of widening the window past the screen
     v->addWidget(m_summary);
     m_plot = new QCustomPlot(this);
     m_plot->setObjectName("timingPlot");

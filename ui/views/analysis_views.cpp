@@ -9,6 +9,7 @@
 #include <QTimer>
 #include <QWidget>
 
+#include "main/screen_fit.h"
 #include "views/agreement_map_view.h"
 #include "views/compare_modes_view.h"
 #include "views/compute_quality_view.h"
@@ -98,6 +99,7 @@ AnalysisWindow* AnalysisViews::open(const QString& kind) {
         v = create(kind, m_workbench, m_parent);
         if (!v) return nullptr;
         v->setObjectName("view_" + kind);
+        fitToScreen(v, QSize(1100, 760), availableGeometry(m_parent));  // the screen the workbench is on
         m_windows[kind] = v;
     }
     v->show();
@@ -110,10 +112,7 @@ void AnalysisViews::demo(const QString& kind, const QString& prompt, int max_tok
                          std::function<void(bool)> done) {
     AnalysisWindow* v = open(kind);
     if (!v) return done(false);
-    // as large as it opens for a reader, but inside the screen it is on (a 1280x720 projector)
-    const QRect screen = v->screen() ? v->screen()->availableGeometry() : QRect(0, 0, 1400, 900);
-    v->resize(std::min(1400, screen.width()), std::min(900, screen.height()));
-    v->move(screen.topLeft());
+    fitToScreen(v, QSize(1400, 900), availableGeometry(m_parent));
     // One connection per demo, cut when it ends: a window demonstrated again (the tour's Back and
     // Next) must not run the old demo's steps too.
     auto conn = std::make_shared<QMetaObject::Connection>();

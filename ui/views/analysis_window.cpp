@@ -18,6 +18,8 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include "views/input_strip.h"
+
 namespace tlui {
 
 AnalysisWindow::AnalysisWindow(WorkbenchAccess* workbench, const QString& title, QWidget* parent)
@@ -26,8 +28,9 @@ AnalysisWindow::AnalysisWindow(WorkbenchAccess* workbench, const QString& title,
     setAttribute(Qt::WA_DeleteOnClose, false);
     resize(1100, 760);
     auto* v = new QVBoxLayout(this);
-    m_controls = new QHBoxLayout;
-    v->addLayout(m_controls);
+    auto* inputs = new InputStrip;  // scrolls sideways on a small screen instead of widening the window
+    m_controls = inputs->row();
+    v->addWidget(inputs);
     m_body = new QVBoxLayout;
     v->addLayout(m_body, 1);
     auto* bar = new QHBoxLayout;
@@ -44,6 +47,7 @@ AnalysisWindow::AnalysisWindow(WorkbenchAccess* workbench, const QString& title,
     m_status = new QLabel;
     m_status->setObjectName("status");
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_status->setWordWrap(true);  // a long message wraps instead of widening the window
     // the main window's wording: "Export <what> (<formats>)...", "..." where a dialog opens
     auto* img = new QPushButton("Export image (PNG/PDF)...");
     img->setObjectName("exportImageButton");
@@ -212,7 +216,7 @@ void drawCategoryBars(QCustomPlot* plot, const QStringList& labels, const std::v
     plot->xAxis->setRange(0.3, labels.size() + 0.7);
     plot->yAxis->setRange(0, ymax > 0 ? ymax * (n > 1 ? 1.5 : 1.12) : 1.0);  // headroom for the legend
     plot->legend->setVisible(n > 1);
-    QFont lf = plot->legend->font();
+    QFont lf = plot->font();  // the plot's unzoomed font: the legend's own is zoomed (plots/plot_look.h)
     lf.setPointSizeF(std::max(6.0, lf.pointSizeF() - 1.5));
     plot->legend->setFont(lf);
     plot->legend->setBrush(QColor(255, 255, 255, 190));

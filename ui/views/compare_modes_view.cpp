@@ -193,7 +193,7 @@ void CompareView::showResult() {
         for (int t = 0; t < static_cast<int>(pieces.size()); ++t) {
             if (t == div && !base) html += "<span style='color:#c00;font-weight:bold'>&#9646;</span>";
             const QString p = tokenHtml(pieces[static_cast<size_t>(t)]);
-            html += (div >= 0 && t >= div && !base) ? "<span style='background:#ffd5c8'>" + p + "</span>" : p;
+            html += (div >= 0 && t >= div && !base) ? "<span style='background:#ffd5c8;color:#000'>" + p + "</span>" : p;
         }
         if (!base)
             html += div < 0 ? "  <span style='color:#080'>[= baseline]</span>"

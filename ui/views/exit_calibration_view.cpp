@@ -205,7 +205,7 @@ void CalibView::redraw() {
     for (int i = 0; i < d.prompt_len; ++i)
         html += "<span style='color:#777'>" + esc(d.pieces[static_cast<size_t>(i)]) + "</span>";
     if (d.emitted() > 0)
-        html += QString("<span style='background:#ddd'>%1<sub>%2</sub></span>")
+        html += QString("<span style='background:#ddd;color:#000'>%1<sub>%2</sub></span>")
                     .arg(esc(d.pieces[static_cast<size_t>(d.prompt_len)]))
                     .arg(d.loops);
     int flagged = 0;
@@ -214,7 +214,7 @@ void CalibView::redraw() {
         const std::string& piece = d.pieces[static_cast<size_t>(d.prompt_len + t.index)];
         depthSum += t.exit_depth;
         const bool early = t.exit_depth < d.loops;
-        const QString style = t.flagged ? "background:#f4a0a0" : early ? "background:#cfe3ff" : "";
+        const QString style = t.flagged ? "background:#f4a0a0;color:#000" : early ? "background:#cfe3ff;color:#000" : "";  // dark text on a light mark in either theme
         QString tip = QString("exit depth %1").arg(t.exit_depth);
         if (t.flagged) tip += QString(", would emit id %1 instead of %2").arg(t.exit_token).arg(t.full_token);
         html += QString("<span style='%1' title='%2'>%3<sub>%4</sub></span>")

@@ -184,7 +184,7 @@ void StepView::showSnapshot() {
         const StepRecord& r = s.steps[i];
         const QString p = tokenHtml(s.stepPieces[i]);
         html += r.overridden()
-                    ? QString("<span style='background:#ffe08a' title='proposed %1'>%2</span>").arg(r.proposal.token).arg(p)
+                    ? QString("<span style='background:#ffe08a;color:#000' title='proposed %1'>%2</span>").arg(r.proposal.token).arg(p)
                     : QString("<span title='p=%1 depth %2'>%3</span>").arg(r.proposal.prob, 0, 'f', 3).arg(r.proposal.depth).arg(p);
     }
     if (s.proposal)

@@ -1,0 +1,203 @@
+// Every window fits the screen it opens on: the main window and each Views-menu window, at zoom 1
+// and in presentation mode, on a 1280x720 and a 1920x1080 screen (the offscreen platform is given
+// both screens through its configfile option, side by side); at 1280x720 the config panel shows
+// every field's range in full, wrapped, with no sideways scrolling.
+#include <memory>
+
+#include <QDir>
+#include <QDockWidget>
+#include <QFile>
+#include <QFileInfo>
+#include <QGuiApplication>
+#include <QLabel>
+#include <QScreen>
+#include <QScrollArea>
+#include <QScrollBar>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QTest>
+
+#include "main/config_json.h"
+#include "main/config_panel.h"
+#include "main/main_window.h"
+#include "main/screen_fit.h"
+#include "main/zoom.h"
+#include "views/analysis_views.h"
+#include "views/analysis_window.h"
+#include "ui_test_util.h"
+
+using namespace tlui;
+
+namespace {
+
+const QRect kSmall(0, 0, 1280, 720);
+const QRect kLarge(1280, 0, 1920, 1080);
+
+QScreen* screenAt(const QRect& g) {
+    for (QScreen* s : QGuiApplication::screens())
+        if (s->geometry() == g) return s;
+    return nullptr;
+}
+
+QString describe(const QWidget* w, const QRect& screen) {
+    return QString("%1: frame %2,%3 %4x%5 (minimum %6x%7) on a %8x%9 screen at %10,%11")
+        .arg(w->objectName()).arg(w->frameGeometry().x()).arg(w->frameGeometry().y())
+        .arg(w->frameGeometry().width()).arg(w->frameGeometry().height())
+        .arg(w->minimumSizeHint().width()).arg(w->minimumSizeHint().height())
+        .arg(screen.width()).arg(screen.height()).arg(screen.x()).arg(screen.y());
+}
+
+}  // namespace
+
+class TestScreenFit : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+
+    // A main window opened on `screen` and sized as main() sizes it (the same call as its --size).
+    std::unique_ptr<MainWindow> openOn(const QRect& screen, bool presentation) const {
+        Zoom::instance().setPresentation(presentation);
+        WindowOptions o;
+        o.presetDir = m_dir.filePath("presets");
+        o.errorDialogs = false;
+        auto w = std::make_unique<MainWindow>(o);
+        w->move(screen.topLeft() + QPoint(20, 20));
+        fitToScreen(w.get(), QSize(1400, 900));
+        w->show();
+        return w;
+    }
+
+private slots:
+    void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true);
+        QCoreApplication::setOrganizationName("TinyLoopTest");
+        QCoreApplication::setApplicationName("test_screen_fit");
+        QSettings().clear();
+        QVERIFY(m_dir.isValid());
+        QVERIFY2(screenAt(kSmall) && screenAt(kLarge), "the offscreen platform did not take the two screens");
+        QCOMPARE(screenAt(kSmall)->availableGeometry(), kSmall);
+    }
+
+    void cleanup() { Zoom::instance().setPresentation(false); }
+
+    void fittedFrameStaysInside() {
+        // the helper on its own, for any screen: shrunk to it, centred, pushed back inside
+        const QRect f = fittedFrame(QSize(1400, 900), QSize(8, 32), kSmall);
+        QVERIFY(kSmall.contains(f));
+        QCOMPARE(f.size(), kSmall.size());
+        const QRect g = fittedFrame(QSize(1100, 760), QSize(8, 32), kLarge, QPoint(3190, 10));
+        QVERIFY(kLarge.contains(g));
+        QCOMPARE(g.size(), QSize(1108, 792));
+        QCOMPARE(g.right(), kLarge.right());
+        QCOMPARE(g.top(), kLarge.top());
+    }
+
+    void everyWindowFits_data() {
+        QTest::addColumn<QRect>("screen");
+        QTest::addColumn<bool>("presentation");
+        QTest::newRow("1280x720") << kSmall << false;
+        QTest::newRow("1280x720 presentation") << kSmall << true;
+        QTest::newRow("1920x1080") << kLarge << false;
+        QTest::newRow("1920x1080 presentation") << kLarge << true;
+    }
+
+    void everyWindowFits() {
+        QFETCH(QRect, screen);
+        QFETCH(bool, presentation);
+        auto window = openOn(screen, presentation);
+        MainWindow& w = *window;
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QCOMPARE(w.screen()->geometry(), screen);
+        QVERIFY2(screen.contains(w.frameGeometry()), qPrintable(describe(&w, screen)));
+        // a long status line (a failed load names the file) wraps instead of widening the window
+        QSignalSpy ready(&w, &MainWindow::modelReady);
+        w.openModel(m_dir.filePath(QString(200, 'x') + ".tinyloop"));
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+        QTest::qWait(50);
+        QVERIFY2(screen.contains(w.frameGeometry()), qPrintable(describe(&w, screen)));
+        for (const QString& kind : AnalysisViews::kinds()) {
+            AnalysisWindow* v = w.analysisViews()->open(kind);
+            QVERIFY(v);
+            QVERIFY(QTest::qWaitForWindowExposed(v));
+            QVERIFY2(screen.contains(v->frameGeometry()), qPrintable(describe(v, screen)));
+            v->close();
+        }
+    }
+
+    void fitsAfterARunOnTheBundledModel_data() {
+        QTest::addColumn<bool>("presentation");
+        QTest::newRow("zoom 1") << false;
+        QTest::newRow("presentation") << true;
+    }
+
+    void fitsAfterARunOnTheBundledModel() {
+        // what a run puts on screen (the lens note, the status line, the tokens) stays inside too
+        QFETCH(bool, presentation);
+        const QString model = QString(TL_SOURCE_DIR) + "/resources/models/tinyloop-kjv/model-f32.tinyloop";
+        if (!QFileInfo::exists(model)) QSKIP("the bundled model is not there");
+        auto window = openOn(kSmall, presentation);
+        MainWindow& w = *window;
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QSignalSpy ready(&w, &MainWindow::modelReady);
+        QSignalSpy settled(&w, &MainWindow::sessionSettled);
+        w.openModel(model);
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+        auto c = *w.configPanel()->config();
+        c.max_tokens = 16;
+        w.configPanel()->setConfig(c);
+        QVERIFY(w.generate());
+        QVERIFY(tltest::waitFor([&] { return settled.count() == 1; }));
+        QTest::qWait(100);
+        QVERIFY2(kSmall.contains(w.frameGeometry()), qPrintable(describe(&w, kSmall)));
+    }
+
+    void configPanelShowsEveryRangeAt1280x720_data() {
+        QTest::addColumn<bool>("presentation");
+        QTest::newRow("zoom 1") << false;
+        QTest::newRow("presentation") << true;
+    }
+
+    void configPanelShowsEveryRangeAt1280x720() {
+        QFETCH(bool, presentation);
+        auto window = openOn(kSmall, presentation);
+        MainWindow& w = *window;
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        auto* scroll = w.configPanel()->findChild<QScrollArea*>("configScroll");
+        QVERIFY(scroll);
+        QVERIFY(!scroll->horizontalScrollBar()->isVisible());
+        QWidget* viewport = scroll->viewport();
+        for (const FieldInfo& f : configFields()) {
+            auto* range = w.configPanel()->findChild<QLabel*>(QString("range_") + f.key);
+            QVERIFY2(range, f.key);
+            scroll->ensureWidgetVisible(range);
+            const QRect r(range->mapTo(viewport, QPoint(0, 0)), range->size());
+            QVERIFY2(r.left() >= 0 && r.right() < viewport->width(), qPrintable(QString("%1's range runs off the panel").arg(f.key)));
+            QVERIFY2(range->height() >= range->heightForWidth(range->width()),
+                     qPrintable(QString("%1's range is cut: %2 px tall, needs %3").arg(f.key).arg(range->height())
+                                    .arg(range->heightForWidth(range->width()))));
+            QWidget* editor = w.configPanel()->editor(f.key);
+            QVERIFY(editor->mapTo(viewport, QPoint(editor->width(), 0)).x() <= viewport->width());
+        }
+    }
+};
+
+int main(int argc, char** argv) {
+    // Two screens side by side for the offscreen platform (it has one 800x600 screen otherwise).
+    const QString config = QDir::temp().filePath(QString("tinyloop-test-screens-%1.json").arg(QCoreApplication::applicationPid()));
+    QFile f(config);
+    if (!f.open(QIODevice::WriteOnly)) return 1;
+    f.write(R"({"windowFrameMargins": true, "screens": [
+        {"name": "small", "x": 0, "y": 0, "width": 1280, "height": 720, "logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1},
+        {"name": "large", "x": 1280, "y": 0, "width": 1920, "height": 1080, "logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]})");
+    f.close();
+    qputenv("QT_QPA_PLATFORM", ("offscreen:configfile=" + config).toLocal8Bit());
+    int rc = 0;
+    {
+        QApplication app(argc, argv);
+        TestScreenFit t;
+        rc = QTest::qExec(&t, argc, argv);
+    }
+    QFile::remove(config);
+    return rc;
+}
+
+#include "test_screen_fit.moc"
