@@ -9,7 +9,8 @@ set(TL_UI_TESTS
   test_session_export
   test_main_window
   test_plots
-  test_analysis_views)
+  test_analysis_views
+  test_plot_readability)
 set(TL_UI_TESTS_BUILT)
 foreach(t IN LISTS TL_UI_TESTS)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)

@@ -5,6 +5,7 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -25,8 +26,10 @@ DepthPlot::DepthPlot(QWidget* parent) : QWidget(parent) {
     m_requested->setPen(QPen(QColor(200, 60, 60), 1.5, Qt::DashLine));
     m_plot->xAxis->setLabel("emitted token");
     m_plot->yAxis->setLabel("loop depth used");
+    useIntegerTicks(m_plot->xAxis);
+    useIntegerTicks(m_plot->yAxis);
+    putLegendBelow(m_plot);
     m_plot->legend->setVisible(true);
-    m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignRight);
     v->addWidget(m_plot);
 }
 

@@ -6,6 +6,7 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -35,10 +36,7 @@ TimingPlot::TimingPlot(QWidget* parent) : QWidget(parent) {
     m_rate->setPen(QPen(QColor(70, 120, 230), 2));
     m_rate->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 6));
     rateRect->axis(QCPAxis::atBottom)->setLabel("run");
-    QSharedPointer<QCPAxisTickerFixed> runTicks(new QCPAxisTickerFixed);
-    runTicks->setTickStep(1.0);
-    runTicks->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-    rateRect->axis(QCPAxis::atBottom)->setTicker(runTicks);
+    useIntegerTicks(rateRect->axis(QCPAxis::atBottom));
     rateRect->axis(QCPAxis::atLeft)->setLabel("decode tokens/s");
     v->addWidget(m_plot, 1);
 }

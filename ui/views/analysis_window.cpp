@@ -18,6 +18,8 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include "plots/plot_layout.h"
+
 namespace tlui {
 
 AnalysisWindow::AnalysisWindow(WorkbenchAccess* workbench, const QString& title, QWidget* parent)
@@ -167,6 +169,7 @@ void drawCategoryBars(QCustomPlot* plot, const QStringList& labels, const std::v
                       const QStringList& names, bool stacked, const QString& yLabel) {
     static const QColor palette[] = {QColor(70, 120, 230), QColor(60, 170, 90), QColor(230, 140, 40),
                                      QColor(200, 70, 70), QColor(140, 90, 200), QColor(120, 120, 120)};
+    clearEmptyState(plot);
     plot->clearPlottables();
     QVector<double> ticks;
     for (int i = 0; i < labels.size(); ++i) ticks << i + 1;
@@ -200,13 +203,10 @@ void drawCategoryBars(QCustomPlot* plot, const QStringList& labels, const std::v
         below = bars;
     }
     plot->xAxis->setRange(0.3, labels.size() + 0.7);
-    plot->yAxis->setRange(0, ymax > 0 ? ymax * (n > 1 ? 1.5 : 1.12) : 1.0);  // headroom for the legend
+    plot->yAxis->setRange(0, ymax > 0 ? ymax * 1.12 : 1.0);
+    // The legend sits under the plot, never over a bar.
+    putLegendBelow(plot);
     plot->legend->setVisible(n > 1);
-    QFont lf = plot->legend->font();
-    lf.setPointSizeF(std::max(6.0, lf.pointSizeF() - 1.5));
-    plot->legend->setFont(lf);
-    plot->legend->setBrush(QColor(255, 255, 255, 190));
-    plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
     plot->replot();
 }
 
