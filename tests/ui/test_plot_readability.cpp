@@ -113,6 +113,8 @@ private slots:
     void legendsSitOutsideTheData() {
         QCustomPlot plot;
         plot.resize(600, 400);
+        plot.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&plot));
         drawCategoryBars(&plot, {"greedy L=4", "greedy L=8", "speculative 2->8"}, {{400, 300, 500}, {380, 290, 480}, {410, 310, 520}},
                          {"a", "b", "c"}, false, "tokens/s");
         plot.replot();
@@ -127,6 +129,25 @@ private slots:
                                                                 int(plot.yAxis->coordToPixel(it->value)) + 1)));
         }
         clearEmptyState(&plot);  // harmless without one
+        // on a narrow plot the entries wrap instead of running off its edge
+        QCustomPlot narrow;
+        narrow.resize(320, 300);
+        narrow.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&narrow));
+        QCOMPARE(narrow.viewport().width(), 320);
+        drawCategoryBars(&narrow, {"D=1", "D=2"}, {{60, 70}, {40, 50}, {40, 52}},
+                         {"predicted per token (map)", "map replayed as speculation", "measured speculating"}, false, "%");
+        narrow.replot();
+        narrow.replot();
+        int entries = 0;
+        for (int i = 0; i < narrow.legend->itemCount(); ++i)
+            if (QCPAbstractLegendItem* item = narrow.legend->item(i)) {  // a wrapped grid has empty cells
+                ++entries;
+                QVERIFY2(narrow.viewport().contains(item->outerRect()), qPrintable(QString::number(i)));
+                // squeezed below its size hint, an entry's text is cut
+                QVERIFY2(item->outerRect().width() >= item->minimumOuterSizeHint().width(), qPrintable(QString::number(i)));
+            }
+        QCOMPARE(entries, 3);
     }
 
     void countingAxesShowWholeNumbers() {

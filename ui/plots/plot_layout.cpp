@@ -1,5 +1,7 @@
 #include "plots/plot_layout.h"
 
+#include <algorithm>
+
 #include <QVariantList>
 #include <qcustomplot.h>
 
@@ -23,6 +25,19 @@ void putLegendBelow(QCustomPlot* plot) {
     legend->setBorderPen(Qt::NoPen);
     legend->setBrush(Qt::NoBrush);
     legend->setMargins(QMargins(4, 0, 4, 2));
+    // As many entries side by side as the plot's width holds, so none is cut on a narrow plot.
+    QObject::connect(plot, &QCustomPlot::beforeReplot, plot, [plot] {
+        QCPLegend* l = plot->legend;
+        if (!l || l->layout() != plot->plotLayout() || l->itemCount() == 0) return;
+        int widest = 1;
+        for (int i = 0; i < l->itemCount(); ++i)
+            if (QCPAbstractLegendItem* item = l->item(i)) widest = std::max(widest, item->minimumOuterSizeHint().width());
+        const int columns = std::clamp((plot->viewport().width() - 8) / (widest + l->columnSpacing()), 1, 4);
+        if (columns != l->wrap()) {
+            l->setWrap(columns);
+            l->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);  // re-flow the entries
+        }
+    });
 }
 
 void useIntegerTicks(QCPAxis* axis) {
