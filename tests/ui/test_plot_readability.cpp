@@ -45,6 +45,15 @@ std::vector<TickLabel> tickLabels(QCPAxis* axis) {
     return out;
 }
 
+// The plot rendered: something other than the background in its middle band (the message).
+bool messageDrawn(QCustomPlot* plot) {
+    const QImage img = plot->toPixmap(400, 240).toImage();
+    int ink = 0;
+    for (int y = 100; y < 140; ++y)
+        for (int x = 40; x < 360; ++x) ink += qGray(img.pixel(x, y)) < 200 ? 1 : 0;
+    return ink > 20;
+}
+
 bool integerLabels(QCPAxis* axis) {
     for (const TickLabel& t : tickLabels(axis)) {
         bool ok = false;
@@ -100,7 +109,9 @@ private slots:
             for (QCustomPlot* p : plots) {
                 QCPItemText* msg = emptyStateItem(p);
                 QVERIFY2(msg && msg->text().startsWith("Run"), qPrintable(kind + "/" + p->objectName()));
-                QVERIFY2(!p->axisRect()->visible(), qPrintable(kind + "/" + p->objectName() + ": empty axes drawn"));
+                QVERIFY2(!p->xAxis->visible() && !p->yAxis->visible(),
+                         qPrintable(kind + "/" + p->objectName() + ": empty axes drawn"));
+                QVERIFY2(messageDrawn(p), qPrintable(kind + "/" + p->objectName() + ": the message is not drawn"));
             }
         }
         // no diagonal "threshold line" over the calibration's empty axes
@@ -151,9 +162,18 @@ private slots:
     }
 
     void countingAxesShowWholeNumbers() {
-        auto* depth = m_window->findChild<DepthPlot*>();
-        QVERIFY(depth);
-        QCustomPlot* p = depth->findChild<QCustomPlot*>();
+        // before a run the main window's plots say what they will show instead of empty axes
+        for (QCustomPlot* p : m_window->findChildren<QCustomPlot*>())
+            if (p->objectName() == "depthPlot" || p->objectName() == "lensPlot" || p->objectName() == "timingPlot")
+                QVERIFY2(emptyStateItem(p) && messageDrawn(p), qPrintable(p->objectName()));
+        DepthPlot depth;
+        depth.resize(500, 300);
+        depth.show();
+        depth.clear(4);
+        for (int i = 0; i < 4; ++i) depth.addToken(i, 2 + i % 2);
+        depth.refresh();
+        QCustomPlot* p = depth.findChild<QCustomPlot*>();
+        QVERIFY(!emptyStateItem(p));
         p->yAxis->setRange(0.5, 4.5);  // once read 0.5, 1, 1.5 ... loops
         p->xAxis->setRange(-0.5, 3.5);
         p->replot();

@@ -30,6 +30,7 @@ DepthPlot::DepthPlot(QWidget* parent) : QWidget(parent) {
     useIntegerTicks(m_plot->yAxis);
     putLegendBelow(m_plot);
     m_plot->legend->setVisible(true);
+    showEmptyState(m_plot, "Generate to see the loop depth each token used");
     v->addWidget(m_plot);
 }
 
@@ -60,6 +61,8 @@ void DepthPlot::refresh() {
     m_requested->setData(QVector<double>{-0.5, n - 0.5}, QVector<double>{double(m_loops), double(m_loops)});
     m_plot->xAxis->setRange(-0.5, n - 0.5);
     m_plot->yAxis->setRange(0, top + 0.5);
+    if (m_depths.isEmpty()) showEmptyState(m_plot, "Generate to see the loop depth each token used");
+    else clearEmptyState(m_plot);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 

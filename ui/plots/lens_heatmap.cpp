@@ -191,6 +191,8 @@ void LensHeatmap::refresh() {
     m_scale->axis()->setLabel(m_metricBox->currentText());
     m_plot->xAxis->setRange(-0.5, std::max(n, 1) - 0.5);
     m_plot->yAxis->setRange(0.5, m_loops + 0.5);
+    if (n == 0) showEmptyState(m_plot, "Generate to see what each loop pass predicts for each token");
+    else clearEmptyState(m_plot);
     QString note = m_exact ? "exact (score_logit_lens over prompt + output)"
                            : "streaming from the token events' top-k rows";
     if (!m_exact && m_metric == LensMetric::KLToFinal) note = "KL needs full distributions: shown when the run ends";

@@ -77,6 +77,8 @@ void showEmptyState(QCustomPlot* plot, const QString& message) {
     if (!text) {
         text = new QCPItemText(plot);
         text->setObjectName("emptyState");
+        // An item's parent layerable is the axis rect it was made for, and stays so: the axis
+        // rect itself must stay visible for the message to draw, so its axes are hidden instead.
         text->setClipToAxisRect(false);
         text->position->setType(QCPItemPosition::ptViewportRatio);
         text->position->setCoords(0.5, 0.5);
@@ -91,8 +93,16 @@ void showEmptyState(QCustomPlot* plot, const QString& message) {
         for (int i = 0; i < grid->elementCount(); ++i) {
             QCPLayoutElement* e = grid->elementAt(i);
             if (!e || qobject_cast<QCPTextElement*>(e) || !e->visible()) continue;
+            if (auto* rect = qobject_cast<QCPAxisRect*>(e)) {
+                for (QCPAxis* a : rect->axes())
+                    if (a->visible()) {
+                        a->setVisible(false);
+                        hidden << QVariant::fromValue<QObject*>(a);
+                    }
+                continue;
+            }
             e->setVisible(false);
-            hidden << i;
+            hidden << QVariant::fromValue<QObject*>(e);
         }
         plot->setProperty("tl_emptyHidden", hidden);
         plot->setProperty("tl_emptyLegend", plot->legend && plot->legend->visible());
@@ -106,9 +116,11 @@ void clearEmptyState(QCustomPlot* plot) {
     QCPItemText* text = emptyStateItem(plot);
     if (!text) return;
     plot->removeItem(text);
-    QCPLayoutGrid* grid = plot->plotLayout();
-    for (const QVariant& v : plot->property("tl_emptyHidden").toList())
-        if (QCPLayoutElement* e = grid->elementAt(v.toInt())) e->setVisible(true);
+    for (const QVariant& v : plot->property("tl_emptyHidden").toList()) {
+        QObject* o = v.value<QObject*>();
+        if (auto* a = qobject_cast<QCPAxis*>(o)) a->setVisible(true);
+        else if (auto* e = qobject_cast<QCPLayoutElement*>(o)) e->setVisible(true);
+    }
     if (plot->legend && plot->property("tl_emptyLegend").toBool()) plot->legend->setVisible(true);
     plot->setProperty("tl_emptyHidden", QVariant());
 }

@@ -38,12 +38,14 @@ TimingPlot::TimingPlot(QWidget* parent) : QWidget(parent) {
     rateRect->axis(QCPAxis::atBottom)->setLabel("run");
     useIntegerTicks(rateRect->axis(QCPAxis::atBottom));
     rateRect->axis(QCPAxis::atLeft)->setLabel("decode tokens/s");
+    showEmptyState(m_plot, "Generate to see where the time went");
     v->addWidget(m_plot, 1);
 }
 
 void TimingPlot::setRuns(const std::vector<RunSummary>& runs) {
     if (runs.empty()) return;
     const RunSummary& r = runs.back();
+    clearEmptyState(m_plot);
     m_phases->setData(QVector<double>{0, 1, 2, 3},
                       QVector<double>{r.prefillMs, r.firstTokenMs, r.decodeMs, r.totalMs}, true);
     m_plot->yAxis->setRange(0, std::max({r.prefillMs, r.firstTokenMs, r.decodeMs, r.totalMs, 1.0}) * 1.1);

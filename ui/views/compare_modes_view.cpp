@@ -68,7 +68,7 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     m_first = new QCustomPlot;
     m_first->setObjectName("firstTokenPlot");
     m_depth = new QCustomPlot;
-    m_depth->setObjectName("depthPlot");
+    m_depth->setObjectName("meanDepthPlot");
     m_split = new QCustomPlot;
     m_split->setObjectName("splitPlot");
     const std::pair<QCustomPlot*, const char*> titled[] = {{m_speed, "tokens/s (median, whiskers: fastest..slowest)"},
