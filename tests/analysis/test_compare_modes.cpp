@@ -36,9 +36,18 @@ TEST(CompareModes, ComparisonEqualsEachModeAlone) {
     const std::vector<ModeSpec> modes = default_compare_modes(hp, 16);
     EXPECT_EQ(modes.size(), size_t(7));
     const std::string prompt = "And God said";
-    const CompareResult conc = run_comparison(m_model, prompt, modes, 1, true);
-    const CompareResult seq = run_comparison(m_model, prompt, modes, 1, false);
+    int runs_done = 0;
+    const CompareResult conc = run_comparison(m_model, prompt, modes, 1, true, 3);
+    const CompareResult seq = run_comparison(m_model, prompt, modes, 1, false, 3, nullptr, [&](int) { ++runs_done; });
     EXPECT_TRUE(conc.concurrent && !seq.concurrent);
+    EXPECT_EQ(runs_done, 7 * 3);  // every mode, every repeat
+    for (const ModeRun& m : seq.runs) {
+        EXPECT_EQ(m.time.samples.size(), size_t(3));  // each mode timed three times
+        EXPECT_EQ(m.first_token.samples.size(), size_t(3));
+        EXPECT_EQ(m.time.median, summarize(m.time.samples).median);
+        EXPECT_DOUBLE_EQ(m.tokens_per_second(), m.stats.tokens_emitted * 1000.0 / m.time.median);
+        EXPECT_LE(m.tokens_per_second_range().min, m.tokens_per_second_range().max);
+    }
     const std::vector<int32_t> ids = prompt_ids(m_model, prompt);
     EXPECT_EQ(conc.prompt_ids, ids);
     for (size_t i = 0; i < modes.size(); ++i) {
@@ -82,10 +91,32 @@ TEST(CompareModes, RefusedModeKeepsItsError) {
     ModeSpec good;
     good.label = "greedy";
     good.run.config.max_tokens = 4;
-    const CompareResult r = run_comparison(m_model, "In", {good, bad}, 0, true);
+    const CompareResult r = run_comparison(m_model, "In", {good, bad}, 0, true, 3);
     EXPECT_TRUE(r.runs[0].error.empty());
     EXPECT_EQ(r.runs[0].stats.tokens_emitted, 4);
     EXPECT_TRUE(contains(r.runs[1].error, "draft_loops")) << r.runs[1].error;
+    EXPECT_EQ(rank_modes(r).order, std::vector<int>{0});  // a refused mode is not ranked
+    EXPECT_THROW(run_comparison(m_model, "In", {good}, 0, false, 2), tinyloop::Error);  // a median needs 3
+}
+
+TEST(CompareModes, RankingSaysWhenTooCloseToRank) {
+    CompareResult r;
+    auto mode = [](const char* label, std::vector<double> ms) {
+        ModeRun m;
+        m.spec.label = label;
+        m.stats.tokens_emitted = 10;
+        m.time = summarize(std::move(ms));
+        return m;
+    };
+    r.runs = {mode("slow", {30, 31, 32}), mode("fast", {10, 11, 12}), mode("fast too", {11.5, 12.5, 13})};
+    const Ranking k = rank_modes(r);
+    EXPECT_EQ(k.order, (std::vector<int>{1, 2, 0}));
+    EXPECT_EQ(k.distinct_from_next, (std::vector<bool>{false, true, false}));
+    const std::string s = ranking_sentence(r);
+    EXPECT_TRUE(contains(s, "fast and fast too are too close to rank")) << s;
+    EXPECT_TRUE(contains(s, "1 neighbouring pair")) << s;
+    r.runs.erase(r.runs.begin() + 2);
+    EXPECT_TRUE(contains(ranking_sentence(r), "fast is faster than slow beyond the noise")) << ranking_sentence(r);
 }
 
 // The mode rules are the engine's: run_mode is tinyloop::run_decode, refusals included.

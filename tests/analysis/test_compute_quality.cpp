@@ -33,6 +33,15 @@ TEST(ComputeQuality, PointsEqualScoringApi) {
         EXPECT_EQ(pts[static_cast<size_t>(i)].mean_depth, double(s.depths[static_cast<size_t>(i)]));
         EXPECT_TRUE(pts[static_cast<size_t>(i)].ms_per_token > 0);
     }
+    for (const ComputePoint& p : pts) {  // every time is the median of the default three repeats
+        EXPECT_EQ(p.ms.samples.size(), size_t(kDefaultRepeats));
+        EXPECT_EQ(p.ms_per_token, p.ms.median);
+        EXPECT_LE(p.ms.min, p.ms.median);
+        EXPECT_LE(p.ms.median, p.ms.max);
+    }
+    ComputeSettings once = s;
+    once.repeats = 1;
+    EXPECT_THROW(compute_vs_quality(m, text, once), tinyloop::Error);
     for (int i = 0; i < 3; ++i) {
         tinyloop::GenerateConfig c;
         c.loops = 6;

@@ -1,5 +1,7 @@
 // The speculation tuning sweep (tinyloop_analysis): its counts are those of the same runs made
-// alone, it cancels between runs, and it refuses a bad grid naming the field.
+// alone, every cell is timed over the repeats against greedy's repeats, "best" is only a cell
+// faster than greedy beyond the noise, it cancels between runs, and it refuses a bad grid naming
+// the field.
 #include <atomic>
 
 #include <tinyloop_analysis/speculation_sweep.h>
@@ -20,6 +22,7 @@ TEST(SpeculationSweep, CountsComeFromRealRuns) {
     s.draft_loops = {1, 3, 6};  // 6 is not below the verify depth: skipped
     s.draft_ahead = {2, 4};
     s.branches = {0, 2};
+    s.repeats = 3;
     int calls = 0, lastTotal = 0;
     const SweepResult r = run_sweep(m_model, s, nullptr, [&](int done, int total) {
         ++calls;
@@ -28,7 +31,8 @@ TEST(SpeculationSweep, CountsComeFromRealRuns) {
     });
     EXPECT_EQ(r.cells_planned, 2 * 2 * 2);
     EXPECT_EQ(static_cast<int>(r.cells.size()), 8);
-    EXPECT_EQ(lastTotal, 2 + 8 * 2 + 2);  // baseline, cells, baseline again
+    EXPECT_EQ(lastTotal, 1 + 3 * (2 + 8 * 2));  // warm-up, then per repeat: baseline, cells
+    EXPECT_EQ(r.baseline.samples.size(), size_t(3));
     EXPECT_EQ(calls, lastTotal);
     EXPECT_TRUE(!r.cancelled);
     int baseline_tokens = 0;
@@ -61,23 +65,37 @@ TEST(SpeculationSweep, CountsComeFromRealRuns) {
         EXPECT_EQ(c.cycles, cycles);
         EXPECT_EQ(c.tokens, tokens);
         EXPECT_TRUE(c.total_ms > 0);
-        EXPECT_EQ(c.baseline_ms, r.baseline_ms[0] + r.baseline_ms[1]);
+        EXPECT_EQ(c.time.samples.size(), size_t(3));
+        EXPECT_EQ(c.baseline.samples, r.baseline.samples);
+        EXPECT_EQ(c.total_ms, c.time.median);
+        const Speedup sp = c.speedup();
+        EXPECT_LE(sp.min, sp.median);
+        EXPECT_LE(sp.median, sp.max);
+        EXPECT_EQ(sp.beyond_noise, c.time.max < c.baseline.min);
         // the prediction pools the two maps
         int n = 0, ok = 0;
         for (const AgreementMap& m : r.maps)
             for (int j = 1; j < m.positions(); ++j, ++n) ok += m.agrees(j, c.draft_loops);
         EXPECT_EQ(c.predicted_acceptance, double(ok) / n);
     }
+    EXPECT_TRUE(r.fastest_cell() >= 0);
     const int best = r.best_cell();
-    EXPECT_TRUE(best >= 0);
-    const ModeSpec p = r.best_spec();
-    const SweepCell& bc = r.cells[static_cast<size_t>(best)];
-    EXPECT_EQ(p.run.speculation.draft_loops, bc.draft_loops);
-    EXPECT_EQ(p.run.speculation.draft_ahead, bc.draft_ahead);
-    EXPECT_EQ(p.run.speculation.verify_loops, 6);
-    EXPECT_EQ(p.run.mode, bc.branches ? tinyloop::DecodeMode::Tree : tinyloop::DecodeMode::Speculative);
-    EXPECT_EQ(p.run.config.max_tokens, s.max_tokens);
-    EXPECT_TRUE(contains(p.label, "sweep best")) << p.label;
+    if (best < 0) {
+        // no cell beat greedy beyond the noise: nothing may be called best, and the reason says so
+        EXPECT_TRUE(r.best_spec().label.empty());
+        EXPECT_TRUE(contains(r.no_best_reason(), "beyond the noise")) << r.no_best_reason();
+    } else {
+        const SweepCell& bc = r.cells[static_cast<size_t>(best)];
+        EXPECT_TRUE(bc.speedup().beyond_noise);
+        EXPECT_TRUE(r.no_best_reason().empty());
+        const ModeSpec p = r.best_spec();
+        EXPECT_EQ(p.run.speculation.draft_loops, bc.draft_loops);
+        EXPECT_EQ(p.run.speculation.draft_ahead, bc.draft_ahead);
+        EXPECT_EQ(p.run.speculation.verify_loops, 6);
+        EXPECT_EQ(p.run.mode, bc.branches ? tinyloop::DecodeMode::Tree : tinyloop::DecodeMode::Speculative);
+        EXPECT_EQ(p.run.config.max_tokens, s.max_tokens);
+        EXPECT_TRUE(contains(p.label, "sweep best")) << p.label;
+    }
     const nlohmann::json j = sweep_to_json(r);
     EXPECT_EQ(j["cells"].size(), size_t(8));
     EXPECT_EQ(j["cells"][0]["drafted"].get<int>(), r.cells[0].drafted);
@@ -94,12 +112,15 @@ TEST(SpeculationSweep, CancelsAndRefusesBadGrids) {
     s.draft_ahead = {2, 3};
     std::atomic<bool> cancel{false};
     const SweepResult r = run_sweep(m_model, s, &cancel, [&](int done, int) {
-        if (done == 3) cancel.store(true);
+        if (done == 4) cancel.store(true);
     });
     EXPECT_TRUE(r.cancelled);
     int runs = 0;
     for (const SweepCell& c : r.cells) runs += c.runs;
-    EXPECT_EQ(runs, 2);  // the baseline, then two cells, then it stopped
+    EXPECT_EQ(runs, 2);  // the warm-up, the baseline, then two cells, then it stopped
+    for (const SweepCell& c : r.cells) EXPECT_LE(c.time.samples.size(), size_t(1));  // the first repeat at most
+    EXPECT_LT(r.best_cell(), 0);  // one timed run is never "beyond the noise"
+    EXPECT_TRUE(contains(r.no_best_reason(), "beyond the noise")) << r.no_best_reason();
     SweepSpec bad = s;
     bad.draft_ahead = {0};
     try {
@@ -112,6 +133,41 @@ TEST(SpeculationSweep, CancelsAndRefusesBadGrids) {
     bad.draft_loops = {4, 5};
     EXPECT_THROW(run_sweep(m_model, bad), tinyloop::Error);
     bad = s;
+    bad.repeats = 1;
+    try {
+        run_sweep(m_model, bad);
+        FAIL() << "one repeat accepted";
+    } catch (const tinyloop::Error& e) {
+        EXPECT_TRUE(contains(e.what(), "repeats: 1 is outside [3, 20]")) << e.what();
+    }
+    bad = s;
     bad.prompts.clear();
     EXPECT_THROW(run_sweep(m_model, bad), tinyloop::Error);
+}
+
+TEST(SpeculationSweep, BestOnlyBeyondTheNoise) {
+    // Hand-made cells, so the rule is checked without depending on this machine's noise.
+    SweepResult r;
+    r.verify_loops = 8;
+    r.spec.max_tokens = 16;
+    auto cell = [](int d, std::vector<double> ms, std::vector<double> greedy) {
+        SweepCell c;
+        c.draft_loops = d;
+        c.draft_ahead = 4;
+        c.runs = 1;
+        c.time = summarize(std::move(ms));
+        c.baseline = summarize(std::move(greedy));
+        return c;
+    };
+    const std::vector<double> greedy = {10.0, 10.5, 11.0};
+    r.cells = {cell(1, {5.0, 9.0, 16.0}, greedy),   // lucky median 1.17x, overlaps greedy
+               cell(2, {9.0, 9.2, 9.4}, greedy),    // 1.14x, every repeat faster than greedy's
+               cell(3, {12.0, 12.5, 13.0}, greedy)};  // slower
+    EXPECT_EQ(r.fastest_cell(), 0);
+    EXPECT_EQ(r.best_cell(), 1);
+    EXPECT_EQ(r.best_spec().run.speculation.draft_loops, 2);
+    r.cells.erase(r.cells.begin() + 1);
+    EXPECT_EQ(r.best_cell(), -1);
+    EXPECT_TRUE(r.best_spec().label.empty());
+    EXPECT_TRUE(contains(r.no_best_reason(), "no setting is faster than greedy beyond the noise")) << r.no_best_reason();
 }

@@ -23,6 +23,7 @@
 #include "main/main_window.h"
 #include "main/model_paths.h"
 #include "main/presets_panel.h"
+#include "plots/plot_layout.h"
 #include "ui_test_util.h"
 #include "views/agreement_map_view.h"
 #include "views/analysis_views.h"
@@ -162,6 +163,22 @@ private slots:
         QVERIFY2(cmp->lastError().isEmpty(), qPrintable(cmp->lastError()));
         QVERIFY(cmp->result());
         QCOMPARE(cmp->result()->runs.size(), size_t(7));
+        // honest timings by default: one after another, each mode repeated, medians drawn
+        QVERIFY(!cmp->result()->concurrent);
+        QCOMPARE(cmp->result()->repeats, kDefaultRepeats);
+        for (const ModeRun& r : cmp->result()->runs) QCOMPARE(r.time.samples.size(), size_t(kDefaultRepeats));
+        QVERIFY(!cmp->statusText().isEmpty());
+        // rates and milliseconds on separate plots; acceptance on its own percent axis
+        QCOMPARE(cmp->speedPlot()->yAxis->label(), QString("tokens/s"));
+        QCOMPARE(cmp->firstTokenPlot()->yAxis->label(), QString("ms"));
+        QVERIFY(cmp->depthPlot()->yAxis2->visible());
+        QVERIFY(cmp->depthPlot()->yAxis2->label().contains("%"));
+        QCOMPARE(cmp->depthPlot()->plottable(1)->valueAxis(), cmp->depthPlot()->yAxis2);
+        for (QCustomPlot* p : {cmp->speedPlot(), cmp->firstTokenPlot(), cmp->depthPlot(), cmp->splitPlot()}) {
+            p->replot();
+            QVERIFY(!emptyStateItem(p));
+            if (p->legend->visible()) QVERIFY(!p->legend->outerRect().intersects(p->axisRect()->rect()));
+        }
         const std::vector<int32_t> ids = prompt_ids(m_model, "In the beginning");
         for (const ModeRun& r : cmp->result()->runs) sameRun(r, run_mode(m_model, ids, r.spec));
         QCOMPARE(cmp->table()->rowCount(), 7);
@@ -221,9 +238,19 @@ private slots:
         QVERIFY(runAndFinish(swp));
         QVERIFY2(swp->lastError().isEmpty(), qPrintable(swp->lastError()));
         QCOMPARE(swp->result()->cells.size(), size_t(4));
-        const QString name = swp->saveBestPreset();
-        QVERIFY(!name.isEmpty());
-        QVERIFY(w.presetsPanel()->names().contains(name));
+        {
+            // a best cell only beyond the noise; otherwise the save is refused with the reason
+            QString err;
+            const QString name = swp->saveBestPreset(&err);
+            if (swp->result()->best_cell() >= 0) {
+                QVERIFY2(!name.isEmpty(), qPrintable(err));
+                QVERIFY(w.presetsPanel()->names().contains(name));
+            } else {
+                QVERIFY(name.isEmpty());
+                QVERIFY2(err.contains("beyond the noise"), qPrintable(err));
+            }
+            for (const SweepCell& c : swp->result()->cells) QCOMPARE(c.time.samples.size(), size_t(kDefaultRepeats));
+        }
         exportAll(swp, "sweep");
         // Cancel lands mid-sweep: the view keeps the cells it finished and says so.
         swp->setPrompts({"In the beginning", "And God said"});
@@ -296,6 +323,11 @@ private slots:
             QCOMPARE(calib->data()["flagged"].get<int>(),
                      static_cast<int>(std::count_if(want.begin(), want.end(), [](auto& t) { return t.flagged; })));
         }
+        // the calibration plot gets the room, and its y label fits the axis
+        calib->plot()->replot();
+        QVERIFY2(calib->plot()->height() >= 300, qPrintable(QString::number(calib->plot()->height())));
+        QVERIFY(QFontMetrics(calib->plot()->yAxis->labelFont()).horizontalAdvance(calib->plot()->yAxis->label()) <
+                calib->plot()->axisRect()->height());
         exportAll(calib, "calibration");
 
         auto* comp = qobject_cast<ComputeView*>(trigger("compute"));
@@ -331,6 +363,14 @@ private slots:
             QCOMPARE(kv->kvRun().prov.origin, want.prov.origin);
             QCOMPARE(kv->kvRun().live_bytes, want.live_bytes);
         }
+        {  // a legend for the origins' colours, and memory in the KiB its axis says
+            QCustomPlot* map = kv->findChild<QCustomPlot*>("kvMap");
+            QCustomPlot* mem = kv->findChild<QCustomPlot*>("kvMemory");
+            QVERIFY(map->legend->visible() && map->legend->itemCount() == 4);
+            QVERIFY(!map->legend->outerRect().intersects(map->axisRect()->rect()));
+            QVERIFY(mem->yAxis->label().contains("KiB"));
+            QCOMPARE(mem->graph(0)->data()->at(0)->value, static_cast<double>(kv->kvRun().live_bytes[0]) / 1024.0);
+        }
         exportAll(kv, "kv");
 
         auto* quant = qobject_cast<QuantView*>(trigger("quant"));
@@ -345,6 +385,20 @@ private slots:
             tinyloop::free_model(q4);
             QCOMPARE(quant->quantData().kl, want.kl);
             QCOMPARE(quant->quantData().max_abs_diff, want.max_abs_diff);
+        }
+        {  // the KL heatmap has its colour bar; legends outside the curves
+            QCustomPlot* heat = quant->findChild<QCustomPlot*>("klHeatmap");
+            QCPColorScale* scale = nullptr;
+            for (int i = 0; i < heat->plotLayout()->elementCount(); ++i)
+                if (auto* s = qobject_cast<QCPColorScale*>(heat->plotLayout()->elementAt(i))) scale = s;
+            QVERIFY(scale && scale->visible());
+            QVERIFY(scale->axis()->label().contains("KL"));
+            QVERIFY(scale->dataRange().upper > scale->dataRange().lower);
+            for (const char* name : {"trajectories", "divergence"}) {
+                QCustomPlot* p = quant->findChild<QCustomPlot*>(name);
+                p->replot();
+                QVERIFY(!p->legend->outerRect().intersects(p->axisRect()->rect()));
+            }
         }
         exportAll(quant, "quant");
 

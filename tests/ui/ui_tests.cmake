@@ -16,7 +16,9 @@ set(TL_UI_TESTS
   test_captions_glossary
   test_tour
   test_zoom
-  test_screen_fit)
+  test_screen_fit
+
+  test_plot_readability)
 set(TL_UI_TESTS_BUILT)
 foreach(t IN LISTS TL_UI_TESTS)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)

@@ -5,6 +5,7 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -25,8 +26,11 @@ DepthPlot::DepthPlot(QWidget* parent) : QWidget(parent) {
     m_requested->setPen(QPen(QColor(200, 60, 60), 1.5, Qt::DashLine));
     m_plot->xAxis->setLabel("emitted token");
     m_plot->yAxis->setLabel("loop depth used");
+    useIntegerTicks(m_plot->xAxis);
+    useIntegerTicks(m_plot->yAxis);
+    putLegendBelow(m_plot);
     m_plot->legend->setVisible(true);
-    m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignRight);
+    showEmptyState(m_plot, "Generate to see the loop depth each token used");
     v->addWidget(m_plot);
 }
 
@@ -57,6 +61,8 @@ void DepthPlot::refresh() {
     m_requested->setData(QVector<double>{-0.5, n - 0.5}, QVector<double>{double(m_loops), double(m_loops)});
     m_plot->xAxis->setRange(-0.5, n - 0.5);
     m_plot->yAxis->setRange(0, top + 0.5);
+    if (m_depths.isEmpty()) showEmptyState(m_plot, "Generate to see the loop depth each token used");
+    else clearEmptyState(m_plot);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 

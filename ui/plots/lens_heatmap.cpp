@@ -11,7 +11,9 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
+#include "plots/token_axis.h"
 
 namespace tlui {
 
@@ -39,7 +41,11 @@ LensHeatmap::LensHeatmap(QWidget* parent) : QWidget(parent) {
     m_plot = new QCustomPlot(this);
     m_plot->setObjectName("lensPlot");
     stylePlot(m_plot);
-    m_plot->xAxis->setLabel("emitted token");
+    m_plot->xAxis->setLabel("emitted token (labels thinned to fit)");
+    auto ticker = QSharedPointer<TokenAxisTicker>::create(m_plot->xAxis);
+    m_ticker = ticker.data();
+    m_plot->xAxis->setTicker(ticker);
+    useIntegerTicks(m_plot->yAxis);
     m_plot->yAxis->setLabel("loop depth");
     m_map = new QCPColorMap(m_plot->xAxis, m_plot->yAxis);
     m_scale = new QCPColorScale(m_plot);
@@ -52,10 +58,17 @@ LensHeatmap::LensHeatmap(QWidget* parent) : QWidget(parent) {
     auto* group = new QCPMarginGroup(m_plot);
     m_plot->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, group);
     m_scale->setMarginGroup(QCP::msBottom | QCP::msTop, group);
+    // The exit depth as a step line through the exit cells: a dark outline under a light core
+    // reads on every colour of the map, and a line cannot merge into a band however many tokens.
+    m_exitsOutline = m_plot->addGraph();
+    m_exitsOutline->setLineStyle(QCPGraph::lsStepCenter);
+    m_exitsOutline->setPen(QPen(QColor(0, 0, 0, 200), 4));
+    m_exitsOutline->removeFromLegend();
     m_exits = m_plot->addGraph();
-    m_exits->setLineStyle(QCPGraph::lsNone);
-    m_exits->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCross, QPen(Qt::cyan, 2), Qt::NoBrush, 9));
+    m_exits->setLineStyle(QCPGraph::lsStepCenter);
+    m_exits->setPen(QPen(QColor(80, 230, 255), 2));
     m_exits->setName("exit depth");
+    connect(m_plot, &QCustomPlot::beforeReplot, this, &LensHeatmap::fitExitMarkers);
     v->addWidget(m_plot, 1);
 
     connect(m_metricBox, &QComboBox::currentIndexChanged, this,
@@ -155,6 +168,11 @@ void LensHeatmap::refresh() {
         ys << m_exitDepth[static_cast<size_t>(k)];
     }
     m_exits->setData(xs, ys, true);
+    m_exitsOutline->setData(xs, ys, true);
+    QStringList labels;
+    for (int32_t id : m_tokens)
+        labels << TokenAxisTicker::displayText(id >= 0 && id < m_vocab.size() ? m_vocab[id] : QString("<%1>").arg(id));
+    m_ticker->setLabels(labels);
     const bool prob = m_metric == LensMetric::ProbFinal || m_metric == LensMetric::ProbEmitted;
     if (prob) {
         m_map->setDataRange(QCPRange(0, 1));
@@ -174,12 +192,26 @@ void LensHeatmap::refresh() {
     m_scale->axis()->setLabel(m_metricBox->currentText());
     m_plot->xAxis->setRange(-0.5, std::max(n, 1) - 0.5);
     m_plot->yAxis->setRange(0.5, m_loops + 0.5);
+    if (n == 0) showEmptyState(m_plot, "Generate to see what each loop pass predicts for each token");
+    else clearEmptyState(m_plot);
     QString note = m_exact ? "exact (score_logit_lens over prompt + output)"
                            : "streaming from the token events' top-k rows";
     if (!m_exact && m_metric == LensMetric::KLToFinal) note = "KL needs full distributions: shown when the run ends";
     if (!m_exact && m_metric == LensMetric::ProbFinal) note = "known only where the final token is in a depth's top-k until the run ends";
-    m_note->setText(QString("%1 tokens x %2 depths - %3; x = exit depth").arg(n).arg(m_loops).arg(note));
+    m_note->setText(QString("%1 tokens x %2 depths - %3; cyan line = exit depth").arg(n).arg(m_loops).arg(note));
     m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void LensHeatmap::fitExitMarkers() {
+    // A square outline around each exit cell while the cells are big enough to show one apart
+    // from its neighbours; below that the step line alone marks the exits.
+    const double colPx = std::abs(m_plot->xAxis->coordToPixel(1) - m_plot->xAxis->coordToPixel(0));
+    const double rowPx = std::abs(m_plot->yAxis->coordToPixel(2) - m_plot->yAxis->coordToPixel(1));
+    const int px = static_cast<int>(std::min({colPx, rowPx, 16.0})) - 2;
+    m_markerPx = px >= 5 ? px : 0;
+    m_exits->setScatterStyle(m_markerPx > 0 ? QCPScatterStyle(QCPScatterStyle::ssSquare, QPen(QColor(80, 230, 255), 2),
+                                                              Qt::NoBrush, m_markerPx)
+                                            : QCPScatterStyle(QCPScatterStyle::ssNone));
 }
 
 QString LensHeatmap::cellTooltip(int token, int depth) const {

@@ -1,8 +1,11 @@
 // The logit lens as a token x depth colour map (QCPColorMap). During a run it is filled from the
 // TokenEvents' lens rows (top-k: probability of the final token is known only inside the top-k,
 // KL not at all); after the run the worker's score_logit_lens over prompt + output replaces every
-// cell with the exact value. Each token's exit depth is marked. Data is appended by addEvent /
-// setExactLens and drawn by refresh() on the window's ~30 Hz timer.
+// cell with the exact value. The x axis names the tokens (thinned so labels never overlap; see
+// token_axis.h). Each token's exit depth is traced by a step line (dark outline, light core) that
+// reads at any size, with a marker per cell only where the cells are big enough to hold one, so
+// hundreds of tokens never merge into a band. Data is appended by addEvent / setExactLens and drawn
+// by refresh() on the window's ~30 Hz timer.
 #pragma once
 
 #include <array>
@@ -14,6 +17,7 @@
 #include <tinyloop/tinyloop.h>
 
 class QCustomPlot;
+class QMouseEvent;
 class QCPColorMap;
 class QCPColorScale;
 class QCPGraph;
@@ -45,6 +49,9 @@ public:
     QString cellTooltip(int token, int depth) const;
     QCustomPlot* plot() const { return m_plot; }
     QCPColorMap* colorMap() const { return m_map; }
+    QCPGraph* exitLine() const { return m_exits; }
+    // The exit marker's size in pixels at the current size (0: cells too small, the line alone).
+    int exitMarkerSize() const { return m_markerPx; }
 
 private:
     void onMouseMove(QMouseEvent* e);
@@ -53,11 +60,15 @@ private:
         std::vector<float> probs;
     };
     void ensureDepth(int d);
+    void fitExitMarkers();  // marker size to the current cell size, before each replot
 
     QCustomPlot* m_plot = nullptr;
     QCPColorMap* m_map = nullptr;
     QCPColorScale* m_scale = nullptr;
     QCPGraph* m_exits = nullptr;
+    QCPGraph* m_exitsOutline = nullptr;
+    class TokenAxisTicker* m_ticker = nullptr;  // owned by the x axis
+    int m_markerPx = 0;
     QComboBox* m_metricBox = nullptr;
     QLabel* m_note = nullptr;
     QStringList m_vocab;

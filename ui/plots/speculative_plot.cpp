@@ -8,6 +8,7 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -50,6 +51,10 @@ SpeculativePlot::SpeculativePlot(QWidget* parent) : QWidget(parent) {
     m_hist->removeFromLegend();
     histRect->axis(QCPAxis::atBottom)->setLabel("accepted length");
     histRect->axis(QCPAxis::atLeft)->setLabel("cycles");
+    // counts on every axis: whole-number ticks only
+    for (QCPAxis* a : {m_plot->xAxis, m_plot->yAxis, histRect->axis(QCPAxis::atBottom), histRect->axis(QCPAxis::atLeft)})
+        useIntegerTicks(a);
+    putLegendBelow(m_plot);
     pv->addWidget(m_plot, 1);
     m_stack->addWidget(page);
     v->addWidget(m_stack);

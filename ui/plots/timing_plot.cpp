@@ -6,6 +6,7 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -36,17 +37,16 @@ TimingPlot::TimingPlot(QWidget* parent) : QWidget(parent) {
     m_rate->setPen(QPen(QColor(70, 120, 230), 2));
     m_rate->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 6));
     rateRect->axis(QCPAxis::atBottom)->setLabel("run");
-    QSharedPointer<QCPAxisTickerFixed> runTicks(new QCPAxisTickerFixed);
-    runTicks->setTickStep(1.0);
-    runTicks->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-    rateRect->axis(QCPAxis::atBottom)->setTicker(runTicks);
+    useIntegerTicks(rateRect->axis(QCPAxis::atBottom));
     rateRect->axis(QCPAxis::atLeft)->setLabel("decode tokens/s");
+    showEmptyState(m_plot, "Generate to see where the time went");
     v->addWidget(m_plot, 1);
 }
 
 void TimingPlot::setRuns(const std::vector<RunSummary>& runs) {
     if (runs.empty()) return;
     const RunSummary& r = runs.back();
+    clearEmptyState(m_plot);
     m_phases->setData(QVector<double>{0, 1, 2, 3},
                       QVector<double>{r.prefillMs, r.firstTokenMs, r.decodeMs, r.totalMs}, true);
     m_plot->yAxis->setRange(0, std::max({r.prefillMs, r.firstTokenMs, r.decodeMs, r.totalMs, 1.0}) * 1.1);

@@ -14,7 +14,9 @@
 
 #include <tinyloop_analysis/compare_modes.h>
 #include "plots/plot_caption.h"
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
+#include "plots/token_axis.h"
 
 namespace tlui {
 
@@ -86,6 +88,8 @@ AgreementView::AgreementView(WorkbenchAccess* workbench, QWidget* parent) : Anal
     stylePlot(m_bars);
     m_table = new QTableWidget;
     m_table->setObjectName("table");
+    showEmptyState(m_map, "Run to map where each depth already agrees with the final one");
+    showEmptyState(m_bars, "Run to compare predicted and measured acceptance");
     bottom->addWidget(withCaption(m_bars, kBarsCaption));
     bottom->addWidget(m_table);
     split->addWidget(bottom);
@@ -151,6 +155,7 @@ void AgreementView::run() {
 void AgreementView::show_() {
     const AgreementData& d = *m_data;
     const AgreementMap& m = d.map;
+    clearEmptyState(m_map);
     m_map->clearPlottables();
     m_map->clearGraphs();
     auto* cmap = new QCPColorMap(m_map->xAxis, m_map->yAxis);
@@ -179,16 +184,17 @@ void AgreementView::show_() {
         ys << m.first_agree[static_cast<size_t>(j)];
     }
     first->setData(xs, ys, true);
-    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
-    for (int j = 0; j < n; ++j) {
-        QString p = d.pieces[static_cast<size_t>(j)];
-        p.replace("\n", "\\n");
-        ticker->addTick(j, p.trimmed().isEmpty() ? QString("'%1'").arg(p) : p);
-    }
+    // The tokens as tick labels, thinned so none overlap (token_axis.h).
+    auto ticker = QSharedPointer<TokenAxisTicker>::create(m_map->xAxis);
+    QStringList tokens;
+    for (int j = 0; j < n; ++j) tokens << TokenAxisTicker::displayText(d.pieces[static_cast<size_t>(j)]);
+    ticker->setLabels(tokens);
     m_map->xAxis->setTicker(ticker);
-    m_map->xAxis->setTickLabelRotation(60);
+    m_map->xAxis->setLabel("emitted token (labels thinned to fit)");
+    useIntegerTicks(m_map->yAxis);
     m_map->xAxis->setRange(-0.5, n - 0.5);
     m_map->yAxis->setRange(0.5, m.final_depth + 0.5);
+    putLegendBelow(m_map);
     m_map->legend->setVisible(true);
     m_map->replot();
 

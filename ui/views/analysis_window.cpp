@@ -19,6 +19,7 @@
 #include <qcustomplot.h>
 
 #include "views/input_strip.h"
+#include "plots/plot_layout.h"
 
 namespace tlui {
 
@@ -181,6 +182,7 @@ void drawCategoryBars(QCustomPlot* plot, const QStringList& labels, const std::v
                       const QStringList& names, bool stacked, const QString& yLabel) {
     static const QColor palette[] = {QColor(70, 120, 230), QColor(60, 170, 90), QColor(230, 140, 40),
                                      QColor(200, 70, 70), QColor(140, 90, 200), QColor(120, 120, 120)};
+    clearEmptyState(plot);
     plot->clearPlottables();
     QVector<double> ticks;
     for (int i = 0; i < labels.size(); ++i) ticks << i + 1;
@@ -214,13 +216,13 @@ void drawCategoryBars(QCustomPlot* plot, const QStringList& labels, const std::v
         below = bars;
     }
     plot->xAxis->setRange(0.3, labels.size() + 0.7);
-    plot->yAxis->setRange(0, ymax > 0 ? ymax * (n > 1 ? 1.5 : 1.12) : 1.0);  // headroom for the legend
+    plot->yAxis->setRange(0, ymax > 0 ? ymax * 1.12 : 1.0);
+    // The legend sits under the plot, never over a bar.
+    putLegendBelow(plot);
     plot->legend->setVisible(n > 1);
     QFont lf = plot->font();  // the plot's unzoomed font: the legend's own is zoomed (plots/plot_look.h)
     lf.setPointSizeF(std::max(6.0, lf.pointSizeF() - 1.5));
     plot->legend->setFont(lf);
-    plot->legend->setBrush(QColor(255, 255, 255, 190));
-    plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
     plot->replot();
 }
 

@@ -1,5 +1,7 @@
 #include "views/compare_modes_view.h"
 
+#include <algorithm>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFormLayout>
@@ -13,9 +15,11 @@
 #include <QTableWidget>
 #include <QTextBrowser>
 #include <QVBoxLayout>
+#include <tuple>
 #include <qcustomplot.h>
 
 #include "plots/plot_caption.h"
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -26,12 +30,17 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     auto* form = new QFormLayout;
     m_prompt = newPromptField();
     m_maxTokens = newCountField(1, 512, 32);
-    m_concurrent = new QCheckBox("run the modes concurrently on the one model");
-    m_concurrent->setChecked(true);
+    m_concurrent = new QCheckBox("run the modes concurrently (quicker, but they share the cores: timings not comparable)");
+    m_concurrent->setObjectName("concurrent");
+    m_concurrent->setChecked(false);
+    m_repeats = newCountField(kMinRepeats, kMaxRepeats, kDefaultRepeats);
+    m_repeats->setObjectName("repeats");
+    m_repeats->setToolTip("each mode runs this many times; the plots show the median, whiskers the fastest and slowest run");
     m_baseline = new QComboBox;
     m_baseline->setObjectName("baseline");
     form->addRow("Prompt", m_prompt);
     form->addRow("Max tokens", m_maxTokens);
+    form->addRow("Repeats", m_repeats);
     form->addRow("", m_concurrent);
     form->addRow("Baseline", m_baseline);
     top->addLayout(form, 2);
@@ -57,26 +66,33 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     auto* ph = new QHBoxLayout(plots);
     ph->setContentsMargins(0, 0, 0, 0);
     m_speed = new QCustomPlot;
+    m_speed->setObjectName("speedPlot");
+    m_first = new QCustomPlot;
+    m_first->setObjectName("firstTokenPlot");
     m_depth = new QCustomPlot;
+    m_depth->setObjectName("meanDepthPlot");
     m_split = new QCustomPlot;
-    const char* captions[] = {
-        "How fast each mode was: [[tokens per second]] over the call, and the wait for the [[first token]].",
-        "The mean [[depth]] each mode's tokens used and, for speculative modes, the [[acceptance]] of drafts. "
-        "Less depth for the same text is work saved.",
-        "Where each mode's time went, in ms: [[prefill]], [[decode]] and, for [[self-speculation]], drafting "
-        "and verifying."};
-    int at = 0;
-    for (QCustomPlot* p : {m_speed, m_depth, m_split}) {
+    m_split->setObjectName("splitPlot");
+    const std::tuple<QCustomPlot*, const char*, const char*> titled[] = {
+        {m_speed, "tokens/s (median, whiskers: fastest..slowest)",
+         "How fast each mode was: [[tokens per second]] over the call, the median of the repeats; the whiskers "
+         "reach from the slowest to the fastest run."},
+        {m_first, "first token (ms, median and range)",
+         "The wait for the [[first token]] in each mode, in ms: the median of the repeats and their range."},
+        {m_depth, "mean depth and acceptance",
+         "The mean [[depth]] each mode's tokens used and, for speculative modes, the [[acceptance]] of drafts. "
+         "Less depth for the same text is work saved."},
+        {m_split, "time split of the first repeat (ms)",
+         "Where each mode's time went in its first repeat, in ms: [[prefill]], [[decode]] and, for "
+         "[[self-speculation]], drafting and verifying."}};
+    for (const auto& [p, title, caption] : titled) {
         stylePlot(p);
         p->setMinimumHeight(240);
-        ph->addWidget(withCaption(p, captions[at++]));
+        p->plotLayout()->insertRow(0);
+        p->plotLayout()->addElement(0, 0, new QCPTextElement(p, title));
+        ph->addWidget(withCaption(p, caption));
+        showEmptyState(p, "Run to compare the modes");
     }
-    m_speed->plotLayout()->insertRow(0);
-    m_speed->plotLayout()->addElement(0, 0, new QCPTextElement(m_speed, "tokens/s (total) and first token (ms)"));
-    m_depth->plotLayout()->insertRow(0);
-    m_depth->plotLayout()->addElement(0, 0, new QCPTextElement(m_depth, "mean depth and acceptance (%)"));
-    m_split->plotLayout()->insertRow(0);
-    m_split->plotLayout()->addElement(0, 0, new QCPTextElement(m_split, "time split (ms)"));
     split->addWidget(plots);
     split->setStretchFactor(0, 2);
     split->setStretchFactor(1, 2);
@@ -112,6 +128,9 @@ void CompareView::addMode(const ModeSpec& m, bool checked) {
 void CompareView::setPrompt(const QString& text) { m_prompt->setText(text); }
 void CompareView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
 void CompareView::setConcurrent(bool on) { m_concurrent->setChecked(on); }
+void CompareView::setRepeats(int n) { m_repeats->setValue(n); }
+bool CompareView::concurrent() const { return m_concurrent->isChecked(); }
+int CompareView::repeats() const { return m_repeats->value(); }
 void CompareView::setBaseline(int index) { m_baseline->setCurrentIndex(index); }
 
 void CompareView::setModes(const std::vector<ModeSpec>& modes) {
@@ -137,17 +156,18 @@ void CompareView::run() {
     if (modes.empty()) return setStatus("check at least one mode", true);
     const std::string prompt = m_prompt->text().toStdString();
     const bool concurrent = m_concurrent->isChecked();
+    const int repeats = m_repeats->value();
     // the baseline picked last time, else the second mode (greedy at the deeper depth by default)
     const int picked = m_baseline->currentIndex();
     const int baseline = picked >= 0 && picked < static_cast<int>(modes.size()) ? picked : (modes.size() > 1 ? 1 : 0);
     auto res = std::make_shared<CompareResult>();
     auto pieces = std::make_shared<std::vector<std::vector<QString>>>();
-    startJob(QString("running %1 modes%2...").arg(modes.size()).arg(concurrent ? " concurrently" : ""),
+    startJob(QString("running %1 modes x %2 repeats%3...").arg(modes.size()).arg(repeats).arg(concurrent ? " concurrently" : ""),
              [=](AnalysisJobContext& ctx) {
-                 const int total = static_cast<int>(modes.size());
+                 const int total = static_cast<int>(modes.size()) * repeats;
                  std::atomic<int> done{0};
                  ctx.progress(0, total, QString());
-                 *res = run_comparison(ctx.model, prompt, modes, baseline, concurrent, ctx.cancel, [&](int) {
+                 *res = run_comparison(ctx.model, prompt, modes, baseline, concurrent, repeats, ctx.cancel, [&](int) {
                      ctx.progress(++done, total, QString());
                  });
                  for (const ModeRun& r : res->runs) {
@@ -167,11 +187,15 @@ void CompareView::run() {
                  m_baseline->setCurrentIndex(res->baseline);
                  m_baseline->blockSignals(false);
                  showResult();
-                 setStatus(QString("%1 modes in %2 ms by the clock, %3")
-                               .arg(res->runs.size())
-                               .arg(res->wall_ms, 0, 'f', 0)
-                               .arg(res->concurrent ? "all at the same time (their speeds share the processor)"
-                                                    : "one after another"));
+                 QString st = QString("%1 modes x %2 repeats in %3 ms by the clock, %4. %5")
+                                  .arg(res->runs.size())
+                                  .arg(res->repeats)
+                                  .arg(res->wall_ms, 0, 'f', 0)
+                                  .arg(res->concurrent ? "all at the same time (their speeds share the processor: "
+                                                         "the timings include each other's load)"
+                                                       : "one after another")
+                                  .arg(QString::fromStdString(ranking_sentence(*res)));
+                 setStatus(st.trimmed());
              });
 }
 
@@ -205,7 +229,7 @@ void CompareView::showResult() {
 
     QStringList labels;
     std::vector<QStringList> rows;
-    std::vector<double> tps, ttft, depth, acc, prefill, decode, draft, verify;
+    std::vector<double> tps, tpsLo, tpsHi, ttft, ttftLo, ttftHi, depth, acc, prefill, decode, draft, verify;
     for (size_t i = 0; i < r.runs.size(); ++i) {
         const ModeRun& run = r.runs[i];
         const auto& s = run.stats;
@@ -213,19 +237,30 @@ void CompareView::showResult() {
         const double other = std::max(0.0, s.total_ms - s.prefill_ms - s.draft_ms - s.verify_ms);
         rows.push_back({QString::fromStdString(run.spec.label),
                         run.error.empty() ? QString::number(s.tokens_emitted) : QString("error"),
-                        QString::number(run.tokens_per_second(), 'f', 1),
-                        QString::number(s.first_token_ms, 'f', 2),
+                        QString("%1 (%2..%3)")
+                            .arg(run.tokens_per_second(), 0, 'f', 1)
+                            .arg(run.tokens_per_second_range().min, 0, 'f', 1)
+                            .arg(run.tokens_per_second_range().max, 0, 'f', 1),
+                        QString("%1 (%2..%3)")
+                            .arg(run.first_token.median, 0, 'f', 2)
+                            .arg(run.first_token.min, 0, 'f', 2)
+                            .arg(run.first_token.max, 0, 'f', 2),
                         QString::number(run.mean_depth(), 'f', 2),
                         run.speculative ? QString("%1/%2 (%3%)").arg(s.spec_accepted).arg(s.spec_tested).arg(100.0 * s.spec_acceptance_rate(), 0, 'f', 1) : QString("-"),
                         QString::number(s.prefill_ms, 'f', 2),
                         QString::number(s.decode_ms, 'f', 2),
                         run.speculative ? QString::number(s.draft_ms, 'f', 2) : QString("-"),
                         run.speculative ? QString::number(s.verify_ms, 'f', 2) : QString("-"),
-                        QString::number(s.total_ms, 'f', 2),
+                        QString::number(run.time.empty() ? s.total_ms : run.time.median, 'f', 2),
                         r.divergence[i] < 0 ? QString("same") : QString::number(r.divergence[i]),
                         QString::fromStdString(run.error)});
+        const Rate rate = run.tokens_per_second_range();
         tps.push_back(run.tokens_per_second());
-        ttft.push_back(s.first_token_ms);
+        tpsLo.push_back(rate.min);
+        tpsHi.push_back(rate.max);
+        ttft.push_back(run.first_token.median);
+        ttftLo.push_back(run.first_token.min);
+        ttftHi.push_back(run.first_token.max);
         depth.push_back(run.mean_depth());
         acc.push_back(run.speculative ? 100.0 * s.spec_acceptance_rate() : 0.0);
         prefill.push_back(s.prefill_ms);
@@ -233,14 +268,27 @@ void CompareView::showResult() {
         verify.push_back(s.verify_ms);
         decode.push_back(other);
     }
-    fillTable(m_table, {"mode", "tokens", "tok/s", "first token ms", "mean depth", "accepted", "prefill ms",
-                        "decode ms", "draft ms", "verify ms", "total ms", "diverges at", "error"},
+    fillTable(m_table, {"mode", "tokens", "tok/s median (range)", "first token ms median (range)", "mean depth", "accepted", "prefill ms",
+                        "decode ms", "draft ms", "verify ms", "total ms (median)", "diverges at", "error"},
               rows);
-    drawCategoryBars(m_speed, labels, {tps, ttft}, {"tokens/s", "first token ms"}, false, "");
-    // Mean depth and acceptance share one axis: depth in loops, acceptance scaled to percent / 10.
-    std::vector<double> acc10;
-    for (double a : acc) acc10.push_back(a / 10.0);
-    drawCategoryBars(m_depth, labels, {depth, acc10}, {"mean depth (loops)", "acceptance (% / 10)"}, false, "");
+    // Rates and milliseconds on separate plots, each with the spread of the repeats as whiskers.
+    drawCategoryBars(m_speed, labels, {tps}, {"tokens/s"}, false, "tokens/s");
+    addWhiskers(qobject_cast<QCPBars*>(m_speed->plottable(0)), tpsLo, tpsHi);
+    m_speed->yAxis->setRange(0, std::max(1.0, *std::max_element(tpsHi.begin(), tpsHi.end()) * 1.1));
+    m_speed->replot();
+    drawCategoryBars(m_first, labels, {ttft}, {"first token ms"}, false, "ms");
+    addWhiskers(qobject_cast<QCPBars*>(m_first->plottable(0)), ttftLo, ttftHi);
+    m_first->yAxis->setRange(0, std::max(1.0, *std::max_element(ttftHi.begin(), ttftHi.end()) * 1.1));
+    m_first->replot();
+    // Mean depth on the left axis (loops), acceptance on its own right axis (percent).
+    drawCategoryBars(m_depth, labels, {depth, acc}, {"mean depth (loops, left)", "acceptance (%, right)"}, false, "loops");
+    if (auto* accBars = qobject_cast<QCPBars*>(m_depth->plottable(1))) accBars->setValueAxis(m_depth->yAxis2);
+    m_depth->yAxis->setRange(0, std::max(1.0, *std::max_element(depth.begin(), depth.end()) * 1.12));
+    useIntegerTicks(m_depth->yAxis);
+    m_depth->yAxis2->setVisible(true);
+    m_depth->yAxis2->setLabel("acceptance (%)");
+    m_depth->yAxis2->setRange(0, 105);
+    m_depth->replot();
     drawCategoryBars(m_split, labels, {prefill, draft, verify, decode}, {"prefill", "draft", "verify", "decode (rest)"},
                      true, "ms");
 }

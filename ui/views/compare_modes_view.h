@@ -1,7 +1,10 @@
-// View > Compare decode modes: several modes with their settings on one prompt, run concurrently
-// on the one model (or one after another); the texts aligned with the first divergence from a
-// chosen baseline highlighted; a table and bars of tokens/s, time to first token, mean depth,
-// acceptance and the time split. The computation is run_comparison (tinyloop_analysis/compare_modes.h).
+// View > Compare decode modes: several modes with their settings on one prompt, run one after
+// another (concurrently only when asked: concurrent runs share the cores and time each other),
+// each repeated (median of the repeats, whiskers from fastest to slowest); the texts aligned with
+// the first divergence from a chosen baseline highlighted; a table and bars of tokens/s, time to
+// first token (its own plot: milliseconds and tokens/s never share an axis), mean depth with
+// acceptance on its own % axis, and the time split; the status says which modes are too close to
+// rank. The computation is run_comparison (tinyloop_analysis/compare_modes.h).
 #pragma once
 
 #include <memory>
@@ -32,6 +35,7 @@ public:
     void setPrompt(const QString& text);
     void setMaxTokens(int n);
     void setConcurrent(bool on);
+    void setRepeats(int n);
     void setModes(const std::vector<ModeSpec>& modes);  // all checked
     std::vector<ModeSpec> checkedModes() const;
     void setBaseline(int index);
@@ -39,6 +43,12 @@ public:
     const CompareResult* result() const { return m_result.get(); }
     QTextBrowser* textsView() const { return m_texts; }
     QTableWidget* table() const { return m_table; }
+    bool concurrent() const;
+    int repeats() const;
+    QCustomPlot* speedPlot() const { return m_speed; }
+    QCustomPlot* firstTokenPlot() const { return m_first; }
+    QCustomPlot* depthPlot() const { return m_depth; }
+    QCustomPlot* splitPlot() const { return m_split; }
 
 private:
     void addMode(const ModeSpec& m, bool checked);
@@ -50,11 +60,13 @@ private:
     QLineEdit* m_prompt;
     QSpinBox* m_maxTokens;
     QCheckBox* m_concurrent;
+    QSpinBox* m_repeats;
     QComboBox* m_baseline;
     QListWidget* m_modes;
     QTextBrowser* m_texts;
     QTableWidget* m_table;
     QCustomPlot* m_speed;
+    QCustomPlot* m_first;
     QCustomPlot* m_depth;
     QCustomPlot* m_split;
 };

@@ -10,10 +10,12 @@
 #include <QPlainTextEdit>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QToolTip>
 #include <QTableWidget>
 #include <qcustomplot.h>
 
 #include "plots/plot_caption.h"
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -46,7 +48,8 @@ ComputeView::ComputeView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     m_plot->setObjectName("computePlot");
     stylePlot(m_plot);
     m_plot->yAxis->setLabel("mean NLL per token (nats)");
-    m_plot->legend->setVisible(true);
+    putLegendBelow(m_plot);
+    showEmptyState(m_plot, "Run to plot quality against compute for each setting");
     split->addWidget(withCaption(m_plot,
         "Each point is one setting (a fixed [[depth]], an [[early exit]] threshold, or [[self-speculation]]): "
         "across, the work per token (passes or ms); up, the [[NLL|mean NLL]] of the text (how surprised the "
@@ -59,6 +62,11 @@ ComputeView::ComputeView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     split->setStretchFactor(2, 1);
     body()->addWidget(split);
     connect(m_axis, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
+    // Labels follow a drag, a zoom or a resize without piling up.
+    connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { layoutLabels(); });
+    connect(m_plot->yAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { layoutLabels(); });
+    connect(m_plot, &QCustomPlot::afterLayout, this, [this] { layoutLabels(); });
+    connect(m_plot, &QCustomPlot::mouseMove, this, &ComputeView::onMouseMove);
 }
 
 void ComputeView::setText(const QString& text) { m_text->setPlainText(text); }
@@ -90,16 +98,75 @@ void ComputeView::run() {
         }, ctx.cancel);
     }, [this, out, n](bool ok, const QString&) {
         if (!ok) return;
-        m_points = *out;
-        m_textTokens = *n;
-        setStatus(QString("%1 settings on %2 tokens").arg(m_points.size()).arg(m_textTokens));
-        redraw();
+        showPoints(*out, *n);
     });
 }
 
+void ComputeView::showPoints(const std::vector<ComputePoint>& points, int textTokens) {
+    m_points = points;
+    m_textTokens = textTokens;
+    setStatus(QString("%1 settings on %2 tokens; times: median of %3 decodes each")
+                  .arg(m_points.size())
+                  .arg(m_textTokens)
+                  .arg(m_points.empty() ? 0 : m_points.front().ms.samples.size()));
+    redraw();
+}
+
+void ComputeView::layoutLabels() {
+    if (m_labels.size() != m_points.size() || m_labels.empty()) return;
+    const bool time = m_axis->currentIndex() == 1;
+    std::vector<QPointF> px;
+    std::vector<QSizeF> sizes;
+    for (size_t i = 0; i < m_points.size(); ++i) {
+        const ComputePoint& p = m_points[i];
+        px.emplace_back(m_plot->xAxis->coordToPixel(time ? p.ms_per_token : p.mean_depth), m_plot->yAxis->coordToPixel(p.nll));
+        const QFontMetricsF fm(m_labels[i]->font());
+        // a few pixels of slack around the text: rounding never makes two labels touch
+        sizes.emplace_back(fm.horizontalAdvance(m_labels[i]->text()) + 6, fm.height() + 4);
+    }
+    const std::vector<QRectF> at = placeLabels(px, sizes, QRectF(m_plot->axisRect()->rect()), 10);
+    for (size_t i = 0; i < m_labels.size(); ++i) {
+        m_labels[i]->setVisible(!at[i].isEmpty());
+        if (!at[i].isEmpty()) m_labels[i]->position->setPixelPosition(at[i].topLeft() + QPointF(3, 2));
+    }
+}
+
+QString ComputeView::hoverText(const QPointF& pixel) const {
+    const bool time = m_axis->currentIndex() == 1;
+    int best = -1;
+    double bestD = 8.0 * 8.0;
+    for (size_t i = 0; i < m_points.size(); ++i) {
+        const ComputePoint& p = m_points[i];
+        const double dx = m_plot->xAxis->coordToPixel(time ? p.ms_per_token : p.mean_depth) - pixel.x();
+        const double dy = m_plot->yAxis->coordToPixel(p.nll) - pixel.y();
+        if (dx * dx + dy * dy <= bestD) {
+            bestD = dx * dx + dy * dy;
+            best = static_cast<int>(i);
+        }
+    }
+    if (best < 0) return QString();
+    const ComputePoint& p = m_points[static_cast<size_t>(best)];
+    return QString("%1 %2: %3 passes/token, NLL %4, %5 ms/token (%6..%7)")
+        .arg(QString::fromStdString(p.series), QString::fromStdString(p.label))
+        .arg(p.mean_depth, 0, 'f', 2)
+        .arg(p.nll, 0, 'f', 3)
+        .arg(p.ms_per_token, 0, 'f', 3)
+        .arg(p.ms.min, 0, 'f', 3)
+        .arg(p.ms.max, 0, 'f', 3);
+}
+
+void ComputeView::onMouseMove(QMouseEvent* e) {
+    const QString tip = hoverText(e->position());
+    if (tip.isEmpty()) QToolTip::hideText();
+    else QToolTip::showText(e->globalPosition().toPoint(), tip, m_plot);
+}
+
 void ComputeView::redraw() {
-    m_plot->clearGraphs();
+    clearEmptyState(m_plot);
+    m_plot->clearPlottables();
     m_plot->clearItems();
+    m_labels.clear();
+    m_plot->legend->setVisible(true);
     const bool time = m_axis->currentIndex() == 1;
     m_plot->xAxis->setLabel(time ? "decode ms per token (after the first)" : "loop passes per token");
     std::map<std::string, QCPGraph*> series;
@@ -122,22 +189,51 @@ void ComputeView::redraw() {
         const double x = time ? p.ms_per_token : p.mean_depth;
         it->second->addData(x, p.nll);
         auto* label = new QCPItemText(m_plot);
-        label->position->setCoords(x, p.nll);
-        label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+        label->position->setType(QCPItemPosition::ptAbsolute);  // pixels: layoutLabels places it
+        label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
         label->setText(QString::fromStdString(p.label));
-        label->setFont(QFont(font().family(), 7));
+        QFont lf = font();
+        lf.setPointSizeF(lf.pointSizeF() * 0.85);
+        label->setFont(lf);
+        label->setClipToAxisRect(true);
+        m_labels.push_back(label);
         x0 = first ? x : std::min(x0, x);
         x1 = first ? x : std::max(x1, x);
         y0 = first ? p.nll : std::min(y0, p.nll);
         y1 = first ? p.nll : std::max(y1, p.nll);
         first = false;
     }
+    if (time) {  // the repeats' range as horizontal whiskers
+        for (const auto& [name, g] : series) {
+            auto* err = new QCPErrorBars(m_plot->xAxis, m_plot->yAxis);
+            err->setErrorType(QCPErrorBars::etKeyError);
+            err->setDataPlottable(g);
+            err->setPen(g->pen());
+            err->removeFromLegend();
+            // in the graph's own order (sorted by key), as QCPErrorBars pairs them
+            std::vector<const ComputePoint*> pts;
+            for (const ComputePoint& p : m_points)
+                if (p.series == name) pts.push_back(&p);
+            std::stable_sort(pts.begin(), pts.end(),
+                             [](const ComputePoint* a, const ComputePoint* b) { return a->ms_per_token < b->ms_per_token; });
+            QVector<double> lo, hi;
+            for (const ComputePoint* p : pts) {
+                lo << std::max(0.0, p->ms_per_token - p->ms.min);
+                hi << std::max(0.0, p->ms.max - p->ms_per_token);
+                x0 = std::min(x0, p->ms.min);
+                x1 = std::max(x1, p->ms.max);
+            }
+            err->setData(lo, hi);
+        }
+    }
     const double px = (x1 - x0) * 0.08 + 0.1, py = (y1 - y0) * 0.08 + 0.01;
     m_plot->xAxis->setRange(x0 - px, x1 + px);
     m_plot->yAxis->setRange(y0 - py, y1 + py);
     m_plot->replot();
+    layoutLabels();
+    m_plot->replot();
 
-    const QStringList headers = {"series", "setting", "passes/token", "NLL/token", "ms/token", "acceptance"};
+    const QStringList headers = {"series", "setting", "passes/token", "NLL/token", "ms/token median (range)", "acceptance"};
     m_table->setColumnCount(static_cast<int>(headers.size()));
     m_table->setHorizontalHeaderLabels(headers);
     m_table->setRowCount(static_cast<int>(m_points.size()));
@@ -145,7 +241,7 @@ void ComputeView::redraw() {
         const ComputePoint& p = m_points[static_cast<size_t>(r)];
         const QStringList cells = {QString::fromStdString(p.series), QString::fromStdString(p.label),
                                    QString::number(p.mean_depth, 'f', 3), QString::number(p.nll, 'f', 4),
-                                   QString::number(p.ms_per_token, 'f', 3),
+                                   QString("%1 (%2..%3)").arg(p.ms_per_token, 0, 'f', 3).arg(p.ms.min, 0, 'f', 3).arg(p.ms.max, 0, 'f', 3),
                                    p.acceptance >= 0 ? QString::number(p.acceptance, 'f', 3) : QString("-")};
         for (int c = 0; c < static_cast<int>(cells.size()); ++c) m_table->setItem(r, c, new QTableWidgetItem(cells[c]));
     }

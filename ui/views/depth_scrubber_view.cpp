@@ -16,6 +16,7 @@
 #include <tinyloop/json.h>
 #include "main/plain_status.h"
 #include "plots/plot_caption.h"
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -80,9 +81,13 @@ ScrubberView::ScrubberView(WorkbenchAccess* workbench, QWidget* parent)
     m_table = new QTableWidget;
     m_table->setObjectName("history");
     m_plot = new QCustomPlot;
+    m_plot->setObjectName("answerTimes");
     stylePlot(m_plot);
     m_plot->xAxis->setLabel("loop depth");
-    m_plot->yAxis->setLabel("answer time (ms)");
+    // one run per move of the slider (a resume depends on the depth before it, so it is not
+    // repeated): a single reading, and the label says so
+    m_plot->yAxis->setLabel("answer time (ms, single run)");
+    showEmptyState(m_plot, "Run, then move the depth slider to time each answer");
     auto* bottom = new QSplitter(Qt::Horizontal);
     bottom->addWidget(m_table);
     bottom->addWidget(withCaption(m_plot,
@@ -229,6 +234,7 @@ void ScrubberView::showStep(const Step& s) {
     }
     fillTable(m_table, {"depth", "from", "ms", "prompt depth", "token edits", "answer"}, rows);
     m_table->scrollToBottom();
+    clearEmptyState(m_plot);
     m_plot->clearGraphs();
     auto* g = m_plot->addGraph();
     g->setLineStyle(QCPGraph::lsNone);
@@ -236,10 +242,7 @@ void ScrubberView::showStep(const Step& s) {
     g->setData(xs, ys, false);
     double ymax = 0;
     for (double y : ys) ymax = std::max(ymax, y);
-    auto ticker = QSharedPointer<QCPAxisTickerFixed>::create();
-    ticker->setTickStep(1.0);
-    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-    m_plot->xAxis->setTicker(ticker);
+    useIntegerTicks(m_plot->xAxis);
     m_plot->xAxis->setRange(0.5, m_slider->maximum() + 0.5);
     m_plot->yAxis->setRange(0, ymax > 0 ? ymax * 1.25 : 1.0);
     m_plot->replot();

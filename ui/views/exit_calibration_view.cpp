@@ -14,6 +14,7 @@
 #include <qcustomplot.h>
 
 #include "plots/plot_caption.h"
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -80,9 +81,18 @@ CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_plot->setObjectName("calibPlot");
     stylePlot(m_plot);
     m_plot->xAxis->setLabel("loop pass (depth)");
+    useIntegerTicks(m_plot->xAxis);
+    // The rule ("exit when ... < threshold") as the plot's title, so the y label stays short
+    // enough to fit the axis.
+    m_plot->plotLayout()->insertRow(0);
+    m_rule = new QCPTextElement(m_plot, "");
+    m_plot->plotLayout()->addElement(0, 0, m_rule);
+    m_plot->setMinimumHeight(360);  // the plot is the point of this window: most of its height
     m_line = new QCPItemStraightLine(m_plot);
     m_line->setPen(QPen(QColor(200, 40, 40), 2, Qt::DashLine));
     m_line->setSelectable(false);
+    m_line->setVisible(false);  // no threshold line over empty axes
+    showEmptyState(m_plot, "Run to plot each token's exit signal across depth");
     split->addWidget(withCaption(m_plot,
         "One line per emitted token: the chosen [[early_exit_criterion|criterion]]'s signal after each "
         "[[loop pass]]. A token would [[early exit|exit]] at the first pass where its line crosses the red "
@@ -98,9 +108,11 @@ CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_tokens->setObjectName("tokens");
     lv->addWidget(m_summary);
     lv->addWidget(m_tokens, 1);
+    m_tokens->setMinimumHeight(80);
     split->addWidget(lower);
-    split->setStretchFactor(0, 3);
-    split->setStretchFactor(1, 2);
+    split->setStretchFactor(0, 4);
+    split->setStretchFactor(1, 1);
+    split->setChildrenCollapsible(false);
     body()->addWidget(split);
 
     connect(m_criterion, &QComboBox::currentIndexChanged, this, [this] {
@@ -167,10 +179,12 @@ void CalibView::rescore() {
 void CalibView::redraw() {
     if (!m_data) return;
     const CalibPolicy p = policy();
+    clearEmptyState(m_plot);
     m_plot->clearGraphs();
-    m_plot->yAxis->setLabel(QString("%1%2").arg(criterion_label(p.criterion),
-                                                 p.criterion == C::LogitMargin ? " (margin; exit when >= threshold)"
-                                                                               : " (exit when < threshold)"));
+    const QString crit = criterion_label(p.criterion);
+    m_plot->yAxis->setLabel(crit);
+    m_rule->setText(p.criterion == C::LogitMargin ? QString("exit when %1 >= threshold (dashed line)").arg(crit)
+                                                  : QString("exit when %1 < threshold (dashed line)").arg(crit));
     const CalibData& d = *m_data;
     double lo = 0, hi = 0;
     bool first = true;

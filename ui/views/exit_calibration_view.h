@@ -12,6 +12,7 @@
 class QComboBox;
 class QCustomPlot;
 class QCPItemStraightLine;
+class QCPTextElement;
 class QDoubleSpinBox;
 class QLabel;
 class QMouseEvent;
@@ -56,6 +57,7 @@ private:
     QSpinBox* m_loops;
     QCustomPlot* m_plot;
     QCPItemStraightLine* m_line = nullptr;
+    QCPTextElement* m_rule = nullptr;  // the exit rule, above the plot
     QTextBrowser* m_tokens;
     QLabel* m_summary;
     bool m_dragging = false;

@@ -12,6 +12,7 @@
 
 #include "main/plain_status.h"
 #include "plots/plot_caption.h"
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -55,8 +56,14 @@ KvView::KvView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(wor
     m_mem->setObjectName("kvMemory");
     stylePlot(m_mem);
     m_mem->xAxis->setLabel("position");
-    m_mem->yAxis->setLabel("KV bytes");
-    m_mem->legend->setVisible(true);
+    m_mem->yAxis->setLabel("KV cache (KiB)");
+    useIntegerTicks(m_map->xAxis);
+    useIntegerTicks(m_map->yAxis);
+    useIntegerTicks(m_mem->xAxis);
+    putLegendBelow(m_map);
+    putLegendBelow(m_mem);
+    showEmptyState(m_map, "Run to see where each key/value row came from");
+    showEmptyState(m_mem, "Run to see the KV memory per position");
     split->addWidget(withCaption(m_mem,
         "Memory of the [[KV cache]] as the text grows, position by position: what was written so far and "
         "what the call set aside."));
@@ -103,6 +110,8 @@ void KvView::run() {
 
 void KvView::redraw() {
     const tinyloop::KVProvenance& p = m_run.prov;
+    clearEmptyState(m_map);
+    clearEmptyState(m_mem);
     m_map->clearPlottables();
     auto* cmap = new QCPColorMap(m_map->xAxis, m_map->yAxis);
     cmap->data()->setSize(p.n_positions, p.n_layers);
@@ -118,6 +127,19 @@ void KvView::redraw() {
     cmap->setGradient(g);
     cmap->setDataRange(QCPRange(0, 3));
     cmap->setInterpolate(false);
+    cmap->removeFromLegend();
+    // The legend names the map's four colours (one empty entry per origin, drawn as a swatch).
+    const std::pair<const char*, QColor> origins[] = {{"computed", QColor(60, 110, 210)},
+                                                      {"propagated", QColor(240, 150, 30)},
+                                                      {"reused", QColor(40, 170, 90)},
+                                                      {"never written", QColor(235, 235, 235)}};
+    for (const auto& [name, colour] : origins) {
+        QCPGraph* swatch = m_map->addGraph();
+        swatch->setName(name);
+        swatch->setLineStyle(QCPGraph::lsNone);
+        swatch->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssSquare, QPen(colour.darker(140)), colour, 10));
+    }
+    m_map->legend->setVisible(true);
     m_map->xAxis->setRange(-0.5, p.n_positions - 0.5);
     m_map->yAxis->setRange(-0.5, p.n_layers - 0.5);
     m_map->replot();
@@ -126,8 +148,8 @@ void KvView::redraw() {
     QVector<double> xs, live, alloc;
     for (int pos = 0; pos < p.n_positions; ++pos) {
         xs.push_back(pos);
-        live.push_back(static_cast<double>(m_run.live_bytes[static_cast<size_t>(pos)]));
-        alloc.push_back(static_cast<double>(p.kv_bytes_allocated));
+        live.push_back(static_cast<double>(m_run.live_bytes[static_cast<size_t>(pos)]) / 1024.0);
+        alloc.push_back(static_cast<double>(p.kv_bytes_allocated) / 1024.0);
     }
     QCPGraph* gl = m_mem->addGraph();
     gl->setName("written (live)");
@@ -139,6 +161,8 @@ void KvView::redraw() {
     ga->setPen(QPen(QColor(120, 120, 120), 1.5, Qt::DashLine));
     m_mem->rescaleAxes();
     m_mem->yAxis->setRangeLower(0);
+    m_mem->yAxis->setRangeUpper(m_mem->yAxis->range().upper * 1.08);
+    m_mem->legend->setVisible(true);
     m_mem->replot();
 
     QString text = QString("%1: %2 positions x %3 execution layers (%4 prelude + %5 per pass). Rows: "

@@ -14,6 +14,7 @@
 #include <qcustomplot.h>
 
 #include "plots/plot_caption.h"
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -77,7 +78,23 @@ QuantView::QuantView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_heat->setObjectName("klHeatmap");
     stylePlot(m_heat);
     m_heat->xAxis->setLabel("position");
-    m_heat->yAxis->setLabel("depth (colour: KL(A || B))");
+    m_heat->yAxis->setLabel("depth");
+    m_heatScale = new QCPColorScale(m_heat);
+    m_heatScale->setObjectName("klScale");
+    m_heatScale->axis()->setLabel("KL(A || B), nats");
+    m_heat->plotLayout()->addElement(0, 1, m_heatScale);
+    auto* margins = new QCPMarginGroup(m_heat);
+    m_heat->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
+    m_heatScale->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
+    for (QCustomPlot* p : {m_traj, m_div}) {
+        useIntegerTicks(p->xAxis);
+        putLegendBelow(p);
+    }
+    useIntegerTicks(m_heat->xAxis);
+    useIntegerTicks(m_heat->yAxis);
+    showEmptyState(m_traj, "Run to compare the two files' lens across depth");
+    showEmptyState(m_div, "Run to see how far the two files' predictions differ per depth");
+    showEmptyState(m_heat, "Run to see KL(A || B) per position and depth");
     split->addWidget(top);
     split->addWidget(withCaption(m_heat,
         "Each column a position, each row a [[depth]]; the colour is the [[KL]] between the two files' guesses "
@@ -158,6 +175,7 @@ void QuantView::redraw() {
         g->setPen(QPen(c, 2, style));
         g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 5));
     };
+    for (QCustomPlot* p : {m_traj, m_div, m_heat}) clearEmptyState(p);
     m_traj->clearGraphs();
     line(m_traj, m_traj->yAxis, "A: p(A's final argmax)", xs, pa, QColor(40, 90, 200), Qt::SolidLine);
     line(m_traj, m_traj->yAxis, "B: p(B's final argmax)", xs, pb, QColor(220, 120, 20), Qt::SolidLine);
@@ -182,7 +200,8 @@ void QuantView::redraw() {
         for (int p = 0; p < q.n; ++p) cmap->data()->setCell(p, l - 1, q.kl[q.at(l, p)]);
     cmap->setGradient(QCPColorGradient::gpHot);
     cmap->setInterpolate(false);
-    cmap->rescaleDataRange();
+    cmap->setColorScale(m_heatScale);
+    cmap->rescaleDataRange(true);
     m_heat->xAxis->setRange(-0.5, q.n - 0.5);
     m_heat->yAxis->setRange(0.5, q.loops + 0.5);
     m_heat->replot();

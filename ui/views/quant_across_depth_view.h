@@ -8,6 +8,7 @@
 #include <tinyloop_analysis/quant_across_depth.h>
 #include "views/analysis_window.h"
 
+class QCPColorScale;
 class QCustomPlot;
 class QLineEdit;
 class QSpinBox;
@@ -38,6 +39,7 @@ private:
     QSpinBox* m_loops;
     QCustomPlot* m_traj;
     QCustomPlot* m_div;
+    QCPColorScale* m_heatScale = nullptr;
     QCustomPlot* m_heat;
     bool m_has = false;
     QuantData m_data;

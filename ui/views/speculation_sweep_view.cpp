@@ -21,6 +21,7 @@
 #include "main/preset_store.h"
 #include "worker/engine_host.h"
 #include "plots/plot_caption.h"
+#include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
@@ -39,11 +40,15 @@ Preset bestPreset(const SweepResult& r) {
     p.knobs.K_branches = best.run.speculation.branches;
     p.name = QString::fromStdString(best.label);
     p.name[0] = p.name[0].toUpper();
-    p.description = QString("From the speculation sweep over %1 prompt(s), %2 tokens each: measured %3x over "
-                            "greedy at depth %4, acceptance %5%.")
+    const Speedup sp = c.speedup();
+    p.description = QString("From the speculation sweep over %1 prompt(s), %2 tokens each, %3 repeats: median %4x "
+                            "(%5x..%6x) over greedy at depth %7, faster beyond the noise; acceptance %8%.")
                         .arg(r.spec.prompts.size())
                         .arg(r.spec.max_tokens)
-                        .arg(c.measured_speedup(), 0, 'f', 2)
+                        .arg(c.time.samples.size())
+                        .arg(sp.median, 0, 'f', 2)
+                        .arg(sp.min, 0, 'f', 2)
+                        .arg(sp.max, 0, 'f', 2)
                         .arg(r.verify_loops)
                         .arg(100.0 * c.acceptance(), 0, 'f', 1);
     return p;
@@ -93,18 +98,25 @@ SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_draftAhead = new QLineEdit("2,4,6,8");
     m_branches = new QLineEdit("0");
     m_branches->setToolTip("0 = chain speculation; K >= 1 = tree speculation with K branches (draft_ahead <= 8)");
+    m_repeats = newCountField(kMinRepeats, kMaxRepeats, kDefaultRepeats);
+    m_repeats->setObjectName("repeats");
+    m_repeats->setToolTip("the whole grid and greedy run this many times, one run at a time; a cell is best only "
+                          "when every repeat beats every repeat of greedy");
     form->addRow("Max tokens", m_maxTokens);
     form->addRow("Verify depth", m_verify);
     form->addRow("draft_loops", m_draftLoops);
     form->addRow("draft_ahead", m_draftAhead);
     form->addRow("K_branches (0 = chain)", m_branches);
+    form->addRow("Repeats", m_repeats);
     top->addLayout(form, 1);
     v->addLayout(top);
 
     auto* bestRow = new QHBoxLayout;
     m_best = new QLabel("Run the sweep to find the best setting.");
     m_best->setObjectName("best");
+    m_best->setWordWrap(true);
     m_saveBest = new QPushButton("Save best as preset");
+    m_saveBest->setObjectName("saveBest");
     m_saveBest->setEnabled(false);
     m_kPick = new QComboBox;
     bestRow->addWidget(new QLabel("Heatmaps for"));
@@ -134,6 +146,7 @@ SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
         stylePlot(p);
         p->setMinimumHeight(260);
         mh->addWidget(withCaption(p, captions[at++]));
+        showEmptyState(p, "Run the sweep to fill this plot");
     }
     split->addWidget(maps);
     m_table = new QTableWidget;
@@ -154,6 +167,8 @@ SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
 void SweepView::setPrompts(const QStringList& prompts) { m_prompts->setPlainText(prompts.join('\n')); }
 void SweepView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
 void SweepView::setVerifyLoops(int v) { m_verify->setValue(v); }
+void SweepView::setRepeats(int n) { m_repeats->setValue(n); }
+
 void SweepView::setGrid(const QString& d, const QString& k, const QString& b) {
     m_draftLoops->setText(d);
     m_draftAhead->setText(k);
@@ -170,6 +185,7 @@ std::optional<SweepSpec> SweepView::spec(QString* error) const {
     }
     s.max_tokens = m_maxTokens->value();
     s.verify_loops = m_verify->value();
+    s.repeats = m_repeats->value();
     auto d = parseList("draft_loops", m_draftLoops->text(), error);
     auto k = parseList("draft_ahead", m_draftAhead->text(), error);
     auto b = parseList("K_branches", m_branches->text(), error);
@@ -194,25 +210,39 @@ void SweepView::run() {
     }, [=, this](bool, const QString& error) {
         // A cancelled sweep still shows the cells it finished.
         if (out->cells.empty()) return;
-        m_result = out;
-        std::set<int> ks;
-        for (const SweepCell& c : out->cells) ks.insert(c.branches);
-        m_kPick->blockSignals(true);
-        m_kPick->clear();
-        for (int k : ks) m_kPick->addItem(k == 0 ? QString("chain") : QString("tree K=%1").arg(k), k);
-        m_kPick->blockSignals(false);
-        showResult();
+        showSweep(*out);
         if (!error.isEmpty()) setStatus(QString("%1: showing the cells finished").arg(error), true);
-        else setStatus(QString("%1 cells x %2 prompts, verify depth %3").arg(out->cells.size()).arg(out->spec.prompts.size()).arg(out->verify_loops));
+        else setStatus(QString("%1 cells x %2 prompts x %3 repeats, one run at a time, verify depth %4")
+                           .arg(out->cells.size())
+                           .arg(out->spec.prompts.size())
+                           .arg(out->spec.repeats)
+                           .arg(out->verify_loops));
     });
 }
+
+void SweepView::showSweep(const SweepResult& r) {
+    m_result = std::make_shared<SweepResult>(r);
+    std::set<int> ks;
+    for (const SweepCell& c : r.cells) ks.insert(c.branches);
+    m_kPick->blockSignals(true);
+    m_kPick->clear();
+    for (int k : ks) m_kPick->addItem(k == 0 ? QString("chain") : QString("tree K=%1").arg(k), k);
+    m_kPick->blockSignals(false);
+    showResult();
+}
+
+QString SweepView::bestText() const { return m_best->text(); }
 
 void SweepView::showResult() {
     const SweepResult& r = *m_result;
     const int K = m_kPick->currentData().toInt();
-    const auto& dl = r.spec.draft_loops;
+    // Rows only for draft depths below the verify depth: the others are not valid settings.
+    std::vector<int> dl;
+    for (int d : r.spec.draft_loops)
+        if (d < r.verify_loops) dl.push_back(d);
     const auto& da = r.spec.draft_ahead;
-    auto drawMap = [&](QCustomPlot* plot, const QString& title, auto value, double lo, double hi) {
+    auto drawMap = [&](QCustomPlot* plot, const QString& title, auto value, auto labelOf, double lo, double hi) {
+        clearEmptyState(plot);
         plot->clearItems();
         plot->clearPlottables();
         plot->plotLayout()->clear();
@@ -231,13 +261,14 @@ void SweepView::showResult() {
             if (c.branches != K || c.runs == 0) continue;
             const int x = static_cast<int>(std::find(da.begin(), da.end(), c.draft_ahead) - da.begin());
             const int y = static_cast<int>(std::find(dl.begin(), dl.end(), c.draft_loops) - dl.begin());
+            if (x >= nx || y >= ny) continue;
             const double val = value(c);
             cmap->data()->setCell(x, y, val);
             auto* label = new QCPItemText(plot);
             label->setClipAxisRect(rect);
             label->position->setAxes(rect->axis(QCPAxis::atBottom), rect->axis(QCPAxis::atLeft));
             label->position->setCoords(x, y);
-            label->setText(QString::number(val, 'f', 2));
+            label->setText(labelOf(c));
             label->setColor(Qt::black);
         }
         cmap->setColorScale(scale);
@@ -258,59 +289,89 @@ void SweepView::showResult() {
     };
     double smax = 0;
     for (const SweepCell& c : r.cells) smax = std::max(smax, c.measured_speedup());
-    drawMap(m_speedMap, "measured speedup over greedy (x)", [](const SweepCell& c) { return c.measured_speedup(); }, 0.0,
-            std::max(1.0, smax));
-    drawMap(m_accMap, "measured acceptance", [](const SweepCell& c) { return c.acceptance(); }, 0.0, 1.0);
+    // Speedup cells read "median" over "min..max" of the repeats; "*" marks beyond the noise.
+    auto speedLabel = [](const SweepCell& c) {
+        const Speedup sp = c.speedup();
+        return QString("%1x%2\n%3..%4").arg(sp.median, 0, 'f', 2).arg(sp.beyond_noise ? "*" : "").arg(sp.min, 0, 'f', 2).arg(sp.max, 0, 'f', 2);
+    };
+    drawMap(m_speedMap, "median speedup over greedy (x; * = beyond the noise)",
+            [](const SweepCell& c) { return c.measured_speedup(); }, speedLabel, 0.0, std::max(1.0, smax));
+    drawMap(m_accMap, "measured acceptance", [](const SweepCell& c) { return c.acceptance(); },
+            [](const SweepCell& c) { return QString::number(c.acceptance(), 'f', 2); }, 0.0, 1.0);
 
+    clearEmptyState(m_scatter);
     m_scatter->clearGraphs();
+    m_scatter->clearPlottables();
     m_scatter->clearItems();
     auto* g = m_scatter->addGraph();
     g->setName("cells");
     g->setLineStyle(QCPGraph::lsNone);
     g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, QColor(70, 120, 230), 7));
-    QVector<double> px, my;
+    QVector<double> px, my, myLo, myHi;
     double hi = 1.0;
     std::vector<QStringList> rows;
     for (const SweepCell& c : r.cells) {
         if (c.runs == 0) continue;
+        const Speedup sp = c.speedup();
         px << c.predicted_speedup(r.verify_loops);
-        my << c.measured_speedup();
-        hi = std::max({hi, c.predicted_speedup(r.verify_loops), c.measured_speedup()});
+        my << sp.median;
+        myLo << std::max(0.0, sp.median - sp.min);
+        myHi << std::max(0.0, sp.max - sp.median);
+        hi = std::max({hi, c.predicted_speedup(r.verify_loops), sp.max});
         rows.push_back({c.branches ? QString("tree K=%1").arg(c.branches) : QString("chain"), QString::number(c.draft_loops),
                         QString::number(c.draft_ahead), QString::number(c.runs), QString::number(c.tokens),
                         QString("%1/%2").arg(c.accepted).arg(c.tested), QString::number(100.0 * c.acceptance(), 'f', 1),
                         QString::number(100.0 * c.predicted_acceptance, 'f', 1),
-                        QString::number(c.measured_speedup(), 'f', 2), QString::number(c.predicted_speedup(r.verify_loops), 'f', 2),
+                        QString::number(sp.median, 'f', 2),
+                        QString("%1..%2").arg(sp.min, 0, 'f', 2).arg(sp.max, 0, 'f', 2), sp.beyond_noise ? "yes" : "no",
+                        QString::number(c.predicted_speedup(r.verify_loops), 'f', 2),
                         c.equals_greedy ? "yes" : "NO", QString::fromStdString(c.error)});
     }
     g->setData(px, my);
+    auto* whiskers = new QCPErrorBars(m_scatter->xAxis, m_scatter->yAxis);
+    whiskers->setDataPlottable(g);
+    whiskers->setData(myLo, myHi);
+    whiskers->removeFromLegend();
     auto* diag = m_scatter->addGraph();
     diag->setName("measured = predicted");
     diag->setPen(QPen(Qt::gray, 1, Qt::DashLine));
     diag->setData({0, hi * 1.1}, {0, hi * 1.1});
     m_scatter->xAxis->setLabel("predicted speedup (from acceptance)");
-    m_scatter->yAxis->setLabel("measured speedup");
+    m_scatter->yAxis->setLabel("measured speedup (median, range)");
     m_scatter->xAxis->setRange(0, hi * 1.1);
     m_scatter->yAxis->setRange(0, hi * 1.1);
+    putLegendBelow(m_scatter);
     m_scatter->legend->setVisible(true);
     m_scatter->replot();
     fillTable(m_table, {"mode", "draft_loops", "draft_ahead", "prompts", "tokens", "accepted/tested", "acceptance %",
-                        "predicted acc. %", "measured x", "predicted x", "text = greedy", "error"},
+                        "predicted acc. %", "median x", "range x", "beyond noise", "predicted x", "text = greedy", "error"},
               rows);
     const int b = r.best_cell();
-    m_saveBest->setEnabled(b >= 0);
+    // Enabled once there is a result: without a best cell it explains why it will not save one.
+    m_saveBest->setEnabled(true);
     if (b >= 0) {
         const Preset p = bestPreset(r);
-        m_best->setText(QString("Best: %1 (measured %2x, acceptance %3%)")
+        const Speedup sp = r.cells[static_cast<size_t>(b)].speedup();
+        m_best->setText(QString("Best: %1 (median %2x, %3x..%4x over %5 repeats: faster than greedy beyond the noise; "
+                                "acceptance %6%)")
                             .arg(p.name)
-                            .arg(r.cells[static_cast<size_t>(b)].measured_speedup(), 0, 'f', 2)
+                            .arg(sp.median, 0, 'f', 2)
+                            .arg(sp.min, 0, 'f', 2)
+                            .arg(sp.max, 0, 'f', 2)
+                            .arg(r.cells[static_cast<size_t>(b)].time.samples.size())
                             .arg(100.0 * r.cells[static_cast<size_t>(b)].acceptance(), 0, 'f', 1));
+    } else {
+        m_best->setText("No best setting: " + QString::fromStdString(r.no_best_reason()) + ".");
     }
 }
 
 QString SweepView::saveBestPreset(QString* error) {
-    if (!m_result || m_result->best_cell() < 0) {
-        if (error) *error = "no finished cell to save";
+    if (!m_result) {
+        if (error) *error = "run the sweep first: there is no result to save";
+        return QString();
+    }
+    if (m_result->best_cell() < 0) {
+        if (error) *error = "not saved: " + QString::fromStdString(m_result->no_best_reason());
         return QString();
     }
     const Preset p = bestPreset(*m_result);

@@ -1,7 +1,9 @@
 // View > Speculation tuning sweep: a grid draft_loops x draft_ahead (x K_branches for tree) on a
-// prompt set, with progress and cancel; heatmaps of measured speedup (against greedy at the verify
-// depth, same prompts, same run) and acceptance; predicted speedup (from the agreement maps'
-// acceptance) against measured; the best cell offered as a preset. The computation is run_sweep.
+// prompt set, run one at a time and repeated, with progress and cancel; heatmaps of measured median
+// speedup (against greedy at the verify depth, same prompts, same repeats) and acceptance, rows only
+// for draft depths below the verify depth; predicted speedup (from the agreement maps' acceptance)
+// against measured, with the repeats' range as whiskers; a best cell only when it beats greedy
+// beyond the noise (timing_stats.h), then offered as a preset. The computation is run_sweep.
 #pragma once
 
 #include <memory>
@@ -37,10 +39,17 @@ public:
     void setMaxTokens(int n);
     void setVerifyLoops(int v);
     void setGrid(const QString& draft_loops, const QString& draft_ahead, const QString& branches);
+    void setRepeats(int n);
+    // Shows a computed result as if the sweep had just run (tests, screenshots).
+    void showSweep(const SweepResult& r);
     std::optional<SweepSpec> spec(QString* error) const;
     const SweepResult* result() const { return m_result.get(); }
-    // Saves the best cell as a preset in the workbench's preset store; returns its name ("" on failure).
+    // Saves the best cell as a preset in the workbench's preset store; returns its name ("" on
+    // failure, and a refusal in `error` when no cell is faster than greedy beyond the noise).
     QString saveBestPreset(QString* error = nullptr);
+    QString bestText() const;
+    QCustomPlot* speedupMap() const { return m_speedMap; }
+    QCustomPlot* scatterPlot() const { return m_scatter; }
 
 private:
     void showResult();
@@ -49,6 +58,7 @@ private:
     QPlainTextEdit* m_prompts;
     QSpinBox* m_maxTokens;
     QSpinBox* m_verify;
+    QSpinBox* m_repeats;
     QLineEdit* m_draftLoops;
     QLineEdit* m_draftAhead;
     QLineEdit* m_branches;

@@ -74,7 +74,17 @@ double ModeRun::mean_depth() const {
 }
 
 double ModeRun::tokens_per_second() const {
-    return stats.total_ms > 0 ? stats.tokens_emitted * 1000.0 / stats.total_ms : 0.0;
+    const double ms = time.empty() ? stats.total_ms : time.median;
+    return ms > 0 ? stats.tokens_emitted * 1000.0 / ms : 0.0;
+}
+
+Rate ModeRun::tokens_per_second_range() const { return rate_per_second(time, stats.tokens_emitted); }
+
+Timing ModeRun::ms_per_token() const {
+    std::vector<double> per;
+    if (stats.tokens_emitted > 0)
+        for (double ms : time.samples) per.push_back(ms / stats.tokens_emitted);
+    return summarize(per);
 }
 
 std::vector<int32_t> prompt_ids(const Model* model, const std::string& text) {
@@ -129,18 +139,28 @@ void set_baseline(CompareResult& r, int baseline) {
 }
 
 CompareResult run_comparison(Model* model, const std::string& prompt,
-                            const std::vector<ModeSpec>& modes, int baseline, bool concurrent,
+                            const std::vector<ModeSpec>& modes, int baseline, bool concurrent, int repeats,
                             const std::atomic<bool>* cancel, const std::function<void(int)>& on_done) {
+    check_repeats(repeats, "repeats");
     CompareResult r;
     r.prompt = prompt;
     r.prompt_ids = prompt_ids(model, prompt);
     r.concurrent = concurrent;
+    r.repeats = repeats;
     r.runs.resize(modes.size());
+    std::vector<std::vector<double>> total(modes.size()), first(modes.size());
     GenerateOptions opts;
     if (cancel) opts.observer = [cancel](const TokenEvent&) { return !cancel->load(); };
-    auto one = [&](size_t i) {
+    auto stopped = [cancel] { return cancel && cancel->load(); };
+    auto one = [&](size_t i, int rep) {
+        if (rep > 0 && !r.runs[i].error.empty()) return;  // refused once, refused again
         try {
-            r.runs[i] = run_mode(model, r.prompt_ids, modes[i], opts);
+            ModeRun run = run_mode(model, r.prompt_ids, modes[i], opts);
+            if (!stopped()) {  // a run cut short by cancel is not a measurement
+                total[i].push_back(run.stats.total_ms);
+                first[i].push_back(run.stats.first_token_ms);
+            }
+            if (rep == 0) r.runs[i] = std::move(run);
         } catch (const std::exception& e) {
             r.runs[i] = ModeRun{};
             r.runs[i].spec = modes[i];
@@ -149,24 +169,60 @@ CompareResult run_comparison(Model* model, const std::string& prompt,
         if (on_done) on_done(static_cast<int>(i));
     };
     const auto t0 = std::chrono::steady_clock::now();
-    if (concurrent) {
-        std::vector<std::thread> threads;
-        threads.reserve(modes.size());
-        for (size_t i = 0; i < modes.size(); ++i) threads.emplace_back(one, i);
-        for (auto& t : threads) t.join();
-    } else {
+    for (int rep = 0; rep < repeats; ++rep) {
+        if (concurrent) {
+            std::vector<std::thread> threads;
+            threads.reserve(modes.size());
+            for (size_t i = 0; i < modes.size(); ++i) threads.emplace_back(one, i, rep);
+            for (auto& t : threads) t.join();
+            continue;
+        }
         for (size_t i = 0; i < modes.size(); ++i) {
-            if (cancel && cancel->load()) {
-                r.runs[i].spec = modes[i];
-                r.runs[i].error = "cancelled";
+            if (stopped()) {
+                if (rep == 0) {
+                    r.runs[i].spec = modes[i];
+                    r.runs[i].error = "cancelled";
+                }
                 continue;
             }
-            one(i);
+            one(i, rep);
         }
     }
     r.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    for (size_t i = 0; i < modes.size(); ++i) {
+        r.runs[i].time = summarize(total[i]);
+        r.runs[i].first_token = summarize(first[i]);
+    }
     set_baseline(r, baseline);
     return r;
+}
+
+Ranking rank_modes(const CompareResult& r) {
+    std::vector<Timing> t;
+    for (const ModeRun& m : r.runs) t.push_back(m.error.empty() ? m.ms_per_token() : Timing{});
+    Ranking k = rank_fastest_first(t);
+    // modes with no timing (refused, cancelled) are not ranked at all
+    while (!k.order.empty() && t[static_cast<size_t>(k.order.back())].empty()) {
+        k.order.pop_back();
+        k.distinct_from_next.pop_back();
+    }
+    if (!k.distinct_from_next.empty()) k.distinct_from_next.back() = false;
+    return k;
+}
+
+std::string ranking_sentence(const CompareResult& r) {
+    const Ranking k = rank_modes(r);
+    if (k.order.size() < 2) return "";
+    auto label = [&](size_t n) { return r.runs[static_cast<size_t>(k.order[n])].spec.label; };
+    const ModeRun& a = r.runs[static_cast<size_t>(k.order[0])];
+    const ModeRun& b = r.runs[static_cast<size_t>(k.order[1])];
+    std::string s = compare_sentence(label(0), a.ms_per_token(), label(1), b.ms_per_token(), "ms/token");
+    int close = 0;
+    for (size_t n = 0; n + 1 < k.order.size(); ++n) close += k.distinct_from_next[n] ? 0 : 1;
+    if (close > 0)
+        s += "; " + std::to_string(close) + " neighbouring pair" + (close > 1 ? "s" : "") +
+             " in the speed order too close to rank";
+    return s;
 }
 
 nlohmann::json mode_spec_to_json(const ModeSpec& m) {
@@ -186,12 +242,15 @@ nlohmann::json compare_to_json(const CompareResult& r) {
                             {"stats", stats_to_json(m.stats)},
                             {"mean_depth", m.mean_depth()},
                             {"tokens_per_s", m.tokens_per_second()},
+                            {"time_ms", timing_to_json(m.time)},
+                            {"first_token_ms", timing_to_json(m.first_token)},
                             {"first_divergence", i < r.divergence.size() ? r.divergence[i] : -1}};
         if (!m.error.empty()) j["error"] = m.error;
         runs.push_back(std::move(j));
     }
     return {{"view", "compare"},   {"prompt", r.prompt}, {"prompt_ids", r.prompt_ids},
-            {"baseline", r.baseline}, {"concurrent", r.concurrent}, {"wall_ms", r.wall_ms},
+            {"baseline", r.baseline}, {"concurrent", r.concurrent}, {"repeats", r.repeats}, {"wall_ms", r.wall_ms},
+            {"ranking", ranking_sentence(r)},
             {"runs", runs}};
 }
 

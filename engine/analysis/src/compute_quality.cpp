@@ -46,6 +46,7 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
     if (s.prompt_tokens < 1) bad("prompt_tokens: " + std::to_string(s.prompt_tokens) + " must be >= 1");
     if (s.decode_tokens < 2 || s.decode_tokens > 1024)
         bad("decode_tokens: " + std::to_string(s.decode_tokens) + " is outside [2, 1024]");
+    check_repeats(s.repeats, "repeats");
     const tinyloop::HParams& hp = tinyloop::model_hparams(model);
     const int total = static_cast<int>(s.depths.size() + s.exits.size() + s.specs.size());
     int done = 0;
@@ -61,8 +62,21 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
         spec.config.ignore_eos = true;
         return tinyloop::run_decode(model, text.data(), pn, spec);
     };
-    auto decode_ms = [&](tinyloop::DecodeMode mode, const tinyloop::GenerateConfig& c) {
-        return ms_per_decoded(decode({.mode = mode, .config = c, .speculation = {}}).stats);
+    // Each timed setting decodes `repeats` times, one after another; the point keeps the median.
+    auto timed = [&](const tinyloop::RunSpec& spec, ComputePoint& p) {
+        std::vector<double> ms;
+        tinyloop::GenerateResult first;
+        for (int rep = 0; rep < s.repeats; ++rep) {
+            tinyloop::GenerateResult g = decode(spec);
+            ms.push_back(ms_per_decoded(g.stats));
+            if (rep == 0) first = std::move(g);
+        }
+        p.ms = summarize(std::move(ms));
+        p.ms_per_token = p.ms.median;
+        return first;
+    };
+    auto decode_ms = [&](tinyloop::DecodeMode mode, const tinyloop::GenerateConfig& c, ComputePoint& p) {
+        timed({.mode = mode, .config = c, .speculation = {}}, p);
     };
 
     std::vector<ComputePoint> out;
@@ -77,7 +91,7 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
         p.scored_tokens = n - 1;
         tinyloop::GenerateConfig c;
         c.loops = d;
-        p.ms_per_token = decode_ms(tinyloop::DecodeMode::Greedy, c);
+        decode_ms(tinyloop::DecodeMode::Greedy, c, p);
         out.push_back(p);
     }
     const int exit_loops = s.exit_loops > 0 ? s.exit_loops : hp.default_loops;
@@ -100,7 +114,7 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
         p.mean_depth = static_cast<double>(sum) / (n - 1);
         p.nll = r.total_nll / (n - 1);
         p.scored_tokens = n - 1;
-        p.ms_per_token = decode_ms(tinyloop::DecodeMode::EarlyExit, c);
+        decode_ms(tinyloop::DecodeMode::EarlyExit, c, p);
         out.push_back(p);
     }
     const int V = s.verify_loops > 0 ? s.verify_loops : hp.default_loops;
@@ -113,8 +127,8 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
             spec.speculation.draft_loops = sp.draft_loops;
             spec.speculation.verify_loops = V;
             spec.speculation.draft_ahead = sp.draft_ahead;
-            const tinyloop::GenerateResult g = decode(spec);
             ComputePoint p;
+            const tinyloop::GenerateResult g = timed(spec, p);
             p.series = "speculative";
             p.label = "D" + std::to_string(sp.draft_loops) + " K" + std::to_string(sp.draft_ahead) + " V" +
                       std::to_string(V);
@@ -122,7 +136,6 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
             p.mean_depth = decoded > 0 ? static_cast<double>(V) * g.stats.spec_drafted / decoded : V;
             p.nll = r.total_nll / (n - 1);
             p.scored_tokens = n - 1;
-            p.ms_per_token = ms_per_decoded(g.stats);
             p.acceptance = g.stats.spec_acceptance_rate();
             out.push_back(p);
         }
@@ -139,6 +152,7 @@ nlohmann::json compute_json(const std::vector<ComputePoint>& points, int text_to
     for (const ComputePoint& p : points) {
         nlohmann::json o = {{"series", p.series}, {"label", p.label}, {"mean_depth", p.mean_depth},
                             {"nll_per_token", p.nll}, {"ms_per_token", p.ms_per_token},
+                            {"ms_per_token_repeats", timing_to_json(p.ms)},
                             {"scored_tokens", p.scored_tokens}};
         if (p.acceptance >= 0) o["acceptance"] = p.acceptance;
         arr.push_back(o);

@@ -51,15 +51,48 @@ double SweepCell::predicted_speedup(int verify_loops) const {
 
 // ---------------------------------------------------------------------------------------------
 
-int SweepResult::best_cell() const {
+int SweepResult::fastest_cell() const {
     int best = -1;
     for (size_t i = 0; i < cells.size(); ++i) {
         const SweepCell& c = cells[i];
-        if (!c.error.empty() || c.runs == 0) continue;
+        if (!c.error.empty() || c.runs == 0 || c.time.empty()) continue;
         if (best < 0 || c.measured_speedup() > cells[static_cast<size_t>(best)].measured_speedup())
             best = static_cast<int>(i);
     }
     return best;
+}
+
+int SweepResult::best_cell() const {
+    int best = -1;
+    for (size_t i = 0; i < cells.size(); ++i) {
+        const SweepCell& c = cells[i];
+        if (!c.error.empty() || c.runs == 0 || !c.speedup().beyond_noise) continue;
+        if (best < 0 || c.measured_speedup() > cells[static_cast<size_t>(best)].measured_speedup())
+            best = static_cast<int>(i);
+    }
+    return best;
+}
+
+std::string SweepResult::no_best_reason() const {
+    if (best_cell() >= 0) return "";
+    const int f = fastest_cell();
+    if (f < 0) return "no cell finished a timed repeat";
+    const SweepCell& c = cells[static_cast<size_t>(f)];
+    const Speedup s = c.speedup();
+    char buf[200];
+    const size_t n = std::min(c.time.samples.size(), c.baseline.samples.size());
+    if (n < static_cast<size_t>(kMinRepeats)) {
+        std::snprintf(buf, sizeof buf,
+                      "no setting is faster than greedy beyond the noise: the fastest reads %.2fx from only %zu "
+                      "timed repeat(s), and a ranking needs %d",
+                      s.median, n, kMinRepeats);
+        return buf;
+    }
+    std::snprintf(buf, sizeof buf,
+                  "no setting is faster than greedy beyond the noise: the fastest reads %.2fx, but its repeats "
+                  "range %.2fx..%.2fx and overlap greedy's",
+                  s.median, s.min, s.max);
+    return buf;
 }
 
 ModeSpec SweepResult::best_spec() const {
@@ -90,6 +123,7 @@ SweepResult run_sweep(tinyloop::Model* model, const SweepSpec& spec, const std::
         if (d < 1 || d > hp.max_loops) bad_arg("draft_loops: " + std::to_string(d) + " is outside [1, " + std::to_string(hp.max_loops) + "]");
     for (int k : spec.draft_ahead)
         if (k < 1 || k > 32) bad_arg("draft_ahead: " + std::to_string(k) + " is outside [1, 32]");
+    check_repeats(spec.repeats, "repeats");
     for (int b : spec.branches)
         if (b < 0 || b > 8) bad_arg("K_branches: " + std::to_string(b) + " is outside [0, 8] (0 = chain)");
     for (int b : spec.branches)
@@ -112,81 +146,98 @@ SweepResult run_sweep(tinyloop::Model* model, const SweepSpec& spec, const std::
     r.cells_planned = static_cast<int>(r.cells.size());
 
     const int P = static_cast<int>(spec.prompts.size());
-    // The baseline runs before the grid and again after it; each prompt keeps its faster time,
-    // so a cold first run (page faults, caches) does not flatter the speculative cells.
-    const int total = 2 * P + r.cells_planned * P;
+    const int R = spec.repeats;
+    const int total = 1 + R * (P + r.cells_planned * P);  // the warm-up, then every repeat
     int done = 0;
     auto stopped = [&] { return cancel && cancel->load(); };
     tinyloop::GenerateOptions opts;
     if (cancel) opts.observer = [cancel](const tinyloop::TokenEvent&) { return !cancel->load(); };
+    const ModeSpec greedy = greedy_spec(spec.max_tokens, r.verify_loops);
+    auto tick = [&] {
+        if (progress) progress(++done, total);
+    };
 
     // Greedy at the verify depth: the baseline, and the text every greedy speculation must equal.
-    for (int p = 0; p < P; ++p) {
-        if (stopped()) break;
-        r.prompt_ids.push_back(prompt_ids(model, spec.prompts[static_cast<size_t>(p)]));
-        ModeRun run = run_mode(model, r.prompt_ids.back(), greedy_spec(spec.max_tokens, r.verify_loops), opts);
-        r.baseline_tokens.push_back(run.tokens);
-        r.baseline_ms.push_back(run.stats.total_ms);
-        if (!run.tokens.empty())
-            r.maps.push_back(build_agreement_map(model, r.prompt_ids.back(), run.tokens, r.verify_loops));
-        else
-            r.maps.push_back(AgreementMap{});
-        if (progress) progress(++done, total);
-    }
-    if (stopped()) {
-        r.cancelled = true;
-        return r;
-    }
-
-    for (SweepCell& c : r.cells) {
-        // Pooled prediction over every prompt's draftable positions.
-        int n = 0, ok = 0;
-        for (const AgreementMap& m : r.maps)
-            for (int j = 1; j < m.positions(); ++j, ++n) ok += m.agrees(j, c.draft_loops) ? 1 : 0;
-        c.predicted_acceptance = n > 0 ? double(ok) / n : 0.0;
-        for (int p = 0; p < P; ++p) {
-            if (stopped()) break;
-            const ModeSpec s = cell_spec(c, r.verify_loops, spec.max_tokens);
-            try {
-                ModeRun run = run_mode(model, r.prompt_ids[static_cast<size_t>(p)], s, opts);
-                if (stopped()) break;  // a run cut short by cancel is not a measurement
-                c.runs++;
-                c.tokens += run.stats.tokens_emitted;
-                c.cycles += run.stats.spec_cycles;
-                c.drafted += run.stats.spec_drafted;
-                c.tested += run.stats.spec_tested;
-                c.accepted += run.stats.spec_accepted;
-                c.total_ms += run.stats.total_ms;
-                if (run.tokens != r.baseline_tokens[static_cast<size_t>(p)]) c.equals_greedy = false;
-            } catch (const std::exception& e) {
-                c.error = e.what();
+    for (int p = 0; p < P; ++p) r.prompt_ids.push_back(prompt_ids(model, spec.prompts[static_cast<size_t>(p)]));
+    // Untimed warm-up: the first run pays for page faults and cold caches; no setting should.
+    if (!stopped()) run_mode(model, r.prompt_ids[0], greedy, opts);
+    tick();
+    std::vector<std::vector<double>> prompt_ms(static_cast<size_t>(P));
+    std::vector<double> baseline_totals;
+    std::vector<std::vector<double>> cell_totals(r.cells.size());
+    for (int rep = 0; rep < R && !stopped(); ++rep) {
+        double rep_ms = 0;
+        for (int p = 0; p < P && !stopped(); ++p) {
+            ModeRun run = run_mode(model, r.prompt_ids[static_cast<size_t>(p)], greedy, opts);
+            if (stopped()) break;  // a run cut short by cancel is not a measurement
+            rep_ms += run.stats.total_ms;
+            prompt_ms[static_cast<size_t>(p)].push_back(run.stats.total_ms);
+            if (rep == 0) {
+                r.baseline_tokens.push_back(run.tokens);
+                r.maps.push_back(run.tokens.empty() ? AgreementMap{}
+                                                    : build_agreement_map(model, r.prompt_ids[static_cast<size_t>(p)],
+                                                                          run.tokens, r.verify_loops));
             }
-            if (progress) progress(++done, total);
+            tick();
         }
         if (stopped()) break;
+        baseline_totals.push_back(rep_ms);
+        for (size_t ci = 0; ci < r.cells.size() && !stopped(); ++ci) {
+            SweepCell& c = r.cells[ci];
+            if (rep == 0) {
+                // Pooled prediction over every prompt's draftable positions.
+                int n = 0, ok = 0;
+                for (const AgreementMap& m : r.maps)
+                    for (int j = 1; j < m.positions(); ++j, ++n) ok += m.agrees(j, c.draft_loops) ? 1 : 0;
+                c.predicted_acceptance = n > 0 ? double(ok) / n : 0.0;
+            }
+            const ModeSpec s = cell_spec(c, r.verify_loops, spec.max_tokens);
+            double cell_ms = 0;
+            int ran = 0;
+            for (int p = 0; p < P && !stopped() && c.error.empty(); ++p) {
+                try {
+                    ModeRun run = run_mode(model, r.prompt_ids[static_cast<size_t>(p)], s, opts);
+                    if (stopped()) break;
+                    cell_ms += run.stats.total_ms;
+                    ++ran;
+                    if (rep == 0) {
+                        c.runs++;
+                        c.tokens += run.stats.tokens_emitted;
+                        c.cycles += run.stats.spec_cycles;
+                        c.drafted += run.stats.spec_drafted;
+                        c.tested += run.stats.spec_tested;
+                        c.accepted += run.stats.spec_accepted;
+                        if (run.tokens != r.baseline_tokens[static_cast<size_t>(p)]) c.equals_greedy = false;
+                    }
+                } catch (const std::exception& e) {
+                    c.error = e.what();
+                }
+                tick();
+            }
+            if (ran == P) cell_totals[ci].push_back(cell_ms);
+        }
     }
-    for (int p = 0; p < P && !stopped(); ++p) {
-        const ModeRun run =
-            run_mode(model, r.prompt_ids[static_cast<size_t>(p)], greedy_spec(spec.max_tokens, r.verify_loops), opts);
-        if (stopped()) break;
-        double& ms = r.baseline_ms[static_cast<size_t>(p)];
-        ms = std::min(ms, run.stats.total_ms);
-        if (progress) progress(++done, total);
-    }
-    // Each cell is measured against the baseline of the prompts it ran (prompts run in order).
-    for (SweepCell& c : r.cells) {
-        c.baseline_ms = 0;
-        for (int p = 0; p < c.runs; ++p) c.baseline_ms += r.baseline_ms[static_cast<size_t>(p)];
+    r.baseline = summarize(baseline_totals);
+    for (int p = 0; p < P; ++p)
+        if (!prompt_ms[static_cast<size_t>(p)].empty())
+            r.baseline_ms.push_back(summarize(prompt_ms[static_cast<size_t>(p)]).median);
+    // Each cell against greedy over the same repeats (a repeat the cancel cut short counts for neither).
+    for (size_t ci = 0; ci < r.cells.size(); ++ci) {
+        SweepCell& c = r.cells[ci];
+        c.time = summarize(cell_totals[ci]);
+        const size_t n = std::min(cell_totals[ci].size(), baseline_totals.size());
+        c.baseline = summarize(std::vector<double>(baseline_totals.begin(), baseline_totals.begin() + static_cast<long>(n)));
+        c.total_ms = c.time.median;
+        c.baseline_ms = c.baseline.median;
     }
     r.cancelled = stopped();
     return r;
 }
 
-//
-
 nlohmann::json sweep_to_json(const SweepResult& r) {
     nlohmann::json cells = nlohmann::json::array();
     for (const SweepCell& c : r.cells) {
+        const Speedup sp = c.speedup();
         nlohmann::json j = {{"draft_loops", c.draft_loops},
                             {"draft_ahead", c.draft_ahead},
                             {"K_branches", c.branches},
@@ -199,7 +250,11 @@ nlohmann::json sweep_to_json(const SweepResult& r) {
                             {"accepted", c.accepted},
                             {"total_ms", c.total_ms},
                             {"baseline_ms", c.baseline_ms},
+                            {"time_ms", timing_to_json(c.time)},
+                            {"baseline_time_ms", timing_to_json(c.baseline)},
                             {"measured_speedup", c.measured_speedup()},
+                            {"speedup_range", {sp.min, sp.max}},
+                            {"faster_than_greedy_beyond_noise", sp.beyond_noise},
                             {"acceptance", c.acceptance()},
                             {"predicted_acceptance", c.predicted_acceptance},
                             {"predicted_speedup", c.predicted_speedup(r.verify_loops)},
@@ -217,10 +272,14 @@ nlohmann::json sweep_to_json(const SweepResult& r) {
             {"draft_loops", r.spec.draft_loops},
             {"draft_ahead", r.spec.draft_ahead},
             {"K_branches", r.spec.branches},
+            {"repeats", r.spec.repeats},
             {"baseline_ms", r.baseline_ms},
+            {"baseline_time_ms", timing_to_json(r.baseline)},
             {"cells_planned", r.cells_planned},
             {"cancelled", r.cancelled},
             {"best_cell", best},
+            {"fastest_cell", r.fastest_cell()},
+            {"no_best_reason", r.no_best_reason()},
             {"cells", cells},
             {"agreement_maps", maps}};
 }

@@ -1,7 +1,7 @@
 // Compare decode modes: one decode mode with its settings as data (a labelled tinyloop::RunSpec),
 // one engine call per mode (tinyloop::run_decode, which owns the mode rules), and the side-by-side
-// comparison of several modes on one prompt (run concurrently on the one Model, or one after
-// another). No Qt: tests/analysis checks these results, the workbench's view only draws them.
+// comparison of several modes on one prompt (one after another by default, or concurrently on the
+// one Model), each timed over repeats (timing_stats.h). No Qt: tests/analysis checks these results, the workbench's view only draws them.
 #pragma once
 
 #include <atomic>
@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 #include <tinyloop/tinyloop.h>
+#include <tinyloop_analysis/timing_stats.h>
 
 namespace tinyloop::analysis {
 
@@ -31,13 +32,17 @@ struct ModeRun {
     ModeSpec spec;
     std::vector<int32_t> tokens;  // the continuation only
     std::string text;
-    tinyloop::GenerateStats stats;
+    tinyloop::GenerateStats stats;  // the first repeat's (the runs are deterministic)
+    Timing time;                    // total_ms of every repeat
+    Timing first_token;             // first_token_ms of every repeat
     int loops = 0;                // the depth asked for (verify depth when speculating)
     bool speculative = false;
     std::string error;            // non-empty: the engine refused the mode (message)
 
     double mean_depth() const;     // mean of depth_per_token (0 when no tokens)
-    double tokens_per_second() const;  // emitted tokens / total_ms
+    double tokens_per_second() const;  // emitted tokens / total_ms (the median repeat when timed)
+    Rate tokens_per_second_range() const;  // over the repeats (median, slowest, fastest)
+    Timing ms_per_token() const;        // total_ms / emitted tokens, per repeat: what a ranking compares
 };
 
 // Runs one mode through tinyloop::run_decode (the engine applies the mode's rules). Throws
@@ -57,18 +62,26 @@ struct CompareResult {
     std::vector<ModeRun> runs;
     int baseline = 0;                 // index into runs
     bool concurrent = false;
+    int repeats = 1;
     double wall_ms = 0;                // the whole comparison, wall clock
     std::vector<int> divergence;      // per run: first_divergence(run, baseline)
 };
 
-// Runs every mode on one prompt, concurrently (one std::thread per mode on the one Model) or one
-// after another. A mode the engine refuses keeps its error in ModeRun::error; the others still run.
+// Runs every mode on one prompt `repeats` times ([kMinRepeats, kMaxRepeats], else tinyloop::Error
+// naming "repeats"): one after another (the honest default: concurrent runs share the cores and
+// read several times slower), or concurrently (one std::thread per mode on the one Model, each
+// repeat a round). Repeats go round the modes, so a drift of the machine's speed hits them alike.
+// A mode the engine refuses keeps its error in ModeRun::error; the others still run.
 // `cancel` (optional) stops every run at its next token; `on_done(i)` (optional, any thread) is
-// called as each mode ends.
+// called as each run of mode i ends (modes x repeats calls).
 CompareResult run_comparison(tinyloop::Model* model, const std::string& prompt,
-                            const std::vector<ModeSpec>& modes, int baseline, bool concurrent,
+                            const std::vector<ModeSpec>& modes, int baseline, bool concurrent, int repeats,
                             const std::atomic<bool>* cancel = nullptr,
                             const std::function<void(int)>& on_done = {});
+// The modes that finished, fastest first by median ms per token, with which neighbours are too
+// close to rank (timing_stats.h); and that as one line for the view's status.
+Ranking rank_modes(const CompareResult& r);
+std::string ranking_sentence(const CompareResult& r);
 // Re-computes divergence against a new baseline.
 void set_baseline(CompareResult& r, int baseline);
 

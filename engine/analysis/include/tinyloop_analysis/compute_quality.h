@@ -8,9 +8,9 @@
 //                        loop passes per decoded token of a real speculative run
 //                        from the text's first tokens (verification runs every drafted row
 //                        through all V passes: V * spec_drafted / (emitted - 1))
-// Each setting also gets decode time per token (ms) from a real greedy decode of the same
-// length from the same prompt (tinyloop::run_decode: Greedy, EarlyExit or Speculative), so the
-// chart can use time instead of passes on its x axis.
+// Each setting also gets decode time per token (ms) from real greedy decodes of the same
+// length from the same prompt (tinyloop::run_decode: Greedy, EarlyExit or Speculative), repeated
+// (median and range, timing_stats.h), so the chart can use time instead of passes on its x axis.
 #pragma once
 
 #include <atomic>
@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 #include <tinyloop/tinyloop.h>
+#include <tinyloop_analysis/timing_stats.h>
 
 namespace tinyloop::analysis {
 
@@ -39,6 +40,7 @@ struct ComputeSettings {
     std::vector<Spec> specs;
     int prompt_tokens = 8;   // decodes (time, speculation) start from the text's first tokens
     int decode_tokens = 32;  // ... and emit this many (2..1024)
+    int repeats = kDefaultRepeats;  // timed decodes per setting, [kMinRepeats, kMaxRepeats]
 };
 
 struct ComputePoint {
@@ -46,7 +48,8 @@ struct ComputePoint {
     std::string label;         // e.g. "L=4", "kl<0.1", "D2 K4 V4"
     double mean_depth = 0;     // loop passes per token
     double nll = 0;            // mean NLL per scored token, nats
-    double ms_per_token = 0;   // decode time per token after the first
+    double ms_per_token = 0;   // decode time per token after the first: the median repeat
+    Timing ms;                 // that time over every repeat (median, min, max)
     int scored_tokens = 0;
     double acceptance = -1;    // speculative: spec_acceptance_rate; -1 otherwise
 };
