@@ -80,8 +80,16 @@ class _ResultBase(TypedDict):
     stats: GenerateStats
 
 
+class ReturnedSequence(TypedDict):
+    output_ids: list[int]
+    text: str
+    stop_reason: str
+    score: float                   # beam: logp / len^length_penalty; sampling: sum of log-probs
+
+
 class GenerateResult(_ResultBase, total=False):
     events: list[TokenEvent]       # with events=True or lens=True
+    sequences: list[ReturnedSequence]  # num_return_sequences > 1: every output, [0] = output_ids
     reused_tokens: int             # generate_with_pool
 
 
@@ -111,6 +119,9 @@ class GenerateConfig:
     renormalize_logits: bool       # False; beam only
     min_new_tokens: int            # 0; EOS banned until this many tokens are emitted
     min_length: int                # 0; EOS banned until prompt + output hold this many
+    num_return_sequences: int      # 1; beam: <= beam_size; sampling: seeds seed .. seed + N - 1
+    num_beam_groups: int           # 1; beam only; divides beam_size
+    diversity_penalty: float       # 0.0; [0, 100]; needs num_beam_groups >= 2
     early_exit_patience: int       # 0 disables
     early_exit_min_L: int          # 2
     early_exit_peek_every: int     # 1
