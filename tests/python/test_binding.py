@@ -447,3 +447,17 @@ def test_hugging_face_knobs(model):
         tl.generate(model, PROMPT, max_tokens=4, min_new_tokens=-1)
     r = tl.generate(model, PROMPT, max_tokens=8, config=c)
     assert len(r["output_ids"]) >= 3
+
+
+def test_several_outputs_are_a_list(model):
+    r = tl.generate(model, PROMPT, max_tokens=5, beam_size=4, num_beam_groups=2, diversity_penalty=0.5,
+                    num_return_sequences=3)
+    assert [sorted(q) for q in r["sequences"]] == [["output_ids", "score", "stop_reason", "text"]] * 3
+    assert r["sequences"][0]["output_ids"] == r["output_ids"] and r["sequences"][0]["text"] == r["text"]
+    assert r["sequences"][0]["score"] >= r["sequences"][1]["score"] >= r["sequences"][2]["score"]
+    s = tl.generate(model, PROMPT, max_tokens=5, temperature=1.0, seed=9, num_return_sequences=2)
+    assert s["sequences"][1]["output_ids"] == tl.generate(model, PROMPT, max_tokens=5, temperature=1.0,
+                                                          seed=10)["output_ids"]
+    assert "sequences" not in tl.generate(model, PROMPT, max_tokens=3)
+    with pytest.raises(ValueError, match=r"num_return_sequences: 5 is outside \[1, beam_size = 4\]"):
+        tl.generate(model, PROMPT, max_tokens=4, beam_size=4, num_return_sequences=5)
