@@ -395,7 +395,7 @@ def test_stub_and_docstrings_cover_the_module():
     public = {n for n in dir(tl) if not n.startswith("_")}
     assert public - declared == set(), "missing from the .pyi"
     assert declared - public <= {"LensDepth", "TokenEvent", "_TokenEventBase", "GenerateStats", "_ResultBase",
-                                 "GenerateResult"}
+                                 "GenerateResult", "ReturnedSequence"}
     for n in public:
         assert getattr(tl, n).__doc__, n
 
