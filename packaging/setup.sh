@@ -96,6 +96,20 @@ case "$mode" in
         "${pipq[@]}" install --no-index --find-links "$wheels" -r "$peer" ||
         echo "== warning: $peer did not install; test_hf_peer.py will fail"
     fi
+    # Group beam search's peer, transformers 4.x, in a folder of its own beside the venv (the
+    # test runs it in a subprocess with that folder first on sys.path); reinstalled when the
+    # pinned list changes.
+    peer4=tests/python/requirements-peer-hf4.txt
+    hf4="$build/hf4-peer"
+    if ! cmp -s "$peer4" "$hf4/requirements.txt"; then
+      rm -rf "$hf4"
+      pip4=("${pipq[@]}" install --no-deps --target "$hf4" --no-index --find-links "$wheels" -r "$peer4")
+      if ! "${pip4[@]}" 2>/dev/null; then
+        "${pipq[@]}" download --no-deps -d "$wheels" -r "$peer4" && "${pip4[@]}" ||
+          echo "== warning: $peer4 did not install; test_hf_peer_beams.py will fail"
+      fi
+      [ -d "$hf4/transformers" ] && cp "$peer4" "$hf4/requirements.txt"
+    fi
     echo "== running the tests"
     ctest --test-dir "$build" --output-on-failure -j "$jobs"
     if [ "${TINYLOOP_SKIP_SANITIZERS:-0}" != 1 ]; then

@@ -39,6 +39,9 @@ inline tinyloop::GenerateConfig every_config_field_changed() {
     c.typical_p = 0.8f;
     c.epsilon_cutoff = 0.03f;
     c.eta_cutoff = 0.002f;
+    c.num_return_sequences = 2;
+    c.num_beam_groups = 3;
+    c.diversity_penalty = 0.5f;
     c.early_exit_min_L = 3;
     c.early_exit_peek_every = 2;
     c.early_exit_logit_margin = 0.25f;

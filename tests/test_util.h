@@ -59,4 +59,14 @@ inline std::vector<std::vector<int32_t>> random_prompts(int count, uint64_t seed
     return out;
 }
 
+// validate_config's message for `c` with a prompt of `prompt_len` tokens, or "" when it is accepted.
+inline std::string refusal(tinyloop::Model* m, const tinyloop::GenerateConfig& c, int prompt_len = 4) {
+    try {
+        tinyloop::validate_config(m, prompt_len, c);
+    } catch (const tinyloop::Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
 }  // namespace tltest

@@ -119,6 +119,14 @@ CommandSpec generate_spec() {
          "one of true, false, never", false, B},
         {"--renormalize-logits", "", "log-softmax the beam scores again after the penalties and bans",
          "", false, B},
+        {"--num-beam-groups", "G", "diverse beam search: G groups of N/G beams each (default 1)",
+         "an integer >= 1 dividing --beam-size", false, B},
+        {"--diversity-penalty", "X",
+         "with --num-beam-groups: a group loses X per earlier group's beam that chose the token",
+         "a number in [0, 100]", false, B},
+        {"--num-return-sequences", "N",
+         "N outputs: beam's best N (N <= --beam-size) or N samples (seeds --seed .. --seed+N-1)",
+         "an integer in [1, 64]", false, B},
 
         {"--early-exit", "C", "stop looping a token early: l2 | margin | kl | entropy | argmax",
          "one of l2, margin, kl, entropy, argmax", false, E},
@@ -172,7 +180,9 @@ CommandSpec generate_spec() {
         "JSON codec writes it, with the mode and the depth used), and with --events:\n"
         "events[{token, position, index, piece, depth, prob, lens?[{depth, top_ids, top_probs,\n"
         "p_emitted, entropy}], and for speculative modes cycle, drafted, accepted,\n"
-        "from_verifier}].\n"
+        "from_verifier}]. With --num-return-sequences N > 1 also sequences[{output_ids, text,\n"
+        "stop_reason, score}] (beam: best first; output_ids/text/stats/events are the first);\n"
+        "without --json each output is printed under a line naming its rank, score and stop.\n"
         "\n"
         "Ctrl-C stops the generation after the current token (stop reason CALLBACK_ABORT, exit 130).\n";
     return s;
@@ -225,6 +235,9 @@ const std::vector<std::pair<std::string, std::string>>& field_flags() {
         {"length_penalty", "--length-penalty"},
         {"early_stopping", "--early-stopping"},
         {"renormalize_logits", "--renormalize-logits"},
+        {"num_return_sequences", "--num-return-sequences"},
+        {"num_beam_groups", "--num-beam-groups"},
+        {"diversity_penalty", "--diversity-penalty"},
         {"min_new_tokens", "--min-new-tokens"},
         {"min_length", "--min-length"},
         {"forced_eos_token_id", "--forced-eos-token-id"},
@@ -290,6 +303,7 @@ void check_speculative_flags(const Args& args, const std::string& mode) {
                           "--presence-penalty", "--logit-bias", "--stop", "--stop-ids",
                           "--cache-window", "--no-repeat-ngram", "--bad-words", "--max-time", "--kv-cache",
                           "--beam-size", "--length-penalty", "--early-stopping", "--renormalize-logits",
+                          "--num-beam-groups", "--diversity-penalty", "--num-return-sequences",
                           "--min-new-tokens", "--min-length", "--forced-eos-token-id",
                           "--exponential-decay-length-penalty", "--suppress-tokens", "--begin-suppress-tokens",
                           "--typical-p", "--epsilon-cutoff", "--eta-cutoff", "--early-exit",
@@ -501,6 +515,11 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
     }
     if (args.has("--renormalize-logits") && !beam) throw UsageError("--renormalize-logits: only used with --mode beam");
     cfg.renormalize_logits = args.has("--renormalize-logits");
+    for (const char* f : {"--num-beam-groups", "--diversity-penalty"})
+        if (args.has(f) && !beam) throw UsageError(std::string(f) + ": only used with --mode beam");
+    if (auto v = args.get_int("--num-beam-groups")) cfg.num_beam_groups = *v;
+    if (auto v = args.get_float("--diversity-penalty")) cfg.diversity_penalty = *v;
+    if (auto v = args.get_int("--num-return-sequences")) cfg.num_return_sequences = *v;
     return m;
 }
 
@@ -641,8 +660,9 @@ int run_generate(const Args& args) {
     StreamPrinter printer(cfg.stop_strings);
     std::vector<TokenEvent> events;
     g_interrupted = 0;
+    const bool several = cfg.num_return_sequences > 1;  // printed one after another at the end
     options.observer = [&](const TokenEvent& ev) {
-        if (!json) printer.push(ev.piece);
+        if (!json && !several) printer.push(ev.piece);
         if (want_events) events.push_back(ev);
         return g_interrupted == 0;
     };
@@ -669,6 +689,7 @@ int run_generate(const Args& args) {
         j["output_ids"] = std::vector<int32_t>(result.tokens.begin() + skip, result.tokens.end());
         j["text"] = result.text;
         j["stats"] = stats_to_json(st);
+        if (!result.sequences.empty()) j["sequences"] = sequences_to_json(result.sequences);
         j["config"] = config_json(cfg, args, mode_used, resolved_loops);
         for (const auto& [k, v] : spec_echo.items()) j["config"][k] = v;
         if (want_events) {
@@ -680,7 +701,8 @@ int run_generate(const Args& args) {
         return exit_status;
     }
 
-    printer.finish(result.text);
+    if (several) print_sequences(result.sequences, mode_used);
+    else printer.finish(result.text);
     // Text for a person ends its line, so that the timing and the events table on stderr never
     // run on from it; --quiet leaves stdout exactly the generated text.
     if (!args.has("--quiet") && !printer.printed().empty() && printer.printed().back() != '\n')

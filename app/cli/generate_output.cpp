@@ -70,4 +70,15 @@ void print_timing(const GenerateStats& st, const std::string& mode_used, bool sp
     }
 }
 
+void print_sequences(const std::vector<ReturnedSequence>& seqs, const std::string& mode_used) {
+    const char* what = mode_used == "beam" ? "score" : "log-prob";
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        const ReturnedSequence& q = seqs[i];
+        std::printf("--- sequence %zu of %zu (%s %.4f, %s, %s)\n", i + 1, seqs.size(), what, q.score,
+                    plural(static_cast<int>(q.output.size()), "token").c_str(), stop_reason_name(q.stop_reason));
+        std::fputs(q.text.c_str(), stdout);
+        if (q.text.empty() || q.text.back() != '\n') std::fputs("\n", stdout);
+    }
+}
+
 }  // namespace tinyloop::cli

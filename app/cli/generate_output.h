@@ -58,6 +58,10 @@ private:
 // The events as a table on stderr (with the lens rows under each token when present).
 void print_events_table(const Model* model, const std::vector<TokenEvent>& events);
 
+// num_return_sequences > 1: each output on stdout under a line naming its rank, score (beam) or
+// log-probability (sampling), length and stop reason.
+void print_sequences(const std::vector<ReturnedSequence>& seqs, const std::string& mode_used);
+
 // The timing lines on stderr. `mode_used` is greedy, sample, beam, speculative or tree.
 void print_timing(const GenerateStats& st, const std::string& mode_used, bool speculating,
                   bool interrupted);

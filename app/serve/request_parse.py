@@ -63,6 +63,7 @@ ENGINE_FIELDS = {
     "exponential_decay_length_penalty": "exponential_decay_length_penalty", "suppress_tokens": "suppress_tokens",
     "begin_suppress_tokens": "begin_suppress_tokens", "typical_p": "typical_p", "epsilon_cutoff": "epsilon_cutoff",
     "eta_cutoff": "eta_cutoff",
+    "num_return_sequences": "n", "num_beam_groups": "num_beam_groups", "diversity_penalty": "diversity_penalty",
 }
 
 
@@ -97,6 +98,7 @@ KNOWN_FIELDS = {
     # Hugging Face's sampling-side GenerationConfig knobs
     "forced_eos_token_id", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
     "typical_p", "epsilon_cutoff", "eta_cutoff",
+    "num_return_sequences", "num_beam_groups", "diversity_penalty",
 }
 HF_SAMPLING_DEFAULTS = {"forced_eos_token_id": None, "exponential_decay_length_penalty": None,
                         "suppress_tokens": [], "begin_suppress_tokens": [], "typical_p": 1,
@@ -179,6 +181,25 @@ CRITERIA = {"hidden_l2", "l2", "logit_margin", "margin", "kl", "entropy_delta", 
 SPECULATIVE_KEYS = {"draft_loops", "verify_loops", "draft_ahead", "branches", "K_branches", "mode", "gamma"}
 
 
+def _beam_outputs(body: dict, c: Completion) -> None:
+    """Diverse beam search (num_beam_groups, diversity_penalty), and n with beam search: the n
+    best hypotheses of one search (the engine's num_return_sequences), not n equal searches."""
+    cfg = c.config
+    groups = _int(body, "num_beam_groups", None, 1)
+    if groups is not None:
+        cfg["num_beam_groups"] = groups
+    dp = _num(body, "diversity_penalty", None, 0.0, 100.0)
+    if dp is not None:
+        cfg["diversity_penalty"] = dp
+    if cfg.get("beam_size", 0) >= 2 and c.n > 1:
+        if c.stream:
+            raise bad("n", "n: %d best beams come from one search at its end; stream them with n 1, "
+                      "or set stream false" % c.n)
+        if body.get("logprobs") is not None:
+            raise bad("logprobs", "logprobs: not reported for beam search with n > 1 (use n 1)")
+        cfg["num_return_sequences"] = c.n
+
+
 def parse_completion(body: Any, vocab_size: int) -> Completion:
     if not isinstance(body, dict):
         raise bad(None, "the request body must be a JSON object")
@@ -223,6 +244,12 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
     cfg["temperature"] = _num(body, "temperature", 1.0, 0.0, 2.0)
     cfg["top_p"] = _num(body, "top_p", 1.0, 0.0, 1.0, lo_open=True)
     c.n = _int(body, "n", 1, 1, MAX_N)
+    nrs = _int(body, "num_return_sequences", None, 1, MAX_N)  # Hugging Face's name for n
+    if nrs is not None:
+        if "n" in body and nrs != c.n:
+            raise bad("num_return_sequences", "num_return_sequences: %d disagrees with n %d (the same count; "
+                      "give one of them)" % (nrs, c.n))
+        c.n = nrs
     if len(prompts) * c.n > MAX_CHOICES:
         raise bad("n", "n: %d prompts x n %d = %d choices, at most %d in one request"
                   % (len(prompts), c.n, len(prompts) * c.n, MAX_CHOICES))
@@ -302,6 +329,7 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
     if body.get("renormalize_logits") is not None:
         cfg["renormalize_logits"] = _bool(body, "renormalize_logits", False)
     parse_hf_sampling(body, cfg, vocab_size)
+    _beam_outputs(body, c)
     gr = body.get("grammar")
     if gr is not None:
         if not isinstance(gr, str) or not gr.strip():

@@ -251,6 +251,12 @@ async def full_completion(srv: Server, req: Completion, ids: list[list[int]], re
         prefix = srv.model.detokenize(p) if req.echo else ""
         if req.echo and isinstance(req.prompts[pi], str):
             prefix = req.prompts[pi]
+        if req.config.get("num_return_sequences", 1) > 1:  # beam search's n best, from one search
+            beams, stats = await beam_choices(srv, req, p, pi, prefix, record, len(ids) > 1)
+            choices += beams
+            completion_tokens += sum(r["tokens"] for r in record["choices"][-len(beams):])
+            stats_list.append(stats)
+            continue
         for j, seed in enumerate(srv.seeds(req)):
             try:
                 events, result = await run_choice(srv, req, p, seed, record)
@@ -273,6 +279,22 @@ async def full_completion(srv: Server, req: Completion, ids: list[list[int]], re
                       "total_tokens": prompt_tokens + completion_tokens},
             "tinyloop_stats": stats_list}
     return body
+
+
+async def beam_choices(srv: Server, req: Completion, p: list[int], pi: int, prefix: str, record: dict,
+                       several_prompts: bool) -> tuple[list[dict], dict]:
+    """The n choices of prompt pi under beam search, one search's n best hypotheses (best first,
+    each with its score as tinyloop_score), and the search's stats."""
+    try:
+        _, result = await run_choice(srv, req, p, 0, record)
+    except (ValueError, TypeError, NotImplementedError, MemoryError, RuntimeError) as exc:
+        raise engine_error(exc, pi if several_prompts else None) from None
+    out = []
+    for j, q in enumerate(result["sequences"]):
+        record["choices"].append({"stop_reason": q["stop_reason"], "tokens": len(q["output_ids"])})
+        out.append({"text": prefix + q["text"], "index": pi * req.n + j, "logprobs": None,
+                    "finish_reason": finish_reason(q), "tinyloop_score": q["score"]})
+    return out, result["stats"]
 
 
 async def stream_completion(srv: Server, req: Completion, ids: list[list[int]], record: dict) -> AsyncIterator[dict]:

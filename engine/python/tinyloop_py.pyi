@@ -80,8 +80,16 @@ class _ResultBase(TypedDict):
     stats: GenerateStats
 
 
+class ReturnedSequence(TypedDict):
+    output_ids: list[int]
+    text: str
+    stop_reason: str
+    score: float                   # beam: logp / len^length_penalty; sampling: sum of log-probs
+
+
 class GenerateResult(_ResultBase, total=False):
     events: list[TokenEvent]       # with events=True or lens=True
+    sequences: list[ReturnedSequence]  # num_return_sequences > 1: every output, [0] = output_ids
     reused_tokens: int             # generate_with_pool
 
 
@@ -118,6 +126,9 @@ class GenerateConfig:
     typical_p: float               # 1.0; sampling only
     epsilon_cutoff: float          # 0.0; sampling only
     eta_cutoff: float              # 0.0; sampling only
+    num_return_sequences: int      # 1; beam: <= beam_size; sampling: seeds seed .. seed + N - 1
+    num_beam_groups: int           # 1; beam only; divides beam_size
+    diversity_penalty: float       # 0.0; [0, 100]; needs num_beam_groups >= 2
     early_exit_patience: int       # 0 disables
     early_exit_min_L: int          # 2
     early_exit_peek_every: int     # 1

@@ -383,6 +383,25 @@ TEST_F(CliTest, HuggingFaceSamplingKnobs) {
     for (int t : out) EXPECT_TRUE(t != 3 && t != 9 && t != 11) << t;
 }
 
+TEST_F(CliTest, SeveralOutputsAndBeamGroups) {
+    EXPECT_USAGE_ERROR(generate({"--num-return-sequences", "2"}), "--num-return-sequences");  // greedy: one
+    EXPECT_USAGE_ERROR(generate({"--num-beam-groups", "2"}), "--num-beam-groups");
+    EXPECT_USAGE_ERROR(generate({"--mode", "beam", "--beam-size", "4", "--num-beam-groups", "3"}), "--num-beam-groups");
+    EXPECT_USAGE_ERROR(generate({"--mode", "speculative", "--num-return-sequences", "2"}), "--num-return-sequences");
+    CliRun r = generate({"--mode", "beam", "--beam-size", "4", "--num-beam-groups", "2", "--diversity-penalty", "1",
+                  "--num-return-sequences", "3", "--max-tokens", "6", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = parse_json(r);
+    ASSERT_EQ(j["sequences"].size(), 3u);
+    EXPECT_EQ(j["sequences"][0]["output_ids"], j["output_ids"]);
+    EXPECT_EQ(j["config"]["num_beam_groups"], 2);
+    EXPECT_GE(j["sequences"][0]["score"].get<double>(), j["sequences"][2]["score"].get<double>());
+    r = generate({"--mode", "sample", "--seed", "4", "--num-return-sequences", "2", "--max-tokens", "5"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("--- sequence 1 of 2 (log-prob "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--- sequence 2 of 2 (log-prob "), std::string::npos) << r.out;
+}
+
 // ---- tree speculation and grammars ----------------------------------------------------------
 
 TEST_F(CliTest, GreedyTreeSpeculationEqualsGreedyDecoding) {

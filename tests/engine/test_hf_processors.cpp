@@ -28,15 +28,7 @@ struct Fixture {
     }
 };
 
-// Validation's message for `c`, or "" when it is accepted.
-std::string refusal(Model* m, const GenerateConfig& c) {
-    try {
-        validate_config(m, 4, c);
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using tltest::refusal;
 
 }  // namespace
 

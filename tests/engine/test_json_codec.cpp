@@ -121,6 +121,8 @@ TEST(JsonCodec, RunSpecRoundTrips) {
     spec.config.length_penalty = 1.0f;  // the beam-only knobs at their defaults: beam search is off
     spec.config.early_stopping = tinyloop::EarlyStopping::Heuristic;
     spec.config.renormalize_logits = false;
+    spec.config.num_beam_groups = 1;
+    spec.config.diversity_penalty = 0.0f;
     spec.config.beam_size = 0;
     spec.speculation = {.verify_loops = 6, .draft_loops = 2, .draft_ahead = 3, .branches = 4, .gamma = 5};
     const json j = run_spec_to_json(spec);

@@ -395,7 +395,7 @@ def test_stub_and_docstrings_cover_the_module():
     public = {n for n in dir(tl) if not n.startswith("_")}
     assert public - declared == set(), "missing from the .pyi"
     assert declared - public <= {"LensDepth", "TokenEvent", "_TokenEventBase", "GenerateStats", "_ResultBase",
-                                 "GenerateResult"}
+                                 "GenerateResult", "ReturnedSequence"}
     for n in public:
         assert getattr(tl, n).__doc__, n
 
@@ -473,3 +473,17 @@ def test_hugging_face_sampling_knobs(model):
     assert forced[7] == 1.0
     with pytest.raises(ValueError, match=r"emitted: 5 is outside \[0, "):
         tl.next_token_distribution(model, ids[:3], emitted=5)
+
+
+def test_several_outputs_are_a_list(model):
+    r = tl.generate(model, PROMPT, max_tokens=5, beam_size=4, num_beam_groups=2, diversity_penalty=0.5,
+                    num_return_sequences=3)
+    assert [sorted(q) for q in r["sequences"]] == [["output_ids", "score", "stop_reason", "text"]] * 3
+    assert r["sequences"][0]["output_ids"] == r["output_ids"] and r["sequences"][0]["text"] == r["text"]
+    assert r["sequences"][0]["score"] >= r["sequences"][1]["score"] >= r["sequences"][2]["score"]
+    s = tl.generate(model, PROMPT, max_tokens=5, temperature=1.0, seed=9, num_return_sequences=2)
+    assert s["sequences"][1]["output_ids"] == tl.generate(model, PROMPT, max_tokens=5, temperature=1.0,
+                                                          seed=10)["output_ids"]
+    assert "sequences" not in tl.generate(model, PROMPT, max_tokens=3)
+    with pytest.raises(ValueError, match=r"num_return_sequences: 5 is outside \[1, beam_size = 4\]"):
+        tl.generate(model, PROMPT, max_tokens=4, beam_size=4, num_return_sequences=5)

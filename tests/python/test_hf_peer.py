@@ -52,7 +52,9 @@ def unroll(path, loops):
         vocab_size=hp["vocab_size"], hidden_size=hp["d_model"], intermediate_size=hp["d_ff"],
         num_hidden_layers=len(layers), num_attention_heads=hp["n_heads"],
         num_key_value_heads=hp["n_kv_heads"], head_dim=hp["head_dim"], rms_norm_eps=hp["norm_eps"],
-        rope_parameters={"rope_type": "default", "rope_theta": hp["rope_theta"]},
+        # transformers 5 spells RoPE rope_parameters; 4.x (the group / constrained beam peer) rope_theta
+        **({"rope_parameters": {"rope_type": "default", "rope_theta": hp["rope_theta"]}}
+           if int(transformers.__version__.split(".")[0]) >= 5 else {"rope_theta": hp["rope_theta"]}),
         max_position_embeddings=hp["max_seq_len"], tie_word_embeddings=hp["tie_embeddings"],
         attention_bias=False, mlp_bias=False, bos_token_id=None, eos_token_id=eos, pad_token_id=eos)
     cfg._attn_implementation = "eager"
@@ -80,6 +82,7 @@ class Peer:
 
     def __init__(self, path, loops):
         self.hf, self.eos = unroll(path, loops)
+        self.path = path
         self.ours = tl.load_model(str(path), backend="cpu")
         self.loops = loops
 

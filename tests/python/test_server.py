@@ -236,6 +236,13 @@ def test_streaming_stop_string(client, model):
     ({"prompt": "x", "forced_eos_token_id": -3}, "forced_eos_token_id"),
     ({"prompt": "x", "exponential_decay_length_penalty": [1]}, "exponential_decay_length_penalty"),
     ({"prompt": "x", "exponential_decay_length_penalty": [1, 0]}, "exponential_decay_length_penalty"),
+    ({"prompt": "x", "beam_size": 2, "n": 3}, "n"),
+    ({"prompt": "x", "beam_size": 4, "n": 2, "stream": True}, "n"),
+    ({"prompt": "x", "beam_size": 4, "n": 2, "logprobs": 1}, "logprobs"),
+    ({"prompt": "x", "n": 2, "num_return_sequences": 3}, "num_return_sequences"),
+    ({"prompt": "x", "beam_size": 4, "num_beam_groups": 3}, "num_beam_groups"),
+    ({"prompt": "x", "beam_size": 4, "diversity_penalty": 1.0}, "diversity_penalty"),
+    ({"prompt": "x", "beam_size": 4, "num_beam_groups": 2, "diversity_penalty": -1}, "diversity_penalty"),
 ])
 def test_bad_requests_name_the_field(client, body, param):
     r = post(client, **body)
@@ -373,3 +380,13 @@ def test_grammar_and_beam_extensions(client, model):
     hf = dict(beam_size=3, early_stopping="never", renormalize_logits=True, min_new_tokens=4, min_length=5)
     j = post(client, prompt=PROMPT, max_tokens=6, **hf).json()
     assert j["choices"][0]["text"] == tl.generate(model, PROMPT, max_tokens=6, **hf)["text"]
+    # n with beam search: the n best hypotheses of one search (num_return_sequences), best first.
+    for hf in (dict(beam_size=4), dict(beam_size=4, num_beam_groups=2, diversity_penalty=1.0)):
+        ours = tl.generate(model, PROMPT, max_tokens=6, num_return_sequences=3, **hf)["sequences"]
+        j = post(client, prompt=PROMPT, max_tokens=6, n=3, **hf).json()
+        assert [c["text"] for c in j["choices"]] == [q["text"] for q in ours], (hf, j)
+        assert [c["index"] for c in j["choices"]] == [0, 1, 2]
+        assert [c["tinyloop_score"] for c in j["choices"]] == [q["score"] for q in ours]
+        assert j["usage"]["completion_tokens"] == sum(len(q["output_ids"]) for q in ours)
+        j2 = post(client, prompt=PROMPT, max_tokens=6, num_return_sequences=3, **hf).json()
+        assert [c["text"] for c in j2["choices"]] == [c["text"] for c in j["choices"]]

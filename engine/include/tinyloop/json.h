@@ -96,6 +96,11 @@ GenerateStats stats_from_json(const nlohmann::json& j);
 nlohmann::json event_to_json(const TokenEvent& ev);
 TokenEvent event_from_json(const nlohmann::json& j);
 
+// GenerateResult::sequences (num_return_sequences > 1): an array of {output_ids, text,
+// stop_reason, score}, best first for beam search.
+nlohmann::json sequences_to_json(const std::vector<ReturnedSequence>& seqs);
+std::vector<ReturnedSequence> sequences_from_json(const nlohmann::json& j);
+
 // A float as the double with the same shortest decimal form (what the writers above emit).
 double json_float(float f);
 

@@ -103,6 +103,15 @@ struct GenerateConfig {
     float typical_p = 1.0f;           // (0, 1]; sampling only: locally typical filter; 1 disables
     float epsilon_cutoff = 0.0f;      // [0, 1); sampling only: drop p < epsilon_cutoff; 0 disables
     float eta_cutoff = 0.0f;          // [0, 1); sampling only: drop p < min(eta, sqrt(eta) e^-H); 0 disables
+    // Several outputs (HF num_return_sequences), 1..64: beam search returns the best N finished
+    // hypotheses (N <= beam_size), sampling N independent draws (sequence i seeded sample_seed + i);
+    // greedy refuses N > 1. GenerateResult::sequences holds them.
+    int num_return_sequences = 1;
+    // Diverse (group) beam search, HF's num_beam_groups / diversity_penalty: the beams split into
+    // num_beam_groups groups of beam_size / num_beam_groups; each group is a beam search of its
+    // own whose scores lose diversity_penalty x (how often earlier groups chose a token this step).
+    int num_beam_groups = 1;          // 1..beam_size, dividing beam_size; 1 = plain beam search
+    float diversity_penalty = 0.0f;   // >= 0; > 0 needs num_beam_groups >= 2
     int early_exit_patience = 0;      // 0 disables early exit; > 0: exit after this many stable probes
     int early_exit_min_L = 2;
     int early_exit_peek_every = 1;
@@ -220,11 +229,24 @@ struct GenerateOptions {
     KVProvenance* kv_provenance = nullptr;
 };
 
+// One of the outputs of a run with num_return_sequences > 1 (GenerateResult::sequences).
+struct ReturnedSequence {
+    std::vector<int32_t> output;  // the continuation (no prompt)
+    std::string text;             // its text (stop string excluded)
+    StopReason stop_reason = StopReason::MAX_TOKENS;
+    double score = 0;             // beam: sum of log-probs / len^length_penalty (HF sequences_scores);
+                                  // sampling: sum of the drawn tokens' log-probabilities
+};
+
 struct GenerateResult {
     std::vector<int32_t> tokens;  // prompt followed by the continuation
     int prompt_len = 0;
     std::string text;             // continuation text (stop string excluded, U+FFFD for invalid)
     GenerateStats stats;
+    // num_return_sequences > 1: every output, best first for beam search, in seed order for
+    // sampling; sequences[0] is the one in tokens / text / stats (events and callbacks report it
+    // alone). Empty when num_return_sequences is 1.
+    std::vector<ReturnedSequence> sequences;
 };
 
 // The engine entry for every plain decode; the seed's functions below wrap it.

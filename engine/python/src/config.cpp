@@ -232,6 +232,7 @@ py::dict result_dict(const tl::GenerateResult& r, const std::vector<tl::TokenEve
     d["output_ids"] = std::vector<int32_t>(r.tokens.begin() + pl, r.tokens.end());
     d["text"] = py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(r.text.data(), (Py_ssize_t)r.text.size(), "replace"));
     d["stats"] = stats_dict(r.stats);
+    if (!r.sequences.empty()) d["sequences"] = json_to_py(tl::sequences_to_json(r.sequences));
     if (events) {
         py::list l;
         for (const auto& ev : *events) l.append(event_dict(ev));
@@ -302,6 +303,12 @@ void register_config(py::module_& m) {
         .def_readwrite("epsilon_cutoff", &C::epsilon_cutoff, "float: sampling only; drop p < this, [0, 1) (default 0)")
         .def_readwrite("eta_cutoff", &C::eta_cutoff,
                        "float: sampling only; drop p < min(eta, sqrt(eta) e^-entropy), [0, 1) (default 0)")
+        .def_readwrite("num_return_sequences", &C::num_return_sequences,
+                       "int: outputs, 1..64; beam's best N (<= beam_size) or N samples seeded seed + i (default 1)")
+        .def_readwrite("num_beam_groups", &C::num_beam_groups,
+                       "int: beam only; diverse beam search in groups of beam_size / num_beam_groups (default 1)")
+        .def_readwrite("diversity_penalty", &C::diversity_penalty,
+                       "float: group beam only; minus x per earlier group's beam that chose the id, [0, 100] (default 0)")
         .def_readwrite("early_exit_patience", &C::early_exit_patience,
                        "int: 0 disables early exit; > 0 consecutive stable probes before exiting (default 0)")
         .def_readwrite("early_exit_min_L", &C::early_exit_min_L, "int: first depth probed, 1..max_loops (default 2)")

@@ -144,6 +144,8 @@ const char* kConfigDoc =
     "early_stopping=False (True | False | 'never'), renormalize_logits=False, min_new_tokens=0, min_length=0,\n"
     "forced_eos_token_id=-1 (off), exponential_decay_length_penalty=None ((start_index, decay_factor)),\n"
     "suppress_tokens=[], begin_suppress_tokens=[], typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,\n"
+    "num_return_sequences=1 (then the result's `sequences` lists every output), num_beam_groups=1,\n"
+    "diversity_penalty=0.0,\n"
     "early_exit_patience=0, early_exit_min_L=2, early_exit_peek_every=1,\n"
     "early_exit_logit_margin=0.0, early_exit_criterion='hidden_l2', early_exit_threshold=0.05,\n"
     "seed (sample_seed)=0. Call options: grammar (a Grammar or GBNF text), events=False,\n"
@@ -312,7 +314,9 @@ void register_generate(py::module_& m) {
           ("Blocking decode of `prompt` (text or token ids). Returns a dict: tokens (prompt +\n"
            "continuation), prompt_ids, output_ids, text (stop strings excluded), stats (GenerateStats\n"
            "as a dict; stop_reason as a name), and events when events=True or lens=True\n"
-           "(lens_top_k=5 entries per depth).\n\n" + cfg_doc).c_str());
+           "(lens_top_k=5 entries per depth). With num_return_sequences > 1 also `sequences`: a list\n"
+           "of dicts (output_ids, text, stop_reason, score), best first for beam search; the first is\n"
+           "the one in output_ids / text (and the only one events report).\n\n" + cfg_doc).c_str());
     m.def("generate_stream", &stream_py, py::arg("model"), py::arg("prompt"), py::arg("config") = py::none(),
           py::arg("queue_size") = 16,
           ("Starts a decode and returns a GenerationStream yielding one event dict per token.\n"

@@ -130,6 +130,9 @@ uint64_t batch_submit(BatchEngine* engine, BatchRequest request) {
     check_prompt_ids(m, request.prompt.data(), n);
     if (request.config.beam_size >= 2)
         throw Error(ErrorCode::NotSupported, "beam_size: the batch engine does not run beam search (use generate)");
+    if (request.config.num_return_sequences > 1)
+        throw Error(ErrorCode::NotSupported,
+                    "num_return_sequences: the batch engine returns one output per request (use generate, or 1)");
     auto s = std::make_unique<Seq>();
     s->prompt_len = n;
     s->loops = request.config.loops > 0 ? request.config.loops : m.hp.default_loops;

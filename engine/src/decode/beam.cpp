@@ -4,47 +4,23 @@
 // them that end (EOS, a stop sequence, max_tokens) and rank among the first beam_size join the
 // finished hypotheses (the best beam_size kept, scored log_prob / len^length_penalty, len
 // counting emitted tokens); the best beam_size that do not end go on. early_stopping decides when
-// the search ends (HF's false / true / "never"). Sampling knobs (temperature, top-k, top-p, min-p,
-// seed) are ignored.
+// the search ends (HF's false / true / "never"). The best num_return_sequences finished
+// hypotheses are returned. Sampling knobs (temperature, top-k, top-p, min-p, seed) are ignored.
+// num_beam_groups >= 2 runs the group search of beam_groups.cpp instead.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
-#include <memory>
 
-#include "decode/decode.h"
-#include "decode/emit.h"
+#include "decode/beam_search.h"
 
 namespace tinyloop {
 
+namespace beam {
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-struct Beam {
-    std::vector<int32_t> tokens;  // emitted so far
-    double logp = 0;
-    std::shared_ptr<KVCache> kv;  // shared until it has to diverge
-    std::vector<float> logits;    // next-token logits
-};
-
-struct Hyp {
-    std::vector<int32_t> tokens;
-    double logp = 0;
-    double score = 0;
-};
-
-struct Cand {
-    double logp;
-    int beam;
-    int32_t tok;
-};
-
-double rank(double logp, size_t len, float length_penalty) {
-    return logp / std::pow(std::max<double>(1.0, static_cast<double>(len)), length_penalty);
-}
 
 // x -= logsumexp(x), in place (a row that is all -inf stays so).
 void log_normalize(std::vector<float>& x) {
@@ -57,10 +33,15 @@ void log_normalize(std::vector<float>& x) {
     for (float& v : x) v -= lse;
 }
 
-// The best `keep` continuations of every beam (HF's top-k over beams x vocabulary), best first;
-// ties go to the lower beam, then the lower id.
+}  // namespace
+
+double rank(double logp, size_t len, float length_penalty) {
+    return logp / std::pow(std::max<double>(1.0, static_cast<double>(len)), length_penalty);
+}
+
 std::vector<Cand> best_continuations(const Model& m, const LogitsPipeline& pipe, const GenerateConfig& c,
-                                     const std::vector<int32_t>& prompt, const std::vector<Beam>& beams, int keep) {
+                                     const std::vector<int32_t>& prompt, const std::vector<Beam>& beams, int keep,
+                                     const std::vector<float>* diversity) {
     const int V = m.hp.vocab_size;
     std::vector<float> lp, z;
     std::vector<int32_t> idx(static_cast<size_t>(V));
@@ -72,7 +53,7 @@ std::vector<Cand> best_continuations(const Model& m, const LogitsPipeline& pipe,
         lp = bm.logits;
         mask_undecodable(lp.data(), V, m.tokenizer.n_ids());  // log-probabilities over the real ids
         log_normalize(lp);                                    // HF: processors see log-softmax scores
-        pipe.process(lp.data(), context, bm.tokens, nullptr, z);  // no grammar with beams
+        pipe.process(lp.data(), context, bm.tokens, nullptr, z, diversity);  // no grammar with beams
         if (c.renormalize_logits) log_normalize(z);
         for (int i = 0; i < V; ++i) idx[static_cast<size_t>(i)] = i;
         const int k = std::min(keep, V);
@@ -86,20 +67,6 @@ std::vector<Cand> best_continuations(const Model& m, const LogitsPipeline& pipe,
     return cands;
 }
 
-// Whether a live beam may still beat the worst of beam_size finished hypotheses (HF's
-// _check_early_stop_heuristic): the best live beam scored at its current length, or at
-// max_tokens under early_stopping "never" with a positive length_penalty.
-bool improvement_possible(const GenerateConfig& c, const std::vector<Hyp>& finished, const std::vector<Beam>& beams,
-                          int emitted) {
-    if (static_cast<int>(finished.size()) < c.beam_size) return true;
-    if (beams.empty()) return false;
-    const bool at_max = c.early_stopping == EarlyStopping::Never && c.length_penalty > 0;
-    const double best_live = rank(beams.front().logp, static_cast<size_t>(at_max ? c.max_tokens : emitted), c.length_penalty);
-    return best_live > finished.back().score;
-}
-
-// Advances every beam by its new token; a cache shared by several children is copied for all
-// but the last one to take it.
 void advance(const Model& m, std::vector<Beam>& beams, int prompt_len, int loops, int window, Workspace& ws,
              std::vector<float>& h) {
     for (size_t i = 0; i < beams.size(); ++i) {
@@ -119,43 +86,96 @@ void advance(const Model& m, std::vector<Beam>& beams, int prompt_len, int loops
     }
 }
 
+Search start_search(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c) {
+    Search s{Clock::now(), c.loops > 0 ? c.loops : m.hp.default_loops, prompt_result(prompt, prompt_len, c.max_tokens),
+             StopPolicy::from(c)};
+    s.res.stats.loops_used = s.loops;
+    s.stops.max_time = 0.0;
+    return s;
+}
+
+Beam prefill(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c, int loops, Workspace& ws,
+             std::vector<float>& h) {
+    Beam first;
+    first.kv = std::make_shared<KVCache>();
+    first.kv->allocate(m.hp, exec_layers(m.hp, loops), prompt_len + c.max_tokens, c.kv_cache);
+    ForwardArgs fa;
+    fa.tokens = prompt;
+    fa.n = prompt_len;
+    fa.loops = loops;
+    fa.window = c.cache_window;
+    forward(m, *first.kv, ws, fa, h);
+    first.logits.resize(static_cast<size_t>(m.hp.vocab_size));
+    compute_logits(m, h.data() + static_cast<size_t>(prompt_len - 1) * m.hp.d_model, 1, first.logits.data(), ws);
+    return first;
+}
+
+void report(const Model& m, GenerateResult& res, const StopPolicy& stops, const GenerateConfig& c,
+            const GenerateOptions& options, int loops, Clock::time_point t0, const std::vector<Hyp>& best) {
+    // Each sequence like any decode, through the same emitter and stop order (after the search):
+    // it ends at its last token (the search's EOS, stop sequence or max_tokens) or at a stop
+    // string; the callbacks (the first sequence's only) can end it earlier.
+    const size_t n = c.num_return_sequences > 1 ? std::min(best.size(), static_cast<size_t>(c.num_return_sequences)) : 1;
+    const GenerateResult prompt_only = res;
+    for (size_t i = 0; i < n; ++i) {
+        GenerateResult scratch = prompt_only;
+        GenerateResult& into = i == 0 ? res : scratch;
+        const std::vector<int32_t> toks = i < best.size() ? best[i].tokens : std::vector<int32_t>{};
+        StopPolicy sp = stops;
+        sp.max_tokens = static_cast<int>(toks.size());
+        const GenerateOptions none;
+        const GenerateOptions& o = i == 0 ? options : none;
+        TokenEmitter out(m, into, sp, o.on_token, o.observer, 0, t0);
+        for (const int32_t tok : toks)
+            if (!out.emit(tok, EmitInfo{.depth = loops})) break;
+        out.finish(loops);
+        if (c.num_return_sequences > 1)
+            res.sequences.push_back({std::vector<int32_t>(into.tokens.begin() + into.prompt_len, into.tokens.end()),
+                                     into.text, into.stats.stop_reason, i < best.size() ? best[i].score : 0.0});
+    }
+    res.stats.total_ms = ms_since(t0);
+}
+
+}  // namespace beam
+
+namespace {
+
+using namespace beam;
+
+// Whether a live beam may still beat the worst of beam_size finished hypotheses (HF's
+// _check_early_stop_heuristic): the best live beam scored at its current length, or at
+// max_tokens under early_stopping "never" with a positive length_penalty.
+bool improvement_possible(const GenerateConfig& c, const std::vector<Hyp>& finished, const std::vector<Beam>& beams,
+                          int emitted) {
+    if (static_cast<int>(finished.size()) < c.beam_size) return true;
+    if (beams.empty()) return false;
+    const bool at_max = c.early_stopping == EarlyStopping::Never && c.length_penalty > 0;
+    const double best_live = rank(beams.front().logp, static_cast<size_t>(at_max ? c.max_tokens : emitted), c.length_penalty);
+    return best_live > finished.back().score;
+}
+
 }  // namespace
 
 GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c,
                            const GenerateOptions& options) {
-    const auto t0 = Clock::now();
-    const HParams& hp = m.hp;
-    const int V = hp.vocab_size, d = hp.d_model;
-    const int L = c.loops > 0 ? c.loops : hp.default_loops;
-    const int B = c.beam_size;
-    GenerateResult res = prompt_result(prompt, prompt_len, c.max_tokens);
-    GenerateStats& st = res.stats;
-    st.loops_used = L;
+    if (c.num_beam_groups >= 2) return decode_group_beam(m, prompt, prompt_len, c, options);
+    Search s = start_search(m, prompt, prompt_len, c);
+    const auto t0 = s.t0;
+    const int L = s.loops, B = c.beam_size;
+    GenerateResult& res = s.res;
+    const StopPolicy& stops = s.stops;
     if (c.max_tokens == 0) {
-        st.total_ms = ms_since(t0);
+        report(m, res, stops, c, options, L, t0, {});
         return res;
     }
 
     Workspace ws;
     std::vector<float> h;
-    auto first = std::make_shared<KVCache>();
-    first->allocate(hp, exec_layers(hp, L), prompt_len + c.max_tokens, c.kv_cache);
-    ForwardArgs fa;
-    fa.tokens = prompt;
-    fa.n = prompt_len;
-    fa.loops = L;
-    fa.window = c.cache_window;
-    forward(m, *first, ws, fa, h);
-    std::vector<Beam> beams(1);
-    beams[0].kv = first;
-    beams[0].logits.resize(static_cast<size_t>(V));
-    compute_logits(m, h.data() + static_cast<size_t>(prompt_len - 1) * d, 1, beams[0].logits.data(), ws);
-    st.prefill_ms = ms_since(t0);
+    std::vector<Beam> beams{prefill(m, prompt, prompt_len, c, L, ws, h)};
+    res.stats.prefill_ms = ms_since(t0);
 
     std::vector<Hyp> finished;  // best first, at most B
     const int32_t eos = m.tokenizer.eos_id();
-    StopPolicy stops = StopPolicy::from(c);
-    stops.max_time = 0.0;  // the search has no clock
     const LogitsPipeline pipe(m, c);
     const std::vector<int32_t> prompt_ids(prompt, prompt + prompt_len);
     bool may_improve = true;
@@ -193,17 +213,7 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
     }
     if (finished.empty() && !beams.empty())  // every continuation was banned: the best live beam
         finished.push_back({beams.front().tokens, beams.front().logp, 0.0});
-    const Hyp* best = finished.empty() ? nullptr : &finished.front();
-
-    // Report the winner like any decode, through the same emitter and stop order (after the
-    // search): it ends at its last token (the search's EOS, stop sequence or max_tokens) or at a
-    // stop string; the callbacks can end it earlier.
-    std::vector<int32_t> winner = best ? best->tokens : std::vector<int32_t>{};
-    stops.max_tokens = static_cast<int>(winner.size());
-    TokenEmitter out(m, res, stops, options.on_token, options.observer, 0, t0);
-    for (const int32_t tok : winner)
-        if (!out.emit(tok, EmitInfo{.depth = L})) break;
-    out.finish(L);
+    report(m, res, stops, c, options, L, t0, finished);
     return res;
 }
 

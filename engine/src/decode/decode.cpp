@@ -93,6 +93,8 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         require_cpu_backend(m, unrouted);  // backend cuda: refused, naming it; auto: on the CPU
     }
 #endif
+    if (start && config.num_return_sequences > 1)
+        throw Error(ErrorCode::NotSupported, "num_return_sequences: several outputs do not run from a cache yet (use 1)");
     if (config.beam_size >= 2) {
         if (start) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
         if (options.kv_provenance)

@@ -21,6 +21,9 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
 // Beam search (config.beam_size >= 2), reached through decode().
 GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
                            const GenerateOptions& options);
+// Diverse group beam search (config.num_beam_groups >= 2), reached through decode_beam().
+GenerateResult decode_group_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                                 const GenerateOptions& options);
 
 void check_prompt_ids(const Model& m, const int32_t* prompt, int prompt_len);
 

@@ -36,10 +36,12 @@ LogitsPipeline::LogitsPipeline(const Model& m, const GenerateConfig& config)
 
 void LogitsPipeline::process(const float* logits, const std::vector<int32_t>& context,
                              const std::vector<int32_t>& output, const std::vector<char>* mask,
-                             std::vector<float>& z) const {
+                             std::vector<float>& z, const std::vector<float>* diversity) const {
     const int V = m_.hp.vocab_size;
     z.assign(logits, logits + V);
     apply_logit_bias(z.data(), V, c_.logit_bias);  // HF's sequence_bias comes first
+    if (diversity)  // then HF's HammingDiversityLogitsProcessor
+        for (int j = 0; j < V; ++j) z[static_cast<size_t>(j)] -= (*diversity)[static_cast<size_t>(j)];
     apply_repetition_penalty(z.data(), V, context, c_.repetition_penalty);
     apply_frequency_presence(z.data(), V, output, c_.frequency_penalty, c_.presence_penalty);
     ban_repeated_ngrams(z.data(), V, context, c_.no_repeat_ngram_size);

@@ -42,9 +42,11 @@ class LogitsPipeline {
 public:
     LogitsPipeline(const Model& m, const GenerateConfig& config);
     bool greedy() const { return greedy_; }
-    // z = `logits` after every processor; `mask` (optional) is the grammar's allowed set.
+    // z = `logits` after every processor; `mask` (optional) is the grammar's allowed set;
+    // `diversity` (optional, group beam search) one amount per id, subtracted after the logit bias.
     void process(const float* logits, const std::vector<int32_t>& context, const std::vector<int32_t>& output,
-                 const std::vector<char>* mask, std::vector<float>& z) const;
+                 const std::vector<char>* mask, std::vector<float>& z,
+                 const std::vector<float>* diversity = nullptr) const;
     // The distribution a sampler draws from (temperature, top-k, top-p, min-p, typical-p, epsilon,
     // eta); sampling only.
     std::vector<float> probs(const std::vector<float>& z) const;

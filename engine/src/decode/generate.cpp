@@ -4,6 +4,7 @@
 #include "decode/emit.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 
@@ -22,9 +23,42 @@ const char* stop_reason_name(StopReason r) {
     return "?";
 }
 
+namespace {
+
+// num_return_sequences > 1 when sampling: independent draws, sequence i seeded sample_seed + i
+// (the first is the plain call's output, and the only one the callbacks see).
+GenerateResult sample_several(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                              const GenerateOptions& options) {
+    GenerateResult first;
+    for (int i = 0; i < config.num_return_sequences; ++i) {
+        GenerateConfig c = config;
+        c.sample_seed = config.sample_seed + static_cast<uint64_t>(i);
+        GenerateOptions o;
+        if (i == 0) o = options;
+        double logp = 0;
+        o.observer = [&logp, user = o.observer](const TokenEvent& ev) {
+            logp += std::log(static_cast<double>(ev.prob));
+            return user ? user(ev) : true;
+        };
+        GenerateResult r = decode(m, prompt, prompt_len, c, o, nullptr);
+        ReturnedSequence seq{std::vector<int32_t>(r.tokens.begin() + r.prompt_len, r.tokens.end()), r.text,
+                             r.stats.stop_reason, logp};
+        if (i == 0) first = std::move(r);
+        first.sequences.push_back(std::move(seq));
+    }
+    return first;
+}
+
+}  // namespace
+
 GenerateResult generate_ex(Model* model, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
                            const GenerateOptions& options) {
-    return decode(checked(model), prompt, prompt_len, config, options, nullptr);
+    const Model& m = checked(model);
+    if (config.num_return_sequences > 1 && config.beam_size < 2) {
+        validate_config(model, prompt_len, config);  // refuses greedy before any draw
+        return sample_several(m, prompt, prompt_len, config, options);
+    }
+    return decode(m, prompt, prompt_len, config, options, nullptr);
 }
 
 std::vector<float> next_token_distribution(Model* model, const int32_t* tokens, int n, int emitted,
@@ -89,8 +123,9 @@ std::vector<GenerateResult> generate_batch_ex(Model* model, const std::vector<st
         return [&options, i](const TokenEvent& ev) { return options.observer(i, ev); };
     };
     std::vector<GenerateResult> results;
-    if (config.beam_size >= 2 || options.lens) {
-        // The batch engine runs neither beam search nor the logit lens: one prompt after another.
+    if (config.beam_size >= 2 || config.num_return_sequences > 1 || options.lens) {
+        // The batch engine runs neither beam search, several outputs per prompt nor the logit
+        // lens: one prompt after another.
         for (size_t i = 0; i < prompts.size(); ++i) {
             GenerateOptions o;
             o.observer = observer_for(i);

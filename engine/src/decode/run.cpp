@@ -62,6 +62,11 @@ GenerateResult run_decode(Model* model, const int32_t* prompt, int prompt_len, c
                           const GenerateOptions& options) {
     checked(model);
     GenerateConfig c = spec.config;
+    const bool one_output =
+        spec.mode == DecodeMode::Speculative || spec.mode == DecodeMode::Tree || spec.mode == DecodeMode::Greedy;
+    if (one_output && c.num_return_sequences > 1)
+        bad("num_return_sequences: " + std::to_string(c.num_return_sequences) + " needs sample or beam mode (" +
+            decode_mode_name(spec.mode) + " returns one output; use 1)");
     switch (spec.mode) {
         case DecodeMode::Greedy:
             c.temperature = 0.0f;

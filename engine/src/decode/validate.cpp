@@ -63,6 +63,33 @@ void validate_hf_sampling_fields(const GenerateConfig& c, const ConfigLimits& hp
     if (!(c.eta_cutoff >= 0.0f && c.eta_cutoff < 1.0f)) bad("eta_cutoff: " + num(c.eta_cutoff) + " is outside [0, 1) (0 disables)");
 }
 
+// num_return_sequences, num_beam_groups, diversity_penalty (after beam_size's own range).
+void validate_several_outputs(const GenerateConfig& c) {
+    const bool beam = c.beam_size >= 2;
+    if (c.num_return_sequences < 1 || c.num_return_sequences > 64)
+        bad("num_return_sequences: " + std::to_string(c.num_return_sequences) + " is outside [1, 64]");
+    if (beam && c.num_return_sequences > c.beam_size)
+        bad("num_return_sequences: " + std::to_string(c.num_return_sequences) + " is outside [1, beam_size = " +
+            std::to_string(c.beam_size) + "] (beam search returns its best num_return_sequences hypotheses)");
+    if (!beam && c.num_return_sequences > 1 && c.temperature <= 0.01f)
+        bad("num_return_sequences: " + std::to_string(c.num_return_sequences) +
+            " needs sampling (temperature > 0.01) or beam search (beam_size >= 2); greedy decoding has one output");
+    if (c.num_beam_groups < 1 || c.num_beam_groups > 64)
+        bad("num_beam_groups: " + std::to_string(c.num_beam_groups) + " is outside [1, 64] (1 = plain beam search)");
+    if (c.num_beam_groups > 1 && !beam)
+        bad("num_beam_groups: " + std::to_string(c.num_beam_groups) +
+            " only applies to beam search; set beam_size >= 2 or leave num_beam_groups at 1");
+    if (beam && c.beam_size % c.num_beam_groups != 0)
+        bad("num_beam_groups: " + std::to_string(c.num_beam_groups) + " must divide beam_size " +
+            std::to_string(c.beam_size) + " (each group holds beam_size / num_beam_groups beams)");
+    finite("diversity_penalty", c.diversity_penalty);
+    if (c.diversity_penalty < 0.0f || c.diversity_penalty > 100.0f)
+        bad("diversity_penalty: " + num(c.diversity_penalty) + " is outside [0, 100] (0 disables)");
+    if (c.diversity_penalty > 0.0f && c.num_beam_groups < 2)
+        bad("diversity_penalty: " + num(c.diversity_penalty) +
+            " needs num_beam_groups >= 2 (it penalises a group for the ids earlier groups chose)");
+}
+
 }  // namespace
 
 ConfigLimits config_limits(const Model* model) {
@@ -163,6 +190,7 @@ void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
     if (c.beam_size < 2 && c.length_penalty != 1.0f)
         bad("length_penalty: " + num(c.length_penalty) +
             " only applies to beam search; set beam_size >= 2 or leave length_penalty at 1");
+    validate_several_outputs(c);
     if (c.beam_size >= 2 && c.early_exit_patience > 0)
         bad("beam_size: beam search and early exit cannot be combined (set early_exit_patience to 0)");
     if (c.beam_size >= 2 && c.grammar != nullptr)

@@ -1,4 +1,4 @@
-// The JSON codec's result half: GenerateStats and TokenEvent (lens rows, speculative cycles) to
+// The JSON codec's result half: GenerateStats, ReturnedSequence and TokenEvent (lens rows, speculative cycles) to
 // and from JSON (tinyloop/json.h).
 #include <charconv>
 #include <cstdlib>
@@ -44,6 +44,18 @@ void take(const json& j, const char* key, T& x) {
 
 void require_object(const json& j, const char* what) {
     if (!j.is_object()) bad(what, "expected a JSON object");
+}
+
+// j["stop_reason"], when present, as a StopReason (its name, as stop_reason_name writes it).
+void take_stop_reason(const json& j, StopReason& x) {
+    std::string reason = stop_reason_name(x);
+    take(j, "stop_reason", reason);
+    for (int r = 0; r <= static_cast<int>(StopReason::MAX_TIME); ++r)
+        if (reason == stop_reason_name(static_cast<StopReason>(r))) {
+            x = static_cast<StopReason>(r);
+            return;
+        }
+    bad("stop_reason", "'" + reason + "' is not a stop reason");
 }
 
 }  // namespace
@@ -92,16 +104,31 @@ GenerateStats stats_from_json(const json& j) {
     take(j, "spec_accept_hist", s.spec_accept_hist);
     take(j, "draft_ms", s.draft_ms);
     take(j, "verify_ms", s.verify_ms);
-    std::string reason = stop_reason_name(s.stop_reason);
-    take(j, "stop_reason", reason);
-    bool known = false;
-    for (int r = 0; r <= static_cast<int>(StopReason::MAX_TIME); ++r)
-        if (reason == stop_reason_name(static_cast<StopReason>(r))) {
-            s.stop_reason = static_cast<StopReason>(r);
-            known = true;
-        }
-    if (!known) bad("stop_reason", "'" + reason + "' is not a stop reason");
+    take_stop_reason(j, s.stop_reason);
     return s;
+}
+
+json sequences_to_json(const std::vector<ReturnedSequence>& seqs) {
+    json a = json::array();
+    for (const auto& q : seqs)
+        a.push_back({{"output_ids", q.output}, {"text", q.text}, {"stop_reason", stop_reason_name(q.stop_reason)},
+                     {"score", q.score}});
+    return a;
+}
+
+std::vector<ReturnedSequence> sequences_from_json(const json& j) {
+    if (!j.is_array()) bad("sequences", "expected an array of {output_ids, text, stop_reason, score}");
+    std::vector<ReturnedSequence> out;
+    for (const auto& row : j) {
+        require_object(row, "sequences[]");
+        ReturnedSequence q;
+        take(row, "output_ids", q.output);
+        take(row, "text", q.text);
+        take(row, "score", q.score);
+        take_stop_reason(row, q.stop_reason);
+        out.push_back(std::move(q));
+    }
+    return out;
 }
 
 json event_to_json(const TokenEvent& ev) {
