@@ -17,6 +17,8 @@ const std::vector<CommandEntry>& command_table() {
          "per-token log-probabilities, perplexity, uncertainty, escalation, early exit"},
         {"lens", lens_spec, run_lens, "logit lens: the prediction at every loop depth, token x depth"},
         {"depths", depths_spec, run_depths, "answer one prompt at several loop depths from one prefill"},
+        {"recommend", recommend_spec, run_recommend,
+         "find the model's recommended early-exit and speculation settings and store them in its file"},
         {"reuse", reuse_spec, run_reuse, "answer prompts that share prefixes through a prefix pool"},
         {"bench", bench_spec, run_bench,
          "prefill/decode tok/s, GB/s, speedups of early exit and speculation"},
