@@ -245,22 +245,6 @@ auto with_flag_messages(F&& f) -> decltype(f()) {
     }
 }
 
-struct EarlyExitName {
-    const char* name;
-    EarlyExitCriterion criterion;
-};
-const EarlyExitName kCriteria[] = {
-    {"l2", EarlyExitCriterion::HiddenL2},       {"margin", EarlyExitCriterion::LogitMargin},
-    {"kl", EarlyExitCriterion::KL},             {"entropy", EarlyExitCriterion::EntropyDelta},
-    {"argmax", EarlyExitCriterion::ArgmaxStable},
-};
-
-const char* flag_criterion_name(EarlyExitCriterion c) {
-    for (const auto& k : kCriteria)
-        if (k.criterion == c) return k.name;
-    return "?";
-}
-
 // The speculative knobs as given on the command line.
 struct SpeculativeFlags {
     std::optional<int> draft_loops, verify_loops, draft_ahead, branches;
@@ -490,7 +474,7 @@ nlohmann::json config_json(const GenerateConfig& cfg, const Args& args, const st
     j["stop"] = cfg.stop_strings;
     j["stop_ids"] = cfg.stop_sequences;
     j["no_repeat_ngram"] = cfg.no_repeat_ngram_size;
-    j["early_exit"] = {{"criterion", flag_criterion_name(cfg.early_exit_criterion)},
+    j["early_exit"] = {{"criterion", criterion_flag_name(cfg.early_exit_criterion)},
                        {"patience", cfg.early_exit_patience},
                        {"min_l", cfg.early_exit_min_L},
                        {"peek_every", cfg.early_exit_peek_every},

@@ -23,8 +23,9 @@ CommandSpec recommend_spec() {
     s.summary =
         "Finds the checkpoint's recommended early-exit policy and speculation knobs and, with --write\n"
         "or --out, stores them in the model file's metadata (only the metadata changes; every tensor\n"
-        "byte stays). Early exit: the policy with the lowest mean exit depth whose teacher-forced NLL\n"
-        "on the text stays within --nll-tolerance of the default depth's. Speculation: the chain and\n"
+        "byte stays). Early exit: the policy with the lowest modelled cost per token (passes, head,\n"
+        "probes) whose teacher-forced NLL on the text stays within --nll-tolerance of the default\n"
+        "depth's. Speculation: the chain and\n"
         "tree cells whose measured acceptance gives the highest modelled speedup (tokens per cycle x\n"
         "V / passes), greedy and token-identical to plain greedy; wall time is printed, not used.";
     const std::string I = "Input", R = "Search", W = "Output";
@@ -83,9 +84,10 @@ void print_text(const analysis::ExitSearch* ex, const analysis::SweepResult* sw,
             std::printf("  no policy of the grid exits early within the tolerance: none recommended\n");
         } else {
             const auto& c = ex->candidates[static_cast<size_t>(ex->best)];
-            std::printf("  chosen: %s threshold %g patience %d min_L %d: NLL %.4f (%+.2f%%), mean depth %.2f of %d\n",
+            std::printf("  chosen: %s threshold %g patience %d min_L %d: NLL %.4f (%+.2f%%), mean depth %.2f of %d, "
+                        "modelled cost %.2f of the fixed depth's\n",
                         criterion_name(c.criterion), c.threshold, c.patience, c.min_L, c.nll,
-                        100 * (c.nll / ex->base_nll - 1), c.mean_depth, ex->loops);
+                        100 * (c.nll / ex->base_nll - 1), c.mean_depth, ex->loops, c.relative_cost);
             std::printf("  exit depth histogram:");
             for (size_t d = 0; d < c.depth_counts.size(); ++d) std::printf(" L%zu:%d", d + 1, c.depth_counts[d]);
             std::printf("\n");

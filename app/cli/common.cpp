@@ -312,13 +312,22 @@ std::string grouped(uint64_t n) {
 
 // ---- the model's recommendation as the default of early exit and speculation ----
 
+namespace {
+const std::pair<const char*, EarlyExitCriterion> kCriterionFlags[] = {
+    {"l2", EarlyExitCriterion::HiddenL2}, {"margin", EarlyExitCriterion::LogitMargin},
+    {"kl", EarlyExitCriterion::KL},       {"entropy", EarlyExitCriterion::EntropyDelta},
+    {"argmax", EarlyExitCriterion::ArgmaxStable}};
+}  // namespace
+
+const char* criterion_flag_name(EarlyExitCriterion c) {
+    for (const auto& [name, k] : kCriterionFlags)
+        if (k == c) return name;
+    return "?";
+}
+
 bool read_criterion_flag(const std::string& flag, const std::string& value, EarlyExitCriterion* out) {
     if (value == "model") return false;
-    static const std::pair<const char*, EarlyExitCriterion> names[] = {
-        {"l2", EarlyExitCriterion::HiddenL2}, {"margin", EarlyExitCriterion::LogitMargin},
-        {"kl", EarlyExitCriterion::KL},       {"entropy", EarlyExitCriterion::EntropyDelta},
-        {"argmax", EarlyExitCriterion::ArgmaxStable}};
-    for (const auto& [name, c] : names)
+    for (const auto& [name, c] : kCriterionFlags)
         if (value == name) {
             *out = c;
             return true;
@@ -336,7 +345,7 @@ GenerateConfig cli_early_exit(const Model* model, const Args& args, const Genera
                                                          {"--early-exit-min-l", "early_exit_min_L"},
                                                          {"--early-exit-peek-every", "early_exit_peek_every"}};
     for (const auto& [flag, key] : flags)
-        if (args.has(flag)) keys.push_back(key);
+        if (args.declares(flag) && args.has(flag)) keys.push_back(key);
     std::vector<std::pair<std::string, std::string>> source;
     GenerateConfig out = resolve_early_exit(model, cfg, keys, &source);
     if (used) {
@@ -349,7 +358,9 @@ GenerateConfig cli_early_exit(const Model* model, const Args& args, const Genera
         std::snprintf(line, sizeof line, "early exit: %s, threshold %g, patience %d, first probe at depth %d%s",
                       criterion_name(out.early_exit_criterion), out.early_exit_threshold, out.early_exit_patience,
                       out.early_exit_min_L,
-                      model_used ? " (recommended by the model)" : builtin_used && keys.empty() ? " (built-in default)" : "");
+                      !model_used ? (builtin_used && keys.empty() ? " (built-in default)" : "")
+                      : keys.empty() ? " (recommended by the model)"
+                                     : " (the fields not given: recommended by the model)");
         *used = line;
     }
     return out;

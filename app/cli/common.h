@@ -111,6 +111,8 @@ GenerateConfig cli_early_exit(const Model* model, const Args& args, const Genera
 // --early-exit's value as a criterion: l2, margin, kl, entropy, argmax; "model" leaves `out`
 // unchanged and returns false; anything else is a UsageError naming `flag`.
 bool read_criterion_flag(const std::string& flag, const std::string& value, EarlyExitCriterion* out);
+// The flag's name of a criterion: l2, margin, kl, entropy, argmax.
+const char* criterion_flag_name(EarlyExitCriterion c);
 // "speculation: draft 2 -> verify 4, draft_ahead 4 (recommended by the model)" for a resolved
 // chain or tree run; `given` says which knobs came from flags.
 std::string speculation_used_line(const Model* model, const SpeculationKnobs& k, bool tree, bool draft_given,

@@ -32,6 +32,28 @@ const std::vector<GridLine>& exit_grid() {
     return g;
 }
 
+// Multiply-adds per token, per the hyperparameters: one block, the head.
+double block_macs(const tinyloop::HParams& hp) {
+    const double d = hp.d_model, H = double(hp.n_heads) * hp.head_dim, Hkv = double(hp.n_kv_heads) * hp.head_dim;
+    return d * H * 2 + d * Hkv * 2 + 3.0 * d * hp.d_ff;
+}
+
+// A position's cost relative to the fixed depth: the prelude, its passes, the head once, and a
+// head per probe for the criteria that read the lens (all but hidden_l2, which compares states).
+double relative_cost(const tinyloop::HParams& hp, const ExitCandidate& c, int loops) {
+    const double block = block_macs(hp), head = double(hp.vocab_size) * hp.d_model;
+    const double pre = hp.n_pre_blocks * block, pass = hp.n_loop_layers * block;
+    const double probe = c.criterion == EarlyExitCriterion::HiddenL2 ? 0.0 : head;
+    double probes = 0, positions = 0;
+    for (size_t i = 0; i < c.depth_counts.size(); ++i) {
+        const int depth = static_cast<int>(i) + 1;
+        probes += c.depth_counts[i] * std::max(0, std::min(depth, loops - 1) - c.min_L + 1);
+        positions += c.depth_counts[i];
+    }
+    const double mean_probes = positions > 0 ? probes / positions : 0.0;
+    return (pre + c.mean_depth * pass + head + mean_probes * probe) / (pre + loops * pass + head);
+}
+
 }  // namespace
 
 ExitSearch search_exit_policy(tinyloop::Model* model, const std::vector<int32_t>& tokens, double nll_tolerance,
@@ -70,20 +92,22 @@ ExitSearch search_exit_policy(tinyloop::Model* model, const std::vector<int32_t>
             sum += d;
         }
         c.mean_depth = depth.empty() ? s.loops : sum / static_cast<double>(depth.size());
+        c.relative_cost = relative_cost(hp, c, s.loops);
         s.candidates.push_back(std::move(c));
         if (progress) progress(++done, static_cast<int>(plan.size()));
     }
     const double limit = s.base_nll * (1.0 + nll_tolerance);
     for (size_t i = 0; i < s.candidates.size(); ++i) {
         const ExitCandidate& c = s.candidates[i];
-        if (c.nll > limit || c.mean_depth >= s.loops) continue;
-        // Shallower wins; at equal depth (within 0.01) the lower NLL.
+        if (c.nll > limit || c.mean_depth >= s.loops || c.relative_cost >= 1.0) continue;
+        // The cheapest wins; at equal cost (within 1%) the lower NLL.
         if (s.best < 0) {
             s.best = static_cast<int>(i);
             continue;
         }
         const ExitCandidate& b = s.candidates[static_cast<size_t>(s.best)];
-        if (c.mean_depth < b.mean_depth - 0.01 || (std::fabs(c.mean_depth - b.mean_depth) <= 0.01 && c.nll < b.nll))
+        if (c.relative_cost < b.relative_cost - 0.01 ||
+            (std::fabs(c.relative_cost - b.relative_cost) <= 0.01 && c.nll < b.nll))
             s.best = static_cast<int>(i);
     }
     return s;
@@ -146,6 +170,7 @@ nlohmann::json candidate_json(const ExitCandidate& c) {
             {"min_L", c.min_L},
             {"nll_per_token", c.nll},
             {"mean_depth", c.mean_depth},
+            {"relative_cost", c.relative_cost},
             {"depth_counts", c.depth_counts}};
 }
 

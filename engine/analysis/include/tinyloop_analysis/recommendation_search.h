@@ -2,8 +2,10 @@
 // `tinyloop recommend` and the views' "Save as the model's recommendation". No Qt.
 //
 // Early exit: every policy of a grid (criterion x threshold x patience x min_L) scores a held-out
-// text teacher-forced (tinyloop::score_early_exit); the chosen one has the lowest mean exit depth
-// among those whose NLL is within `nll_tolerance` of the fixed default depth's.
+// text teacher-forced (tinyloop::score_early_exit); the chosen one has the lowest modelled cost
+// per token (prelude + passes + head + a head per probe for the criteria that read the lens,
+// from the hyperparameters and the exit depths: deterministic, no wall time) among those whose
+// NLL is within `nll_tolerance` of the fixed default depth's.
 // Speculation: the sweep (speculation_sweep.h) over chain and tree cells; the chosen cell of each
 // kind has the highest modelled speedup, tokens per cycle x V / (K x D + V - D) passes, from its
 // measured acceptance (deterministic: greedy), among cells whose text equals greedy and that pay
@@ -28,6 +30,7 @@ struct ExitCandidate {
     int patience = 1, min_L = 2;
     double nll = 0;                  // per token
     double mean_depth = 0;           // over positions
+    double relative_cost = 1;        // modelled multiply-adds per token over the fixed depth's
     std::vector<int> depth_counts;   // [depth-1]: positions that stopped there
 };
 
