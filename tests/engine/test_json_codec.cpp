@@ -139,7 +139,7 @@ TEST(JsonCodec, RunSpecRoundTrips) {
 
     EXPECT_TRUE(starts_with(refusal([] { run_spec_from_json(json{{"mode", "warp"}}); }), "mode:"));
     EXPECT_TRUE(starts_with(refusal([] { run_spec_from_json(json{{"speculation", {{"branches", 9}}}}); }),
-                            "speculation.branches: 9 is outside [1, 8]"));
+                            "speculation.branches: 9 is outside [0, 8]"));
     EXPECT_TRUE(starts_with(refusal([] { run_spec_from_json(json{{"speculation", {{"gamma", 0}}}}); }),
                             "speculation.gamma:"));
     EXPECT_TRUE(starts_with(refusal([] { run_spec_from_json(json{{"config", {{"top_p", 0}}}}); }),
