@@ -395,6 +395,12 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
     m.spec.verify_loops = args.get_int("--verify-loops", 1);
     m.spec.draft_ahead = args.get_int("--draft-ahead");
     m.spec.branches = args.get_int("--branches");
+    // 0 is "the model's recommendation" to the engine; on the command line a knob given is a value.
+    if (m.spec.draft_ahead && *m.spec.draft_ahead < 1)
+        throw UsageError("--draft-ahead: draft_ahead " + std::to_string(*m.spec.draft_ahead) +
+                         " is outside [1, 32] (tree: [1, 8])");
+    if (m.spec.branches && *m.spec.branches < 1)
+        throw UsageError("--branches: " + std::to_string(*m.spec.branches) + " is outside [1, 8]");
     m.speculative = mode == "speculative" || mode == "tree";
     if (m.speculative) check_speculative_flags(args, mode);
     m.draft_path = args.value("--draft-model");

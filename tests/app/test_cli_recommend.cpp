@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <tinyloop/json.h>
 #include <tinyloop/tinyloop.h>
 
 #include "app/cli_fixture.h"

@@ -211,3 +211,20 @@ TEST(Recommendation, JsonRoundTrip) {
     EXPECT_EQ(back.early_exit_min_L, 1);
     EXPECT_EQ(recommendation_to_json(Recommendation{}), nlohmann::json::object());
 }
+
+TEST(Recommendation, BundledModelsCarryTheirs) {
+    // The prose model: the policy `tinyloop recommend` found (its card); the reasoner: the one its
+    // own evaluation chose (argmax stability, measured at depth 12, with the CLI's name recorded).
+    ModelHandle kjv = load_model_handle(TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-f32.tinyloop");
+    const Recommendation& k = model_recommendation(kjv.get());
+    EXPECT_EQ(k.early_exit_criterion, EarlyExitCriterion::HiddenL2);
+    EXPECT_EQ(k.early_exit_min_L, 1);
+    EXPECT_FALSE(k.has_speculation());
+    ModelHandle digits = load_model_handle(TL_SOURCE_DIR "/resources/models/tinyloop-digitsum/model-f32.tinyloop");
+    const Recommendation& d = model_recommendation(digits.get());
+    EXPECT_EQ(d.early_exit_criterion, EarlyExitCriterion::ArgmaxStable);
+    EXPECT_EQ(d.early_exit_loops, 12);
+    EXPECT_THROW(recommendation_from_json(nlohmann::json::parse(
+                     R"({"early_exit": {"criterion": "kl", "cli": "argmax"}})")),
+                 Error);
+}

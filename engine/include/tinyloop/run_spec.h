@@ -72,6 +72,7 @@ struct Recommendation {
     float early_exit_threshold = 0.05f;  // > 0 (logit_margin: the margin to reach)
     int early_exit_min_L = 2;            // 1 .. max_loops
     int early_exit_peek_every = 1;       // 1 .. max_loops
+    int early_exit_loops = 0;            // the depth the policy was measured at (a record; 0 = not said)
 
     bool has_speculation() const { return draft_loops > 0 || draft_ahead > 0 || tree_draft_ahead > 0 || branches > 0; }
     bool has_early_exit() const { return early_exit_patience > 0; }

@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <optional>
 
 #include "tinyloop/json.h"
 
@@ -360,11 +361,14 @@ json recommendation_to_json(const Recommendation& r) {
         j["speculation"] = std::move(sp);
     }
     if (r.has_early_exit())
+    {
         j["early_exit"] = json{{"criterion", criterion_name(r.early_exit_criterion)},
                                {"threshold", json_float(r.early_exit_threshold)},
                                {"patience", r.early_exit_patience},
                                {"min_L", r.early_exit_min_L},
                                {"peek_every", r.early_exit_peek_every}};
+        if (r.early_exit_loops > 0) j["early_exit"]["loops"] = r.early_exit_loops;
+    }
     return j;
 }
 
@@ -389,19 +393,28 @@ Recommendation recommendation_from_json(const json& j, const ConfigLimits& limit
         else bad(f, "unknown key (allowed: draft_loops, draft_ahead, tree_draft_ahead, branches)");
     });
     bool has_early_exit = false;
+    std::optional<EarlyExitCriterion> cli_criterion;
     read_part("early_exit", [&](const std::string& key, const json& v, const std::string& f) {
         has_early_exit = true;
         if (key == "criterion") from_j(v, r.early_exit_criterion, f);
         else if (key == "patience") r.early_exit_patience = int_value(v, f, 1, 16);
         else if (key == "min_L") r.early_exit_min_L = int_value(v, f, 1, limits.max_loops);
         else if (key == "peek_every") r.early_exit_peek_every = int_value(v, f, 1, limits.max_loops);
-        else if (key == "threshold") {
+        else if (key == "loops") r.early_exit_loops = int_value(v, f, 1, limits.max_loops);
+        else if (key == "cli") {  // the CLI's name of the criterion, as a record: it must name the same one
+            EarlyExitCriterion c{};
+            if (!v.is_string() || !parse_criterion(v.get<std::string>(), &c)) bad(f, v.dump() + " is not a criterion name");
+            cli_criterion = c;
+        } else if (key == "threshold") {
             r.early_exit_threshold = float_value(v, f);
             if (!(r.early_exit_threshold > 0.0f)) bad(f, v.dump() + " is outside (0, 3.4e38]");
         } else {
-            bad(f, "unknown key (allowed: criterion, threshold, patience, min_L, peek_every)");
+            bad(f, "unknown key (allowed: criterion, threshold, patience, min_L, peek_every, loops, cli)");
         }
     });
+    if (cli_criterion && *cli_criterion != r.early_exit_criterion)
+        bad(where + "early_exit.cli", std::string("names another criterion than early_exit.criterion (") +
+                                          criterion_name(r.early_exit_criterion) + ")");
     // A policy without a patience is still a policy: exit after one stable probe.
     if (has_early_exit && r.early_exit_patience == 0) r.early_exit_patience = 1;
     return r;
