@@ -113,7 +113,8 @@ TEST_F(CliRecommendTest, BenchRunsTheModelsSettings) {
         CliRun r = run(a);
         EXPECT_EQ(r.status, 0) << r.err;
         json by_mode;
-        for (const auto& row : parse_json(r)["rows"]) by_mode[row["mode"].get<std::string>()] = row;
+        const json out = parse_json(r);  // kept: a loop over a temporary's member would dangle
+        for (const auto& row : out["rows"]) by_mode[row["mode"].get<std::string>()] = row;
         return by_mode;
     };
     json rows = rows_of({});

@@ -291,8 +291,10 @@ void validate_speculation(const SpeculationKnobs& k, const ConfigLimits& limits)
 }
 
 json speculation_to_json(const SpeculationKnobs& k) {
-    return json{{"verify_loops", k.verify_loops}, {"draft_loops", k.draft_loops}, {"draft_ahead", k.draft_ahead},
-                {"branches", k.branches},         {"gamma", k.gamma}};
+    json j{{"verify_loops", k.verify_loops}, {"draft_loops", k.draft_loops}, {"gamma", k.gamma}};
+    if (k.draft_ahead > 0) j["draft_ahead"] = k.draft_ahead;  // unset: left out, read back as unset
+    if (k.branches > 0) j["branches"] = k.branches;
+    return j;
 }
 
 SpeculationKnobs speculation_from_json(const json& j, const ConfigLimits& limits, const std::string& where) {
@@ -308,6 +310,10 @@ SpeculationKnobs speculation_from_json(const json& j, const ConfigLimits& limits
                                      : nullptr;
         if (!slot) bad(where + key, "unknown field");
         *slot = int_value(it.value(), where + key);
+        // A knob written is a value; 0 ("the model's recommendation") is what an absent knob means.
+        if ((slot == &k.draft_ahead || slot == &k.branches) && *slot == 0)
+            bad(where + key, std::string("0 is outside [1, ") + (slot == &k.branches ? "8" : "32") +
+                                 "] (leave the knob out for the model's recommendation)");
     }
     with_prefix(where, [&] { validate_speculation(k, limits); });
     return k;
