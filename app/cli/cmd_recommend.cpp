@@ -3,8 +3,8 @@
 // (recommendation_search.h, the computations of the workbench's calibration and sweep views)
 // and, with --write or --out, stores them in the model file's metadata ("recommended",
 // docs/FORMAT.md §2) through write_model_metadata: only the metadata changes, every tensor byte
-// stays. Those values then become the defaults of generate, bench, score, the server and the
-// workbench's config panel.
+// stays. Those values then become the defaults of generate, bench and score --early-exit (and
+// of any front end that resolves through run_decode / resolve_early_exit).
 #include <cstdio>
 #include <sstream>
 
