@@ -156,6 +156,12 @@ const OptionSpec& Args::spec_of(const std::string& name) const {
     throw std::logic_error("tinyloop cli: option " + name + " not declared for " + spec_.name);
 }
 
+bool Args::declares(const std::string& name) const {
+    for (const auto& o : spec_.options)
+        if (o.name == name) return true;
+    return false;
+}
+
 bool Args::has(const std::string& name) const {
     spec_of(name);
     return values_.count(name) != 0;

@@ -48,6 +48,8 @@ public:
     // The subcommand's name ("generate"), for messages.
     const std::string& command() const { return spec_.name; }
     bool has(const std::string& name) const;
+    // Whether the subcommand has the option at all (has() of an undeclared one is a logic error).
+    bool declares(const std::string& name) const;
     // The value of a non-repeatable option, or nullopt.
     std::optional<std::string> value(const std::string& name) const;
     // Every value of a repeatable option, in order.

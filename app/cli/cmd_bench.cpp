@@ -58,15 +58,15 @@ CommandSpec bench_spec() {
         {"--modes", "M,...",
          "plain,early-exit,speculative,tree,draft (default: the first four; plain always runs)",
          "a list of plain, early-exit, speculative, tree, draft", false, MO},
-        {"--early-exit", "C", "early-exit criterion: l2 | margin | kl | entropy | argmax (default l2)",
-         "one of l2, margin, kl, entropy, argmax", false, MO},
-        {"--early-exit-threshold", "X", "early-exit threshold (default 0.05)", "a number >= 0",
+        {"--early-exit", "C", "early-exit criterion: l2 | margin | kl | entropy | argmax | model (default: the model's, else l2)",
+         "one of l2, margin, kl, entropy, argmax, model", false, MO},
+        {"--early-exit-threshold", "X", "early-exit threshold (default: the model's, else 0.05)", "a number >= 0",
          false, MO},
-        {"--draft-loops", "D", "draft depth for speculative/tree/draft (default min(2, L-1))",
+        {"--draft-loops", "D", "draft depth for speculative/tree/draft (default: the model's, else min(2, L-1))",
          "an integer >= 1", false, MO},
-        {"--draft-ahead", "K", "tokens drafted per cycle / tree depth (default 4)",
+        {"--draft-ahead", "K", "tokens drafted per cycle / tree depth (default: the model's, else 4)",
          "an integer >= 1", false, MO},
-        {"--branches", "B", "tree candidates per node (default 2)", "an integer >= 1", false, MO},
+        {"--branches", "B", "tree candidates per node (default: the model's, else 2)", "an integer >= 1", false, MO},
         {"--draft-model", "FILE", "draft model of --modes draft (default: MODEL quantized to q4)", "",
          false, MO},
         {"--gamma", "N", "tokens the draft model drafts per cycle, 1..32 (default 4)",
@@ -242,16 +242,6 @@ double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-struct EarlyExitName {
-    const char* name;
-    EarlyExitCriterion c;
-};
-const EarlyExitName kCriteria[] = {{"l2", EarlyExitCriterion::HiddenL2},
-                                   {"margin", EarlyExitCriterion::LogitMargin},
-                                   {"kl", EarlyExitCriterion::KL},
-                                   {"entropy", EarlyExitCriterion::EntropyDelta},
-                                   {"argmax", EarlyExitCriterion::ArgmaxStable}};
-
 nlohmann::json num_or_null(bool ok, double v) { return ok ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 // The flags of one bench run, checked before anything loads.
@@ -266,10 +256,10 @@ struct BenchFlags {
     std::optional<int> loops_flag, draft_flag;
     std::vector<int> threads;
     std::vector<std::string> modes;
-    EarlyExitCriterion criterion = EarlyExitCriterion::HiddenL2;
-    std::string criterion_name = "l2";
-    float ee_threshold = 0.05f;
-    int ahead = 4, branches = 2, gamma = 4;
+    GenerateConfig early_exit_flags;     // the early-exit flags' values; resolved with the model
+    const Args* args = nullptr;          // for cli_early_exit: which flags were given
+    std::optional<int> ahead, branches;  // 0 / absent: the model's recommendation, else built-in
+    int gamma = 4;
     LoadOptions base_load;
     bool has_mode(const char* m) const { return std::find(modes.begin(), modes.end(), m) != modes.end(); }
 };
@@ -325,19 +315,16 @@ void read_bench_modes(const Args& args, BenchFlags& f) {
     } else {
         f.modes = {"plain", "early-exit", "speculative", "tree"};
     }
-    if (auto c = args.value("--early-exit")) {
-        bool found = false;
-        for (const auto& k : kCriteria)
-            if (*c == k.name) f.criterion = k.c, f.criterion_name = k.name, found = true;
-        if (!found)
-            throw UsageError("--early-exit: expected one of l2, margin, kl, entropy, argmax, got '" + *c + "'");
+    f.args = &args;
+    if (auto c = args.value("--early-exit")) read_criterion_flag("--early-exit", *c, &f.early_exit_flags.early_exit_criterion);
+    if (auto t = args.get_float("--early-exit-threshold")) {
+        if (*t < 0) throw UsageError("--early-exit-threshold: expected a number >= 0, got '" +
+                                     *args.value("--early-exit-threshold") + "'");
+        f.early_exit_flags.early_exit_threshold = *t;
     }
-    f.ee_threshold = args.get_float("--early-exit-threshold").value_or(0.05f);
-    if (f.ee_threshold < 0) throw UsageError("--early-exit-threshold: expected a number >= 0, got '" +
-                                             *args.value("--early-exit-threshold") + "'");
     f.draft_flag = args.get_int("--draft-loops", 1, 1 << 16);
-    f.ahead = args.get_int("--draft-ahead", 1, 1 << 16).value_or(4);
-    f.branches = args.get_int("--branches", 1, 1 << 16).value_or(2);
+    f.ahead = args.get_int("--draft-ahead", 1, 1 << 16);
+    f.branches = args.get_int("--branches", 1, 1 << 16);
     for (const char* flag : {"--early-exit", "--early-exit-threshold"})
         if (args.has(flag) && !f.has_mode("early-exit"))
             throw UsageError(std::string(flag) + ": only used with --modes early-exit");
@@ -448,7 +435,7 @@ std::vector<Variant> bench_variants(const Args& args, BenchFlags& f, const TempD
 
 // A bench mode as the engine's run specification: greedy decoding at depth L, EOS ignored.
 RunSpec bench_run_spec(const BenchFlags& f, const std::string& mode, int max_tokens, int L, int draft,
-                       Model* draft_model) {
+                       const GenerateConfig& early_exit, Model* draft_model) {
     RunSpec spec;
     spec.config.max_tokens = max_tokens;
     spec.config.loops = L;
@@ -458,16 +445,20 @@ RunSpec bench_run_spec(const BenchFlags& f, const std::string& mode, int max_tok
         spec.mode = DecodeMode::Greedy;
         if (mode == "early-exit") {
             spec.mode = DecodeMode::EarlyExit;
-            spec.config.early_exit_patience = 1;
-            spec.config.early_exit_criterion = f.criterion;
-            spec.config.early_exit_threshold = f.ee_threshold;
-            if (f.criterion == EarlyExitCriterion::LogitMargin) spec.config.early_exit_logit_margin = f.ee_threshold;
+            spec.config.early_exit_patience = early_exit.early_exit_patience;
+            spec.config.early_exit_criterion = early_exit.early_exit_criterion;
+            spec.config.early_exit_threshold = early_exit.early_exit_threshold;
+            spec.config.early_exit_logit_margin = early_exit.early_exit_logit_margin;
+            spec.config.early_exit_min_L = early_exit.early_exit_min_L;
+            spec.config.early_exit_peek_every = early_exit.early_exit_peek_every;
         }
         return spec;
     }
     spec.mode = mode == "draft" ? DecodeMode::DraftModel : mode == "speculative" ? DecodeMode::Speculative : DecodeMode::Tree;
-    spec.speculation = {.verify_loops = L, .draft_loops = draft, .draft_ahead = f.ahead, .branches = f.branches,
-                        .draft_model = draft_model, .gamma = f.gamma};
+    // Knobs left at 0 are the model's recommendation, else the built-in (resolved_speculation).
+    spec.speculation = {.verify_loops = L, .draft_loops = f.draft_flag.value_or(0), .draft_ahead = f.ahead.value_or(0),
+                        .branches = f.branches.value_or(0), .draft_model = draft_model, .gamma = f.gamma};
+    if (mode == "draft") spec.speculation.draft_loops = draft;
     return spec;
 }
 
@@ -483,6 +474,9 @@ struct Runs {
     std::vector<Row> table;
     HParams hp;
     int L = 0, draft = 0;
+    GenerateConfig early_exit;           // the early-exit policy run (flags, else model, else built-in)
+    SpeculationKnobs chain, tree;        // the knobs run, resolved
+    std::vector<std::string> used;       // "early exit: ... (recommended by the model)", per mode
 };
 
 Sample sample_of(const GenerateResult& res, int P, int L, const std::vector<int32_t>& reference) {
@@ -499,6 +493,30 @@ Sample sample_of(const GenerateResult& res, int P, int L, const std::vector<int3
     s.mean_accepted = st.spec_mean_accepted();
     s.identical = res.tokens == reference;
     return s;
+}
+
+// What early exit and speculation run with on this model: the flags, else its recommendation,
+// else the built-in defaults; and the lines saying so.
+void resolve_bench_defaults(const BenchFlags& f, const Model* model, int L, Runs& out) {
+    out.used.clear();
+    GenerateConfig ee = f.early_exit_flags;
+    ee.early_exit_patience = 1;
+    std::string line;
+    out.early_exit = cli_early_exit(model, *f.args, ee, &line);
+    if (f.has_mode("early-exit")) out.used.push_back(line);
+    for (bool tree : {false, true}) {
+        RunSpec rs;
+        rs.mode = tree ? DecodeMode::Tree : DecodeMode::Speculative;
+        rs.config.loops = L;
+        rs.speculation = {.verify_loops = L, .draft_loops = f.draft_flag.value_or(0), .draft_ahead = f.ahead.value_or(0),
+                          .branches = f.branches.value_or(0)};
+        if (L < 2) continue;
+        (tree ? out.tree : out.chain) = resolved_speculation(model, rs);
+        if (f.has_mode(tree ? "tree" : "speculative"))
+            out.used.push_back((tree ? "tree " : "chain ") +
+                               speculation_used_line(model, tree ? out.tree : out.chain, tree, f.draft_flag.has_value(),
+                                                     f.ahead.has_value(), f.branches.has_value()));
+    }
 }
 
 // Every dtype x thread count: a warm-up, then `repeat` rounds of the modes interleaved.
@@ -524,6 +542,7 @@ Runs run_rows(const BenchFlags& f, const std::vector<Variant>& variants, const s
                 throw UsageError("--loops: " + std::to_string(L) + " is deeper than the model's max_loops " +
                                  std::to_string(hp.max_loops));
             out.draft = f.draft_flag.value_or(std::max(1, std::min(2, L - 1)));
+            resolve_bench_defaults(f, model.get(), L, out);
             if ((f.has_mode("speculative") || f.has_mode("tree")) && L < 2)
                 throw UsageError("--loops: speculative and tree modes need a depth >= 2, got " + std::to_string(L));
             if (P + N > hp.max_seq_len)
@@ -534,7 +553,7 @@ Runs run_rows(const BenchFlags& f, const std::vector<Variant>& variants, const s
             ModelHandle draft_model;
             if (f.has_mode("draft")) draft_model = open_model(draft_file, lo);
             auto run_mode = [&](const std::string& mode, int max_tokens) {
-                const RunSpec spec = bench_run_spec(f, mode, max_tokens, L, out.draft, draft_model.get());
+                const RunSpec spec = bench_run_spec(f, mode, max_tokens, L, out.draft, out.early_exit, draft_model.get());
                 return with_engine_fields(fields, [&] { return run_decode(model.get(), prompt.data(), P, spec); });
             };
             for (const auto& mode : f.modes) run_mode(mode, std::min(N, 8));  // warm-up
@@ -636,11 +655,13 @@ nlohmann::json row_json(const Row& r, const Med& m, const Derived& d, const Runs
             {"acceptance_rate", num_or_null(spec, m.acc)},
             {"mean_accepted", num_or_null(spec, m.mean_acc)},
             {"identical", m.identical},
-            {"draft_loops", spec ? nlohmann::json(runs.draft) : null},
-            {"draft_ahead", spec ? nlohmann::json(r.mode == "draft" ? f.gamma : f.ahead) : null},
-            {"branches", r.mode == "tree" ? nlohmann::json(f.branches) : null},
-            {"early_exit", r.mode == "early-exit" ? nlohmann::json(f.criterion_name) : null},
-            {"early_exit_threshold", r.mode == "early-exit" ? nlohmann::json(f2d(f.ee_threshold)) : null}};
+            {"draft_loops", spec ? nlohmann::json(r.mode == "tree" ? runs.tree.draft_loops : r.mode == "draft" ? runs.draft : runs.chain.draft_loops) : null},
+            {"draft_ahead", spec ? nlohmann::json(r.mode == "draft" ? f.gamma : r.mode == "tree" ? runs.tree.draft_ahead : runs.chain.draft_ahead) : null},
+            {"branches", r.mode == "tree" ? nlohmann::json(runs.tree.branches) : null},
+            {"early_exit", r.mode == "early-exit" ? nlohmann::json(criterion_flag_name(runs.early_exit.early_exit_criterion)) : null},
+            {"early_exit_threshold", r.mode == "early-exit" ? nlohmann::json(f2d(runs.early_exit.early_exit_threshold)) : null},
+            {"early_exit_patience", r.mode == "early-exit" ? nlohmann::json(runs.early_exit.early_exit_patience) : null},
+            {"early_exit_min_L", r.mode == "early-exit" ? nlohmann::json(runs.early_exit.early_exit_min_L) : null}};
 }
 
 std::string row_line(const Row& r, const Med& m, const Derived& d) {
@@ -664,7 +685,8 @@ std::string row_line(const Row& r, const Med& m, const Derived& d) {
     return line;
 }
 
-std::string table_header(const Args& args, const BenchFlags& f, const Machine& machine, int L) {
+std::string table_header(const Args& args, const BenchFlags& f, const Machine& machine, const Runs& runs) {
+    const int L = runs.L;
     std::ostringstream o;
     char line[320];
     std::snprintf(line, sizeof(line), "tinyloop bench: %s, prompt %s, %d decoded, depth %d, median of %d\n",
@@ -682,6 +704,7 @@ std::string table_header(const Args& args, const BenchFlags& f, const Machine& m
             o << line;
         }
     }
+    for (const std::string& u : runs.used) o << u << "\n";
     o << "\ndtype thr mode         depth  prefill/s  decode/s  speedup    GB/s   %bw  bound/s  GFLOP/s  %peak  accept  acc/cyc  same\n";
     return o.str();
 }
@@ -695,7 +718,7 @@ int report(const Args& args, const BenchFlags& f, const Machine& machine, const 
         if (r.mode == "plain") plain_decode[{r.dtype, r.threads}] = meds.back().decode;
     }
     nlohmann::json rows = nlohmann::json::array();
-    std::string text = f.json ? "" : table_header(args, f, machine, runs.L);
+    std::string text = f.json ? "" : table_header(args, f, machine, runs);
     for (size_t i = 0; i < runs.table.size(); ++i) {
         const Row& r = runs.table[i];
         const Derived d = derive(r, meds[i], runs, f, machine, plain_decode[{r.dtype, r.threads}]);

@@ -94,13 +94,13 @@ CommandSpec generate_spec() {
         {"--max-time", "SEC", "stop after SEC seconds of wall clock; 0 = no limit (default)",
          "a number of seconds >= 0", false, S},
 
-        {"--draft-loops", "D", "draft depth, 1..V-1 (default min(2, V-1))", "an integer >= 1",
+        {"--draft-loops", "D", "draft depth, 1..V-1 (default: the model's recommendation, else min(2, V-1))", "an integer >= 1",
          false, SP},
         {"--verify-loops", "V", "verify depth (default --loops, else the model's default_loops)",
          "an integer >= 2", false, SP},
-        {"--draft-ahead", "K", "tokens drafted per cycle, 1..32 (tree: depth 1..8; default 4)",
+        {"--draft-ahead", "K", "tokens drafted per cycle, 1..32 (tree: depth 1..8; default: the model's, else 4)",
          "an integer >= 1", false, SP},
-        {"--branches", "B", "candidates per draft step, 1..8 (--mode tree; default 2)",
+        {"--branches", "B", "candidates per draft step, 1..8 (--mode tree; default: the model's, else 2)",
          "an integer >= 1", false, SP},
 
         {"--draft-model", "DRAFT",
@@ -128,16 +128,16 @@ CommandSpec generate_spec() {
          "N outputs: beam's best N (N <= --beam-size) or N samples (seeds --seed .. --seed+N-1)",
          "an integer in [1, 64]", false, B},
 
-        {"--early-exit", "C", "stop looping a token early: l2 | margin | kl | entropy | argmax",
-         "one of l2, margin, kl, entropy, argmax", false, E},
+        {"--early-exit", "C", "stop looping a token early: l2 | margin | kl | entropy | argmax | model",
+         "one of l2, margin, kl, entropy, argmax, model", false, E},
         {"--early-exit-patience", "P",
-         "consecutive stable probes before exiting (default 1 with --early-exit)",
+         "consecutive stable probes before exiting (default: the model's, else 1)",
          "an integer >= 1", false, E},
-        {"--early-exit-min-l", "M", "first depth probed (default 2)", "an integer >= 1", false, E},
+        {"--early-exit-min-l", "M", "first depth probed (default: the model's, else 2)", "an integer >= 1", false, E},
         {"--early-exit-peek-every", "E", "probe every E depths (default 1)", "an integer >= 1",
          false, E},
         {"--early-exit-threshold", "X",
-         "stability threshold (default 0.05; with margin: the logit margin)", "a number >= 0",
+         "stability threshold (default: the model's, else 0.05; margin: the logit margin)", "a number >= 0",
          false, E},
 
         {"--grammar", "FILE",
@@ -169,7 +169,11 @@ CommandSpec generate_spec() {
         "output is MODEL's own (greedy: identical; sampled: the same distribution), with every\n"
         "penalty, bias, ban, stop and --grammar; --draft-loops sets the draft's depth (default\n"
         "its default_loops). Not with --mode speculative/tree/beam or --early-exit.\n"
-        "--early-exit without --early-exit-patience uses patience 1.\n"
+        "Defaults of early exit and speculation: a flag given, else the model file's recommendation\n"
+        "(metadata \"recommended\", written by tinyloop recommend; for early exit only when its\n"
+        "criterion is the one asked for, or --early-exit model), else the built-in default (patience 1,\n"
+        "threshold 0.05, min depth 2; draft min(2, V-1), draft_ahead 4, branches 2). stderr says\n"
+        "which was used.\n"
         "\n"
         "--json prints one object: model, backend, prompt_ids, output_ids (the continuation),\n"
         "text, stats{prefill_ms, first_token_ms, decode_ms, total_ms, prompt_tokens,\n"
@@ -274,22 +278,6 @@ auto with_flag_messages(F&& f) -> decltype(f()) {
     } catch (const Error& e) {
         throw Error(e.code(), with_flag_name(e.what(), field_flags()));
     }
-}
-
-struct EarlyExitName {
-    const char* name;
-    EarlyExitCriterion criterion;
-};
-const EarlyExitName kCriteria[] = {
-    {"l2", EarlyExitCriterion::HiddenL2},       {"margin", EarlyExitCriterion::LogitMargin},
-    {"kl", EarlyExitCriterion::KL},             {"entropy", EarlyExitCriterion::EntropyDelta},
-    {"argmax", EarlyExitCriterion::ArgmaxStable},
-};
-
-const char* flag_criterion_name(EarlyExitCriterion c) {
-    for (const auto& k : kCriteria)
-        if (k.criterion == c) return k.name;
-    return "?";
 }
 
 // The speculative knobs as given on the command line.
@@ -471,6 +459,12 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
     m.spec.verify_loops = args.get_int("--verify-loops", 1);
     m.spec.draft_ahead = args.get_int("--draft-ahead");
     m.spec.branches = args.get_int("--branches");
+    // 0 is "the model's recommendation" to the engine; on the command line a knob given is a value.
+    if (m.spec.draft_ahead && *m.spec.draft_ahead < 1)
+        throw UsageError("--draft-ahead: draft_ahead " + std::to_string(*m.spec.draft_ahead) +
+                         " is outside [1, 32] (tree: [1, 8])");
+    if (m.spec.branches && *m.spec.branches < 1)
+        throw UsageError("--branches: " + std::to_string(*m.spec.branches) + " is outside [1, 8]");
     m.speculative = mode == "speculative" || mode == "tree";
     if (m.speculative) check_speculative_flags(args, mode);
     m.draft_path = args.value("--draft-model");
@@ -526,13 +520,8 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
 void read_early_exit_flags(const Args& args, GenerateConfig& cfg) {
     const bool early = args.has("--early-exit") || args.has("--early-exit-patience");
     if (auto c = args.value("--early-exit")) {
-        bool found = false;
-        for (const auto& k : kCriteria)
-            if (*c == k.name) cfg.early_exit_criterion = k.criterion, found = true;
-        if (!found)
-            throw UsageError("--early-exit: expected one of l2, margin, kl, entropy, argmax, got '" +
-                             *c + "'");
-        cfg.early_exit_patience = 1;
+        read_criterion_flag("--early-exit", *c, &cfg.early_exit_criterion);
+        cfg.early_exit_patience = 1;  // on; the value is resolved with the model (cli_early_exit)
     }
     if (auto v = args.get_int("--early-exit-patience")) cfg.early_exit_patience = *v;
     for (const char* f : {"--early-exit-min-l", "--early-exit-peek-every", "--early-exit-threshold"})
@@ -560,7 +549,7 @@ nlohmann::json config_json(const GenerateConfig& cfg, const Args& args, const st
     j["stop"] = cfg.stop_strings;
     j["stop_ids"] = cfg.stop_sequences;
     j["no_repeat_ngram"] = cfg.no_repeat_ngram_size;
-    j["early_exit"] = {{"criterion", flag_criterion_name(cfg.early_exit_criterion)},
+    j["early_exit"] = {{"criterion", criterion_flag_name(cfg.early_exit_criterion)},
                        {"patience", cfg.early_exit_patience},
                        {"min_l", cfg.early_exit_min_L},
                        {"peek_every", cfg.early_exit_peek_every},
@@ -642,6 +631,9 @@ int run_generate(const Args& args) {
     if (!args.has("--max-tokens"))
         cfg.max_tokens = std::max(0, std::min(cfg.max_tokens, hp.max_seq_len - prompt_len));
 
+    // Early exit: the flags given, else the model's recommendation, else the built-in default.
+    std::string used_line;
+    if (cfg.early_exit_patience > 0) cfg = cli_early_exit(model.get(), args, cfg, &used_line);
     if (!m.speculative) with_flag_messages([&] { validate_config(model.get(), prompt_len, cfg); });
     ModelHandle draft_model;
     if (m.draft_path) {
@@ -654,6 +646,10 @@ int run_generate(const Args& args) {
     }
     const RunSpec run = run_spec_of(m.mode, m.spec, cfg, draft_model.get(), m.gamma);
     const nlohmann::json spec_echo = speculation_echo(model.get(), run, m.draft_path);
+    if (m.speculative)
+        used_line = speculation_used_line(model.get(), resolved_speculation(model.get(), run),
+                                          run.mode == DecodeMode::Tree, m.spec.draft_loops.has_value(),
+                                          m.spec.draft_ahead.has_value(), m.spec.branches.has_value());
     const bool speculating = m.speculative || m.draft_path.has_value();
 
     // ---- generate ----
@@ -709,6 +705,7 @@ int run_generate(const Args& args) {
         std::fputs("\n", stdout);
     std::fflush(stdout);
     if (want_events) print_events_table(model.get(), events);
+    if (!args.has("--quiet") && !used_line.empty()) std::fprintf(stderr, "tinyloop: %s\n", used_line.c_str());
     if (!args.has("--quiet")) print_timing(st, mode_used, speculating, exit_status != 0);
     return exit_status;
 }

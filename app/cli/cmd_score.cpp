@@ -44,14 +44,16 @@ CommandSpec score_spec() {
          "one of entropy, margin, disagreement", false, E},
         {"--threshold", "X", "escalation threshold (default 2.0 for entropy, 0.1 for margin)",
          "a number", false, E},
-        {"--early-exit", "C", "score with early exit: l2 | margin | kl | entropy | argmax (at --loops)",
-         "one of l2, margin, kl, entropy, argmax", false, "Early exit (--early-exit)"},
-        {"--early-exit-threshold", "X", "stability threshold (default 0.05; margin: logit margin)",
+        {"--early-exit", "C", "score with early exit: l2 | margin | kl | entropy | argmax | model (at --loops)",
+         "one of l2, margin, kl, entropy, argmax, model", false, "Early exit (--early-exit)"},
+        {"--early-exit-threshold", "X", "stability threshold (default: the model's, else 0.05; margin: logit margin)",
          "a number > 0", false, "Early exit (--early-exit)"},
-        {"--early-exit-patience", "P", "consecutive stable probes before exiting (default 1)",
+        {"--early-exit-patience", "P", "consecutive stable probes before exiting (default: the model's, else 1)",
          "an integer >= 1", false, "Early exit (--early-exit)"},
-        {"--early-exit-min-l", "M", "first depth probed (default 2)", "an integer >= 1", false,
+        {"--early-exit-min-l", "M", "first depth probed (default: the model's, else 2)", "an integer >= 1", false,
          "Early exit (--early-exit)"},
+        {"--early-exit-peek-every", "E", "probe every E depths (default: the model's, else 1)", "an integer >= 1",
+         false, "Early exit (--early-exit)"},
     };
     for (auto& o : common_options()) s.options.push_back(o);
     s.notes =
@@ -90,6 +92,7 @@ struct ScoreFlags {
     bool early = false;
     GenerateConfig ee;  // the early-exit policy (score_early_exit)
     std::string crit_name = "l2";
+    std::string ee_used;  // where the policy came from (cli_early_exit)
     KVCacheType kv_cache = KVCacheType::F32;
     int last_k = 0;
 };
@@ -124,23 +127,13 @@ void read_escalation_flags(const Args& args, ScoreFlags& f) {
 // Early exit: teacher-forced, each position stops where the policy says (score_early_exit).
 void read_early_exit_flags(const Args& args, ScoreFlags& f) {
     if (f.escalate) throw UsageError("--early-exit: not used with --escalate");
-    f.crit_name = *args.value("--early-exit");
-    static const std::pair<const char*, EarlyExitCriterion> crits[] = {
-        {"l2", EarlyExitCriterion::HiddenL2}, {"margin", EarlyExitCriterion::LogitMargin},
-        {"kl", EarlyExitCriterion::KL}, {"entropy", EarlyExitCriterion::EntropyDelta},
-        {"argmax", EarlyExitCriterion::ArgmaxStable}};
-    bool found = false;
-    for (const auto& [name, c] : crits)
-        if (f.crit_name == name) f.ee.early_exit_criterion = c, found = true;
-    if (!found)
-        throw UsageError("--early-exit: expected one of l2, margin, kl, entropy, argmax, got '" +
-                         f.crit_name + "'");
+    read_criterion_flag("--early-exit", *args.value("--early-exit"), &f.ee.early_exit_criterion);
     f.ee.loops = f.loops;
     f.ee.early_exit_patience = args.get_int("--early-exit-patience").value_or(1);
     if (auto v = args.get_int("--early-exit-min-l")) f.ee.early_exit_min_L = *v;
+    if (auto v = args.get_int("--early-exit-peek-every")) f.ee.early_exit_peek_every = *v;
     if (auto v = args.get_float("--early-exit-threshold")) f.ee.early_exit_threshold = *v;
-    if (f.ee.early_exit_criterion == EarlyExitCriterion::LogitMargin)
-        f.ee.early_exit_logit_margin = f.ee.early_exit_threshold;
+    // The fields not given are the model's recommendation, else built-in: run_score resolves them.
 }
 
 ScoreFlags read_score_flags(const Args& args) {
@@ -159,7 +152,8 @@ ScoreFlags read_score_flags(const Args& args) {
     if (f.early) {
         read_early_exit_flags(args, f);
     } else {
-        for (const char* flag : {"--early-exit-threshold", "--early-exit-patience", "--early-exit-min-l"})
+        for (const char* flag : {"--early-exit-threshold", "--early-exit-patience", "--early-exit-min-l",
+                                 "--early-exit-peek-every"})
             if (args.has(flag)) throw UsageError(std::string(flag) + ": only used with --early-exit");
     }
     if (auto k = args.value("--kv-cache")) {
@@ -191,6 +185,7 @@ ScoreOutputs run_scoring(Model* model, const std::vector<int32_t>& ids, const Sc
         {"loops", "--loops"}, {"depths", "--escalate"}, {"threshold", "--threshold"},
         {"signal", "--signal"}, {"early_exit_threshold", "--early-exit-threshold"},
         {"early_exit_patience", "--early-exit-patience"}, {"early_exit_min_L", "--early-exit-min-l"},
+        {"early_exit_peek_every", "--early-exit-peek-every"},
         {"early_exit_logit_margin", "--early-exit-threshold"}};
     ScoreOutputs o;
     with_engine_fields(fields, [&] {
@@ -348,6 +343,7 @@ std::string score_summary(Model* model, const std::vector<int32_t>& ids, const S
                       f.ee.early_exit_patience, f.ee.early_exit_min_L, o.ee_mean_depth, o.r.loops,
                       o.n_exited, o.ee_depth.size());
         out << line;
+        if (f.ee_used.find("recommended by the model") != std::string::npos) out << f.ee_used << "\n";
         if (o.n_exited == 0)
             out << "early exit: no position exited before depth " << o.r.loops
                 << " (the criterion never met the threshold): every logprob above is the full "
@@ -369,10 +365,14 @@ std::string score_summary(Model* model, const std::vector<int32_t>& ids, const S
 int run_score(const Args& args) {
     const std::string model_path = args.single_positional("MODEL");
     const TokenInput input = read_token_input(args);
-    const ScoreFlags f = read_score_flags(args);
+    ScoreFlags f = read_score_flags(args);
     const LoadOptions load = load_options(args);
 
     ModelHandle model = open_model(model_path, load);
+    if (f.early) {  // the flags given, else the model's recommendation, else the built-in defaults
+        f.ee = cli_early_exit(model.get(), args, f.ee, &f.ee_used);
+        f.crit_name = criterion_flag_name(f.ee.early_exit_criterion);
+    }
     if (f.escalate) check_depths("--escalate", f.esc.depths, model_hparams(model.get()));
     const std::vector<int32_t> ids = input_tokens(input, model.get(), 2);
     const ScoreOutputs o = run_scoring(model.get(), ids, f);

@@ -36,6 +36,9 @@ int run_quantize(const Args& args);
 CommandSpec export_gguf_spec();
 int run_export_gguf(const Args& args);
 
+CommandSpec recommend_spec();
+int run_recommend(const Args& args);
+
 CommandSpec bench_spec();
 int run_bench(const Args& args);
 

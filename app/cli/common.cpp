@@ -310,4 +310,72 @@ std::string grouped(uint64_t n) {
     return s;
 }
 
+// ---- the model's recommendation as the default of early exit and speculation ----
+
+namespace {
+const std::pair<const char*, EarlyExitCriterion> kCriterionFlags[] = {
+    {"l2", EarlyExitCriterion::HiddenL2}, {"margin", EarlyExitCriterion::LogitMargin},
+    {"kl", EarlyExitCriterion::KL},       {"entropy", EarlyExitCriterion::EntropyDelta},
+    {"argmax", EarlyExitCriterion::ArgmaxStable}};
+}  // namespace
+
+const char* criterion_flag_name(EarlyExitCriterion c) {
+    for (const auto& [name, k] : kCriterionFlags)
+        if (k == c) return name;
+    return "?";
+}
+
+bool read_criterion_flag(const std::string& flag, const std::string& value, EarlyExitCriterion* out) {
+    if (value == "model") return false;
+    for (const auto& [name, c] : kCriterionFlags)
+        if (value == name) {
+            *out = c;
+            return true;
+        }
+    throw UsageError(flag + ": expected one of l2, margin, kl, entropy, argmax, model, got '" + value + "'");
+}
+
+GenerateConfig cli_early_exit(const Model* model, const Args& args, const GenerateConfig& cfg, std::string* used) {
+    std::vector<std::string> keys;
+    EarlyExitCriterion c = cfg.early_exit_criterion;
+    if (auto v = args.value("--early-exit"); v && read_criterion_flag("--early-exit", *v, &c))
+        keys.push_back("early_exit_criterion");
+    const std::pair<const char*, const char*> flags[] = {{"--early-exit-threshold", "early_exit_threshold"},
+                                                         {"--early-exit-patience", "early_exit_patience"},
+                                                         {"--early-exit-min-l", "early_exit_min_L"},
+                                                         {"--early-exit-peek-every", "early_exit_peek_every"}};
+    for (const auto& [flag, key] : flags)
+        if (args.declares(flag) && args.has(flag)) keys.push_back(key);
+    std::vector<std::pair<std::string, std::string>> source;
+    GenerateConfig out = resolve_early_exit(model, cfg, keys, &source);
+    if (used) {
+        bool model_used = false, builtin_used = false;
+        for (const auto& [key, from] : source) {
+            model_used |= from == "model";
+            builtin_used |= from == "built-in";
+        }
+        char line[200];
+        std::snprintf(line, sizeof line, "early exit: %s, threshold %g, patience %d, first probe at depth %d%s",
+                      criterion_name(out.early_exit_criterion), out.early_exit_threshold, out.early_exit_patience,
+                      out.early_exit_min_L,
+                      !model_used ? (builtin_used && keys.empty() ? " (built-in default)" : "")
+                      : keys.empty() ? " (recommended by the model)"
+                                     : " (the fields not given: recommended by the model)");
+        *used = line;
+    }
+    return out;
+}
+
+std::string speculation_used_line(const Model* model, const SpeculationKnobs& k, bool tree, bool draft_given,
+                                  bool ahead_given, bool branches_given) {
+    const Recommendation& rec = model_recommendation(model);
+    const bool from_model = (!draft_given && rec.draft_loops > 0 && rec.draft_loops == k.draft_loops) ||
+                            (!ahead_given && (tree ? rec.tree_draft_ahead : rec.draft_ahead) > 0) ||
+                            (tree && !branches_given && rec.branches > 0);
+    std::string s = "speculation: draft " + std::to_string(k.draft_loops) + " -> verify " +
+                    std::to_string(k.verify_loops) + ", draft_ahead " + std::to_string(k.draft_ahead);
+    if (tree) s += ", branches " + std::to_string(k.branches);
+    return s + (from_model ? " (recommended by the model)" : "");
+}
+
 }  // namespace tinyloop::cli

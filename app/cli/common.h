@@ -102,6 +102,22 @@ auto with_engine_fields(const std::vector<std::pair<std::string, std::string>>& 
 
 nlohmann::json hparams_json(const HParams& hp);
 
+// Early exit as the command line asks for it, resolved by the engine (resolve_early_exit): each of
+// --early-exit C (C = model: the model's criterion), --early-exit-threshold, --early-exit-patience,
+// --early-exit-min-l and --early-exit-peek-every that was given is the user's, every other field
+// the model's recommendation, else the built-in default. `cfg` holds the flags' values.
+// `used` (optional) receives one line saying what was used and where it came from.
+GenerateConfig cli_early_exit(const Model* model, const Args& args, const GenerateConfig& cfg, std::string* used);
+// --early-exit's value as a criterion: l2, margin, kl, entropy, argmax; "model" leaves `out`
+// unchanged and returns false; anything else is a UsageError naming `flag`.
+bool read_criterion_flag(const std::string& flag, const std::string& value, EarlyExitCriterion* out);
+// The flag's name of a criterion: l2, margin, kl, entropy, argmax.
+const char* criterion_flag_name(EarlyExitCriterion c);
+// "speculation: draft 2 -> verify 4, draft_ahead 4 (recommended by the model)" for a resolved
+// chain or tree run; `given` says which knobs came from flags.
+std::string speculation_used_line(const Model* model, const SpeculationKnobs& k, bool tree, bool draft_given,
+                                  bool ahead_given, bool branches_given);
+
 // "12.3 MiB"
 std::string human_bytes(uint64_t bytes);
 // "12,345,678"

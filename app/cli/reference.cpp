@@ -18,6 +18,8 @@ const std::vector<CommandEntry>& command_table() {
         {"lens", lens_spec, run_lens, "logit lens: the prediction at every loop depth, token x depth"},
         {"depths", depths_spec, run_depths, "answer one prompt at several loop depths from one prefill"},
         {"reuse", reuse_spec, run_reuse, "answer prompts that share prefixes through a prefix pool"},
+        {"recommend", recommend_spec, run_recommend,
+         "find the model's recommended early-exit and speculation settings and store them in its file"},
         {"bench", bench_spec, run_bench,
          "prefill/decode tok/s, GB/s, speedups of early exit and speculation"},
         {"quantize", quantize_spec, run_quantize, "re-write a model as f16, q8, q4 or q2"},

@@ -141,7 +141,10 @@ TEST(JsonCodec, RunSpecRoundTrips) {
 
     EXPECT_TRUE(starts_with(refusal([] { run_spec_from_json(json{{"mode", "warp"}}); }), "mode:"));
     EXPECT_TRUE(starts_with(refusal([] { run_spec_from_json(json{{"speculation", {{"branches", 9}}}}); }),
-                            "speculation.branches: 9 is outside [1, 8]"));
+                            "speculation.branches: 9 is outside [0, 8]"));
+    EXPECT_TRUE(starts_with(refusal([] { run_spec_from_json(json{{"speculation", {{"draft_ahead", 0}}}}); }),
+                            "speculation.draft_ahead: 0 is outside [1, 32]"));
+    EXPECT_EQ(run_spec_from_json(run_spec_to_json(RunSpec{})).speculation.draft_ahead, 0);  // unset round-trips
     EXPECT_TRUE(starts_with(refusal([] { run_spec_from_json(json{{"speculation", {{"gamma", 0}}}}); }),
                             "speculation.gamma:"));
     EXPECT_TRUE(starts_with(refusal([] { run_spec_from_json(json{{"config", {{"top_p", 0}}}}); }),

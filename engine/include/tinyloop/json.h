@@ -82,6 +82,17 @@ bool parse_decode_mode(const std::string& name, DecodeMode* out);
 nlohmann::json run_spec_to_json(const RunSpec& spec);
 RunSpec run_spec_from_json(const nlohmann::json& j, const ConfigLimits& limits = {});
 
+// ---- the model's recommended settings (docs/FORMAT.md §2, metadata "recommended") ----------
+
+// {"speculation": {draft_loops, draft_ahead, tree_draft_ahead, branches},
+//  "early_exit": {criterion, threshold, patience, min_L, peek_every}}, each part only when set.
+nlohmann::json recommendation_to_json(const Recommendation& r);
+// Reads the object above (a key "measured" or "found_by" is free-form and ignored); an absent
+// part or key keeps "none recommended". Throws InvalidArgument naming the key with `where`
+// ("metadata.recommended.early_exit.threshold: ...") for an unknown key or a value out of range.
+Recommendation recommendation_from_json(const nlohmann::json& j, const ConfigLimits& limits = {},
+                                        const std::string& where = "recommended.");
+
 // ---- results ---------------------------------------------------------------------------------
 
 // Every GenerateStats field plus the derived rates (decode_tokens_per_s, spec_acceptance_rate,

@@ -178,6 +178,14 @@ struct ModelSpec {
 // Writes a valid .tinyloop file. Throws InvalidArgument when the spec is inconsistent.
 void save_model(const std::string& path, const ModelSpec& spec);
 
+// Copies the model file `in_path` to `out_path` (they may be the same file: it is replaced through
+// a temporary file and a rename) with the header's "metadata" object replaced by
+// `metadata_json` (a JSON object). Every other header field and every tensor byte stay as they
+// were; only the header's length, and with it the padding before the tensor data, may change.
+// The result is checked by loading it. Throws Error naming the field or the file.
+void write_model_metadata(const std::string& in_path, const std::string& out_path,
+                          const std::string& metadata_json);
+
 // A model with random weights (tests, benchmarks, the README's demo before a trained model).
 // Norm gains are 1 + small noise; matrices ~ N(0, 1/sqrt(cols)). The tokenizer is `tokenizer`
 // or, when it has no merges, bytes only plus one <|endoftext|> special token at id 256 (specials

@@ -1,5 +1,6 @@
 // The JSON codec's config half: the GenerateConfig field table (one line a field), the config,
 // speculation knobs and run specification to and from JSON (tinyloop/json.h).
+#include <algorithm>
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -312,14 +313,16 @@ void validate_speculation(const SpeculationKnobs& k, const ConfigLimits& limits)
     };
     in("verify_loops", k.verify_loops, 0, limits.max_loops, " (0 = the config's loops)");
     in("draft_loops", k.draft_loops, 0, limits.max_loops, " (0 = the mode's default)");
-    in("draft_ahead", k.draft_ahead, 1, 32, " (tree: 1 .. 8)");
-    in("branches", k.branches, 1, 8, "");
+    in("draft_ahead", k.draft_ahead, 0, 32, " (tree: 1 .. 8; 0 = the model's recommendation, else 4)");
+    in("branches", k.branches, 0, 8, " (0 = the model's recommendation, else 2)");
     in("gamma", k.gamma, 1, 32, "");
 }
 
 json speculation_to_json(const SpeculationKnobs& k) {
-    return json{{"verify_loops", k.verify_loops}, {"draft_loops", k.draft_loops}, {"draft_ahead", k.draft_ahead},
-                {"branches", k.branches},         {"gamma", k.gamma}};
+    json j{{"verify_loops", k.verify_loops}, {"draft_loops", k.draft_loops}, {"gamma", k.gamma}};
+    if (k.draft_ahead > 0) j["draft_ahead"] = k.draft_ahead;  // unset: left out, read back as unset
+    if (k.branches > 0) j["branches"] = k.branches;
+    return j;
 }
 
 SpeculationKnobs speculation_from_json(const json& j, const ConfigLimits& limits, const std::string& where) {
@@ -335,6 +338,10 @@ SpeculationKnobs speculation_from_json(const json& j, const ConfigLimits& limits
                                      : nullptr;
         if (!slot) bad(where + key, "unknown field");
         *slot = int_value(it.value(), where + key);
+        // A knob written is a value; 0 ("the model's recommendation") is what an absent knob means.
+        if ((slot == &k.draft_ahead || slot == &k.branches) && *slot == 0)
+            bad(where + key, std::string("0 is outside [1, ") + (slot == &k.branches ? "8" : "32") +
+                                 "] (leave the knob out for the model's recommendation)");
     }
     with_prefix(where, [&] { validate_speculation(k, limits); });
     return k;
@@ -373,6 +380,78 @@ RunSpec run_spec_from_json(const json& j, const ConfigLimits& limits) {
         }
     }
     return spec;
+}
+
+// ---- the model's recommended settings ----
+
+json recommendation_to_json(const Recommendation& r) {
+    json j = json::object();
+    if (r.has_speculation()) {
+        json sp = json::object();
+        if (r.draft_loops > 0) sp["draft_loops"] = r.draft_loops;
+        if (r.draft_ahead > 0) sp["draft_ahead"] = r.draft_ahead;
+        if (r.tree_draft_ahead > 0) sp["tree_draft_ahead"] = r.tree_draft_ahead;
+        if (r.branches > 0) sp["branches"] = r.branches;
+        j["speculation"] = std::move(sp);
+    }
+    if (r.has_early_exit())
+    {
+        j["early_exit"] = json{{"criterion", criterion_name(r.early_exit_criterion)},
+                               {"threshold", json_float(r.early_exit_threshold)},
+                               {"patience", r.early_exit_patience},
+                               {"min_L", r.early_exit_min_L},
+                               {"peek_every", r.early_exit_peek_every}};
+        if (r.early_exit_loops > 0) j["early_exit"]["loops"] = r.early_exit_loops;
+    }
+    return j;
+}
+
+Recommendation recommendation_from_json(const json& j, const ConfigLimits& limits, const std::string& where) {
+    if (!j.is_object()) bad(object_name(where, "recommended"), "expected a JSON object");
+    Recommendation r;
+    auto read_part = [&](const char* part, auto&& read_key) {
+        const auto it = j.find(part);
+        if (it == j.end()) return;
+        const std::string at = where + part + ".";
+        if (!it->is_object()) bad(at.substr(0, at.size() - 1), "expected a JSON object");
+        for (auto k = it->begin(); k != it->end(); ++k) read_key(k.key(), k.value(), at + k.key());
+    };
+    for (auto it = j.begin(); it != j.end(); ++it)
+        if (it.key() != "speculation" && it.key() != "early_exit" && it.key() != "measured" && it.key() != "found_by")
+            bad(where + it.key(), "unknown key (allowed: speculation, early_exit, measured, found_by)");
+    read_part("speculation", [&](const std::string& key, const json& v, const std::string& f) {
+        if (key == "draft_loops") r.draft_loops = int_value(v, f, 1, std::max(1, limits.max_loops - 1));
+        else if (key == "draft_ahead") r.draft_ahead = int_value(v, f, 1, 32);
+        else if (key == "tree_draft_ahead") r.tree_draft_ahead = int_value(v, f, 1, 8);
+        else if (key == "branches") r.branches = int_value(v, f, 1, 8);
+        else bad(f, "unknown key (allowed: draft_loops, draft_ahead, tree_draft_ahead, branches)");
+    });
+    bool has_early_exit = false;
+    std::optional<EarlyExitCriterion> cli_criterion;
+    read_part("early_exit", [&](const std::string& key, const json& v, const std::string& f) {
+        has_early_exit = true;
+        if (key == "criterion") from_j(v, r.early_exit_criterion, f);
+        else if (key == "patience") r.early_exit_patience = int_value(v, f, 1, 16);
+        else if (key == "min_L") r.early_exit_min_L = int_value(v, f, 1, limits.max_loops);
+        else if (key == "peek_every") r.early_exit_peek_every = int_value(v, f, 1, limits.max_loops);
+        else if (key == "loops") r.early_exit_loops = int_value(v, f, 1, limits.max_loops);
+        else if (key == "cli") {  // the CLI's name of the criterion, as a record: it must name the same one
+            EarlyExitCriterion c{};
+            if (!v.is_string() || !parse_criterion(v.get<std::string>(), &c)) bad(f, v.dump() + " is not a criterion name");
+            cli_criterion = c;
+        } else if (key == "threshold") {
+            r.early_exit_threshold = float_value(v, f);
+            if (!(r.early_exit_threshold > 0.0f)) bad(f, v.dump() + " is outside (0, 3.4e38]");
+        } else {
+            bad(f, "unknown key (allowed: criterion, threshold, patience, min_L, peek_every, loops, cli)");
+        }
+    });
+    if (cli_criterion && *cli_criterion != r.early_exit_criterion)
+        bad(where + "early_exit.cli", std::string("names another criterion than early_exit.criterion (") +
+                                          criterion_name(r.early_exit_criterion) + ")");
+    // A policy without a patience is still a policy: exit after one stable probe.
+    if (has_early_exit && r.early_exit_patience == 0) r.early_exit_patience = 1;
+    return r;
 }
 
 }  // namespace tinyloop

@@ -6,6 +6,7 @@
 // overflow-checked arithmetic before it is used.
 #include "model/loader.h"
 #include "model/quant.h"
+#include "tinyloop/json.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -523,6 +524,16 @@ std::unique_ptr<Model> Reader::read() {
     if (meta != h.end() && !meta->is_object())
         bad("metadata: " + std::string(meta->type_name()) + ", allowed a JSON object");
     m->metadata_json = meta == h.end() ? "{}" : meta->dump();
+    if (meta != h.end() && meta->contains("recommended")) {
+        // FORMAT.md §2: the recommended settings must be ones the engine can run on this model.
+        try {
+            m->recommended = recommendation_from_json((*meta)["recommended"],
+                                                      {m->hp.max_loops, m->hp.max_seq_len, m->hp.vocab_size},
+                                                      "metadata.recommended.");
+        } catch (const Error& e) {
+            bad(e.what());
+        }
+    }
     parse_tensors(h.at("tensors"), *m);
 
     auto view = [&](const std::string& name) -> const kern::WeightView& {

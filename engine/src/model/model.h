@@ -43,6 +43,7 @@ struct Model {
     TokenizerSpec tokenizer_spec;
     Tokenizer tokenizer;
     std::string metadata_json;
+    Recommendation recommended;  // metadata "recommended" (FORMAT.md §2), checked at load
     std::vector<TensorInfo> tensor_infos;
     uint64_t file_bytes = 0;
 
