@@ -239,7 +239,7 @@ json idsFromText(const std::string& key, const std::string& text) {
 }
 
 std::string lengthDecayToText(const json& decay) {
-    return decay.is_array() ? std::to_string(decay[0].get<long long>()) + ", " + fmt(decay[1].get<float>()) : "";
+    return decay.is_array() ? std::to_string(decay[0].get<long long>()) + ", " + floatText(decay[1].get<float>()) : "";
 }
 
 json lengthDecayFromText(const std::string& key, const std::string& text) {
