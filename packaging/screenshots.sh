@@ -48,6 +48,14 @@ shot view-calibration --view calibration --prompt "In the beginning" --max-token
 shot view-compute     --view compute     --prompt "In the beginning" --max-tokens 24
 shot view-kv          --view kv          --prompt "In the beginning" --max-tokens 24
 shot view-quant       --view quant       --prompt "In the beginning" --max-tokens 24
+shot tour-1-greedy-lens       --tour-step 1
+shot tour-2-answer-emerges    --tour-step 2
+shot tour-3-early-exit        --tour-step 3
+shot tour-4-self-speculation  --tour-step 4
+shot tour-5-depth-scrubber    --tour-step 5
+shot presentation-lens    --demo-run "In the beginning God created" --max-tokens 32 --tab lens --presentation
+shot presentation-compare --view compare --prompt "In the beginning God created" --max-tokens 16 --presentation
+shot dark-theme-lens      --demo-run "In the beginning God created" --max-tokens 32 --tab lens --theme dark
 
 # ---- taking them -------------------------------------------------------------------------------
 # Fresh settings, so a developer's presets and recent files do not leak into the pictures.

@@ -23,7 +23,9 @@ TEST(RecommendationSearch, ChosenExitPolicyKeepsTheNllAndExitsEarly) {
     EXPECT_LT(c.mean_depth, s.loops);
     EXPECT_LT(c.relative_cost, 1.0);
     for (const ExitCandidate& o : s.candidates)  // nothing cheaper within the tolerance
-        if (o.nll <= s.base_nll * 1.01 && o.mean_depth < s.loops) EXPECT_GE(o.relative_cost, c.relative_cost - 0.01);
+        if (o.nll <= s.base_nll * 1.01 && o.mean_depth < s.loops) {
+            EXPECT_GE(o.relative_cost, c.relative_cost - 0.01);
+        }
     const tinyloop::Recommendation r = recommendation_from(&s, nullptr);
     EXPECT_EQ(r.early_exit_criterion, c.criterion);
     EXPECT_FLOAT_EQ(r.early_exit_threshold, c.threshold);

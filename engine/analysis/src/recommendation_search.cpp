@@ -73,7 +73,7 @@ ExitSearch search_exit_policy(tinyloop::Model* model, const std::vector<int32_t>
         for (float t : line.thresholds)
             for (int patience : {1, 2})
                 for (int min_L : {1, 2})
-                    if (min_L < s.loops) plan.push_back({line.criterion, t, patience, min_L});
+                    if (min_L < s.loops) plan.push_back(ExitCandidate{line.criterion, t, patience, min_L, 0, 0, 1, {}});
     int done = 0;
     for (ExitCandidate c : plan) {
         if (cancel && cancel->load()) break;
