@@ -171,8 +171,11 @@ class Server:
                           "max_loops)" % (sp["draft_loops"], dmax))
             return dict(gamma=sp["gamma"], draft_loops=sp["draft_loops"])
         hp = self.model.hparams
-        verify = sp["verify_loops"] or cfg.get("loops") or hp["default_loops"]
-        draft = sp["draft_loops"] if sp["draft_loops"] is not None else max(1, min(2, verify - 1))
+        # Knobs left out: the model's recommendation, else the built-in default (the engine's resolver).
+        knobs = tl.resolve_speculation(self.model, mode=sp["mode"], loops=cfg.get("loops") or 0,
+                                       verify_loops=sp["verify_loops"] or 0, draft_loops=sp["draft_loops"] or 0,
+                                       draft_ahead=sp["draft_ahead"] or 0, branches=sp.get("K_branches") or 0)
+        verify, draft = knobs["verify_loops"], knobs["draft_loops"]
         if verify > hp["max_loops"]:
             raise bad("speculative.verify_loops", "speculative.verify_loops: %d is outside [2, %d]" % (verify, hp["max_loops"]))
         if verify < 2:
@@ -181,14 +184,24 @@ class Server:
         if draft >= verify:
             raise bad("speculative.draft_loops", "speculative.draft_loops: %d is outside [1, %d] (below verify_loops)"
                       % (draft, verify - 1))
-        kw = dict(max_tokens=cfg["max_tokens"], draft_loops=draft, verify_loops=verify, draft_ahead=sp["draft_ahead"],
-                  temperature=cfg["temperature"], ignore_eos=cfg["ignore_eos"])
+        kw = dict(max_tokens=cfg["max_tokens"], draft_loops=draft, verify_loops=verify,
+                  draft_ahead=knobs["draft_ahead"], temperature=cfg["temperature"], ignore_eos=cfg["ignore_eos"])
         if sp["mode"] == "tree":
-            kw["K_branches"] = sp["K_branches"]
+            kw["K_branches"] = knobs["branches"]
         else:
             kw["top_k"] = 0 if cfg["top_k"] >= self.vocab_size else cfg["top_k"]
             kw["top_p"] = cfg["top_p"]
         return kw
+
+    def apply_recommendation(self, req: Completion) -> None:
+        """An early_exit object's fields left out become the model's recommendation (metadata
+        "recommended", when it has one for the criterion asked), else the built-in defaults, as in
+        the CLI and the workbench: the engine's resolve_early_exit decides."""
+        if not req.early_exit:
+            return
+        given = {k: v for k, v in req.config.items() if k.startswith("early_exit_")}
+        fields, _ = tl.resolve_early_exit(self.model, **given)
+        req.config.update(fields)
 
     def validate(self, req: Completion, ids: list[list[int]]) -> None:
         if req.speculative is not None:

@@ -171,6 +171,7 @@ class Completion:
     seed: int | None = None
     config: dict = field(default_factory=dict)  # tinyloop_py GenerateConfig fields
     speculative: dict | None = None
+    early_exit: bool = False  # the request has an early_exit object (its unset fields: the model's)
     grammar: Any = None  # a tinyloop_py.Grammar
 
 
@@ -346,7 +347,12 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
         for k in ee:
             if k not in EARLY_EXIT_KEYS:
                 raise bad("early_exit", "early_exit.%s: unknown field (allowed: %s)" % (k, ", ".join(EARLY_EXIT_KEYS)))
-        cfg["early_exit_patience"] = _int(ee, "patience", 1, 0, param="early_exit.patience")
+        # Only the fields given go into the config: Server.apply_recommendation fills the others
+        # with the model's recommendation (else the built-in defaults) through the engine's resolver.
+        c.early_exit = True
+        v = _int(ee, "patience", None, 0, param="early_exit.patience")
+        if v is not None:
+            cfg["early_exit_patience"] = v
         for k in ("min_L", "peek_every"):
             v = _int(ee, k, None, 1, param="early_exit." + k)
             if v is not None:
@@ -406,8 +412,9 @@ def parse_hf_sampling(body: dict, cfg: dict, vocab_size: int) -> None:
 
 def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
     """speculative {mode: chain|tree, draft_loops, verify_loops, draft_ahead, branches}: the
-    engine's self-speculative decoding. verify_loops defaults to `loops` (or the model's default),
-    draft_loops to 2 (at most verify_loops - 1), draft_ahead to 4 (chain) or 2 (tree), branches to 2."""
+    engine's self-speculative decoding. verify_loops defaults to `loops` (or the model's default);
+    draft_loops, draft_ahead and branches left out are None here and become the model's
+    recommendation, else the engine's built-in defaults (Server.speculative_kw)."""
     if not hasattr(tl, "generate_speculative"):
         raise bad("speculative", "speculative: speculative decoding is not supported yet in this build")
     if not isinstance(sp, dict):
@@ -424,7 +431,7 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
         for k in ("verify_loops", "draft_ahead", "branches", "K_branches"):
             if k in sp:
                 raise bad("speculative", "speculative.%s: not used by mode draft (gamma, draft_loops)" % k)
-        if cfg.get("early_exit_patience", 0) > 0:
+        if body.get("early_exit") is not None and cfg.get("early_exit_patience", 1) > 0:
             raise bad("early_exit", "early_exit: not supported with speculative mode draft")
         if cfg.get("beam_size", 0) >= 2:
             raise bad("beam_size", "beam_size: not supported with speculative mode draft")
@@ -444,11 +451,11 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
     out = {"mode": mode}
     out["verify_loops"] = _int(sp, "verify_loops", None, 2, param="speculative.verify_loops")
     out["draft_loops"] = _int(sp, "draft_loops", None, 1, param="speculative.draft_loops")
-    out["draft_ahead"] = _int(sp, "draft_ahead", 4 if mode == "chain" else 2, 1, 32 if mode == "chain" else 8,
+    out["draft_ahead"] = _int(sp, "draft_ahead", None, 1, 32 if mode == "chain" else 8,
                               param="speculative.draft_ahead")
     br = sp.get("branches", sp.get("K_branches"))
     if mode == "tree":
-        out["K_branches"] = _int({"b": br}, "b", 2, 1, 8, param="speculative.branches")
+        out["K_branches"] = _int({"b": br}, "b", None, 1, 8, param="speculative.branches")
         if cfg["temperature"] > 0.01:
             raise bad("temperature", "temperature: tree speculative decoding is greedy only (temperature 0)")
     elif br is not None:

@@ -6,7 +6,8 @@
     tinyloop serve MODEL ...               (the CLI execs this file)
 
 Endpoints
-    GET  /v1/models          the one loaded model
+    GET  /v1/models          the one loaded model (with "recommended": the file's recommended
+                             early-exit and speculation settings, docs/FORMAT.md §2)
     POST /v1/completions     OpenAI's legacy completions: prompt (str, list of str, token ids or
                              lists of token ids; at most 64 prompts and 128 choices), max_tokens (default 16), temperature (default 1),
                              top_p, n, stop (str or up to 4, excluded from the text),
@@ -19,7 +20,8 @@ Endpoints
                              max_time (s), beam_size, length_penalty, grammar (GBNF text),
                              early_exit {patience, min_L, peek_every, criterion, threshold,
                              logit_margin}, speculative {mode: chain|tree, draft_loops,
-                             verify_loops, draft_ahead, branches} or, on a server started with
+                             verify_loops, draft_ahead, branches} (fields of both left out: the
+                             model's recommendation, else the built-in defaults) or, on a server started with
                              --draft-model DRAFT, {mode: draft, gamma, draft_loops} (draft-model
                              speculation: every other field applies). Every response carries usage
                              and "tinyloop_stats" (the engine's GenerateStats per choice).
@@ -85,6 +87,7 @@ def prepare(srv: Server, raw: bytes, chat: bool) -> tuple[Completion, list[list[
     if chat:
         body, chat_opts = chat_to_completion(body, srv.chat_template)
     req = parse_completion(body, srv.vocab_size)
+    srv.apply_recommendation(req)
     many = len(req.prompts) > 1
     ids = [srv.prompt_ids(p, i if many else None) for i, p in enumerate(req.prompts)]
     if chat_opts is not None:
@@ -176,7 +179,8 @@ def create_app(model, name: str | None = None, max_queue: int = 16, max_concurre
                     "recent": list(srv.recent)}
 
     def model_card():
-        return {"id": srv.name, "object": "model", "created": srv.created, "owned_by": "tinyloop"}
+        return {"id": srv.name, "object": "model", "created": srv.created, "owned_by": "tinyloop",
+                "recommended": srv.model.recommendation}  # the defaults of early_exit / speculative
 
     @app.get("/v1/models")
     async def models():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import math
 import threading
 from pathlib import Path
@@ -487,3 +488,31 @@ def test_several_outputs_are_a_list(model):
     assert "sequences" not in tl.generate(model, PROMPT, max_tokens=3)
     with pytest.raises(ValueError, match=r"num_return_sequences: 5 is outside \[1, beam_size = 4\]"):
         tl.generate(model, PROMPT, max_tokens=4, beam_size=4, num_return_sequences=5)
+
+
+def test_recommendation_and_its_resolvers(model, model_path, tmp_path):
+    assert model.recommendation == {}
+    fields, source = tl.resolve_early_exit(model)
+    assert fields["early_exit_criterion"] == "hidden_l2" and fields["early_exit_min_L"] == 2
+    assert abs(fields["early_exit_threshold"] - 0.05) < 1e-7 and set(source.values()) == {"built-in"}
+    out = tmp_path / "rec.tinyloop"
+    rec = {"early_exit": {"criterion": "kl", "threshold": 0.25, "patience": 2, "min_L": 1, "peek_every": 1},
+           "speculation": {"draft_loops": 1, "draft_ahead": 5}}
+    tl.write_model_metadata(str(model_path), str(out), json.dumps({"recommended": rec}))
+    with tl.load_model(str(out), backend="cpu") as m:
+        assert m.recommendation["early_exit"]["criterion"] == "kl"
+        assert m.recommendation["speculation"]["draft_ahead"] == 5
+        fields, source = tl.resolve_early_exit(m, early_exit_threshold=0.5)
+        assert fields["early_exit_criterion"] == "kl" and fields["early_exit_patience"] == 2
+        assert fields["early_exit_threshold"] == 0.5 and source["early_exit_threshold"] == "user"
+        assert source["early_exit_min_L"] == "model"
+        # another criterion than the model's: the model's values do not apply
+        fields, source = tl.resolve_early_exit(m, early_exit_criterion="argmax")
+        assert fields["early_exit_min_L"] == 2 and source["early_exit_min_L"] == "built-in"
+        assert tl.resolve_speculation(m, verify_loops=3) == {"verify_loops": 3, "draft_loops": 1, "draft_ahead": 5,
+                                                             "branches": 2}
+        assert tl.resolve_speculation(m, mode="tree", draft_ahead=2)["draft_ahead"] == 2
+    with pytest.raises(TypeError, match="early_exit_bogus"):
+        tl.resolve_early_exit(model, early_exit_bogus=1)
+    with pytest.raises(ValueError, match="mode"):
+        tl.resolve_speculation(model, mode="draft")

@@ -390,3 +390,62 @@ def test_grammar_and_beam_extensions(client, model):
         assert j["usage"]["completion_tokens"] == sum(len(q["output_ids"]) for q in ours)
         j2 = post(client, prompt=PROMPT, max_tokens=6, num_return_sequences=3, **hf).json()
         assert [c["text"] for c in j2["choices"]] == [c["text"] for c in j["choices"]]
+
+
+# A copy of the test model whose metadata recommends an early-exit policy that exits at once
+# (hidden_l2 below a huge threshold from depth 1) and chain / tree speculation knobs.
+RECOMMENDED = {"early_exit": {"criterion": "hidden_l2", "threshold": 1000.0, "patience": 1, "min_L": 1,
+                              "peek_every": 1},
+               "speculation": {"draft_loops": 1, "draft_ahead": 3, "tree_draft_ahead": 2, "branches": 3}}
+
+
+@pytest.fixture(scope="module")
+def recommending(model_path, tmp_path_factory):
+    out = tmp_path_factory.mktemp("recommending") / "rec.tinyloop"
+    tl.write_model_metadata(str(model_path), str(out), json.dumps({"recommended": RECOMMENDED}))
+    m = tl.load_model(str(out), backend="cpu")
+    yield m
+    m.free()
+
+
+def test_requests_without_early_exit_values_use_the_models(recommending):
+    ee = {"early_exit_" + k: v for k, v in RECOMMENDED["early_exit"].items()}
+    want = tl.generate(recommending, PROMPT, max_tokens=8, **ee)["stats"]["depth_per_token"]
+    builtin = tl.generate(recommending, PROMPT, max_tokens=8, early_exit_patience=1)  # the built-in policy's
+    with TestClient(server.create_app(recommending)) as c:
+        card = c.get("/v1/models").json()["data"][0]
+        assert card["recommended"]["early_exit"]["threshold"] == 1000.0
+        got = post(c, prompt=PROMPT, max_tokens=8, temperature=0, early_exit={}).json()
+        assert got["tinyloop_stats"][0]["depth_per_token"] == want
+        assert want != builtin["stats"]["depth_per_token"]  # the model's policy is not the built-in one
+        # an explicit value overrides the model's; the fields left out stay the model's
+        strict = post(c, prompt=PROMPT, max_tokens=8, temperature=0, early_exit={"threshold": 1e-9}).json()
+        want_strict = tl.generate(recommending, PROMPT, max_tokens=8, **dict(ee, early_exit_threshold=1e-9))
+        assert strict["tinyloop_stats"][0]["depth_per_token"] == want_strict["stats"]["depth_per_token"]
+        assert strict["tinyloop_stats"][0]["depth_per_token"] != want
+        # another criterion than the model's: its threshold does not carry over (built-in 0.05)
+        other = post(c, prompt=PROMPT, max_tokens=8, temperature=0, early_exit={"criterion": "kl"}).json()
+        want_other = tl.generate(recommending, PROMPT, max_tokens=8, early_exit_patience=1, early_exit_criterion="kl")
+        assert other["tinyloop_stats"][0]["depth_per_token"] == want_other["stats"]["depth_per_token"]
+
+
+def test_speculative_requests_without_knobs_use_the_models(recommending, model):
+    with TestClient(server.create_app(recommending)) as c:
+        ids = recommending.tokenize(PROMPT)
+        for sp, fn, knobs in (({}, tl.generate_speculative, dict(draft_loops=1, draft_ahead=3)),
+                              ({"mode": "tree"}, tl.generate_tree_speculative,
+                               dict(draft_loops=1, draft_ahead=2, K_branches=3))):
+            want = fn(recommending, ids, max_tokens=12, verify_loops=3, ignore_eos=True, **knobs)["stats"]
+            got = post(c, prompt=PROMPT, max_tokens=12, temperature=0, ignore_eos=True, speculative=sp).json()
+            st = got["tinyloop_stats"][0]
+            assert (st["spec_cycles"], st["spec_drafted"]) == (want["spec_cycles"], want["spec_drafted"]), sp
+            builtin = fn(recommending, ids, max_tokens=12, verify_loops=3, ignore_eos=True)["stats"]
+            assert (builtin["spec_cycles"], builtin["spec_drafted"]) != (want["spec_cycles"], want["spec_drafted"])
+            # an explicit knob wins
+            mine = post(c, prompt=PROMPT, max_tokens=12, temperature=0, ignore_eos=True,
+                        speculative=dict(sp, draft_ahead=1)).json()["tinyloop_stats"][0]
+            want1 = fn(recommending, ids, max_tokens=12, verify_loops=3, ignore_eos=True, **dict(knobs, draft_ahead=1))
+            assert (mine["spec_cycles"], mine["spec_drafted"]) == (want1["stats"]["spec_cycles"],
+                                                                  want1["stats"]["spec_drafted"]), sp
+    # a model without a recommendation: the built-in knobs, as before
+    assert tl.resolve_speculation(model) == {"verify_loops": 3, "draft_loops": 2, "draft_ahead": 4, "branches": 2}

@@ -27,6 +27,7 @@
 #include "ui_test_util.h"
 #include "views/agreement_map_view.h"
 #include "views/analysis_views.h"
+#include "views/input_strip.h"
 #include "views/compare_modes_view.h"
 #include "views/compute_quality_view.h"
 #include "views/depth_scrubber_view.h"
@@ -432,8 +433,9 @@ private slots:
             QCOMPARE(v->findChildren<QPushButton*>("runButton").size(), 1);
             QCOMPARE(v->findChild<QPushButton*>("exportImageButton")->text(), QString("Export image (PNG/PDF)..."));
             QCOMPARE(v->findChild<QPushButton*>("exportDataButton")->text(), QString("Export data (JSON)..."));
-            auto* inputs = v->layout()->itemAt(0)->layout();
-            QVERIFY(inputs);
+            auto* strip = v->findChild<InputStrip*>();  // the inputs row, scrolling sideways
+            QVERIFY(strip);
+            auto* inputs = strip->row();
             for (int i = 0; i < inputs->count(); ++i) {
                 auto* label = qobject_cast<QLabel*>(inputs->itemAt(i)->widget());
                 if (!label) continue;

@@ -20,9 +20,11 @@
 #include "views/compute_quality_view.h"
 #include "views/exit_calibration_view.h"
 #include "views/speculation_sweep_view.h"
+#include "sweep_test_util.h"
 #include "ui_test_util.h"
 
 using namespace tlui;
+using tltest::sweepCell;
 
 namespace {
 
@@ -61,21 +63,6 @@ bool integerLabels(QCPAxis* axis) {
         if (!ok || t.tick != std::round(t.tick)) return false;
     }
     return !axis->tickVector().isEmpty();
-}
-
-SweepCell sweepCell(int d, int k, std::vector<double> ms, std::vector<double> greedy) {
-    SweepCell c;
-    c.draft_loops = d;
-    c.draft_ahead = k;
-    c.runs = 1;
-    c.tokens = 8;
-    c.tested = 10;
-    c.accepted = 7;
-    c.time = summarize(std::move(ms));
-    c.baseline = summarize(std::move(greedy));
-    c.total_ms = c.time.median;
-    c.baseline_ms = c.baseline.median;
-    return c;
 }
 
 }  // namespace

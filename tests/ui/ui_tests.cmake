@@ -18,7 +18,8 @@ set(TL_UI_TESTS
   test_zoom
   test_screen_fit
 
-  test_plot_readability)
+  test_plot_readability
+  test_model_recommendation)
 set(TL_UI_TESTS_BUILT)
 foreach(t IN LISTS TL_UI_TESTS)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)

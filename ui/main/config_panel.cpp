@@ -1,5 +1,7 @@
 #include "main/config_panel.h"
 
+#include <algorithm>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFileInfo>
@@ -140,6 +142,26 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
         (f.speculative ? specForm : genForm)->addRow(r.label, rowWidget);
         m_rows[f.key] = r;
     }
+    // Where the early-exit and speculation defaults come from: above the first early-exit row and
+    // at the top of the speculative group.
+    m_recNote = new QLabel;
+    m_recNote->setObjectName("recommendationNote");
+    m_recNote->setWordWrap(true);
+    int eeRow = genForm->rowCount();
+    QFormLayout::ItemRole role;
+    genForm->getWidgetPosition(m_rows.at("early_exit_patience").label, &eeRow, &role);
+    for (const char* k : {"early_exit_min_L", "early_exit_peek_every", "early_exit_criterion", "early_exit_threshold",
+                          "early_exit_logit_margin"}) {
+        int r = -1;
+        genForm->getWidgetPosition(m_rows.at(k).label, &r, &role);
+        if (r >= 0) eeRow = std::min(eeRow, r);
+    }
+    genForm->insertRow(eeRow, m_recNote);
+    m_recSpecNote = new QLabel;
+    m_recSpecNote->setObjectName("recommendationSpecNote");
+    m_recSpecNote->setWordWrap(true);
+    specForm->insertRow(1, m_recSpecNote);
+    showRecommendation();
     connect(m_mode, &QComboBox::activated, this, [this](int) {
         applyModeDefaults(mode());
         emit modeChanged(mode());
@@ -232,7 +254,8 @@ void ConfigPanel::applyModeDefaults(DecodeMode m) {
         if (text("beam_size").toInt() < 2) setFieldText("beam_size", "4");
         break;
     case DecodeMode::EarlyExit:
-        if (text("early_exit_patience").toInt() < 1) setFieldText("early_exit_patience", "2");
+        if (text("early_exit_patience").toInt() < 1)
+            setFieldText("early_exit_patience", QString::number(earlyExitPatienceDefault()));
         setFieldText("beam_size", "0");
         break;
     case DecodeMode::Speculative:
@@ -242,6 +265,75 @@ void ConfigPanel::applyModeDefaults(DecodeMode m) {
         break;
     }
 }
+
+int ConfigPanel::earlyExitPatienceDefault() const {
+    return m_rec.has_early_exit() ? m_rec.early_exit_patience : 2;
+}
+
+void ConfigPanel::setModelDefaults(const tinyloop::GenerateConfig& defaults, const tinyloop::Recommendation& rec) {
+    m_modelDefaults = defaults;
+    m_rec = rec;
+    m_haveModelDefaults = true;
+    showRecommendation();
+    applyModelDefaults();
+}
+
+void ConfigPanel::applyModelDefaults(const QStringList& keep) {
+    // Early-exit mode needs a patience: the model's, else 2 (no model open yet: the built-in one).
+    auto* patience = qobject_cast<QLineEdit*>(m_rows.at("early_exit_patience").editor);
+    if (mode() == DecodeMode::EarlyExit && !keep.contains("early_exit_patience") && patience->text().toInt() < 1)
+        patience->setText(QString::number(earlyExitPatienceDefault()));
+    if (!m_haveModelDefaults) return revalidate();
+    const tinyloop::GenerateConfig& d = m_modelDefaults;
+    auto* criterion = qobject_cast<QComboBox*>(m_rows.at("early_exit_criterion").editor);
+    const bool ownCriterion = keep.contains("early_exit_criterion");
+    if (!ownCriterion) criterion->setCurrentText(criterionName(d.early_exit_criterion));
+    // The model's threshold means something for its own criterion only.
+    if (!ownCriterion || criterion->currentText() == criterionName(d.early_exit_criterion)) {
+        auto set = [&](const char* key, const QString& text) {
+            if (!keep.contains(key)) setFieldText(key, text);
+        };
+        set("early_exit_threshold", QString::fromStdString(floatText(d.early_exit_threshold)));
+        set("early_exit_min_L", QString::number(d.early_exit_min_L));
+        set("early_exit_peek_every", QString::number(d.early_exit_peek_every));
+        if (mode() == DecodeMode::EarlyExit) set("early_exit_patience", QString::number(earlyExitPatienceDefault()));
+    }
+    auto knob = [&](const char* key, int value) {
+        if (value > 0 && !keep.contains(key)) setFieldText(key, QString::number(value));
+    };
+    knob("draft_loops", m_rec.draft_loops);
+    knob("draft_ahead", mode() == DecodeMode::Tree ? m_rec.tree_draft_ahead : m_rec.draft_ahead);
+    knob("K_branches", m_rec.branches);
+    revalidate();
+}
+
+void ConfigPanel::showRecommendation() {
+    const tinyloop::Recommendation& r = m_rec;
+    if (!m_haveModelDefaults) {
+        m_recNote->setText("Early exit: the built-in defaults until a model is open.");
+    } else if (r.has_early_exit()) {
+        QString where = QString("first probe at depth %1").arg(r.early_exit_min_L);
+        if (r.early_exit_loops > 0) where += QString(", measured at depth %1").arg(r.early_exit_loops);
+        m_recNote->setText(QString("Early exit recommended by the model: %1 %2 %3, patience %4, %5.")
+                               .arg(criterionName(r.early_exit_criterion),
+                                    r.early_exit_criterion == tinyloop::EarlyExitCriterion::LogitMargin ? ">=" : "<",
+                                    QString::fromStdString(floatText(r.early_exit_threshold)))
+                               .arg(r.early_exit_patience)
+                               .arg(where));
+    } else {
+        m_recNote->setText("Early exit: this model recommends no policy; the fields show the built-in defaults.");
+    }
+    QStringList spec;
+    if (r.draft_loops > 0) spec << QString("draft_loops %1").arg(r.draft_loops);
+    if (r.draft_ahead > 0) spec << QString("draft_ahead %1 (chain)").arg(r.draft_ahead);
+    if (r.tree_draft_ahead > 0) spec << QString("draft_ahead %1 (tree)").arg(r.tree_draft_ahead);
+    if (r.branches > 0) spec << QString("K_branches %1").arg(r.branches);
+    m_recSpecNote->setText(spec.isEmpty() ? QString("This model recommends no speculation setting: built-in defaults.")
+                                          : "Recommended by the model: " + spec.join(", ") + ".");
+    m_recSpecNote->setVisible(m_haveModelDefaults);
+}
+
+QString ConfigPanel::recommendationNote() const { return m_recNote->text(); }
 
 json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
     const std::string key = r.info->key;

@@ -30,6 +30,18 @@ public:
     void setKnobs(const SpeculativeKnobs& k);
     void setMode(DecodeMode m);  // programmatic: no field is touched
 
+    // The loaded model's recommended settings as the panel's defaults (ModelLoaded::defaults and
+    // ::recommended): applied at once (applyModelDefaults) and named in a note above the
+    // early-exit fields ("recommended by the model", or the built-in defaults when it has none).
+    void setModelDefaults(const tinyloop::GenerateConfig& defaults, const tinyloop::Recommendation& rec);
+    // Puts the model's defaults into the early-exit fields (criterion, threshold, min_L,
+    // peek_every; patience in early-exit mode) and the speculative knobs it recommends
+    // (draft_loops, draft_ahead, K_branches), except the keys in `keep` (a preset's own). As in
+    // the engine's resolve_early_exit, a kept criterion other than the model's keeps the other
+    // early-exit fields as they are.
+    void applyModelDefaults(const QStringList& keep = {});
+    QString recommendationNote() const;  // the note's text
+
     // The config in the editors, or nullopt (and the reason) when a field is refused.
     std::optional<tinyloop::GenerateConfig> config(QString* error = nullptr) const;
     std::optional<SpeculativeKnobs> knobs(QString* error = nullptr) const;
@@ -64,6 +76,14 @@ private:
     void showMessage();  // message() on the refusal line
     void applyModeDefaults(DecodeMode m);
     void setFieldText(const std::string& key, const QString& text);
+    int earlyExitPatienceDefault() const;  // the model's recommended patience, else 2
+    void showRecommendation();
+
+    tinyloop::GenerateConfig m_modelDefaults;
+    tinyloop::Recommendation m_rec;
+    bool m_haveModelDefaults = false;
+    QLabel* m_recNote = nullptr;
+    QLabel* m_recSpecNote = nullptr;
 
     std::map<std::string, Row> m_rows;
     QComboBox* m_mode = nullptr;

@@ -407,6 +407,7 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
     lim.max_seq_len = m_hp.max_seq_len;
     lim.vocab_size = m_hp.vocab_size;
     m_config->setLimits(lim);
+    m_config->setModelDefaults(m.defaults, m.recommended);  // before a preset or a session sets its own
     m_output->setVocab(m.vocab);
     m_output->setMaxDepth(m_hp.max_loops);
     m_heatmap->setVocab(m.vocab);

@@ -53,6 +53,7 @@ public:
     void stop();
 
     bool isRunning() const { return m_currentRun != 0; }
+    quint64 currentRunId() const { return m_currentRun; }  // the run generate() started (0: none)
     bool isLoading() const { return m_loading; }
     bool hasModel() const { return m_hasModel; }
     QString modelPath() const override { return m_modelPath; }

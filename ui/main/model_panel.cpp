@@ -12,6 +12,7 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 #include <nlohmann/json.hpp>
+#include <tinyloop/json.h>
 
 namespace tlui {
 
@@ -130,6 +131,26 @@ void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
     for (const auto& [s, id] : i.tokenizer.special_tokens) specials << QString("%1=%2").arg(QString::fromStdString(s)).arg(id);
     row(tk, "special tokens", specials.join(", "));
     row(tk, "eos_id / bos_id", QString("%1 / %2").arg(i.tokenizer.eos_id).arg(i.tokenizer.bos_id));
+    // metadata "recommended" (FORMAT.md §2): the defaults of early exit and speculation.
+    auto* rec = group(m_tree, "Recommended settings");
+    const tinyloop::Recommendation& r = m.recommended;
+    if (r.has_early_exit())
+        row(rec, "early exit", QString("%1 %2 %3, patience %4, first probe at depth %5, every %6%7")
+                                   .arg(tinyloop::criterion_name(r.early_exit_criterion),
+                                        r.early_exit_criterion == tinyloop::EarlyExitCriterion::LogitMargin ? ">=" : "<")
+                                   .arg(r.early_exit_threshold)
+                                   .arg(r.early_exit_patience)
+                                   .arg(r.early_exit_min_L)
+                                   .arg(r.early_exit_peek_every)
+                                   .arg(r.early_exit_loops > 0 ? QString(" (measured at depth %1)").arg(r.early_exit_loops)
+                                                               : QString()));
+    else
+        row(rec, "early exit", "none (built-in defaults)");
+    if (r.has_speculation())
+        row(rec, "speculation", QString("draft_loops %1, draft_ahead %2 (chain) / %3 (tree), branches %4 (0 = built-in)")
+                                    .arg(r.draft_loops).arg(r.draft_ahead).arg(r.tree_draft_ahead).arg(r.branches));
+    else
+        row(rec, "speculation", "none (built-in defaults)");
     auto* mem = group(m_tree, "Memory");
     row(mem, "resident weights", humanBytes(i.weight_bytes));
     row(mem, "file", humanBytes(i.file_bytes));

@@ -57,6 +57,7 @@ Preset presetFromJson(const json& j, const ConfigLimits& lim) {
                 throw ConfigError("mode", "expected one of greedy, sampling, speculative, tree, beam, early-exit");
         } else if (k == "config") {
             p.config = configFromJson(v, lim, "config.");
+            for (auto f = v.begin(); f != v.end(); ++f) p.namedKeys << QString::fromStdString(f.key());
         } else if (k == "grammar_file") {
             if (!v.is_string()) throw ConfigError("grammar_file", "expected a string (a .gbnf path, or \"\" for none)");
             p.grammarFile = QString::fromStdString(v.get<std::string>());
@@ -65,6 +66,7 @@ Preset presetFromJson(const json& j, const ConfigLimits& lim) {
             p.prompt = QString::fromStdString(v.get<std::string>());
         } else if (k == "speculative") {
             p.knobs = knobsFromJson(v, lim, "speculative.");
+            for (auto f = v.begin(); f != v.end(); ++f) p.namedKeys << QString::fromStdString(f.key());
         } else {
             throw ConfigError(k, "unknown field");
         }
@@ -200,7 +202,12 @@ void PresetStore::installDefaults() {
     for (const QFileInfo& fi : QDir(":/presets").entryInfoList({"*.json"}, QDir::Files)) {
         auto p = readFile(fi.absoluteFilePath());
         if (!p || done.contains(p->name)) continue;
-        if (!QFile::exists(findFile(p->name))) save(*p);
+        // Copied verbatim: the fields a shipped preset leaves out stay out, so the loaded model's
+        // recommendation fills them when it is applied (Preset::namedKeys). A file from the
+        // resources is read-only; the user's copy is not.
+        const QString to = pathFor(p->name);
+        if (!QFile::exists(findFile(p->name)) && QFile::copy(fi.absoluteFilePath(), to))
+            QFile::setPermissions(to, QFile::ReadOwner | QFile::WriteOwner | QFile::ReadGroup | QFile::ReadOther);
         done << p->name;
     }
     settings.setValue(key, done);

@@ -20,6 +20,11 @@ struct Preset {
     SpeculativeKnobs knobs;
     QString grammarFile;  // "" = none
     QString prompt;       // "" = leave the editor's prompt; else the prompt the preset opens on
+    // The "config" and "speculative" keys the file names. Applying a preset, the early-exit and
+    // speculation fields it leaves out take the loaded model's recommendation (the bundled
+    // "Early exit" and "Speculative" presets leave them out); a preset saved from the panel names
+    // every field, so its own values hold. Not part of presetsEqual.
+    QStringList namedKeys;
 };
 
 bool presetsEqual(const Preset& a, const Preset& b);

@@ -130,6 +130,7 @@ bool PresetsPanel::applyPreset(const QString& name, QString* error) {
     m_config->setMode(p->mode);
     m_config->setConfig(p->config);
     m_config->setKnobs(p->knobs);
+    m_config->applyModelDefaults(p->namedKeys);  // what the preset leaves out: the model's recommendation
     m_config->setGrammarFile(p->grammarFile);
     if (!p->prompt.isEmpty()) emit promptRequested(p->prompt);
     report(QString("loaded '%1'").arg(p->name), false);

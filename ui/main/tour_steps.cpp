@@ -40,7 +40,8 @@ void configure(MainWindow& w, const QString& prompt, DecodeMode mode, const tiny
 // starts this one) are not this run's.
 void generateThen(MainWindow& w, Done done) {
     if (!w.generate()) return done(false, "the run could not start (the status bar says why)");
-    const quint64 id = w.session().run.id;
+    // The run's own id: the session shows it only from its first token (a refused run keeps the last).
+    const quint64 id = w.currentRunId();
     auto fired = std::make_shared<bool>(false);
     auto settled = std::make_shared<QMetaObject::Connection>();
     auto ended = std::make_shared<QMetaObject::Connection>();

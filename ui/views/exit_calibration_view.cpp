@@ -8,6 +8,7 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QMouseEvent>
+#include <QPushButton>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTextBrowser>
@@ -16,6 +17,7 @@
 #include "plots/plot_caption.h"
 #include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
+#include "views/recommendation_save.h"
 
 namespace tlui {
 
@@ -106,7 +108,20 @@ CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_summary->setWordWrap(true);
     m_tokens = new QTextBrowser;
     m_tokens->setObjectName("tokens");
-    lv->addWidget(m_summary);
+    m_save = new QPushButton("Save as the model's recommendation...");
+    m_save->setObjectName("saveRecommendation");
+    m_save->setToolTip("Writes this policy into the model file's metadata (\"recommended\"): the early-exit "
+                       "default of generate, bench, the server and the config panel. Every tensor byte is kept.");
+    m_save->setEnabled(false);  // once there is a run to judge the policy by
+    connect(m_save, &QPushButton::clicked, this, [this] {
+        if (!confirmRecommendationSave(this, modelPath(), "this early-exit policy")) return;
+        QString error;
+        if (!saveRecommendation(modelPath(), &error)) setStatus("not saved: " + error, true);
+    });
+    auto* summaryRow = new QHBoxLayout;
+    summaryRow->addWidget(m_summary, 1);
+    summaryRow->addWidget(m_save, 0, Qt::AlignTop);
+    lv->addLayout(summaryRow);
     lv->addWidget(m_tokens, 1);
     m_tokens->setMinimumHeight(80);
     split->addWidget(lower);
@@ -161,8 +176,46 @@ void CalibView::run() {
         if (!ok) return;
         m_data = out;
         m_minL->setMaximum(m_data->loops);
+        m_save->setEnabled(true);
         rescore();
     });
+}
+
+bool CalibView::saveRecommendation(const QString& outPath, QString* error) {
+    QString why;
+    if (!m_data) why = "run the calibration first: a policy is saved with the run it was judged on";
+    else if (m_scored.empty()) why = "the run emitted no token to judge the policy by";
+    if (why.isEmpty()) why = unwritableReason(outPath);
+    if (!why.isEmpty()) {
+        if (error) *error = why;
+        return false;
+    }
+    const CalibPolicy p = policy();
+    tinyloop::Recommendation rec;
+    rec.early_exit_criterion = p.criterion;
+    rec.early_exit_threshold = p.threshold;
+    rec.early_exit_patience = p.patience;
+    rec.early_exit_min_L = p.min_L;
+    rec.early_exit_peek_every = p.peek_every;
+    rec.early_exit_loops = m_data->loops;
+    int changed = 0, early = 0;
+    for (const CalibToken& t : m_scored) {
+        changed += t.flagged;
+        early += t.exit_depth < m_data->loops;
+    }
+    const nlohmann::json measured = {{"found_by", "workbench: early-exit calibration view"},
+                                     {"loops", m_data->loops},
+                                     {"tokens_judged", m_scored.size()},
+                                     {"tokens_exiting_early", early},
+                                     {"tokens_changed", changed}};
+    const QString model = modelPath();
+    startJob("saving the recommendation", [model, outPath, rec, measured](AnalysisJobContext&) {
+        writeRecommendation(model, outPath, RecommendationPart::EarlyExit, rec, measured);
+    }, [this, outPath](bool ok, const QString&) {
+        if (ok) setStatus(QString("saved as the model's early-exit recommendation in %1 (used from the next time "
+                                  "it is opened)").arg(outPath));
+    });
+    return true;
 }
 
 void CalibView::rescore() {

@@ -16,6 +16,7 @@ class QCPTextElement;
 class QDoubleSpinBox;
 class QLabel;
 class QMouseEvent;
+class QPushButton;
 class QSpinBox;
 class QTextBrowser;
 
@@ -37,6 +38,12 @@ public:
     void setMaxTokens(int n);
     void setLoops(int loops);     // 0 = the model's default
     const std::vector<CalibToken>& scored() const { return m_scored; }
+    // "Save as the model's recommendation": the current policy (at the depth it was collected
+    // at) written into `outPath`'s metadata as the early-exit recommendation (recommendation_save.h;
+    // the button writes the open model's file after a confirmation). false with the reason in
+    // `error` when there is nothing to save or the file cannot be written; else the write runs
+    // on the lane and the status line reports it (workFinished).
+    bool saveRecommendation(const QString& outPath, QString* error = nullptr);
     QCustomPlot* plot() const { return m_plot; }
 
 private:
@@ -60,6 +67,7 @@ private:
     QCPTextElement* m_rule = nullptr;  // the exit rule, above the plot
     QTextBrowser* m_tokens;
     QLabel* m_summary;
+    QPushButton* m_save;
     bool m_dragging = false;
 };
 

@@ -23,6 +23,7 @@
 #include "plots/plot_caption.h"
 #include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
+#include "views/recommendation_save.h"
 
 namespace tlui {
 
@@ -118,11 +119,27 @@ SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_saveBest = new QPushButton("Save best as preset");
     m_saveBest->setObjectName("saveBest");
     m_saveBest->setEnabled(false);
+    m_saveRecommendation = new QPushButton("Save as the model's recommendation...");
+    m_saveRecommendation->setObjectName("saveRecommendation");
+    m_saveRecommendation->setToolTip("Writes the best cell's knobs into the model file's metadata (\"recommended\"): "
+                                     "the speculation default of generate, bench, the server and the config panel. "
+                                     "Only a cell faster than greedy beyond the noise is saved.");
+    m_saveRecommendation->setEnabled(false);
+    connect(m_saveRecommendation, &QPushButton::clicked, this, [this] {
+        QString error;
+        if (!m_result || m_result->best_cell() < 0) {  // the refusal needs no confirmation
+            saveRecommendation(modelPath(), &error);
+            return setStatus("not saved: " + error, true);
+        }
+        if (!confirmRecommendationSave(this, modelPath(), "the best cell's speculation knobs")) return;
+        if (!saveRecommendation(modelPath(), &error)) setStatus("not saved: " + error, true);
+    });
     m_kPick = new QComboBox;
     bestRow->addWidget(new QLabel("Heatmaps for"));
     bestRow->addWidget(m_kPick);
     bestRow->addWidget(m_best, 1);
     bestRow->addWidget(m_saveBest);
+    bestRow->addWidget(m_saveRecommendation);
     v->addLayout(bestRow);
 
     auto* split = new QSplitter(Qt::Vertical);
@@ -349,6 +366,7 @@ void SweepView::showResult() {
     const int b = r.best_cell();
     // Enabled once there is a result: without a best cell it explains why it will not save one.
     m_saveBest->setEnabled(true);
+    m_saveRecommendation->setEnabled(true);
     if (b >= 0) {
         const Preset p = bestPreset(r);
         const Speedup sp = r.cells[static_cast<size_t>(b)].speedup();
@@ -377,6 +395,46 @@ QString SweepView::saveBestPreset(QString* error) {
     const Preset p = bestPreset(*m_result);
     if (!workbench()->savePreset(p, error)) return QString();
     return p.name;
+}
+
+bool SweepView::saveRecommendation(const QString& outPath, QString* error) {
+    QString why;
+    if (!m_result) why = "run the sweep first: there is no result to save";
+    else if (m_result->best_cell() < 0)
+        why = "no setting is faster than greedy beyond the noise (" + QString::fromStdString(m_result->no_best_reason()) + ")";
+    if (why.isEmpty()) why = unwritableReason(outPath);
+    if (!why.isEmpty()) {
+        if (error) *error = why;
+        return false;
+    }
+    const SweepResult& r = *m_result;
+    const SweepCell& c = r.cells[static_cast<size_t>(r.best_cell())];
+    tinyloop::Recommendation rec;
+    rec.draft_loops = c.draft_loops;
+    if (c.branches > 0) {
+        rec.tree_draft_ahead = c.draft_ahead;
+        rec.branches = c.branches;
+    } else {
+        rec.draft_ahead = c.draft_ahead;
+    }
+    const Speedup sp = c.speedup();
+    const nlohmann::json measured = {{"found_by", "workbench: speculation sweep view"},
+                                     {"verify_loops", r.verify_loops},
+                                     {"prompts", r.spec.prompts.size()},
+                                     {"max_tokens", r.spec.max_tokens},
+                                     {"repeats", c.time.samples.size()},
+                                     {"speedup_median", sp.median},
+                                     {"speedup_min", sp.min},
+                                     {"speedup_max", sp.max},
+                                     {"acceptance", c.acceptance()}};
+    const QString model = modelPath();
+    startJob("saving the recommendation", [model, outPath, rec, measured](AnalysisJobContext&) {
+        writeRecommendation(model, outPath, RecommendationPart::Speculation, rec, measured);
+    }, [this, outPath](bool ok, const QString&) {
+        if (ok) setStatus(QString("saved as the model's speculation recommendation in %1 (used from the next time "
+                                  "it is opened)").arg(outPath));
+    });
+    return true;
 }
 
 nlohmann::json SweepView::data() const {

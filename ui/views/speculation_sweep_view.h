@@ -47,6 +47,12 @@ public:
     // Saves the best cell as a preset in the workbench's preset store; returns its name ("" on
     // failure, and a refusal in `error` when no cell is faster than greedy beyond the noise).
     QString saveBestPreset(QString* error = nullptr);
+    // "Save as the model's recommendation": the best cell's knobs written into `outPath`'s metadata
+    // as the speculation recommendation (recommendation_save.h; the button writes the open model's
+    // file after a confirmation). Refused, with the reason in `error`, without a result, when no
+    // cell is faster than greedy beyond the noise, or when the file cannot be written; else the
+    // write runs on the lane and the status line reports it (workFinished).
+    bool saveRecommendation(const QString& outPath, QString* error = nullptr);
     QString bestText() const;
     QCustomPlot* speedupMap() const { return m_speedMap; }
     QCustomPlot* scatterPlot() const { return m_scatter; }
@@ -69,6 +75,7 @@ private:
     QTableWidget* m_table;
     QLabel* m_best;
     QPushButton* m_saveBest;
+    QPushButton* m_saveRecommendation;
 };
 
 }  // namespace tlui

@@ -85,6 +85,8 @@ void EngineHost::loadModel(const QString& path) {
         ModelLoaded m;
         m.info = tinyloop::model_info(fresh);
         m.vramBytes = tinyloop::vram_usage_bytes(fresh);
+        m.recommended = tinyloop::model_recommendation(fresh);
+        m.defaults = tinyloop::recommended_config(fresh);
         const int n = m.info.tokenizer_vocab;
         m.vocab.reserve(n);
         for (int id = 0; id < n; ++id) {

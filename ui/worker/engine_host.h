@@ -60,6 +60,11 @@ struct ModelLoaded {
     tinyloop::ModelInfo info;
     quint64 vramBytes = 0;
     QStringList vocab;  // printable text of every id the tokenizer can decode (hover tooltips)
+    // The file's recommended settings (metadata "recommended"; empty when it has none) and the
+    // config a front end shows before the user sets anything (tinyloop::recommended_config:
+    // its early-exit fields the model's, else the built-in defaults).
+    tinyloop::Recommendation recommended;
+    tinyloop::GenerateConfig defaults;
 };
 
 struct LensReady {

@@ -287,4 +287,5 @@ PYBIND11_MODULE(tinyloop_py, m) {
     register_scoring(m);
     register_caches(m);
     register_batch(m);
+    register_recommendation(m);
 }
