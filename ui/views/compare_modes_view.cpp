@@ -30,8 +30,10 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     auto* form = new QFormLayout;
     m_prompt = newPromptField();
     m_maxTokens = newCountField(1, 512, 32);
-    m_concurrent = new QCheckBox("run the modes concurrently (quicker, but they share the cores: timings not comparable)");
+    m_concurrent = new QCheckBox("Run concurrently (timings not comparable)");
     m_concurrent->setObjectName("concurrent");
+    m_concurrent->setToolTip("All modes at the same time: quicker, but they share the processor's cores, so their "
+                             "timings include each other's load and cannot be compared");
     m_concurrent->setChecked(false);
     m_repeats = newCountField(kMinRepeats, kMaxRepeats, kDefaultRepeats);
     m_repeats->setObjectName("repeats");
