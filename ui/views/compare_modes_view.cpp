@@ -76,20 +76,21 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     m_split = new QCustomPlot;
     m_split->setObjectName("splitPlot");
     const std::tuple<QCustomPlot*, const char*, const char*> titled[] = {
-        {m_speed, "tokens/s (median, whiskers: fastest..slowest)",
+        {m_speed, "tokens/s",
          "How fast each mode was: [[tokens per second]] over the call, the median of the repeats; the whiskers "
          "reach from the slowest to the fastest run."},
-        {m_first, "first token (ms, median and range)",
+        {m_first, "first token (ms)",
          "The wait for the [[first token]] in each mode, in ms: the median of the repeats and their range."},
-        {m_depth, "mean depth and acceptance",
+        {m_depth, "depth, acceptance",
          "The mean [[depth]] each mode's tokens used and, for speculative modes, the [[acceptance]] of drafts. "
          "Less depth for the same text is work saved."},
-        {m_split, "time split of the first repeat (ms)",
+        {m_split, "time split (ms)",
          "Where each mode's time went in its first repeat, in ms: [[prefill]], [[decode]] and, for "
          "[[self-speculation]], drafting and verifying."}};
     for (const auto& [p, title, caption] : titled) {
         stylePlot(p);
         p->setMinimumHeight(240);
+        p->setMinimumWidth(220);  // four side by side inside a 1280-px screen (stylePlot asks 300)
         p->plotLayout()->insertRow(0);
         p->plotLayout()->addElement(0, 0, new QCPTextElement(p, title));
         ph->addWidget(withCaption(p, caption));
