@@ -41,12 +41,15 @@ TEST(RecommendationSearch, SpeculationCellsRankByModelledSpeedupAndMustPay) {
     SweepCell slow_but_accepting;  // modelled well, but slower than greedy in the same run
     slow_but_accepting.draft_loops = 1, slow_but_accepting.draft_ahead = 4, slow_but_accepting.runs = 1;
     slow_but_accepting.tokens = 40, slow_but_accepting.cycles = 10;
-    slow_but_accepting.baseline_ms = 10, slow_but_accepting.total_ms = 20;
+    slow_but_accepting.baseline = summarize({10, 10.5, 9.5});  // three repeats each
+    slow_but_accepting.time = summarize({20, 21, 19});
     SweepCell paying = slow_but_accepting;
-    paying.draft_ahead = 2, paying.tokens = 25, paying.total_ms = 8;
+    paying.draft_ahead = 2, paying.tokens = 25, paying.time = summarize({8, 8.5, 7.5});
+    SweepCell noisy = paying;  // faster by its median, but its repeats overlap greedy's: not beyond the noise
+    noisy.draft_ahead = 6, noisy.tokens = 40, noisy.time = summarize({5, 9, 12});
     SweepCell wrong = paying;  // pays, but its text differs from greedy
     wrong.draft_ahead = 3, wrong.equals_greedy = false;
-    sw.cells = {slow_but_accepting, paying, wrong};
+    sw.cells = {slow_but_accepting, paying, wrong, noisy};
     EXPECT_NEAR(modelled_speedup(paying, 4), 2.5 * 4 / (2 * 1 + 3), 1e-9);
     EXPECT_EQ(best_modelled_cell(sw, false), 1);
     EXPECT_EQ(best_modelled_cell(sw, true), -1);

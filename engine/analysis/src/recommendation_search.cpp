@@ -126,9 +126,10 @@ int best_modelled_cell(const SweepResult& sweep, bool tree) {
     for (size_t i = 0; i < sweep.cells.size(); ++i) {
         const SweepCell& c = sweep.cells[i];
         if (!c.error.empty() || c.runs == 0 || !c.equals_greedy || (c.branches > 0) != tree) continue;
-        // The model of passes counts a batched verification as one pass; a cell that does not pay
-        // in wall time in the same run (the tree's many rows) is out, whatever the model says.
-        if (c.measured_speedup() < 1.0) continue;
+        // The model of passes counts a batched verification as one pass; a cell that is not faster
+        // than greedy beyond the noise in the same run (the tree's many rows) is out, whatever the
+        // model says: the sweep view's rule for "best" (timing_stats.h).
+        if (!c.speedup().beyond_noise) continue;
         const double s = modelled_speedup(c, sweep.verify_loops);
         if (s > best_speedup) best = static_cast<int>(i), best_speedup = s;
     }
