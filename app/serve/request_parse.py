@@ -60,6 +60,7 @@ ENGINE_FIELDS = {
     "early_stopping": "early_stopping", "renormalize_logits": "renormalize_logits",
     "min_new_tokens": "min_new_tokens", "min_length": "min_length",
     "num_return_sequences": "n", "num_beam_groups": "num_beam_groups", "diversity_penalty": "diversity_penalty",
+    "force_words": "force_words",
 }
 
 
@@ -91,7 +92,7 @@ KNOWN_FIELDS = {
     "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "speculative",
     "no_repeat_ngram_size", "max_time", "beam_size", "length_penalty", "grammar", "kv_cache",
     "early_stopping", "renormalize_logits", "min_new_tokens", "min_length",
-    "num_return_sequences", "num_beam_groups", "diversity_penalty",
+    "num_return_sequences", "num_beam_groups", "diversity_penalty", "force_words", "force_words_ids",
 }
 
 
@@ -172,8 +173,9 @@ SPECULATIVE_KEYS = {"draft_loops", "verify_loops", "draft_ahead", "branches", "K
 
 
 def _beam_outputs(body: dict, c: Completion) -> None:
-    """Diverse beam search (num_beam_groups, diversity_penalty), and n with beam search: the n
-    best hypotheses of one search (the engine's num_return_sequences), not n equal searches."""
+    """Diverse beam search (num_beam_groups, diversity_penalty), constrained beam search
+    (force_words), and n with beam search: the n best hypotheses of one search (the engine's
+    num_return_sequences), not n equal searches."""
     cfg = c.config
     groups = _int(body, "num_beam_groups", None, 1)
     if groups is not None:
@@ -181,6 +183,16 @@ def _beam_outputs(body: dict, c: Completion) -> None:
     dp = _num(body, "diversity_penalty", None, 0.0, 100.0)
     if dp is not None:
         cfg["diversity_penalty"] = dp
+    # Constrained beam search: force_words or HF's name force_words_ids, in HF's form (each entry
+    # [ids] or [[ids], [ids], ...] alternatives); the engine checks the entries and the ranges.
+    if "force_words" in body and "force_words_ids" in body:
+        raise bad("force_words", "force_words: give force_words or its alias force_words_ids, not both")
+    words = body.get("force_words", body.get("force_words_ids"))
+    if words is not None:
+        if not isinstance(words, list):
+            raise bad("force_words", "force_words: expected a list whose entries are [token ids] or "
+                      "[[token ids], [token ids], ...]")
+        cfg["force_words"] = words
     if cfg.get("beam_size", 0) >= 2 and c.n > 1:
         if c.stream:
             raise bad("n", "n: %d best beams come from one search at its end; stream them with n 1, "

@@ -143,7 +143,7 @@ const char* kConfigDoc =
     "no_repeat_ngram_size=0, bad_words=[] (token sequences), beam_size=0, length_penalty=1.0,\n"
     "early_stopping=False (True | False | 'never'), renormalize_logits=False, min_new_tokens=0, min_length=0,\n"
     "num_return_sequences=1 (then the result's `sequences` lists every output), num_beam_groups=1,\n"
-    "diversity_penalty=0.0,\n"
+    "diversity_penalty=0.0, force_words=[] (HF's force_words_ids: [ids] or [[ids], [ids]] alternatives),\n"
     "early_exit_patience=0, early_exit_min_L=2, early_exit_peek_every=1,\n"
     "early_exit_logit_margin=0.0, early_exit_criterion='hidden_l2', early_exit_threshold=0.05,\n"
     "seed (sample_seed)=0. Call options: grammar (a Grammar or GBNF text), events=False,\n"
