@@ -124,6 +124,9 @@ CommandSpec generate_spec() {
         {"--diversity-penalty", "X",
          "with --num-beam-groups: a group loses X per earlier group's beam that chose the token",
          "a number in [0, 100]", false, B},
+        {"--force-words", "IDS",
+         "constrained beam search: the output must hold these ids, e.g. 50,51; 50,51|60 is either (repeatable)",
+         "a comma-separated list of token ids, alternatives separated by |", true, B},
         {"--num-return-sequences", "N",
          "N outputs: beam's best N (N <= --beam-size) or N samples (seeds --seed .. --seed+N-1)",
          "an integer in [1, 64]", false, B},
@@ -242,6 +245,7 @@ const std::vector<std::pair<std::string, std::string>>& field_flags() {
         {"num_return_sequences", "--num-return-sequences"},
         {"num_beam_groups", "--num-beam-groups"},
         {"diversity_penalty", "--diversity-penalty"},
+        {"force_words", "--force-words"},
         {"min_new_tokens", "--min-new-tokens"},
         {"min_length", "--min-length"},
         {"forced_eos_token_id", "--forced-eos-token-id"},
@@ -291,7 +295,7 @@ void check_speculative_flags(const Args& args, const std::string& mode) {
                           "--presence-penalty", "--logit-bias", "--stop", "--stop-ids",
                           "--cache-window", "--no-repeat-ngram", "--bad-words", "--max-time", "--kv-cache",
                           "--beam-size", "--length-penalty", "--early-stopping", "--renormalize-logits",
-                          "--num-beam-groups", "--diversity-penalty", "--num-return-sequences",
+                          "--num-beam-groups", "--diversity-penalty", "--num-return-sequences", "--force-words",
                           "--min-new-tokens", "--min-length", "--forced-eos-token-id",
                           "--exponential-decay-length-penalty", "--suppress-tokens", "--begin-suppress-tokens",
                           "--typical-p", "--epsilon-cutoff", "--eta-cutoff", "--early-exit",
@@ -509,8 +513,17 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
     }
     if (args.has("--renormalize-logits") && !beam) throw UsageError("--renormalize-logits: only used with --mode beam");
     cfg.renormalize_logits = args.has("--renormalize-logits");
-    for (const char* f : {"--num-beam-groups", "--diversity-penalty"})
+    for (const char* f : {"--num-beam-groups", "--diversity-penalty", "--force-words"})
         if (args.has(f) && !beam) throw UsageError(std::string(f) + ": only used with --mode beam");
+    for (const auto& v : args.values("--force-words")) {  // "1,2|3": alternatives by '|'
+        std::vector<std::vector<int32_t>> alternatives;
+        std::istringstream in(v);
+        std::string part;
+        while (std::getline(in, part, '|')) alternatives.push_back(parse_id_list("--force-words", part));
+        if (alternatives.empty() || v.back() == '|')
+            throw UsageError("--force-words: expected token ids like 1,2 or alternatives like 1,2|3, got '" + v + "'");
+        cfg.force_words.push_back(std::move(alternatives));
+    }
     if (auto v = args.get_int("--num-beam-groups")) cfg.num_beam_groups = *v;
     if (auto v = args.get_float("--diversity-penalty")) cfg.diversity_penalty = *v;
     if (auto v = args.get_int("--num-return-sequences")) cfg.num_return_sequences = *v;

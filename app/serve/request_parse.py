@@ -64,6 +64,7 @@ ENGINE_FIELDS = {
     "begin_suppress_tokens": "begin_suppress_tokens", "typical_p": "typical_p", "epsilon_cutoff": "epsilon_cutoff",
     "eta_cutoff": "eta_cutoff",
     "num_return_sequences": "n", "num_beam_groups": "num_beam_groups", "diversity_penalty": "diversity_penalty",
+    "force_words": "force_words",
 }
 
 
@@ -98,7 +99,7 @@ KNOWN_FIELDS = {
     # Hugging Face's sampling-side GenerationConfig knobs
     "forced_eos_token_id", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
     "typical_p", "epsilon_cutoff", "eta_cutoff",
-    "num_return_sequences", "num_beam_groups", "diversity_penalty",
+    "num_return_sequences", "num_beam_groups", "diversity_penalty", "force_words", "force_words_ids",
 }
 HF_SAMPLING_DEFAULTS = {"forced_eos_token_id": None, "exponential_decay_length_penalty": None,
                         "suppress_tokens": [], "begin_suppress_tokens": [], "typical_p": 1,
@@ -183,8 +184,9 @@ SPECULATIVE_KEYS = {"draft_loops", "verify_loops", "draft_ahead", "branches", "K
 
 
 def _beam_outputs(body: dict, c: Completion) -> None:
-    """Diverse beam search (num_beam_groups, diversity_penalty), and n with beam search: the n
-    best hypotheses of one search (the engine's num_return_sequences), not n equal searches."""
+    """Diverse beam search (num_beam_groups, diversity_penalty), constrained beam search
+    (force_words), and n with beam search: the n best hypotheses of one search (the engine's
+    num_return_sequences), not n equal searches."""
     cfg = c.config
     groups = _int(body, "num_beam_groups", None, 1)
     if groups is not None:
@@ -192,6 +194,16 @@ def _beam_outputs(body: dict, c: Completion) -> None:
     dp = _num(body, "diversity_penalty", None, 0.0, 100.0)
     if dp is not None:
         cfg["diversity_penalty"] = dp
+    # Constrained beam search: force_words or HF's name force_words_ids, in HF's form (each entry
+    # [ids] or [[ids], [ids], ...] alternatives); the engine checks the entries and the ranges.
+    if "force_words" in body and "force_words_ids" in body:
+        raise bad("force_words", "force_words: give force_words or its alias force_words_ids, not both")
+    words = body.get("force_words", body.get("force_words_ids"))
+    if words is not None:
+        if not isinstance(words, list):
+            raise bad("force_words", "force_words: expected a list whose entries are [token ids] or "
+                      "[[token ids], [token ids], ...]")
+        cfg["force_words"] = words
     if cfg.get("beam_size", 0) >= 2 and c.n > 1:
         if c.stream:
             raise bad("n", "n: %d best beams come from one search at its end; stream them with n 1, "

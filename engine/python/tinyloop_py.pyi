@@ -129,6 +129,7 @@ class GenerateConfig:
     num_return_sequences: int      # 1; beam: <= beam_size; sampling: seeds seed .. seed + N - 1
     num_beam_groups: int           # 1; beam only; divides beam_size
     diversity_penalty: float       # 0.0; [0, 100]; needs num_beam_groups >= 2
+    force_words: list[list[int] | list[list[int]]]  # []; beam only; HF's force_words_ids
     early_exit_patience: int       # 0 disables
     early_exit_min_L: int          # 2
     early_exit_peek_every: int     # 1

@@ -561,3 +561,21 @@ TEST_F(CliTest, BundledModelReproducesTheCardsGreedySamples) {
 }
 
 }  // namespace
+
+TEST_F(CliTest, ForcedWords) {
+    EXPECT_USAGE_ERROR(generate({"--force-words", "65"}), "--force-words");  // beam only
+    EXPECT_USAGE_ERROR(generate({"--mode", "beam", "--force-words", "65,,66"}), "--force-words");
+    EXPECT_USAGE_ERROR(generate({"--mode", "beam", "--force-words", "65|"}), "--force-words");
+    EXPECT_USAGE_ERROR(generate({"--mode", "beam", "--force-words", "65,66|65"}), "--force-words");  // a prefix
+    EXPECT_USAGE_ERROR(generate({"--mode", "beam", "--beam-size", "4", "--num-beam-groups", "2", "--force-words", "65"}),
+                       "--force-words");
+    CliRun r = generate({"--mode", "beam", "--beam-size", "3", "--force-words", "65", "--force-words", "66,67|68",
+                         "--max-tokens", "8", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = parse_json(r);
+    EXPECT_EQ(j["config"]["force_words"], json::parse("[[65], [[66, 67], [68]]]"));
+    const auto out = j["output_ids"].get<std::vector<int32_t>>();
+    auto holds = [&](std::vector<int32_t> w) { return std::search(out.begin(), out.end(), w.begin(), w.end()) != out.end(); };
+    EXPECT_TRUE(holds({65})) << j["output_ids"];
+    EXPECT_TRUE(holds({66, 67}) || holds({68})) << j["output_ids"];
+}

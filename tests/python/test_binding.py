@@ -476,6 +476,19 @@ def test_hugging_face_sampling_knobs(model):
         tl.next_token_distribution(model, ids[:3], emitted=5)
 
 
+def test_forced_words_in_huggingfaces_form(model):
+    c = tl.GenerateConfig(beam_size=3, force_words=[[65], [[66, 67], [68]]])
+    assert c.force_words == [[65], [[66, 67], [68]]] and c.to_dict()["force_words"] == c.force_words
+    c.force_words = [[70, 71]]
+    assert c.force_words == [[70, 71]]
+    out = tl.generate(model, PROMPT, max_tokens=8, config=c)["output_ids"]
+    assert any(out[i:i + 2] == [70, 71] for i in range(len(out))), out
+    with pytest.raises(ValueError, match=r"force_words\[0\]\[1\]: expected an integer"):
+        tl.GenerateConfig(force_words=[[1, "x"]])
+    with pytest.raises(ValueError, match="force_words: constrained beam search needs beam_size >= 2"):
+        tl.generate(model, PROMPT, max_tokens=4, force_words=[[65]])
+
+
 def test_several_outputs_are_a_list(model):
     r = tl.generate(model, PROMPT, max_tokens=5, beam_size=4, num_beam_groups=2, diversity_penalty=0.5,
                     num_return_sequences=3)

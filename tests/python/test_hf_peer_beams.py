@@ -1,4 +1,5 @@
-"""Hugging Face generate() parity for the knobs with several outputs or several beam groups.
+"""Hugging Face generate() parity for the knobs with several outputs, several beam groups or
+forced words.
 
 num_return_sequences (beam search and sampling) against transformers 5 in this process, as
 test_hf_peer.py does: beam search's N outputs and their scores token for token, sampling's N
@@ -9,7 +10,8 @@ _group_beam_search to a Hub `custom_generate` repository, which CI cannot reach,
 transformers 4.53.3, the last release line with it in the library, installed by packaging/setup.sh
 into <build>/hf4-peer (tests/python/requirements-peer-hf4.txt, `pip install --target`) and run in
 a subprocess with this venv's torch (hf4_beam_peer.py). A missing install fails the test with the
-reason; it never skips.
+reason; it never skips. Constrained beam search (force_words, HF's force_words_ids) is compared
+with the same transformers 4.53.3, whose _constrained_beam_search transformers 5 also moved out.
 """
 from __future__ import annotations
 
@@ -41,12 +43,36 @@ GROUPS = [
      "min_new_tokens": 5, "logit_bias": {59: 1.0}},
 ]
 RANDOM_PROMPTS = [[10, 20, 30, 40], [5, 6, 7]]
+KJV_PROMPTS = [P_REP, P_EOS, P_BIAS]
+
+# Constrained beam search (force_words, HF's force_words_ids in its own form: [ids] a word,
+# [[ids], [ids]] alternatives) against transformers 4.53.3's _constrained_beam_search, which
+# transformers 5 moved to the Hub as well. Words that the plain search does not emit, words that
+# the prompt already holds, alternatives sharing a prefix (HF's shared progress list), with the
+# other beam knobs.
+KJV_CONSTRAINED = [
+    {"beam_size": 4, "force_words": [[1085, 259]]},
+    {"beam_size": 4, "force_words": [[312], [44, 269]], "num_return_sequences": 2},
+    {"beam_size": 3, "force_words": [[[44, 269], [44, 312], [1085]]], "length_penalty": 0.5, "early_stopping": True},
+    {"beam_size": 5, "force_words": [[[418, 422], [418, 61, 49]], [37]], "early_stopping": "never",
+     "num_return_sequences": 3},
+    {"beam_size": 4, "force_words": [[49, 48]], "repetition_penalty": 1.2, "no_repeat_ngram_size": 3},
+]
+RANDOM_CONSTRAINED = [
+    {"beam_size": 4, "force_words": [[65]]},
+    {"beam_size": 4, "force_words": [[66, 67], [[70, 71], [70, 72, 73]]], "num_return_sequences": 2},
+    {"beam_size": 3, "force_words": [[[100], [101, 102]]], "early_stopping": True},
+    {"beam_size": 6, "force_words": [[30, 40], [50]], "early_stopping": "never", "num_return_sequences": 4,
+     "length_penalty": 0.8},
+]
 
 
 def hf_config(kw):
     """tinyloop's knobs as GenerationConfig fields."""
     kw = dict(kw)
     kw["num_beams"] = kw.pop("beam_size")
+    if "force_words" in kw:
+        kw["force_words_ids"] = kw.pop("force_words")
     if "logit_bias" in kw:
         kw["sequence_bias"] = [[[i], b] for i, b in kw.pop("logit_bias").items()]
     return kw
@@ -87,8 +113,10 @@ def hf4(kjv, random_peer):
                     f"installs tests/python/requirements-peer-hf4.txt there; or set TINYLOOP_HF4_PEER_DIR)",
                     pytrace=False)
     request = []
-    for peer, prompts in ((kjv, [P_REP, P_EOS, P_BIAS]), (random_peer, RANDOM_PROMPTS)):
-        runs = [{"prompt": p, "max_new_tokens": 16, "config": hf_config(kw)} for kw in GROUPS for p in prompts]
+    for peer, prompts, constrained in ((kjv, KJV_PROMPTS, KJV_CONSTRAINED),
+                                       (random_peer, RANDOM_PROMPTS, RANDOM_CONSTRAINED)):
+        runs = [{"prompt": p, "max_new_tokens": 16, "config": hf_config(kw)}
+                for kw in GROUPS + constrained for p in prompts]
         request.append({"model": str(peer.path), "loops": peer.loops, "runs": runs})
     proc = subprocess.run([sys.executable, str(HF4_SCRIPT), str(HF4_DIR)], input=json.dumps(request),
                           capture_output=True, text=True, timeout=600, env=os.environ.copy())
@@ -98,10 +126,11 @@ def hf4(kjv, random_peer):
     return answer["models"]
 
 
-def compare_groups(peer, prompts, runs):
+def compare(peer, prompts, cases, runs):
+    """tinyloop's outputs for `cases` x `prompts` against transformers 4.53.3's `runs`."""
     mismatches = []
     it = iter(runs)
-    for kw in GROUPS:
+    for kw in cases:
         for p in prompts:
             hf = next(it)
             seqs, scores = ours(peer, p, 16, kw)
@@ -112,11 +141,27 @@ def compare_groups(peer, prompts, runs):
 
 
 def test_group_beam_search_matches_transformers_4(kjv, hf4):
-    compare_groups(kjv, [P_REP, P_EOS, P_BIAS], hf4[0])
+    compare(kjv, KJV_PROMPTS, GROUPS, hf4[0])
 
 
 def test_group_beam_search_on_a_random_model_matches_transformers_4(random_peer, hf4):
-    compare_groups(random_peer, RANDOM_PROMPTS, hf4[1])
+    compare(random_peer, RANDOM_PROMPTS, GROUPS, hf4[1])
+
+
+def test_constrained_beam_search_matches_transformers_4(kjv, hf4):
+    compare(kjv, KJV_PROMPTS, KJV_CONSTRAINED, hf4[0][len(GROUPS) * len(KJV_PROMPTS):])
+
+
+def test_constrained_beam_search_on_a_random_model_matches_transformers_4(random_peer, hf4):
+    compare(random_peer, RANDOM_PROMPTS, RANDOM_CONSTRAINED, hf4[1][len(GROUPS) * len(RANDOM_PROMPTS):])
+
+
+def test_forced_words_change_the_outputs_and_appear_in_them(kjv):
+    plain, _ = ours(kjv, P_EOS, 16, {"beam_size": 4})
+    forced, _ = ours(kjv, P_EOS, 16, {"beam_size": 4, "force_words": [[312], [[44, 269], [1085]]]})
+    assert plain != forced
+    out = forced[0]
+    assert 312 in out and (any(out[i:i + 2] == [44, 269] for i in range(len(out))) or 1085 in out), out
 
 
 def test_diversity_penalty_changes_the_outputs(kjv):

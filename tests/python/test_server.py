@@ -243,6 +243,11 @@ def test_streaming_stop_string(client, model):
     ({"prompt": "x", "beam_size": 4, "num_beam_groups": 3}, "num_beam_groups"),
     ({"prompt": "x", "beam_size": 4, "diversity_penalty": 1.0}, "diversity_penalty"),
     ({"prompt": "x", "beam_size": 4, "num_beam_groups": 2, "diversity_penalty": -1}, "diversity_penalty"),
+    ({"prompt": "x", "force_words": [[5]]}, "force_words"),
+    ({"prompt": "x", "beam_size": 4, "force_words": 5}, "force_words"),
+    ({"prompt": "x", "beam_size": 4, "force_words_ids": [[5, -1]]}, "force_words"),
+    ({"prompt": "x", "beam_size": 4, "force_words": [[[5], []]]}, "force_words"),
+    ({"prompt": "x", "beam_size": 4, "force_words": [[5]], "force_words_ids": [[5]]}, "force_words"),
 ])
 def test_bad_requests_name_the_field(client, body, param):
     r = post(client, **body)
@@ -390,6 +395,12 @@ def test_grammar_and_beam_extensions(client, model):
         assert j["usage"]["completion_tokens"] == sum(len(q["output_ids"]) for q in ours)
         j2 = post(client, prompt=PROMPT, max_tokens=6, num_return_sequences=3, **hf).json()
         assert [c["text"] for c in j2["choices"]] == [c["text"] for c in j["choices"]]
+    # Constrained beam search: force_words (or HF's force_words_ids) in HF's form.
+    words = [[65], [[66, 67], [68]]]
+    ours = tl.generate(model, PROMPT, max_tokens=8, beam_size=3, force_words=words)
+    for key in ("force_words", "force_words_ids"):
+        j = post(client, prompt=PROMPT, max_tokens=8, beam_size=3, **{key: words}).json()
+        assert j["choices"][0]["text"] == ours["text"], (key, j)
 
 
 # A copy of the test model whose metadata recommends an early-exit policy that exits at once

@@ -95,6 +95,19 @@ private slots:
         QVERIFY(!p.isValid());
         QVERIFY2(p.message().startsWith("beam_size:"), qPrintable(p.message()));
 
+        // forced words (which the engine refuses together with beam groups) round-trip on their
+        // own, shown as "ids; ids | ids"
+        auto fw = tinyloop::GenerateConfig{};
+        fw.beam_size = 4;
+        fw.force_words = {{{5, 6}}, {{7}, {8, 9}}};
+        p.setConfig(fw);
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        QCOMPARE(qobject_cast<QLineEdit*>(p.editor("force_words"))->text(), QString("5 6; 7 | 8 9"));
+        QVERIFY(p.config()->force_words == fw.force_words);
+        setText(p, "force_words", "1 2 | 3; 4");
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        QVERIFY((p.config()->force_words == std::vector<std::vector<std::vector<int32_t>>>{{{1, 2}, {3}}, {{4}}}));
+
         // and the defaults come back as defaults
         p.setConfig(tinyloop::GenerateConfig{});
         QVERIFY(configsEqual(*p.config(), tinyloop::GenerateConfig{}));
@@ -167,6 +180,10 @@ private slots:
             {"typical_p", "0", "outside (0, 1]"},
             {"epsilon_cutoff", "1", "outside [0, 1)"},
             {"eta_cutoff", "-0.1", "outside [0, 1)"},
+            {"force_words", "5 | x", "not a token id"},
+            {"force_words", "5 |", "must not end with '|'"},
+            {"force_words", "5 | | 6", "must not be empty"},
+            {"force_words", "5", "needs beam_size >= 2"},
             {"grammar", "/no/such/file.gbnf", "no such file"},
             {"length_penalty", "0.5", "only applies to beam search"},
         };

@@ -154,29 +154,74 @@ std::string stringsToText(const std::vector<std::string>& v) {
     return v.empty() ? std::string() : json(v).dump();
 }
 
-json idListsFromText(const std::string& key, const std::string& text) {
+std::string wordListsToText(const std::vector<std::vector<std::vector<int32_t>>>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (i) s += "; ";
+        std::string alts = idListsToText(v[i]);  // "a b; c" -> "a b | c"
+        for (size_t at = alts.find("; "); at != std::string::npos; at = alts.find("; ", at)) alts.replace(at, 2, " | ");
+        s += alts;
+    }
+    return s;
+}
+
+namespace {
+
+// The ids of one "1 2 3" part; `where` ("[0]") names it in the error.
+json idsFromText(const std::string& key, const std::string& where, const std::string& part) {
+    std::stringstream ps(part);
+    std::string tok;
+    json ids = json::array();
+    while (ps >> tok) {
+        try {
+            size_t used = 0;
+            long long x = std::stoll(tok, &used);
+            if (used != tok.size()) throw std::invalid_argument(tok);
+            ids.push_back(x);
+        } catch (const std::exception&) {
+            throw ConfigError(key, where + ": '" + tok + "' is not a token id");
+        }
+    }
+    return ids;
+}
+
+}  // namespace
+
+json wordListsFromText(const std::string& key, const std::string& text) {
+    json out = json::array();
+    for (const json& entry : idListsFromText(key, text, '|')) {
+        if (entry.size() == 1) out.push_back(entry[0]);  // one alternative: a plain word
+        else out.push_back(entry);
+    }
+    return out;
+}
+
+json idListsFromText(const std::string& key, const std::string& text, char alternatives) {
     json out = json::array();
     std::stringstream all(text);
     std::string part;
     int idx = 0;
     while (std::getline(all, part, ';')) {
-        std::stringstream ps(part);
-        std::string tok;
+        std::string where(1, '[');  // not "[" + std::string: GCC 12's -Wrestrict false alarm
+        where += std::to_string(idx) + "]";
         json ids = json::array();
-        while (ps >> tok) {
-            try {
-                size_t used = 0;
-                long long x = std::stoll(tok, &used);
-                if (used != tok.size()) throw std::invalid_argument(tok);
-                ids.push_back(x);
-            } catch (const std::exception&) {
-                throw ConfigError(key, "[" + std::to_string(idx) + "]: '" + tok + "' is not a token id");
+        if (alternatives == 0) {
+            ids = idsFromText(key, where, part);
+        } else if (part.find_first_not_of(" \t") != std::string::npos) {
+            std::stringstream as(part);
+            std::string alt;
+            for (int a = 0; std::getline(as, alt, alternatives); ++a) {
+                json one = idsFromText(key, where + "[" + std::to_string(a) + "]", alt);
+                if (one.empty()) throw ConfigError(key, where + "[" + std::to_string(a) + "]: must not be empty");
+                ids.push_back(one);
             }
+            if (!part.empty() && part.back() == alternatives)
+                throw ConfigError(key, where + ": must not end with '" + std::string(1, alternatives) + "'");
         }
         if (ids.empty()) {
             // "a;" or an all-blank text: trailing separators are tolerated, inner empties are not
             if (all.eof() || part.find_first_not_of(" \t") == std::string::npos) {
-                if (!all.eof()) throw ConfigError(key, "[" + std::to_string(idx) + "]: must not be empty");
+                if (!all.eof()) throw ConfigError(key, where + ": must not be empty");
                 continue;
             }
         }

@@ -81,10 +81,14 @@ std::string floatText(float x);
 
 // Text forms used by the panel's line edits: "1 2 3; 4 5", "id:bias, id:bias", JSON string array.
 std::string idListsToText(const std::vector<std::vector<int32_t>>& v);
+// force_words: "1 2; 3 | 4 5" (entries by ';', an entry's alternatives by '|').
+std::string wordListsToText(const std::vector<std::vector<std::vector<int32_t>>>& v);
 std::string biasToText(const std::vector<std::pair<int32_t, float>>& v);
 std::string stringsToText(const std::vector<std::string>& v);
 // Parse text forms into JSON values; throw ConfigError(key, why) on malformed text.
-nlohmann::json idListsFromText(const std::string& key, const std::string& text);
+// With `alternatives` ('|'), each ';' part is a list of id lists split at that character.
+nlohmann::json idListsFromText(const std::string& key, const std::string& text, char alternatives = 0);
+nlohmann::json wordListsFromText(const std::string& key, const std::string& text);
 nlohmann::json biasFromText(const std::string& key, const std::string& text);
 nlohmann::json stringsFromText(const std::string& key, const std::string& text);
 // A list of token ids ("256 10", commas allowed) and Hugging Face's (start_index, decay_factor)

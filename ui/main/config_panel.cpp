@@ -207,6 +207,7 @@ void ConfigPanel::setConfig(const tinyloop::GenerateConfig& c) {
         case FieldKind::IdLists:
             setFieldText(key, QString::fromStdString(idListsToText(key == "bad_words" ? c.bad_words : c.stop_sequences)));
             break;
+        case FieldKind::WordLists: setFieldText(key, QString::fromStdString(wordListsToText(c.force_words))); break;
         case FieldKind::Bias: setFieldText(key, QString::fromStdString(biasToText(c.logit_bias))); break;
         case FieldKind::Strings: setFieldText(key, QString::fromStdString(stringsToText(c.stop_strings))); break;
         case FieldKind::Ids: setFieldText(key, QString::fromStdString(idsToText(v))); break;
@@ -377,6 +378,7 @@ json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
             return static_cast<double>(static_cast<float>(v));
         }
         case FieldKind::IdLists: return idListsFromText(key, t.toStdString());
+        case FieldKind::WordLists: return wordListsFromText(key, t.toStdString());
         case FieldKind::Bias: return biasFromText(key, t.toStdString());
         case FieldKind::Strings: return stringsFromText(key, t.toStdString());
         case FieldKind::Ids: return idsFromText(key, t.toStdString());

@@ -37,9 +37,11 @@ void validate_config_fields(const GenerateConfig& config, const ConfigLimits& li
 // ---- the GenerateConfig field table ----------------------------------------------------------
 
 // How a field is written in JSON (and edited in the workbench's config panel).
-// Ids: one list of token ids; LengthDecay: null or [start_index, decay_factor].
+// Ids: one list of token ids; LengthDecay: null or [start_index, decay_factor]; WordLists is
+// Hugging Face's force_words_ids: a list whose entries are a word ([ids]) or alternatives
+// ([[ids], [ids], ...]).
 enum class ConfigFieldKind { Int, Float, U64, Bool, Criterion, KvCache, IdLists, Strings, Bias, Grammar, EarlyStopping,
-                             Ids, LengthDecay };
+                             Ids, LengthDecay, WordLists };
 
 // One GenerateConfig field: its JSON key, kind, range (as shown beside an editor) and description.
 // Adding a GenerateConfig field is one line in this table (engine/src/json_config.cpp).

@@ -112,6 +112,10 @@ struct GenerateConfig {
     // own whose scores lose diversity_penalty x (how often earlier groups chose a token this step).
     int num_beam_groups = 1;          // 1..beam_size, dividing beam_size; 1 = plain beam search
     float diversity_penalty = 0.0f;   // >= 0; > 0 needs num_beam_groups >= 2
+    // Constrained beam search (HF's force_words_ids): every entry must appear in the output. An
+    // entry is a list of alternatives (token sequences), any one of which fulfils it: one
+    // alternative is HF's PhrasalConstraint, several its DisjunctiveConstraint. Beam only.
+    std::vector<std::vector<std::vector<int32_t>>> force_words;
     int early_exit_patience = 0;      // 0 disables early exit; > 0: exit after this many stable probes
     int early_exit_min_L = 2;
     int early_exit_peek_every = 1;

@@ -309,6 +309,11 @@ void register_config(py::module_& m) {
                        "int: beam only; diverse beam search in groups of beam_size / num_beam_groups (default 1)")
         .def_readwrite("diversity_penalty", &C::diversity_penalty,
                        "float: group beam only; minus x per earlier group's beam that chose the id, [0, 100] (default 0)")
+        .def_property(
+            "force_words", [](const C& c) { return json_to_py(tl::config_to_json(c).at("force_words")); },
+            [](C& c, const py::object& v) { tl::set_config_field(c, "force_words", py_to_json(v)); },
+            "list[list[int] | list[list[int]]]: beam only; HF's force_words_ids, each entry a word or its "
+            "alternatives, all in the output (default [])")
         .def_readwrite("early_exit_patience", &C::early_exit_patience,
                        "int: 0 disables early exit; > 0 consecutive stable probes before exiting (default 0)")
         .def_readwrite("early_exit_min_L", &C::early_exit_min_L, "int: first depth probed, 1..max_loops (default 2)")

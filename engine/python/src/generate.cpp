@@ -145,7 +145,7 @@ const char* kConfigDoc =
     "forced_eos_token_id=-1 (off), exponential_decay_length_penalty=None ((start_index, decay_factor)),\n"
     "suppress_tokens=[], begin_suppress_tokens=[], typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,\n"
     "num_return_sequences=1 (then the result's `sequences` lists every output), num_beam_groups=1,\n"
-    "diversity_penalty=0.0,\n"
+    "diversity_penalty=0.0, force_words=[] (HF's force_words_ids: [ids] or [[ids], [ids]] alternatives),\n"
     "early_exit_patience=0, early_exit_min_L=2, early_exit_peek_every=1,\n"
     "early_exit_logit_margin=0.0, early_exit_criterion='hidden_l2', early_exit_threshold=0.05,\n"
     "seed (sample_seed)=0. Call options: grammar (a Grammar or GBNF text), events=False,\n"

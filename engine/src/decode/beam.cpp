@@ -6,7 +6,8 @@
 // counting emitted tokens); the best beam_size that do not end go on. early_stopping decides when
 // the search ends (HF's false / true / "never"). The best num_return_sequences finished
 // hypotheses are returned. Sampling knobs (temperature, top-k, top-p, min-p, seed) are ignored.
-// num_beam_groups >= 2 runs the group search of beam_groups.cpp instead.
+// num_beam_groups >= 2 runs the group search of beam_groups.cpp instead, force_words the
+// constrained search of beam_constrained.cpp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -41,11 +42,12 @@ double rank(double logp, size_t len, float length_penalty) {
 
 std::vector<Cand> best_continuations(const Model& m, const LogitsPipeline& pipe, const GenerateConfig& c,
                                      const std::vector<int32_t>& prompt, const std::vector<Beam>& beams, int keep,
-                                     const std::vector<float>* diversity) {
+                                     const std::vector<float>* diversity, std::vector<std::vector<float>>* rows) {
     const int V = m.hp.vocab_size;
     std::vector<float> lp, z;
     std::vector<int32_t> idx(static_cast<size_t>(V));
     std::vector<Cand> cands;
+    if (rows) rows->clear();
     for (int b = 0; b < static_cast<int>(beams.size()); ++b) {
         const Beam& bm = beams[static_cast<size_t>(b)];
         std::vector<int32_t> context = prompt;
@@ -55,6 +57,7 @@ std::vector<Cand> best_continuations(const Model& m, const LogitsPipeline& pipe,
         log_normalize(lp);                                    // HF: processors see log-softmax scores
         pipe.process(lp.data(), context, bm.tokens, nullptr, z, diversity);  // no grammar with beams
         if (c.renormalize_logits) log_normalize(z);
+        if (rows) rows->push_back(z);
         for (int i = 0; i < V; ++i) idx[static_cast<size_t>(i)] = i;
         const int k = std::min(keep, V);
         std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
@@ -159,6 +162,7 @@ bool improvement_possible(const GenerateConfig& c, const std::vector<Hyp>& finis
 GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c,
                            const GenerateOptions& options) {
     if (c.num_beam_groups >= 2) return decode_group_beam(m, prompt, prompt_len, c, options);
+    if (!c.force_words.empty()) return decode_constrained_beam(m, prompt, prompt_len, c, options);
     Search s = start_search(m, prompt, prompt_len, c);
     const auto t0 = s.t0;
     const int L = s.loops, B = c.beam_size;

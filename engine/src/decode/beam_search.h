@@ -1,5 +1,6 @@
-// The parts of beam search that plain beam search (beam.cpp, Hugging Face's _beam_search) and
-// diverse group beam search (beam_groups.cpp, HF 4.x's _group_beam_search) share: the beams, the
+// The parts of beam search that plain beam search (beam.cpp, Hugging Face's _beam_search),
+// diverse group beam search (beam_groups.cpp, HF 4.x's _group_beam_search) and constrained beam
+// search (beam_constrained.cpp, HF 4.x's _constrained_beam_search) share: the beams, the
 // finished hypotheses, the scoring of continuations, advancing the caches, and reporting the
 // winner (and, with num_return_sequences > 1, the runners-up).
 #pragma once
@@ -39,10 +40,12 @@ double rank(double logp, size_t len, float length_penalty);
 
 // The best `keep` continuations of every beam (HF's top-k over beams x vocabulary), best first;
 // ties go to the lower beam, then the lower id. `diversity` (optional, one amount per id) is
-// subtracted after the logit bias (HF's HammingDiversityLogitsProcessor's place).
+// subtracted after the logit bias (HF's HammingDiversityLogitsProcessor's place). `rows`
+// (optional) receives each beam's processed scores over the whole vocabulary.
 std::vector<Cand> best_continuations(const Model& m, const LogitsPipeline& pipe, const GenerateConfig& c,
                                      const std::vector<int32_t>& prompt, const std::vector<Beam>& beams, int keep,
-                                     const std::vector<float>* diversity = nullptr);
+                                     const std::vector<float>* diversity = nullptr,
+                                     std::vector<std::vector<float>>* rows = nullptr);
 
 // Advances every beam by its new token; a cache shared by several children is copied for all
 // but the last one to take it.

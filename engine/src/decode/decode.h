@@ -24,6 +24,9 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
 // Diverse group beam search (config.num_beam_groups >= 2), reached through decode_beam().
 GenerateResult decode_group_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
                                  const GenerateOptions& options);
+// Constrained beam search (config.force_words non-empty), reached through decode_beam().
+GenerateResult decode_constrained_beam(const Model& m, const int32_t* prompt, int prompt_len,
+                                       const GenerateConfig& config, const GenerateOptions& options);
 
 void check_prompt_ids(const Model& m, const int32_t* prompt, int prompt_len);
 

@@ -90,6 +90,46 @@ void validate_several_outputs(const GenerateConfig& c) {
             " needs num_beam_groups >= 2 (it penalises a group for the ids earlier groups chose)");
 }
 
+std::string vocab_range(const ConfigLimits& hp) { return "[0, " + std::to_string(hp.vocab_size) + ")"; }
+
+// force_words (HF's force_words_ids): beam only, not with groups; bounded counts and lengths;
+// each alternative non-empty, in the vocabulary, and no alternative a prefix of another of its
+// entry (HF's DisjunctiveConstraint refuses those too).
+void validate_force_words(const GenerateConfig& c, const ConfigLimits& hp) {
+    constexpr size_t kMaxWords = 16, kMaxAlternatives = 64, kMaxWordTokens = 64;
+    if (c.force_words.empty()) return;
+    if (c.beam_size < 2)
+        bad("force_words: constrained beam search needs beam_size >= 2 (it is " + std::to_string(c.beam_size) +
+            "); leave force_words empty otherwise");
+    if (c.num_beam_groups > 1)
+        bad("force_words: cannot be combined with num_beam_groups " + std::to_string(c.num_beam_groups) +
+            " (constrained beam search has one group, as in Hugging Face); set num_beam_groups to 1");
+    if (c.force_words.size() > kMaxWords)
+        bad("force_words: " + std::to_string(c.force_words.size()) + " entries is outside [0, " + std::to_string(kMaxWords) + "]");
+    for (size_t i = 0; i < c.force_words.size(); ++i) {
+        const auto& alts = c.force_words[i];
+        const std::string f = "force_words[" + std::to_string(i) + "]";
+        if (alts.empty()) bad(f + ": must not be empty");
+        if (alts.size() > kMaxAlternatives)
+            bad(f + ": " + std::to_string(alts.size()) + " alternatives is outside [1, " + std::to_string(kMaxAlternatives) + "]");
+        for (size_t a = 0; a < alts.size(); ++a) {
+            const auto& w = alts[a];
+            const std::string fa = alts.size() == 1 ? f : f + "[" + std::to_string(a) + "]";
+            if (w.empty()) bad(fa + ": must not be empty");
+            if (w.size() > kMaxWordTokens)
+                bad(fa + ": " + std::to_string(w.size()) + " tokens is outside [1, " + std::to_string(kMaxWordTokens) + "]");
+            for (size_t j = 0; j < w.size(); ++j)
+                if (w[j] < 0 || w[j] >= hp.vocab_size)
+                    bad(fa + "[" + std::to_string(j) + "]: token id " + std::to_string(w[j]) + " is outside the vocabulary " +
+                        vocab_range(hp));
+            for (size_t b = 0; b < alts.size(); ++b)
+                if (b != a && alts[b].size() >= w.size() && std::equal(w.begin(), w.end(), alts[b].begin()))
+                    bad(fa + ": is " + (alts[b].size() == w.size() ? "the same as" : "a prefix of") + " alternative " +
+                        std::to_string(b) + " (each alternative must end where no other continues)");
+        }
+    }
+}
+
 }  // namespace
 
 ConfigLimits config_limits(const Model* model) {
@@ -109,6 +149,12 @@ void validate_config(const Model* model, int prompt_len, const GenerateConfig& c
         bad("loops: " + std::to_string(c.loops) + " is outside [1, " + std::to_string(m.hp.max_loops) +
             "] (0 = the model's default_loops, " + std::to_string(m.hp.default_loops) + ")");
     validate_config_fields(c, config_limits(model));
+    const int32_t eos = m.tokenizer.eos_id();
+    for (size_t i = 0; i < c.force_words.size(); ++i)
+        for (const auto& w : c.force_words[i])
+            if (std::find(w.begin(), w.end(), eos) != w.end())
+                bad("force_words[" + std::to_string(i) + "]: holds the model's EOS id " + std::to_string(eos) +
+                    " (a forced word cannot end the text; EOS ends a hypothesis on its own)");
 }
 
 void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
@@ -191,6 +237,7 @@ void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
         bad("length_penalty: " + num(c.length_penalty) +
             " only applies to beam search; set beam_size >= 2 or leave length_penalty at 1");
     validate_several_outputs(c);
+    validate_force_words(c, hp);
     if (c.beam_size >= 2 && c.early_exit_patience > 0)
         bad("beam_size: beam search and early exit cannot be combined (set early_exit_patience to 0)");
     if (c.beam_size >= 2 && c.grammar != nullptr)

@@ -67,6 +67,12 @@ json to_j(const std::vector<int32_t>& x) { return x; }
 json to_j(const std::optional<std::pair<int, float>>& x) {
     return x ? json::array({x->first, json_float(x->second)}) : json(nullptr);
 }
+// HF's force_words_ids: a word of one alternative as [ids], alternatives as [[ids], [ids], ...].
+json to_j(const std::vector<std::vector<std::vector<int32_t>>>& x) {
+    json a = json::array();
+    for (const auto& alts : x) a.push_back(alts.size() == 1 ? json(alts[0]) : json(alts));
+    return a;
+}
 json to_j(EarlyExitCriterion x) { return criterion_name(x); }
 json to_j(KVCacheType x) { return kv_cache_type_name(x); }
 // Hugging Face's spelling: false (Heuristic), true (WhenFull) or "never".
@@ -114,6 +120,23 @@ void from_j(const json& v, std::optional<std::pair<int, float>>& x, const std::s
     }
     if (!v.is_array() || v.size() != 2) bad(f, "expected null or a [start_index, decay_factor] pair, got " + v.dump());
     x.emplace(int_value(v[0], f + ": start_index"), float_value(v[1], f + ": decay_factor"));
+}
+void from_j(const json& v, std::vector<std::vector<std::vector<int32_t>>>& x, const std::string& f) {
+    if (!v.is_array()) bad(f, "expected an array whose entries are [token ids] or [[token ids], [token ids], ...]");
+    x.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string fi = f + "[" + std::to_string(i) + "]";
+        const json& w = v[i];
+        if (!w.is_array()) bad(fi, "expected [token ids] or [[token ids], [token ids], ...]");
+        std::vector<std::vector<int32_t>> alts;
+        if (!w.empty() && w[0].is_array()) {
+            from_j(w, alts, fi);
+        } else {
+            alts.emplace_back();
+            for (size_t k = 0; k < w.size(); ++k) alts[0].push_back(int_value(w[k], fi + "[" + std::to_string(k) + "]"));
+        }
+        x.push_back(std::move(alts));
+    }
 }
 void from_j(const json& v, std::vector<std::string>& x, const std::string& f) {
     if (!v.is_array()) bad(f, "expected an array of strings");
@@ -202,6 +225,7 @@ const std::vector<FieldCodec>& codecs() {
         field<&C::num_return_sequences>("num_return_sequences", K::Int, "1 .. 64 (beam: <= beam_size)", "How many outputs (Hugging Face's num_return_sequences): beam search returns its best N hypotheses, sampling N independent draws (sequence i seeded sample_seed + i). Greedy has one."),
         field<&C::num_beam_groups>("num_beam_groups", K::Int, "1 .. beam_size, dividing it (beam only)", "Diverse beam search (Hugging Face's num_beam_groups): the beams split into groups of beam_size / num_beam_groups, each a beam search of its own. 1 = plain beam search."),
         field<&C::diversity_penalty>("diversity_penalty", K::Float, "[0, 100] (needs num_beam_groups >= 2)", "Group beam search only: a group's score for an id loses diversity_penalty times how many beams of the earlier groups chose it at this step (Hugging Face's Hamming diversity). 0 disables."),
+        field<&C::force_words>("force_words", K::WordLists, "ids; ids | ids; ... (beam only)", "Constrained beam search (Hugging Face's force_words_ids): each entry must appear in the output; \"a | b\" is fulfilled by either alternative. Format: \"259; 44 269 | 312\"."),
         field<&C::early_exit_patience>("early_exit_patience", K::Int, ">= 0 (0 disables)", "0 disables adaptive-depth early exit. >0 enables: exit after patience consecutive stable probes past min_L."),
         field<&C::early_exit_min_L>("early_exit_min_L", K::Int, "1 .. max_loops", "First-probe floor for early exit."),
         field<&C::early_exit_peek_every>("early_exit_peek_every", K::Int, ">= 1", "Probe cadence past min_L."),
