@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "main/config_panel.h"
+#include "plots/layout_audit.h"
 #include "plots/lens_heatmap.h"
 #include "main/main_window.h"
 #include "main/model_paths.h"
@@ -31,6 +32,7 @@
 #include "main/theme.h"
 #include "main/zoom.h"
 #include "views/analysis_views.h"
+#include "views/analysis_window.h"
 
 namespace {
 
@@ -87,6 +89,14 @@ std::optional<QSize> parseWindowSize(const QString& text, QString* error) {
     *error = QString("--size: '%1' is not a window size; allowed: WIDTHxHEIGHT, each a whole number from 200 to "
                      "10000 (e.g. 1280x720)").arg(text);
     return std::nullopt;
+}
+
+// A screenshot's window as a person sees it: each layout defect (a cut caption or label, a legend
+// over the data, ...) printed; false when there is any.
+bool layoutClean(const QWidget* window) {
+    const QStringList defects = tlui::layoutDefects(window);
+    for (const QString& d : defects) std::fprintf(stderr, "tinyloop-workbench: layout: %s\n", qPrintable(d));
+    return defects.isEmpty();
 }
 
 }  // namespace
@@ -188,6 +198,7 @@ int main(int argc, char** argv) {
                 exitCode = 1;
             } else {
                 std::printf("screenshot: %s\n", qPrintable(shot));
+                if (!layoutClean(&w)) exitCode = 1;
             }
             w.close();
         });
@@ -223,7 +234,7 @@ int main(int argc, char** argv) {
                                         qPrintable(tlui::tourSteps()[static_cast<size_t>(tourStep - 1)].title),
                                         stepOk ? "ran" : "failed", qPrintable(shot));
                         else std::fprintf(stderr, "tinyloop-workbench: could not write %s\n", qPrintable(shot));
-                        exitCode = saved && stepOk ? 0 : 1;
+                        exitCode = saved && stepOk && layoutClean(target) ? 0 : 1;
                         QApplication::quit();
                     });
                 });
@@ -235,7 +246,8 @@ int main(int argc, char** argv) {
                                         if (!ok) std::fprintf(stderr, "tinyloop-workbench: the view could not be filled\n");
                                         else if (!shot.isEmpty()) std::printf("screenshot: %s\n", qPrintable(shot));
                                         if (!shot.isEmpty()) {
-                                            exitCode = ok ? 0 : 1;
+                                            const QWidget* view = w.analysisViews()->window(cli.value(viewOpt).toLower());
+                                            exitCode = ok && (!view || layoutClean(view)) ? 0 : 1;
                                             QApplication::quit();
                                         }
                                     });

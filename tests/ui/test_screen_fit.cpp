@@ -1,7 +1,9 @@
 // Every window fits the screen it opens on: the main window and each Views-menu window, at zoom 1
 // and in presentation mode, on a 1280x720 and a 1920x1080 screen (the offscreen platform is given
 // both screens through its configfile option, side by side); at 1280x720 the config panel shows
-// every field's range in full, wrapped, with no sideways scrolling.
+// every field's range in full, wrapped, with no sideways scrolling; and every window, filled by a
+// real run on the bundled model, shows no layout defect (plots/layout_audit: no cut caption, label
+// or combo text, no legend over data or caption), each tab of a plot deck in turn.
 #include <memory>
 
 #include <QDir>
@@ -14,6 +16,7 @@
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSettings>
+#include <QTabWidget>
 #include <QSignalSpy>
 #include <QTest>
 
@@ -22,6 +25,8 @@
 #include "main/main_window.h"
 #include "main/screen_fit.h"
 #include "main/zoom.h"
+#include "plots/layout_audit.h"
+#include "plots/plot_deck.h"
 #include "views/analysis_views.h"
 #include "views/analysis_window.h"
 #include "ui_test_util.h"
@@ -148,6 +153,68 @@ private slots:
         QVERIFY(tltest::waitFor([&] { return settled.count() == 1; }));
         QTest::qWait(100);
         QVERIFY2(kSmall.contains(w.frameGeometry()), qPrintable(describe(&w, kSmall)));
+    }
+
+    void filledWindowsHaveNoLayoutDefects_data() {
+        QTest::addColumn<QRect>("screen");
+        QTest::addColumn<bool>("presentation");
+        QTest::newRow("1280x720") << kSmall << false;
+        QTest::newRow("1280x720 presentation") << kSmall << true;
+        QTest::newRow("1920x1080") << kLarge << false;
+    }
+
+    void filledWindowsHaveNoLayoutDefects() {
+        QFETCH(QRect, screen);
+        QFETCH(bool, presentation);
+        const QString model = QString(TL_SOURCE_DIR) + "/resources/models/tinyloop-kjv/model-f32.tinyloop";
+        if (!QFileInfo::exists(model)) QSKIP("the bundled model is not there");
+        auto window = openOn(screen, presentation);
+        MainWindow& w = *window;
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QSignalSpy ready(&w, &MainWindow::modelReady);
+        QSignalSpy settled(&w, &MainWindow::sessionSettled);
+        w.openModel(model);
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+        auto c = *w.configPanel()->config();
+        c.max_tokens = 16;
+        w.configPanel()->setConfig(c);
+        QVERIFY(w.generate());
+        QVERIFY(tltest::waitFor([&] { return settled.count() == 1; }));
+        QStringList defects;
+        auto audit = [&defects](QWidget* win, const QString& where) {
+            QTest::qWait(150);  // queued replots and relayouts
+            for (const QString& d : layoutDefects(win)) defects << where + ": " + d;
+            for (PlotDeck* deck : win->findChildren<PlotDeck*>()) {
+                if (!deck->tabbed()) continue;
+                for (int i = 1; i < deck->tabs()->count(); ++i) {
+                    deck->tabs()->setCurrentIndex(i);
+                    QTest::qWait(150);
+                    for (const QString& d : layoutDefects(win)) defects << where + " tab " + deck->tabs()->tabText(i) + ": " + d;
+                }
+                deck->tabs()->setCurrentIndex(0);
+            }
+        };
+        for (int tab = 0; tab < w.plotTabs()->count(); ++tab) {
+            w.plotTabs()->setCurrentIndex(tab);
+            audit(&w, "main window, tab " + w.plotTabs()->tabText(tab));
+        }
+        for (const QString& kind : AnalysisViews::kinds()) {
+            bool finished = false, ok = false;
+            w.analysisViews()->demo(kind, "In the beginning God created", 12, QString(), [&](bool good) {
+                finished = true;
+                ok = good;
+            });
+            QVERIFY2(tltest::waitFor([&] { return finished; }, 120000), qPrintable(kind));
+            QVERIFY2(ok, qPrintable(kind + " could not be filled"));
+            AnalysisWindow* v = w.analysisViews()->window(kind);
+            QVERIFY(v);
+            if (!screen.contains(v->frameGeometry())) defects << "outside the screen: " + describe(v, screen);
+            audit(v, "view " + kind);
+            v->close();
+        }
+        for (const QString& d : defects) qWarning("layout defect: %s", qPrintable(d));
+        QVERIFY2(defects.isEmpty(), qPrintable(QString("%1 layout defects (listed above); the first: %2")
+                                                   .arg(defects.size()).arg(defects.value(0))));
     }
 
     void configPanelShowsEveryRangeAt1280x720_data() {

@@ -1,5 +1,7 @@
 #include "main/config_panel.h"
 
+#include "plots/wrapped_label.h"
+
 #include <algorithm>
 
 #include <QCheckBox>
@@ -133,9 +135,8 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
         col->setContentsMargins(0, 0, 0, 0);
         col->setSpacing(0);
         col->addWidget(r.editor);
-        auto* range = new QLabel(f.range);
+        auto* range = new WrappedLabel(f.range);
         range->setObjectName(QString("range_") + f.key);
-        range->setWordWrap(true);
         range->setToolTip(tip);
         range->setForegroundRole(QPalette::PlaceholderText);  // dim in either theme
         col->addWidget(range);
@@ -144,9 +145,8 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
     }
     // Where the early-exit and speculation defaults come from: above the first early-exit row and
     // at the top of the speculative group.
-    m_recNote = new QLabel;
+    m_recNote = new WrappedLabel;
     m_recNote->setObjectName("recommendationNote");
-    m_recNote->setWordWrap(true);
     int eeRow = genForm->rowCount();
     QFormLayout::ItemRole role;
     genForm->getWidgetPosition(m_rows.at("early_exit_patience").label, &eeRow, &role);
@@ -157,9 +157,8 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
         if (r >= 0) eeRow = std::min(eeRow, r);
     }
     genForm->insertRow(eeRow, m_recNote);
-    m_recSpecNote = new QLabel;
+    m_recSpecNote = new WrappedLabel;
     m_recSpecNote->setObjectName("recommendationSpecNote");
-    m_recSpecNote->setWordWrap(true);
     specForm->insertRow(1, m_recSpecNote);
     showRecommendation();
     connect(m_mode, &QComboBox::activated, this, [this](int) {

@@ -18,6 +18,8 @@ class QGroupBox;
 
 namespace tlui {
 
+class WrappedLabel;
+
 class ConfigPanel : public QWidget {
     Q_OBJECT
 public:
@@ -82,8 +84,8 @@ private:
     tinyloop::GenerateConfig m_modelDefaults;
     tinyloop::Recommendation m_rec;
     bool m_haveModelDefaults = false;
-    QLabel* m_recNote = nullptr;
-    QLabel* m_recSpecNote = nullptr;
+    WrappedLabel* m_recNote = nullptr;
+    WrappedLabel* m_recSpecNote = nullptr;
 
     std::map<std::string, Row> m_rows;
     QComboBox* m_mode = nullptr;

@@ -89,6 +89,7 @@ MainWindow::MainWindow(const WindowOptions& opts, QWidget* parent) : QMainWindow
     connect(m_worker, &EngineHost::runFinished, this, &MainWindow::onRunFinished, Qt::QueuedConnection);
     connect(m_worker, &EngineHost::runFailed, this, &MainWindow::onRunFailed, Qt::QueuedConnection);
     connect(m_worker, &EngineHost::lensReady, this, &MainWindow::onLensReady, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::lensFailed, this, &MainWindow::onLensFailed, Qt::QueuedConnection);
     connect(m_worker, &EngineHost::configChecked, this, [this](quint64 ticket, const QString& err) {
         if (ticket != m_validateTicket) return;
         m_config->setEngineVerdict(err);
@@ -666,6 +667,13 @@ void MainWindow::onRunFailed(quint64 id, const QString& message) {
     m_stateLabel->setText("run failed: " + message + " (the previous output stays)");
     updateActions();
     emit runEnded(id, false);
+    emit sessionSettled();
+}
+
+void MainWindow::onLensFailed(quint64 id, const QString& message) {
+    if (id != m_awaitLens || id != m_session.run.id) return;
+    m_awaitLens = 0;  // the run is over: what waits for its exact lens (the tour, a saved session) goes on
+    m_stateLabel->setText(m_stateLabel->text() + " (exact lens unavailable: " + message + "; the streamed rows stay)");
     emit sessionSettled();
 }
 

@@ -127,6 +127,7 @@ private:
     void onRunFinished(const tlui::RunResult& r);
     void onRunFailed(quint64 id, const QString& message);
     void onLensReady(const tlui::LensReady& l);
+    void onLensFailed(quint64 id, const QString& message);
 
     WindowOptions m_opts;
     QThread* m_thread = nullptr;

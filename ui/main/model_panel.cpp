@@ -190,7 +190,9 @@ void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
                     m_depthTable->setItem(int(r), int(c), new QTableWidgetItem(s));
                 }
             m_depthTable->resizeColumnsToContents();
-            m_depthLabel->setText(QString("<b>%1</b> (from the metadata)").arg(QString::fromStdString(it.key())));
+            // the key alone (one line in a narrow dock, in presentation mode too); where it is from in the tooltip
+            m_depthLabel->setText(QString("<b>%1</b>").arg(QString::fromStdString(it.key())));
+            m_depthLabel->setToolTip("The per-depth table the model's metadata carries under this key.");
             depthBox->show();
             break;
         }

@@ -33,10 +33,12 @@ LensHeatmap::LensHeatmap(QWidget* parent) : QWidget(parent) {
     m_note = new QLabel;
     m_note->setForegroundRole(QPalette::PlaceholderText);  // dim in either theme
     m_note->setWordWrap(true);  // a long note wraps instead of widening the window past the screen
+    m_metricBox->setSizeAdjustPolicy(QComboBox::AdjustToContents);  // the chosen metric is never cut
     bar->addWidget(new QLabel("metric:"));
     bar->addWidget(m_metricBox);
-    bar->addWidget(m_note, 1);
+    bar->addStretch(1);
     v->addLayout(bar);
+    v->addWidget(m_note);  // a line of its own: beside the combo it squeezed both on a small screen
 
     m_plot = new QCustomPlot(this);
     m_plot->setObjectName("lensPlot");
@@ -189,7 +191,9 @@ void LensHeatmap::refresh() {
         if (!any || hi <= lo) hi = lo + 1.0;
         m_map->setDataRange(QCPRange(lo, hi));
     }
-    m_scale->axis()->setLabel(m_metricBox->currentText());
+    // the colour scale runs along the plot's height: a short name that fits it (the combo says it in full)
+    static const char* const kScaleLabel[] = {"p(final token)", "p(emitted token)", "entropy (nats)", "KL (nats)"};
+    m_scale->axis()->setLabel(kScaleLabel[std::clamp(int(m_metric), 0, 3)]);
     m_plot->xAxis->setRange(-0.5, std::max(n, 1) - 0.5);
     m_plot->yAxis->setRange(0.5, m_loops + 0.5);
     if (n == 0) showEmptyState(m_plot, "Generate to see what each loop pass predicts for each token");

@@ -35,9 +35,8 @@ QString rewriteTerms(const QString& text, const std::function<QString(const QStr
 
 }  // namespace
 
-PlotCaption::PlotCaption(const QString& text, QWidget* parent) : QLabel(parent) {
+PlotCaption::PlotCaption(const QString& text, QWidget* parent) : WrappedLabel(QString(), parent) {
     setObjectName("plotCaption");
-    setWordWrap(true);
     setTextFormat(Qt::RichText);
     setTextInteractionFlags(Qt::TextBrowserInteraction);
     setOpenExternalLinks(false);

@@ -4,12 +4,13 @@
 // Help -> Glossary at that term.
 #pragma once
 
-#include <QLabel>
 #include <QString>
+
+#include "plots/wrapped_label.h"
 
 namespace tlui {
 
-class PlotCaption : public QLabel {
+class PlotCaption : public WrappedLabel {
     Q_OBJECT
 public:
     explicit PlotCaption(const QString& text, QWidget* parent = nullptr);

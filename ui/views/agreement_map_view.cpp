@@ -14,6 +14,7 @@
 
 #include <tinyloop_analysis/compare_modes.h>
 #include "plots/plot_caption.h"
+#include "plots/plot_deck.h"
 #include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 #include "plots/token_axis.h"
@@ -75,13 +76,14 @@ AgreementView::AgreementView(WorkbenchAccess* workbench, QWidget* parent) : Anal
     form->addRow("Final (verify) depth", m_final);
     form->addRow("draft_ahead for the measured runs", m_ahead);
     v->addLayout(form);
-    auto* split = new QSplitter(Qt::Vertical);
+    // the map above the acceptance plot and table; a tab each in a window under 860 px tall
+    auto* deck = new PlotDeck(0, 860, Qt::Vertical);
     m_map = new QCustomPlot;
     m_map->setObjectName("agreementPlot");
     stylePlot(m_map);
     m_map->xAxis->setLabel("emitted position");
     m_map->yAxis->setLabel("depth");
-    split->addWidget(withCaption(m_map, kMapCaption));
+    deck->addPage(withCaption(m_map, kMapCaption), "agreement map");
     auto* bottom = new QSplitter(Qt::Horizontal);
     m_bars = new QCustomPlot;
     m_bars->setObjectName("acceptancePlot");
@@ -92,8 +94,8 @@ AgreementView::AgreementView(WorkbenchAccess* workbench, QWidget* parent) : Anal
     showEmptyState(m_bars, "Run to compare predicted and measured acceptance");
     bottom->addWidget(withCaption(m_bars, kBarsCaption));
     bottom->addWidget(m_table);
-    split->addWidget(bottom);
-    v->addWidget(split, 1);
+    deck->addPage(bottom, "acceptance");
+    v->addWidget(deck, 1);
 }
 
 void AgreementView::setPrompt(const QString& text) { m_prompt->setText(text); }

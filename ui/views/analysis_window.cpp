@@ -13,6 +13,7 @@
 #include <QPixmap>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -20,6 +21,7 @@
 
 #include "views/input_strip.h"
 #include "plots/plot_layout.h"
+#include "plots/wrapped_label.h"
 
 namespace tlui {
 
@@ -32,8 +34,19 @@ AnalysisWindow::AnalysisWindow(WorkbenchAccess* workbench, const QString& title,
     auto* inputs = new InputStrip;  // scrolls sideways on a small screen instead of widening the window
     m_controls = inputs->row();
     v->addWidget(inputs);
-    m_body = new QVBoxLayout;
-    v->addLayout(m_body, 1);
+    // The view's content scrolls where the screen is too small for it (a 1280x720 screen in
+    // presentation mode): the window stays inside the screen and nothing in it is squeezed below
+    // the height its labels and captions need. Where it fits, no scroll bar shows.
+    auto* scroll = new QScrollArea;
+    scroll->setObjectName("bodyScroll");
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    auto* content = new QWidget;
+    content->setObjectName("body");
+    m_body = new QVBoxLayout(content);
+    m_body->setContentsMargins(0, 0, 0, 0);
+    scroll->setWidget(content);
+    v->addWidget(scroll, 1);
     auto* bar = new QHBoxLayout;
     m_run = new QPushButton("Run");
     m_run->setObjectName("runButton");
@@ -45,10 +58,9 @@ AnalysisWindow::AnalysisWindow(WorkbenchAccess* workbench, const QString& title,
     m_progress->setMaximumWidth(220);
     m_progress->setRange(0, 1);
     m_progress->setValue(0);
-    m_status = new QLabel;
+    m_status = new WrappedLabel;  // a long message wraps instead of widening the window
     m_status->setObjectName("status");
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_status->setWordWrap(true);  // a long message wraps instead of widening the window
     // the main window's wording: "Export <what> (<formats>)...", "..." where a dialog opens
     auto* img = new QPushButton("Export image (PNG/PDF)...");
     img->setObjectName("exportImageButton");
@@ -57,9 +69,12 @@ AnalysisWindow::AnalysisWindow(WorkbenchAccess* workbench, const QString& title,
     bar->addWidget(m_run);
     bar->addWidget(m_cancel);
     bar->addWidget(m_progress);
-    bar->addWidget(m_status, 1);
+    bar->addStretch(1);
     bar->addWidget(img);
     bar->addWidget(js);
+    // the status on a line of its own, the window's full width: beside the buttons a long verdict
+    // took five lines in presentation mode
+    v->addWidget(m_status);
     v->addLayout(bar);
     connect(m_run, &QPushButton::clicked, this, [this] { run(); });
     connect(m_cancel, &QPushButton::clicked, this, &AnalysisWindow::cancel);
@@ -178,6 +193,46 @@ bool AnalysisWindow::exportImage(const QString& path, QString* error) {
     return ok;
 }
 
+namespace {
+
+// `label` broken at the space nearest its middle (unchanged when it has none).
+QString onTwoLines(const QString& label) {
+    int best = -1;
+    for (int i = 0; i < label.size(); ++i)
+        if (label[i] == ' ' && (best < 0 || std::abs(i - label.size() / 2) < std::abs(best - label.size() / 2))) best = i;
+    return best < 0 ? label : label.left(best) + "\n" + label.mid(best + 1);
+}
+
+void fitCategoryLabels(QCustomPlot* plot) {
+    auto text = qSharedPointerDynamicCast<QCPAxisTickerText>(plot->xAxis->ticker());
+    const QStringList labels = plot->property("tl_categoryLabels").toStringList();
+    if (!text || labels.isEmpty() || text->ticks().size() != labels.size()) return;
+    const QFontMetrics fm(plot->xAxis->tickLabelFont());
+    const int room = plot->viewport().width() - 90;  // less the value axes and margins
+    auto fits = [&](const QStringList& shown) {
+        int widest = 0;
+        for (const QString& l : shown)
+            for (const QString& line : l.split('\n')) widest = std::max(widest, fm.horizontalAdvance(line));
+        return (widest + fm.averageCharWidth() * 2) * static_cast<int>(shown.size()) <= room;
+    };
+    QStringList shown = labels;
+    double rotation = 0;
+    if (!fits(labels)) {
+        QStringList two;
+        for (const QString& l : labels) two << onTwoLines(l);
+        if (fits(two)) shown = two;
+        else rotation = -30;
+    }
+    if (QStringList(text->ticks().values()) != shown) {
+        QVector<double> ticks;
+        for (int i = 0; i < labels.size(); ++i) ticks << i + 1;
+        text->setTicks(ticks, QVector<QString>(shown.begin(), shown.end()));
+    }
+    if (plot->xAxis->tickLabelRotation() != rotation) plot->xAxis->setTickLabelRotation(rotation);
+}
+
+}  // namespace
+
 void drawCategoryBars(QCustomPlot* plot, const QStringList& labels, const std::vector<std::vector<double>>& series,
                       const QStringList& names, bool stacked, const QString& yLabel) {
     static const QColor palette[] = {QColor(70, 120, 230), QColor(60, 170, 90), QColor(230, 140, 40),
@@ -189,7 +244,14 @@ void drawCategoryBars(QCustomPlot* plot, const QStringList& labels, const std::v
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
     ticker->addTicks(ticks, QVector<QString>(labels.begin(), labels.end()));
     plot->xAxis->setTicker(ticker);
-    plot->xAxis->setTickLabelRotation(labels.size() > 4 ? -30 : 0);  // anchored at the label's end: nothing runs off the right edge
+    // Upright on one line while the labels fit side by side (a plot given a tab of its own), else
+    // upright on two lines, else slanted, anchored at the label's end so nothing runs off the
+    // right edge; decided at each replot, as the plot's width and the zoom change.
+    plot->setProperty("tl_categoryLabels", labels);
+    if (!plot->property("tl_fitCategoryLabels").toBool()) {
+        plot->setProperty("tl_fitCategoryLabels", true);
+        QObject::connect(plot, &QCustomPlot::beforeReplot, plot, [plot] { fitCategoryLabels(plot); });
+    }
     plot->yAxis->setLabel(yLabel);
     const int n = static_cast<int>(series.size());
     QCPBars* below = nullptr;

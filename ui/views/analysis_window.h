@@ -30,6 +30,8 @@ class QVBoxLayout;
 
 namespace tlui {
 
+class WrappedLabel;
+
 // The analysis library's names (ModeSpec, run_comparison, DepthScrubber, ...) read unqualified in
 // the views, which draw what it computes.
 using namespace tinyloop::analysis;
@@ -85,7 +87,7 @@ private:
     QPushButton* m_run;
     QPushButton* m_cancel;
     QProgressBar* m_progress;
-    QLabel* m_status;
+    WrappedLabel* m_status;
     std::map<quint64, std::function<void(bool, const QString&)>> m_done;  // this window's tickets, GUI thread
     int m_pending = 0;
     QString m_lastError;

@@ -19,6 +19,7 @@
 #include <qcustomplot.h>
 
 #include "plots/plot_caption.h"
+#include "plots/plot_deck.h"
 #include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
@@ -64,9 +65,8 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     m_table = new QTableWidget;
     m_table->setObjectName("table");
     split->addWidget(m_table);
-    auto* plots = new QWidget;
-    auto* ph = new QHBoxLayout(plots);
-    ph->setContentsMargins(0, 0, 0, 0);
+    // side by side from 300 px a plot in a window 860 px tall; tabs on a smaller screen
+    auto* plots = new PlotDeck(300, 860);
     m_speed = new QCustomPlot;
     m_speed->setObjectName("speedPlot");
     m_first = new QCustomPlot;
@@ -89,11 +89,11 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
          "[[self-speculation]], drafting and verifying."}};
     for (const auto& [p, title, caption] : titled) {
         stylePlot(p);
-        p->setMinimumHeight(240);
-        p->setMinimumWidth(220);  // four side by side inside a 1280-px screen (stylePlot asks 300)
+        p->setMinimumHeight(180);  // the view fits a 1280x720 screen in presentation mode (a plot to a tab there)
+        p->setMinimumWidth(220);   // four side by side inside a 1280-px screen (stylePlot asks 300)
         p->plotLayout()->insertRow(0);
         p->plotLayout()->addElement(0, 0, new QCPTextElement(p, title));
-        ph->addWidget(withCaption(p, caption));
+        plots->addPage(withCaption(p, caption), title);
         showEmptyState(p, "Run to compare the modes");
     }
     split->addWidget(plots);

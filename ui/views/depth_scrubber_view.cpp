@@ -86,12 +86,12 @@ ScrubberView::ScrubberView(WorkbenchAccess* workbench, QWidget* parent)
     m_plot->xAxis->setLabel("loop depth");
     // one run per move of the slider (a resume depends on the depth before it, so it is not
     // repeated): a single reading, and the label says so
-    m_plot->yAxis->setLabel("answer time (ms, single run)");
+    m_plot->yAxis->setLabel("answer time (ms)");
     showEmptyState(m_plot, "Run, then move the depth slider to time each answer");
     auto* bottom = new QSplitter(Qt::Horizontal);
     bottom->addWidget(m_table);
     bottom->addWidget(withCaption(m_plot,
-        "How long each answer took, by the [[depth]] asked. Going deeper runs only the new [[loop pass|passes]] "
+        "How long each answer took (one run each), by the [[depth]] asked. Going deeper runs only the new [[loop pass|passes]] "
         "over the prompt, so a step up costs less than starting again."));
     split->addWidget(bottom);
     v->addWidget(split, 1);

@@ -66,7 +66,7 @@ QuantView::QuantView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_div->xAxis->setLabel("depth");
     m_div->yAxis->setLabel("mean KL(A || B), nats");
     m_div->yAxis2->setVisible(true);
-    m_div->yAxis2->setLabel("mean max |logit A - logit B|");
+    m_div->yAxis2->setLabel("mean max |logit diff|");
     m_div->legend->setVisible(true);
     top->addWidget(withCaption(m_traj,
         "Both files (A and B, e.g. f32 and [[q8/q4|q4]]) at every [[depth]]: their mean lens measures over the "

@@ -21,6 +21,7 @@
 #include "main/preset_store.h"
 #include "worker/engine_host.h"
 #include "plots/plot_caption.h"
+#include "plots/plot_deck.h"
 #include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 #include "views/recommendation_save.h"
@@ -143,9 +144,7 @@ SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     v->addLayout(bestRow);
 
     auto* split = new QSplitter(Qt::Vertical);
-    auto* maps = new QWidget;
-    auto* mh = new QHBoxLayout(maps);
-    mh->setContentsMargins(0, 0, 0, 0);
+    auto* maps = new PlotDeck(300, 0);  // side by side unless each would get under 300 px
     m_speedMap = new QCustomPlot;
     m_speedMap->setObjectName("speedupMap");
     m_accMap = new QCustomPlot;
@@ -156,13 +155,15 @@ SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
         "Measured [[speedup]] over greedy for each [[draft_loops]] (rows) x [[draft_ahead]] (columns); "
         "above 1 is faster than greedy.",
         "The [[acceptance]] of each cell: the share of drafted tokens the full depth kept.",
-        "Each cell as a dot: the speedup its acceptance predicts (across) against the one measured (up). "
-        "Dots on the diagonal mean the prediction holds."};
+        "Each cell as a dot: the speedup its acceptance predicts (across) against the median measured (up), "
+        "whiskers from the slowest to the fastest repeat. Dots on the diagonal mean the prediction holds."};
+    const char* titles[] = {"speedup", "acceptance", "predicted vs measured"};
     int at = 0;
     for (QCustomPlot* p : {m_speedMap, m_accMap, m_scatter}) {
         stylePlot(p);
-        p->setMinimumHeight(260);
-        mh->addWidget(withCaption(p, captions[at++]));
+        p->setMinimumHeight(200);
+        maps->addPage(withCaption(p, captions[at]), titles[at]);
+        ++at;
         showEmptyState(p, "Run the sweep to fill this plot");
     }
     split->addWidget(maps);
@@ -353,8 +354,8 @@ void SweepView::showResult() {
     diag->setName("measured = predicted");
     diag->setPen(QPen(Qt::gray, 1, Qt::DashLine));
     diag->setData({0, hi * 1.1}, {0, hi * 1.1});
-    m_scatter->xAxis->setLabel("predicted speedup (from acceptance)");
-    m_scatter->yAxis->setLabel("measured speedup (median, range)");
+    m_scatter->xAxis->setLabel("predicted speedup");
+    m_scatter->yAxis->setLabel("measured speedup");
     m_scatter->xAxis->setRange(0, hi * 1.1);
     m_scatter->yAxis->setRange(0, hi * 1.1);
     putLegendBelow(m_scatter);

@@ -217,8 +217,9 @@ void EngineHost::generate(const RunRequest& req) {
                                                     static_cast<int>(res.tokens.size()), res.loops,
                                                     req.lensTopK);
                 emit lensReady(l);
-            } catch (const std::exception&) {
-                // the streamed lens rows stay on screen; nothing else depends on it
+            } catch (const std::exception& e) {
+                // the streamed lens rows stay on screen; the window stops waiting for the exact one
+                emit lensFailed(req.id, QString::fromStdString(e.what()));
             }
             return;
         }

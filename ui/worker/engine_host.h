@@ -115,6 +115,8 @@ signals:
     void runFinished(const tlui::RunResult& r);
     void runFailed(quint64 id, const QString& message);
     void lensReady(const tlui::LensReady& l);
+    // The exact lens after run `id` could not be computed (the streamed rows stay on screen).
+    void lensFailed(quint64 id, const QString& message);
     void configChecked(quint64 ticket, const QString& error);
 
 private:
