@@ -1,6 +1,7 @@
 // Opening a corrupt model shows an error dialog and the previous model stays loaded and usable;
 // the model panel shows hyperparameters and the metadata's per-depth table; a random model says
 // its text is noise; Ctrl+Enter in the prompt generates; recent files are remembered.
+#include <QFileInfo>
 #include <QLabel>
 #include <QMessageBox>
 #include <QSettings>
@@ -113,6 +114,21 @@ private slots:
         QVERIFY(QSettings().value("recentFiles").toStringList().contains(w.modelPath()));
         // the config limits follow the model
         QCOMPARE(w.configPanel()->limits().max_loops, 6);
+    }
+
+    void quantizedFileNamesItsWeightsDtype() {
+        // the summary names the dtype of most weights, not that of the last tensor (a norm, f32)
+        const QString q4 = QString(TL_SOURCE_DIR) + "/resources/models/tinyloop-kjv/model-q4.tinyloop";
+        if (!QFileInfo::exists(q4)) QSKIP("the bundled model is not there");
+        WindowOptions o;
+        o.presetDir = m_dir.filePath("presets");
+        o.errorDialogs = false;
+        MainWindow w(o);
+        QSignalSpy ready(&w, &MainWindow::modelReady);
+        w.openModel(q4);
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+        QVERIFY2(w.modelPanel()->summaryLine().contains(", q4"), qPrintable(w.modelPanel()->summaryLine()));
+        QVERIFY2(!w.modelPanel()->summaryLine().contains("f32"), qPrintable(w.modelPanel()->summaryLine()));
     }
 
     void randomModelSaysSo() {

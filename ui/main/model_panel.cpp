@@ -1,5 +1,6 @@
 #include "main/model_panel.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -202,7 +203,21 @@ void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
     QString name = QFileInfo(QString::fromStdString(i.path)).fileName();
     if (meta.is_object() && meta.contains("name") && meta["name"].is_string())
         name = QString::fromStdString(meta["name"].get<std::string>());
-    std::string dtype = i.tensors.empty() ? "?" : tinyloop::dtype_name(i.tensors.back().dtype);
+    // The dtype holding most of the weights: a q4 file's last tensor is a norm, kept in f32.
+    std::map<std::string, uint64_t> elements;
+    for (const auto& t : i.tensors) {
+        uint64_t n = 1;
+        for (auto s : t.shape) n *= static_cast<uint64_t>(std::max<int64_t>(s, 0));
+        elements[tinyloop::dtype_name(t.dtype)] += n;
+    }
+    std::string dtype = "?";
+    uint64_t most = 0;
+    for (const auto& [name, n] : elements)
+        if (n > most) {
+            most = n;
+            dtype = name;
+        }
+    if (elements.size() > 1) dtype += " weights";
     m_summary = QString("%1: %2 parameters, %3, %4 loops by default, %5")
                     .arg(name).arg(QString("%L1").arg(i.parameter_count)).arg(QString::fromStdString(dtype))
                     .arg(hp.default_loops).arg(QString::fromStdString(i.backend));
