@@ -128,33 +128,6 @@ private slots:
         }
     }
 
-    void fitsAfterARunOnTheBundledModel_data() {
-        QTest::addColumn<bool>("presentation");
-        QTest::newRow("zoom 1") << false;
-        QTest::newRow("presentation") << true;
-    }
-
-    void fitsAfterARunOnTheBundledModel() {
-        // what a run puts on screen (the lens note, the status line, the tokens) stays inside too
-        QFETCH(bool, presentation);
-        const QString model = QString(TL_SOURCE_DIR) + "/resources/models/tinyloop-kjv/model-f32.tinyloop";
-        if (!QFileInfo::exists(model)) QSKIP("the bundled model is not there");
-        auto window = openOn(kSmall, presentation);
-        MainWindow& w = *window;
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
-        QSignalSpy ready(&w, &MainWindow::modelReady);
-        QSignalSpy settled(&w, &MainWindow::sessionSettled);
-        w.openModel(model);
-        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
-        auto c = *w.configPanel()->config();
-        c.max_tokens = 16;
-        w.configPanel()->setConfig(c);
-        QVERIFY(w.generate());
-        QVERIFY(tltest::waitFor([&] { return settled.count() == 1; }));
-        QTest::qWait(100);
-        QVERIFY2(kSmall.contains(w.frameGeometry()), qPrintable(describe(&w, kSmall)));
-    }
-
     void filledWindowsHaveNoLayoutDefects_data() {
         QTest::addColumn<QRect>("screen");
         QTest::addColumn<bool>("presentation");
@@ -180,6 +153,9 @@ private slots:
         w.configPanel()->setConfig(c);
         QVERIFY(w.generate());
         QVERIFY(tltest::waitFor([&] { return settled.count() == 1; }));
+        QTest::qWait(100);
+        // what a run puts on screen (the lens note, the status line, the tokens) stays inside too
+        QVERIFY2(screen.contains(w.frameGeometry()), qPrintable(describe(&w, screen)));
         QStringList defects;
         auto audit = [&defects](QWidget* win, const QString& where) {
             QTest::qWait(150);  // queued replots and relayouts
