@@ -3,11 +3,7 @@
 // and the same argmax) at the fixture's depths.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-
+#include "engine/parity_fixture.h"
 #include "test_util.h"
 
 using namespace tinyloop;
@@ -18,66 +14,22 @@ using namespace tinyloop;
 
 namespace {
 
-nlohmann::json fixture() {
-    std::ifstream f(TL_PARITY_FIXTURE);
-    if (!f) throw std::runtime_error(std::string("cannot open the parity fixture ") + TL_PARITY_FIXTURE);
-    return nlohmann::json::parse(f);
-}
+nlohmann::json fixture() { return tltest::read_parity_fixture(TL_PARITY_FIXTURE); }
 
-std::string model_path(const nlohmann::json& fx) {
-    return (std::filesystem::path(TL_PARITY_FIXTURE).parent_path() / fx["model_file"].get<std::string>()).string();
-}
+std::string model_path(const nlohmann::json& fx) { return tltest::parity_model_path(TL_PARITY_FIXTURE, fx); }
 
 }  // namespace
 
 TEST(BundledModel, TokenizerIdsAreIdentical) {
     const auto fx = fixture();
     tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path(fx));
-    int checked = 0;
-    for (const auto& c : fx["tokenizer_cases"]) {
-        const std::string text = c["text"].get<std::string>();
-        EXPECT_EQ(tokenize(mp.get(), text), c["ids"].get<std::vector<int32_t>>()) << "'" << text << "'";
-        ++checked;
-    }
-    for (const auto& c : fx["cases"]) {
-        const std::string text = c["text"].get<std::string>();
-        EXPECT_EQ(tokenize(mp.get(), text), c["ids"].get<std::vector<int32_t>>()) << "'" << text << "'";
-        ++checked;
-    }
-    EXPECT_GE(checked, 4);
+    EXPECT_GE(tltest::expect_parity_token_ids(mp.get(), fx), 4);
 }
 
 TEST(BundledModel, LogitsMatchTheTrainer) {
     const auto fx = fixture();
     tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path(fx));
-    const int V = model_hparams(mp.get()).vocab_size;
-    ASSERT_EQ(V, fx["vocab_size"].get<int>());
-    int rows = 0;
-    for (const auto& c : fx["cases"]) {
-        const auto ids = c["ids"].get<std::vector<int32_t>>();
-        const auto positions = c["positions"].get<std::vector<int>>();
-        for (const auto& [depth_s, per_pos] : c["logits"].items()) {
-            const int depth = std::stoi(depth_s);
-            const auto l = forward_logits(mp.get(), ids.data(), static_cast<int>(ids.size()), depth);
-            for (size_t k = 0; k < positions.size(); ++k) {
-                const auto want = per_pos[k].get<std::vector<double>>();
-                ASSERT_EQ(static_cast<int>(want.size()), V);
-                const float* got = l.data() + static_cast<size_t>(positions[k]) * V;
-                double mx = 0, err = 0;
-                int arg_w = 0, arg_g = 0;
-                for (int j = 0; j < V; ++j) {
-                    mx = std::max(mx, std::fabs(want[j]));
-                    err = std::max(err, std::fabs(got[j] - want[j]));
-                    if (want[j] > want[arg_w]) arg_w = j;
-                    if (got[j] > got[arg_g]) arg_g = j;
-                }
-                EXPECT_LE(err / mx, 1e-4) << "'" << c["text"] << "' depth " << depth << " position " << positions[k];
-                EXPECT_EQ(arg_g, arg_w);
-                ++rows;
-            }
-        }
-    }
-    EXPECT_GE(rows, 8);
+    EXPECT_GE(tltest::expect_parity_logits(mp.get(), fx, 1e-4).rows, 8);
 }
 
 TEST(BundledModel, SpeculationAndEarlyExitOffEqualGreedyOn50Prompts) {

@@ -10,7 +10,7 @@
 # TRAIN_ARGS="--steps N" gives a step-exact rerun (N from the model card); THREADS (default 2).
 # Torch runs on the CPU; on a machine with CUDA the same recipe runs unchanged (torch's CPU path).
 # Scratch goes to work/ (git-ignored); the outputs are heldout.jsonl, model-f32.tinyloop,
-# work/eval.{json,md}.
+# parity.json, work/eval.{json,md}.
 set -euo pipefail
 cd "$(dirname "$0")"
 MINUTES="${MINUTES:-38}"
@@ -50,4 +50,7 @@ echo "== 5. evaluation through the engine (one thread)"
 /usr/bin/python3 evaluate.py --cli "$BUILD/bin/tinyloop"   # work/eval.json, work/eval.md
 echo "== 6. export again: the tables and the recommended early exit go into the metadata"
 "$PY" export_model.py
-ls -la model-f32.tinyloop heldout.jsonl
+
+echo "== 7. parity fixture"; "$PY" make_parity.py   # parity.json: float64 reference logits from the exported file
+
+ls -la model-f32.tinyloop parity.json heldout.jsonl
