@@ -10,7 +10,7 @@
 # TRAIN_ARGS="--steps N" gives a step-exact rerun (N from the model card); THREADS (default 2).
 # Torch runs on the CPU; on a machine with CUDA the same recipe runs unchanged (torch's CPU path).
 # Scratch goes to work/ (git-ignored); the outputs are heldout.jsonl, model-f32.tinyloop,
-# parity.json, work/eval.{json,md}.
+# parity.json, model-q8.tinyloop, model-q4.tinyloop, work/eval.{json,md}, work/eval-q{8,4}.{json,md}.
 set -euo pipefail
 cd "$(dirname "$0")"
 MINUTES="${MINUTES:-38}"
@@ -53,4 +53,9 @@ echo "== 6. export again: the tables and the recommended early exit go into the 
 
 echo "== 7. parity fixture"; "$PY" make_parity.py   # parity.json: float64 reference logits from the exported file
 
-ls -la model-f32.tinyloop parity.json heldout.jsonl
+echo "== 8. quantization (the engine's tinyloop quantize, group size 32) and the same evaluation of each file"
+for q in q8 q4; do
+  "$BUILD/bin/tinyloop" quantize model-f32.tinyloop "model-$q.tinyloop" --dtype "$q" --group-size 32
+  /usr/bin/python3 evaluate.py --model "model-$q.tinyloop" --cli "$BUILD/bin/tinyloop" --out "work/eval-$q"
+done
+ls -la model-*.tinyloop parity.json heldout.jsonl
