@@ -17,6 +17,10 @@ chance at every depth, the associative-recall plateau the issue warned of.)
 Training stops after --minutes of wall clock (or after --steps if given); the LR schedule
 follows progress = elapsed/budget (or step/steps with --steps, which makes a run reproducible
 step for step on any machine with the same thread count).
+--resume continues from --out (model, optimizer, batch RNG, curriculum, step, tokens, elapsed time
+and log) to the budget given on the command line (--minutes or --steps); the shape and objective
+come from the checkpoint.  A checkpoint is written at every evaluation and every
+--save-minutes of wall clock.
 Seeds: torch 1337 (init), python random 1337 (batches), synthetic eval sets seed 2026.
 """
 import os
@@ -66,13 +70,27 @@ def main():
     ap.add_argument("--max-loops", type=int, default=16)
     ap.add_argument("--max-train-loops", type=int, default=6)
     ap.add_argument("--min-train-loops", type=int, default=2)
+    ap.add_argument("--loop-input", choices=["none", "add"], default="none",
+                    help="FORMAT.md section 1a: \"add\" adds the prelude output back before every pass after "
+                         "the first (file version 2); \"none\" (default, recipe v3) does not")
     ap.add_argument("--aux-weight", type=float, default=0.25,
                     help="weight of the lens losses at l=1 and at one depth in between (1 at l=L)")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(common.WORK, "ckpt.pt"))
     ap.add_argument("--eval-every", type=int, default=1000)
+    ap.add_argument("--save-minutes", type=float, default=5.0, help="checkpoint period for --resume")
+    ap.add_argument("--resume", action="store_true", help="continue from the checkpoint at --out")
     args = ap.parse_args()
+    ck = None
+    if args.resume:
+        ck = torch.load(args.out, map_location="cpu", weights_only=False)
+        if "optimizer" not in ck:
+            raise SystemExit(f"--resume: {args.out} has no optimizer state (written before --resume existed)")
+        saved = dict(ck["train"]["args"])
+        for k in ("minutes", "steps", "threads", "eval_every", "save_minutes", "out"):  # budget may change
+            saved[k] = getattr(args, k)
+        args = argparse.Namespace(**{**vars(args), **saved, "resume": True})
 
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -83,7 +101,8 @@ def main():
     hp = HParams(vocab_size=tok.n_ids, d_model=args.d_model, n_heads=args.n_heads,
                  n_kv_heads=args.n_kv_heads, head_dim=args.d_model // args.n_heads,
                  d_ff=args.d_ff, n_pre_blocks=args.n_pre_blocks, n_loop_layers=args.n_loop_layers,
-                 default_loops=args.default_loops, max_loops=args.max_loops, max_seq_len=512)
+                 default_loops=args.default_loops, max_loops=args.max_loops, max_seq_len=512,
+                 loop_input=args.loop_input)
     t_enc = time.time()
     train_ids = common.encode_docs(tok, os.path.join(common.WORK, "corpus", "train.txt"))
     val_ids = common.encode_docs(tok, os.path.join(common.WORK, "corpus", "val.txt"))
@@ -93,6 +112,8 @@ def main():
 
     model = LoopedLM(hp)
     model.reset_parameters(seed=args.seed)
+    if ck is not None:
+        model.load_state_dict(ck["model"])
     model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params}  hparams {hp.to_json()}", flush=True)
@@ -114,6 +135,22 @@ def main():
     frontier, frontier_ema, frontier_since = 1, 0.0, 0  # perm curriculum: longest k trained now
     frontier_step = 0  # step at which the current frontier started
     curriculum = [{"step": 0, "k": 1}]
+    if ck is not None:
+        opt.load_state_dict(ck["optimizer"])
+        st = ck["resume_state"]
+        rng.setstate(st["rng"])
+        step, tokens_seen, synth_tokens, log = st["step"], st["tokens"], st["synth_tokens"], ck["train"]["log"]
+        frontier, frontier_ema, frontier_since, frontier_step = st["frontier"]
+        curriculum = ck["train"]["curriculum"]
+        t0 = time.time() - st["seconds"]
+        print(f"resumed at step {step} ({tokens_seen} tokens, {st['seconds'] / 60:.1f} min)", flush=True)
+
+    def checkpoint():
+        save(model, hp, args, step, tokens_seen, synth_tokens, t0, log, n_params, args.out, curriculum,
+             opt=opt, resume_state={"rng": rng.getstate(), "step": step, "tokens": tokens_seen,
+                                    "synth_tokens": synth_tokens, "seconds": time.time() - t0,
+                                    "frontier": [frontier, frontier_ema, frontier_since, frontier_step]})
+    last_save = time.time()
 
     def progress():
         if total_steps:
@@ -206,15 +243,23 @@ def main():
                    "val": vl, "acc_by_depth": acc, "perm_frontier": frontier}
             log.append(rec)
             print("EVAL", json.dumps(rec), flush=True)
-            save(model, hp, args, step, tokens_seen, synth_tokens, t0, log, n_params, args.out, curriculum)
-    save(model, hp, args, step, tokens_seen, synth_tokens, t0, log, n_params, args.out, curriculum)
+            checkpoint()
+            last_save = time.time()
+        elif time.time() - last_save > args.save_minutes * 60:
+            checkpoint()
+            last_save = time.time()
+    checkpoint()
     print(f"done: {step} steps, {tokens_seen} tokens in {(time.time()-t0)/60:.1f} min", flush=True)
 
 
-def save(model, hp, args, step, tokens, synth_tokens, t0, log, n_params, path, curriculum):
+def save(model, hp, args, step, tokens, synth_tokens, t0, log, n_params, path, curriculum,
+         opt=None, resume_state=None):
     ck = {"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
           "hparams": hp.to_json(),
-          "train": {"recipe": RECIPE_VERSION, "args": vars(args), "steps": step,
+          "optimizer": opt.state_dict() if opt is not None else None,
+          "resume_state": resume_state,
+          "train": {"recipe": RECIPE_VERSION, "args": {k: v for k, v in vars(args).items() if k != "resume"},
+                    "steps": step,
                     "tokens": tokens, "synthetic_tokens": synth_tokens,
                     "minutes": (time.time() - t0) / 60, "params": n_params,
                     "torch": str(torch.__version__), "threads": args.threads,
