@@ -86,6 +86,43 @@ private slots:
         delete worker;
     }
 
+    void aFailedExactLensIsReportedNotAwaitedForEver() {
+        // the exact lens after a run can fail (here: top_k beyond score_logit_lens's 64); the
+        // worker says so, with the engine's reason, so the window stops waiting for it
+        QThread thread;
+        auto* worker = new EngineHost;
+        worker->moveToThread(&thread);
+        thread.start();
+        bool loaded = false, finished = false, lens = false;
+        QString failure;
+        quint64 failedId = 0;
+        QObject ctx;
+        connect(worker, &EngineHost::modelLoaded, &ctx, [&] { loaded = true; }, Qt::QueuedConnection);
+        connect(worker, &EngineHost::runFinished, &ctx, [&](const RunResult&) { finished = true; }, Qt::QueuedConnection);
+        connect(worker, &EngineHost::lensReady, &ctx, [&](const LensReady&) { lens = true; }, Qt::QueuedConnection);
+        connect(worker, &EngineHost::lensFailed, &ctx, [&](quint64 id, const QString& why) {
+            failedId = id;
+            failure = why;
+        }, Qt::QueuedConnection);
+        QMetaObject::invokeMethod(worker, "loadModel", Qt::QueuedConnection, Q_ARG(QString, m_model));
+        QVERIFY(tltest::waitFor([&] { return loaded; }));
+        RunRequest req;
+        req.id = 3;
+        req.prompt = "abc";
+        req.config.max_tokens = 4;
+        req.lens = false;  // no streamed rows: the run itself accepts any top-k
+        req.lensTopK = 65;
+        QMetaObject::invokeMethod(worker, "generate", Qt::QueuedConnection, Q_ARG(tlui::RunRequest, req));
+        QVERIFY(tltest::waitFor([&] { return !failure.isEmpty(); }));
+        QVERIFY(finished);
+        QVERIFY(!lens);
+        QCOMPARE(failedId, quint64(3));
+        QVERIFY2(failure.contains("top_k: 65 is outside [1, 64]"), qPrintable(failure));
+        thread.quit();
+        thread.wait();
+        delete worker;
+    }
+
     void stopEndsWithinOneToken() {
         QThread thread;
         auto* worker = new EngineHost;
