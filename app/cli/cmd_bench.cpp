@@ -64,7 +64,7 @@ CommandSpec bench_spec() {
          false, MO},
         {"--draft-loops", "D", "draft depth for speculative/tree/draft (default: the model's, else min(2, L-1))",
          "an integer >= 1", false, MO},
-        {"--draft-ahead", "K", "tokens drafted per cycle / tree depth (default: the model's, else 4)",
+        {"--draft-ahead", "K", "tokens drafted / tree nodes run per cycle (default: the model's, else 4)",
          "an integer >= 1", false, MO},
         {"--branches", "B", "tree candidates per node (default: the model's, else 2)", "an integer >= 1", false, MO},
         {"--draft-model", "FILE", "draft model of --modes draft (default: MODEL quantized to q4)", "",

@@ -98,7 +98,7 @@ CommandSpec generate_spec() {
          false, SP},
         {"--verify-loops", "V", "verify depth (default --loops, else the model's default_loops)",
          "an integer >= 2", false, SP},
-        {"--draft-ahead", "K", "tokens drafted per cycle, 1..32 (tree: depth 1..8; default: the model's, else 4)",
+        {"--draft-ahead", "K", "tokens drafted per cycle, 1..32 (tree: nodes run per cycle, 1..8; default: the model's, else 4)",
          "an integer >= 1", false, SP},
         {"--branches", "B", "candidates per draft step, 1..8 (--mode tree; default: the model's, else 2)",
          "an integer >= 1", false, SP},

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <random>
 
@@ -228,6 +229,46 @@ TEST(TreeSpeculative, GreedyTreeEqualsPlainGreedyOver50Prompts) {
     EXPECT_GT(deep_accepts, 0);  // paths of two or more accepted nodes happened
 }
 
+// Best-first growth runs as many nodes per cycle as the chain drafts (draft_ahead), so over many
+// prompts the tree must emit at least as many tokens per cycle as the chain with the same knobs:
+// where the draft's first choice keeps winning the tree is the chain, and it branches only where
+// its running acceptance estimate says a second choice is likelier than going deeper.
+TEST(TreeSpeculative, EmitsAtLeastAsManyTokensPerCycleAsTheChain) {
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
+    const auto ps = tltest::random_prompts(30, 11);
+    for (int D : {1, 2}) {
+        long long chain_tokens = 0, chain_cycles = 0, tree_tokens = 0, tree_cycles = 0;
+        for (const auto& p : ps) {
+            const int n = static_cast<int>(p.size());
+            SpeculativeConfig c;
+            c.max_tokens = 40;
+            c.draft_loops = D;
+            c.verify_loops = 6;
+            c.draft_ahead = 4;
+            c.ignore_eos = true;
+            TreeSpeculativeConfig t;
+            t.max_tokens = 40;
+            t.draft_loops = D;
+            t.verify_loops = 6;
+            t.draft_ahead = 4;
+            t.K_branches = 2;
+            t.ignore_eos = true;
+            const GenerateResult a = generate_speculative_ex(mp.get(), p.data(), n, c);
+            const GenerateResult b = generate_tree_speculative_ex(mp.get(), p.data(), n, t);
+            ASSERT_EQ(a.tokens, b.tokens);
+            chain_tokens += a.stats.tokens_emitted - 1;  // the first token comes from the prefill
+            chain_cycles += a.stats.spec_cycles;
+            tree_tokens += b.stats.tokens_emitted - 1;
+            tree_cycles += b.stats.spec_cycles;
+        }
+        const double chain_rate = static_cast<double>(chain_tokens) / chain_cycles;
+        const double tree_rate = static_cast<double>(tree_tokens) / tree_cycles;
+        EXPECT_GE(tree_rate, chain_rate) << "D=" << D << ": tree " << tree_rate << " vs chain " << chain_rate
+                                         << " tokens per cycle";
+        std::printf("D=%d: tokens per cycle, chain %.3f, tree %.3f\n", D, chain_rate, tree_rate);
+    }
+}
+
 TEST(TreeSpeculative, MatchesChainWithOneBranchAndRefusesBadKnobs) {
     tinyloop::ModelHandle mp = tinyloop::load_model_handle(model_path());
     const auto p = tltest::random_prompts(1, 3)[0];
@@ -248,8 +289,19 @@ TEST(TreeSpeculative, MatchesChainWithOneBranchAndRefusesBadKnobs) {
     EXPECT_EQ(a.tokens, b.tokens);
     EXPECT_EQ(a.stats.spec_accepted, b.stats.spec_accepted);
     EXPECT_EQ(a.stats.spec_cycles, b.stats.spec_cycles);
+    // The widest, deepest tree the ranges allow is cheap (best-first: draft_ahead run nodes and
+    // 8 candidates each) and still plain greedy; one past either range is refused.
     t.K_branches = 8;
     t.draft_ahead = 8;
+    GenerateConfig g;
+    g.max_tokens = 12;
+    g.loops = 6;
+    g.ignore_eos = true;
+    EXPECT_EQ(generate_tree_speculative_ex(mp.get(), p.data(), n, t).tokens, generate_ex(mp.get(), p.data(), n, g).tokens);
+    t.K_branches = 9;
+    EXPECT_THROW(generate_tree_speculative_ex(mp.get(), p.data(), n, t), Error);
+    t.K_branches = 8;
+    t.draft_ahead = 9;
     EXPECT_THROW(generate_tree_speculative_ex(mp.get(), p.data(), n, t), Error);
     t.K_branches = 2;
     t.draft_ahead = 2;

@@ -72,8 +72,8 @@ const std::vector<FieldInfo>& configFields() {
         const std::vector<FieldInfo> knobs = {
             {"draft_loops", FieldKind::Int, "1 .. verify_loops - 1", "Cheap draft-pass loop depth. Lower = faster drafts, more rejections.", true},
             {"verify_loops", FieldKind::Int, "0 .. max_loops (0 = model default)", "Verify-pass loop depth. Typically equal to model.default_loops (0 = the model's default_loops).", true},
-            {"draft_ahead", FieldKind::Int, "1 .. 32 (tree: 1 .. 8)", "Number of tokens drafted per verify cycle (tree: tree depth). Larger = more parallelism per verify, more wasted work on miss.", true},
-            {"K_branches", FieldKind::Int, "1 .. 8", "Tree only: number of candidate tokens kept per draft step. Total tree size is approximately K_branches^draft_ahead.", true},
+            {"draft_ahead", FieldKind::Int, "1 .. 32 (tree: 1 .. 8)", "Number of tokens drafted per verify cycle (tree: nodes run per cycle). Larger = more parallelism per verify, more wasted work on miss.", true},
+            {"K_branches", FieldKind::Int, "1 .. 8", "Tree only: number of candidate tokens kept per draft step. The tree grows best-first: draft_ahead nodes run per cycle, each keeping its K_branches best children as candidates.", true},
         };
         out.insert(out.end(), knobs.begin(), knobs.end());
         return out;

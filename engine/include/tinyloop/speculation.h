@@ -27,14 +27,14 @@ struct SpeculativeConfig {
     bool ignore_eos = false;  // keep going past the model's EOS token
 };
 
-// Tree drafting: K_branches candidates per draft step, draft_ahead steps deep; the whole tree
-// is verified in one forward with a tree attention mask; the longest matching path is accepted.
+// Tree drafting, best-first: draft_ahead steps each run one node and keep its K_branches best
+// candidates; one verify forward (tree mask) over the run nodes; the longest match is accepted.
 struct TreeSpeculativeConfig {
     int max_tokens = 64;
     int draft_loops = 2;
     int verify_loops = 8;
-    int draft_ahead = 4;      // tree depth, 1 .. 8
-    int K_branches = 2;       // candidates per node, 1 .. 8 (tree nodes <= 1024)
+    int draft_ahead = 4;      // nodes run per cycle (the tree's depth at most), 1 .. 8
+    int K_branches = 2;       // candidates per run node, 1 .. 8
     float temperature = 0.0f; // greedy only (temperature > 0 is refused: use the chain mode)
     uint64_t seed = 0;
     bool ignore_eos = false;

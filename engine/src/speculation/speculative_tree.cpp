@@ -1,16 +1,27 @@
-// Tree self-speculation (greedy). One cycle, root x0 = the last emitted token at position p:
-//   draft   level by level: every node of a level runs through passes 1..D in one batch with a
-//           tree attention mask (committed rows, then its ancestors, then itself); its draft
-//           lens proposes its K_branches best children; leaves (level draft_ahead) are not run;
-//   verify  every non-leaf node resumes from its draft state (and, with input injection, its
-//           prelude output) through passes D+1..V in one
-//           batch, same mask; the verifier's argmax at each node picks the child to follow;
+// Tree self-speculation (greedy), grown best-first. One cycle, root x0 = the last emitted token
+// at position p:
+//   draft   draft_ahead steps; each runs one node through passes 1..D with a tree attention mask
+//           (committed rows, then its ancestors, then itself) and adds its K_branches best
+//           children (by the draft lens) to the tree as candidates. Step 1 runs the root; every
+//           later step runs the candidate whose path the verifier most likely accepts: the
+//           product along it of each token's estimated acceptance (AcceptanceEstimate, from the
+//           draft's probability and rank, learned as the call goes), so the tree follows the
+//           draft's first choice while that pays and branches where it does not.
+//           K_branches = 1 is exactly chain speculation. A candidate EOS is not expanded.
+//   verify  every run node resumes from its draft state (and, with input injection, its prelude
+//           output) through passes D+1..V in one batch, same mask; the verifier's argmax at
+//           each run node picks the child to follow;
 //   accept  the longest path whose tokens the verifier agrees with, then the verifier's own
 //           token where it stops agreeing. Accepted nodes' keys/values move from the scratch
-//           rows to their real rows; a fully accepted leaf becomes the next root.
+//           rows to their real rows; an accepted candidate that never ran becomes the next root.
+// Why best-first and not the full K^depth tree: a verified row costs a row's compute here (a
+// CPU, a small model), so the full tree spends K + K^2 + .. + K^depth rows for about one more
+// accepted token and loses to the chain (0.4-0.9x of it measured); best-first runs as many rows
+// as the chain (draft_ahead), placed where acceptance is likeliest.
 // Non-root nodes live in scratch cache rows after the sequence's capacity.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -31,8 +42,33 @@ struct Node {
     int parent = -1;
     int level = 0;
     int row = 0;                 // cache row
-    std::vector<int> children;
+    std::vector<int> children;   // filled when the node runs
+    int rank = 0;                // 0: the draft's first choice at its parent, 1: any other
+    double draft_p = 1.0;        // the draft's probability of this token at its parent
+    double value = 1.0;          // estimated probability that the verifier accepts the path to here
     int32_t verify = -1;         // the verifier's argmax at this node
+};
+
+// How often the verifier accepted a candidate, by its rank (first choice or not) and its draft
+// probability (5 bins), learned within the call. A bin starts from two pseudo-observations at
+// the draft's own probability; a looped model's shallow draft is usually under-confident (its
+// first choice wins far more often than its probability says), so the counts soon take over.
+class AcceptanceEstimate {
+public:
+    double operator()(int rank, double p) const {
+        const int b = bin(p);
+        return (hits_[rank][b] + kPrior * p) / (seen_[rank][b] + kPrior);
+    }
+    void observe(int rank, double p, bool accepted) {
+        const int b = bin(p);
+        seen_[rank][b] += 1.0;
+        hits_[rank][b] += accepted ? 1.0 : 0.0;
+    }
+
+private:
+    static constexpr double kPrior = 2.0;
+    static int bin(double p) { return std::clamp(static_cast<int>(p * 5.0), 0, 4); }
+    double hits_[2][5] = {}, seen_[2][5] = {};
 };
 
 // Runs the given nodes through passes start_pass..loops (prelude too when start_pass == 1).
@@ -76,14 +112,23 @@ void tree_forward(const Model& m, KVCache& kv, Workspace& ws, const std::vector<
     ws.extra_offsets.clear();
 }
 
-void top_children(const Model& m, const float* logits, int k, std::vector<int32_t>& out) {
+// The k best ids of one row of draft logits (ties: the lower id first, as argmax; a NaN ranks
+// last) and their probabilities under the draft's softmax over the decodable ids.
+void top_children(const Model& m, const float* logits, int k, std::vector<int32_t>& out, std::vector<double>& prob) {
     const int n = std::min(m.hp.vocab_size, m.tokenizer.n_ids());
+    auto key = [&](int32_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
     std::vector<int32_t> idx(static_cast<size_t>(n));
     std::iota(idx.begin(), idx.end(), 0);
     k = std::min(k, n);
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+                      [&](int32_t a, int32_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); });
     out.assign(idx.begin(), idx.begin() + k);
+    const double top = key(out[0]);
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(key(i)) - top);
+    prob.resize(out.size());
+    for (size_t j = 0; j < out.size(); ++j)
+        prob[j] = std::isfinite(top) && sum > 0 ? std::exp(static_cast<double>(key(out[j])) - top) / sum : 0.0;
 }
 
 }  // namespace
@@ -95,14 +140,10 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
     const Model& m = checked(model);
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, 1, c.temperature);
     if (c.draft_ahead < 1 || c.draft_ahead > 8)
-        throw Error(ErrorCode::InvalidArgument, "draft_ahead: " + std::to_string(c.draft_ahead) + " is outside [1, 8] (tree depth)");
+        throw Error(ErrorCode::InvalidArgument, "draft_ahead: " + std::to_string(c.draft_ahead) + " is outside [1, 8] (tree: nodes run per cycle)");
     if (c.K_branches < 1 || c.K_branches > 8)
         throw Error(ErrorCode::InvalidArgument, "K_branches: " + std::to_string(c.K_branches) + " is outside [1, 8]");
-    long long tree_nodes = 1, level_nodes = 1;
-    for (int l = 1; l <= c.draft_ahead; ++l) tree_nodes += level_nodes *= c.K_branches;
-    if (tree_nodes > 1024)
-        throw Error(ErrorCode::InvalidArgument, "K_branches: a tree of K_branches^1 + .. + K_branches^draft_ahead = " +
-                                                    std::to_string(tree_nodes - 1) + " nodes exceeds 1023; lower K_branches or draft_ahead");
+    const int tree_nodes = 1 + c.draft_ahead * c.K_branches;  // the root and every run node's candidates
     if (!is_greedy(c.temperature))
         throw Error(ErrorCode::NotSupported, "temperature: tree speculation is greedy only; use generate_speculative for "
                                              "lossless sampling");
@@ -120,7 +161,7 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
 
     const int capacity = prompt_len + c.max_tokens + 1;
     KVCache kv;
-    kv.allocate(exec_layers(hp, L), capacity + static_cast<int>(tree_nodes), hp.n_kv_heads * hp.head_dim);
+    kv.allocate(exec_layers(hp, L), capacity + tree_nodes, hp.n_kv_heads * hp.head_dim);
     Workspace ws;
     std::vector<float> h, logits(static_cast<size_t>(V));
     {
@@ -137,45 +178,56 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
                      options.observer, options.lens ? options.lens_top_k : 0, t0);
     const TokenChoice first = greedy_choice(m, logits.data());
     bool done = !out.emit(first.token, EmitInfo{.prob = first.prob, .depth = L, .from_verifier = true});
-    std::vector<float> hv, all_logits;
+    std::vector<float> all_logits;
     std::vector<int32_t> kids;
+    std::vector<double> kid_p;
+    AcceptanceEstimate estimate;
     const size_t row_floats = static_cast<size_t>(kv.row);
     int cycle = 0;
     while (!done) {
         const int p = static_cast<int>(res.tokens.size()) - 1;
-        // Never draft deeper than the tokens still allowed.
-        const int tree_depth = std::min(depth, c.max_tokens - st.tokens_emitted);
+        // Never run more nodes than the tokens still allowed: a path through s run nodes emits
+        // at most s tokens.
+        const int steps = std::min(depth, c.max_tokens - st.tokens_emitted);
         std::vector<Node> nodes(1);
         nodes[0].token = res.tokens.back();
         nodes[0].row = p;
-        std::vector<float> hd;          // draft states of the non-leaf nodes, in node order
-        std::vector<float> ed, level_e;  // input injection: their prelude outputs, in the same order
-        std::vector<int> runnable;      // non-leaf nodes
-        std::vector<int> level = {0};
+        std::vector<float> hd;          // draft states of the run nodes, in run order
+        std::vector<float> ed, one_e;   // input injection: their prelude outputs, in the same order
+        std::vector<int> runnable;      // the run nodes, in run order
+        std::vector<int> frontier;      // candidates not run yet
 
         const auto td = Clock::now();
-        for (int lv = 0; lv < tree_depth; ++lv) {
-            tree_forward(m, kv, ws, nodes, level, p, 1, D, h, level_e);
-            ed.insert(ed.end(), level_e.begin(), level_e.end());
-            all_logits.resize(level.size() * static_cast<size_t>(V));
-            compute_logits(m, h.data(), static_cast<int>(level.size()), all_logits.data(), ws);
-            hd.insert(hd.end(), h.begin(), h.begin() + static_cast<std::ptrdiff_t>(level.size()) * d);
-            runnable.insert(runnable.end(), level.begin(), level.end());
-            std::vector<int> next;
-            for (size_t i = 0; i < level.size(); ++i) {
-                top_children(m, all_logits.data() + i * V, K, kids);
-                for (int32_t tk : kids) {
-                    Node ch;
-                    ch.token = tk;
-                    ch.parent = level[i];
-                    ch.level = lv + 1;
-                    ch.row = capacity + static_cast<int>(nodes.size()) - 1;
-                    nodes[static_cast<size_t>(level[i])].children.push_back(static_cast<int>(nodes.size()));
-                    next.push_back(static_cast<int>(nodes.size()));
-                    nodes.push_back(ch);
-                }
+        for (int step = 0, at = 0; step < steps; ++step) {
+            if (step > 0) {
+                // The candidate whose path the verifier most likely accepts (ties: the earlier one).
+                auto best = frontier.end();
+                for (auto it = frontier.begin(); it != frontier.end(); ++it)
+                    if (best == frontier.end() || nodes[static_cast<size_t>(*it)].value > nodes[static_cast<size_t>(*best)].value)
+                        best = it;
+                if (best == frontier.end()) break;  // nothing left worth expanding (only EOS)
+                at = *best;
+                frontier.erase(best);
             }
-            level.swap(next);
+            tree_forward(m, kv, ws, nodes, {at}, p, 1, D, h, one_e);
+            ed.insert(ed.end(), one_e.begin(), one_e.end());
+            compute_logits(m, h.data(), 1, logits.data(), ws);
+            hd.insert(hd.end(), h.begin(), h.begin() + d);
+            runnable.push_back(at);
+            top_children(m, logits.data(), K, kids, kid_p);
+            for (size_t j = 0; j < kids.size(); ++j) {
+                Node ch;
+                ch.token = kids[j];
+                ch.parent = at;
+                ch.level = nodes[static_cast<size_t>(at)].level + 1;
+                ch.rank = j == 0 ? 0 : 1;
+                ch.draft_p = kid_p[j];
+                ch.value = nodes[static_cast<size_t>(at)].value * estimate(ch.rank, ch.draft_p);
+                ch.row = capacity + static_cast<int>(nodes.size()) - 1;
+                nodes[static_cast<size_t>(at)].children.push_back(static_cast<int>(nodes.size()));
+                if (ch.token != m.tokenizer.eos_id() || c.ignore_eos) frontier.push_back(static_cast<int>(nodes.size()));
+                nodes.push_back(ch);
+            }
         }
         st.draft_ms += ms_since(td);
 
@@ -183,9 +235,14 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
         tree_forward(m, kv, ws, nodes, runnable, p, D + 1, L, hd, ed);
         all_logits.resize(runnable.size() * static_cast<size_t>(V));
         compute_logits(m, hd.data(), static_cast<int>(runnable.size()), all_logits.data(), ws);
-        for (size_t i = 0; i < runnable.size(); ++i)
-            nodes[static_cast<size_t>(runnable[i])].verify =
-                argmax(all_logits.data() + i * V, std::min(V, m.tokenizer.n_ids()));
+        for (size_t i = 0; i < runnable.size(); ++i) {
+            Node& nd = nodes[static_cast<size_t>(runnable[i])];
+            nd.verify = argmax(all_logits.data() + i * V, std::min(V, m.tokenizer.n_ids()));
+            for (int ch : nd.children) {
+                const Node& cn = nodes[static_cast<size_t>(ch)];
+                estimate.observe(cn.rank, cn.draft_p, cn.token == nd.verify);
+            }
+        }
         st.verify_ms += ms_since(tv);
 
         // Walk the tree.
@@ -208,10 +265,11 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
         const int a = static_cast<int>(path.size());
         count_cycle(st, static_cast<int>(nodes.size()) - 1, a + (correction >= 0 ? 1 : 0), a);
 
-        // Accepted nodes that ran move to their real rows (a fully accepted leaf never ran).
+        // Accepted nodes that ran move to their real rows (an accepted candidate that never ran
+        // ends the path and is the next root).
         for (int i = 0; i < a; ++i) {
             const Node& nd = nodes[static_cast<size_t>(path[i])];
-            if (nd.level >= tree_depth) break;
+            if (nd.children.empty()) break;
             for (int e = 0; e < kv.n_layers; ++e) {
                 std::memcpy(kv.k_at(e, p + nd.level), kv.k_at(e, nd.row), row_floats * sizeof(float));
                 std::memcpy(kv.v_at(e, p + nd.level), kv.v_at(e, nd.row), row_floats * sizeof(float));
