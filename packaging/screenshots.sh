@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Screenshots of the workbench under a virtual X server (Xvfb), at each screen size, into
 # docs/screenshots/<WxH>/NAME.png: the main window after a real run on the bundled model, and
-# every window of the Views menu after a real run of that view. Each picture is one `shot` line
+# every window of the Analysis menu after a real run of that view. Each picture is one `shot` line
 # below (a name and the workbench's arguments); the window size is the screen's.
 # Usage:
 #   bash packaging/screenshots.sh [BUILD_DIR] [MODEL]
@@ -38,7 +38,7 @@ shot workbench-timing      --demo-run "In the beginning" --max-tokens 64 --tab t
 # A session saved after a run, then opened again without running (File -> Open session).
 shot workbench-sampling    --demo-run "And God said" --preset "Sampling" --max-tokens 48 --save-session "$work/session.json"
 shot workbench-session     --session "$work/session.json" --tab lens
-# Every window of the Views menu, filled by a run of the view itself.
+# Every window of the Analysis menu, filled by a run of the view itself.
 shot view-compare     --view compare     --prompt "In the beginning God created" --max-tokens 24
 shot view-scrubber    --view scrubber    --prompt "And God said, Let there be light" --max-tokens 32
 shot view-agreement   --view agreement   --prompt "In the beginning God created" --max-tokens 32

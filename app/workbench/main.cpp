@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     QCommandLineOption themeOpt("theme", "Theme for this run: light or dark (View > Theme is remembered).", "NAME");
     cli.addOptions({promptOpt, autorunOpt, demoOpt, shotOpt, tabOpt, metricOpt, presetOpt, maxTokOpt, sizeOpt,
                     zoomOpt, presentOpt, themeOpt});
-    QCommandLineOption viewOpt("view", "Open a Views-menu window (compare, scrubber, agreement, sweep, step, calibration, compute, kv, quant), fill it by a run on --prompt and, with --screenshot, save that window and quit.", "NAME");
+    QCommandLineOption viewOpt("view", "Open an Analysis-menu window (compare, scrubber, agreement, sweep, step, calibration, compute, kv, quant), fill it by a run on --prompt and, with --screenshot, save that window and quit.", "NAME");
     cli.addOption(viewOpt);
     QCommandLineOption sessionOpt("session", "Open a saved session (File -> Save session): prompt, config, output and lens, shown without running. Its model opens unless MODEL is given.", "FILE");
     cli.addOption(sessionOpt);

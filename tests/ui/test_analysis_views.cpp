@@ -1,4 +1,4 @@
-// The analysis windows of the Views menu on the bundled model: each opens from the menu, fills
+// The analysis windows of the Analysis menu on the bundled model: each opens from the menu, fills
 // from real runs on the workbench's one model (shared with the main window through the
 // AnalysisJobs lane), shows what tinyloop_analysis computes run directly, cancels, and exports PNG,
 // PDF and JSON. The computations themselves are tested in tests/analysis.
@@ -73,10 +73,10 @@ class TestAnalysisViews : public QObject {
         QCOMPARE(a.stats.spec_accepted, b.stats.spec_accepted);
     }
 
-    // The window of `kind`, opened through its Views-menu action.
+    // The window of `kind`, opened through its Analysis-menu action.
     AnalysisWindow* trigger(const QString& kind) {
         for (QAction* a : m_window->menuBar()->actions())
-            if (a->menu() && a->text().remove('&') == "Views")
+            if (a->menu() && a->text().remove('&') == "Analysis")
                 for (QAction* v : a->menu()->actions())
                     if (v->objectName() == "viewAction_" + kind) {
                         v->trigger();
@@ -417,12 +417,12 @@ private slots:
         QVERIFY(!trigger("nonsense"));
     }
 
-    // The Views menu is one family: "..." on every entry (each opens a window), one title form,
+    // The Analysis menu is one family: "..." on every entry (each opens a window), one title form,
     // the Run button and the exports in the bottom bar with the same words, and the inputs row
     // labelled in sentence case, each label naming its field.
     void everyViewFollowsOneConvention() {
         for (QAction* a : m_window->menuBar()->actions())
-            if (a->menu() && a->text().remove('&') == "Views")
+            if (a->menu() && a->text().remove('&') == "Analysis")
                 for (QAction* v : a->menu()->actions())
                     if (!v->isSeparator()) QVERIFY2(v->text().endsWith("..."), qPrintable(v->text()));
         for (const QString& kind : AnalysisViews::kinds()) {

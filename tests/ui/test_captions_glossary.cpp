@@ -124,7 +124,7 @@ private slots:
 
     // The list is taken from the UI: the config panel's field labels (the engine's field table and
     // the speculative knobs), the mode selector, the early-exit criteria, the lens metrics, the
-    // Views menu, the main plot tabs; then the terms the issue names.
+    // Analysis menu, the main plot tabs; then the terms the issue names.
     void glossaryHasEveryTermTheUiUses() {
         QStringList terms;
         for (const FieldInfo& f : configFields()) terms << f.key;
@@ -134,7 +134,7 @@ private slots:
         QVERIFY(metric);
         for (int i = 0; i < metric->count(); ++i) terms << metric->itemText(i).remove(QRegularExpression(" \\(.*\\)$"));
         for (QAction* a : m_window->menuBar()->actions())
-            if (a->menu() && a->text().remove('&') == "Views")
+            if (a->menu() && a->text().remove('&') == "Analysis")
                 for (QAction* v : a->menu()->actions())
                     if (!v->isSeparator()) terms << v->text().remove('&').remove("...");
         terms << "Logit lens" << "Speculative";

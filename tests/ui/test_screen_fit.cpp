@@ -1,4 +1,4 @@
-// Every window fits the screen it opens on: the main window and each Views-menu window, at zoom 1
+// Every window fits the screen it opens on: the main window and each Analysis-menu window, at zoom 1
 // and in presentation mode, on a 1280x720 and a 1920x1080 screen (the offscreen platform is given
 // both screens through its configfile option, side by side); at 1280x720 the config panel shows
 // every field's range in full, wrapped, with no sideways scrolling; and every window, filled by a

@@ -310,7 +310,7 @@ void MainWindow::buildMenus() {
     installViewMenu(this, menuBar()->addMenu("Vie&w"));  // zoom, presentation mode, theme
 
     // The analysis views (views/analysis_views.h), one action per view.
-    auto* views = menuBar()->addMenu("&Views");
+    auto* views = menuBar()->addMenu("&Analysis");
     views->setObjectName("viewsMenu");
     m_views = new AnalysisViews(this, this);
     m_views->install(views);

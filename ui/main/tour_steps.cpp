@@ -154,7 +154,7 @@ std::vector<TourStep> makeSteps() {
                      return r.stats.spec_accepted > 0 ? QString() : QString("no draft was accepted");
                  }});
     s.push_back({"The depth scrubber",
-                 "The depth scrubber (Views menu) answers the same prompt at any [[depth]] from one reading of the "
+                 "The depth scrubber (Analysis menu) answers the same prompt at any [[depth]] from one reading of the "
                  "prompt: moving deeper runs only the new passes. The tour moved the slider to 1, 2, 4 and 6: the "
                  "right pane shows which words changed from the previous depth (struck red: gone, green: new). "
                  "Drag the slider yourself and watch the text settle as the model thinks longer.",

@@ -1,4 +1,4 @@
-// AnalysisViews: the analysis windows of the Views menu, by kind: "compare" (decode modes),
+// AnalysisViews: the analysis windows of the Analysis menu, by kind: "compare" (decode modes),
 // "scrubber" (depth), "agreement" (draft-agreement map), "sweep" (speculation tuning), "step"
 // (step mode), "calibration" (early exit), "compute" (against quality), "kv" (provenance),
 // "quant" (quantization across depth). It puts them in the menu, opens each once (a window is

@@ -1,4 +1,4 @@
-// AnalysisWindow: the one base of the analysis windows (the Views menu). Each view is a window of
+// AnalysisWindow: the one base of the analysis windows (the Analysis menu). Each view is a window of
 // its own (parented to the main window) laid out as: its inputs (controls()), its plots and
 // tables (body()), then the bar with Run, Cancel, progress, status and the exports. Its engine
 // work runs as jobs on the workbench's AnalysisJobs lane (own thread, the workbench's one model:
