@@ -18,7 +18,9 @@ CommandSpec quantize_spec() {
         "Writes OUT: the model IN with every matrix stored as --dtype (q8/q4/q2: asymmetric\n"
         "groups of --group-size values along each row, range searched to minimise squared error).\n"
         "Norm gains stay f32; metadata is kept with \"quantization\" added. Prints each tensor's\n"
-        "relative error ||W' - W|| / ||W|| and the file sizes. An existing OUT is replaced.";
+        "relative error ||W' - W|| / ||W|| and the file sizes. An existing OUT is replaced.\n"
+        "IN's recommended settings (metadata \"recommended\") are copied as they are: they were\n"
+        "measured on IN, so the output says so and how to measure them on OUT (tinyloop recommend).";
     const std::string Q = "Quantization";
     s.options = {
         {"--dtype", "T", "f32 | f16 | q8 | q4 | q2 (required)", "one of f32, f16, q8, q4, q2", false, Q},
@@ -29,7 +31,8 @@ CommandSpec quantize_spec() {
     s.notes =
         "--json prints one object: input, output, dtype, group_size, file_bytes_in, file_bytes_out,\n"
         "size_ratio (out / in), max_rel_error, tensors[{name, from, to, rel_error, bytes_in,\n"
-        "bytes_out}]. --backend and --threads are accepted for uniformity and unused.\n";
+        "bytes_out}], recommendation_copied (IN's \"recommended\" block is in OUT, unmeasured on it).\n"
+        "--backend and --threads are accepted for uniformity and unused.\n";
     return s;
 }
 
@@ -60,6 +63,16 @@ int run_quantize(const Args& args) {
     for (const auto& t : rep.tensors) max_err = std::max(max_err, t.rel_error);
     const double ratio =
         rep.file_bytes_in > 0 ? double(rep.file_bytes_out) / double(rep.file_bytes_in) : 0.0;
+    // A recommendation measured on IN may not hold at the new dtype (the bundled reasoner's q4
+    // lost 4 points of accuracy under its f32's early exit): say so.
+    bool rec_copied = false;
+    {
+        LoadOptions lo;
+        lo.backend = Backend::Cpu;
+        lo.threads = 1;
+        const ModelHandle m = open_model(out, lo);
+        rec_copied = model_recommendation(m.get()).has_early_exit() || model_recommendation(m.get()).has_speculation();
+    }
 
     if (args.has("--json")) {
         nlohmann::json tensors = nlohmann::json::array();
@@ -78,7 +91,8 @@ int run_quantize(const Args& args) {
                     {"file_bytes_out", rep.file_bytes_out},
                     {"size_ratio", ratio},
                     {"max_rel_error", max_err},
-                    {"tensors", tensors}});
+                    {"tensors", tensors},
+                    {"recommendation_copied", rec_copied}});
         return 0;
     }
     std::ostringstream o;
@@ -102,6 +116,10 @@ int run_quantize(const Args& args) {
                   grouped(rep.file_bytes_out).c_str(), human_bytes(rep.file_bytes_in).c_str(),
                   grouped(rep.file_bytes_in).c_str(), ratio, dtype_name(dtype), group, max_err);
     o << line;
+    if (rec_copied)
+        o << "note: the recommended settings (early exit, speculation) copied from IN were measured on IN,\n"
+          << "not on this " << dtype_name(dtype) << " file; to measure them on it: tinyloop recommend " << out
+          << " --file HELD_OUT_TEXT --write\n";
     std::string s = o.str();
     std::fwrite(s.data(), 1, s.size(), stdout);
     return 0;

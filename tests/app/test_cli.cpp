@@ -225,6 +225,20 @@ TEST_F(CliTest, QuantizeWritesLoadableFiles) {
     ASSERT_EQ(text.status, 0) << text.err;
     EXPECT_NE(text.out.find("rel error"), std::string::npos) << text.out;
     EXPECT_NE(text.out.find("wrote"), std::string::npos) << text.out;
+    EXPECT_EQ(text.out.find("tinyloop recommend"), std::string::npos) << "no recommendation to copy:\n" << text.out;
+
+    // A file that recommends settings: they are copied, and the output says they were measured on
+    // IN and how to measure them on OUT (the bundled reasoner's q4 loses accuracy under its f32's).
+    const std::string rec_in = TL_SOURCE_DIR "/resources/models/tinyloop-digitsum/model-f32.tinyloop";
+    CliRun rj = run({"quantize", rec_in, dir_ + "/quant-rec.tinyloop", "--dtype", "q4", "--json"});
+    ASSERT_EQ(rj.status, 0) << rj.err;
+    EXPECT_TRUE(parse_json(rj)["recommendation_copied"].get<bool>());
+    EXPECT_FALSE(parse_json(run({"quantize", model_, dir_ + "/quant-norec.tinyloop", "--dtype", "q8", "--json"}))
+                     ["recommendation_copied"].get<bool>());
+    CliRun rt = run({"quantize", rec_in, dir_ + "/quant-rec.tinyloop", "--dtype", "q4"});
+    ASSERT_EQ(rt.status, 0) << rt.err;
+    EXPECT_NE(rt.out.find("measured on IN"), std::string::npos) << rt.out;
+    EXPECT_NE(rt.out.find("tinyloop recommend " + dir_ + "/quant-rec.tinyloop --file"), std::string::npos) << rt.out;
 
     const std::string out = dir_ + "/quant-bad.tinyloop";
     EXPECT_USAGE_ERROR(run({"quantize", model_, out, "--dtype", "q9"}), "--dtype");

@@ -64,7 +64,7 @@ struct Recommendation {
     // Self-speculation; 0 = none recommended (the built-in default).
     int draft_loops = 0;       // draft depth, 1 .. max_loops - 1
     int draft_ahead = 0;       // chain: tokens drafted per cycle, 1 .. 32
-    int tree_draft_ahead = 0;  // tree: depth, 1 .. 8
+    int tree_draft_ahead = 0;  // tree: nodes run per cycle, 1 .. 8
     int branches = 0;          // tree: candidates per node, 1 .. 8
     // Early exit; early_exit_patience 0 = no policy recommended.
     int early_exit_patience = 0;  // 1 .. 16
