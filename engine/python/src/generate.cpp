@@ -396,9 +396,10 @@ void register_generate(py::module_& m) {
           py::arg("K_branches") = 2, py::arg("temperature") = 0.0f, py::arg("seed") = 0, py::arg("ignore_eos") = false,
           py::arg("stream") = false, py::arg("queue_size") = 16, py::arg("events") = false, py::arg("lens") = false,
           py::arg("lens_top_k") = 5,
-          "Tree self-speculative decoding (the seed's TreeSpeculativeConfig, C++ defaults): K_branches\n"
-          "candidates per draft step (1..8), draft_ahead steps deep (1..8), the whole tree verified in\n"
-          "one forward. Greedy only (temperature > 0 is refused). Returns the generate() result dict,\n"
+          "Tree self-speculative decoding (the seed's TreeSpeculativeConfig, C++ defaults), grown\n"
+          "best-first: draft_ahead nodes run per cycle (1..8), each keeping its K_branches best children\n"
+          "(1..8) as candidates, the next node the likeliest accepted path; the run nodes verified in one\n"
+          "forward. Greedy only (temperature > 0 is refused). Returns the generate() result dict,\n"
           "or a GenerationStream when stream=True.");
 
     m.def("generate_draft_speculative", &draft_py, py::arg("model"), py::arg("draft"), py::arg("prompt"),
