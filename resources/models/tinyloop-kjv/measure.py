@@ -134,12 +134,13 @@ def target_rows(res):
     return rows
 
 
-def print_targets(res):
+def print_targets(res, flush=False):
     print(f"{os.path.basename(res['model'])}, default depth {res['default_loops']}, {res['nll_tokens']} tokens of "
           f"val-sample.txt, one thread, load {res['load_before']} -> {res['load_after']}")
     print("| measure | measured | target | met? |\n| --- | --- | --- | --- |")
     for name, got, target, ok in res["rows"]:
         print(f"| {name} | {got} | {target} | {'met' if ok else '**missed**'} |")
+    print("", flush=flush)
 
 
 def candidate_file(L, recipe):
@@ -169,13 +170,14 @@ def main():
 
     if a.candidates:
         Ls = [int(x) for x in a.candidates.split(",")]
-        files = {L: candidate_file(L, a.recipe) for L in Ls}
-        n, nll = per_depth_nll(files[Ls[0]], 16)
-        results = {L: measure(files[L], a.repeat, a.no_bench, nll, n) for L in Ls}
-        json.dump({str(L): r for L, r in results.items()}, open(a.out, "w"), indent=1)
-        for L in Ls:
-            print_targets(results[L])
-            print()
+        files, results = {}, {}
+        for L in Ls:  # one candidate at a time, saved as it goes (a long run may be cut)
+            files[L] = candidate_file(L, a.recipe)
+            if L == Ls[0]:
+                n, nll = per_depth_nll(files[L], 16)
+            results[L] = measure(files[L], a.repeat, a.no_bench, nll, n)
+            json.dump({str(k): r for k, r in results.items()}, open(a.out, "w"), indent=1)
+            print_targets(results[L], flush=True)
         print("| L | " + " | ".join(str(d) for d in range(1, 17)) + " |")
         print("| --- " * 17 + "|")
         print("| NLL | " + " | ".join(f"{nll[d]:.4f}" for d in range(1, 17)) + " |")
