@@ -262,8 +262,10 @@ const GlossaryEntry kEntries[] = {
     {"top-p", {"top_p", "top p", "nucleus"},
      "Sampling: keep the most likely tokens until their probabilities add up to p."},
     {"tree width", {"K_branches", "branches", "tree", "speculative (tree)", "tree speculation", "K"},
-     "Tree speculation drafts several alternatives (branches) at each step instead of one chain; "
-     "the tree width is how many. More branches raise the chance one is right, at more work."},
+     "Tree speculation keeps several candidate tokens (branches) at each drafted position instead of "
+     "one, and spends its draft steps where the verifier is likeliest to agree: along the first "
+     "choices while they keep winning, on a second choice where the first is doubtful. The tree "
+     "width is how many candidates each drafted token keeps; the work per cycle stays the chain's."},
     {"typical_p", {"typical p", "typical sampling"},
      "Sampling: keep the tokens whose surprise is closest to the average surprise, up to total "
      "probability p."},
