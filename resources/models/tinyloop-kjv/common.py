@@ -101,6 +101,7 @@ def greedy_answer(model, tok, prompts, answers, L, n_valid):
 def greedy_answer_depths(model, tok, prompts, answers, depths, n_valid):
     """Like greedy_answer for every depth in `depths`; single-token answers use one forward
     with the logit lens (the lens at depth l is exactly the model at depth l)."""
+    depths = sorted(set(depths))  # a depth listed twice (default = deepest trained) is counted once
     answers_ids = [tok.encode(a) for a in answers]
     if any(len(a) != 1 for a in answers_ids):
         return {L: greedy_answer(model, tok, prompts, answers, L, n_valid) for L in depths}
