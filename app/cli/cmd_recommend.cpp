@@ -25,9 +25,9 @@ CommandSpec recommend_spec() {
         "or --out, stores them in the model file's metadata (only the metadata changes; every tensor\n"
         "byte stays). Early exit: the policy with the lowest modelled cost per token (passes, head,\n"
         "probes) whose teacher-forced NLL on the text stays within --nll-tolerance of the default\n"
-        "depth's. Speculation: the chain and\n"
-        "tree cells whose measured acceptance gives the highest modelled speedup (tokens per cycle x\n"
-        "V / passes), greedy and token-identical to plain greedy; wall time is printed, not used.";
+        "depth's. Speculation: the chain and the tree cell with the highest measured wall speedup\n"
+        "among those token-identical to plain greedy and faster than it beyond the noise of the same\n"
+        "run; the modelled speedup (tokens per cycle x V / passes) is printed beside it.";
     const std::string I = "Input", R = "Search", W = "Output";
     s.options = {
         {"--text", "TEXT", "held-out text scored for the early-exit search", "", false, I},
@@ -95,18 +95,18 @@ void print_text(const analysis::ExitSearch* ex, const analysis::SweepResult* sw,
     }
     if (sw) {
         for (bool tree : {false, true}) {
-            const int i = analysis::best_modelled_cell(*sw, tree);
+            const int i = analysis::best_paying_cell(*sw, tree);
             if (i < 0) {
-                std::printf("%s speculation: no cell pays in the model of passes: none recommended\n", tree ? "tree" : "chain");
+                std::printf("%s speculation: no cell is faster than greedy beyond the noise: none recommended\n", tree ? "tree" : "chain");
                 continue;
             }
             const auto& c = sw->cells[static_cast<size_t>(i)];
             std::printf("%s speculation: draft %d -> verify %d, draft_ahead %d%s: acceptance %.2f, %.2f tokens/cycle, "
-                        "modelled %.2fx (measured wall %.2fx, noisy)\n",
+                        "measured wall %.2fx (modelled %.2fx)\n",
                         tree ? "tree" : "chain", c.draft_loops, sw->verify_loops, c.draft_ahead,
                         tree ? (", branches " + std::to_string(c.branches)).c_str() : "", c.acceptance(),
-                        c.cycles > 0 ? double(c.tokens) / c.cycles : 0.0, analysis::modelled_speedup(c, sw->verify_loops),
-                        c.measured_speedup());
+                        c.cycles > 0 ? double(c.tokens) / c.cycles : 0.0, c.measured_speedup(),
+                        analysis::modelled_speedup(c, sw->verify_loops));
         }
     }
     std::printf("recommended: %s\n", recommendation_to_json(rec).dump().c_str());

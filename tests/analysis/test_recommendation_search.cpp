@@ -35,7 +35,7 @@ TEST(RecommendationSearch, ChosenExitPolicyKeepsTheNllAndExitsEarly) {
     EXPECT_THROW(search_exit_policy(m, ids, 2.0), tinyloop::Error);
 }
 
-TEST(RecommendationSearch, SpeculationCellsRankByModelledSpeedupAndMustPay) {
+TEST(RecommendationSearch, SpeculationCellsRankByMeasuredSpeedupAndMustPay) {
     SweepResult sw;
     sw.verify_loops = 4;
     SweepCell slow_but_accepting;  // modelled well, but slower than greedy in the same run
@@ -45,19 +45,24 @@ TEST(RecommendationSearch, SpeculationCellsRankByModelledSpeedupAndMustPay) {
     slow_but_accepting.time = summarize({20, 21, 19});
     SweepCell paying = slow_but_accepting;
     paying.draft_ahead = 2, paying.tokens = 25, paying.time = summarize({8, 8.5, 7.5});
+    SweepCell modelled_best = paying;  // pays, modelled above `paying`, but measured slower than it
+    modelled_best.draft_ahead = 3, modelled_best.tokens = 40, modelled_best.time = summarize({9, 9.2, 8.8});
     SweepCell noisy = paying;  // faster by its median, but its repeats overlap greedy's: not beyond the noise
     noisy.draft_ahead = 6, noisy.tokens = 40, noisy.time = summarize({5, 9, 12});
-    SweepCell wrong = paying;  // pays, but its text differs from greedy
-    wrong.draft_ahead = 3, wrong.equals_greedy = false;
-    sw.cells = {slow_but_accepting, paying, wrong, noisy};
+    SweepCell wrong = paying;  // pays the most, but its text differs from greedy
+    wrong.draft_ahead = 3, wrong.equals_greedy = false, wrong.time = summarize({4, 4.1, 3.9});
+    sw.cells = {slow_but_accepting, paying, wrong, noisy, modelled_best};
     EXPECT_NEAR(modelled_speedup(paying, 4), 2.5 * 4 / (2 * 1 + 3), 1e-9);
-    EXPECT_EQ(best_modelled_cell(sw, false), 1);
-    EXPECT_EQ(best_modelled_cell(sw, true), -1);
+    EXPECT_GT(modelled_speedup(modelled_best, 4), modelled_speedup(paying, 4));
+    EXPECT_EQ(best_paying_cell(sw, false), 1);
+    EXPECT_EQ(best_paying_cell(sw, true), -1);
     const tinyloop::Recommendation r = recommendation_from(nullptr, &sw);
     EXPECT_EQ(r.draft_loops, 1);
     EXPECT_EQ(r.draft_ahead, 2);
     EXPECT_EQ(r.branches, 0);
     EXPECT_FALSE(r.has_early_exit());
+    sw.cells[1].time = summarize({9.5, 9.6, 9.4});  // now the modelled-best cell is also measured faster
+    EXPECT_EQ(best_paying_cell(sw, false), 4);
 }
 
 TEST(RecommendationSearch, SavingReplacesOnlyThePartMeasured) {
@@ -76,4 +81,22 @@ TEST(RecommendationSearch, SavingReplacesOnlyThePartMeasured) {
     const tinyloop::Recommendation back = tinyloop::recommendation_from_json(after["recommended"]);
     EXPECT_EQ(back.draft_ahead, 3);
     EXPECT_EQ(back.early_exit_criterion, tinyloop::EarlyExitCriterion::KL);
+}
+
+TEST(RecommendationSearch, APartMeasuredWithNothingPayingRemovesTheStoredOne) {
+    // `tinyloop quantize` copies IN's settings; a sweep on OUT that finds no paying cell must not
+    // leave them in place (the CLI then says "none recommended").
+    tinyloop::Recommendation exits_only;
+    exits_only.early_exit_patience = 1;
+    exits_only.early_exit_criterion = tinyloop::EarlyExitCriterion::HiddenL2;
+    exits_only.early_exit_threshold = 0.5f;
+    const std::string copied = R"({"recommended": {"speculation": {"draft_loops": 1, "draft_ahead": 6}}})";
+    const nlohmann::json after = nlohmann::json::parse(metadata_with_recommendation(
+        copied, exits_only, {{"speculation", {{"chain", nullptr}, {"tree", nullptr}}}, {"early_exit", {{"chosen", 1}}}}));
+    EXPECT_FALSE(after["recommended"].contains("speculation"));
+    EXPECT_TRUE(after["recommended"]["measured"]["speculation"]["chain"].is_null());
+    EXPECT_FALSE(tinyloop::recommendation_from_json(after["recommended"]).has_speculation());
+    // not measured: kept
+    const nlohmann::json kept = nlohmann::json::parse(metadata_with_recommendation(copied, exits_only, {{"early_exit", {{"chosen", 1}}}}));
+    EXPECT_EQ(kept["recommended"]["speculation"]["draft_ahead"], 6);
 }

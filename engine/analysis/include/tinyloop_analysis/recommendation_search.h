@@ -7,10 +7,10 @@
 // from the hyperparameters and the exit depths: deterministic, no wall time) among those whose
 // NLL is within `nll_tolerance` of the fixed default depth's.
 // Speculation: the sweep (speculation_sweep.h) over chain and tree cells; the chosen cell of each
-// kind has the highest modelled speedup, tokens per cycle x V / (K x D + V - D) passes, from its
-// measured acceptance (deterministic: greedy), among cells whose text equals greedy and that pay
-// in wall time in the same run (speedup >= 1 against greedy: a gate against a model of passes
-// that counts a batched verification as one pass, never the ranking).
+// kind has the highest measured wall speedup over greedy in the same run, among cells whose text
+// equals greedy and that are faster than greedy beyond the noise. The modelled speedup, tokens
+// per cycle x V / (K x D + V - D) passes from the measured acceptance, is reported beside it: it
+// counts a batched verification as one pass and so over-rates long drafts on a CPU.
 #pragma once
 
 #include <atomic>
@@ -50,10 +50,11 @@ ExitSearch search_exit_policy(tinyloop::Model* model, const std::vector<int32_t>
 
 // The modelled speedup of a sweep cell (see above); 0 for a cell without cycles.
 double modelled_speedup(const SweepCell& cell, int verify_loops);
-// Index of the best chain (tree = false) or tree cell of `sweep` by modelled speedup among cells
-// whose text equals greedy, whose measured wall speedup is >= 1 and whose modelled speedup is
-// above 1; -1 if none.
-int best_modelled_cell(const SweepResult& sweep, bool tree);
+// Index of the chain (tree = false) or tree cell of `sweep` with the highest measured wall
+// speedup among cells whose text equals greedy and that are faster than greedy beyond the noise
+// of the same run; -1 if none. (The modelled speedup is reported beside it, not used: it
+// over-rates long drafts on a CPU.)
+int best_paying_cell(const SweepResult& sweep, bool tree);
 
 // The Recommendation the two searches give (speculation part left empty when `sweep` is null or
 // has no paying cell; early-exit part empty when `exits` is null or has no best).
