@@ -213,13 +213,22 @@ TEST(Recommendation, JsonRoundTrip) {
 }
 
 TEST(Recommendation, BundledModelsCarryTheirs) {
-    // The prose model: the policy `tinyloop recommend` found (its card); the reasoner: the one its
-    // own evaluation chose (argmax stability, measured at depth 12, with the CLI's name recorded).
+    // The prose model: the policy and the speculation cells `tinyloop recommend` found on each file
+    // (its card: a depth-1 draft pays in wall time on the f32 file; on the q8 file no cell does, and
+    // the settings `tinyloop quantize` copied from the f32 file were removed); the reasoner:
+    // the one its own evaluation chose (argmax stability, measured at depth 12, with the CLI's name
+    // recorded).
     ModelHandle kjv = load_model_handle(TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-f32.tinyloop");
     const Recommendation& k = model_recommendation(kjv.get());
     EXPECT_EQ(k.early_exit_criterion, EarlyExitCriterion::HiddenL2);
     EXPECT_EQ(k.early_exit_min_L, 1);
-    EXPECT_FALSE(k.has_speculation());
+    EXPECT_TRUE(k.has_speculation());
+    EXPECT_EQ(k.draft_loops, 1);
+    EXPECT_GE(k.branches, 2);
+    ModelHandle kjv_q8 = load_model_handle(TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-q8.tinyloop");
+    const Recommendation& q8 = model_recommendation(kjv_q8.get());
+    EXPECT_EQ(q8.early_exit_criterion, EarlyExitCriterion::HiddenL2);
+    EXPECT_FALSE(q8.has_speculation());
     ModelHandle digits = load_model_handle(TL_SOURCE_DIR "/resources/models/tinyloop-digitsum/model-f32.tinyloop");
     const Recommendation& d = model_recommendation(digits.get());
     EXPECT_EQ(d.early_exit_criterion, EarlyExitCriterion::ArgmaxStable);

@@ -172,7 +172,14 @@ private slots:
         QCOMPARE(rec.early_exit_criterion, C::KL);
         QCOMPARE(rec.early_exit_threshold, 0.25f);
         QCOMPARE(rec.early_exit_loops, 4);
-        QVERIFY(!rec.has_speculation());  // the part not measured stays as it was (none)
+        // the part not measured stays as it was: the bundled file's speculation settings
+        tinyloop::ModelHandle bundled = tinyloop::load_model_handle(m_bundled.toStdString());
+        const tinyloop::Recommendation& before = tinyloop::model_recommendation(bundled.get());
+        QCOMPARE(rec.has_speculation(), before.has_speculation());
+        QCOMPARE(rec.draft_loops, before.draft_loops);
+        QCOMPARE(rec.draft_ahead, before.draft_ahead);
+        QCOMPARE(rec.branches, before.branches);
+        QCOMPARE(rec.tree_draft_ahead, before.tree_draft_ahead);
         const auto meta = nlohmann::json::parse(tinyloop::model_info(written.get()).metadata_json);
         QCOMPARE(meta["recommended"]["measured"]["early_exit"]["found_by"].get<std::string>(),
                  std::string("workbench: early-exit calibration view"));

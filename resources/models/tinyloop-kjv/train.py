@@ -41,7 +41,7 @@ sys.path.insert(0, HERE)
 import common  # noqa: E402
 from model import HParams, LoopedLM  # noqa: E402
 
-RECIPE_VERSION = "tinyloop-kjv recipe v3"
+RECIPE_VERSION = "tinyloop-kjv recipe v4"
 
 
 def main():
