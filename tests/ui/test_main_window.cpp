@@ -1,6 +1,7 @@
 // Opening a corrupt model shows an error dialog and the previous model stays loaded and usable;
 // the model panel shows hyperparameters and the metadata's per-depth table; a random model says
 // its text is noise; Ctrl+Enter in the prompt generates; recent files are remembered.
+#include <QComboBox>
 #include <QFileInfo>
 #include <QLabel>
 #include <QMessageBox>
@@ -114,6 +115,60 @@ private slots:
         QVERIFY(QSettings().value("recentFiles").toStringList().contains(w.modelPath()));
         // the config limits follow the model
         QCOMPARE(w.configPanel()->limits().max_loops, 6);
+    }
+
+    void backEndChoiceReloadsTheModelOrKeepsItWithTheReason() {
+        WindowOptions o;
+        o.presetDir = m_dir.filePath("presets");
+        o.errorDialogs = false;
+        MainWindow w(o);
+        QSignalSpy ready(&w, &MainWindow::modelReady);
+        w.openModel(m_model);
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+        ModelPanel* p = w.modelPanel();
+        QCOMPARE(p->backendChoiceName(), QString("auto"));
+        QVERIFY(p->backendChoice()->isEnabled());
+        auto backendRow = [&] {
+            for (auto* it : p->tree()->findItems("back end", Qt::MatchExactly | Qt::MatchRecursive, 0)) return it->text(1);
+            return QString();
+        };
+        QVERIFY(!backendRow().isEmpty());
+
+        // The user picks cuda in the panel: the model is loaded again on it, or, where no device
+        // is usable (this machine), refused with the engine's reason while the model stays on
+        // the back end it was on.
+        const int cuda = p->backendChoice()->findData("cuda");
+        QVERIFY(cuda >= 0);
+        p->backendChoice()->setCurrentIndex(cuda);
+        emit p->backendChoice()->activated(cuda);
+        QVERIFY(w.isLoading());
+        QVERIFY(!p->backendChoice()->isEnabled());  // no second choice while one loads
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 2; }));
+        if (ready.at(1).at(0).toBool()) {
+            QVERIFY2(backendRow().startsWith("cuda"), qPrintable(backendRow()));
+            QCOMPARE(p->backendChoiceName(), QString("cuda"));
+        } else {
+            QVERIFY2(w.lastError().contains("on the cuda back end"), qPrintable(w.lastError()));
+            QVERIFY2(w.lastError().contains("CUDA", Qt::CaseInsensitive), qPrintable(w.lastError()));
+            QVERIFY(w.hasModel());
+            QCOMPARE(p->backendChoiceName(), QString("auto"));
+            QCOMPARE(w.backend(), QString("auto"));
+            QVERIFY(backendRow().startsWith("cpu"));
+        }
+        // cpu: loaded on the CPU, remembered for the next start
+        w.setBackend("cpu");
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 3; }));
+        QVERIFY(ready.at(2).at(0).toBool());
+        QVERIFY2(backendRow().startsWith("cpu"), qPrintable(backendRow()));
+        QCOMPARE(p->backendChoiceName(), QString("cpu"));
+        QCOMPARE(QSettings().value("backend").toString(), QString("cpu"));
+        MainWindow next(o);
+        QCOMPARE(next.backend(), QString("cpu"));
+        QCOMPARE(next.modelPanel()->backendChoiceName(), QString("cpu"));
+        // choosing the back end already in use reloads nothing
+        w.setBackend("cpu");
+        QVERIFY(!w.isLoading());
+        QSettings().remove("backend");
     }
 
     void quantizedFileNamesItsWeightsDtype() {

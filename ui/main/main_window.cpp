@@ -216,6 +216,10 @@ void MainWindow::buildUi() {
     m_presets = new PresetsPanel(m_config, m_opts.presetDir);
     connect(m_presets, &PresetsPanel::promptRequested, this, &MainWindow::setPrompt);
     m_modelPanel = new ModelPanel;
+    m_backend = m_loadedBackend = QSettings().value("backend", "auto").toString();
+    if (m_backend != "cpu" && m_backend != "cuda") m_backend = m_loadedBackend = "auto";
+    m_modelPanel->setBackendChoice(m_backend);
+    connect(m_modelPanel, &ModelPanel::backendChosen, this, &MainWindow::setBackend);
     auto* cfgDock = new QDockWidget("Generate config", this);
     cfgDock->setObjectName("configDock");
     cfgDock->setWidget(m_config);
@@ -343,6 +347,7 @@ void MainWindow::updateActions() {
     m_generateAct->setEnabled(m_hasModel && !running && !m_loading);
     m_stopAct->setEnabled(running);
     m_openAct->setEnabled(!m_loading);
+    m_modelPanel->backendChoice()->setEnabled(!m_loading && !running);
     m_busy->setVisible(m_loading || running);
 }
 
@@ -388,7 +393,20 @@ void MainWindow::openModel(const QString& path, bool randomFallback) {
     m_pendingRandom = randomFallback;
     m_stateLabel->setText("loading " + path);
     updateActions();
-    emit requestLoad(path);
+    m_pendingBackend = m_backend;
+    m_requestedPath = path;
+    emit requestLoad(path, m_backend);
+}
+
+void MainWindow::setBackend(const QString& name) {
+    if (name != "auto" && name != "cpu" && name != "cuda") return;
+    m_backend = name;
+    m_modelPanel->setBackendChoice(name);
+    if (m_loading) return;
+    // The open model again on the chosen back end; with none open (a refused first load), the file
+    // that was asked for.
+    if (m_hasModel && name != m_loadedBackend) openModel(m_modelPath, m_randomFallback);
+    else if (!m_hasModel && !m_requestedPath.isEmpty()) openModel(m_requestedPath, m_pendingRandom);
 }
 
 void MainWindow::onLoadStarted(const QString& path) { m_stateLabel->setText("loading " + path + " ..."); }
@@ -400,6 +418,9 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
     m_modelPath = QString::fromStdString(m.info.path);
     m_randomFallback = m_pendingRandom || ModelPanel::isRandomModel(m.info);
     m_modelPanel->setModel(m, m_randomFallback);
+    m_loadedBackend = m_pendingBackend;
+    m_modelPanel->setBackendChoice(m_loadedBackend);
+    QSettings().setValue("backend", m_loadedBackend);
     m_modelName = QFileInfo(m_modelPath).fileName();
     m_session.modelPath = m_modelPath;
     m_session.modelSummary = m_modelPanel->summaryLine();
@@ -433,7 +454,12 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
 void MainWindow::onModelLoadFailed(const QString& path, const QString& message) {
     m_loading = false;
     updateActions();
-    QString text = QString("Could not open %1:\n%2").arg(path, message);
+    if (m_hasModel) {  // the loaded model keeps its back end; the next load asks for it again
+        m_backend = m_loadedBackend;
+        m_modelPanel->setBackendChoice(m_loadedBackend);
+    }
+    QString text = QString("Could not open %1%2:\n%3")
+                       .arg(path, m_pendingBackend == "auto" ? QString() : " on the " + m_pendingBackend + " back end", message);
     if (m_hasModel) text += QString("\n\n%1 stays loaded.").arg(m_modelName);
     showError("Model not loaded", text);
     emit modelReady(false);

@@ -48,6 +48,10 @@ public:
     ~MainWindow() override;
 
     void openModel(const QString& path, bool randomFallback = false);
+    // The back end models are loaded on ("auto", "cpu", "cuda"; remembered across runs). Setting
+    // another reloads the open model on it; a refused load keeps the model and its back end.
+    void setBackend(const QString& name);
+    QString backend() const { return m_backend; }
     void setPrompt(const QString& text);
     bool generate();  // false (and the reason in the status bar) when it cannot start
     void stop();
@@ -92,7 +96,7 @@ public:
 
 signals:
     // to the worker (queued)
-    void requestLoad(const QString& path);
+    void requestLoad(const QString& path, const QString& backend);
     void requestGenerate(const tlui::RunRequest& req);
     void requestValidate(quint64 ticket, const tlui::RunRequest& req);
     // for main() and tests
@@ -165,6 +169,10 @@ private:
     bool m_loading = false;
     bool m_randomFallback = false;
     bool m_pendingRandom = false;
+    QString m_backend = "auto";         // asked for the next load
+    QString m_loadedBackend = "auto";   // the loaded model's
+    QString m_pendingBackend = "auto";  // of the load in flight
+    QString m_requestedPath;            // the file of the last load asked for
     QString m_modelPath;
     QString m_modelName;
     QString m_lastError;

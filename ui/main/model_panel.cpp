@@ -4,7 +4,9 @@
 #include <map>
 #include <set>
 
+#include <QComboBox>
 #include <QFileInfo>
+#include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QPlainTextEdit>
@@ -26,6 +28,26 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     m_banner->setObjectName("modelBanner");
     m_banner->setWordWrap(true);
     v->addWidget(m_banner);
+    auto* backendRow = new QHBoxLayout;
+    auto* backendLabel = new QLabel("Back end:");
+    m_backend = new QComboBox;
+    m_backend->setObjectName("backendChoice");
+    m_backend->addItem("auto", "auto");
+    m_backend->addItem("cpu", "cpu");
+    m_backend->addItem("cuda", "cuda");
+    m_backend->setItemData(0, "the GPU when a usable one exists, else the CPU", Qt::ToolTipRole);
+    m_backend->setItemData(1, "the CPU, whatever GPU there is", Qt::ToolTipRole);
+    m_backend->setItemData(2, "an NVIDIA GPU; refused with the reason where none is usable", Qt::ToolTipRole);
+    m_backend->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_backend->setMinimumContentsLength(6);
+    m_backend->setToolTip("Where the engine runs this model. Choosing one reloads the model on it; a back end "
+                          "that cannot run here (no usable GPU) is refused with the reason, and the model stays "
+                          "where it was. The 'back end' row below says which one runs it and why.");
+    backendLabel->setBuddy(m_backend);
+    backendRow->addWidget(backendLabel);
+    backendRow->addWidget(m_backend, 1);
+    v->addLayout(backendRow);
+    connect(m_backend, &QComboBox::activated, this, [this](int i) { emit backendChosen(m_backend->itemData(i).toString()); });
     auto* split = new QSplitter(Qt::Vertical);
     m_tree = new QTreeWidget;
     m_tree->setObjectName("modelTree");
@@ -52,6 +74,13 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
     m_metadata->setFont(QFont("monospace"));
     split->addWidget(m_metadata);
     v->addWidget(split, 1);
+}
+
+QString ModelPanel::backendChoiceName() const { return m_backend->currentData().toString(); }
+
+void ModelPanel::setBackendChoice(const QString& name) {
+    const int i = m_backend->findData(name);
+    if (i >= 0) m_backend->setCurrentIndex(i);  // setCurrentIndex does not emit activated
 }
 
 QString ModelPanel::humanBytes(quint64 b) {

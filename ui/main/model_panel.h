@@ -6,6 +6,7 @@
 
 #include "worker/engine_host.h"
 
+class QComboBox;
 class QTreeWidget;
 class QPlainTextEdit;
 class QTableWidget;
@@ -20,13 +21,24 @@ public:
     void setModel(const ModelLoaded& m, bool randomFallback);
     QString summaryLine() const { return m_summary; }
     QTableWidget* depthTable() const { return m_depthTable; }
+    // The back-end chooser: "auto", "cpu" or "cuda". Choosing one emits backendChosen (the main
+    // window reloads the model on it); setBackendChoice shows the loaded model's without emitting.
+    QComboBox* backendChoice() const { return m_backend; }
+    QString backendChoiceName() const;
+    void setBackendChoice(const QString& name);
     QTreeWidget* tree() const { return m_tree; }
 
     static QString humanBytes(quint64 b);
+
+signals:
+    void backendChosen(const QString& name);
+
+public:
     static bool isRandomModel(const tinyloop::ModelInfo& info);  // metadata says random weights
 
 private:
     QLabel* m_banner = nullptr;
+    QComboBox* m_backend = nullptr;
     QTreeWidget* m_tree = nullptr;
     QPlainTextEdit* m_metadata = nullptr;
     QLabel* m_depthLabel = nullptr;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 
 #include <QThread>
 
@@ -76,12 +77,17 @@ void EngineHost::requestStop(quint64 upToId) {
 
 void EngineHost::shutdown() { m_shutdown.store(true); }
 
-void EngineHost::loadModel(const QString& path) {
+void EngineHost::loadModel(const QString& path, const QString& backend) {
     if (m_shutdown.load()) return;
     emit loadStarted(path);
     tinyloop::Model* fresh = nullptr;
     try {
-        fresh = tinyloop::load_model(path.toStdString());
+        tinyloop::LoadOptions opt;
+        if (backend == "cpu") opt.backend = tinyloop::Backend::Cpu;
+        else if (backend == "cuda") opt.backend = tinyloop::Backend::Cuda;
+        else if (backend != "auto")
+            throw std::invalid_argument("back end: expected auto, cpu or cuda, got '" + backend.toStdString() + "'");
+        fresh = tinyloop::load_model(path.toStdString(), opt);
         ModelLoaded m;
         m.info = tinyloop::model_info(fresh);
         m.vramBytes = tinyloop::vram_usage_bytes(fresh);

@@ -99,7 +99,10 @@ public:
     QString modelPath() const;
 
 public slots:
-    void loadModel(const QString& path);
+    // Loads `path` on the back end named `backend`: "auto" (CUDA when a usable device exists,
+    // else the CPU), "cpu" or "cuda" (refused with the engine's reason where no device is usable).
+    // A refused load leaves the loaded model, and its back end, in place.
+    void loadModel(const QString& path, const QString& backend = QStringLiteral("auto"));
     void generate(const tlui::RunRequest& req);
     // Checks req.config with tinyloop::validate_config on the loaded model (prompt tokenized);
     // answers with configChecked(ticket, "") or the engine's reason.
