@@ -247,9 +247,15 @@ void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
             dtype = name;
         }
     if (elements.size() > 1) dtype += " weights";
+    QString where = QString::fromStdString(i.backend);
+    if (m.vramBytes > 0) {
+        // "cuda: requested, <the device and its memory>; ..." (the engine's note): the device named
+        const QString device = QString::fromStdString(i.backend_note).section(", ", 1).section(";", 0, 0);
+        where += QString(" (%1%2 on the device)").arg(device.isEmpty() ? QString() : device + ", ", humanBytes(m.vramBytes));
+    }
     m_summary = QString("%1: %2 parameters, %3, %4 loops by default, %5")
                     .arg(name).arg(QString("%L1").arg(i.parameter_count)).arg(QString::fromStdString(dtype))
-                    .arg(hp.default_loops).arg(QString::fromStdString(i.backend));
+                    .arg(hp.default_loops).arg(where);
     m_banner->setText(random ? "<b style='color:#b00'>random model: text is noise</b><br>" + m_summary : m_summary);
 }
 
