@@ -4,6 +4,7 @@
 // decode steps) is test_cuda_forward.cpp's. Skipped, saying so, without a usable CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -81,6 +82,31 @@ TEST(CudaEngine, SamplingIsReproducibleAndStreams) {
 }
 
 // What is not routed to the device yet is refused with its name, never run on the CPU.
+// score / forward_logits run on the device (the prefill with every row's logits): the same
+// log-probabilities as the CPU within float rounding (f32 weights; prefill chunks of 64 rows
+// through cuBLAS, so not bit-identical), at several depths.
+TEST(CudaEngine, ScoreOnTheDeviceMatchesTheCpu) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle cpu = tinyloop::load_model_handle(kModel, on(Backend::Cpu));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    std::string text;
+    while (text.size() < 700) text += "And God said, Let there be light: and there was light. ";
+    std::vector<int32_t> toks = tinyloop::tokenize(cpu.get(), text);
+    toks.resize(std::min<size_t>(toks.size(), 150));  // two cuBLAS chunks and a kernel tail
+    const int n = int(toks.size());
+    const tinyloop::HParams& hp = tinyloop::model_hparams(cpu.get());
+    for (int L : {1, hp.default_loops, 2 * hp.default_loops}) {
+        const tinyloop::ScoreResult want = tinyloop::score(cpu.get(), toks.data(), n, L, tinyloop::KVCacheType::F32);
+        const tinyloop::ScoreResult got = tinyloop::score(gpu.get(), toks.data(), n, L, tinyloop::KVCacheType::F32);
+        ASSERT_EQ(got.token_logprobs.size(), want.token_logprobs.size());
+        EXPECT_EQ(got.loops, L);
+        for (size_t i = 0; i < want.token_logprobs.size(); ++i)
+            EXPECT_NEAR(got.token_logprobs[i], want.token_logprobs[i], 2e-3 + 1e-3 * std::fabs(want.token_logprobs[i]))
+                << "loops " << L << " token " << i;
+        EXPECT_NEAR(got.total_nll, want.total_nll, 1e-4 * want.total_nll) << "loops " << L;
+    }
+}
+
 TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     TL_REQUIRE_DEVICE();
     tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
@@ -95,7 +121,7 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
         }
     };
     const int n = int(prompt.size());
-    expect_refused("score", [&] { tinyloop::score(gpu.get(), prompt.data(), n, 0, tinyloop::KVCacheType::F32); });
+    expect_refused("INT8 KV cache", [&] { tinyloop::score(gpu.get(), prompt.data(), n, 0, tinyloop::KVCacheType::Int8); });
     expect_refused("score_logit_lens", [&] { tinyloop::score_logit_lens(gpu.get(), prompt.data(), n, 0, 5); });
     expect_refused("chain self-speculation", [&] {
         tinyloop::SpeculativeConfig sc;

@@ -250,7 +250,7 @@ void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
     QString where = QString::fromStdString(i.backend);
     if (m.vramBytes > 0) {
         // "cuda: requested, <the device and its memory>; ..." (the engine's note): the device named
-        const QString device = QString::fromStdString(i.backend_note).section(", ", 1).section(";", 0, 0);
+        const QString device = QString::fromStdString(i.backend_note).section(", ", 1, -1).section(";", 0, 0);
         where += QString(" (%1%2 on the device)").arg(device.isEmpty() ? QString() : device + ", ", humanBytes(m.vramBytes));
     }
     m_summary = QString("%1: %2 parameters, %3, %4 loops by default, %5")

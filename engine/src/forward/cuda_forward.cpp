@@ -415,6 +415,16 @@ const char* cuda_unrouted_feature(const GenerateConfig& config, const GenerateOp
     return nullptr;
 }
 
+std::vector<float> cuda_forward_logits(const Model& m, const int32_t* tokens, int n, int loops) {
+    CudaSessionOptions o;
+    o.loops = loops;
+    o.capacity = n;
+    CudaSession s(*m.cuda, o);
+    std::vector<float> logits;
+    s.prefill(tokens, n, &logits);
+    return logits;
+}
+
 GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
                            const GenerateOptions& options) {
     using Clock = TokenEmitter::Clock;

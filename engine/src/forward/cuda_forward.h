@@ -4,8 +4,8 @@
 // first use and replayed for every later token, no host synchronisation in a step other than
 // reading the chosen token.
 //
-// Reached from the public API through load_model (backend cuda / auto on a usable device) and
-// decode() (cuda_decode below); the calls not routed yet throw NotSupported naming the feature
+// Reached from the public API through load_model (backend cuda / auto on a usable device),
+// decode() (cuda_decode below) and forward_logits / score (cuda_forward_logits); the calls not routed yet throw NotSupported naming the feature
 // (require_cpu_backend, model.h). Only defined in builds with the CUDA back end.
 #pragma once
 
@@ -112,6 +112,11 @@ GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len
 // exit, the lens, KV provenance, an INT8 KV cache, starting from a prefix cache or resume
 // handle), or nullptr when it can run on the device.
 const char* cuda_unrouted_feature(const GenerateConfig& config, const GenerateOptions& options, const DecodeStart* start);
+
+// forward_logits / score on a model loaded on CUDA: the sequence's prefill on the device at
+// depth `loops` (f32 KV cache; prefill chunks of >= 64 rows through cuBLAS), every row's logits
+// downloaded, [n, vocab]. tokens and loops are validated by the caller.
+std::vector<float> cuda_forward_logits(const Model& m, const int32_t* tokens, int n, int loops);
 
 // Uploads the model's weights to `device` for load_model (backend cuda).
 std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "forward/cuda_forward.h"
 #include "scoring/scoring.h"
 
 namespace tinyloop {
@@ -63,13 +64,19 @@ double row_logprob(const float* row, int vocab, int32_t id) {
 }
 
 std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
-    require_cpu_backend(checked(model), "forward_logits");
     const Model& m = checked(model);
     loops = checked_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
     if (kv_cache != KVCacheType::F32 && kv_cache != KVCacheType::Int8)
         throw Error(ErrorCode::InvalidArgument, "kv_cache: " + std::to_string(static_cast<int>(kv_cache)) +
                                                     " is not one of f32 (0), int8 (1)");
+#ifdef TINYLOOP_HAVE_CUDA
+    if (m.cuda) {
+        if (kv_cache == KVCacheType::F32) return cuda_forward_logits(m, tokens, n, loops);
+        // backend cuda: refused, naming it; auto: on the CPU
+        require_cpu_backend(m, "forward_logits / score with an INT8 KV cache");
+    }
+#endif
     Workspace ws;
     std::vector<float> h;
     whole_sequence_forward(m, tokens, n, loops, kv_cache, nullptr, ws, h);
@@ -79,7 +86,6 @@ std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, in
 }
 
 ScoreResult score(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
-    require_cpu_backend(checked(model), "score");
     const Model& m = checked(model);
     const int L = checked_loops(m, loops);
     check_score_tokens(m, tokens, n, 2);
