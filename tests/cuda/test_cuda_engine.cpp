@@ -107,6 +107,40 @@ TEST(CudaEngine, ScoreOnTheDeviceMatchesTheCpu) {
     }
 }
 
+// The lens on the device (depth l = a prefill of l passes): every cell's probabilities against
+// the CPU's lens (one L-pass forward, every pass kept) within float rounding; the uncertainty
+// scores' prediction depths likewise.
+TEST(CudaEngine, LensOnTheDeviceMatchesTheCpu) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle cpu = tinyloop::load_model_handle(kModel, on(Backend::Cpu));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    const auto toks = prompt_of(cpu.get());
+    const int n = int(toks.size()), L = 6;
+    const tinyloop::LensResult want = tinyloop::score_logit_lens(cpu.get(), toks.data(), n, L, 5);
+    const tinyloop::LensResult got = tinyloop::score_logit_lens(gpu.get(), toks.data(), n, L, 5);
+    ASSERT_EQ(got.cells.size(), want.cells.size());
+    int same_argmax = 0;
+    for (size_t c = 0; c < want.cells.size(); ++c) {
+        EXPECT_NEAR(got.cells[c].p_final_argmax, want.cells[c].p_final_argmax, 2e-3) << "cell " << c;
+        EXPECT_NEAR(got.cells[c].entropy, want.cells[c].entropy, 2e-3 + 1e-3 * want.cells[c].entropy) << "cell " << c;
+        if (want.cells[c].p_next >= 0) EXPECT_NEAR(got.cells[c].p_next, want.cells[c].p_next, 2e-3) << "cell " << c;
+        same_argmax += got.cells[c].argmax == want.cells[c].argmax;
+    }
+    // a near tie may flip under float rounding; nothing more
+    EXPECT_GE(same_argmax, int(want.cells.size()) - 2);
+    const std::vector<float> lens = tinyloop::forward_lens_logits(gpu.get(), toks.data(), n, L);
+    const std::vector<float> last = tinyloop::forward_logits(gpu.get(), toks.data(), n, L);
+    const size_t per = size_t(n) * tinyloop::model_hparams(gpu.get()).vocab_size;
+    ASSERT_EQ(lens.size(), per * L);
+    EXPECT_TRUE(std::equal(last.begin(), last.end(), lens.end() - long(per)));  // the same prefill on the device
+    const tinyloop::UncertaintyResult uw = tinyloop::score_with_uncertainty(cpu.get(), toks.data(), n, L);
+    const tinyloop::UncertaintyResult ug = tinyloop::score_with_uncertainty(gpu.get(), toks.data(), n, L);
+    ASSERT_EQ(ug.prediction_depth.size(), uw.prediction_depth.size());
+    int same_depth = 0;
+    for (size_t i = 0; i < uw.prediction_depth.size(); ++i) same_depth += ug.prediction_depth[i] == uw.prediction_depth[i];
+    EXPECT_GE(same_depth, int(uw.prediction_depth.size()) - 2);
+}
+
 TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     TL_REQUIRE_DEVICE();
     tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
@@ -122,7 +156,9 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     };
     const int n = int(prompt.size());
     expect_refused("INT8 KV cache", [&] { tinyloop::score(gpu.get(), prompt.data(), n, 0, tinyloop::KVCacheType::Int8); });
-    expect_refused("score_logit_lens", [&] { tinyloop::score_logit_lens(gpu.get(), prompt.data(), n, 0, 5); });
+    expect_refused("score_with_consistency_escalation", [&] {
+        tinyloop::score_with_consistency_escalation(gpu.get(), prompt.data(), n);
+    });
     expect_refused("chain self-speculation", [&] {
         tinyloop::SpeculativeConfig sc;
         tinyloop::generate_speculative(gpu.get(), prompt.data(), n, sc);

@@ -5,7 +5,7 @@
 // reading the chosen token.
 //
 // Reached from the public API through load_model (backend cuda / auto on a usable device),
-// decode() (cuda_decode below) and forward_logits / score (cuda_forward_logits); the calls not routed yet throw NotSupported naming the feature
+// decode() (cuda_decode below), forward_logits / score and the lens (cuda_forward_logits); the calls not routed yet throw NotSupported naming the feature
 // (require_cpu_backend, model.h). Only defined in builds with the CUDA back end.
 #pragma once
 

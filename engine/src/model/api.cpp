@@ -44,9 +44,9 @@ Model* load_model(const std::string& path, const LoadOptions& options) {
         m->cuda = upload_weights(*m, choice.device);
         m->cuda_required = options.backend == Backend::Cuda;
         m->backend = "cuda";
-        m->backend_note = choice.note + (m->cuda_required ? "; generate, generate_stream, score and forward_logits run on the device, calls "
+        m->backend_note = choice.note + (m->cuda_required ? "; generate, generate_stream, score, forward_logits and the lens run on the device, calls "
                                                              "not routed to it yet are refused"
-                                                           : "; generate, generate_stream, score and forward_logits run on the device, the "
+                                                           : "; generate, generate_stream, score, forward_logits and the lens run on the device, the "
                                                              "other calls on the CPU until routed");
     }
 #endif

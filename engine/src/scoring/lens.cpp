@@ -44,6 +44,7 @@ LensDepth lens_entry(const float* logits, int vocab, int depth, int top_k, int32
 // The scoring family built on the lens.
 // ---------------------------------------------------------------------------------------------
 
+#include "forward/cuda_forward.h"
 #include "scoring/scoring.h"
 
 namespace tinyloop {
@@ -59,32 +60,56 @@ void softmax_row(const float* z, int n, std::vector<double>& p) {
     for (double& x : p) x /= s;
 }
 
-// Lens logits of all positions at one depth from the stored states.
-void depth_logits(const Model& m, const std::vector<float>& states, int n, int depth, std::vector<float>& out,
-                  Workspace& ws) {
-    out.resize(static_cast<size_t>(n) * m.hp.vocab_size);
-    compute_logits(m, states.data() + static_cast<size_t>(depth - 1) * n * m.hp.d_model, n, out.data(), ws);
-}
+// The lens logits of every position at each depth 1..L of one sequence. On the CPU from the
+// states of one L-pass forward (every pass kept); on a model loaded on CUDA, depth l is a prefill
+// of l passes on the device: the state after pass l of an L-pass run is the final state of an
+// l-pass run (a pass never reads a later one), so the answers are the same, for L(L+1)/2 passes
+// in all instead of L (the device's prefill against the host's softmaxes over the vocabulary).
+class DepthLogits {
+public:
+    DepthLogits(const Model& m, const int32_t* tokens, int n, int L) : m_(m), tokens_(tokens), n_(n) {
+#ifdef TINYLOOP_HAVE_CUDA
+        if (m.cuda) return;
+#endif
+        states_ = all_pass_states(m, tokens, n, L);
+    }
+    // out = the logits [n, vocab] at `depth`.
+    void at(int depth, std::vector<float>& out) {
+#ifdef TINYLOOP_HAVE_CUDA
+        if (m_.cuda) {
+            out = cuda_forward_logits(m_, tokens_, n_, depth);
+            return;
+        }
+#endif
+        out.resize(static_cast<size_t>(n_) * m_.hp.vocab_size);
+        compute_logits(m_, states_.data() + static_cast<size_t>(depth - 1) * n_ * m_.hp.d_model, n_, out.data(), ws_);
+    }
+
+private:
+    const Model& m_;
+    const int32_t* tokens_;
+    int n_;
+    std::vector<float> states_;
+    Workspace ws_;
+};
 
 }  // namespace
 
 std::vector<float> forward_lens_logits(Model* model, const int32_t* tokens, int n, int loops) {
-    require_cpu_backend(checked(model), "the logit lens");
     const Model& m = checked(model);
     const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
-    const std::vector<float> states = all_pass_states(m, tokens, n, L);
+    DepthLogits lens(m, tokens, n, L);
     const size_t per = static_cast<size_t>(n) * m.hp.vocab_size;
-    std::vector<float> out(per * L);
-    Workspace ws;
-    for (int l = 1; l <= L; ++l)
-        compute_logits(m, states.data() + static_cast<size_t>(l - 1) * n * m.hp.d_model, n,
-                       out.data() + per * (l - 1), ws);
+    std::vector<float> out(per * L), depth;
+    for (int l = 1; l <= L; ++l) {
+        lens.at(l, depth);
+        std::copy(depth.begin(), depth.end(), out.begin() + static_cast<std::ptrdiff_t>(per * (l - 1)));
+    }
     return out;
 }
 
 LastTokenScore score_last_token(Model* model, const int32_t* tokens, int n, int loops, int top_k) {
-    require_cpu_backend(checked(model), "score_last_token");
     const Model& m = checked(model);
     const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
@@ -103,17 +128,15 @@ LastTokenScore score_last_token(Model* model, const int32_t* tokens, int n, int 
 }
 
 LensResult score_logit_lens(Model* model, const int32_t* tokens, int n, int loops, int top_k) {
-    require_cpu_backend(checked(model), "score_logit_lens");
     const Model& m = checked(model);
     const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
     if (top_k < 1 || top_k > 64)
         throw Error(ErrorCode::InvalidArgument, "top_k: " + std::to_string(top_k) + " is outside [1, 64]");
     const int V = m.hp.vocab_size;
-    const std::vector<float> states = all_pass_states(m, tokens, n, L);
-    Workspace ws;
+    DepthLogits lens(m, tokens, n, L);
     std::vector<float> final_logits, logits;
-    depth_logits(m, states, n, L, final_logits, ws);
+    lens.at(L, final_logits);
     std::vector<std::vector<double>> final_p(static_cast<size_t>(n));
     std::vector<int32_t> final_arg(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
@@ -127,7 +150,8 @@ LensResult score_logit_lens(Model* model, const int32_t* tokens, int n, int loop
     r.cells.resize(static_cast<size_t>(n) * L);
     std::vector<double> p;
     for (int l = 1; l <= L; ++l) {
-        depth_logits(m, states, n, l, logits, ws);
+        if (l == L) logits = final_logits;
+        else lens.at(l, logits);
         for (int i = 0; i < n; ++i) {
             const float* row = logits.data() + static_cast<size_t>(i) * V;
             const int32_t next = i + 1 < n ? tokens[i + 1] : -1;
@@ -150,20 +174,18 @@ LensResult score_logit_lens(Model* model, const int32_t* tokens, int n, int loop
 }
 
 UncertaintyResult score_with_uncertainty(Model* model, const int32_t* tokens, int n, int loops) {
-    require_cpu_backend(checked(model), "score_with_uncertainty");
     const Model& m = checked(model);
     const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
     const int V = m.hp.vocab_size;
-    const std::vector<float> states = all_pass_states(m, tokens, n, L);
-    Workspace ws;
+    DepthLogits lens(m, tokens, n, L);
     std::vector<float> logits;
     std::vector<std::vector<int32_t>> args(static_cast<size_t>(L), std::vector<int32_t>(static_cast<size_t>(n)));
     UncertaintyResult r;
     r.loops = L;
     std::vector<double> p;
     for (int l = 1; l <= L; ++l) {
-        depth_logits(m, states, n, l, logits, ws);
+        lens.at(l, logits);
         for (int i = 0; i < n; ++i) args[l - 1][i] = argmax_of(logits.data() + static_cast<size_t>(i) * V, V);
     }
     // logits now holds the final depth.
