@@ -145,3 +145,39 @@ TEST(CompareModes, RunModeIsTheEnginesRunDecode) {
         EXPECT_TRUE(contains(e.what(), "beam_size")) << e.what();
     }
 }
+
+TEST(CompareModes, DefaultsFollowTheModelsRecommendation) {
+    tinyloop::HParams hp;
+    hp.default_loops = 4;
+    hp.max_loops = 16;
+    EXPECT_EQ(default_compare_modes(hp, 16).size(), size_t(7));
+    tinyloop::Recommendation none;  // a file that recommends nothing: the generic set
+    EXPECT_EQ(default_compare_modes(hp, 16, &none).size(), size_t(7));
+    tinyloop::Recommendation rec;
+    rec.draft_loops = 1, rec.draft_ahead = 6, rec.tree_draft_ahead = 3, rec.branches = 3;
+    rec.early_exit_patience = 1, rec.early_exit_threshold = 0.5f, rec.early_exit_min_L = 1;
+    const std::vector<ModeSpec> m = default_compare_modes(hp, 16, &rec);
+    ASSERT_EQ(m.size(), size_t(6));
+    EXPECT_EQ(m[0].label, "greedy L=8");
+    EXPECT_EQ(m[1].label, "greedy L=4");  // the view's default baseline: what speculation verifies at
+    EXPECT_EQ(m[2].run.mode, tinyloop::DecodeMode::Speculative);
+    EXPECT_EQ(m[2].run.speculation.verify_loops, 4);
+    EXPECT_EQ(m[2].run.speculation.draft_loops, 1);
+    EXPECT_EQ(m[2].run.speculation.draft_ahead, 6);
+    EXPECT_EQ(m[3].run.mode, tinyloop::DecodeMode::Tree);
+    EXPECT_EQ(m[3].run.speculation.draft_ahead, 3);
+    EXPECT_EQ(m[3].run.speculation.branches, 3);
+    EXPECT_EQ(m[4].run.mode, tinyloop::DecodeMode::EarlyExit);
+    EXPECT_EQ(m[4].run.config.loops, 4);
+    EXPECT_EQ(m[4].run.config.early_exit_min_L, 1);
+    EXPECT_FLOAT_EQ(m[4].run.config.early_exit_threshold, 0.5f);
+    EXPECT_EQ(m[4].label, "early exit hidden_l2<0.5 (model's)");
+    EXPECT_EQ(m[5].run.mode, tinyloop::DecodeMode::Sample);
+    for (const ModeSpec& s : m) EXPECT_EQ(s.run.config.max_tokens, 16);
+    // only early exit recommended: speculation with the built-in knobs, labelled as such
+    tinyloop::Recommendation ee;
+    ee.early_exit_patience = 1;
+    const std::vector<ModeSpec> e = default_compare_modes(hp, 16, &ee);
+    EXPECT_EQ(e[2].label, "speculative 2->4, 4 ahead");
+    EXPECT_EQ(e[3].run.speculation.branches, 2);
+}

@@ -163,7 +163,23 @@ private slots:
         QVERIFY(runAndFinish(cmp));
         QVERIFY2(cmp->lastError().isEmpty(), qPrintable(cmp->lastError()));
         QVERIFY(cmp->result());
-        QCOMPARE(cmp->result()->runs.size(), size_t(7));
+        // the bundled file recommends early exit and speculation: its modes as it recommends them
+        // (greedy at 2D and D, chain and tree verified at D with its knobs, its early exit, sampling)
+        const tinyloop::Recommendation& rec = tinyloop::model_recommendation(m_model);
+        const int D = tinyloop::model_hparams(m_model).default_loops;
+        QVERIFY(rec.has_early_exit() && rec.has_speculation());
+        QCOMPARE(cmp->result()->runs.size(), size_t(6));
+        const auto& runs = cmp->result()->runs;
+        QCOMPARE(runs[1].spec.label, "greedy L=" + std::to_string(D));
+        QCOMPARE(runs[2].spec.run.mode, tinyloop::DecodeMode::Speculative);
+        QCOMPARE(runs[2].spec.run.speculation.draft_loops, rec.draft_loops);
+        QCOMPARE(runs[2].spec.run.speculation.draft_ahead, rec.draft_ahead);
+        QCOMPARE(runs[3].spec.run.mode, tinyloop::DecodeMode::Tree);
+        QCOMPARE(runs[3].spec.run.speculation.branches, rec.branches);
+        QCOMPARE(runs[4].spec.run.mode, tinyloop::DecodeMode::EarlyExit);
+        QCOMPARE(runs[4].spec.run.config.early_exit_threshold, rec.early_exit_threshold);
+        for (int i : {2, 3, 4}) QVERIFY(runs[size_t(i)].spec.label.find("(model's)") != std::string::npos);
+        QVERIFY(runs[4].mean_depth() < D);
         // honest timings by default: one after another, each mode repeated, medians drawn
         QVERIFY(!cmp->result()->concurrent);
         QCOMPARE(cmp->result()->repeats, kDefaultRepeats);
@@ -182,11 +198,13 @@ private slots:
         }
         const std::vector<int32_t> ids = prompt_ids(m_model, "In the beginning");
         for (const ModeRun& r : cmp->result()->runs) sameRun(r, run_mode(m_model, ids, r.spec));
-        QCOMPARE(cmp->table()->rowCount(), 7);
+        QCOMPARE(cmp->table()->rowCount(), 6);
         // the aligned texts mark where each mode leaves the baseline (by default the second mode,
-        // greedy at depth 8)
+        // greedy at the default depth): chain and tree are greedy at that depth, token for token
         const QString shown = cmp->textsView()->toPlainText();
         QCOMPARE(cmp->result()->baseline, 1);
+        QCOMPARE(cmp->result()->divergence[2], -1);
+        QCOMPARE(cmp->result()->divergence[3], -1);
         for (size_t i = 0; i < cmp->result()->runs.size(); ++i) {
             if (i == 1) continue;
             const int div = cmp->result()->divergence[i];

@@ -102,9 +102,14 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     split->setStretchFactor(2, 3);
     v->addWidget(split, 1);
 
-    tinyloop::HParams hp;  // the defaults are clamped by the engine's refusal if the model is shallower
+    // The loaded model's modes as its file recommends them (default depth, draft, early-exit
+    // policy) when it recommends any; else the generic set (clamped by the engine's refusal if the
+    // model is shallower).
+    tinyloop::HParams hp;
     hp.max_loops = 16;
-    for (const ModeSpec& m : default_compare_modes(hp, m_maxTokens->value())) addMode(m, true);
+    tinyloop::Recommendation rec;
+    const bool loaded = workbench->modelSettings(&hp, &rec);
+    for (const ModeSpec& m : default_compare_modes(hp, m_maxTokens->value(), loaded ? &rec : nullptr)) addMode(m, true);
 
     connect(addCurrent, &QPushButton::clicked, this, [this] {
         QString err;

@@ -18,9 +18,75 @@ std::string format(const char* fmt, int a, int b = 0) {
     std::snprintf(buf, sizeof buf, fmt, a, b);
     return buf;
 }
+template <class... A>
+std::string formatv(const char* fmt, A... args) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, fmt, args...);
+    return buf;
+}
 }  // namespace
 
-std::vector<ModeSpec> default_compare_modes(const HParams& hp, int max_tokens) {
+namespace {
+
+std::vector<ModeSpec> recommended_compare_modes(const HParams& hp, int max_tokens, const Recommendation& rec) {
+    const int max_l = std::max(1, hp.max_loops);
+    const int D = std::clamp(hp.default_loops, 1, max_l);
+    auto base = [&](const std::string& label, DecodeMode mode, int loops) {
+        ModeSpec m;
+        m.label = label;
+        m.run.mode = mode;
+        m.run.config.max_tokens = max_tokens;
+        m.run.config.loops = loops;
+        return m;
+    };
+    std::vector<ModeSpec> out;
+    const int deep = std::min(2 * D, max_l);
+    if (deep != D) out.push_back(base(format("greedy L=%d", deep), DecodeMode::Greedy, deep));
+    out.push_back(base(format("greedy L=%d", D), DecodeMode::Greedy, D));
+    if (D >= 2) {
+        const int draft = rec.draft_loops > 0 && rec.draft_loops < D ? rec.draft_loops : std::min(2, D - 1);
+        ModeSpec s = base("", DecodeMode::Speculative, D);
+        s.run.speculation.draft_loops = draft;
+        s.run.speculation.verify_loops = D;
+        s.run.speculation.draft_ahead = rec.draft_ahead > 0 ? rec.draft_ahead : 4;
+        s.label = formatv("speculative %d->%d, %d ahead%s", draft, D, s.run.speculation.draft_ahead,
+                         rec.has_speculation() ? " (model's)" : "");
+        out.push_back(s);
+        ModeSpec t = base("", DecodeMode::Tree, D);
+        t.run.speculation.draft_loops = draft;
+        t.run.speculation.verify_loops = D;
+        t.run.speculation.draft_ahead = rec.tree_draft_ahead > 0 ? rec.tree_draft_ahead : 4;
+        t.run.speculation.branches = rec.branches > 0 ? rec.branches : 2;
+        t.label = formatv("tree %d->%d K=%d%s", draft, D, t.run.speculation.branches,
+                         rec.has_speculation() ? " (model's)" : "");
+        out.push_back(t);
+    }
+    if (rec.has_early_exit()) {
+        ModeSpec e = base("", DecodeMode::EarlyExit, D);
+        e.run.config.early_exit_criterion = rec.early_exit_criterion;
+        e.run.config.early_exit_threshold = rec.early_exit_threshold;
+        if (rec.early_exit_criterion == EarlyExitCriterion::LogitMargin)
+            e.run.config.early_exit_logit_margin = rec.early_exit_threshold;
+        e.run.config.early_exit_patience = rec.early_exit_patience;
+        e.run.config.early_exit_min_L = std::min(rec.early_exit_min_L, D);
+        e.run.config.early_exit_peek_every = rec.early_exit_peek_every;
+        e.label = formatv("early exit %s%s%g (model's)", criterion_name(rec.early_exit_criterion),
+                         rec.early_exit_criterion == EarlyExitCriterion::LogitMargin ? ">=" : "<",
+                         static_cast<double>(rec.early_exit_threshold));
+        out.push_back(e);
+    }
+    ModeSpec smp = base("sampling T=0.8 seed=7", DecodeMode::Sample, D);
+    smp.run.config.temperature = 0.8f;
+    smp.run.config.top_k = 40;
+    smp.run.config.sample_seed = 7;
+    out.push_back(smp);
+    return out;
+}
+
+}  // namespace
+
+std::vector<ModeSpec> default_compare_modes(const HParams& hp, int max_tokens, const Recommendation* rec) {
+    if (rec && (rec->has_early_exit() || rec->has_speculation())) return recommended_compare_modes(hp, max_tokens, *rec);
     const int max_l = std::max(1, hp.max_loops);
     const int deep = std::min(8, max_l);
     const int shallow = std::min(4, max_l);

@@ -25,7 +25,13 @@ struct ModeSpec {
 
 // The comparison's default set on a model: greedy at 4 and 8 loops, speculative 2->8, tree 2->8
 // (K=2), early exit at two thresholds, sampling with a seed. Depths are clamped to max_loops.
-std::vector<ModeSpec> default_compare_modes(const tinyloop::HParams& hp, int max_tokens);
+// With `rec`, the loaded file's recommendation (model_recommendation), when it recommends early
+// exit or speculation: the modes as the file says they pay, at its default depth D: greedy at 2D
+// and at D (the second mode, the view's default baseline), chain and tree self-speculation
+// verified at D with the file's draft depth, draft length and width (the built-in ones where it
+// names none), early exit with its policy (when it has one), sampling.
+std::vector<ModeSpec> default_compare_modes(const tinyloop::HParams& hp, int max_tokens,
+                                            const tinyloop::Recommendation* rec = nullptr);
 
 // What one mode produced.
 struct ModeRun {
