@@ -123,7 +123,9 @@ TEST(CudaEngine, LensOnTheDeviceMatchesTheCpu) {
     for (size_t c = 0; c < want.cells.size(); ++c) {
         EXPECT_NEAR(got.cells[c].p_final_argmax, want.cells[c].p_final_argmax, 2e-3) << "cell " << c;
         EXPECT_NEAR(got.cells[c].entropy, want.cells[c].entropy, 2e-3 + 1e-3 * want.cells[c].entropy) << "cell " << c;
-        if (want.cells[c].p_next >= 0) EXPECT_NEAR(got.cells[c].p_next, want.cells[c].p_next, 2e-3) << "cell " << c;
+        if (want.cells[c].p_next >= 0) {
+            EXPECT_NEAR(got.cells[c].p_next, want.cells[c].p_next, 2e-3) << "cell " << c;
+        }
         same_argmax += got.cells[c].argmax == want.cells[c].argmax;
     }
     // a near tie may flip under float rounding; nothing more
@@ -141,6 +143,32 @@ TEST(CudaEngine, LensOnTheDeviceMatchesTheCpu) {
     EXPECT_GE(same_depth, int(uw.prediction_depth.size()) - 2);
 }
 
+// Consistency escalation on the device (each rung a prefill of its depth): the same positions
+// escalate and the same log-probabilities within float rounding as on the CPU.
+TEST(CudaEngine, EscalationOnTheDeviceMatchesTheCpu) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle cpu = tinyloop::load_model_handle(kModel, on(Backend::Cpu));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    const auto toks = prompt_of(cpu.get());
+    const int n = int(toks.size());
+    for (auto signal : {tinyloop::EscalationSignal::Entropy, tinyloop::EscalationSignal::Disagreement}) {
+        tinyloop::EscalationConfig c;
+        c.signal = signal;
+        c.depths = {1, 2, 4};
+        const tinyloop::EscalationResult want = tinyloop::score_with_consistency_escalation(cpu.get(), toks.data(), n, c);
+        const tinyloop::EscalationResult got = tinyloop::score_with_consistency_escalation(gpu.get(), toks.data(), n, c);
+        ASSERT_EQ(got.token_logprobs.size(), want.token_logprobs.size());
+        int same = 0;
+        for (size_t i = 0; i < want.depth_used.size(); ++i) {
+            same += got.depth_used[i] == want.depth_used[i];
+            if (got.depth_used[i] == want.depth_used[i]) {
+                EXPECT_NEAR(got.token_logprobs[i], want.token_logprobs[i], 2e-3 + 1e-3 * std::fabs(want.token_logprobs[i]));
+            }
+        }
+        EXPECT_GE(same, int(want.depth_used.size()) - 1);  // a threshold met within rounding may flip one
+    }
+}
+
 TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     TL_REQUIRE_DEVICE();
     tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
@@ -156,8 +184,10 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     };
     const int n = int(prompt.size());
     expect_refused("INT8 KV cache", [&] { tinyloop::score(gpu.get(), prompt.data(), n, 0, tinyloop::KVCacheType::Int8); });
-    expect_refused("score_with_consistency_escalation", [&] {
-        tinyloop::score_with_consistency_escalation(gpu.get(), prompt.data(), n);
+    expect_refused("score_early_exit", [&] {
+        tinyloop::GenerateConfig g = greedy(8, 0);
+        g.early_exit_patience = 1;
+        tinyloop::score_early_exit(gpu.get(), prompt.data(), n, g);
     });
     expect_refused("chain self-speculation", [&] {
         tinyloop::SpeculativeConfig sc;

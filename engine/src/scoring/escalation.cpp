@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "forward/cuda_forward.h"
 #include "scoring/lens.h"
 #include "scoring/scoring.h"
 
@@ -31,7 +32,6 @@ bool crosses(const EscalationConfig& c, const float* row, const float* prev_row,
 
 EscalationResult score_with_consistency_escalation(Model* model, const int32_t* tokens, int n,
                                                    const EscalationConfig& c) {
-    require_cpu_backend(checked(model), "score_with_consistency_escalation");
     const Model& m = checked(model);
     check_score_tokens(m, tokens, n, 2);
     if (c.depths.empty()) throw Error(ErrorCode::InvalidArgument, "depths: must hold at least one depth");
@@ -52,11 +52,19 @@ EscalationResult score_with_consistency_escalation(Model* model, const int32_t* 
     const int V = hp.vocab_size;
     const int d = hp.d_model;
     const int deepest = c.depths.back();
+#ifdef TINYLOOP_HAVE_CUDA
+    // On a model loaded on CUDA each rung is its own prefill on the device (the state after pass l
+    // is the final state of an l-pass run, so the logits are the CPU's); passes_run counts the
+    // passes the device ran.
+    const bool on_device = m.cuda != nullptr;
+#else
+    const bool on_device = false;
+#endif
     KVCache kv;
-    kv.allocate(exec_layers(hp, deepest), n, hp.n_kv_heads * hp.head_dim);
+    if (!on_device) kv.allocate(exec_layers(hp, deepest), n, hp.n_kv_heads * hp.head_dim);
     Workspace ws;
-    std::vector<float> h, h_prev_pass(static_cast<size_t>(n) * d);
-    std::vector<float> input(injects_input(hp) ? static_cast<size_t>(n) * d : 0);  // prelude outputs (§1a)
+    std::vector<float> h, h_prev_pass(on_device ? 0 : static_cast<size_t>(n) * d);
+    std::vector<float> input(injects_input(hp) && !on_device ? static_cast<size_t>(n) * d : 0);  // prelude outputs (§1a)
     // Keep the state one pass before the rung (for the disagreement signal).
     int want_pass = 0;
     PassHook hook = [&](int pass, int row0, const float* x, int rows) {
@@ -72,42 +80,61 @@ EscalationResult score_with_consistency_escalation(Model* model, const int32_t* 
     for (int i = 0; i < n - 1; ++i) active[i] = i;
     std::vector<float> rows, logits, prev_logits;
     int reached = 0;
+    [[maybe_unused]] auto gather = [&](const std::vector<float>& all, std::vector<float>& out) {
+        out.resize(active.size() * static_cast<size_t>(V));
+        for (size_t a = 0; a < active.size(); ++a)
+            std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(active[a]) * V, V,
+                        out.begin() + static_cast<std::ptrdiff_t>(a) * V);
+    };
     for (size_t k = 0; k < c.depths.size() && !active.empty(); ++k) {
         const int depth = c.depths[k];
-        want_pass = depth - 1;
-        ForwardArgs fa;
-        fa.tokens = tokens;
-        fa.n = n;
-        fa.loops = depth;
-        fa.on_pass = &hook;
-        std::vector<float> h_in;
-        if (reached == 0 && injects_input(hp)) fa.out_e = input.data();
-        if (reached > 0) {
-            h_in = h;
-            fa.start_pass = reached + 1;
-            fa.h_in = h_in.data();
-            fa.e_in = input.data();
-            if (want_pass == reached) h_prev_pass = h_in;  // the pass before the rung ran earlier
-        }
-        forward(m, kv, ws, fa, h);
-        r.passes_run += static_cast<long long>(depth - reached) * n;
-        reached = depth;
-
-        // Logits of the active positions only (batch-invariant: the same bits as all rows).
-        const int na = static_cast<int>(active.size());
-        rows.resize(static_cast<size_t>(na) * d);
-        for (int a = 0; a < na; ++a)
-            std::copy_n(h.begin() + static_cast<size_t>(active[a]) * d, d, rows.begin() + static_cast<size_t>(a) * d);
-        logits.resize(static_cast<size_t>(na) * V);
-        compute_logits(m, rows.data(), na, logits.data(), ws);
         const bool need_prev = c.signal == EscalationSignal::Disagreement && depth > 1;
-        if (need_prev) {
+        if (on_device) {
+#ifdef TINYLOOP_HAVE_CUDA
+            gather(cuda_forward_logits(m, tokens, n, depth), logits);
+            r.passes_run += static_cast<long long>(depth) * n;
+            if (need_prev) {
+                gather(cuda_forward_logits(m, tokens, n, depth - 1), prev_logits);
+                r.passes_run += static_cast<long long>(depth - 1) * n;
+            }
+#endif
+            reached = depth;
+        } else {
+            want_pass = depth - 1;
+            ForwardArgs fa;
+            fa.tokens = tokens;
+            fa.n = n;
+            fa.loops = depth;
+            fa.on_pass = &hook;
+            std::vector<float> h_in;
+            if (reached == 0 && injects_input(hp)) fa.out_e = input.data();
+            if (reached > 0) {
+                h_in = h;
+                fa.start_pass = reached + 1;
+                fa.h_in = h_in.data();
+                fa.e_in = input.data();
+                if (want_pass == reached) h_prev_pass = h_in;  // the pass before the rung ran earlier
+            }
+            forward(m, kv, ws, fa, h);
+            r.passes_run += static_cast<long long>(depth - reached) * n;
+            reached = depth;
+
+            // Logits of the active positions only (batch-invariant: the same bits as all rows).
+            const int na = static_cast<int>(active.size());
+            rows.resize(static_cast<size_t>(na) * d);
             for (int a = 0; a < na; ++a)
-                std::copy_n(h_prev_pass.begin() + static_cast<size_t>(active[a]) * d, d,
-                            rows.begin() + static_cast<size_t>(a) * d);
-            prev_logits.resize(static_cast<size_t>(na) * V);
-            compute_logits(m, rows.data(), na, prev_logits.data(), ws);
+                std::copy_n(h.begin() + static_cast<size_t>(active[a]) * d, d, rows.begin() + static_cast<size_t>(a) * d);
+            logits.resize(static_cast<size_t>(na) * V);
+            compute_logits(m, rows.data(), na, logits.data(), ws);
+            if (need_prev) {
+                for (int a = 0; a < na; ++a)
+                    std::copy_n(h_prev_pass.begin() + static_cast<size_t>(active[a]) * d, d,
+                                rows.begin() + static_cast<size_t>(a) * d);
+                prev_logits.resize(static_cast<size_t>(na) * V);
+                compute_logits(m, rows.data(), na, prev_logits.data(), ws);
+            }
         }
+        const int na = static_cast<int>(active.size());
         std::vector<int> next;
         for (int a = 0; a < na; ++a) {
             const int i = active[a];
