@@ -12,6 +12,7 @@
 namespace analysis_test {
 
 inline const std::string kF32 = TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-f32.tinyloop";
+inline const std::string kQ8 = TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-q8.tinyloop";
 inline const std::string kQ4 = TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-q4.tinyloop";
 // A prompt whose greedy continuation is long enough for every analysis.
 inline const char* const kPrompt = "And God said, Let there be light: and there was";

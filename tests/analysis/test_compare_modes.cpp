@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "analysis_test_util.h"
+#include "test_util.h"
 
 using namespace tinyloop::analysis;
 using namespace analysis_test;
@@ -147,37 +148,47 @@ TEST(CompareModes, RunModeIsTheEnginesRunDecode) {
 }
 
 TEST(CompareModes, DefaultsFollowTheModelsRecommendation) {
+    // a file that recommends nothing (a random model): the generic set
     tinyloop::HParams hp;
     hp.default_loops = 4;
     hp.max_loops = 16;
     EXPECT_EQ(default_compare_modes(hp, 16).size(), size_t(7));
-    tinyloop::Recommendation none;  // a file that recommends nothing: the generic set
-    EXPECT_EQ(default_compare_modes(hp, 16, &none).size(), size_t(7));
-    tinyloop::Recommendation rec;
-    rec.draft_loops = 1, rec.draft_ahead = 6, rec.tree_draft_ahead = 3, rec.branches = 3;
-    rec.early_exit_patience = 1, rec.early_exit_threshold = 0.5f, rec.early_exit_min_L = 1;
-    const std::vector<ModeSpec> m = default_compare_modes(hp, 16, &rec);
+    tinyloop::ModelHandle plain_file =
+        tinyloop::load_model_handle(tltest::write_random_model("compare_plain.tinyloop", tltest::small_hparams()));
+    ASSERT_FALSE(tinyloop::model_recommendation(plain_file.get()).has_speculation());
+    ASSERT_FALSE(tinyloop::model_recommendation(plain_file.get()).has_early_exit());
+    EXPECT_EQ(default_compare_modes(plain_file.get(), 16).size(), size_t(7));
+
+    // the bundled f32 file recommends early exit and speculation: its modes at its default depth
+    tinyloop::Model* model = bundled();
+    const tinyloop::Recommendation& rec = tinyloop::model_recommendation(model);
+    ASSERT_TRUE(rec.has_speculation() && rec.has_early_exit());
+    const int D = tinyloop::model_hparams(model).default_loops;
+    const std::vector<ModeSpec> m = default_compare_modes(model, 16);
     ASSERT_EQ(m.size(), size_t(6));
-    EXPECT_EQ(m[0].label, "greedy L=8");
-    EXPECT_EQ(m[1].label, "greedy L=4");  // the view's default baseline: what speculation verifies at
+    EXPECT_EQ(m[0].label, "greedy L=" + std::to_string(2 * D));
+    EXPECT_EQ(m[1].label, "greedy L=" + std::to_string(D));  // the view's default baseline: what speculation verifies at
     EXPECT_EQ(m[2].run.mode, tinyloop::DecodeMode::Speculative);
-    EXPECT_EQ(m[2].run.speculation.verify_loops, 4);
-    EXPECT_EQ(m[2].run.speculation.draft_loops, 1);
-    EXPECT_EQ(m[2].run.speculation.draft_ahead, 6);
+    EXPECT_EQ(m[2].run.speculation.verify_loops, D);
+    EXPECT_EQ(m[2].run.speculation.draft_loops, rec.draft_loops);
+    EXPECT_EQ(m[2].run.speculation.draft_ahead, rec.draft_ahead);
     EXPECT_EQ(m[3].run.mode, tinyloop::DecodeMode::Tree);
-    EXPECT_EQ(m[3].run.speculation.draft_ahead, 3);
-    EXPECT_EQ(m[3].run.speculation.branches, 3);
+    EXPECT_EQ(m[3].run.speculation.draft_ahead, rec.tree_draft_ahead);
+    EXPECT_EQ(m[3].run.speculation.branches, rec.branches);
     EXPECT_EQ(m[4].run.mode, tinyloop::DecodeMode::EarlyExit);
-    EXPECT_EQ(m[4].run.config.loops, 4);
-    EXPECT_EQ(m[4].run.config.early_exit_min_L, 1);
-    EXPECT_FLOAT_EQ(m[4].run.config.early_exit_threshold, 0.5f);
+    EXPECT_EQ(m[4].run.config.loops, D);
+    EXPECT_EQ(m[4].run.config.early_exit_min_L, rec.early_exit_min_L);
+    EXPECT_FLOAT_EQ(m[4].run.config.early_exit_threshold, rec.early_exit_threshold);
     EXPECT_EQ(m[4].label, "early exit hidden_l2<0.5 (model's)");
     EXPECT_EQ(m[5].run.mode, tinyloop::DecodeMode::Sample);
     for (const ModeSpec& s : m) EXPECT_EQ(s.run.config.max_tokens, 16);
-    // only early exit recommended: speculation with the built-in knobs, labelled as such
-    tinyloop::Recommendation ee;
-    ee.early_exit_patience = 1;
-    const std::vector<ModeSpec> e = default_compare_modes(hp, 16, &ee);
-    EXPECT_EQ(e[2].label, "speculative 2->4, 4 ahead");
+    for (int i : {2, 3}) EXPECT_NE(m[size_t(i)].label.find("(model's)"), std::string::npos);
+
+    // its q8 file recommends early exit only: speculation with the built-in knobs, labelled as such
+    tinyloop::ModelHandle q8 = tinyloop::load_model_handle(kQ8);
+    ASSERT_FALSE(tinyloop::model_recommendation(q8.get()).has_speculation());
+    const std::vector<ModeSpec> e = default_compare_modes(q8.get(), 16);
+    EXPECT_EQ(e[2].label, "speculative 2->" + std::to_string(D) + ", 4 ahead");
     EXPECT_EQ(e[3].run.speculation.branches, 2);
+    EXPECT_EQ(e[4].run.mode, tinyloop::DecodeMode::EarlyExit);
 }

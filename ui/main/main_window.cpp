@@ -120,12 +120,7 @@ MainWindow::MainWindow(const WindowOptions& opts, QWidget* parent) : QMainWindow
 
 MainWindow::~MainWindow() { shutdownWorker(); }
 
-bool MainWindow::modelSettings(tinyloop::HParams* hp, tinyloop::Recommendation* rec) const {
-    if (!m_hasModel) return false;
-    if (hp) *hp = m_hp;
-    if (rec) *rec = m_recommended;
-    return true;
-}
+std::shared_ptr<tinyloop::Model> MainWindow::loadedModel() const { return m_worker->sharedModel(); }
 
 QString MainWindow::promptText() const { return m_prompt->toPlainText(); }
 
@@ -422,7 +417,6 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
     m_loading = false;
     m_hasModel = true;
     m_hp = m.info.hparams;
-    m_recommended = m.recommended;
     m_modelPath = QString::fromStdString(m.info.path);
     m_randomFallback = m_pendingRandom || ModelPanel::isRandomModel(m.info);
     m_modelPanel->setModel(m, m_randomFallback);

@@ -90,7 +90,7 @@ public:
 
     // WorkbenchAccess, for the analysis windows
     QString promptText() const override;
-    bool modelSettings(tinyloop::HParams* hp, tinyloop::Recommendation* rec) const override;
+    std::shared_ptr<tinyloop::Model> loadedModel() const override;
     AnalysisJobs* analysisJobs() const override { return m_jobs; }
     std::optional<tinyloop::analysis::ModeSpec> configuredRun(QString* error) const override;
     bool savePreset(const Preset& preset, QString* error) override;
@@ -178,7 +178,6 @@ private:
     QString m_modelName;
     QString m_lastError;
     tinyloop::HParams m_hp;
-    tinyloop::Recommendation m_recommended;  // the loaded file's
     quint64 m_nextRunId = 1;
     quint64 m_currentRun = 0;  // 0 = none running
     quint64 m_awaitLens = 0;   // run whose exact lens is still to come

@@ -103,13 +103,14 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     v->addWidget(split, 1);
 
     // The loaded model's modes as its file recommends them (default depth, draft, early-exit
-    // policy) when it recommends any; else the generic set (clamped by the engine's refusal if the
-    // model is shallower).
+    // policy) when it recommends any; else the generic set (before a model is open: clamped by the
+    // engine's refusal if the model is shallower).
+    const std::shared_ptr<tinyloop::Model> model = workbench->loadedModel();
     tinyloop::HParams hp;
     hp.max_loops = 16;
-    tinyloop::Recommendation rec;
-    const bool loaded = workbench->modelSettings(&hp, &rec);
-    for (const ModeSpec& m : default_compare_modes(hp, m_maxTokens->value(), loaded ? &rec : nullptr)) addMode(m, true);
+    for (const ModeSpec& m : model ? default_compare_modes(model.get(), m_maxTokens->value())
+                                   : default_compare_modes(hp, m_maxTokens->value()))
+        addMode(m, true);
 
     connect(addCurrent, &QPushButton::clicked, this, [this] {
         QString err;

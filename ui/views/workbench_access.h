@@ -3,6 +3,7 @@
 // widgets up itself.
 #pragma once
 
+#include <memory>
 #include <optional>
 
 #include <QString>
@@ -19,9 +20,9 @@ public:
 
     virtual QString promptText() const = 0;  // the prompt editor's text
     virtual QString modelPath() const = 0;   // the loaded model's file ("" before one is open)
-    // The loaded model's hyperparameters and recommended settings (its file's metadata); false
-    // before a model is open.
-    virtual bool modelSettings(tinyloop::HParams* hp, tinyloop::Recommendation* rec) const = 0;
+    // The loaded model (null before one is open), for reading its hyperparameters and recommended
+    // settings on the GUI thread (a loaded model is immutable; the holder keeps it alive).
+    virtual std::shared_ptr<tinyloop::Model> loadedModel() const = 0;
     // The job lane every analysis window runs on, with the workbench's one model.
     virtual AnalysisJobs* analysisJobs() const = 0;
     // The run the config panel describes (mode, config, knobs), labelled "workbench: <mode>";

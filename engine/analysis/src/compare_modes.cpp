@@ -13,122 +13,100 @@ namespace tinyloop::analysis {
 namespace {
 // snprintf, not string concatenation: GCC 12 warns (-Wrestrict, a false positive) on
 // "literal" + std::to_string(...) at -O3.
-std::string format(const char* fmt, int a, int b = 0) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, fmt, a, b);
-    return buf;
-}
 template <class... A>
-std::string formatv(const char* fmt, A... args) {
+std::string format(const char* fmt, A... args) {
     char buf[128];
     std::snprintf(buf, sizeof buf, fmt, args...);
     return buf;
 }
-}  // namespace
 
-namespace {
+ModeSpec mode(const std::string& label, DecodeMode m, int max_tokens, int loops) {
+    ModeSpec s;
+    s.label = label;
+    s.run.mode = m;
+    s.run.config.max_tokens = max_tokens;
+    s.run.config.loops = loops;
+    return s;
+}
 
-std::vector<ModeSpec> recommended_compare_modes(const HParams& hp, int max_tokens, const Recommendation& rec) {
-    const int max_l = std::max(1, hp.max_loops);
-    const int D = std::clamp(hp.default_loops, 1, max_l);
-    auto base = [&](const std::string& label, DecodeMode mode, int loops) {
-        ModeSpec m;
-        m.label = label;
-        m.run.mode = mode;
-        m.run.config.max_tokens = max_tokens;
-        m.run.config.loops = loops;
-        return m;
-    };
-    std::vector<ModeSpec> out;
-    const int deep = std::min(2 * D, max_l);
-    if (deep != D) out.push_back(base(format("greedy L=%d", deep), DecodeMode::Greedy, deep));
-    out.push_back(base(format("greedy L=%d", D), DecodeMode::Greedy, D));
-    if (D >= 2) {
-        const int draft = rec.draft_loops > 0 && rec.draft_loops < D ? rec.draft_loops : std::min(2, D - 1);
-        ModeSpec s = base("", DecodeMode::Speculative, D);
-        s.run.speculation.draft_loops = draft;
-        s.run.speculation.verify_loops = D;
-        s.run.speculation.draft_ahead = rec.draft_ahead > 0 ? rec.draft_ahead : 4;
-        s.label = formatv("speculative %d->%d, %d ahead%s", draft, D, s.run.speculation.draft_ahead,
-                         rec.has_speculation() ? " (model's)" : "");
-        out.push_back(s);
-        ModeSpec t = base("", DecodeMode::Tree, D);
-        t.run.speculation.draft_loops = draft;
-        t.run.speculation.verify_loops = D;
-        t.run.speculation.draft_ahead = rec.tree_draft_ahead > 0 ? rec.tree_draft_ahead : 4;
-        t.run.speculation.branches = rec.branches > 0 ? rec.branches : 2;
-        t.label = formatv("tree %d->%d K=%d%s", draft, D, t.run.speculation.branches,
-                         rec.has_speculation() ? " (model's)" : "");
-        out.push_back(t);
-    }
-    if (rec.has_early_exit()) {
-        ModeSpec e = base("", DecodeMode::EarlyExit, D);
-        e.run.config.early_exit_criterion = rec.early_exit_criterion;
-        e.run.config.early_exit_threshold = rec.early_exit_threshold;
-        if (rec.early_exit_criterion == EarlyExitCriterion::LogitMargin)
-            e.run.config.early_exit_logit_margin = rec.early_exit_threshold;
-        e.run.config.early_exit_patience = rec.early_exit_patience;
-        e.run.config.early_exit_min_L = std::min(rec.early_exit_min_L, D);
-        e.run.config.early_exit_peek_every = rec.early_exit_peek_every;
-        e.label = formatv("early exit %s%s%g (model's)", criterion_name(rec.early_exit_criterion),
-                         rec.early_exit_criterion == EarlyExitCriterion::LogitMargin ? ">=" : "<",
-                         static_cast<double>(rec.early_exit_threshold));
-        out.push_back(e);
-    }
-    ModeSpec smp = base("sampling T=0.8 seed=7", DecodeMode::Sample, D);
+ModeSpec sampling_mode(int max_tokens, int loops) {
+    ModeSpec smp = mode("sampling T=0.8 seed=7", DecodeMode::Sample, max_tokens, loops);
     smp.run.config.temperature = 0.8f;
     smp.run.config.top_k = 40;
     smp.run.config.sample_seed = 7;
-    out.push_back(smp);
+    return smp;
+}
+
+// The file's recommended modes at its default depth D. The knobs and the early-exit policy are
+// resolved by the engine's own rules (resolved_speculation, resolve_early_exit: the model's
+// value, else the built-in), so the rows run exactly what the CLI and the config panel run.
+std::vector<ModeSpec> recommended_compare_modes(const Model* model, int max_tokens) {
+    const HParams& hp = model_hparams(model);
+    const Recommendation& rec = model_recommendation(model);
+    const int D = hp.default_loops;
+    std::vector<ModeSpec> out;
+    const int deep = std::min(2 * D, hp.max_loops);
+    if (deep != D) out.push_back(mode(format("greedy L=%d", deep), DecodeMode::Greedy, max_tokens, deep));
+    out.push_back(mode(format("greedy L=%d", D), DecodeMode::Greedy, max_tokens, D));
+    const char* whose = rec.has_speculation() ? " (model's)" : "";
+    if (D >= 2) {
+        ModeSpec s = mode("", DecodeMode::Speculative, max_tokens, D);
+        s.run.speculation = resolved_speculation(model, s.run);
+        s.label = format("speculative %d->%d, %d ahead%s", s.run.speculation.draft_loops, D,
+                         s.run.speculation.draft_ahead, whose);
+        out.push_back(s);
+        ModeSpec t = mode("", DecodeMode::Tree, max_tokens, D);
+        t.run.speculation = resolved_speculation(model, t.run);
+        t.label = format("tree %d->%d K=%d%s", t.run.speculation.draft_loops, D, t.run.speculation.branches, whose);
+        out.push_back(t);
+    }
+    if (rec.has_early_exit()) {
+        ModeSpec e = mode("", DecodeMode::EarlyExit, max_tokens, D);
+        e.run.config = resolve_early_exit(model, e.run.config, {});
+        e.label = format("early exit %s%s%g (model's)", criterion_name(e.run.config.early_exit_criterion),
+                         e.run.config.early_exit_criterion == EarlyExitCriterion::LogitMargin ? ">=" : "<",
+                         static_cast<double>(e.run.config.early_exit_threshold));
+        out.push_back(e);
+    }
+    out.push_back(sampling_mode(max_tokens, D));
     return out;
 }
 
 }  // namespace
 
-std::vector<ModeSpec> default_compare_modes(const HParams& hp, int max_tokens, const Recommendation* rec) {
-    if (rec && (rec->has_early_exit() || rec->has_speculation())) return recommended_compare_modes(hp, max_tokens, *rec);
+std::vector<ModeSpec> default_compare_modes(const Model* model, int max_tokens) {
+    const Recommendation& rec = model_recommendation(model);
+    if (rec.has_early_exit() || rec.has_speculation()) return recommended_compare_modes(model, max_tokens);
+    return default_compare_modes(model_hparams(model), max_tokens);
+}
+
+std::vector<ModeSpec> default_compare_modes(const HParams& hp, int max_tokens) {
     const int max_l = std::max(1, hp.max_loops);
     const int deep = std::min(8, max_l);
     const int shallow = std::min(4, max_l);
-    auto base = [&](const std::string& label, DecodeMode mode) {
-        ModeSpec m;
-        m.label = label;
-        m.run.mode = mode;
-        m.run.config.max_tokens = max_tokens;
-        m.run.config.loops = deep;
-        return m;
-    };
     std::vector<ModeSpec> out;
-    ModeSpec g4 = base(format("greedy L=%d", shallow), DecodeMode::Greedy);
-    g4.run.config.loops = shallow;
-    out.push_back(g4);
-    out.push_back(base(format("greedy L=%d", deep), DecodeMode::Greedy));
+    out.push_back(mode(format("greedy L=%d", shallow), DecodeMode::Greedy, max_tokens, shallow));
+    out.push_back(mode(format("greedy L=%d", deep), DecodeMode::Greedy, max_tokens, deep));
     if (deep >= 2) {
-        ModeSpec s = base(format("speculative %d->%d", std::min(2, deep - 1), deep), DecodeMode::Speculative);
+        ModeSpec s = mode(format("speculative %d->%d", std::min(2, deep - 1), deep), DecodeMode::Speculative, max_tokens, deep);
         s.run.speculation.draft_loops = std::min(2, deep - 1);
         s.run.speculation.verify_loops = deep;
         s.run.speculation.draft_ahead = 4;
         out.push_back(s);
-        ModeSpec t = base(format("tree %d->%d K=2", std::min(2, deep - 1), deep), DecodeMode::Tree);
+        ModeSpec t = mode(format("tree %d->%d K=2", std::min(2, deep - 1), deep), DecodeMode::Tree, max_tokens, deep);
         t.run.speculation = s.run.speculation;
         t.run.speculation.branches = 2;
         out.push_back(t);
     }
     for (float thr : {0.1f, 0.2f}) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "early exit l2<%.2f", static_cast<double>(thr));
-        ModeSpec e = base(buf, DecodeMode::EarlyExit);
+        ModeSpec e = mode(format("early exit l2<%.2f", static_cast<double>(thr)), DecodeMode::EarlyExit, max_tokens, deep);
         e.run.config.early_exit_patience = 1;
         e.run.config.early_exit_min_L = 2;
         e.run.config.early_exit_criterion = EarlyExitCriterion::HiddenL2;
         e.run.config.early_exit_threshold = thr;
         out.push_back(e);
     }
-    ModeSpec smp = base("sampling T=0.8 seed=7", DecodeMode::Sample);
-    smp.run.config.temperature = 0.8f;
-    smp.run.config.top_k = 40;
-    smp.run.config.sample_seed = 7;
-    out.push_back(smp);
+    out.push_back(sampling_mode(max_tokens, deep));
     return out;
 }
 

@@ -25,13 +25,14 @@ struct ModeSpec {
 
 // The comparison's default set on a model: greedy at 4 and 8 loops, speculative 2->8, tree 2->8
 // (K=2), early exit at two thresholds, sampling with a seed. Depths are clamped to max_loops.
-// With `rec`, the loaded file's recommendation (model_recommendation), when it recommends early
-// exit or speculation: the modes as the file says they pay, at its default depth D: greedy at 2D
-// and at D (the second mode, the view's default baseline), chain and tree self-speculation
-// verified at D with the file's draft depth, draft length and width (the built-in ones where it
-// names none), early exit with its policy (when it has one), sampling.
-std::vector<ModeSpec> default_compare_modes(const tinyloop::HParams& hp, int max_tokens,
-                                            const tinyloop::Recommendation* rec = nullptr);
+std::vector<ModeSpec> default_compare_modes(const tinyloop::HParams& hp, int max_tokens);
+// The default set on a loaded model. When its file recommends early exit or speculation
+// (model_recommendation): the modes as the file says they pay, at its default depth D — greedy
+// at 2D and at D (the second mode, the view's default baseline), chain and tree self-speculation
+// verified at D with the knobs resolved_speculation gives (the file's, else the built-in ones),
+// early exit with resolve_early_exit's policy (when the file has one), sampling. Otherwise the
+// set above for its hyperparameters.
+std::vector<ModeSpec> default_compare_modes(const tinyloop::Model* model, int max_tokens);
 
 // What one mode produced.
 struct ModeRun {
