@@ -44,6 +44,10 @@ struct WeightView {
     const uint8_t* data = nullptr;
     const uint16_t* scales = nullptr;
     const uint16_t* zeros = nullptr;
+    // Optional, Q8/Q4 only: the same codes and f16 parameters repacked into row panels by
+    // i8_pack_panels (below), owned by whoever owns `data`. Where set and the CPU runs the
+    // AVX-512 VNNI level, the int8-activation matmul reads the panels instead of `data`.
+    const uint8_t* panels = nullptr;
 };
 
 // IEEE binary16 <-> binary32 (round to nearest even; inf/nan preserved).
@@ -99,6 +103,20 @@ void quantize_row_int8(const float* x, int cols, int8_t* q, float* dx);
 // The int8-activation product in double: x quantized with quantize_row_int8, W dequantized as
 // dequant_row, y[t, r] = sum_b dx_b * sum_{c in b} W[r, c] * xq_c.
 void matmul_int8_ref(const WeightView& W, const float* x, int n_tok, float* y);
+
+// Row panels for the int8-activation matmul (matmul_int8.cpp): 16 rows interleaved so that one
+// int32 SIMD lane holds one row (vpdpbusd with one broadcast activation word serves 16 rows), the
+// layout llama.cpp's and oneDNN's int8 GEMMs pack their weights into. Bytes needed for W's
+// panels; 0 when this CPU's kernels would not use them (no AVX512-VNNI, or W not Q8/Q4 with a
+// group_size of 32, 64 or 128).
+size_t i8_panel_bytes(const WeightView& W);
+// Writes W's panels to out (i8_panel_bytes(W) bytes, 64-byte aligned).
+void i8_pack_panels(const WeightView& W, uint8_t* out);
+// The panel kernel's exact arithmetic in scalar code (the bit-for-bit reference of the tests):
+// per (t, r), blocks b in order, in float with fused multiply-adds,
+//   acc = fma(float(D_b), s_g * dx_b, acc);  acc = fma(m_g, dsx_b, acc)
+// with D_b the exact integer dot of the block's codes and xq, m_g = -(z_g * s_g), dsx_b = dx_b * S_b.
+void matmul_i8_panel_ref(const WeightView& W, const float* x, int n_tok, float* y);
 
 // out[c] = W[row, c] (dequantized), c < cols.
 void dequant_row(const WeightView& W, int row, float* out);

@@ -54,6 +54,10 @@ struct IsaTable {
     // int8 activations (matmul_int8.cpp): y[t*W.rows + r] for r in [r0, r1), all t < n_tok, W
     // Q8 or Q4, x quantized into `a` in the layout i8_layout(W.type, level) gives.
     void (*matmul_rows_i8)(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1);
+    // The same over W.panels (matmul_i8_panel_simd.h), x quantized in natural column order (the
+    // scalar level's layout), r0 a multiple of 16; nullptr where the level has none (it needs
+    // AVX512-VNNI: matmul_int8_act checks avx512_vnni_active()).
+    void (*matmul_rows_i8_panels)(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1);
 };
 
 I8Layout i8_layout(WType type, Simd level);
@@ -63,6 +67,8 @@ void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, T
 // Whether the AVX-512 level uses vpdpbusd (AVX512-VNNI) for the int8 matmul: the CPU has it and
 // the level was not forced to "avx512-novnni" (dispatch.cpp).
 bool cpu_has_avx512_vnni();
+// Whether the CPU runs the AVX-512 level at all (F/BW/VL/DQ, dispatch.cpp).
+bool cpu_has_avx512_level();
 bool avx512_vnni_active();
 
 const IsaTable& isa_scalar();

@@ -43,12 +43,14 @@ Simd active_simd() {
     return f < 0 ? detected : static_cast<Simd>(f);
 }
 
+bool cpu_has_avx512_level() { return cpu_has(Simd::Avx512); }
+
 bool avx512_vnni_active() { return cpu_has_avx512_vnni() && !g_no_vnni.load(std::memory_order_relaxed); }
 
 const IsaTable& isa_scalar() {
     static const IsaTable t{matmul_rows_scalar, rmsnorm_scalar,     rope_token_scalar,
                             silu_mul_scalar,    add_inplace_scalar, attend_one_scalar,
-                            matmul_rows_i8_scalar};
+                            matmul_rows_i8_scalar, nullptr};
     return t;
 }
 

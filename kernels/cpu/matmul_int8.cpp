@@ -12,6 +12,19 @@
 // (matmul_int8_simd.h) accumulate, per (row, token), one float vector in a fixed order: chunk by
 // chunk fma(D * s, dx, acc), then the zero-point terms, then one horizontal sum; nothing depends
 // on the row tile, the token tile, the thread split or the other rows of x (batch invariance).
+//
+// Row panels (i8_pack_panels; used where the model loader packed them and the CPU runs the
+// AVX-512 VNNI level): rows in panels of 16, the last one padded with zero codes and parameters.
+// For P panels, nb blocks of 32 columns and ng groups, the bytes are
+//   codes:  [P][nb][block]: Q8 block = 8 x 64 bytes, byte 64 k + 4 i + j = code of row 16 p + i,
+//           column 32 b + 4 k + j (k < 8); Q4 block = 4 x 64 bytes, byte 64 k + 4 i + j holds
+//           column 32 b + 8 k + j in its low nibble and column 32 b + 8 k + 4 + j in its high one;
+//   params: [P][ng] x 64 bytes: the 16 rows' f16 scales, then their 16 f16 zeros.
+// The same bytes as the row-major file layout, reordered (Q4 nibbles regrouped), so a decoded
+// token reads as many bytes from either. The panel kernel keeps one float accumulator per
+// (row, token) in a lane and adds, block by block, fma(D_b, s_g dx_b) and fma(m_g, dsx_b)
+// (matmul_i8_panel_ref): a different rounding order from the chunk kernels, equally batch
+// invariant.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -59,6 +72,18 @@ void block_params(const WeightView& W, int r, float* s, float* m) {
         }
     }
 }
+
+// Rows per task for the panel kernel: whole panels, about 4 tasks per thread.
+int rows_per_task_panels(int rows, int threads) {
+    const int panels = (rows + 15) / 16;
+    const int per = std::max(1, (panels + 4 * threads - 1) / (4 * threads));
+    return per * 16;
+}
+
+std::atomic<bool> g_panels{[] {
+    const char* e = std::getenv("TINYLOOP_I8_PANELS");
+    return !(e != nullptr && std::strcmp(e, "0") == 0);
+}()};
 
 }  // namespace
 
@@ -189,13 +214,94 @@ void matmul_int8_ref(const WeightView& W, const float* x, int n_tok, float* y) {
     }
 }
 
+size_t i8_panel_bytes(const WeightView& W) {
+    if (!detail::g_panels.load(std::memory_order_relaxed) || !detail::cpu_has_avx512_level() ||
+        !detail::cpu_has_avx512_vnni())
+        return 0;
+    if ((W.type != WType::Q8 && W.type != WType::Q4) || W.rows <= 0 || W.cols <= 0 ||
+        (W.group_size != 32 && W.group_size != 64 && W.group_size != 128) || W.cols % W.group_size != 0)
+        return 0;
+    const size_t panels = (static_cast<size_t>(W.rows) + 15) / 16;
+    const size_t nb = static_cast<size_t>(W.cols) / 32, ng = static_cast<size_t>(W.cols) / W.group_size;
+    return panels * (nb * (W.type == WType::Q4 ? 256 : 512) + ng * 64);
+}
+
+void i8_pack_panels(const WeightView& W, uint8_t* out) {
+    const bool q4 = W.type == WType::Q4;
+    const int cols = W.cols, nb = cols / 32, ng = cols / W.group_size;
+    const size_t panels = (static_cast<size_t>(W.rows) + 15) / 16;
+    const size_t block_bytes = q4 ? 256 : 512;
+    const size_t row_bytes = q4 ? static_cast<size_t>(cols) / 2 : static_cast<size_t>(cols);
+    uint8_t* codes = out;
+    uint8_t* params = out + panels * nb * block_bytes;
+    std::memset(out, 0, panels * (nb * block_bytes + static_cast<size_t>(ng) * 64));
+    for (int r = 0; r < W.rows; ++r) {
+        const size_t p = static_cast<size_t>(r) / 16;
+        const int i = r % 16;
+        const uint8_t* row = W.data + static_cast<size_t>(r) * row_bytes;
+        for (int b = 0; b < nb; ++b) {
+            uint8_t* blk = codes + (p * nb + b) * block_bytes;
+            if (!q4) {
+                for (int k = 0; k < 8; ++k) {
+                    for (int j = 0; j < 4; ++j) blk[64 * k + 4 * i + j] = row[32 * b + 4 * k + j];
+                }
+            } else {
+                for (int k = 0; k < 4; ++k) {
+                    for (int j = 0; j < 4; ++j) {
+                        const uint32_t lo = detail::code_i8(row, true, 32 * b + 8 * k + j);
+                        const uint32_t hi = detail::code_i8(row, true, 32 * b + 8 * k + 4 + j);
+                        blk[64 * k + 4 * i + j] = static_cast<uint8_t>(lo | (hi << 4));
+                    }
+                }
+            }
+        }
+        for (int g = 0; g < ng; ++g) {
+            uint8_t* pg = params + (p * ng + g) * 64;
+            const size_t gi = static_cast<size_t>(r) * ng + g;
+            std::memcpy(pg + 2 * i, &W.scales[gi], 2);
+            std::memcpy(pg + 32 + 2 * i, &W.zeros[gi], 2);
+        }
+    }
+}
+
+void matmul_i8_panel_ref(const WeightView& W, const float* x, int n_tok, float* y) {
+    const bool q4 = W.type == WType::Q4;
+    const int cols = W.cols, nb = cols / 32;
+    const size_t row_bytes = q4 ? static_cast<size_t>(cols) / 2 : static_cast<size_t>(cols);
+    std::vector<int8_t> q(static_cast<size_t>(cols));
+    std::vector<float> dx(static_cast<size_t>(nb)), dsx(static_cast<size_t>(nb)), s(nb), m(nb);
+    for (int t = 0; t < n_tok; ++t) {
+        quantize_row_int8(x + static_cast<size_t>(t) * cols, cols, q.data(), dx.data());
+        for (int b = 0; b < nb; ++b) {
+            int32_t sum = 0;
+            for (int c = b * 32; c < b * 32 + 32; ++c) sum += q[c];
+            dsx[b] = dx[b] * static_cast<float>(sum);
+        }
+        for (int r = 0; r < W.rows; ++r) {
+            detail::block_params(W, r, s.data(), m.data());
+            const uint8_t* row = W.data + static_cast<size_t>(r) * row_bytes;
+            float acc = 0.0f;
+            for (int b = 0; b < nb; ++b) {
+                int32_t d = 0;
+                for (int c = b * 32; c < b * 32 + 32; ++c)
+                    d += static_cast<int32_t>(detail::code_i8(row, q4, c)) * q[c];
+                acc = std::fma(static_cast<float>(d), s[b] * dx[b], acc);
+                acc = std::fma(m[b], dsx[b], acc);
+            }
+            y[static_cast<size_t>(t) * W.rows + r] = acc;
+        }
+    }
+}
+
 namespace detail {
 
 // Quantizes x in the active level's layout and runs the level's int8 kernel over the rows.
 void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool* pool) {
     const Simd level = active_simd();
     const IsaTable& isa = active_isa();
-    const I8Layout lay = i8_layout(W.type, level);
+    const bool panels = W.panels != nullptr && level == Simd::Avx512 && isa.matmul_rows_i8_panels != nullptr &&
+                        avx512_vnni_active();
+    const I8Layout lay = panels ? i8_layout(W.type, Simd::Scalar) : i8_layout(W.type, level);
     const int cols = W.cols, nb = cols / 32;
     const int n_chunks = (cols + lay.chunk_cols - 1) / lay.chunk_cols;
     const size_t q_stride = static_cast<size_t>(n_chunks) * lay.chunk_cols;
@@ -262,15 +368,16 @@ void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, T
 
     const int threads = pool ? pool->size() : 1;
     const double work = static_cast<double>(W.rows) * W.cols * n_tok;
+    const auto run = panels ? isa.matmul_rows_i8_panels : isa.matmul_rows_i8;
     if (threads == 1 || work < 64.0 * 1024 || W.rows < 16) {
-        isa.matmul_rows_i8(W, a, n_tok, y, 0, W.rows);
+        run(W, a, n_tok, y, 0, W.rows);
         return;
     }
-    const int chunk = rows_per_task_i8(W.rows, threads);
+    const int chunk = panels ? rows_per_task_panels(W.rows, threads) : rows_per_task_i8(W.rows, threads);
     const int n_tasks = (W.rows + chunk - 1) / chunk;
     pool->parallel_for(n_tasks, [&](int task) {
         const int r0 = task * chunk;
-        isa.matmul_rows_i8(W, a, n_tok, y, r0, std::min(W.rows, r0 + chunk));
+        run(W, a, n_tok, y, r0, std::min(W.rows, r0 + chunk));
     });
 }
 

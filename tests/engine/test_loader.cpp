@@ -203,11 +203,29 @@ TEST_P(RoundTrip, ViewsDecodeToTheWrittenValues) {
     EXPECT_EQ(m->pre[0].w_down.rows, hp.d_model);
     EXPECT_EQ(m->pre[0].w_down.cols, hp.d_ff);
     EXPECT_EQ(m->loop[0].wk.rows, hp.n_kv_heads * hp.head_dim);
-    // Weights are used in place, never copied: every view points into the file buffer.
+    // Weights are used in place, never copied: every view points into the file buffer. Where this
+    // CPU's int8 kernel uses row panels (Q8/Q4 with AVX512-VNNI), each such matrix also has its
+    // panels, packed from those codes, in the model's panel buffer; the layer copies share them.
     for (const auto& [name, v] : m->views) {
+        SCOPED_TRACE(name);
         EXPECT_GE(v.data, m->file.data());
         EXPECT_LT(v.data, m->file.data() + m->file.size());
+        const size_t pb = kern::i8_panel_bytes(v);
+        if (pb == 0) {
+            EXPECT_EQ(v.panels, nullptr);
+            continue;
+        }
+        ASSERT_NE(v.panels, nullptr);
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(v.panels) % 64, 0u);
+        EXPECT_GE(v.panels, m->panels.data());
+        EXPECT_LE(v.panels + pb, m->panels.data() + m->panels.size());
+        std::vector<uint8_t> want(pb);
+        kern::i8_pack_panels(v, want.data());
+        EXPECT_EQ(std::memcmp(want.data(), v.panels, pb), 0);
     }
+    EXPECT_EQ(m->loop[1].w_up.panels, m->find_tensor("loop.1.w_up")->panels);
+    if (dtype == DType::Q8 || dtype == DType::Q4)
+        std::printf("[ info ] %s: %zu bytes of row panels\n", dtype_name(dtype), m->panels.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, RoundTrip,

@@ -395,6 +395,101 @@ TEST(Int8Act, SwitchSelectsThePath) {
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(yi[i], ref[i], 1e-4 * (std::fabs(ref[i]) + 1.0));
 }
 
+// Row panels (kernels.h: i8_pack_panels): where this CPU uses them (AVX512-VNNI), every output of
+// the panel kernel equals matmul_i8_panel_ref bit for bit, for any token count, tile remainder,
+// thread split and partial last panel; it stays within the int8 reference's bound; and levels
+// without the panel kernel ignore the panels (same bits as the plain view).
+struct Packed {
+    std::vector<uint8_t> bytes;
+    WeightView view;
+    explicit Packed(const WeightView& v) : view(v) {
+        const size_t n = i8_panel_bytes(v);
+        bytes.assign(n + 64, 0xee);
+        auto* p = bytes.data();
+        p += (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
+        i8_pack_panels(v, p);
+        view.panels = p;
+    }
+};
+
+TEST(Int8Act, PanelsFollowTheirReferenceBitForBit) {
+    TL_SEED_TRACE;
+    Levels lv;
+    Int8Act on(true);
+    {
+        Rng probe(1);
+        const Weights w(WType::Q8, 16, 32, 32, probe);
+        if (i8_panel_bytes(w.view()) == 0) GTEST_SKIP() << "this CPU's kernels use no row panels (no AVX512-VNNI)";
+    }
+    Rng rng(24);
+    ThreadPool pool2(2), pool3(3);
+    const auto same = [](const float* p, const float* q, size_t k) {  // bits, any NaN equal to any NaN
+        for (size_t i = 0; i < k; ++i) {
+            if (std::memcmp(&p[i], &q[i], 4) != 0 && !(std::isnan(p[i]) && std::isnan(q[i]))) return false;
+        }
+        return true;
+    };
+    struct Case {
+        WType type;
+        int gs, rows, cols;
+    };
+    const std::vector<Case> cases = {
+        {WType::Q8, 32, 1, 32},    {WType::Q4, 32, 7, 96},     {WType::Q8, 32, 16, 160},  {WType::Q4, 32, 33, 352},
+        {WType::Q8, 64, 257, 192}, {WType::Q4, 64, 130, 1408}, {WType::Q8, 128, 70, 384}, {WType::Q4, 128, 48, 1408},
+    };
+    for (const Case& cs : cases) {
+        SCOPED_TRACE(std::string(type_name(cs.type)) + " gs " + std::to_string(cs.gs) + " " +
+                     std::to_string(cs.rows) + "x" + std::to_string(cs.cols));
+        const Weights w(cs.type, cs.rows, cs.cols, cs.gs, rng);
+        const Packed pk(w.view());
+        const int n = 17;
+        auto x = rng.normals(static_cast<size_t>(n) * cs.cols);
+        for (int t = 0; t < n; t += 4) {
+            for (int c = 0; c < cs.cols; ++c) x[static_cast<size_t>(t) * cs.cols + c] *= 1e3f;
+        }
+        x[static_cast<size_t>(5) * cs.cols + 3] = kNaN;  // token 5's first block is NaN
+        std::vector<float> want(static_cast<size_t>(n) * cs.rows, kNaN), ref(want.size(), kNaN);
+        matmul_i8_panel_ref(w.view(), x.data(), n, want.data());
+        matmul_int8_ref(w.view(), x.data(), n, ref.data());
+        std::vector<int8_t> q(static_cast<size_t>(cs.cols));
+        std::vector<float> dx(static_cast<size_t>(cs.cols / 32));
+        for (int t = 0; t < n; ++t) {  // within 2e-5 of sum_c |W[r,c] xq_c dx_b| of the int8 reference
+            quantize_row_int8(x.data() + static_cast<size_t>(t) * cs.cols, cs.cols, q.data(), dx.data());
+            for (int r = 0; r < cs.rows; ++r) {
+                const size_t i = static_cast<size_t>(t) * cs.rows + r;
+                if (t == 5) {
+                    ASSERT_TRUE(std::isnan(want[i]));
+                    continue;
+                }
+                double norm = 0.0;
+                for (int c = 0; c < cs.cols; ++c) norm += std::fabs(w.at(r, c) * q[c] * dx[c / 32]);
+                ASSERT_LE(std::fabs(static_cast<double>(want[i]) - ref[i]), 2e-5 * norm + 1e-30)
+                    << "token " << t << " row " << r << ": " << want[i] << " vs int8 reference " << ref[i];
+            }
+        }
+        ASSERT_TRUE(force_simd_level("avx512"));
+        for (int k = 1; k <= 13; ++k) {  // every token-tile remainder, from token 2 on
+            const int t0 = k == 13 ? 0 : 2;
+            const int cnt = std::min(k, n - t0);
+            for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+                const auto y = run_matmul(pk.view, x.data() + static_cast<size_t>(t0) * cs.cols, cnt, p);
+                ASSERT_TRUE(same(y.data(), want.data() + static_cast<size_t>(t0) * cs.rows,
+                                       static_cast<size_t>(cnt) * cs.rows))
+                    << cnt << " tokens from " << t0 << ", threads " << (p ? p->size() : 0);
+            }
+        }
+        const auto all = run_matmul(pk.view, x.data(), n, &pool2);
+        ASSERT_TRUE(same(all.data(), want.data(), want.size()));
+        for (const auto& level : lv.list) {  // levels without the panel kernel: the plain view's bits
+            if (level == "avx512") continue;
+            ASSERT_TRUE(force_simd_level(level.c_str()));
+            const auto a = run_matmul(pk.view, x.data(), n, &pool2), b = run_matmul(w.view(), x.data(), n, &pool2);
+            ASSERT_TRUE(same(a.data(), b.data(), a.size())) << level;
+        }
+        ASSERT_TRUE(force_simd_level(lv.saved.c_str()));
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // thread pool
 

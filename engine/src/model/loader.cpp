@@ -159,7 +159,25 @@ private:
     void parse_tokenizer(const json& t, TokenizerSpec& spec);
     uint64_t get_offset(const json& t, const std::string& field, const char* key);
     uint64_t place(const json& t, const std::string& field, const char* key, uint64_t bytes);
-    void parse_tensors(const json& t, Model& m);
+    // The CPU int8 kernel's row panels for every Q8/Q4 matrix (kern::i8_pack_panels); none where
+// this CPU's kernels do not use them. Costs a second copy of those matrices' codes in memory
+// (as llama.cpp's repacked CPU buffers do) and a pass over them at load.
+void pack_panels(Model& m) {
+    size_t total = 0;
+    for (const auto& nv : m.views) total += (kern::i8_panel_bytes(nv.second) + 63) / 64 * 64;
+    if (total == 0) return;
+    m.panels = AlignedBuffer(total);
+    size_t at = 0;
+    for (auto& nv : m.views) {
+        const size_t n = kern::i8_panel_bytes(nv.second);
+        if (n == 0) continue;
+        kern::i8_pack_panels(nv.second, m.panels.data() + at);
+        nv.second.panels = m.panels.data() + at;
+        at += (n + 63) / 64 * 64;
+    }
+}
+
+void parse_tensors(const json& t, Model& m);
 
     std::string path_;
     uint32_t version_ = 0;
@@ -535,6 +553,7 @@ std::unique_ptr<Model> Reader::read() {
         }
     }
     parse_tensors(h.at("tensors"), *m);
+    pack_panels(*m);
 
     auto view = [&](const std::string& name) -> const kern::WeightView& {
         const kern::WeightView* v = m->find_tensor(name);

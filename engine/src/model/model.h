@@ -48,6 +48,9 @@ struct Model {
     uint64_t file_bytes = 0;
 
     AlignedBuffer file;  // the file's bytes; every WeightView points into it
+    // Q8/Q4 matrices repacked into row panels for the CPU's int8 kernel (kern::i8_pack_panels),
+    // built at load where this CPU uses them; WeightView::panels points into it.
+    AlignedBuffer panels;
 
     kern::WeightView embed;      // [vocab, d]
     kern::WeightView head;       // [vocab, d]; == embed when tied
