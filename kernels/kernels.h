@@ -117,6 +117,9 @@ void i8_pack_panels(const WeightView& W, uint8_t* out);
 //   acc = fma(float(D_b), s_g * dx_b, acc);  acc = fma(m_g, dsx_b, acc)
 // with D_b the exact integer dot of the block's codes and xq, m_g = -(z_g * s_g), dsx_b = dx_b * S_b.
 void matmul_i8_panel_ref(const WeightView& W, const float* x, int n_tok, float* y);
+// Whether calls over panels with 16 tokens or more use AMX tiles (AMX-INT8, granted by Linux,
+// TINYLOOP_AMX not 0 at start-up): the same bits as the VNNI panel kernel, faster on prompts.
+bool int8_amx_active();
 
 // out[c] = W[row, c] (dequantized), c < cols.
 void dequant_row(const WeightView& W, int row, float* out);

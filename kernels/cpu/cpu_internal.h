@@ -29,6 +29,13 @@ struct ActI8 {
     const float* dx = nullptr;
     const float* dsx = nullptr;
     size_t q_stride = 0, e_stride = 0, s_stride = 0;
+    // The AMX panel kernel's activations (matmul_i8_amx.cpp), tokens in tiles of 16 (the last one
+    // padded with zero codes and scales): per (tile, block) a 512-byte B tile, 8 rows x 64 bytes,
+    // byte 64 k + 4 n + j = code of token n at the block's column 4 k + j; and per
+    // (tile, block) 16 floats dx and 16 floats dsx, one per token.
+    const int8_t* bq = nullptr;
+    const float* dxv = nullptr;
+    const float* dsxv = nullptr;
 };
 struct I8Layout {
     int chunk_cols = 32;    // columns per chunk (the SIMD kernel's step)
@@ -58,10 +65,13 @@ struct IsaTable {
     // scalar level's layout), r0 a multiple of 16; nullptr where the level has none (it needs
     // AVX512-VNNI: matmul_int8_act checks avx512_vnni_active()).
     void (*matmul_rows_i8_panels)(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1);
+    // quantize_row_int8 (the same codes and dx, bit for bit) plus dsx_b = dx_b * sum of block b's codes.
+    void (*quantize_row_i8)(const float* x, int cols, int8_t* q, float* dx, float* dsx);
 };
 
 I8Layout i8_layout(WType type, Simd level);
 void matmul_rows_i8_scalar(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1);
+void quantize_row_i8_scalar(const float* x, int cols, int8_t* q, float* dx, float* dsx);
 // matmul's int8-activation path (uses_int8_activations(W) is true).
 void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool* pool);
 // Whether the AVX-512 level uses vpdpbusd (AVX512-VNNI) for the int8 matmul: the CPU has it and
@@ -69,6 +79,18 @@ void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, T
 bool cpu_has_avx512_vnni();
 // Whether the CPU runs the AVX-512 level at all (F/BW/VL/DQ, dispatch.cpp).
 bool cpu_has_avx512_level();
+// Whether the int8 panel kernel may use AMX tiles for calls of many tokens: the CPU has AMX-TILE
+// and AMX-INT8, Linux granted this process the tile state, and TINYLOOP_AMX is not 0 (checked
+// once). The AMX kernel computes each block's integer dot exactly, as vpdpbusd does, and then the
+// same float sequence: its outputs are bit-identical to the VNNI panel kernel's.
+bool amx_usable();
+// Rows [r0, r1) over W.panels (parameters) and W.data (codes) with AMX; a.bq/dxv/dsxv filled;
+// scratch: amx_scratch_bytes(W) bytes, 64-byte aligned, for this call alone.
+void matmul_rows_i8_amx(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1,
+                        uint8_t* scratch);
+inline size_t amx_scratch_bytes(const WeightView& W) {
+    return 16 * static_cast<size_t>(W.cols) + static_cast<size_t>(W.cols / W.group_size) * 32 * sizeof(float);
+}
 bool avx512_vnni_active();
 
 const IsaTable& isa_scalar();

@@ -156,6 +156,32 @@ void matmul_panels_kind(const WeightView& W, const ActI8& a, int n_tok, float* y
     }
 }
 
+// quantize_row_int8 in AVX-512 (the same operations per element: |x| max, x * (127 / max)
+// rounded half to even by cvtps2dq, so the same codes and dx), and dsx_b = dx_b * S_b.
+void quantize_row_i8_avx512(const float* x, int cols, int8_t* q, float* dx, float* dsx) {
+    const __m512 sign = _mm512_set1_ps(-0.0f), inf = _mm512_set1_ps(__builtin_inff());
+    for (int b = 0; b * 32 < cols; ++b) {
+        const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+        const __m512 a0 = _mm512_andnot_ps(sign, x0), a1 = _mm512_andnot_ps(sign, x1);
+        // NaN (unordered) or infinity anywhere in the block
+        const __mmask16 bad = _mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ);
+        if (bad != 0) {
+            dx[b] = __builtin_nanf("");
+            dsx[b] = dx[b];
+            std::memset(q + 32 * b, 0, 32);
+            continue;
+        }
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        dx[b] = amax / 127.0f;
+        const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, inv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, inv));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtsepi32_epi8(i0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtsepi32_epi8(i1));
+        const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+        dsx[b] = dx[b] * static_cast<float>(sum);
+    }
+}
+
 void matmul_rows_i8_panels(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1) {
     if (W.type == WType::Q4) {
         matmul_panels_kind<true>(W, a, n_tok, y, r0, r1);

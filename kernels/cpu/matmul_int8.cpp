@@ -36,6 +36,11 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "kernels/cpu/cpu_internal.h"
 
@@ -72,6 +77,10 @@ void block_params(const WeightView& W, int r, float* s, float* m) {
         }
     }
 }
+
+// Calls of at least this many tokens take the AMX kernel where amx_usable() (the same bits as
+// the VNNI panel kernel; below it the padding of a 16-token tile costs more than AMX saves).
+constexpr int kAmxMinTokens = 16;
 
 // Rows per task for the panel kernel: whole panels, about 4 tasks per thread.
 int rows_per_task_panels(int rows, int threads) {
@@ -140,12 +149,39 @@ void matmul_rows_i8_scalar(const WeightView& W, const ActI8& a, int n_tok, float
     }
 }
 
+void quantize_row_i8_scalar(const float* x, int cols, int8_t* q, float* dx, float* dsx) {
+    quantize_row_int8(x, cols, q, dx);
+    for (int b = 0; b * 32 < cols; ++b) {
+        int32_t sum = 0;
+        for (int i = 0; i < 32; ++i) sum += q[b * 32 + i];
+        dsx[b] = dx[b] * static_cast<float>(sum);
+    }
+}
+
 bool cpu_has_avx512_vnni() {
     static const bool has = [] {
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512vnni") != 0;
     }();
     return has;
+}
+
+bool amx_usable() {
+    static const bool ok = [] {
+        const char* e = std::getenv("TINYLOOP_AMX");
+        if (e != nullptr && std::strcmp(e, "0") == 0) return false;
+#if defined(__x86_64__) && defined(__linux__)
+        if (!cpu_has_avx512_level() || !cpu_has_avx512_vnni()) return false;
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+        if ((d & (1u << 24)) == 0 || (d & (1u << 25)) == 0) return false;  // AMX-TILE, AMX-INT8
+        // Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM, XTILEDATA).
+        return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+        return false;
+#endif
+    }();
+    return ok;
 }
 
 }  // namespace detail
@@ -213,6 +249,8 @@ void matmul_int8_ref(const WeightView& W, const float* x, int n_tok, float* y) {
         }
     }
 }
+
+bool int8_amx_active() { return detail::amx_usable(); }
 
 size_t i8_panel_bytes(const WeightView& W) {
     if (!detail::g_panels.load(std::memory_order_relaxed) || !detail::cpu_has_avx512_level() ||
@@ -325,13 +363,8 @@ void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, T
         float* dxt = dx.data() + t * s_stride;
         float* dsxt = dsx.data() + t * s_stride;
         int8_t* target = lay.q4_split ? nat.data() : qt;
-        quantize_row_int8(x + t * cols, cols, target, dxt);
+        isa.quantize_row_i8(x + t * cols, cols, target, dxt, dsxt);
         std::fill(dxt + nb, dxt + s_stride, 0.0f);
-        for (int b = 0; b < nb; ++b) {
-            int32_t sum = 0;
-            for (int i = 0; i < 32; ++i) sum += target[b * 32 + i];
-            dsxt[b] = dxt[b] * static_cast<float>(sum);
-        }
         std::fill(dsxt + nb, dsxt + s_stride, 0.0f);
         if (lay.q4_split) {  // per chunk: even columns, then odd columns
             std::memset(qt, 0, q_stride);
@@ -368,17 +401,52 @@ void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, T
 
     const int threads = pool ? pool->size() : 1;
     const double work = static_cast<double>(W.rows) * W.cols * n_tok;
+    // Many tokens: the AMX kernel (same bits), its activations regrouped into B tiles.
+    const bool amx = panels && n_tok >= kAmxMinTokens && amx_usable();
+    thread_local std::vector<int8_t> bq;
+    thread_local std::vector<float> dxv, dsxv;
+    if (amx) {
+        const size_t n_tiles = (nt + 15) / 16;
+        bq.assign(n_tiles * nb * 512, 0);
+        dxv.assign(n_tiles * nb * 16, 0.0f);
+        dsxv.assign(n_tiles * nb * 16, 0.0f);
+        for (size_t t = 0; t < nt; ++t) {
+            const int8_t* xq = qbuf.data() + t * q_stride;
+            const size_t tile = t / 16, n = t % 16;
+            for (int b = 0; b < nb; ++b) {
+                const size_t tb = tile * nb + b;
+                int8_t* dst = bq.data() + tb * 512 + 4 * n;
+                for (int k = 0; k < 8; ++k) std::memcpy(dst + 64 * k, xq + 32 * b + 4 * k, 4);
+                dxv[tb * 16 + n] = dx[t * s_stride + b];
+                dsxv[tb * 16 + n] = dsx[t * s_stride + b];
+            }
+        }
+        a.bq = bq.data();
+        a.dxv = dxv.data();
+        a.dsxv = dsxv.data();
+    }
     const auto run = panels ? isa.matmul_rows_i8_panels : isa.matmul_rows_i8;
-    if (threads == 1 || work < 64.0 * 1024 || W.rows < 16) {
-        run(W, a, n_tok, y, 0, W.rows);
+    const bool one = threads == 1 || work < 64.0 * 1024 || W.rows < 16;
+    const int chunk = one ? W.rows : panels ? rows_per_task_panels(W.rows, threads) : rows_per_task_i8(W.rows, threads);
+    const int n_tasks = (W.rows + chunk - 1) / chunk;
+    // The AMX kernel's per-task scratch (its panel's unpacked rows), 64-byte aligned.
+    thread_local std::vector<uint8_t> amx_scratch;
+    const size_t scratch_each = amx ? (amx_scratch_bytes(W) + 63) / 64 * 64 : 0;
+    if (amx && amx_scratch.size() < scratch_each * n_tasks + 64) amx_scratch.resize(scratch_each * n_tasks + 64);
+    uint8_t* scratch0 = amx_scratch.data() + (64 - reinterpret_cast<uintptr_t>(amx_scratch.data()) % 64) % 64;
+    const auto task_fn = [&](int task) {
+        const int r0 = task * chunk, r1 = std::min(W.rows, r0 + chunk);
+        if (amx) {
+            matmul_rows_i8_amx(W, a, n_tok, y, r0, r1, scratch0 + scratch_each * task);
+        } else {
+            run(W, a, n_tok, y, r0, r1);
+        }
+    };
+    if (one) {
+        task_fn(0);
         return;
     }
-    const int chunk = panels ? rows_per_task_panels(W.rows, threads) : rows_per_task_i8(W.rows, threads);
-    const int n_tasks = (W.rows + chunk - 1) / chunk;
-    pool->parallel_for(n_tasks, [&](int task) {
-        const int r0 = task * chunk;
-        run(W, a, n_tok, y, r0, std::min(W.rows, r0 + chunk));
-    });
+    pool->parallel_for(n_tasks, task_fn);
 }
 
 }  // namespace detail

@@ -421,6 +421,7 @@ TEST(Int8Act, PanelsFollowTheirReferenceBitForBit) {
         const Weights w(WType::Q8, 16, 32, 32, probe);
         if (i8_panel_bytes(w.view()) == 0) GTEST_SKIP() << "this CPU's kernels use no row panels (no AVX512-VNNI)";
     }
+    std::printf("[ info ] panel calls of 16+ tokens use %s\n", int8_amx_active() ? "AMX tiles" : "vpdpbusd (no AMX)");
     Rng rng(24);
     ThreadPool pool2(2), pool3(3);
     const auto same = [](const float* p, const float* q, size_t k) {  // bits, any NaN equal to any NaN
@@ -442,7 +443,7 @@ TEST(Int8Act, PanelsFollowTheirReferenceBitForBit) {
                      std::to_string(cs.rows) + "x" + std::to_string(cs.cols));
         const Weights w(cs.type, cs.rows, cs.cols, cs.gs, rng);
         const Packed pk(w.view());
-        const int n = 17;
+        const int n = 70;  // 16 tokens and more: the AMX kernel where the CPU has it
         auto x = rng.normals(static_cast<size_t>(n) * cs.cols);
         for (int t = 0; t < n; t += 4) {
             for (int c = 0; c < cs.cols; ++c) x[static_cast<size_t>(t) * cs.cols + c] *= 1e3f;
@@ -478,8 +479,13 @@ TEST(Int8Act, PanelsFollowTheirReferenceBitForBit) {
                     << cnt << " tokens from " << t0 << ", threads " << (p ? p->size() : 0);
             }
         }
-        const auto all = run_matmul(pk.view, x.data(), n, &pool2);
-        ASSERT_TRUE(same(all.data(), want.data(), want.size()));
+        for (int cnt : {16, 17, 33, 64, 65, 70}) {  // whole and partial 16-token tiles, 4-tile groups
+            for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool3}) {
+                const auto y = run_matmul(pk.view, x.data(), cnt, p);
+                ASSERT_TRUE(same(y.data(), want.data(), static_cast<size_t>(cnt) * cs.rows))
+                    << cnt << " tokens, threads " << (p ? p->size() : 0);
+            }
+        }
         for (const auto& level : lv.list) {  // levels without the panel kernel: the plain view's bits
             if (level == "avx512") continue;
             ASSERT_TRUE(force_simd_level(level.c_str()));
