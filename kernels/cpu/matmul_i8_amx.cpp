@@ -83,6 +83,12 @@ void matmul_rows_i8_amx(const WeightView& W, const ActI8& a, int n_tok, float* y
     const size_t tstep = static_cast<size_t>(nb) * 512;
     // scratch: the panel's A rows (16 x cols bytes), then per group 16 scales and 16 offsets.
     float* sm = reinterpret_cast<float*>(scratch + 16 * static_cast<size_t>(cols));
+    // Another AMX user in this process (llama.cpp's ggml, oneDNN under PyTorch) may have configured
+    // this thread's tiles once and rely on that: keep its configuration and give it back at the
+    // end (releasing instead made llama.cpp's next tile load fault with SIGILL in one process).
+    TileConfig saved;
+    _tile_storeconfig(&saved);
+    __asm__ __volatile__("" : : "r"(&saved) : "memory");
     configure_tiles();
     alignas(64) int32_t cbuf[2][256];
     for (int p = r0 / 16; p * 16 < r1; ++p) {
@@ -149,7 +155,12 @@ void matmul_rows_i8_amx(const WeightView& W, const ActI8& a, int n_tok, float* y
             }
         }
     }
-    _tile_release();
+    if (saved.palette != 0) {
+        __asm__ __volatile__("" : : "r"(&saved) : "memory");
+        _tile_loadconfig(&saved);
+    } else {
+        _tile_release();
+    }
 }
 
 }  // namespace tinyloop::kern::detail

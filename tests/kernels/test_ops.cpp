@@ -6,6 +6,10 @@
 // The seed is random per run and printed on failure; TL_TEST_SEED=<n> replays one.
 #include <gtest/gtest.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -495,6 +499,45 @@ TEST(Int8Act, PanelsFollowTheirReferenceBitForBit) {
         ASSERT_TRUE(force_simd_level(lv.saved.c_str()));
     }
 }
+
+// The AMX kernel shares the thread's tiles with whoever else uses AMX in the process (llama.cpp's
+// ggml configures a thread's tiles once and keeps using them; oneDNN under PyTorch does too): a
+// configuration present before a call is the one present after it, and none stays none.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("amx-tile"))) void tile_load_config(const uint8_t* c) {
+    __asm__ __volatile__("" : : "r"(c) : "memory");
+    _tile_loadconfig(c);
+}
+__attribute__((target("amx-tile"))) void tile_store_config(uint8_t* c) {
+    _tile_storeconfig(c);
+    __asm__ __volatile__("" : : "r"(c) : "memory");
+}
+__attribute__((target("amx-tile"))) void tile_release_all() { _tile_release(); }
+
+TEST(Int8Act, AmxKeepsAnotherUsersTileConfiguration) {
+    if (!int8_amx_active()) GTEST_SKIP() << "this CPU (or kernel) gives no AMX tiles";
+    Int8Act on(true);
+    Rng rng(25);
+    const Weights w(WType::Q4, 40, 96, 32, rng);
+    const Packed pk(w.view());
+    const auto x = rng.normals(static_cast<size_t>(20) * 96);
+    alignas(64) uint8_t theirs[64] = {}, after[64];
+    theirs[0] = 1;                      // palette 1
+    theirs[16] = 8;                     // tmm0: 8 bytes a row
+    theirs[48] = 2;                     // tmm0: 2 rows
+    theirs[16 + 2 * 7] = 64;            // tmm7: 64 bytes a row
+    theirs[48 + 7] = 16;                // tmm7: 16 rows
+    tile_load_config(theirs);
+    const auto y = run_matmul(pk.view, x.data(), 20, nullptr);
+    tile_store_config(after);
+    EXPECT_EQ(std::memcmp(theirs, after, 64), 0) << "the caller's tile configuration was not given back";
+    tile_release_all();
+    const auto y2 = run_matmul(pk.view, x.data(), 20, nullptr);
+    tile_store_config(after);
+    EXPECT_EQ(after[0], 0) << "a thread without tiles before the call has tiles configured after it";
+    EXPECT_TRUE(bits_equal(y.data(), y2.data(), y.size()));
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // thread pool
