@@ -12,6 +12,10 @@
 // bits). Every (t, h) is computed on its own: neither the batch nor the thread split changes a
 // bit. A query with no rows at all gets zeros.
 //
+// Several queries (f32 cache, no extras): up to 4 consecutive queries of one head that start at
+// the same row run together (attend_multi: a key block and a value row are loaded once for all of
+// them), each with attend_one's operations in attend_one's order, so the bits are the same.
+//
 // INT8 cache (kq set): key/value p of kv head kh is ks[p, kh] * kq[p, kh, :]. The fast path
 // dequantizes the query's rows of its kv head into per-thread float buffers (in the row
 // sequence's order) and runs the same attend_one on them, so it is as batch-invariant as the f32
@@ -187,6 +191,67 @@ void attention(const AttentionArgs& a, ThreadPool* pool) {
         }
     };
     const int threads = pool ? pool->size() : 1;
+    // f32 cache, no extras, several queries (a prompt, a batch of rows): up to 4 consecutive
+    // queries of one head that start at the same row share each key block's and value row's loads
+    // (attend_multi; each output keeps attend_one's bits). Units: (head, first token, count).
+    const auto multi = detail::active_isa().attend_multi;
+    if (multi != nullptr && a.kq == nullptr && a.extra_offsets == nullptr && a.n_tok > 1) {
+        struct Unit {
+            int h, t0, nq;
+        };
+        std::vector<Unit> units;
+        units.reserve(static_cast<size_t>(a.n_heads) * (a.n_tok + 3) / 4);
+        for (int t = 0; t < a.n_tok;) {
+            int nq = 1;
+            if (a.kv_end[t] > a.kv_begin[t]) {
+                while (nq < 4 && t + nq < a.n_tok && a.kv_begin[t + nq] == a.kv_begin[t] &&
+                       a.kv_end[t + nq] > a.kv_begin[t + nq])
+                    ++nq;
+            }
+            for (int h = 0; h < a.n_heads; ++h) units.push_back({h, t, nq});
+            t += nq;
+        }
+        const auto run_units = [&](int u0, int u1) {
+            thread_local std::vector<float> scratch;
+            const size_t each = static_cast<size_t>(max_rows) + 16;
+            if (scratch.size() < 4 * each) scratch.resize(4 * each);
+            for (int u = u0; u < u1; ++u) {
+                const Unit& un = units[static_cast<size_t>(u)];
+                const size_t koff = static_cast<size_t>(un.h / group) * a.head_dim;
+                const float* qs[4];
+                float* outs[4];
+                float* sc[4];
+                int ends[4];
+                for (int j = 0; j < un.nq; ++j) {
+                    const size_t qoff = (static_cast<size_t>(un.t0 + j) * a.n_heads + un.h) * a.head_dim;
+                    qs[j] = a.q + qoff;
+                    outs[j] = a.out + qoff;
+                    sc[j] = scratch.data() + static_cast<size_t>(j) * each;
+                    ends[j] = a.kv_end[un.t0 + j];
+                }
+                const int b = a.kv_begin[un.t0];
+                if (a.kv_end[un.t0] > b &&
+                    multi(qs, a.k + koff, a.v + koff, a.kv_stride, a.head_dim, b, ends, un.nq, scale, sc, outs))
+                    continue;
+                for (int j = 0; j < un.nq; ++j) {
+                    const int t = un.t0 + j;
+                    attend(qs[j], a.k + koff, a.v + koff, a.kv_stride, a.head_dim, a.kv_begin[t],
+                           std::max(a.kv_begin[t], a.kv_end[t]), nullptr, 0, scale, sc[0], outs[j]);
+                }
+            }
+        };
+        const int n_units = static_cast<int>(units.size());
+        if (threads == 1 || work < 32.0 * 1024 || n_units == 1) {
+            run_units(0, n_units);
+            return;
+        }
+        const int n_tasks = std::min(n_units, 4 * threads);
+        pool->parallel_for(n_tasks, [&](int task) {
+            run_units(static_cast<int>(static_cast<long long>(n_units) * task / n_tasks),
+                      static_cast<int>(static_cast<long long>(n_units) * (task + 1) / n_tasks));
+        });
+        return;
+    }
     if (threads == 1 || work < 32.0 * 1024 || pairs == 1) {
         run(0, pairs);
         return;

@@ -58,6 +58,11 @@ struct IsaTable {
     void (*attend_one)(const float* q, const float* k, const float* v, int kv_stride, int head_dim,
                        int b, int e, const int* extra, int n_extra, float scale, float* scratch,
                        float* out);
+    // Several queries of one head at once (attention_simd.h, attend_multi_simd): queries j < nq over
+    // rows [b, e[j]) (each e[j] > b, no extras), each output bit-identical to attend_one's;
+    // returns false, doing nothing, where the level cannot (head_dim), nullptr at the scalar level.
+    bool (*attend_multi)(const float* const* q, const float* k, const float* v, int kv_stride, int head_dim, int b,
+                         const int* e, int nq, float scale, float* const* scratch, float* const* out);
     // int8 activations (matmul_int8.cpp): y[t*W.rows + r] for r in [r0, r1), all t < n_tok, W
     // Q8 or Q4, x quantized into `a` in the layout i8_layout(W.type, level) gives.
     void (*matmul_rows_i8)(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1);

@@ -9,7 +9,7 @@ namespace tinyloop::kern::detail {
 
 const IsaTable& isa_avx2() {
     static const IsaTable t{matmul_rows_simd, rmsnorm_simd,     rope_token_simd,
-                            silu_mul_simd,    add_inplace_simd, attend_one_simd,
+                            silu_mul_simd,    add_inplace_simd, attend_one_simd, attend_multi_dispatch,
                             matmul_rows_i8_simd<false>, nullptr, quantize_row_i8_scalar};
     return t;
 }

@@ -22,7 +22,7 @@ void matmul_rows_i8_avx512(const WeightView& W, const ActI8& a, int n_tok, float
 
 const IsaTable& isa_avx512() {
     static const IsaTable t{matmul_rows_simd, rmsnorm_simd,     rope_token_simd,
-                            silu_mul_simd,    add_inplace_simd, attend_one_simd,
+                            silu_mul_simd,    add_inplace_simd, attend_one_simd, attend_multi_dispatch,
                             matmul_rows_i8_avx512, matmul_rows_i8_panels, quantize_row_i8_avx512};
     return t;
 }

@@ -222,6 +222,61 @@ TEST(Ops, MatmulIsBatchAndThreadInvariant) {
     }
 }
 
+// Attention over many queries at once (a prompt: causal ranges, GQA, queries that share their
+// first row and some that do not, an empty range) gives every query the bits of a call with that
+// query alone, at every level and thread count: the several-query kernel (attend_multi) keeps
+// attend_one's order.
+TEST(Ops, AttentionOfManyQueriesHasTheBitsOfOneAtATime) {
+    TL_SEED_TRACE;
+    Levels lv;
+    Rng rng(26);
+    ThreadPool pool2(2);
+    for (int head_dim : {24, 32, 64, 128}) {
+        const int n_heads = 4, n_kv = 2, n_tok = 23, rows = 90, stride = n_kv * head_dim;
+        const auto q = rng.normals(static_cast<size_t>(n_tok) * n_heads * head_dim);
+        const auto k = rng.normals(static_cast<size_t>(rows) * stride);
+        const auto v = rng.normals(static_cast<size_t>(rows) * stride);
+        std::vector<int> b(n_tok), e(n_tok);
+        for (int t = 0; t < n_tok; ++t) {
+            b[t] = t < 15 ? 0 : 9;   // two groups of first rows
+            e[t] = 60 + t + (t % 3); // causal-like, not monotone
+        }
+        e[7] = 0;  // an empty range: zeros
+        b[20] = 3;
+        for (const auto& level : lv.list) {
+            SCOPED_TRACE(level + " head_dim " + std::to_string(head_dim));
+            ASSERT_TRUE(force_simd_level(level.c_str()));
+            AttentionArgs a;
+            a.k = k.data();
+            a.v = v.data();
+            a.n_heads = n_heads;
+            a.n_kv_heads = n_kv;
+            a.head_dim = head_dim;
+            a.kv_stride = stride;
+            std::vector<float> all(q.size(), kNaN), one(static_cast<size_t>(n_heads) * head_dim, kNaN);
+            a.q = q.data();
+            a.out = all.data();
+            a.n_tok = n_tok;
+            a.kv_begin = b.data();
+            a.kv_end = e.data();
+            for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+                attention(a, p);
+                for (int t = 0; t < n_tok; ++t) {
+                    AttentionArgs a1 = a;
+                    a1.q = q.data() + static_cast<size_t>(t) * n_heads * head_dim;
+                    a1.out = one.data();
+                    a1.n_tok = 1;
+                    a1.kv_begin = &b[t];
+                    a1.kv_end = &e[t];
+                    attention(a1, nullptr);
+                    ASSERT_TRUE(bits_equal(one.data(), all.data() + static_cast<size_t>(t) * n_heads * head_dim, one.size()))
+                        << "token " << t << ", threads " << (p ? p->size() : 1);
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // int8 activations (Q8/Q4 weights)
 
