@@ -108,7 +108,20 @@ void matmul_rows_i8_amx(const WeightView& W, const ActI8& a, int n_tok, float* y
                 } else if (!q4) {
                     std::memcpy(dst, codes + i * row_bytes, static_cast<size_t>(cols));
                 } else {
-                    for (int b = 0; b < nb; ++b) {  // byte c/2: column c in its low nibble if c is even
+                    // byte c/2: column c in its low nibble if c is even. Four blocks (64 bytes) at a
+                    // time: nibbles interleaved per 128-bit lane, then each block's two halves joined.
+                    const __m512i low4z = _mm512_set1_epi8(15);
+                    const __m512i join01 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+                    const __m512i join23 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+                    int b = 0;
+                    for (; b + 4 <= nb; b += 4) {
+                        const __m512i v = _mm512_loadu_si512(codes + i * row_bytes + 16 * b);
+                        const __m512i lo = _mm512_and_si512(v, low4z), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4z);
+                        const __m512i ul = _mm512_unpacklo_epi8(lo, hi), uh = _mm512_unpackhi_epi8(lo, hi);
+                        _mm512_storeu_si512(dst + 32 * b, _mm512_permutex2var_epi64(ul, join01, uh));
+                        _mm512_storeu_si512(dst + 32 * b + 64, _mm512_permutex2var_epi64(ul, join23, uh));
+                    }
+                    for (; b < nb; ++b) {
                         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i * row_bytes + 16 * b));
                         const __m128i lo = _mm_and_si128(v, low4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), low4);
                         _mm_store_si128(reinterpret_cast<__m128i*>(dst + 32 * b), _mm_unpacklo_epi8(lo, hi));
