@@ -191,6 +191,18 @@ void attention(const AttentionArgs& a, ThreadPool* pool) {
         }
     };
     const int threads = pool ? pool->size() : 1;
+    // Work items [0, n) through fn(i0, i1): inline when small, else about 4 tasks per thread.
+    const auto split = [&](int n, const auto& fn) {
+        if (threads == 1 || work < 32.0 * 1024 || n == 1) {
+            fn(0, n);
+            return;
+        }
+        const int n_tasks = std::min(n, 4 * threads);
+        pool->parallel_for(n_tasks, [&](int task) {
+            fn(static_cast<int>(static_cast<long long>(n) * task / n_tasks),
+               static_cast<int>(static_cast<long long>(n) * (task + 1) / n_tasks));
+        });
+    };
     // f32 cache, no extras, several queries (a prompt, a batch of rows): up to 4 consecutive
     // queries of one head that start at the same row share each key block's and value row's loads
     // (attend_multi; each output keeps attend_one's bits). Units: (head, first token, count).
@@ -240,27 +252,10 @@ void attention(const AttentionArgs& a, ThreadPool* pool) {
                 }
             }
         };
-        const int n_units = static_cast<int>(units.size());
-        if (threads == 1 || work < 32.0 * 1024 || n_units == 1) {
-            run_units(0, n_units);
-            return;
-        }
-        const int n_tasks = std::min(n_units, 4 * threads);
-        pool->parallel_for(n_tasks, [&](int task) {
-            run_units(static_cast<int>(static_cast<long long>(n_units) * task / n_tasks),
-                      static_cast<int>(static_cast<long long>(n_units) * (task + 1) / n_tasks));
-        });
+        split(static_cast<int>(units.size()), run_units);
         return;
     }
-    if (threads == 1 || work < 32.0 * 1024 || pairs == 1) {
-        run(0, pairs);
-        return;
-    }
-    const int n_tasks = std::min(pairs, 4 * threads);
-    pool->parallel_for(n_tasks, [&](int task) {
-        run(static_cast<int>(static_cast<long long>(pairs) * task / n_tasks),
-            static_cast<int>(static_cast<long long>(pairs) * (task + 1) / n_tasks));
-    });
+    split(pairs, run);
 }
 
 }  // namespace tinyloop::kern
