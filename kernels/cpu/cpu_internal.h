@@ -82,6 +82,12 @@ void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, T
 // Whether the AVX-512 level uses vpdpbusd (AVX512-VNNI) for the int8 matmul: the CPU has it and
 // the level was not forced to "avx512-novnni" (dispatch.cpp).
 bool cpu_has_avx512_vnni();
+// Row-panel layout (matmul_int8.cpp, i8_pack_panels): bytes of W's panel codes, after which come
+// the per-(panel, group) parameters; the one place the packer and both panel kernels take it from.
+inline size_t i8_panel_code_bytes(const WeightView& W) {
+    const size_t panels = (static_cast<size_t>(W.rows) + 15) / 16;
+    return panels * (static_cast<size_t>(W.cols) / 32) * (W.type == WType::Q4 ? 256 : 512);
+}
 // Whether the CPU runs the AVX-512 level at all (F/BW/VL/DQ, dispatch.cpp).
 bool cpu_has_avx512_level();
 // Whether the int8 panel kernel may use AMX tiles for calls of many tokens: the CPU has AMX-TILE

@@ -77,8 +77,7 @@ void matmul_rows_i8_amx(const WeightView& W, const ActI8& a, int n_tok, float* y
     const bool q4 = W.type == WType::Q4;
     const int cols = W.cols, nb = cols / 32, ng = cols / W.group_size, bpg = W.group_size / 32;
     const size_t row_bytes = q4 ? static_cast<size_t>(cols) / 2 : static_cast<size_t>(cols);
-    const size_t n_panels = (static_cast<size_t>(W.rows) + 15) / 16;
-    const uint8_t* params = W.panels + n_panels * nb * (q4 ? 256 : 512);
+    const uint8_t* params = W.panels + i8_panel_code_bytes(W);
     const int n_tiles = (n_tok + 15) / 16;
     const size_t tstep = static_cast<size_t>(nb) * 512;
     // scratch: the panel's A rows (16 x cols bytes), then per group 16 scales and 16 offsets.

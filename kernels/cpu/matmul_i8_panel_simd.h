@@ -31,9 +31,8 @@ inline PanelGeom panel_geom(const WeightView& W) {
     g.ng = W.cols / W.group_size;
     g.bpg = W.group_size / 32;
     g.block_bytes = W.type == WType::Q4 ? 256 : 512;
-    const size_t n_panels = (static_cast<size_t>(W.rows) + 15) / 16;
     g.codes = W.panels;
-    g.params = W.panels + n_panels * g.nb * g.block_bytes;
+    g.params = W.panels + i8_panel_code_bytes(W);
     return g;
 }
 

@@ -260,8 +260,7 @@ size_t i8_panel_bytes(const WeightView& W) {
         (W.group_size != 32 && W.group_size != 64 && W.group_size != 128) || W.cols % W.group_size != 0)
         return 0;
     const size_t panels = (static_cast<size_t>(W.rows) + 15) / 16;
-    const size_t nb = static_cast<size_t>(W.cols) / 32, ng = static_cast<size_t>(W.cols) / W.group_size;
-    return panels * (nb * (W.type == WType::Q4 ? 256 : 512) + ng * 64);
+    return detail::i8_panel_code_bytes(W) + panels * (static_cast<size_t>(W.cols) / W.group_size) * 64;
 }
 
 void i8_pack_panels(const WeightView& W, uint8_t* out) {
@@ -271,8 +270,8 @@ void i8_pack_panels(const WeightView& W, uint8_t* out) {
     const size_t block_bytes = q4 ? 256 : 512;
     const size_t row_bytes = q4 ? static_cast<size_t>(cols) / 2 : static_cast<size_t>(cols);
     uint8_t* codes = out;
-    uint8_t* params = out + panels * nb * block_bytes;
-    std::memset(out, 0, panels * (nb * block_bytes + static_cast<size_t>(ng) * 64));
+    uint8_t* params = out + detail::i8_panel_code_bytes(W);
+    std::memset(out, 0, detail::i8_panel_code_bytes(W) + panels * static_cast<size_t>(ng) * 64);
     for (int r = 0; r < W.rows; ++r) {
         const size_t p = static_cast<size_t>(r) / 16;
         const int i = r % 16;
