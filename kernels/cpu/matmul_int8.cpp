@@ -406,9 +406,20 @@ void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, T
     thread_local std::vector<float> dxv, dsxv;
     if (amx) {
         const size_t n_tiles = (nt + 15) / 16;
-        bq.assign(n_tiles * nb * 512, 0);
-        dxv.assign(n_tiles * nb * 16, 0.0f);
-        dsxv.assign(n_tiles * nb * 16, 0.0f);
+        if (bq.size() < n_tiles * nb * 512) bq.resize(n_tiles * nb * 512);
+        if (dxv.size() < n_tiles * nb * 16) {
+            dxv.resize(n_tiles * nb * 16);
+            dsxv.resize(n_tiles * nb * 16);
+        }
+        for (size_t t = nt; t < n_tiles * 16; ++t) {  // the last tile's tokens past n_tok: zeros
+            const size_t tile = t / 16, n = t % 16;
+            for (int b = 0; b < nb; ++b) {
+                const size_t tb = tile * nb + b;
+                for (int k = 0; k < 8; ++k) std::memset(bq.data() + tb * 512 + 64 * k + 4 * n, 0, 4);
+                dxv[tb * 16 + n] = 0.0f;
+                dsxv[tb * 16 + n] = 0.0f;
+            }
+        }
         for (size_t t = 0; t < nt; ++t) {
             const int8_t* xq = qbuf.data() + t * q_stride;
             const size_t tile = t / 16, n = t % 16;
