@@ -3,6 +3,7 @@
 // model for the model card's samples. Flags, sampling, events and lens rows, stop strings,
 // speculative and tree decoding, grammars.
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -498,6 +499,19 @@ TEST_F(CliTest, MalformedGrammarNamesLineAndColumn) {
     EXPECT_NE(r.err.find("--grammar"), std::string::npos) << r.err;
     r = generate({"--grammar", dir_ + "/missing.gbnf"});
     EXPECT_USAGE_ERROR(r, "missing.gbnf");
+}
+
+TEST_F(CliTest, GrammarFromAStreamWithoutAnEndIsRefused) {
+    // /dev/zero never ends: the grammar reader stops past 64 MiB (it read on without bound, to
+    // gigabytes) and says so, exit 2, well within the test's time.
+    const auto t0 = std::chrono::steady_clock::now();
+    CliRun r = generate({"--grammar", "/dev/zero", "--max-tokens", "4"});
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_FALSE(r.signaled) << r.err;
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("--grammar: /dev/zero"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("larger than 64 MiB"), std::string::npos) << r.err;
+    EXPECT_LT(s, 10.0);
 }
 
 // ---- depths, reuse and the bundled model --------------------------------------------------------

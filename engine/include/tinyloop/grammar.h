@@ -22,7 +22,8 @@ namespace tinyloop {
 struct Grammar;
 // Throws Error(InvalidArgument) "grammar:LINE:COL: message" for a malformed grammar.
 Grammar* parse_grammar(const std::string& text);
-// Error(Io) naming the path when unreadable; "PATH:LINE:COL: message" when malformed.
+// Error(Io) naming the path when unreadable; Error(InvalidArgument) past 64 MiB (a stream
+// without an end such as /dev/zero is refused, not read on); "PATH:LINE:COL: message" when malformed.
 Grammar* load_grammar_file(const std::string& path);
 // nullptr is a no-op. A Grammar is immutable: any number of calls may share it.
 void free_grammar(Grammar* g);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "grammar/grammar.h"
 #include "text/utf8.h"
@@ -694,12 +693,22 @@ Grammar* parse_grammar_named(const std::string& text, const std::string& source)
 Grammar* parse_grammar(const std::string& text) { return parse_grammar_named(text, "grammar"); }
 
 Grammar* load_grammar_file(const std::string& path) {
+    // Read in bounded chunks and stop past the cap: a path such as /dev/zero or a FIFO never
+    // ends, and slurping it whole grows memory without bound (the CLI's --prompt-file and
+    // score --file refuse the same size).
+    constexpr std::streamsize kMaxGrammarBytes = std::streamsize(64) << 20;
     std::ifstream f(path, std::ios::binary);
     if (!f) throw Error(ErrorCode::Io, path + ": cannot open the grammar file");
-    std::ostringstream ss;
-    ss << f.rdbuf();
+    std::string text;
+    char buf[1 << 16];
+    while (f.read(buf, sizeof(buf)) || f.gcount() > 0) {
+        text.append(buf, static_cast<size_t>(f.gcount()));
+        if (static_cast<std::streamsize>(text.size()) > kMaxGrammarBytes)
+            throw Error(ErrorCode::InvalidArgument,
+                        path + ": the grammar file is larger than 64 MiB (or a stream without an end)");
+    }
     if (f.bad()) throw Error(ErrorCode::Io, path + ": cannot read the grammar file");
-    return parse_grammar_named(ss.str(), path);
+    return parse_grammar_named(text, path);
 }
 
 void free_grammar(Grammar* g) { delete g; }
