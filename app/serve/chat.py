@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from request_parse import MAX_LOGPROBS, MAX_STOP, _bool, _int, bad
+from request_parse import ARR, BOOL, COMPLETION_FIELDS, INT, MAX_LOGPROBS, MAX_STOP, OBJ, STR, _bool, _int, bad, check_fields
 
 DEFAULT_TEMPLATE = {"system": "{content}\n\n", "user": "User: {content}\n", "assistant": "Assistant: {content}\n",
                     "generation_prompt": "Assistant:", "stop": ["\nUser:"]}
@@ -34,8 +34,17 @@ PASSED_THROUGH = {
     "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "no_repeat_ngram_size",
     "max_time", "grammar", "kv_cache", "min_new_tokens", "min_length",
     "forced_eos_token_id", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
-    "typical_p", "epsilon_cutoff", "eta_cutoff",
+    "typical_p", "epsilon_cutoff", "eta_cutoff", "response_format",
 }
+# OpenAI chat fields that change nothing here, accepted and ignored so that ordinary client code
+# passes: store and metadata (nothing is stored), parallel_tool_calls (meaningful only with tools,
+# which are refused).
+IGNORED = {"store": (BOOL,), "metadata": (OBJ,), "parallel_tool_calls": (BOOL,)}
+# The chat body's validation table (request_parse.check_fields): the passed-through fields typed as
+# in /v1/completions, and chat's own.
+CHAT_FIELDS = {**{k: COMPLETION_FIELDS[k] for k in PASSED_THROUGH}, "messages": (ARR,),
+               "max_completion_tokens": (INT,), "logprobs": (BOOL,), "top_logprobs": (INT,), **IGNORED}
+MESSAGE_FIELDS = {"role": (STR,), "content": (STR, ARR), "name": (STR,)}
 
 
 def load_template(metadata: Any) -> tuple[dict, str]:
@@ -69,11 +78,9 @@ def message_text(i: int, m: Any) -> tuple[str, str]:
     p = "messages[%d]" % i
     if not isinstance(m, dict):
         raise bad("messages", "%s: expected an object {role, content}" % p)
-    for k in m:
-        if k not in ("role", "content", "name"):
-            raise bad("messages", "%s.%s: not supported (allowed: role, content, name)" % (p, k))
+    check_fields(m, MESSAGE_FIELDS, p + ".", "messages")
     role = m.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:  # a list or object is unhashable: typed first
         raise bad("messages", "%s.role: %s is not one of system, developer, user, assistant"
                   % (p, repr(role) if isinstance(role, str) else type(role).__name__))
     c = m.get("content")
@@ -100,9 +107,7 @@ def chat_to_completion(body: Any, template: dict) -> tuple[dict, dict]:
     chat request's own fields."""
     if not isinstance(body, dict):
         raise bad(None, "the request body must be a JSON object")
-    for k in body:
-        if k not in PASSED_THROUGH and k not in ("messages", "max_completion_tokens", "logprobs", "top_logprobs"):
-            raise bad(k, "Unrecognized request argument supplied: %s" % k)
+    check_fields(body, CHAT_FIELDS)
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise bad("messages", "messages: expected a non-empty list of {role, content}")
@@ -119,7 +124,8 @@ def chat_to_completion(body: Any, template: dict) -> tuple[dict, dict]:
         raise bad("top_logprobs", "top_logprobs: only with logprobs: true")
     if want_lp:
         out["logprobs"] = top or 0
-    return out, {"template_stop": list(template["stop"]), "max_tokens_given": "max_tokens" in out}
+    return out, {"template_stop": list(template["stop"]), "max_tokens_given": "max_tokens" in out,
+                 "top_logprobs": top or 0}
 
 
 # ------------------------------------------------------------------------------------------
@@ -131,22 +137,23 @@ def _lp_entry(token: str, logprob: float) -> dict:
     return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8", "replace"))}
 
 
-def chat_logprobs(lp: dict | None) -> dict | None:
-    """A completion choice's logprobs {tokens, token_logprobs, top_logprobs} as chat's {content}."""
+def chat_logprobs(lp: dict | None, n_top: int = 0) -> dict | None:
+    """A completion choice's logprobs {tokens, token_logprobs, top_logprobs} as chat's {content},
+    each with the n_top most likely alternatives (OpenAI's top_logprobs: [] when not asked)."""
     if lp is None:
         return None
     content = []
     for tok, l, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
         e = _lp_entry(tok, l)
-        e["top_logprobs"] = [_lp_entry(t, v) for t, v in (top or {}).items()]
+        e["top_logprobs"] = [_lp_entry(t, v) for t, v in list((top or {}).items())[:n_top]]
         content.append(e)
     return {"content": content}
 
 
-def chat_body(completion: dict) -> dict:
+def chat_body(completion: dict, n_top: int = 0) -> dict:
     """A /v1/completions response body as a chat.completion."""
     choices = [{"index": c["index"], "message": {"role": "assistant", "content": c["text"]},
-                "logprobs": chat_logprobs(c["logprobs"]), "finish_reason": c["finish_reason"]}
+                "logprobs": chat_logprobs(c["logprobs"], n_top), "finish_reason": c["finish_reason"]}
                for c in completion["choices"]]
     out = dict(completion, id="chatcmpl-" + completion["id"].split("-", 1)[-1], object="chat.completion",
                choices=choices)
@@ -157,8 +164,9 @@ class ChatChunks:
     """Turns the completion stream's chunk dicts into chat.completion.chunk dicts: a role delta
     first for each choice, content deltas, then an empty delta with the finish reason."""
 
-    def __init__(self):
+    def __init__(self, n_top: int = 0):
         self.started: set[int] = set()
+        self.n_top = n_top
 
     def convert(self, chunk: dict) -> list[dict]:
         if "error" in chunk:
@@ -177,7 +185,8 @@ class ChatChunks:
                                                 "logprobs": None, "finish_reason": None}]))
             if c["text"] or c["logprobs"] is not None:
                 out.append(dict(base, choices=[{"index": i, "delta": {"content": c["text"]},
-                                                "logprobs": chat_logprobs(c["logprobs"]), "finish_reason": None}]))
+                                                "logprobs": chat_logprobs(c["logprobs"], self.n_top),
+                                                "finish_reason": None}]))
             if c["finish_reason"] is not None:
                 last = dict(base, choices=[{"index": i, "delta": {}, "logprobs": None,
                                             "finish_reason": c["finish_reason"]}])

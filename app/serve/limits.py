@@ -4,6 +4,8 @@
     headers have not all arrived `header_timeout_s` after the connection opened or after its
     previous response (slowloris: a client trickling header bytes holds no socket for long),
     and answers a request it cannot parse with a JSON 400.
+    It also sets each connection's kernel send buffer (SEND_BUFFER_BYTES) and hands the
+    transport to the request (stream_send aborts the connection of a client that stopped reading).
   * read_body: reads a request body up to `max_bytes` (413 at once when Content-Length says
     more, or as soon as the bytes read pass it) within `timeout_s` (408), and returns None for a
     client that went away mid-body (nothing to answer, nothing worth a traceback).
@@ -11,13 +13,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 
 import h11
 from starlette.requests import ClientDisconnect, Request
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from request_parse import ApiError
+from stream_send import TRANSPORT_KEY
+
+
+SEND_BUFFER_BYTES = 64 << 10
 
 
 class HeaderTimeoutH11(H11Protocol):
@@ -25,6 +33,13 @@ class HeaderTimeoutH11(H11Protocol):
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # A fixed kernel send buffer (Linux doubles it) instead of one autotuned up to 4 MiB: a
+        # client that stops reading holds at most this much kernel memory, and the write timeout
+        # (stream_send) starts counting once this, and the transport's 64 KiB, are full.
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         self._arm_header_timer()
 
     def on_response_complete(self) -> None:
@@ -36,6 +51,13 @@ class HeaderTimeoutH11(H11Protocol):
         if timer is not None:
             timer.cancel()
         super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        # The request's scope (its app task has not started yet) gets the transport, so that
+        # stream_send can abort the connection of a client that stopped reading.
+        if self.cycle is not None:
+            self.cycle.scope[TRANSPORT_KEY] = self.transport  # type: ignore[literal-required]
 
     def send_400_response(self, msg: str) -> None:
         """A request h11 cannot parse (garbage, headers over 16 KiB): OpenAI's JSON error, not
@@ -68,6 +90,11 @@ class HeaderTimeoutH11(H11Protocol):
 
 async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes | None:
     declared = request.headers.get("content-length")
+    if declared is not None and "transfer-encoding" in request.headers:
+        # Request smuggling's shape: a proxy in front may frame the body by the other header, so
+        # the body is not read and the connection not reused (RFC 9112 §6.1).
+        raise ApiError(400, "the request has both Content-Length and Transfer-Encoding; send one of them",
+                       None, close=True)
     if declared is not None:
         try:
             n = int(declared)

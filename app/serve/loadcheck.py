@@ -19,6 +19,14 @@ unknown model, and plain requests abandoned by their clients. Each attack must g
 (or, slowloris, its connection closed by the server); a separate process polls /health every
 50 ms throughout and every answer must come within --health-bound-ms; the server's peak VmRSS
 must stay under --rss-bound-mb. CTest runs it so (serve_loadcheck), on loopback, bounded.
+
+With --stalled N (hostile mode), N clients, each from its own loopback address (127.0.1.k: the
+server's --max-streams-per-client counts per address), open streamed requests with a 2 KB receive
+buffer and never read, after the measured burst; a plain completion and 16 more greedy requests
+(exact texts) are timed while they are connected (each must answer within --stalled-bound-s);
+then they hang up and every slot, stream
+and admission must be free within the server's --write-timeout; then the stall-then-disconnect
+case runs --stall-repeats times, /health showing nothing held after each.
 """
 from __future__ import annotations
 
@@ -259,6 +267,89 @@ async def hostile(base: str, port: int, max_body: int, rounds: int, loris: int, 
     return {"failed": failed, "attacks": rounds * len(attacks(max_body)), "slowloris": opened, "abandoned": gave_up}
 
 
+STALLED_BODY = {"prompt": "In the beginning", "max_tokens": 200, "temperature": 0, "ignore_eos": True,
+                "stream": True}
+# The server's model id, repeated in every SSE chunk: 2,000 characters make each chunk ~2.3 KB, so
+# that STALLED_BODY's 200 tokens (~460 KB) overfill the socket buffers between a client that
+# never reads and the server (~200 KB), and its stream really waits on the socket.
+MODEL_ID = "loadcheck-" + "m" * 1990
+
+
+def stalled_client(port: int, source: str, body: dict = STALLED_BODY) -> socket.socket:
+    """A connection with a 2 KB receive buffer that sends a streamed request and never reads."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    raw = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(raw), raw))
+    return s
+
+
+async def until_health(base: str, pred, bound_s: float) -> tuple[dict, float]:
+    """(/health, seconds) once pred(/health) holds, or (the last /health, inf) past bound_s."""
+    t0 = time.perf_counter()
+    async with httpx.AsyncClient(timeout=5) as c:
+        while True:
+            h = (await c.get(base + "/health")).json()
+            if pred(h):
+                return h, time.perf_counter() - t0
+            if time.perf_counter() - t0 > bound_s:
+                return h, float("inf")
+            await asyncio.sleep(0.01)
+
+
+def nothing_held(h: dict) -> bool:
+    return h["active"] == 0 and h["decoding"] == 0 and h["queued"] == 0 and h["streams"] == 0
+
+
+async def stalled_readers(base: str, port: int, n: int, hold_s: float, write_timeout: float, bound_s: float,
+                          repeats: int, want: dict) -> dict:
+    """The stalled-reader and hang-up cases (see the module comment), after the burst, so that
+    /health's counts are theirs alone."""
+    failed = []
+    socks = [stalled_client(port, "127.0.1.%d" % (k + 1)) for k in range(n)]
+    try:
+        h, _ = await until_health(base, lambda h: h["stalled"] >= n, 30)
+        stalled_seen = h["stalled"]
+        if stalled_seen < n:
+            failed.append(f"stalled readers: /health shows {stalled_seen} of {n} stalled: {h}")
+        # Normal traffic while they are connected: greedy requests, half streamed, exact texts.
+        async with httpx.AsyncClient(timeout=bound_s) as c:
+            t0 = time.perf_counter()
+            r = await c.post(base + "/v1/completions", json={"prompt": "In the beginning", "max_tokens": 32,
+                                                             "temperature": 0})
+            normal_s = time.perf_counter() - t0 if r.status_code == 200 else float("inf")
+            jobs = [(PROMPTS[k % len(PROMPTS)], LENGTHS[k % len(LENGTHS)], k % 2 == 0) for k in range(16)]
+            res = await asyncio.gather(*(one(c, base, p, m, st, want[(p, m)]) for p, m, st in jobs))
+        if normal_s > bound_s:
+            failed.append(f"stalled readers: a plain completion took {normal_s:.2f} s (bound {bound_s:g} s)")
+        bad = [st for st, dt in res if st != "ok" or dt > bound_s]
+        failed += [f"stalled readers: normal request: {b}" for b in bad]
+        normal_worst = max(dt for _, dt in res)
+        await asyncio.sleep(hold_s)
+    finally:
+        for s in socks:
+            s.close()
+    h, freed_s = await until_health(base, nothing_held, write_timeout)
+    if freed_s > write_timeout:
+        failed.append(f"stalled readers: places still held {write_timeout:g} s after the hang-ups: {h}")
+    worst = 0.0
+    for i in range(repeats):
+        s = stalled_client(port, "127.0.2.1")
+        await until_health(base, lambda h: h["streams"] >= 1 and h["decoding"] == 0, 10)
+        await asyncio.sleep(0.05)  # the response now waits on the full socket
+        s.close()
+        h, t = await until_health(base, nothing_held, 2.0)
+        worst = max(worst, t)
+        if t > 2.0:
+            failed.append(f"stall-then-disconnect #{i + 1}: still held 2 s after the hang-up: {h}")
+            break
+    return {"failed": failed, "stalled_seen": stalled_seen, "normal_s": normal_s, "normal_worst_s": normal_worst,
+            "normal_n": len(res), "freed_s": freed_s, "repeat_worst_s": worst, "repeats": repeats}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -276,6 +367,12 @@ def main() -> int:
     ap.add_argument("--header-timeout", type=float, default=2.0, help="the server's --header-timeout and --body-timeout")
     ap.add_argument("--health-bound-ms", type=float, default=100.0, help="slowest allowed /health answer (--hostile)")
     ap.add_argument("--rss-bound-mb", type=float, default=256.0, help="largest allowed server VmRSS (--hostile)")
+    ap.add_argument("--stalled", type=int, default=16, help="non-reading stream clients (--hostile; 0: none)")
+    ap.add_argument("--stalled-hold", type=float, default=2.0, help="seconds the stalled clients stay connected")
+    ap.add_argument("--stalled-bound-s", type=float, default=10.0,
+                    help="slowest allowed plain completion while the stalled clients are connected")
+    ap.add_argument("--stall-repeats", type=int, default=50, help="stall-then-disconnect repetitions (--hostile)")
+    ap.add_argument("--write-timeout", type=float, default=5.0, help="the server's --write-timeout")
     a = ap.parse_args()
 
     want = expected_texts(a.model)
@@ -283,7 +380,8 @@ def main() -> int:
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([sys.executable, str(HERE / "server.py"), a.model, "--port", str(port), "--max-queue",
                              str(a.max_queue), "--max-concurrent", str(a.max_concurrent), "--log-level", "warning",
-                             "--header-timeout", str(a.header_timeout), "--body-timeout", str(a.header_timeout)])
+                             "--header-timeout", str(a.header_timeout), "--body-timeout", str(a.header_timeout),
+                             "--write-timeout", str(a.write_timeout), "--model-name", MODEL_ID])
     max_body = 1 << 20  # the server's default --max-body-bytes
     try:
         deadline = time.time() + 60
@@ -314,7 +412,11 @@ def main() -> int:
             work = [burst(base, want, a.requests, a.concurrency, a.stream_ratio, a.seed, proc.pid)]
             if a.hostile:
                 work.append(hostile(base, port, max_body, a.attack_rounds, a.slowloris, a.header_timeout))
-            return await asyncio.gather(*work)
+            out = await asyncio.gather(*work)
+            if a.hostile and a.stalled:
+                out.append(await stalled_readers(base, port, a.stalled, a.stalled_hold, a.write_timeout,
+                                                 a.stalled_bound_s, a.stall_repeats, want))
+            return out
         try:
             results = asyncio.run(asyncio.wait_for(measured(), 180))
         except asyncio.TimeoutError:
@@ -324,6 +426,7 @@ def main() -> int:
             print("the measured burst did not finish within 180 s (a stuck request)", file=sys.stderr)
             return 1
         res, hos = results[0], (results[1] if a.hostile else None)
+        stl = results[2] if a.hostile and a.stalled else None
         stop.set()
         if not rx.poll(30):
             print("the /health poller sent nothing within 30 s of the burst's end", file=sys.stderr)
@@ -367,6 +470,14 @@ def main() -> int:
               f"{peak_mb:.1f} MB (bound {a.rss_bound_mb:g})")
         failed += hos["failed"]
         ok = ok and not hos["failed"] and worst_ms <= a.health_bound_ms and peak_mb <= a.rss_bound_mb
+    if stl is not None:
+        print(f"  stalled readers: {a.stalled} connected ({stl['stalled_seen']} stalled in /health), a plain "
+              f"32-token completion meanwhile {stl['normal_s']:.2f} s, {stl['normal_n']} more requests the slowest "
+              f"{stl['normal_worst_s']:.2f} s (bound {a.stalled_bound_s:g}); every place "
+              f"free {stl['freed_s']:.2f} s after they hung up (bound {a.write_timeout:g}); stall-then-disconnect "
+              f"x{stl['repeats']}: slowest release {stl['repeat_worst_s']:.3f} s")
+        failed += stl["failed"]
+        ok = ok and not stl["failed"]
     for f in failed[:10]:
         print("  FAILED:", f)
     print("  result:", "PASS" if ok else "FAIL")

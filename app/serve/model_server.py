@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import math
 import secrets
@@ -21,10 +22,14 @@ from request_parse import ApiError, Completion, bad, engine_error
 
 @dataclass
 class Limits:
-    """Per-request limits (server.py's --max-body-bytes, --header-timeout, --body-timeout)."""
+    """Per-request limits (server.py's --max-body-bytes, --header-timeout, --body-timeout,
+    --write-timeout, --stream-buffer-bytes, --max-streams-per-client)."""
     max_body_bytes: int = 1 << 20
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    write_timeout_s: float = 30.0  # a client that takes no write for this long is disconnected
+    stream_buffer_bytes: int = 4 << 20  # a stream's output not yet taken by its client; past it, dropped
+    max_streams_per_client: int = 8  # streams open at once from one client address
 
 
 def max_token_bytes(model) -> int:
@@ -101,6 +106,14 @@ class Server:
         self.recent: collections.deque = collections.deque(maxlen=64)
         self._lock = threading.Lock()
         self._slots: asyncio.Semaphore | None = None
+        # Event-loop state (read and written on the loop only): decodes holding or waiting for a
+        # slot, open streamed responses (stream_send.BufferedStream) and their count per client.
+        self.decoding = 0
+        self.queued = 0
+        self.streams: set = set()
+        self.client_streams: collections.Counter = collections.Counter()
+        self.write_timeouts_total = 0
+        self.dropped_streams_total = 0  # streams whose buffer passed stream_buffer_bytes
         # Continuous batching: plain decodes (greedy, sampling, early exit, grammar) of all the
         # requests in flight advance together, one token each per engine step. Requests that ask
         # for logprobs (lens rows), beam search or speculation keep their own decode.
@@ -121,6 +134,21 @@ class Server:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_concurrent)
         return self._slots
+
+    @contextlib.asynccontextmanager
+    async def decode_slot(self):
+        """One of --max-concurrent decode slots, counted for /health while waited for and held."""
+        self.queued += 1
+        try:
+            await self.slots().acquire()
+        finally:
+            self.queued -= 1
+        self.decoding += 1
+        try:
+            yield
+        finally:
+            self.decoding -= 1
+            self.slots().release()
 
     def admit(self) -> None:
         with self._lock:
@@ -223,8 +251,7 @@ class Server:
 
     def echo_logprobs(self, ids: list[int], n_top: int, loops: int) -> dict:
         """OpenAI logprobs of the prompt tokens (the first has none) from the lens at the final depth."""
-        lens = tl.score_logit_lens(self.model, ids, loops=loops, top_k=max(1, n_top))
-        depth = lens["loops"]
+        lens = tl.score_logit_lens(self.model, ids, loops=loops, top_k=max(1, n_top), final_only=True)
         out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "offsets": []}
         off = 0
         for i, t in enumerate(ids):
@@ -236,7 +263,7 @@ class Server:
                 out["token_logprobs"].append(None)
                 out["top_logprobs"].append(None)
                 continue
-            cell = lens["cells"][i - 1][depth - 1]
+            cell = lens["cells"][i - 1][-1]  # the final depth
             p = cell["p_next"]
             out["token_logprobs"].append(_log(p))
             top = {token_text(self.model, a): _log(b)

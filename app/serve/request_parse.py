@@ -27,9 +27,10 @@ class ApiError(Exception):
     """An error answered as OpenAI's {"error": {...}} object."""
 
     def __init__(self, status: int, message: str, param: str | None = None,
-                 type_: str = "invalid_request_error", code: str | None = None):
+                 type_: str = "invalid_request_error", code: str | None = None, close: bool = False):
         super().__init__(message)
         self.status, self.message, self.param, self.type, self.code = status, message, param, type_, code
+        self.close = close  # answer with Connection: close (the connection's framing is not trusted)
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -38,7 +39,7 @@ class ApiError(Exception):
         # 408: the client stalls mid-body, so the connection is closed. (After a 413 uvicorn
         # reads the rest of the body into nothing, so the client, still sending, gets the answer;
         # the header timeout bounds how long that may take.)
-        headers = {"Connection": "close"} if self.status == 408 else None
+        headers = {"Connection": "close"} if self.status == 408 or self.close else None
         return JSONResponse(status_code=self.status, content=self.body(), headers=headers)
 
 
@@ -88,19 +89,87 @@ def engine_error(exc: Exception, prompt_index: int | None = None) -> ApiError:
 # Request parsing
 # ------------------------------------------------------------------------------------------
 
-KNOWN_FIELDS = {
-    "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs",
-    "echo", "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "user", "seed",
-    "suffix",
+# The one validation table: every field of /v1/completions with the JSON types it may have
+# (null is always "left out"). check_fields types every field of a body against its table before
+# any parsing code looks at a value, so no value of an unexpected type reaches a comparison, a
+# set lookup or the binding (where it would be a TypeError's 500). /v1/chat/completions'
+# table (chat.py) reuses these entries for the fields it passes through.
+STR, INT, NUM, BOOL, OBJ, ARR = "a string", "an integer", "a number", "true or false", "an object", "an array"
+COMPLETION_FIELDS: dict[str, tuple[str, ...]] = {
+    "model": (STR,), "prompt": (STR, ARR), "max_tokens": (INT,), "temperature": (NUM,), "top_p": (NUM,),
+    "n": (INT,), "stream": (BOOL,), "stream_options": (OBJ,), "logprobs": (INT,), "echo": (BOOL,),
+    "stop": (STR, ARR), "presence_penalty": (NUM,), "frequency_penalty": (NUM,), "best_of": (INT,),
+    "logit_bias": (OBJ,), "user": (STR,), "seed": (INT,), "suffix": (STR,),
+    "response_format": (OBJ,),  # structured output (structured_output.py): a grammar made for it
     # extensions
-    "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "speculative",
-    "no_repeat_ngram_size", "max_time", "beam_size", "length_penalty", "grammar", "kv_cache",
-    "early_stopping", "renormalize_logits", "min_new_tokens", "min_length",
+    "loops": (INT,), "top_k": (INT,), "min_p": (NUM,), "repetition_penalty": (NUM,), "ignore_eos": (BOOL,),
+    "early_exit": (OBJ,), "speculative": (OBJ,), "no_repeat_ngram_size": (INT,), "max_time": (NUM,),
+    "beam_size": (INT,), "length_penalty": (NUM,), "grammar": (STR,), "kv_cache": (STR,),
+    "early_stopping": (BOOL, STR), "renormalize_logits": (BOOL,), "min_new_tokens": (INT,), "min_length": (INT,),
     # Hugging Face's sampling-side GenerationConfig knobs
-    "forced_eos_token_id", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
-    "typical_p", "epsilon_cutoff", "eta_cutoff",
-    "num_return_sequences", "num_beam_groups", "diversity_penalty", "force_words", "force_words_ids",
+    "forced_eos_token_id": (INT,), "exponential_decay_length_penalty": (ARR,), "suppress_tokens": (ARR,),
+    "begin_suppress_tokens": (ARR,), "typical_p": (NUM,), "epsilon_cutoff": (NUM,), "eta_cutoff": (NUM,),
+    "num_return_sequences": (INT,), "num_beam_groups": (INT,), "diversity_penalty": (NUM,),
+    "force_words": (ARR,), "force_words_ids": (ARR,),
 }
+EARLY_EXIT_FIELDS = {"patience": (INT,), "min_L": (INT,), "peek_every": (INT,), "criterion": (STR,),
+                     "threshold": (NUM,), "logit_margin": (NUM,)}
+SPECULATIVE_FIELDS = {"mode": (STR,), "draft_loops": (INT,), "verify_loops": (INT,), "draft_ahead": (INT,),
+                      "branches": (INT,), "K_branches": (INT,), "gamma": (INT,)}
+STREAM_OPTIONS_FIELDS = {"include_usage": (BOOL,)}
+INT64_MAX = 2**63 - 1  # no integer field of the engine is wider; larger ones are named, never cast
+
+
+def json_type(v: Any) -> str:
+    """The JSON type of a decoded value, as error messages name it."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        return "an integer"
+    if isinstance(v, float):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "an array"
+    return "an object"
+
+
+def _has_type(v: Any, t: str) -> bool:
+    if t == STR:
+        return isinstance(v, str)
+    if t == INT:
+        return _is_int(v)
+    if t == NUM:
+        return _is_int(v) or (isinstance(v, float) and not isinstance(v, bool))
+    if t == BOOL:
+        return isinstance(v, bool)
+    if t == OBJ:
+        return isinstance(v, dict)
+    return isinstance(v, list)
+
+
+def check_fields(body: dict, table: dict, prefix: str = "", param: str | None = None) -> None:
+    """Refuses an unknown field or a field whose JSON type its table does not allow, naming it
+    (`prefix` + name) and the types allowed; null counts as left out. `param` is the error's
+    param (default: the field's own name)."""
+    for k, v in body.items():
+        name = prefix + str(k)
+        types = table.get(k)
+        if types is None:
+            if prefix:
+                raise bad(param or name, "%s: unknown field (allowed: %s)" % (name, ", ".join(table)))
+            raise bad(k, "Unrecognized request argument supplied: %s" % k)
+        if v is None:
+            continue
+        if not any(_has_type(v, t) for t in types):
+            raise bad(param or name, "%s: expected %s, got %s" % (name, " or ".join(types), json_type(v)))
+        if INT in types and _is_int(v) and not -INT64_MAX - 1 <= v <= INT64_MAX:
+            raise bad(param or name, "%s: %d is outside the 64-bit integer range" % (name, v))
+
+
 HF_SAMPLING_DEFAULTS = {"forced_eos_token_id": None, "exponential_decay_length_penalty": None,
                         "suppress_tokens": [], "begin_suppress_tokens": [], "typical_p": 1,
                         "epsilon_cutoff": 0, "eta_cutoff": 0}
@@ -174,16 +243,35 @@ class Completion:
     speculative: dict | None = None
     early_exit: bool = False  # the request has an early_exit object (its unset fields: the model's)
     grammar: Any = None  # a tinyloop_py.Grammar
+    chat_top_logprobs: int = 0  # chat's top_logprobs (the alternatives each chat logprobs entry lists)
 
 
 EARLY_EXIT_KEYS = {"patience": "early_exit_patience", "min_L": "early_exit_min_L",
                    "peek_every": "early_exit_peek_every", "criterion": "early_exit_criterion",
                    "threshold": "early_exit_threshold", "logit_margin": "early_exit_logit_margin"}
 CRITERIA = {"hidden_l2", "l2", "logit_margin", "margin", "kl", "entropy_delta", "entropy", "argmax_stable", "argmax"}
-SPECULATIVE_KEYS = {"draft_loops", "verify_loops", "draft_ahead", "branches", "K_branches", "mode", "gamma"}
 
 
-def _beam_outputs(body: dict, c: Completion) -> None:
+def check_force_words(words: Any, vocab_size: int) -> None:
+    """force_words in HF's form, every id in the vocabulary (checked here: an id past 64 bits
+    would otherwise fail the binding's cast)."""
+    form = "force_words: expected a list whose entries are [token ids] or [[token ids], [token ids], ...]"
+    if not isinstance(words, list):
+        raise bad("force_words", form)
+    for i, w in enumerate(words):
+        if not isinstance(w, list):
+            raise bad("force_words", "%s; force_words[%d] is %s" % (form, i, json_type(w)))
+        alts = w if w and all(isinstance(x, list) for x in w) else [w]
+        for a in alts:
+            for t in a:
+                if not _is_int(t):
+                    raise bad("force_words", "%s; force_words[%d] holds %s" % (form, i, json_type(t)))
+                if not 0 <= t < vocab_size:
+                    raise bad("force_words", "force_words[%d]: token id %d is outside the vocabulary [0, %d)"
+                              % (i, t, vocab_size))
+
+
+def _beam_outputs(body: dict, c: Completion, vocab_size: int) -> None:
     """Diverse beam search (num_beam_groups, diversity_penalty), constrained beam search
     (force_words), and n with beam search: the n best hypotheses of one search (the engine's
     num_return_sequences), not n equal searches."""
@@ -200,9 +288,7 @@ def _beam_outputs(body: dict, c: Completion) -> None:
         raise bad("force_words", "force_words: give force_words or its alias force_words_ids, not both")
     words = body.get("force_words", body.get("force_words_ids"))
     if words is not None:
-        if not isinstance(words, list):
-            raise bad("force_words", "force_words: expected a list whose entries are [token ids] or "
-                      "[[token ids], [token ids], ...]")
+        check_force_words(words, vocab_size)
         cfg["force_words"] = words
     if cfg.get("beam_size", 0) >= 2 and c.n > 1:
         if c.stream:
@@ -216,15 +302,9 @@ def _beam_outputs(body: dict, c: Completion) -> None:
 def parse_completion(body: Any, vocab_size: int) -> Completion:
     if not isinstance(body, dict):
         raise bad(None, "the request body must be a JSON object")
-    for k in body:
-        if k not in KNOWN_FIELDS:
-            raise bad(k, "Unrecognized request argument supplied: %s" % k)
-    if body.get("model") is not None and not isinstance(body["model"], str):
-        raise bad("model", "model: expected a string")
+    check_fields(body, COMPLETION_FIELDS)
     if body.get("suffix") is not None:
         raise bad("suffix", "suffix: not supported yet")
-    if body.get("user") is not None and not isinstance(body["user"], str):
-        raise bad("user", "user: expected a string")
 
     # prompt: str | [str] | [int] | [[int]]
     if "prompt" not in body or body["prompt"] is None:
@@ -272,8 +352,7 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
     c.stream = _bool(body, "stream", False)
     so = body.get("stream_options")
     if so is not None:
-        if not isinstance(so, dict) or any(k != "include_usage" for k in so):
-            raise bad("stream_options", "stream_options: expected {\"include_usage\": bool}")
+        check_fields(so, STREAM_OPTIONS_FIELDS, "stream_options.", "stream_options")
         if not c.stream:
             raise bad("stream_options", "stream_options: only allowed when stream is true")
         c.include_usage = _bool(so, "include_usage", False)
@@ -300,10 +379,12 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
             raise bad("logit_bias", "logit_bias: expected an object {\"token_id\": bias}")
         bias = {}
         for k, v in lb.items():
-            try:
-                tid = int(k)
-            except (TypeError, ValueError):
-                raise bad("logit_bias", "logit_bias: key %s is not a token id" % json.dumps(k)) from None
+            # Canonical decimal only: int() would also take " 5", "+5", "1_0" and non-ASCII digits
+            # ("\uff11", "\u0663"), keys a proxy or a client may read as something else.
+            if not (k.isascii() and k.isdigit() and (k == "0" or k[0] != "0")):
+                raise bad("logit_bias", "logit_bias: key %s is not a token id (expected a decimal number such "
+                          "as \"42\", no sign, blanks or leading zeros)" % json.dumps(k))
+            tid = int(k)
             if tid < 0 or tid >= vocab_size:
                 raise bad("logit_bias", "logit_bias: token id %d is outside the vocabulary [0, %d)" % (tid, vocab_size))
             if not _is_num(v) or v < -100 or v > 100:
@@ -342,7 +423,7 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
     if body.get("renormalize_logits") is not None:
         cfg["renormalize_logits"] = _bool(body, "renormalize_logits", False)
     parse_hf_sampling(body, cfg, vocab_size)
-    _beam_outputs(body, c)
+    _beam_outputs(body, c, vocab_size)
     gr = body.get("grammar")
     if gr is not None:
         if not isinstance(gr, str) or not gr.strip():
@@ -351,14 +432,20 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
             c.grammar = tl.Grammar(gr)
         except ValueError as exc:
             raise bad("grammar", str(exc)) from None
+    rf = body.get("response_format")
+    if rf is not None:
+        from structured_output import response_format_grammar  # it imports this module's bad()
+        text = response_format_grammar(rf)
+        if text is not None:
+            if gr is not None:
+                raise bad("response_format", "response_format: give it or grammar, not both")
+            try:
+                c.grammar = tl.Grammar(text)
+            except ValueError as exc:
+                raise bad("response_format", "response_format: the grammar made from it is refused: %s" % exc) from None
     ee = body.get("early_exit")
     if ee is not None:
-        if not isinstance(ee, dict):
-            raise bad("early_exit", "early_exit: expected an object {patience, min_L, peek_every, criterion, "
-                                    "threshold, logit_margin}")
-        for k in ee:
-            if k not in EARLY_EXIT_KEYS:
-                raise bad("early_exit", "early_exit.%s: unknown field (allowed: %s)" % (k, ", ".join(EARLY_EXIT_KEYS)))
+        check_fields(ee, EARLY_EXIT_FIELDS, "early_exit.", "early_exit")
         # Only the fields given go into the config: Server.apply_recommendation fills the others
         # with the model's recommendation (else the built-in defaults) through the engine's resolver.
         c.early_exit = True
@@ -405,7 +492,8 @@ def parse_hf_sampling(body: dict, cfg: dict, vocab_size: int) -> None:
         cfg["forced_eos_token_id"] = v
     decay = body.get("exponential_decay_length_penalty")
     if decay is not None:
-        if (not isinstance(decay, list) or len(decay) != 2 or not _is_int(decay[0]) or not _is_num(decay[1])):
+        if (not isinstance(decay, list) or len(decay) != 2 or not _is_int(decay[0]) or not _is_num(decay[1])
+                or not 0 <= decay[0] <= INT_MAX):
             raise bad("exponential_decay_length_penalty", "exponential_decay_length_penalty: expected "
                       "[start_index, decay_factor], got %s" % json.dumps(decay))
         cfg["exponential_decay_length_penalty"] = (decay[0], float(decay[1]))
@@ -429,11 +517,7 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
     recommendation, else the engine's built-in defaults (Server.speculative_kw)."""
     if not hasattr(tl, "generate_speculative"):
         raise bad("speculative", "speculative: speculative decoding is not supported yet in this build")
-    if not isinstance(sp, dict):
-        raise bad("speculative", "speculative: expected an object {mode, draft_loops, verify_loops, draft_ahead, branches}")
-    for k in sp:
-        if k not in SPECULATIVE_KEYS:
-            raise bad("speculative", "speculative.%s: unknown field (allowed: %s)" % (k, ", ".join(sorted(SPECULATIVE_KEYS))))
+    check_fields(sp, SPECULATIVE_FIELDS, "speculative.", "speculative")
     mode = sp.get("mode")
     if mode is None:
         mode = "tree" if ("branches" in sp or "K_branches" in sp) else "chain"

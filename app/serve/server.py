@@ -49,7 +49,6 @@ import socket
 import sys
 import time
 import uuid
-import weakref
 from typing import Any, AsyncIterator
 
 try:
@@ -62,7 +61,7 @@ except ImportError as exc:  # pragma: no cover - a set-up problem, said plainly
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chat import ChatChunks, chat_body, chat_to_completion
@@ -70,6 +69,7 @@ from limits import HeaderTimeoutH11, read_body
 from model_server import (Limits, Server, _close_and_record, _json, _next, choice_logprobs, finish_reason,
                           hidden_eos, run_choice, streamed_text, text_len)
 from request_parse import ApiError, Completion, check_body, decode_json, engine_error, parse_completion
+from stream_send import BufferedStream, WriteTimeout
 
 # ------------------------------------------------------------------------------------------
 # Preparing a request (in Server.prep_pool, off the event loop)
@@ -94,6 +94,7 @@ def prepare(srv: Server, raw: bytes, chat: bool) -> tuple[Completion, list[list[
         cfg = req.config
         stops = cfg.get("stop_strings", [])
         cfg["stop_strings"] = stops + [s for s in chat_opts["template_stop"] if s not in stops]
+        req.chat_top_logprobs = chat_opts["top_logprobs"]
         if not chat_opts["max_tokens_given"]:  # OpenAI's chat default: up to the context's end
             cfg["max_tokens"] = max(1, srv.max_seq_len - max(len(p) for p in ids))
     srv.validate(req, ids)
@@ -147,6 +148,10 @@ def create_app(model, name: str | None = None, max_queue: int = 16, max_concurre
     app = FastAPI(title="TinyLoop", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = srv
 
+    def _timed_out() -> None:
+        srv.write_timeouts_total += 1
+    app.add_middleware(WriteTimeout, timeout_s=srv.limits.write_timeout_s, on_timeout=_timed_out)
+
     @app.exception_handler(ApiError)
     async def _api_error(_req: Request, exc: ApiError):
         return exc.response()
@@ -167,14 +172,25 @@ def create_app(model, name: str | None = None, max_queue: int = 16, max_concurre
 
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health():
+        now = time.monotonic()
         with srv._lock:
             return {"status": "ok", "model": srv.name, "active": srv.active, "max_queue": srv.max_queue,
-                    "max_concurrent": srv.max_concurrent, "served_total": srv.served_total,
+                    "max_concurrent": srv.max_concurrent,
+                    # decode slots in use, admitted requests waiting for one, streamed responses
+                    # open, and those whose client has taken no write for a second or more
+                    "decoding": srv.decoding, "queued": srv.queued, "streams": len(srv.streams),
+                    "stalled": sum(1 for st in srv.streams if st.stalled_for(now) >= 1.0),
+                    "write_timeouts_total": srv.write_timeouts_total,
+                    "dropped_streams_total": srv.dropped_streams_total,
+                    "served_total": srv.served_total,
                     "refused_total": srv.refused_total, "aborted_total": srv.aborted_total,
                     "batch": srv.batch.stats() if srv.batch is not None else None,
                     "limits": {"max_body_bytes": srv.limits.max_body_bytes,
                                "header_timeout_s": srv.limits.header_timeout_s,
-                               "body_timeout_s": srv.limits.body_timeout_s},
+                               "body_timeout_s": srv.limits.body_timeout_s,
+                               "write_timeout_s": srv.limits.write_timeout_s,
+                               "stream_buffer_bytes": srv.limits.stream_buffer_bytes,
+                               "max_streams_per_client": srv.limits.max_streams_per_client},
                     "chat_template": srv.chat_template_source,
                     "recent": list(srv.recent)}
 
@@ -208,16 +224,16 @@ async def serve_request(srv: Server, request: Request, chat: bool) -> Response:
     if prepared is None:  # the client left mid-body: nobody to answer
         return Response(status_code=400)
     req, ids = prepared
+    client = request.client.host if request.client is not None else ""
+    if req.stream and srv.client_streams[client] >= srv.limits.max_streams_per_client:
+        raise ApiError(429, "this client has %d streams open (--max-streams-per-client %d); finish or close one "
+                       "first" % (srv.client_streams[client], srv.limits.max_streams_per_client), None,
+                       "rate_limit_error", "too_many_streams")
     srv.admit()
     record = {"id": "cmpl-" + uuid.uuid4().hex[:24], "stream": req.stream, "chat": chat, "choices": [],
               "aborted": False}
     if req.stream:
-        gen = sse_stream(srv, req, ids, record, chat)
-        # A client gone before the body starts leaves the generator unstarted: its finally
-        # never runs, so garbage collection releases the admission instead.
-        weakref.finalize(gen, srv.release, record)
-        return StreamingResponse(gen, media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return streamed_response(srv, req, ids, record, chat, client)
     try:
         body = await unless_disconnected(request, decode_whole(srv, req, ids, record))
         if body is None:
@@ -225,11 +241,51 @@ async def serve_request(srv: Server, request: Request, chat: bool) -> Response:
             return Response(status_code=499)  # never sent: the client is gone
     finally:
         srv.release(record)
-    return Response(content=_json(chat_body(body) if chat else body), media_type="application/json")
+    return Response(content=await encode_body(chat_body(body, req.chat_top_logprobs) if chat else body),
+                    media_type="application/json")
+
+
+async def encode_body(body: dict) -> str:
+    """The response body as JSON, a choice at a time with the event loop let in between: the
+    encoder holds the GIL, and 64 echoed prompts with logprobs make megabytes."""
+    parts = []
+    for k, v in body.items():
+        if k == "choices" and len(v) > 1:
+            encoded = []
+            for c in v:
+                encoded.append(_json(c))
+                await asyncio.sleep(0)
+            parts.append(_json(k) + ": [" + ", ".join(encoded) + "]")
+        else:
+            parts.append(_json(k) + ": " + _json(v))
+    return "{" + ", ".join(parts) + "}"
+
+
+def streamed_response(srv: Server, req: Completion, ids: list[list[int]], record: dict, chat: bool,
+                      client: str) -> BufferedStream:
+    """The SSE response; from here until it ends it counts against the client's streams. Its
+    end (whatever the cause) releases the admission too, in case the decode never started."""
+    resp = None
+
+    def on_end() -> None:
+        srv.streams.discard(resp)
+        srv.client_streams[client] -= 1
+        if srv.client_streams[client] <= 0:
+            del srv.client_streams[client]
+        if resp.overflowed:
+            srv.dropped_streams_total += 1
+            record["aborted"] = True
+        srv.release(record)
+
+    resp = BufferedStream(sse_stream(srv, req, ids, record, chat), srv.limits.stream_buffer_bytes, on_end,
+                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    srv.streams.add(resp)
+    srv.client_streams[client] += 1
+    return resp
 
 
 async def decode_whole(srv: Server, req: Completion, ids: list[list[int]], record: dict) -> dict:
-    async with srv.slots():
+    async with srv.decode_slot():
         return await full_completion(srv, req, ids, record)
 
 
@@ -237,7 +293,7 @@ async def sse_stream(srv: Server, req: Completion, ids: list[list[int]], record:
                      chat: bool) -> AsyncIterator[str]:
     """The SSE body: each chunk (as chat.completion.chunk for chat), then `data: [DONE]`."""
     chunks = stream_completion(srv, req, ids, record)
-    convert = ChatChunks().convert if chat else (lambda c: [c])
+    convert = ChatChunks(req.chat_top_logprobs).convert if chat else (lambda c: [c])
     try:
         async for c in chunks:
             for d in convert(c):
@@ -272,8 +328,9 @@ async def full_completion(srv: Server, req: Completion, ids: list[list[int]], re
             record["choices"].append({"stop_reason": stats["stop_reason"], "tokens": stats["tokens_emitted"]})
             choice = {"text": prefix + result["text"], "index": pi * req.n + j, "logprobs": None,
                       "finish_reason": finish_reason(stats)}
-            if req.logprobs is not None:
-                choice["logprobs"] = choice_logprobs(srv, req, p, events, result, prefix)
+            if req.logprobs is not None:  # with echo, the lens over the prompt: on the pool, not the loop
+                choice["logprobs"] = await asyncio.get_running_loop().run_in_executor(
+                    srv.pool, choice_logprobs, srv, req, p, events, result, prefix)
             choices.append(choice)
             stats_list.append(stats)
     prompt_tokens = sum(len(p) for p in ids)
@@ -319,7 +376,7 @@ async def stream_completion(srv: Server, req: Completion, ids: list[list[int]], 
         return c
 
     try:
-        async with srv.slots():
+        async with srv.decode_slot():
             for pi, p in enumerate(ids):
                 for j, seed in enumerate(srv.seeds(req)):
                     index = pi * req.n + j
@@ -327,14 +384,32 @@ async def stream_completion(srv: Server, req: Completion, ids: list[list[int]], 
                     if req.echo:
                         prefix = req.prompts[pi] if isinstance(req.prompts[pi], str) else srv.model.detokenize(p)
                         lp = None
-                        if req.logprobs is not None:
-                            e = srv.echo_logprobs(p, req.logprobs, req.config.get("loops", 0))
+                        if req.logprobs is not None:  # the lens over the prompt: on the pool, not the loop
+                            e = await loop.run_in_executor(srv.pool, srv.echo_logprobs, p, req.logprobs,
+                                                           req.config.get("loops", 0))
                             lp = {"tokens": e["tokens"], "token_logprobs": e["token_logprobs"],
                                   "top_logprobs": e["top_logprobs"], "text_offset": e["offsets"]}
                         yield chunk(index, prefix, lp, None)
                         offset = len(prefix)
                     stream = srv.start(req, p, seed)
                     sent = ""
+                    # Logprobs go out with the text they stand for: a token whose text the engine
+                    # holds back (it may start a stop string) waits here, and is dropped with the
+                    # stop string when that matches, as the plain response's logprobs are.
+                    pending: list[tuple[str, float, dict, int]] = []
+                    lp_chars = 0
+
+                    def flush(upto: int, everything: bool = False):
+                        nonlocal lp_chars
+                        out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+                        while pending and (everything or lp_chars < upto):
+                            s, l, top, n_chars = pending.pop(0)
+                            out["tokens"].append(s)
+                            out["token_logprobs"].append(l)
+                            out["top_logprobs"].append(top)
+                            out["text_offset"].append(offset + lp_chars)
+                            lp_chars += n_chars
+                        return out if out["tokens"] else None
                     while True:
                         try:
                             ev = await loop.run_in_executor(srv.pool, _next, stream)
@@ -347,13 +422,10 @@ async def stream_completion(srv: Server, req: Completion, ids: list[list[int]], 
                             return
                         if ev is None:
                             break
-                        lp = None
                         if req.logprobs is not None and not hidden_eos(srv, ev):
-                            s, l, top = srv.event_logprob(ev, req.logprobs)
-                            lp = {"tokens": [s], "token_logprobs": [l], "top_logprobs": [top],
-                                  "text_offset": [offset]}
-                            offset += text_len(srv.model, ev["token"])
+                            pending.append((*srv.event_logprob(ev, req.logprobs), text_len(srv.model, ev["token"])))
                         sent += ev["piece"]
+                        lp = flush(len(sent))
                         if ev["piece"] or lp is not None:
                             yield chunk(index, ev["piece"], lp, None)
                         if srv.token_delay_s:
@@ -364,9 +436,10 @@ async def stream_completion(srv: Server, req: Completion, ids: list[list[int]], 
                     completion_tokens += stats["tokens_emitted"]
                     record["choices"].append({"stop_reason": stats["stop_reason"], "tokens": stats["tokens_emitted"]})
                     rest = result["text"][len(sent):] if result["text"].startswith(sent) else ""
-                    usage = {"prompt_tokens": len(p), "completion_tokens": stats["tokens_emitted"],
-                             "total_tokens": len(p) + stats["tokens_emitted"]}
-                    yield chunk(index, rest, None, finish_reason(stats), {"usage": usage, "tinyloop_stats": stats})
+                    lp = flush(len(sent) + len(rest), everything=stats["stop_reason"] != "STOP_STRING")
+                    # Usage only in the include_usage chunk (OpenAI's): a consumer that sums the
+                    # usage it sees must count each token once.
+                    yield chunk(index, rest, lp, finish_reason(stats), {"tinyloop_stats": stats})
             if req.include_usage:
                 prompt_tokens = sum(len(p) for p in ids)
                 yield {"id": record["id"], "object": "text_completion", "created": created, "model": srv.name,
@@ -421,6 +494,15 @@ def main(argv: list[str] | None = None) -> int:
                          "opens or its previous response ends; then it is closed (default %g)" % Limits.header_timeout_s)
     ap.add_argument("--body-timeout", type=float, default=Limits.body_timeout_s,
                     help="seconds a request's body may take to arrive; then 408 (default %g)" % Limits.body_timeout_s)
+    ap.add_argument("--write-timeout", type=float, default=Limits.write_timeout_s,
+                    help="seconds a client may take to accept a write of its response; a client that stops "
+                         "reading is then disconnected and its place freed (default %g)" % Limits.write_timeout_s)
+    ap.add_argument("--stream-buffer-bytes", type=int, default=Limits.stream_buffer_bytes,
+                    help="a stream's output decoded but not yet taken by its client; past it the stream is "
+                         "dropped, so decoding never waits on a socket (default %d, 4 MiB)" % Limits.stream_buffer_bytes)
+    ap.add_argument("--max-streams-per-client", type=int, default=Limits.max_streams_per_client,
+                    help="streamed responses open at once from one client address; more are answered 429 "
+                         "(default %d)" % Limits.max_streams_per_client)
     ap.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     ap.add_argument("--debug-token-delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)  # tests: a slow model
     args = ap.parse_args(argv)  # a malformed command line exits 2 (argparse)
@@ -431,10 +513,16 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or 0  # the binding's 0: all cores
     if args.max_body_bytes < 1024:
         ap.error("--max-body-bytes: %d is below 1024" % args.max_body_bytes)
-    for flag, v in (("--header-timeout", args.header_timeout), ("--body-timeout", args.body_timeout)):
+    for flag, v in (("--header-timeout", args.header_timeout), ("--body-timeout", args.body_timeout),
+                    ("--write-timeout", args.write_timeout)):
         if not (0.1 <= v <= 3600):
             ap.error("%s: %g is outside [0.1, 3600] seconds" % (flag, v))
-    limits = Limits(args.max_body_bytes, args.header_timeout, args.body_timeout)
+    if not 4096 <= args.stream_buffer_bytes <= 1 << 30:
+        ap.error("--stream-buffer-bytes: %d is outside [4096, %d]" % (args.stream_buffer_bytes, 1 << 30))
+    if not 1 <= args.max_streams_per_client <= 4096:
+        ap.error("--max-streams-per-client: %d is outside [1, 4096]" % args.max_streams_per_client)
+    limits = Limits(args.max_body_bytes, args.header_timeout, args.body_timeout, args.write_timeout,
+                    args.stream_buffer_bytes, args.max_streams_per_client)
 
     # Every refusal before the server runs (the model, the draft, the address) exits 2, as a
     # refused command line does; only a failure while serving exits 1.

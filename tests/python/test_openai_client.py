@@ -101,3 +101,123 @@ def test_chat_errors_and_unknown_model(oa):
     with pytest.raises(openai.NotFoundError) as e:
         oa.chat.completions.create(model="gpt-4o", messages=CHAT, max_tokens=2)
     assert e.value.body["code"] == "model_not_found"
+
+
+# ---- OpenAI's behaviours a client relies on ----------------------------------------------------
+
+
+def test_completion_stream_usage_only_when_asked_and_once(oa):
+    kw = dict(model="py", prompt=[PROMPT, "Hello"], max_tokens=6, temperature=0, stream=True)
+    assert all(ch.usage is None for ch in oa.completions.create(**kw))
+    chunks = list(oa.completions.create(**kw, stream_options={"include_usage": True}))
+    with_usage = [ch for ch in chunks if ch.usage is not None]
+    assert len(with_usage) == 1 and with_usage[0] is chunks[-1] and chunks[-1].usage.completion_tokens == 12
+
+
+@pytest.mark.parametrize("top", [None, 0, 3])
+def test_chat_top_logprobs_empty_unless_asked(oa, top):
+    kw = {} if top is None else {"top_logprobs": top}
+    c = oa.chat.completions.create(model="py", messages=CHAT, max_tokens=6, temperature=0, logprobs=True, **kw)
+    content = c.choices[0].logprobs.content
+    assert content and all(len(t.top_logprobs) == (top or 0) for t in content)
+    s = list(oa.chat.completions.create(model="py", messages=CHAT, max_tokens=6, temperature=0, logprobs=True,
+                                        stream=True, **kw))
+    streamed = [t for ch in s if ch.choices and ch.choices[0].logprobs for t in ch.choices[0].logprobs.content]
+    assert [t.token for t in streamed] == [t.token for t in content]
+    assert all(len(t.top_logprobs) == (top or 0) for t in streamed)
+
+
+def test_logprobs_cut_where_the_text_is_cut(oa, model):
+    """With a stop string, the logprobs' tokens end where the returned text ends (streamed or not)."""
+    full = engine_text(model, PROMPT, max_tokens=24)
+    stop = next(full[i:i + 2] for i in range(4, len(full) - 1) if all(32 < ord(ch) < 127 for ch in full[i:i + 2]))
+    kw = dict(model="py", prompt=PROMPT, max_tokens=24, temperature=0, logprobs=1, stop=[stop])
+    c = oa.completions.create(**kw)
+    text = c.choices[0].text
+    assert c.choices[0].finish_reason == "stop" and stop not in text
+    toks = c.choices[0].logprobs.tokens
+    offs = c.choices[0].logprobs.text_offset
+    assert toks and offs[-1] < len(text) or (not text and not toks)
+    chunks = list(oa.completions.create(**kw, stream=True))
+    s_toks = [t for ch in chunks if ch.choices and ch.choices[0].logprobs for t in ch.choices[0].logprobs.tokens]
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == text
+    assert s_toks == toks
+
+
+def test_harmless_parameters_accepted(oa):
+    c = oa.chat.completions.create(model="py", messages=CHAT, max_tokens=4, temperature=0, store=False, user="u1",
+                                   metadata={"k": "v"}, parallel_tool_calls=False)
+    assert c.choices[0].message.content is not None
+
+
+# ---- Structured output on the bundled model ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kjv():
+    from conftest import ROOT, RunningServer
+    s = RunningServer(ROOT / "resources" / "models" / "tinyloop-kjv" / "model-q4.tinyloop")
+    yield openai.OpenAI(base_url=s.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+    s.stop()
+
+
+KJV_MESSAGES = [{"role": "user", "content": "Who begat Enos? Answer in JSON."}]
+
+
+def test_json_object_is_valid_json(kjv):
+    import json
+    c = kjv.chat.completions.create(model="model-q4", messages=KJV_MESSAGES, max_tokens=400, temperature=0,
+                                    response_format={"type": "json_object"})
+    assert c.choices[0].finish_reason == "stop"
+    assert isinstance(json.loads(c.choices[0].message.content), dict)
+
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "tribe": {"type": "string", "enum": ["Judah", "Levi", "Benjamin"]},
+        "age": {"type": "integer"},
+        "alive": {"type": "boolean"},
+        "sons": {"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 1, "maxItems": 3},
+        "home": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                                                  "near": {"type": "array", "items": {"enum": [1, 2, 3]},
+                                                           "maxItems": 2}},
+                 "required": ["city", "near"], "additionalProperties": False},
+    },
+    "required": ["name", "tribe", "age", "alive", "sons", "home"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_schema_nested_objects_arrays_enums(kjv, stream):
+    import json
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    kw = dict(model="model-q4", messages=KJV_MESSAGES, max_tokens=400, temperature=0, response_format=rf)
+    if stream:
+        text = "".join(ch.choices[0].delta.content or "" for ch in kjv.chat.completions.create(**kw, stream=True)
+                       if ch.choices)
+    else:
+        c = kjv.chat.completions.create(**kw)
+        assert c.choices[0].finish_reason == "stop"
+        text = c.choices[0].message.content
+    o = json.loads(text)
+    assert list(o) == list(PERSON["properties"])
+    assert isinstance(o["name"], str) and len(o["name"]) <= 12 and o["tribe"] in ("Judah", "Levi", "Benjamin")
+    assert isinstance(o["age"], int) and isinstance(o["alive"], bool)
+    assert 1 <= len(o["sons"]) <= 3 and all(isinstance(s, str) and len(s) <= 8 for s in o["sons"])
+    assert list(o["home"]) == ["city", "near"] and all(x in (1, 2, 3) for x in o["home"]["near"])
+
+
+@pytest.mark.parametrize("schema, keyword", [
+    ({"type": "string", "pattern": "^a+$"}, "pattern"),
+    ({"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}, "format"),
+    ({"oneOf": [{"type": "string"}]}, "oneOf"),
+    ({"type": "number", "minimum": 3}, "minimum"),
+])
+def test_json_schema_unsupported_keyword_named(oa, schema, keyword):
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.chat.completions.create(model="py", messages=CHAT, max_tokens=4, response_format=rf)
+    assert e.value.body["param"] == "response_format" and repr(keyword) in e.value.body["message"]

@@ -38,13 +38,15 @@ py::dict last_py(const PyModel& model, const py::object& tokens, int loops, int 
     return d;
 }
 
-py::dict lens_py(const PyModel& model, const py::object& tokens, int loops, int top_k) {
+py::dict lens_py(const PyModel& model, const py::object& tokens, int loops, int top_k, bool final_only) {
     auto r = with_ids(model, tokens,
                       [&](tl::Model* m, const int32_t* p, int n) { return tl::score_logit_lens(m, p, n, loops, top_k); });
     py::list rows;
     for (int i = 0; i < r.n_positions; ++i) {
         py::list row;
-        for (int l = 1; l <= r.loops; ++l) {
+        // final_only: the one depth a caller such as the server's echo logprobs reads; the
+        // conversion, done with the GIL held, is then `loops` times shorter.
+        for (int l = final_only ? r.loops : 1; l <= r.loops; ++l) {
             const tl::LensCell& c = r.at(i, l);
             py::dict e;
             e["top_ids"] = c.top_ids;
@@ -117,9 +119,11 @@ void register_scoring(py::module_& m) {
           "The last position's next-token distribution: {logits (vocab_size floats, when logits=True),\n"
           "top_ids, top_probs (softmax at temperature 1), loops}.");
     m.def("score_logit_lens", &lens_py, py::arg("model"), py::arg("tokens"), py::arg("loops") = 0, py::arg("top_k") = 5,
+          py::arg("final_only") = false,
           "The logit lens at every position and depth 1..loops: {n_positions, loops, top_k, cells}, where\n"
           "cells[position][depth-1] = {top_ids, top_probs, argmax, p_final_argmax, p_next (-1 at the\n"
-          "last position), entropy, kl_to_final}. Depth == loops is the model's output.");
+          "last position), entropy, kl_to_final}. Depth == loops is the model's output. final_only=True:\n"
+          "cells[position] holds only that last depth's cell.");
     m.def("score_with_uncertainty", &uncertainty_py, py::arg("model"), py::arg("tokens"), py::arg("loops") = 0,
           "Per-position uncertainty: {loops, token_logprobs (n-1), entropy (n), margin (n),\n"
           "prediction_depth (n): first depth whose argmax equals the final one and stays}.");
@@ -134,7 +138,7 @@ void register_scoring(py::module_& m) {
         .def("score_last_token", &last_py, py::arg("tokens"), py::arg("loops") = 0, py::arg("top_k") = 10,
              py::arg("logits") = true, "See tinyloop_py.score_last_token.")
         .def("score_logit_lens", &lens_py, py::arg("tokens"), py::arg("loops") = 0, py::arg("top_k") = 5,
-             "See tinyloop_py.score_logit_lens.")
+             py::arg("final_only") = false, "See tinyloop_py.score_logit_lens.")
         .def("score_with_uncertainty", &uncertainty_py, py::arg("tokens"), py::arg("loops") = 0,
              "See tinyloop_py.score_with_uncertainty.")
         .def("score_with_consistency_escalation", &escalation_py, py::arg("tokens"),
