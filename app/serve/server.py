@@ -31,14 +31,21 @@ Endpoints
                              temperature, top_p, n, stop, logprobs (bool) + top_logprobs (0..5),
                              seed, penalties, logit_bias, stream, stream_options, and the
                              extensions above except echo, beam_size, speculative.
-    GET  /health (and HEAD)  {"status", "active", "max_queue", "aborted_total", "recent": [...]}
+    GET  /health (and HEAD)  {"status", "active" (admitted), "decoding" (slots in use), "queued",
+                             "streams", "stalled", "max_queue", "aborted_total", "write_timeouts_total",
+                             "dropped_streams_total", "recent": [...]}
 
 Errors are OpenAI-shaped: {"error": {"message", "type", "param", "code"}}; 400 names the field.
 At most --max-queue requests are admitted (running or waiting for one of --max-concurrent
 slots); the next one is answered 503. A client that disconnects aborts its generation (streamed
 or not) and frees its place. Limits: --max-body-bytes (413), --header-timeout (the connection is
-closed), --body-timeout (408); request bodies are decoded, checked, tokenized and their grammars
-parsed off the event loop. The server listens on loopback unless --host says otherwise.
+closed), --body-timeout (408), --write-timeout (a client that takes no write is disconnected),
+--stream-buffer-bytes (a stream's unsent output; past it the stream is dropped),
+--max-streams-per-client (429); streamed responses are sent by stream_send.BufferedStream, which
+releases a stream's place deterministically however it ends. Request bodies are decoded,
+checked, tokenized and their grammars parsed off the event loop. response_format (json_object,
+json_schema) becomes a grammar (structured_output.py). The server listens on loopback unless
+--host says otherwise.
 """
 from __future__ import annotations
 
