@@ -372,7 +372,7 @@ def main() -> int:
     ap.add_argument("--stalled-bound-s", type=float, default=10.0,
                     help="slowest allowed plain completion while the stalled clients are connected")
     ap.add_argument("--stall-repeats", type=int, default=50, help="stall-then-disconnect repetitions (--hostile)")
-    ap.add_argument("--write-timeout", type=float, default=5.0, help="the server's --write-timeout")
+    ap.add_argument("--write-timeout", type=float, default=10.0, help="the server's --write-timeout (long enough that all the stalled readers are connected at once)")
     a = ap.parse_args()
 
     want = expected_texts(a.model)
