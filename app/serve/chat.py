@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from request_parse import ARR, BOOL, COMPLETION_FIELDS, INT, MAX_LOGPROBS, MAX_STOP, OBJ, STR, _bool, _int, bad, check_fields
+from request_parse import (ARR, BOOL, COMPLETION_FIELDS, INT, MAX_LOGPROBS, MAX_STOP, OBJ, STR, _bool, _int, bad,
+                           check_fields)
 
 DEFAULT_TEMPLATE = {"system": "{content}\n\n", "user": "User: {content}\n", "assistant": "Assistant: {content}\n",
                     "generation_prompt": "Assistant:", "stop": ["\nUser:"]}
