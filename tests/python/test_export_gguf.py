@@ -211,7 +211,7 @@ def test_refusals(cli, source, tmp_path):
     assert not out.exists()
     for flags, message in [(["--loops", "7"], "--loops: 7 is outside [1, 6]"), ([], "missing --loops"),
                            (["--loops", "0"], "--loops"),
-                           (["--loops", "2", "--dtype", "q4"], "--dtype: expected one of f32, f16, q8_0, q4_0")]:
+                           (["--loops", "2", "--dtype", "q4"], "--dtype: expected one of f32, f16, bf16, q8_0, q4_0")]:
         r = export(cli, source, out, *flags)
         assert r.returncode == 2 and message in r.stderr, (flags, r.stderr)
         assert r.stderr.startswith("tinyloop export-gguf: ")
