@@ -141,6 +141,9 @@ std::vector<Placed> place_tensors(const std::vector<ExpectedTensor>& expected,
             if (!std::isfinite(t.values[i]))
                 invalid(field + ".values: element " + std::to_string(i) +
                         " is not finite, allowed finite values");
+            else if (t.dtype == DType::BF16 && !std::isfinite(kern::bf16_to_f32(kern::f32_to_bf16(t.values[i]))))
+                invalid(field + ".values: element " + std::to_string(i) + " (" + std::to_string(t.values[i]) +
+                        ") rounds to infinity in bf16, allowed |value| <= 3.3895e38 (the largest bf16)");
         p.code_bytes = n * static_cast<uint64_t>(dtype_bits(t.dtype)) / 8;
         p.offset = cursor;
         cursor = align_up(cursor + p.code_bytes);
@@ -216,7 +219,7 @@ std::string header_text(const ModelSpec& spec, const std::vector<Placed>& placed
 }
 
 // Writes preamble, header and data to `path` through `path`.tmp (removed on any failure).
-void write_model_file(const std::string& path, const std::string& header, bool injects,
+void write_model_file(const std::string& path, const std::string& header, uint32_t version,
                       const std::vector<Placed>& placed) {
     const std::string tmp = path + ".tmp";
     try {
@@ -225,7 +228,7 @@ void write_model_file(const std::string& path, const std::string& header, bool i
         Sink out(f, path);
         uint8_t pre[24];
         std::memcpy(pre, "TINYLOOP", 8);
-        put_u32(pre + 8, injects ? 2 : 1);
+        put_u32(pre + 8, version);
         put_u32(pre + 12, 0);
         put_u64(pre + 16, header.size());
         out.write(pre, sizeof pre);
@@ -243,6 +246,12 @@ void write_model_file(const std::string& path, const std::string& header, bool i
                     std::vector<uint16_t> h16(v.size());
                     for (size_t i = 0; i < v.size(); ++i) h16[i] = kern::f32_to_f16(v[i]);
                     out.write(h16.data(), h16.size() * 2);
+                    break;
+                }
+                case DType::BF16: {
+                    std::vector<uint16_t> b16(v.size());
+                    for (size_t i = 0; i < v.size(); ++i) b16[i] = kern::f32_to_bf16(v[i]);
+                    out.write(b16.data(), b16.size() * 2);
                     break;
                 }
                 default: {
@@ -281,8 +290,9 @@ void save_model(const std::string& path, const ModelSpec& spec) {
     const std::vector<ExpectedTensor> expected = expected_tensors(hp);
     const std::vector<Placed> placed = place_tensors(expected, index_tensors(spec, expected));
     const std::string header = header_text(spec, placed, std::move(metadata));
-    // FORMAT.md §1a: version 2 when the loop input is injected ("add"), else version 1.
-    write_model_file(path, header, hp.loop_input == LoopInput::Add, placed);
+    std::vector<DType> dtypes;
+    for (const Placed& p : placed) dtypes.push_back(p.t->dtype);
+    write_model_file(path, header, required_version(hp, dtypes), placed);
 }
 
 ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype, int group_size) {
