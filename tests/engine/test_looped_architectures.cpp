@@ -752,3 +752,60 @@ TEST(LoopedArchitectures, QuantizeKeepsTheArchitecture) {
 }
 
 }  // namespace
+
+namespace {
+
+// Runs f; on a coda model the path may refuse, and then only with NotSupported naming the coda.
+template <class F>
+bool runs_or_refuses_coda(const Shape& s, const char* path, F&& f) {
+    try {
+        f();
+        std::printf("[ %s ] %s: runs\n", s.name, path);
+        return true;
+    } catch (const Error& e) {
+        std::printf("[ %s ] %s: refused: %s\n", s.name, path, e.what());
+        EXPECT_GT(s.hp.n_coda_blocks, 0) << s.name << " " << path << ": " << e.what();
+        EXPECT_EQ(e.code(), ErrorCode::NotSupported) << s.name << " " << path << ": " << e.what();
+        EXPECT_NE(std::string(e.what()).find("coda"), std::string::npos) << e.what();
+        return false;
+    }
+}
+
+// The decoding paths above the forward on version-3 files: prefix caches, ResumeHandle's depth
+// upgrade, the batch engine and beam search give greedy's tokens (beam: runs), or refuse by name.
+TEST(LoopedArchitectures, CachesResumeBatchAndBeamEqualGreedyOrRefuseByName) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_paths.tinyloop", s.hp, 67);
+        const auto prompt = tokens_of(6, 41);
+        const int n = static_cast<int>(prompt.size());
+        GenerateConfig g;
+        g.max_tokens = 8;
+        g.loops = 4;
+        g.ignore_eos = true;
+        const auto greedy = generate_ex(L.m, prompt.data(), n, g).tokens;
+        ASSERT_EQ(greedy.size(), prompt.size() + 8);
+        runs_or_refuses_coda(s, "prefix cache", [&] {
+            Owned<PrefixCache> c(create_prefix_cache(L.m, prompt.data(), 3, 4));
+            EXPECT_EQ(generate_with_prefix(L.m, c.get(), prompt.data(), n, g).tokens, greedy) << s.name;
+        });
+        runs_or_refuses_coda(s, "ResumeHandle", [&] {
+            Owned<ResumeHandle> h(create_resume_handle(L.m, prompt.data(), n, 2));
+            EXPECT_EQ(resume_generate(h.get(), g).tokens, greedy) << s.name << " (prefilled at 2, decoded at 4)";
+        });
+        runs_or_refuses_coda(s, "batch engine", [&] {
+            Owned<BatchEngine> e(create_batch_engine(L.m));
+            BatchRequest r;
+            r.prompt = prompt;
+            r.config = g;
+            const uint64_t a = batch_submit(e.get(), r), b = batch_submit(e.get(), r);
+            batch_run_until_idle(e.get());
+            EXPECT_EQ(batch_result(e.get(), a).tokens, greedy) << s.name;
+            EXPECT_EQ(batch_result(e.get(), b).tokens, greedy) << s.name;
+        });
+        GenerateConfig beam = g;
+        beam.beam_size = 2;
+        EXPECT_EQ(generate_ex(L.m, prompt.data(), n, beam).tokens.size(), prompt.size() + 8) << s.name;
+    }
+}
+
+}  // namespace
