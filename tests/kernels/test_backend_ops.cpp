@@ -155,6 +155,30 @@ void add_pointwise_cases(std::vector<OpCase>& v) {
                          EXPECT_EQ(dev.down(dg, n), sum) << "add_inplace is one float add per element";
                      }});
     }
+    // FORMAT.md §1b's row ops: qk_bias (add_rows), embed_scale (scale), the adapter's input
+    // (concat_rows). One float operation or a copy per element: every back end gives the same bits.
+    for (int cols : {1, 17, 96, 1411}) {
+        v.push_back({"rows_ops_cols" + std::to_string(cols), [cols](Dev& dev, Rng& rng) {
+                         const int n = 5, db = cols + 3;
+                         const auto y = rng.normals(static_cast<size_t>(n) * cols), b = rng.normals(cols),
+                                    a2 = rng.normals(static_cast<size_t>(n) * db);
+                         std::vector<float> biased(y), scaled(y), cat;
+                         for (int t = 0; t < n; ++t)
+                             for (int c = 0; c < cols; ++c) biased[static_cast<size_t>(t) * cols + c] += b[c];
+                         for (auto& x : scaled) x *= 8.0000005f;
+                         for (int t = 0; t < n; ++t) {
+                             cat.insert(cat.end(), y.begin() + static_cast<size_t>(t) * cols, y.begin() + static_cast<size_t>(t + 1) * cols);
+                             cat.insert(cat.end(), a2.begin() + static_cast<size_t>(t) * db, a2.begin() + static_cast<size_t>(t + 1) * db);
+                         }
+                         float *dy = dev.up(y), *ds = dev.up(y), *da = dev.up(a2), *out = dev.poisoned<float>(cat.size());
+                         dev.be.concat_rows(out, dy, da, n, cols, db);
+                         EXPECT_EQ(dev.down(out, cat.size()), cat) << "concat_rows";
+                         dev.be.add_rows(dy, dev.up(b), n, cols);
+                         EXPECT_EQ(dev.down(dy, y.size()), biased) << "add_rows";
+                         dev.be.scale(ds, 8.0000005f, y.size());
+                         EXPECT_EQ(dev.down(ds, y.size()), scaled) << "scale";
+                     }});
+    }
 }
 
 // matmul against matmul_ref (matmul_int8_ref where the back end quantizes activations), with
