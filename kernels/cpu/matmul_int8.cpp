@@ -158,14 +158,6 @@ void quantize_row_i8_scalar(const float* x, int cols, int8_t* q, float* dx, floa
     }
 }
 
-bool cpu_has_avx512_vnni() {
-    static const bool has = [] {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512vnni") != 0;
-    }();
-    return has;
-}
-
 bool amx_usable() {
     static const bool ok = [] {
         const char* e = std::getenv("TINYLOOP_AMX");

@@ -35,24 +35,7 @@ std::vector<float> run_matmul(const WeightView& w, const float* x, int n_tok, Th
     return y;
 }
 
-// ---------------------------------------------------------------------------------------------
-// dispatch
-
-TEST(Dispatch, LevelsAreNamedAndForceable) {
-    Levels lv;
-    const std::string now = simd_level();
-    EXPECT_TRUE(now == "scalar" || now == "avx2" || now == "avx512-novnni" || now == "avx512") << now;
-    EXPECT_FALSE(force_simd_level("sse9"));
-    EXPECT_FALSE(force_simd_level(nullptr));
-    EXPECT_EQ(simd_level(), now);  // a refused force changes nothing
-    for (const auto& l : lv.list) {
-        ASSERT_TRUE(force_simd_level(l.c_str()));
-        EXPECT_EQ(simd_level(), l);
-    }
-    std::printf("[ info ] SIMD levels tested: ");
-    for (const auto& l : lv.list) std::printf("%s ", l.c_str());
-    std::printf("(default %s)\n", lv.saved.c_str());
-}
+// The dispatcher itself (levels against cpuid, TINYLOOP_SIMD) is tested in test_dispatch.cpp.
 
 // ---------------------------------------------------------------------------------------------
 // matmul and dequant_row
