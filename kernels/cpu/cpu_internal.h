@@ -105,6 +105,8 @@ std::string simd_request_refusal(const char* value, const CpuLevels& have);
 // once). The AMX kernel computes each block's integer dot exactly, as vpdpbusd does, and then the
 // same float sequence: its outputs are bit-identical to the VNNI panel kernel's.
 bool amx_usable();
+// How many int8 matmul calls took the AMX kernel in this process (for tests: that AMX ran).
+uint64_t amx_call_count();
 // Rows [r0, r1) over W.panels (parameters) and W.data (codes) with AMX; a.bq/dxv/dsxv filled;
 // scratch: amx_scratch_bytes(W) bytes, 64-byte aligned, for this call alone.
 void matmul_rows_i8_amx(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1,

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/cpu_internal.h"  // amx_call_count: evidence that AMX ran
 #include "kernels/kernels.h"
 #include "kernels/op_test_util.h"
 
@@ -243,8 +244,11 @@ TEST(Ops, AttentionOfManyQueriesHasTheBitsOfOneAtATime) {
             a.kv_begin = b.data();
             a.kv_end = e.data();
             for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+                // Fresh NaN per pass: the 2-thread pass must not pass on what the 1-thread one wrote.
+                std::fill(all.begin(), all.end(), kNaN);
                 attention(a, p);
                 for (int t = 0; t < n_tok; ++t) {
+                    std::fill(one.begin(), one.end(), kNaN);
                     AttentionArgs a1 = a;
                     a1.q = q.data() + static_cast<size_t>(t) * n_heads * head_dim;
                     a1.out = one.data();
@@ -566,12 +570,15 @@ TEST(Int8Act, AmxKeepsAnotherUsersTileConfiguration) {
     theirs[16 + 2 * 7] = 64;            // tmm7: 64 bytes a row
     theirs[48 + 7] = 16;                // tmm7: 16 rows
     tile_load_config(theirs);
+    const uint64_t calls = tinyloop::kern::detail::amx_call_count();
     const auto y = run_matmul(pk.view, x.data(), 20, nullptr);
     tile_store_config(after);
+    ASSERT_EQ(tinyloop::kern::detail::amx_call_count(), calls + 1) << "the 20-token call did not take the AMX kernel";
     EXPECT_EQ(std::memcmp(theirs, after, 64), 0) << "the caller's tile configuration was not given back";
     tile_release_all();
     const auto y2 = run_matmul(pk.view, x.data(), 20, nullptr);
     tile_store_config(after);
+    EXPECT_EQ(tinyloop::kern::detail::amx_call_count(), calls + 2) << "the second call did not take the AMX kernel";
     EXPECT_EQ(after[0], 0) << "a thread without tiles before the call has tiles configured after it";
     EXPECT_TRUE(bits_equal(y.data(), y2.data(), y.size()));
 }
