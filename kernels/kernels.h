@@ -100,6 +100,13 @@ const char* simd_level();
 // Force a level for tests/benchmarks ("avx512", "avx512-novnni", "avx2", "scalar"); returns
 // false when the CPU lacks it. Not thread-safe: call before work starts.
 bool force_simd_level(const char* level);
+// The environment variable TINYLOOP_SIMD=scalar|avx2|avx512-novnni|avx512 caps the levels for
+// the whole process, as if the CPU had nothing above that one (the default level, the levels
+// force_simd_level accepts, the VNNI panel and AMX kernels all follow it). An unknown name or a
+// level this CPU lacks is refused: the message (naming the variable, the value and what this CPU
+// has) is returned here, nullptr otherwise; the levels are then the hardware's, and load_model
+// throws it.
+const char* simd_request_error();
 
 // y[t*rows + r] = sum_c W[r, c] * x[t*cols + c]  for t < n_tok, r < rows.
 // x: [n_tok, cols] f32, y: [n_tok, rows] f32. pool may be nullptr (single thread).

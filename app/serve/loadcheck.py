@@ -458,9 +458,13 @@ def main() -> int:
     print(f"  /health polled {len(health_ms)} times during the burst: median "
           f"{statistics.median(health_ms) if health_ms else float('nan'):.1f} ms, slowest {worst_ms:.1f} ms")
     failed = warm["failed"] + res["failed"]
+    # A server that refuses everything also answers every request: some must complete.
+    if res["completed"] == 0:
+        failed.append("the measured burst completed no request (every one refused or failed)")
     # The flat-RSS check is for plain bursts; with attacks (20,000-rule grammars, megabyte
     # bodies) the bound is --rss-bound-mb on the peak instead.
-    ok = (not failed and lost == 0 and health["active"] == 0 and res["completed"] + res["refused"] == a.requests
+    ok = (not failed and lost == 0 and health["active"] == 0 and res["completed"] > 0
+          and res["completed"] + res["refused"] == a.requests
           and (a.hostile or rss1 - rss0 <= a.rss_tolerance_kb))
     if hos is not None:
         peak_mb = max(res["peak_rss_kb"], rss1) / 1024
@@ -468,6 +472,9 @@ def main() -> int:
               f"{hos['abandoned']} abandoned requests; failed {len(hos['failed'])}")
         print(f"  bounds: /health slowest {worst_ms:.1f} ms (bound {a.health_bound_ms:g}), peak VmRSS "
               f"{peak_mb:.1f} MB (bound {a.rss_bound_mb:g})")
+        # The abandoned-client path must have been exercised: at least one client gave up waiting.
+        if hos["abandoned"] == 0:
+            hos["failed"].append("no abandoned request: every one was answered within the client's 0.2 s")
         failed += hos["failed"]
         ok = ok and not hos["failed"] and worst_ms <= a.health_bound_ms and peak_mb <= a.rss_bound_mb
     if stl is not None:

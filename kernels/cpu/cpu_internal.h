@@ -7,6 +7,8 @@
 // be the one the linker keeps for the whole program.
 #pragma once
 
+#include <string>
+
 #include "kernels/kernels.h"
 
 namespace tinyloop::kern::detail {
@@ -79,8 +81,8 @@ void matmul_rows_i8_scalar(const WeightView& W, const ActI8& a, int n_tok, float
 void quantize_row_i8_scalar(const float* x, int cols, int8_t* q, float* dx, float* dsx);
 // matmul's int8-activation path (uses_int8_activations(W) is true).
 void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool* pool);
-// Whether the AVX-512 level uses vpdpbusd (AVX512-VNNI) for the int8 matmul: the CPU has it and
-// the level was not forced to "avx512-novnni" (dispatch.cpp).
+// Whether the CPU has AVX512-VNNI and TINYLOOP_SIMD allows it (not avx512-novnni or lower;
+// dispatch.cpp). avx512_vnni_active() adds that the level was not forced to "avx512-novnni".
 bool cpu_has_avx512_vnni();
 // Row-panel layout (matmul_int8.cpp, i8_pack_panels): bytes of W's panel codes, after which come
 // the per-(panel, group) parameters; the one place the packer and both panel kernels take it from.
@@ -88,13 +90,23 @@ inline size_t i8_panel_code_bytes(const WeightView& W) {
     const size_t panels = (static_cast<size_t>(W.rows) + 15) / 16;
     return panels * (static_cast<size_t>(W.cols) / 32) * (W.type == WType::Q4 ? 256 : 512);
 }
-// Whether the CPU runs the AVX-512 level at all (F/BW/VL/DQ, dispatch.cpp).
+// Whether the CPU runs the AVX-512 level at all (F/BW/VL/DQ, dispatch.cpp), within TINYLOOP_SIMD.
 bool cpu_has_avx512_level();
+// What a CPU offers, for simd_request_refusal.
+struct CpuLevels {
+    bool avx2 = false, avx512 = false, vnni = false;
+};
+// Why TINYLOOP_SIMD=value cannot be honoured on a CPU with `have` ("" when it can): an unknown
+// name, or a level the CPU lacks, named with the levels it has. dispatch.cpp applies it to this
+// CPU once; it takes the CPU as an argument so that a test can ask about another one.
+std::string simd_request_refusal(const char* value, const CpuLevels& have);
 // Whether the int8 panel kernel may use AMX tiles for calls of many tokens: the CPU has AMX-TILE
 // and AMX-INT8, Linux granted this process the tile state, and TINYLOOP_AMX is not 0 (checked
 // once). The AMX kernel computes each block's integer dot exactly, as vpdpbusd does, and then the
 // same float sequence: its outputs are bit-identical to the VNNI panel kernel's.
 bool amx_usable();
+// How many int8 matmul calls took the AMX kernel in this process (for tests: that AMX ran).
+uint64_t amx_call_count();
 // Rows [r0, r1) over W.panels (parameters) and W.data (codes) with AMX; a.bq/dxv/dsxv filled;
 // scratch: amx_scratch_bytes(W) bytes, 64-byte aligned, for this call alone.
 void matmul_rows_i8_amx(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1,

@@ -1,6 +1,9 @@
-// Chooses the SIMD level once from the CPU's features; tests and benchmarks may force a lower one.
+// Chooses the SIMD level once from the CPU's features, capped by TINYLOOP_SIMD; tests and
+// benchmarks may force a lower one.
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "kernels/cpu/cpu_internal.h"
 
@@ -8,7 +11,8 @@ namespace tinyloop::kern {
 namespace detail {
 namespace {
 
-bool cpu_has(Simd level) {
+// What the hardware (and the OS, which __builtin_cpu_supports checks through XCR0) offers.
+bool hw_has(Simd level) {
     switch (level) {
         case Simd::Scalar:
             return true;
@@ -20,17 +24,48 @@ bool cpu_has(Simd level) {
             // has); DQ comes with BW and VL on every shipped CPU, but checking costs nothing.
             return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                   cpu_has(Simd::Avx2);
+                   hw_has(Simd::Avx2);
     }
     return false;
 }
 
-Simd detect() {
-    __builtin_cpu_init();  // needed when the first call comes from a static initialiser
-    if (cpu_has(Simd::Avx512)) return Simd::Avx512;
-    if (cpu_has(Simd::Avx2)) return Simd::Avx2;
-    return Simd::Scalar;
+bool hw_vnni() { return hw_has(Simd::Avx512) && __builtin_cpu_supports("avx512vnni"); }
+
+// TINYLOOP_SIMD, read once: the highest level this process may use, as if the CPU had nothing
+// above it (so that one machine can run what an AVX2-only laptop runs: the default level, the
+// levels a test may force, the int8 panel and AMX kernels, which need AVX512-VNNI, all follow).
+// A refused value leaves the hardware's levels and sets `refusal`, which load_model reports.
+struct Ceiling {
+    Simd level = Simd::Scalar;
+    bool vnni = false;
+    std::string refusal;
+};
+
+const Ceiling& ceiling() {
+    static const Ceiling c = [] {
+        __builtin_cpu_init();  // needed when the first call comes from a static initialiser
+        Ceiling out;
+        const CpuLevels have{hw_has(Simd::Avx2), hw_has(Simd::Avx512), hw_vnni()};
+        out.level = have.avx512 ? Simd::Avx512 : have.avx2 ? Simd::Avx2 : Simd::Scalar;
+        out.vnni = have.vnni;
+        const char* e = std::getenv("TINYLOOP_SIMD");
+        if (e == nullptr || *e == '\0') return out;
+        out.refusal = simd_request_refusal(e, have);
+        if (!out.refusal.empty()) return out;
+        if (std::strcmp(e, "scalar") == 0) out.level = Simd::Scalar;
+        else if (std::strcmp(e, "avx2") == 0) out.level = Simd::Avx2;
+        else out.level = Simd::Avx512;
+        out.vnni = out.level == Simd::Avx512 && std::strcmp(e, "avx512-novnni") != 0;
+        return out;
+    }();
+    return c;
 }
+
+bool cpu_has(Simd level) {
+    return static_cast<int>(level) <= static_cast<int>(ceiling().level) && hw_has(level);
+}
+
+Simd detect() { return ceiling().level; }
 
 std::atomic<int> g_forced{-1};
 std::atomic<bool> g_no_vnni{false};  // "avx512-novnni" forced
@@ -44,6 +79,24 @@ Simd active_simd() {
 }
 
 bool cpu_has_avx512_level() { return cpu_has(Simd::Avx512); }
+
+bool cpu_has_avx512_vnni() { return cpu_has(Simd::Avx512) && ceiling().vnni; }
+
+std::string simd_request_refusal(const char* value, const CpuLevels& have) {
+    const std::string v = value == nullptr ? "" : value;
+    std::string has = "scalar";
+    if (have.avx2) has += ", avx2";
+    if (have.avx512) has += have.vnni ? ", avx512-novnni, avx512" : ", avx512-novnni";
+    bool lacks = false;
+    if (v == "scalar") lacks = false;
+    else if (v == "avx2") lacks = !have.avx2;
+    else if (v == "avx512-novnni") lacks = !have.avx512;
+    else if (v == "avx512") lacks = !have.avx512 || !have.vnni;
+    else
+        return "TINYLOOP_SIMD=" + v + " refused: not one of scalar, avx2, avx512-novnni, avx512";
+    if (lacks) return "TINYLOOP_SIMD=" + v + " refused: this CPU has no " + v + " (it has " + has + ")";
+    return "";
+}
 
 bool avx512_vnni_active() { return cpu_has_avx512_vnni() && !g_no_vnni.load(std::memory_order_relaxed); }
 
@@ -72,6 +125,11 @@ const char* simd_level() {
         case detail::Simd::Scalar: break;
     }
     return "scalar";
+}
+
+const char* simd_request_error() {
+    const std::string& r = detail::ceiling().refusal;
+    return r.empty() ? nullptr : r.c_str();
 }
 
 bool force_simd_level(const char* level) {

@@ -89,6 +89,9 @@ int rows_per_task_panels(int rows, int threads) {
     return per * 16;
 }
 
+// Calls that took the AMX kernel: a test's evidence that AMX ran (amx_call_count).
+std::atomic<uint64_t> g_amx_calls{0};
+
 std::atomic<bool> g_panels{[] {
     const char* e = std::getenv("TINYLOOP_I8_PANELS");
     return !(e != nullptr && std::strcmp(e, "0") == 0);
@@ -156,14 +159,6 @@ void quantize_row_i8_scalar(const float* x, int cols, int8_t* q, float* dx, floa
         for (int i = 0; i < 32; ++i) sum += q[b * 32 + i];
         dsx[b] = dx[b] * static_cast<float>(sum);
     }
-}
-
-bool cpu_has_avx512_vnni() {
-    static const bool has = [] {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512vnni") != 0;
-    }();
-    return has;
 }
 
 bool amx_usable() {
@@ -251,6 +246,8 @@ void matmul_int8_ref(const WeightView& W, const float* x, int n_tok, float* y) {
 }
 
 bool int8_amx_active() { return detail::amx_usable(); }
+
+uint64_t detail::amx_call_count() { return detail::g_amx_calls.load(std::memory_order_relaxed); }
 
 size_t i8_panel_bytes(const WeightView& W) {
     if (!detail::g_panels.load(std::memory_order_relaxed) || !detail::cpu_has_avx512_level() ||
@@ -402,6 +399,7 @@ void matmul_int8_act(const WeightView& W, const float* x, int n_tok, float* y, T
     const double work = static_cast<double>(W.rows) * W.cols * n_tok;
     // Many tokens: the AMX kernel (same bits), its activations regrouped into B tiles.
     const bool amx = panels && n_tok >= kAmxMinTokens && amx_usable();
+    if (amx) g_amx_calls.fetch_add(1, std::memory_order_relaxed);
     thread_local std::vector<int8_t> bq;
     thread_local std::vector<float> dxv, dsxv;
     if (amx) {

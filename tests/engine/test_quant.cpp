@@ -117,10 +117,26 @@ TEST(Quantize, DegenerateGroupsStayFinite) {
 }
 
 TEST(Quantize, RefusesBadArguments) {
+    // Each refusal is InvalidArgument and names the field and what is allowed.
+    const auto expect_refused = [](const std::vector<float>& w, int cols, DType t, int gs,
+                                   const std::vector<std::string>& must_name) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " group " + std::to_string(gs));
+        try {
+            quantize_matrix(w.data(), 1, cols, t, gs);
+            ADD_FAILURE() << "accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+            for (const std::string& part : must_name)
+                EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "'" << part << "' not in: " << e.what();
+        }
+    };
     std::vector<float> w(64, 1.0f);
-    EXPECT_THROW(quantize_matrix(w.data(), 1, 64, DType::F32, 32), Error);
-    EXPECT_THROW(quantize_matrix(w.data(), 1, 64, DType::Q4, 48), Error);
-    EXPECT_THROW(quantize_matrix(w.data(), 1, 64, DType::Q4, 128), Error);
+    expect_refused(w, 64, DType::F32, 32, {"dtype f32", "allowed q8, q4, q2"});
+    expect_refused(w, 64, DType::Q4, 48, {"group_size 48", "allowed 32, 64 or 128"});
+    expect_refused(w, 64, DType::Q4, 128, {"shape [1, 64]", "multiple of group_size 128"});
     w[3] = std::numeric_limits<float>::quiet_NaN();
-    EXPECT_THROW(quantize_matrix(w.data(), 1, 64, DType::Q4, 32), Error);
+    expect_refused(w, 64, DType::Q4, 32, {"row 0, col 3", "not finite"});
+    w[3] = 1.0f;
+    w[40] = -std::numeric_limits<float>::infinity();
+    expect_refused(w, 64, DType::Q8, 32, {"row 0, col 40", "not finite"});
 }

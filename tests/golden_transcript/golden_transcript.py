@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""The golden transcript: ~50 `tinyloop` CLI invocations across every decode mode, dtype and
+"""The golden transcript: ~70 `tinyloop` CLI invocations across every decode mode, dtype and
 flag family, with their --json outputs reduced to what is deterministic (ids, texts, events,
 stop reasons, depths, speculation counters, scores; never a timing).
 
     golden_transcript.py record  --cli BUILD/bin/tinyloop [--source-dir REPO]
     golden_transcript.py compare --cli BUILD/bin/tinyloop [--source-dir REPO] [--only NAME,...]
+    golden_transcript.py compare --cli BUILD/bin/tinyloop --int8-path PATH
+    golden_transcript.py paths
 
 `record` rewrites transcript.json beside this script; `compare` runs the same invocations and
 fails (exit 1) naming each case and field that differs from the committed transcript. Numbers
@@ -13,6 +15,19 @@ a compiler's different rounding of the last float bit does not fail it; ids, tex
 reasons and counts compare exactly. Fields the transcript does not hold (an output that gained
 a key) are ignored; a field it holds that is missing fails. Error cases record the exit status
 and a part of the message that must stay in it (the field it names).
+
+The int8 kernels legitimately round differently per path (the VNNI row panels, the row-major
+AVX-512 kernel with or without VNNI, AVX2, scalar, and the float-activation kernels each sum in
+their own order), and the cases on a q8/q4 model (INT8_CASES) follow them: greedy tokens change
+after a near tie. So those cases are recorded once per path (INT8_PATHS) and compared with
+`--int8-path PATH`, which forces the path through the environment (TINYLOOP_SIMD,
+TINYLOOP_I8_PANELS, TINYLOOP_INT8_ACT), so every host runs every path its CPU can execute, the
+same way; a path the CPU cannot run (or the caller's environment rules out, as TINYLOOP_SIMD=avx2
+simulating an AVX2-only CPU does for the AVX-512 paths) exits 77 with the reason, which CTest
+counts as skipped. Plain `compare` runs the other cases (f32 weights), whose results are the same
+at every SIMD level: CTest runs it again under TINYLOOP_SIMD=avx2 and =scalar to keep it so.
+AMX is not a path of its own: its outputs are bit-identical to the panel kernel's (kernels.h), so
+the panels path runs with AMX where the CPU has it, and CTest runs it again with TINYLOOP_AMX=0.
 
 Python 3 standard library only.
 """
@@ -162,6 +177,21 @@ CASES = [
     ("error_top_k_zero", gen(F32, PSALM, "--mode", "sample", "--top-k", "0")),
 ]
 
+# The int8 kernel paths (see the docstring): name -> the environment that forces it. The first
+# is the transcript's "result"; the others are stored under "by_path" where they differ from it.
+INT8_PATHS = {
+    "panels": {"TINYLOOP_SIMD": "avx512"},
+    "avx512_rows": {"TINYLOOP_SIMD": "avx512", "TINYLOOP_I8_PANELS": "0"},
+    "avx512_novnni": {"TINYLOOP_SIMD": "avx512-novnni"},
+    "avx2": {"TINYLOOP_SIMD": "avx2"},
+    "scalar": {"TINYLOOP_SIMD": "scalar"},
+    # The float-activation kernels give the same bits at AVX2 and AVX-512 but not at scalar (one
+    # probability of draft_int8_gamma2 moves by 2e-4 relative): recorded at AVX2.
+    "float_act": {"TINYLOOP_INT8_ACT": "0", "TINYLOOP_SIMD": "avx2"},
+}
+SIMD_RANK = {"scalar": 0, "avx2": 1, "avx512-novnni": 2, "avx512": 3}
+SKIP = 77  # CTest's SKIP_RETURN_CODE for a path this host cannot run
+
 # For error cases: the part of the message that must stay in it.
 ERROR_MUST_NAME = {
     "error_beam_size_one": "--beam-size",
@@ -171,6 +201,43 @@ ERROR_MUST_NAME = {
     "error_draft_early_exit": "early",
     "error_top_k_zero": "--top-k",
 }
+
+
+def is_int8_case(name, argv):
+    """A case on a q8/q4 model (target or draft): its numbers follow the int8 kernel path."""
+    return name not in ERROR_MUST_NAME and any(a in (Q8, Q4) for a in argv)
+
+
+INT8_CASES = [n for n, a in CASES if is_int8_case(n, a)]
+
+
+def path_env(path):
+    """The environment that forces `path`, or (None, reason) when the caller's own environment
+    rules it out (TINYLOOP_SIMD below the path's level, TINYLOOP_I8_PANELS=0 for the panels,
+    TINYLOOP_INT8_ACT=0 for any int8-activation path)."""
+    want = INT8_PATHS[path]
+    outer = os.environ
+    cap = outer.get("TINYLOOP_SIMD", "")
+    level = want.get("TINYLOOP_SIMD")
+    if cap and level and cap in SIMD_RANK and SIMD_RANK[level] > SIMD_RANK[cap]:
+        return None, f"TINYLOOP_SIMD={cap} in the environment rules out path {path} (needs {level})"
+    if path == "panels" and outer.get("TINYLOOP_I8_PANELS") == "0":
+        return None, "TINYLOOP_I8_PANELS=0 in the environment rules out path panels"
+    if path != "float_act" and outer.get("TINYLOOP_INT8_ACT") == "0":
+        return None, f"TINYLOOP_INT8_ACT=0 in the environment rules out path {path} (int8 activations)"
+    env = dict(outer)
+    env.update(want)
+    return env, ""
+
+
+def path_refusal(cli, source_dir, env):
+    """The CLI's refusal of the forced level (this CPU lacks it), or "" when it runs."""
+    proc = subprocess.run([cli, "info", Q8, "--json"], cwd=source_dir, capture_output=True, text=True,
+                          timeout=60, env=env)
+    # Only a level this CPU lacks skips; an unknown name is a mistake and fails the cases.
+    if proc.returncode != 0 and "TINYLOOP_SIMD=" in proc.stderr and "refused: this CPU has no" in proc.stderr:
+        return proc.stderr.strip()
+    return ""
 
 
 def is_timing(key):
@@ -188,8 +255,8 @@ def strip_timings(v):
     return v
 
 
-def run_case(cli, source_dir, name, argv):
-    proc = subprocess.run([cli] + argv, cwd=source_dir, capture_output=True, text=True, timeout=300)
+def run_case(cli, source_dir, name, argv, env=None):
+    proc = subprocess.run([cli] + argv, cwd=source_dir, capture_output=True, text=True, timeout=300, env=env)
     if name in ERROR_MUST_NAME:
         return {"exit": proc.returncode, "message_names": ERROR_MUST_NAME[name],
                 "message_ok": ERROR_MUST_NAME[name] in proc.stderr}, proc.stderr
@@ -236,16 +303,23 @@ def same(want, got, path, diffs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("action", choices=["record", "compare", "list"])
+    ap.add_argument("action", choices=["record", "compare", "list", "paths"])
     ap.add_argument("--cli", help="the tinyloop executable")
     ap.add_argument("--source-dir", default=os.path.dirname(os.path.dirname(HERE)),
                     help="the repository root (models and grammars are found from it)")
     ap.add_argument("--only", default="", help="comma-separated case names (compare only)")
+    ap.add_argument("--int8-path", default="", help="compare the q8/q4 cases on this kernel path (see paths)")
     args = ap.parse_args()
     if args.action == "list":
         for name, argv in CASES:
             print(name, " ".join(argv))
         return 0
+    if args.action == "paths":
+        for name, env in INT8_PATHS.items():
+            print(name, " ".join(f"{k}={v}" for k, v in env.items()))
+        return 0
+    if args.int8_path and args.int8_path not in INT8_PATHS:
+        raise SystemExit(f"--int8-path: {args.int8_path!r} is not one of {', '.join(INT8_PATHS)}")
     if not args.cli:
         ap.error("--cli is required")
     cli = os.path.abspath(args.cli)
@@ -258,29 +332,58 @@ def main():
         raise SystemExit("--only: unknown case(s) " + ", ".join(sorted(unknown)))
 
     if args.action == "record":
+        # Every path must run here: a transcript recorded without one would lose its cases.
+        envs = {}
+        for path in INT8_PATHS:
+            env, why = path_env(path)
+            why = why or path_refusal(cli, args.source_dir, env)
+            if why:
+                raise SystemExit(f"record: path {path} cannot run here: {why}")
+            envs[path] = env
+        base = next(iter(INT8_PATHS))
         cases = []
         for name, argv in CASES:
             t = time.time()
-            res, err = run_case(cli, args.source_dir, name, argv)
+            res, err = run_case(cli, args.source_dir, name, argv, envs[base])
             if name in ERROR_MUST_NAME and (res["exit"] == 0 or not res["message_ok"]):
                 raise SystemExit(f"{name}: expected a refusal naming {ERROR_MUST_NAME[name]!r}, got exit "
                                  f"{res['exit']}: {err}")
-            cases.append({"name": name, "argv": argv, "result": res})
+            case = {"name": name, "argv": argv, "result": res}
+            if name in INT8_CASES:
+                for path in list(INT8_PATHS)[1:]:
+                    got, _ = run_case(cli, args.source_dir, name, argv, envs[path])
+                    diffs = []
+                    same(res, got, name, diffs)
+                    if diffs:
+                        case.setdefault("by_path", {})[path] = got
+            cases.append(case)
             print(f"recorded {name} ({time.time() - t:.2f} s)", file=sys.stderr)
         with open(TRANSCRIPT, "w", encoding="utf-8") as f:
-            json.dump({"schema": "tinyloop-golden-transcript-v1", "cases": cases}, f, indent=1,
-                      ensure_ascii=False, sort_keys=True)
+            json.dump({"schema": "tinyloop-golden-transcript-v2", "int8_paths": INT8_PATHS, "cases": cases},
+                      f, indent=1, ensure_ascii=False, sort_keys=True)
             f.write("\n")
         print(f"wrote {len(cases)} cases to {TRANSCRIPT}")
         return 0
 
+    env = None
+    path = args.int8_path
+    if path:
+        env, why = path_env(path)
+        why = why or path_refusal(cli, args.source_dir, env)
+        if why:
+            print(f"skipped: int8 path {path}: {why}")
+            return SKIP
+    elif os.environ.get("TINYLOOP_SIMD"):
+        why = path_refusal(cli, args.source_dir, None)
+        if why:
+            print(f"skipped: {why}")
+            return SKIP
     with open(TRANSCRIPT, encoding="utf-8") as f:
         recorded = {c["name"]: c for c in json.load(f)["cases"]}
     failed = []
     t_all = time.time()
-    for name, argv in CASES:
-        if only and name not in only:
-            continue
+    selected = [(n, a) for n, a in CASES if (n in INT8_CASES) == bool(path) and (not only or n in only)]
+    for name, argv in selected:
         if name not in recorded:
             failed.append(name)
             print(f"FAIL {name}: not in the transcript (run record)")
@@ -290,20 +393,22 @@ def main():
             print(f"FAIL {name}: its invocation changed since it was recorded (run record)")
             continue
         try:
-            got, _ = run_case(cli, args.source_dir, name, argv)
+            got, _ = run_case(cli, args.source_dir, name, argv, env)
         except Exception as e:  # a crash or non-JSON output is a difference too
             failed.append(name)
             print(f"FAIL {name}: {e}")
             continue
         diffs = []
-        same(recorded[name]["result"], got, name, diffs)
+        want = recorded[name].get("by_path", {}).get(path, recorded[name]["result"]) if path else recorded[name]["result"]
+        same(want, got, name, diffs)
         if diffs:
             failed.append(name)
             print(f"FAIL {name}: {len(diffs)} difference(s)")
             for d in diffs[:12]:
                 print("    " + d)
-    n = len(only) if only else len(CASES)
-    print(f"golden transcript: {n - len(failed)}/{n} cases identical ({time.time() - t_all:.1f} s)")
+    n = len(selected)
+    what = f"int8 path {path}" if path else "f32 cases"
+    print(f"golden transcript ({what}): {n - len(failed)}/{n} cases identical ({time.time() - t_all:.1f} s)")
     return 1 if failed else 0
 
 

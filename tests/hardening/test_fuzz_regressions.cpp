@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_targets.h"
-#if __has_include("grammar.h")
+#if __has_include("grammar/grammar.h")
 #include "fuzz/fuzz_grammar_target.h"
 #define TL_HAVE_GRAMMAR 1
 #endif
@@ -47,6 +47,8 @@ void replay(const std::string& target, int (*body)(const uint8_t*, size_t)) {
         ++n;
     }
     std::printf("[ replayed ] %d %s input(s)\n", n, target.c_str());
+    // A directory that lost its inputs (or a target pointed at the wrong one) must not pass.
+    EXPECT_GT(n, 0) << "no inputs under tests/fuzz/regressions/" << target << ": a replay of nothing proves nothing";
 }
 
 TEST(FuzzRegressions, Loader) { replay("loader", tlfuzz::fuzz_loader); }

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/cpu_internal.h"  // amx_call_count: evidence that AMX ran
 #include "kernels/kernels.h"
 #include "kernels/op_test_util.h"
 
@@ -35,24 +36,7 @@ std::vector<float> run_matmul(const WeightView& w, const float* x, int n_tok, Th
     return y;
 }
 
-// ---------------------------------------------------------------------------------------------
-// dispatch
-
-TEST(Dispatch, LevelsAreNamedAndForceable) {
-    Levels lv;
-    const std::string now = simd_level();
-    EXPECT_TRUE(now == "scalar" || now == "avx2" || now == "avx512-novnni" || now == "avx512") << now;
-    EXPECT_FALSE(force_simd_level("sse9"));
-    EXPECT_FALSE(force_simd_level(nullptr));
-    EXPECT_EQ(simd_level(), now);  // a refused force changes nothing
-    for (const auto& l : lv.list) {
-        ASSERT_TRUE(force_simd_level(l.c_str()));
-        EXPECT_EQ(simd_level(), l);
-    }
-    std::printf("[ info ] SIMD levels tested: ");
-    for (const auto& l : lv.list) std::printf("%s ", l.c_str());
-    std::printf("(default %s)\n", lv.saved.c_str());
-}
+// The dispatcher itself (levels against cpuid, TINYLOOP_SIMD) is tested in test_dispatch.cpp.
 
 // ---------------------------------------------------------------------------------------------
 // matmul and dequant_row
@@ -328,8 +312,11 @@ TEST(Ops, AttentionOfManyQueriesHasTheBitsOfOneAtATime) {
             a.kv_begin = b.data();
             a.kv_end = e.data();
             for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+                // Fresh NaN per pass: the 2-thread pass must not pass on what the 1-thread one wrote.
+                std::fill(all.begin(), all.end(), kNaN);
                 attention(a, p);
                 for (int t = 0; t < n_tok; ++t) {
+                    std::fill(one.begin(), one.end(), kNaN);
                     AttentionArgs a1 = a;
                     a1.q = q.data() + static_cast<size_t>(t) * n_heads * head_dim;
                     a1.out = one.data();
@@ -651,12 +638,15 @@ TEST(Int8Act, AmxKeepsAnotherUsersTileConfiguration) {
     theirs[16 + 2 * 7] = 64;            // tmm7: 64 bytes a row
     theirs[48 + 7] = 16;                // tmm7: 16 rows
     tile_load_config(theirs);
+    const uint64_t calls = tinyloop::kern::detail::amx_call_count();
     const auto y = run_matmul(pk.view, x.data(), 20, nullptr);
     tile_store_config(after);
+    ASSERT_EQ(tinyloop::kern::detail::amx_call_count(), calls + 1) << "the 20-token call did not take the AMX kernel";
     EXPECT_EQ(std::memcmp(theirs, after, 64), 0) << "the caller's tile configuration was not given back";
     tile_release_all();
     const auto y2 = run_matmul(pk.view, x.data(), 20, nullptr);
     tile_store_config(after);
+    EXPECT_EQ(tinyloop::kern::detail::amx_call_count(), calls + 2) << "the second call did not take the AMX kernel";
     EXPECT_EQ(after[0], 0) << "a thread without tiles before the call has tiles configured after it";
     EXPECT_TRUE(bits_equal(y.data(), y2.data(), y.size()));
 }

@@ -1,5 +1,6 @@
 // The CPU back end (backend.h): host memory and kernels/cpu's ops, plus the list of back ends the
 // op test table runs.
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -117,6 +118,8 @@ std::vector<BackendEntry> backend_entries() {
         BackendEntry e;
         e.name = std::string("cpu-") + level;
         if (kern::force_simd_level(level)) e.make = make_cpu;
+        else if (const char* cap = std::getenv("TINYLOOP_SIMD"); cap != nullptr && *cap != '\0' && !kern::simd_request_error())
+            e.unavailable = std::string("TINYLOOP_SIMD=") + cap + " rules out " + level;
         else e.unavailable = std::string("this CPU has no ") + level;
         out.push_back(e);
     }

@@ -11,6 +11,8 @@
 namespace tinyloop {
 
 Model* load_model(const std::string& path, const LoadOptions& options) {
+    // TINYLOOP_SIMD names a level this CPU lacks (or no level): refuse rather than run another.
+    if (const char* refusal = kern::simd_request_error()) throw Error(ErrorCode::InvalidArgument, refusal);
     if (options.threads < 0 || options.threads > 256)
         throw Error(ErrorCode::InvalidArgument,
                     "threads: " + std::to_string(options.threads) + " is outside [0, 256] (0 = all cores)");
