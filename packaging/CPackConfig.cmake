@@ -14,7 +14,8 @@ set(CPACK_PACKAGE_DESCRIPTION
 generates and speculates with them on the CPU (and CUDA where built). The Qt 6 workbench shows \
 what a looped model does inside: the logit lens across loop depth, early exit, speculative \
 acceptance and timing.")
-set(CPACK_PACKAGE_HOMEPAGE_URL "https://example.org/tinyloop")
+# No Homepage: the project has no public web page or repository address yet, and Debian's
+# Homepage field is optional; a placeholder address would send users nowhere.
 set(CPACK_RESOURCE_FILE_LICENSE "${PROJECT_SOURCE_DIR}/LICENSE")
 set(CPACK_PACKAGE_INSTALL_DIRECTORY "tinyloop")
 set(CPACK_GENERATOR "DEB;TGZ")
@@ -29,8 +30,10 @@ set(CPACK_DEBIAN_PACKAGE_SECTION "science")
 set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 if(NOT CPACK_DEBIAN_PACKAGE_DEPENDS)
-  # Also named explicitly so a package built where dpkg-shlibdeps finds nothing still says what it needs.
-  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libqt6widgets6 (>= 6.4), libqt6printsupport6 (>= 6.4), libqcustomplot2.1-qt6")
+  include(${CMAKE_CURRENT_LIST_DIR}/debian_depends.cmake)
 endif()
+# Debian's python3 looks in /usr/lib/python3/dist-packages, not in lib/python3.X/dist-packages
+# (where a build configured for /usr/local puts the binding): the package moves it there.
+set(CPACK_PRE_BUILD_SCRIPTS ${CMAKE_CURRENT_LIST_DIR}/debian_python_dir.cmake)
 
 include(CPack)
