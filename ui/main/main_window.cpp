@@ -519,6 +519,10 @@ bool MainWindow::generate() {
         err = m_config->message();
         req.reset();
     }
+    if (req && req->prompt.isEmpty()) {  // as the CLI: the model would only continue its end-of-text token
+        err = "prompt: the prompt is empty (at least one token is needed); type the text to continue";
+        req.reset();
+    }
     if (!req) {
         m_stateLabel->setText("not started: " + err);
         m_notStarted = true;
