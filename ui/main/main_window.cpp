@@ -703,7 +703,7 @@ void MainWindow::onRunFinished(const RunResult& r) {
                        .arg(s.tokensPerSecond, 0, 'f', 1);
     if (r.mode == DecodeMode::EarlyExit)
         done += ". Early exit: " + earlyExitSummary(m_session.events, r.config.loops > 0 ? r.config.loops : m_hp.default_loops,
-                                                    r.config);
+                                                    r.config, r.stats.stop_reason == tinyloop::StopReason::EOS);
     m_stateLabel->setText(done);
     m_stateLabel->setToolTip(done);
     updateActions();
