@@ -39,7 +39,7 @@ void fitNumberTicks(QCustomPlot* plot) {
             const double label = across ? std::max(fm.horizontalAdvance(QString::number(axis->range().upper, 'g', 4)),
                                                    fm.horizontalAdvance(QString::number(axis->range().lower, 'g', 4)))
                                         : fm.height();
-            const int n = std::clamp(static_cast<int>(length / (2.0 * std::max(label, 1.0))), 2, 5);
+            const int n = std::clamp(static_cast<int>(length / (2.0 * std::max(label, 1.0))), 1, 5);
             if (ticker->tickCount() != n) ticker->setTickCount(n);
         }
 }
