@@ -135,7 +135,9 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
          "[[self-speculation]], drafting and verifying."}};
     for (const auto& [p, title, caption] : titled) {
         stylePlot(p);
-        p->setMinimumHeight(180);  // the view fits a 1280x720 screen in presentation mode (a plot to a tab there)
+        // Room for the data under turned mode names in presentation mode (a plot to a tab there;
+        // the view's body scrolls on a 720-px screen rather than crush the bars to a line).
+        p->setMinimumHeight(320);
         p->setMinimumWidth(220);   // four side by side inside a 1280-px screen (stylePlot asks 300)
         p->plotLayout()->insertRow(0);
         p->plotLayout()->addElement(0, 0, new QCPTextElement(p, title));
