@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Screenshots of the workbench under a virtual X server (Xvfb), at each screen size, into
 # docs/screenshots/<WxH>/NAME.png: the main window after a real run on the bundled model, and
-# every window of the Analysis menu after a real run of that view. Each picture is one `shot` line
-# below (a name and the workbench's arguments); the window size is the screen's.
+# every window of the Analysis menu after a real run of that view, and every step of the tour, at
+# zoom 1 and in presentation mode. Each picture is one `shot` line below (a name and the
+# workbench's arguments); the window size is the screen's, and a picture larger than the screen
+# fails the run, as does any layout defect the workbench's audit prints.
 # Usage:
 #   bash packaging/screenshots.sh [BUILD_DIR] [MODEL]
 #   TINYLOOP_SCREENSHOT_SIZES="1280x720" TINYLOOP_SCREENSHOT_ONLY="compare scrubber" bash packaging/screenshots.sh
@@ -53,6 +55,12 @@ shot tour-2-answer-emerges    --tour-step 2
 shot tour-3-early-exit        --tour-step 3
 shot tour-4-self-speculation  --tour-step 4
 shot tour-5-depth-scrubber    --tour-step 5
+# The tour as a class sees it on a projector: every step again in presentation mode.
+shot presentation-tour-1-greedy-lens       --tour-step 1 --presentation
+shot presentation-tour-2-answer-emerges    --tour-step 2 --presentation
+shot presentation-tour-3-early-exit        --tour-step 3 --presentation
+shot presentation-tour-4-self-speculation  --tour-step 4 --presentation
+shot presentation-tour-5-depth-scrubber    --tour-step 5 --presentation
 shot presentation-lens    --demo-run "In the beginning God created" --max-tokens 32 --tab lens --presentation
 shot presentation-compare --view compare --prompt "In the beginning God created" --max-tokens 16 --presentation
 shot dark-theme-lens      --demo-run "In the beginning God created" --max-tokens 32 --tab lens --theme dark
@@ -67,6 +75,9 @@ cleanup() {
   rm -rf "$XDG_CONFIG_HOME" "$work"
 }
 trap cleanup EXIT
+
+# Width and height of a PNG, from its header (bytes 16..23 of the IHDR chunk).
+png_size() { od -An -tu1 -j16 -N8 "$1" | awk '{print $1*16777216+$2*65536+$3*256+$4, $5*16777216+$6*65536+$7*256+$8}'; }
 
 failed=0
 for size in $sizes; do
@@ -87,6 +98,14 @@ for size in $sizes; do
          --screenshot "$out/$name.png"; then
       echo "!! $size $name failed" >&2
       failed=1
+    fi
+    # every picture fits the screen it was taken on
+    if [ -f "$out/$name.png" ]; then
+      read -r pw ph < <(png_size "$out/$name.png")
+      if [ "$pw" -gt "${size%x*}" ] || [ "$ph" -gt "${size#*x}" ]; then
+        echo "!! $size $name is ${pw}x${ph}: larger than the screen" >&2
+        failed=1
+      fi
     fi
   done
   kill "$xpid" 2>/dev/null || true

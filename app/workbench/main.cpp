@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     QCommandLineOption metricOpt("lens-metric", "Heatmap metric: final, emitted, entropy, kl.", "NAME", "emitted");
     QCommandLineOption presetOpt("preset", "Apply a named preset at start.", "NAME");
     QCommandLineOption maxTokOpt("max-tokens", "Override max_tokens of the config.", "N");
-    QCommandLineOption sizeOpt("size", "Window size WxH (screenshots), at most the screen's available area.", "WxH", "1440x900");
+    QCommandLineOption sizeOpt("size", "Window size WxH (screenshots), at most the screen's available area.", "WxH", "1400x900");
     QCommandLineOption zoomOpt("zoom", QString("Zoom factor for fonts and plots, %1 to %2 (this run only; View > Zoom "
                                                "is remembered).").arg(tlui::Zoom::kMin).arg(tlui::Zoom::kMax), "F");
     QCommandLineOption presentOpt("presentation", "Start in presentation mode (View > Presentation mode, F5).");

@@ -190,7 +190,18 @@ private slots:
         std::vector<tinyloop::TokenEvent> ev(4);
         ev[0].depth = 2, ev[1].depth = 2, ev[2].depth = 3, ev[3].depth = 6;
         const QString sum = earlyExitSummary(ev, 6, c);
-        QVERIFY2(sum.startsWith("3 of 4 tokens exited early") && sum.contains("most exited at pass 2 because"), qPrintable(sum));
+        QVERIFY2(sum.startsWith("3 of 4 tokens exited early") && sum.contains("most exited at pass 2;") &&
+                     sum.contains("because its top guess"), qPrintable(sum));
+        {  // the digit-sum answer: '=' then '3', then the end-of-text token, which settles at once
+            std::vector<tinyloop::TokenEvent> answer(3);
+            answer[0].piece = "=", answer[0].depth = 3;
+            answer[1].piece = "3", answer[1].depth = 8;
+            answer[2].piece = "", answer[2].depth = 2;
+            const QString said = earlyExitSummary(answer, 12, c, true);
+            QVERIFY2(said.contains("'=' at pass 3, '3' at pass 8 exited") && said.contains("the end-of-text token exited at pass 2") &&
+                         !said.contains("most exited at pass 2"),
+                     qPrintable(said));
+        }
         for (auto& e : ev) e.depth = 6;
         QVERIFY(earlyExitSummary(ev, 6, c).startsWith("no token exited early"));
 

@@ -1,6 +1,8 @@
 // The config panel round-trips every GenerateConfig field (and the speculative knobs); input
 // outside a field's range is refused in place, naming the field, by the engine's own rules
-// (validate_config_fields); the engine's validate_config has the final word on the whole config.
+// (validate_config_fields); the engine's validate_config has the final word on the whole config;
+// the chosen mode's own controls (early exit, speculation) come first in the panel, in view
+// without scrolling.
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
@@ -8,6 +10,8 @@
 #include <QRegularExpression>
 #include <QLabel>
 #include <QLineEdit>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSignalSpy>
 #include <QTest>
 
@@ -219,6 +223,37 @@ private slots:
         p.setConfig(tinyloop::GenerateConfig{});
         setText(p, "top_k", "0");
         QVERIFY2(p.isValid(), qPrintable(p.message()));
+    }
+
+    void modeControlsComeFirst() {
+        ConfigPanel p;
+        p.resize(420, 300);
+        p.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&p));
+        auto* scroll = p.findChild<QScrollArea*>("configScroll");
+        QVERIFY(scroll);
+        // in view: inside the scroll area's viewport as it is scrolled now, without the user scrolling
+        auto inView = [&](const char* key) {
+            QWidget* e = p.editor(key);
+            QApplication::processEvents();
+            const QRect r(e->mapTo(scroll->viewport(), QPoint(0, 0)), e->size());
+            return scroll->viewport()->rect().contains(r);
+        };
+        QCOMPARE(p.firstGroup()->objectName(), QString("generateGroup"));
+        QVERIFY(!inView("early_exit_criterion"));
+        scroll->verticalScrollBar()->setValue(scroll->verticalScrollBar()->maximum() / 2);  // scrolled away meanwhile
+        p.setMode(DecodeMode::EarlyExit);
+        QCOMPARE(p.firstGroup()->objectName(), QString("earlyExitGroup"));
+        QVERIFY2(inView("early_exit_criterion"), "the early-exit criterion is not in view in the early-exit mode");
+        QVERIFY(p.firstGroup()->isAncestorOf(p.editor("early_exit_patience")));
+        p.setMode(DecodeMode::Speculative);
+        QCOMPARE(p.firstGroup()->objectName(), QString("speculativeGroup"));
+        QVERIFY(inView("draft_loops"));
+        QVERIFY(!inView("early_exit_criterion"));
+        p.setMode(DecodeMode::Tree);
+        QCOMPARE(p.firstGroup()->objectName(), QString("speculativeGroup"));
+        p.setMode(DecodeMode::Greedy);
+        QCOMPARE(p.firstGroup()->objectName(), QString("generateGroup"));
     }
 
     void modeSelectorMakesTheModeRunnable() {

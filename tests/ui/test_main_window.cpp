@@ -1,6 +1,7 @@
 // Opening a corrupt model shows an error dialog and the previous model stays loaded and usable;
 // the model panel shows hyperparameters and the metadata's per-depth table; a random model says
-// its text is noise; Ctrl+Enter in the prompt generates; recent files are remembered.
+// its text is noise; Ctrl+Enter in the prompt generates; recent files are remembered; an empty
+// prompt is refused (as the CLI refuses it) and a file that is not a model is called that.
 #include <QComboBox>
 #include <QFileInfo>
 #include <QLabel>
@@ -91,6 +92,40 @@ private slots:
         QCOMPARE(ended.at(0).at(1).toBool(), true);
         QCOMPARE(w.session().run.stats.tokens_emitted, 6);
         QCOMPARE(w.tokenView()->tokenCount(), 6);
+    }
+
+    void emptyPromptIsRefused() {
+        MainWindow w(tltest::quietWindow(m_dir));
+        QVERIFY(tltest::loadModel(w, m_model));
+        w.setPrompt(QString());
+        QSignalSpy started(w.worker(), &EngineHost::runStarted);
+        QVERIFY(!w.generate());
+        QVERIFY(!w.isRunning());
+        const QString status = w.findChild<QLabel*>("stateLabel")->text();
+        QVERIFY2(status.contains("prompt") && status.contains("empty"), qPrintable(status));
+        QTest::qWait(100);
+        QCOMPARE(started.count(), 0);
+        QVERIFY(w.session().events.empty());
+        // one character is enough
+        w.setPrompt("a");
+        QSignalSpy ended(&w, &MainWindow::runEnded);
+        auto c = *w.configPanel()->config();
+        c.max_tokens = 2;
+        w.configPanel()->setConfig(c);
+        QVERIFY(w.generate());
+        QVERIFY(tltest::waitFor([&] { return ended.count() == 1; }));
+    }
+
+    void nonModelFileIsCalledThat() {
+        MainWindow w(tltest::quietWindow(m_dir));
+        const QString text = m_dir.filePath("notes.txt");
+        QFile f(text);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray("These are my lesson notes, not a model. ").repeated(4));
+        f.close();
+        QVERIFY(!tltest::loadModel(w, text));
+        QVERIFY2(w.lastError().contains("not a TinyLoop model") && !w.lastError().contains("allowed TINYLOOP"),
+                 qPrintable(w.lastError()));
     }
 
     void modelPanelShowsTheModel() {

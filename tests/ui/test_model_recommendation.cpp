@@ -147,6 +147,19 @@ private slots:
         m_window->setPrompt("In the beginning");
         auto* calib = qobject_cast<CalibView*>(m_window->analysisViews()->open("calibration"));
         QVERIFY(calib);
+        // it starts at the policy the engine resolves for this model, the one Compare and the panel use
+        const tinyloop::GenerateConfig want = tinyloop::resolve_early_exit(m_window->loadedModel().get(), {}, {});
+        const tinyloop::Recommendation& fileRec = tinyloop::model_recommendation(m_window->loadedModel().get());
+        QVERIFY(fileRec.has_early_exit());
+        QCOMPARE(calib->policy().criterion, fileRec.early_exit_criterion);
+        QCOMPARE(calib->policy().threshold, fileRec.early_exit_threshold);
+        QCOMPARE(calib->policy().threshold, want.early_exit_threshold);
+        QCOMPARE(calib->policy().patience, want.early_exit_patience);
+        QCOMPARE(calib->policy().min_L, want.early_exit_min_L);
+        calib->setCriterion(C::KL);  // another criterion than the model's: the model's threshold means nothing there
+        QVERIFY(calib->policy().threshold != fileRec.early_exit_threshold || fileRec.early_exit_criterion == C::KL);
+        calib->setCriterion(fileRec.early_exit_criterion);  // and back: the model's again
+        QCOMPARE(calib->policy().threshold, fileRec.early_exit_threshold);
         QString err;
         QVERIFY(!calib->saveRecommendation(m_copy, &err));  // nothing measured yet
         QVERIFY2(err.contains("run the calibration first"), qPrintable(err));

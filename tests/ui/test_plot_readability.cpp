@@ -3,7 +3,8 @@
 // numbers; the lens heatmap names its tokens without overlapping labels and keeps its exit markers
 // apart at 16 loops x 234 tokens; compute-vs-quality labels never pile up; the sweep draws only
 // valid rows and refuses to call a setting "best" (or save it) unless it beats greedy beyond the
-// noise. Drawn from hand-made results, so no test depends on this machine's speed.
+// noise; Compare names the mode that beat the baseline and by how much, and which are too close
+// to call. Drawn from hand-made results, so no test depends on this machine's speed.
 #include <QAction>
 #include <QMenuBar>
 #include <QTest>
@@ -17,6 +18,7 @@
 #include "plots/plot_layout.h"
 #include "plots/token_axis.h"
 #include "views/analysis_views.h"
+#include "views/compare_modes_view.h"
 #include "views/compute_quality_view.h"
 #include "views/exit_calibration_view.h"
 #include "views/speculation_sweep_view.h"
@@ -85,6 +87,28 @@ private slots:
         m_window->show();
     }
     void cleanupTestCase() { m_window.reset(); }
+
+    void compareSaysWhoWonAndByHowMuch() {
+        auto run = [](const char* label, std::vector<double> ms) {
+            ModeRun r;
+            r.spec.label = label;
+            r.stats.tokens_emitted = 10;
+            r.time = summarize(std::move(ms));
+            return r;
+        };
+        CompareResult r;
+        r.runs = {run("greedy L=6", {100, 104, 102}), run("early exit", {50, 52, 51}), run("tree", {98, 101, 103}),
+                  run("greedy L=12", {200, 205, 210})};
+        r.baseline = 0;
+        const QString v = compareVerdict(r);
+        QVERIFY2(v.startsWith("Against the baseline greedy L=6: early exit won, 2.00x as fast beyond the noise"), qPrintable(v));
+        QVERIFY2(v.contains("too close to call: tree"), qPrintable(v));
+        QVERIFY2(v.contains("slower: greedy L=12 0.50x"), qPrintable(v));
+        // nobody faster beyond the noise: said so, no winner named
+        r.runs[1] = run("early exit", {95, 101, 108});
+        const QString none = compareVerdict(r);
+        QVERIFY2(none.contains("no mode was faster beyond the noise") && !none.contains("won"), qPrintable(none));
+    }
 
     void emptyStateBeforeTheFirstRun() {
         for (const QString kind : {"compare", "scrubber", "agreement", "sweep", "calibration", "compute", "kv", "quant"}) {

@@ -1,8 +1,13 @@
 // Presets save and load back equal; import/export/delete work; a malformed preset file is
 // refused with a message naming the field; the shipped presets are valid; a model opens with
 // its default preset; a preset that carries a prompt puts it in the editor (the shipped "Digit
-// sum" opens on a held-out problem of the bundled reasoner).
+// sum" opens on a held-out problem of the bundled reasoner); a preset records the model it was
+// made on (folder and file name, SHA-256) and, loaded with another model open, asks whether to
+// open that model or run anyway, naming both; the window's title names the model's folder too.
+#include <QCryptographicHash>
+#include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QLabel>
 #include <QLineEdit>
 #include <QSignalSpy>
@@ -10,10 +15,12 @@
 
 #include "main/config_panel.h"
 #include "main/main_window.h"
+#include "main/model_paths.h"
 #include "main/preset_store.h"
 #include "main/presets_panel.h"
 #include "main/prompt_editor.h"
 #include "ui_test_util.h"
+#include "window_test_util.h"
 
 using namespace tlui;
 
@@ -56,6 +63,8 @@ private slots:
         p.config.max_time = 1.5;
         p.config.kv_cache = tinyloop::KVCacheType::Int8;
         p.prompt = "2479362?\nwith a second line";
+        p.modelFile = "tinyloop-digitsum/model-f32.tinyloop";
+        p.modelSha256 = QString(64, 'a');
         QString err;
         QVERIFY2(store.save(p, &err), qPrintable(err));
         QVERIFY(store.names().contains(p.name));
@@ -132,6 +141,10 @@ private slots:
             {R"({"name": "a", "colour": "red"})", "colour"},
             {R"({"name": "a", "config": []})", "config"},
             {R"({"name": "a", "prompt": 3})", "prompt"},
+            {R"({"name": "a", "model": "x.tinyloop"})", "model"},
+            {R"({"name": "a", "model": {"file": "d/x.tinyloop", "sha256": "abc"}})", "model.sha256"},
+            {R"({"name": "a", "model": {"sha256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}})", "model.file"},
+            {R"({"name": "a", "model": {"file": "d/x.tinyloop", "sha256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "size": 3}})", "model.size"},
         };
         int i = 0;
         for (const Case& c : cases) {
@@ -221,6 +234,95 @@ private slots:
         QCOMPARE(w.configPanel()->config()->max_tokens, 5);
         QCOMPARE(w.configPanel()->config()->loops, 2);
         PresetStore::setDefaultPresetFor(model, QString());
+    }
+
+    void presetRemembersTheModelItWasMadeFor() {
+        // two models with the same file name in two folders, as the bundled ones are
+        QVERIFY(QDir(m_dir.path()).mkpath("alpha") && QDir(m_dir.path()).mkpath("beta"));
+        const QString a = QFileInfo(tltest::writeTinyModel(m_dir.filePath("alpha"), 7)).canonicalFilePath();
+        const QString b = QFileInfo(tltest::writeTinyModel(m_dir.filePath("beta"), 8)).canonicalFilePath();
+        QFile fa(a);
+        QVERIFY(fa.open(QIODevice::ReadOnly));
+        const QString shaA = QString::fromLatin1(QCryptographicHash::hash(fa.readAll(), QCryptographicHash::Sha256).toHex());
+        MainWindow w(tltest::quietWindow(m_dir));
+        QVERIFY(tltest::loadModel(w, a));
+        QVERIFY2(w.windowTitle().contains("alpha/tiny.tinyloop"), qPrintable(w.windowTitle()));
+        auto c = *w.configPanel()->config();
+        c.max_tokens = 7;
+        w.configPanel()->setConfig(c);
+        QVERIFY(w.presetsPanel()->saveCurrent("made on alpha"));
+        auto saved = w.presetsPanel()->store().load("made on alpha");
+        QVERIFY(saved);
+        QCOMPARE(saved->modelFile, QString("alpha/tiny.tinyloop"));
+        QCOMPARE(saved->modelSha256, shaA);
+
+        QVERIFY(tltest::loadModel(w, b));
+        QVERIFY2(w.windowTitle().contains("beta/tiny.tinyloop"), qPrintable(w.windowTitle()));
+        std::vector<ModelMismatch> asked;
+        ModelChoice answer = ModelChoice::Cancel;
+        w.presetsPanel()->setModelChooser([&](const ModelMismatch& m) {
+            asked.push_back(m);
+            return answer;
+        });
+        auto maxTokens = [&] { return w.configPanel()->config()->max_tokens; };
+        c.max_tokens = 3;
+        w.configPanel()->setConfig(c);
+        // cancelled: nothing applied, and the refusal names both models
+        QString err;
+        QVERIFY(!w.presetsPanel()->applyPreset("made on alpha", &err));
+        QCOMPARE(asked.size(), size_t(1));
+        QCOMPARE(asked[0].wantedFile, QString("alpha/tiny.tinyloop"));
+        QCOMPARE(asked[0].openFile, QString("beta/tiny.tinyloop"));
+        QCOMPARE(asked[0].foundPath, a);  // found beside the open model
+        QVERIFY2(err.contains("alpha/tiny.tinyloop") && err.contains("beta/tiny.tinyloop"), qPrintable(err));
+        QVERIFY(PresetsPanel::mismatchText(asked[0]).contains("Open alpha/tiny.tinyloop"));
+        QCOMPARE(maxTokens(), 3);
+        // run anyway: applied on the open model, and the panel says it was made for another
+        answer = ModelChoice::RunAnyway;
+        QVERIFY(w.presetsPanel()->applyPreset("made on alpha", &err));
+        QCOMPARE(maxTokens(), 7);
+        QCOMPARE(w.modelPath(), b);
+        QVERIFY2(w.presetsPanel()->statusText().contains("on beta/tiny.tinyloop, not the alpha/tiny.tinyloop it was made for"),
+                 qPrintable(w.presetsPanel()->statusText()));
+        // open that model: the window loads it, then applies the preset there
+        answer = ModelChoice::OpenThatModel;
+        w.configPanel()->setConfig(c);
+        QSignalSpy ready(&w, &MainWindow::modelReady);
+        QVERIFY(w.presetsPanel()->applyPreset("made on alpha", &err));
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+        QCOMPARE(w.modelPath(), a);
+        QCOMPARE(maxTokens(), 7);
+        QCOMPARE(asked.size(), size_t(3));
+        // on its own model nobody is asked
+        QVERIFY(w.presetsPanel()->applyPreset("made on alpha", &err));
+        QCOMPARE(asked.size(), size_t(3));
+    }
+
+    void digitSumPresetOpensTheReasoner() {
+        // the issue's classroom case: "Digit sum" loaded while the prose model is open
+        const QString kjv = QString(TL_SOURCE_DIR) + "/resources/models/tinyloop-kjv/model-f32.tinyloop";
+        const QString digits = QString(TL_SOURCE_DIR) + "/resources/models/tinyloop-digitsum/model-f32.tinyloop";
+        if (!QFileInfo::exists(kjv) || !QFileInfo::exists(digits)) QSKIP("the bundled models are not there");
+        auto shipped = PresetStore::readFile(":/presets/digit-sum.json");
+        QVERIFY(shipped);
+        QCOMPARE(shipped->modelFile, QString("tinyloop-digitsum/model-f32.tinyloop"));
+        QCOMPARE(shipped->modelSha256, modelSha256(digits));  // a re-exported reasoner needs the preset's hash renewed
+        QTemporaryDir dir;
+        MainWindow w(tltest::quietWindow(dir));
+        QVERIFY(tltest::loadModel(w, kjv));
+        const QString kjvTitle = w.windowTitle();
+        QString err;
+        // no dialogs (tests, screenshot runs): refused, saying why
+        QVERIFY(!w.presetsPanel()->applyPreset("Digit sum", &err));
+        QVERIFY2(err.contains("tinyloop-digitsum/model-f32.tinyloop") && err.contains("tinyloop-kjv/model-f32.tinyloop"), qPrintable(err));
+        QVERIFY(w.findChild<PromptEditor*>()->toPlainText() != "2479362?");
+        w.presetsPanel()->setModelChooser([](const ModelMismatch&) { return ModelChoice::OpenThatModel; });
+        QSignalSpy ready(&w, &MainWindow::modelReady);
+        QVERIFY(w.presetsPanel()->applyPreset("Digit sum", &err));
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+        QCOMPARE(QFileInfo(w.modelPath()).canonicalFilePath(), QFileInfo(digits).canonicalFilePath());
+        QCOMPARE(w.findChild<PromptEditor*>()->toPlainText(), QString("2479362?"));
+        QVERIFY2(w.windowTitle() != kjvTitle && w.windowTitle().contains("tinyloop-digitsum"), qPrintable(w.windowTitle()));
     }
 };
 

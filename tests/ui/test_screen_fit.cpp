@@ -3,7 +3,10 @@
 // both screens through its configfile option, side by side); at 1280x720 the config panel shows
 // every field's range in full, wrapped, with no sideways scrolling; and every window, filled by a
 // real run on the bundled model, shows no layout defect (plots/layout_audit: no cut caption, label
-// or combo text, no legend over data or caption), each tab of a plot deck in turn.
+// or combo text, no legend over data or caption), each tab of a plot deck in turn; every step of
+// the tour at 1280x720, in both modes, keeps the window, its status bar, the tour's Back / Next /
+// Close and the step's own window on the screen (and off the panel), walks by its keys, and gives
+// the window back its size when closed.
 #include <memory>
 
 #include <QDir>
@@ -14,7 +17,10 @@
 #include <QLabel>
 #include <QScreen>
 #include <QScrollArea>
+#include <QPushButton>
+#include <QRegularExpression>
 #include <QScrollBar>
+#include <QStatusBar>
 #include <QSettings>
 #include <QTabWidget>
 #include <QSignalSpy>
@@ -24,8 +30,10 @@
 #include "main/config_panel.h"
 #include "main/main_window.h"
 #include "main/screen_fit.h"
+#include "main/tour.h"
 #include "main/zoom.h"
 #include "plots/layout_audit.h"
+#include "plots/plot_caption.h"
 #include "plots/plot_deck.h"
 #include "views/analysis_views.h"
 #include "views/analysis_window.h"
@@ -191,6 +199,75 @@ private slots:
         for (const QString& d : defects) qWarning("layout defect: %s", qPrintable(d));
         QVERIFY2(defects.isEmpty(), qPrintable(QString("%1 layout defects (listed above); the first: %2")
                                                    .arg(defects.size()).arg(defects.value(0))));
+    }
+
+    void tourStaysOnTheScreen_data() {
+        QTest::addColumn<bool>("presentation");
+        QTest::newRow("1280x720") << false;
+        QTest::newRow("1280x720 presentation") << true;
+    }
+
+    void tourStaysOnTheScreen() {
+        QFETCH(bool, presentation);
+        if (bundledModelPath("tinyloop-kjv").isEmpty() || bundledModelPath("tinyloop-digitsum").isEmpty())
+            QSKIP("the bundled models are not there");
+        const QRect screen = kSmall;
+        auto window = openOn(screen, presentation);
+        MainWindow& w = *window;
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        const QRect before = w.frameGeometry();
+        Tour* tour = w.startTour(0);
+        auto inside = [&](const QWidget* x) { return screen.contains(QRect(x->mapToGlobal(QPoint(0, 0)), x->size())); };
+        auto where = [](const QWidget* x) {
+            const QRect r(x->mapToGlobal(QPoint(0, 0)), x->size());
+            return QString("%1 at %2,%3 %4x%5").arg(x->objectName()).arg(r.x()).arg(r.y()).arg(r.width()).arg(r.height());
+        };
+        for (int step = 0; step < tour->count(); ++step) {
+            if (step > 0) {  // the key a presenter presses, sent to the window the last step pointed at
+                QWidget* focus = tour->stepWindow();
+                focus->activateWindow();
+                QTest::keyClick(focus, Qt::Key_Right, Qt::AltModifier);
+            }
+            QVERIFY2(tltest::waitFor([&] { return tour->current() == step && !tour->isBusy(); }, 120000),
+                     qPrintable(QString("step %1 did not finish (at %2)").arg(step + 1).arg(tour->current() + 1)));
+            QVERIFY2(tour->stepError().isEmpty(), qPrintable(tour->stepError()));
+            QTest::qWait(150);  // the relayout after the step's tab or window came up
+            const QString at = QString("step %1: ").arg(step + 1);
+            QVERIFY2(screen.contains(w.frameGeometry()), qPrintable(at + describe(&w, screen)));
+            QVERIFY2(inside(w.statusBar()), qPrintable(at + "the status bar " + where(w.statusBar())));
+            for (const char* name : {"tourBack", "tourNext", "tourClose"}) {
+                auto* b = tour->panel()->findChild<QPushButton*>(name);
+                QVERIFY(b && b->isVisible());
+                QVERIFY2(inside(b), qPrintable(at + where(b) + " leaves the screen"));
+            }
+            for (const QString& d : layoutDefects(&w)) QFAIL(qPrintable(at + d));
+            // the words: every tab a step names is a tab, and "on the right" is where the plots are
+            const QString look = PlotCaption::toPlainText(tourSteps()[static_cast<size_t>(step)].look);
+            static const QRegularExpression tabName("The ([A-Z][\\w ]+?) tab");
+            for (auto m = tabName.globalMatch(look); m.hasNext();) {
+                const QString name = m.next().captured(1);
+                bool found = false;
+                for (int t = 0; t < w.plotTabs()->count(); ++t) found = found || w.plotTabs()->tabText(t) == name;
+                QVERIFY2(found, qPrintable(at + "the text names a tab \"" + name + "\" the window does not have"));
+            }
+            if (look.contains("on the right"))
+                QVERIFY2(w.plotTabs()->mapTo(&w, w.plotTabs()->rect().center()).x() > w.width() / 2,
+                         qPrintable(at + "the text says the plots are on the right; they are not"));
+            if (QWidget* other = tour->stepWindow(); other != &w) {
+                QVERIFY2(screen.contains(other->frameGeometry()), qPrintable(at + describe(other, screen)));
+                const QRect panel(tour->panel()->mapToGlobal(QPoint(0, 0)), tour->panel()->size());
+                QVERIFY2(!other->frameGeometry().intersects(panel),
+                         qPrintable(at + describe(other, screen) + " covers the tour panel " + where(tour->panel())));
+            }
+        }
+        QTest::keyClick(&w, Qt::Key_Left, Qt::AltModifier);  // back, by its key
+        QVERIFY(tltest::waitFor([&] { return tour->current() == tour->count() - 2 && !tour->isBusy(); }, 120000));
+        w.activateWindow();
+        QTest::keyClick(&w, Qt::Key_W, Qt::ControlModifier);  // close, by its key
+        QVERIFY(!tour->panel()->isVisible());
+        QTest::qWait(100);
+        QCOMPARE(w.frameGeometry(), before);
+        w.analysisViews()->closeAll();
     }
 
     void configPanelShowsEveryRangeAt1280x720_data() {

@@ -17,6 +17,7 @@ set(TL_UI_TESTS
   test_tour
   test_zoom
   test_screen_fit
+  test_layout_audit
 
   test_plot_readability
   test_model_recommendation)

@@ -6,12 +6,14 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QEvent>
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QLabel>
 #include <QLineEdit>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QVBoxLayout>
 
 namespace tlui {
@@ -56,15 +58,19 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
     m_message->setStyleSheet("color: #b00; font-weight: bold;");
     m_message->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
     m_message->setFixedHeight(2 * QFontMetrics(m_message->font()).lineSpacing() + 4);
+    m_message->installEventFilter(this);  // its two lines grow with the zoom (eventFilter)
     outer->addWidget(m_message);
 
     auto* scroll = new QScrollArea;
     scroll->setObjectName("configScroll");
     scroll->setWidgetResizable(true);
     scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);  // the rows wrap to the dock's width
+    m_scroll = scroll;
     auto* inner = new QWidget;
     auto* innerLayout = new QVBoxLayout(inner);
+    m_groups = innerLayout;
     auto* genBox = new QGroupBox("GenerateConfig");
+    m_genBox = genBox;
     auto* genForm = new QFormLayout(genBox);
     genForm->setRowWrapPolicy(QFormLayout::WrapLongRows);
     m_specBox = new QGroupBox("Speculative / tree");  // short: a group's title sets its least width
@@ -76,12 +82,23 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
     specNote->setWordWrap(true);
     specNote->setForegroundRole(QPalette::PlaceholderText);
     specForm->addRow(specNote);
+    // The early-exit fields in a group of their own, so that the mode that uses them can show
+    // them first (placeModeGroups) instead of ~40 rows down the GenerateConfig form.
+    m_eeBox = new QGroupBox("Early exit");
+    m_eeBox->setObjectName("earlyExitGroup");
+    auto* eeForm = new QFormLayout(m_eeBox);
+    eeForm->setRowWrapPolicy(QFormLayout::WrapLongRows);
+    m_specBox->setObjectName("speculativeGroup");
+    genBox->setObjectName("generateGroup");
     innerLayout->addWidget(genBox);
+    innerLayout->addWidget(m_eeBox);
     innerLayout->addWidget(m_specBox);
     innerLayout->addStretch(1);
     scroll->setWidget(inner);
     outer->addWidget(scroll, 1);
 
+    struct PendingRow { const FieldInfo* f; QLabel* label; QWidget* row; };
+    std::vector<PendingRow> earlyExitRows;
     for (const FieldInfo& f : configFields()) {
         Row r;
         r.info = &f;
@@ -140,23 +157,19 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
         range->setToolTip(tip);
         range->setForegroundRole(QPalette::PlaceholderText);  // dim in either theme
         col->addWidget(range);
-        (f.speculative ? specForm : genForm)->addRow(r.label, rowWidget);
+        if (QString(f.key).startsWith("early_exit")) earlyExitRows.push_back({&f, r.label, rowWidget});
+        else (f.speculative ? specForm : genForm)->addRow(r.label, rowWidget);
         m_rows[f.key] = r;
     }
     // Where the early-exit and speculation defaults come from: above the first early-exit row and
     // at the top of the speculative group.
     m_recNote = new WrappedLabel;
     m_recNote->setObjectName("recommendationNote");
-    int eeRow = genForm->rowCount();
-    QFormLayout::ItemRole role;
-    genForm->getWidgetPosition(m_rows.at("early_exit_patience").label, &eeRow, &role);
-    for (const char* k : {"early_exit_min_L", "early_exit_peek_every", "early_exit_criterion", "early_exit_threshold",
-                          "early_exit_logit_margin"}) {
-        int r = -1;
-        genForm->getWidgetPosition(m_rows.at(k).label, &r, &role);
-        if (r >= 0) eeRow = std::min(eeRow, r);
-    }
-    genForm->insertRow(eeRow, m_recNote);
+    eeForm->addRow(m_recNote);
+    // The criterion first: it is the switch a lesson on early exit turns (argmax vs logit margin).
+    std::stable_partition(earlyExitRows.begin(), earlyExitRows.end(),
+                          [](const PendingRow& p) { return QString(p.f->key) == "early_exit_criterion"; });
+    for (const PendingRow& p : earlyExitRows) eeForm->addRow(p.label, p.row);
     m_recSpecNote = new WrappedLabel;
     m_recSpecNote->setObjectName("recommendationSpecNote");
     specForm->insertRow(1, m_recSpecNote);
@@ -168,6 +181,7 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
     });
     connect(m_mode, &QComboBox::currentIndexChanged, this, [this](int) {
         m_specBox->setEnabled(mode() == DecodeMode::Speculative || mode() == DecodeMode::Tree);
+        placeModeGroups();
         revalidate();
     });
     setConfig(tinyloop::GenerateConfig{});
@@ -175,6 +189,32 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
     setMode(DecodeMode::Greedy);
     m_specBox->setEnabled(false);
 }
+
+bool ConfigPanel::eventFilter(QObject* watched, QEvent* e) {
+    // Presentation mode and the zoom change the font after construction: the refusal line keeps
+    // room for two whole lines of the font it has now.
+    if (watched == m_message && (e->type() == QEvent::FontChange || e->type() == QEvent::StyleChange))
+        m_message->setFixedHeight(2 * QFontMetrics(m_message->font()).lineSpacing() + 4);
+    return QWidget::eventFilter(watched, e);
+}
+
+void ConfigPanel::placeModeGroups() {
+    // The chosen mode's own group first (early exit, speculative / tree), then GenerateConfig, then
+    // the other group; the panel scrolls back to the top, where the mode's switches now are.
+    const bool spec = mode() == DecodeMode::Speculative || mode() == DecodeMode::Tree;
+    const bool ee = mode() == DecodeMode::EarlyExit;
+    QList<QWidget*> order = {m_genBox, m_eeBox, m_specBox};
+    if (ee) order = {m_eeBox, m_genBox, m_specBox};
+    if (spec) order = {m_specBox, m_genBox, m_eeBox};
+    for (int i = 0; i < order.size(); ++i) {
+        if (m_groups->indexOf(order[i]) == i) continue;
+        m_groups->removeWidget(order[i]);
+        m_groups->insertWidget(i, order[i]);
+    }
+    m_scroll->verticalScrollBar()->setValue(0);
+}
+
+QWidget* ConfigPanel::firstGroup() const { return m_groups->itemAt(0)->widget(); }
 
 QWidget* ConfigPanel::editor(const QString& key) const {
     auto it = m_rows.find(key.toStdString());

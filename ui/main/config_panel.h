@@ -15,6 +15,8 @@
 class QComboBox;
 class QLabel;
 class QGroupBox;
+class QScrollArea;
+class QVBoxLayout;
 
 namespace tlui {
 
@@ -59,11 +61,16 @@ public:
     void setEngineVerdict(const QString& error);
 
     QWidget* editor(const QString& key) const;      // for tests and focus
+    // The group at the top of the form: the chosen mode's own (early exit, speculative / tree), else GenerateConfig.
+    QWidget* firstGroup() const;
     QComboBox* modeSelector() const { return m_mode; }
 
 signals:
     void changed();  // any edit (the window asks the engine after a pause)
     void modeChanged(tlui::DecodeMode m);
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* e) override;
 
 private:
     struct Row {
@@ -90,6 +97,11 @@ private:
     std::map<std::string, Row> m_rows;
     QComboBox* m_mode = nullptr;
     QGroupBox* m_specBox = nullptr;
+    QGroupBox* m_eeBox = nullptr;   // the early_exit_* fields and where their defaults come from
+    QGroupBox* m_genBox = nullptr;
+    QVBoxLayout* m_groups = nullptr;  // the three groups, the chosen mode's first
+    QScrollArea* m_scroll = nullptr;
+    void placeModeGroups();
     QLabel* m_message = nullptr;
     ConfigLimits m_limits;
     QString m_localError;

@@ -1,5 +1,8 @@
 #include "main/main_window.h"
 
+#include <algorithm>
+#include <utility>
+
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
@@ -24,6 +27,7 @@
 
 #include "main/config_panel.h"
 #include "main/glossary_dialog.h"
+#include "main/model_paths.h"
 #include "main/tour.h"
 #include "main/model_panel.h"
 #include "main/plain_status.h"
@@ -50,8 +54,8 @@ namespace {
 const char* kLensCaption =
     "Each column is an emitted token, each row a [[loop pass]] (pass 1 at the bottom); a cell's colour is "
     "the chosen measure at that pass, by default the [[probability]] the pass gives the token finally "
-    "emitted. Read a column upwards to watch the answer form; a cross marks the pass where the token "
-    "[[early exit|exited]]. Hover a cell for the pass's top guesses.";
+    "emitted. Read a column upwards to watch the answer form; a cyan square (a cyan step line when the "
+    "cells are small) marks the pass where the token [[early exit|exited]]. Hover a cell for the pass's top guesses.";
 const char* kDepthCaption =
     "One bar per emitted token: how many [[loop pass|passes]] it used. The dashed line is the depth asked "
     "for; bars below it are tokens that stopped early ([[early exit]]), the passes saved.";
@@ -208,15 +212,23 @@ void MainWindow::buildUi() {
     m_plotTabs->addTab(withCaption(m_timing, kTimingCaption), "Timing");
     center->addWidget(left);
     center->addWidget(m_plotTabs);
-    center->setStretchFactor(0, 2);
-    center->setStretchFactor(1, 3);
-    center->setSizes({520, 700});
+    // The plots take the larger share: the lens heatmap is what a class looks at.
+    center->setStretchFactor(0, 1);
+    center->setStretchFactor(1, 2);
+    center->setSizes({420, 840});
     setCentralWidget(center);
 
     m_config = new ConfigPanel;
     connect(m_config, &ConfigPanel::changed, this, &MainWindow::scheduleValidation);
     m_presets = new PresetsPanel(m_config, m_opts.presetDir);
     connect(m_presets, &PresetsPanel::promptRequested, this, &MainWindow::setPrompt);
+    // A preset made for another model: open that model, then apply the preset on it.
+    connect(m_presets, &PresetsPanel::modelRequested, this, [this](const QString& path, const QString& preset) {
+        m_presetAfterLoad = preset;
+        openModel(path);
+    });
+    // Without dialogs (tests, screenshot runs) such a preset is refused, the reason in the panel.
+    if (!m_opts.errorDialogs) m_presets->setModelChooser([](const ModelMismatch&) { return ModelChoice::Cancel; });
     m_modelPanel = new ModelPanel;
     m_backend = m_loadedBackend = QSettings().value("backend", "auto").toString();
     if (m_backend != "cpu" && m_backend != "cuda") m_backend = m_loadedBackend = "auto";
@@ -235,7 +247,7 @@ void MainWindow::buildUi() {
     addDockWidget(Qt::LeftDockWidgetArea, presetDock);
     tabifyDockWidget(presetDock, modelDock);
     presetDock->raise();
-    resizeDocks({cfgDock}, {440}, Qt::Horizontal);
+    resizeDocks({cfgDock}, {std::min(440, width() * 28 / 100)}, Qt::Horizontal);  // narrower on a projector's 1280 px
     resizeDocks({cfgDock, presetDock}, {620, 220}, Qt::Vertical);
 
     m_stateLabel = new QLabel("starting");
@@ -423,7 +435,7 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
     m_loadedBackend = m_pendingBackend;
     m_modelPanel->setBackendChoice(m_loadedBackend);
     QSettings().setValue("backend", m_loadedBackend);
-    m_modelName = QFileInfo(m_modelPath).fileName();
+    m_modelName = modelDisplayName(m_modelPath);  // the folder too: the bundled models share file names
     m_session.modelPath = m_modelPath;
     m_session.modelSummary = m_modelPanel->summaryLine();
     ConfigLimits lim;
@@ -437,6 +449,10 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
     m_heatmap->setVocab(m.vocab);
     m_presets->setModelPath(m_modelPath);
     m_presets->applyDefaultForModel();
+    if (!m_presetAfterLoad.isEmpty()) {  // the preset this model was opened for
+        const QString preset = std::exchange(m_presetAfterLoad, QString());
+        m_presets->applyPreset(preset);
+    }
     if (m_sessionConfig) {  // an opened session shows the config it was run with
         m_config->setMode(m_session.run.mode);
         m_config->setConfig(m_session.run.config);
@@ -455,13 +471,18 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
 
 void MainWindow::onModelLoadFailed(const QString& path, const QString& message) {
     m_loading = false;
+    m_presetAfterLoad.clear();
     updateActions();
     if (m_hasModel) {  // the loaded model keeps its back end; the next load asks for it again
         m_backend = m_loadedBackend;
         m_modelPanel->setBackendChoice(m_loadedBackend);
     }
+    QString why = message;
+    if (message.contains("magic: not TINYLOOP"))  // the loader's field and range, said for a person
+        why = "this is not a TinyLoop model: a .tinyloop file begins with the letters TINYLOOP, and this "
+              "file does not (it may be another kind of file, or a model for another program)";
     QString text = QString("Could not open %1%2:\n%3")
-                       .arg(path, m_pendingBackend == "auto" ? QString() : " on the " + m_pendingBackend + " back end", message);
+                       .arg(path, m_pendingBackend == "auto" ? QString() : " on the " + m_pendingBackend + " back end", why);
     if (m_hasModel) text += QString("\n\n%1 stays loaded.").arg(m_modelName);
     showError("Model not loaded", text);
     emit modelReady(false);
@@ -496,6 +517,10 @@ bool MainWindow::generate() {
     auto req = makeRequest(&err);
     if (req && !m_config->message().isEmpty()) {  // the engine refused this config already
         err = m_config->message();
+        req.reset();
+    }
+    if (req && req->prompt.isEmpty()) {  // as the CLI: the model would only continue its end-of-text token
+        err = "prompt: the prompt is empty (at least one token is needed); type the text to continue";
         req.reset();
     }
     if (!req) {
@@ -678,7 +703,7 @@ void MainWindow::onRunFinished(const RunResult& r) {
                        .arg(s.tokensPerSecond, 0, 'f', 1);
     if (r.mode == DecodeMode::EarlyExit)
         done += ". Early exit: " + earlyExitSummary(m_session.events, r.config.loops > 0 ? r.config.loops : m_hp.default_loops,
-                                                    r.config);
+                                                    r.config, r.stats.stop_reason == tinyloop::StopReason::EOS);
     m_stateLabel->setText(done);
     m_stateLabel->setToolTip(done);
     updateActions();

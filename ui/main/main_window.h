@@ -188,6 +188,7 @@ private:
     bool m_notStarted = false;     // the status bar says why a run did not start
     bool m_sessionConfig = false;  // an opened session's config outlives the model's default preset
     QString m_sessionNote;         // what the status bar said about the opened session
+    QString m_presetAfterLoad;     // the preset to apply once the model being opened for it is in
     double m_liveTps = 0;
     std::vector<SpecCycle> m_liveCycles;
     int m_lastCycle = -1;

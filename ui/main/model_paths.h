@@ -18,4 +18,14 @@ struct StartupModel {
 StartupModel resolveStartupModel(const QString& commandLinePath);
 QString bundledModelRelativePath();
 
+// A model file as people and presets name it: its folder and file name
+// ("tinyloop-digitsum/model-f32.tinyloop"; the bundled models share their file names).
+QString modelDisplayName(const QString& path);
+// The SHA-256 of the file's bytes, hex; empty when it cannot be read. Remembered per path, size
+// and modification time, so asking again for an open model costs nothing.
+QString modelSha256(const QString& path);
+// Where the model named `displayName` ("folder/file", modelDisplayName's form) is: beside the model
+// at `near` (../folder/file), else among the bundled models. Empty when it is in neither place.
+QString findModelFile(const QString& displayName, const QString& near);
+
 }  // namespace tlui

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include <QStringList>
+
 #include "main/session.h"
 
 namespace tlui {
@@ -58,13 +60,11 @@ QString tokenExitText(int depth, int loops, const tinyloop::GenerateConfig& cfg)
 }
 
 QString earlyExitSummary(const std::vector<tinyloop::TokenEvent>& events, int loops,
-                         const tinyloop::GenerateConfig& cfg) {
+                         const tinyloop::GenerateConfig& cfg, bool lastIsEnd) {
     if (events.empty()) return QString();
-    std::map<int, int> byDepth;
     double sum = 0;
     int early = 0;
     for (const auto& e : events) {
-        ++byDepth[e.depth];
         sum += e.depth;
         if (e.depth < loops) ++early;
     }
@@ -74,16 +74,37 @@ QString earlyExitSummary(const std::vector<tinyloop::TokenEvent>& events, int lo
         return QString("no token exited early: all %1 ran all %2 passes; none settled because %3. Loosen the "
                        "threshold or the patience to see exits.")
             .arg(n).arg(loops).arg(exitRuleText(cfg));
-    const auto most = std::max_element(byDepth.begin(), byDepth.end(), [&](const auto& a, const auto& b) {
-        return (a.first < loops ? a.second : -1) < (b.first < loops ? b.second : -1);
-    });
-    return QString("%1 of %2 tokens exited early (on average %3 of %4 passes, %5% of the work saved); most "
-                   "exited at pass %6 because %7")
-        .arg(early).arg(n)
-        .arg(mean, 0, 'f', 1).arg(loops)
-        .arg(100.0 * (1.0 - mean / loops), 0, 'f', 0)
-        .arg(most->first)
-        .arg(exitRuleText(cfg));
+    // Where the text exited, apart from the end-of-text token: it settles at once and would
+    // otherwise be "most" of a short answer (the digit-sum answer exits at pass 8, its end at 2).
+    const size_t text = events.size() - (lastIsEnd ? 1 : 0);
+    auto pass = [&](const tinyloop::TokenEvent& e) {
+        return e.depth < loops ? QString("pass %1").arg(e.depth) : QString("pass %1 (all)").arg(e.depth);
+    };
+    auto quoted = [](const tinyloop::TokenEvent& e) {
+        const QString p = QString::fromStdString(e.piece).simplified();
+        return p.isEmpty() ? QString("token %1").arg(e.index + 1) : "'" + p + "'";
+    };
+    QString where;
+    if (text > 0 && text <= 3) {  // a short answer: each of its tokens
+        QStringList each;
+        for (size_t i = 0; i < text; ++i) each << quoted(events[i]) + " at " + pass(events[i]);
+        where = (text == 1 ? "the answer " : "the answer's tokens ") + each.join(", ") + " exited";
+    } else if (text > 3) {
+        std::map<int, int> byDepth;
+        for (size_t i = 0; i < text; ++i) ++byDepth[events[i].depth];
+        const auto most = std::max_element(byDepth.begin(), byDepth.end(), [&](const auto& a, const auto& b) {
+            return (a.first < loops ? a.second : -1) < (b.first < loops ? b.second : -1);
+        });
+        where = QString("most exited at pass %1; the last, %2, at %3").arg(most->first).arg(quoted(events[text - 1]), pass(events[text - 1]));
+    }
+    QString s = QString("%1 of %2 tokens exited early (on average %3 of %4 passes, %5% of the work saved); ")
+                    .arg(early).arg(n)
+                    .arg(mean, 0, 'f', 1).arg(loops)
+                    .arg(100.0 * (1.0 - mean / loops), 0, 'f', 0);
+    s += where.isEmpty() ? QString("they exited") : where;
+    s += " because " + exitRuleText(cfg);
+    if (lastIsEnd) s += QString("; the end-of-text token exited at %1").arg(pass(events.back()));
+    return s;
 }
 
 QString scrubberAnswerText(const ScrubberAnswerFacts& f) {

@@ -26,10 +26,12 @@ QString exitRuleText(const tinyloop::GenerateConfig& cfg);
 // One token: "exited at pass 2 because the hidden state changed less than 0.05 for 2 checks in a
 // row" or "ran all 6 passes (never settled early)".
 QString tokenExitText(int depth, int loops, const tinyloop::GenerateConfig& cfg);
-// A whole early-exit run: how many tokens stopped early, where most of them stopped, and why.
-// Empty when no event is given.
+// A whole early-exit run: how many tokens stopped early, where the text stopped (each token of a
+// short answer, else where most stopped and the last one), and why. `lastIsEnd`: the last event
+// is the end-of-text token (the run stopped there), told apart from the answer. Empty when no
+// event is given.
 QString earlyExitSummary(const std::vector<tinyloop::TokenEvent>& events, int loops,
-                         const tinyloop::GenerateConfig& cfg);
+                         const tinyloop::GenerateConfig& cfg, bool lastIsEnd = false);
 
 // The depth scrubber's line after an answer at `depth` (moved from `previousDepth`, 0 = first):
 // how long it took, which passes were run over the prompt, the memory the kept state holds,

@@ -4,6 +4,7 @@
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QRegularExpression>
 #include <QSaveFile>
 #include <QSettings>
 #include <QStandardPaths>
@@ -15,7 +16,7 @@ using nlohmann::json;
 bool presetsEqual(const Preset& a, const Preset& b) {
     return a.name == b.name && a.description == b.description && a.mode == b.mode &&
            configsEqual(a.config, b.config) && a.knobs == b.knobs && a.grammarFile == b.grammarFile &&
-           a.prompt == b.prompt;
+           a.prompt == b.prompt && a.modelFile == b.modelFile && a.modelSha256 == b.modelSha256;
 }
 
 json presetToJson(const Preset& p) {
@@ -28,6 +29,8 @@ json presetToJson(const Preset& p) {
                 {"speculative", knobsToJson(p.knobs)},
                 {"grammar_file", p.grammarFile.toStdString()}};
     if (!p.prompt.isEmpty()) j["prompt"] = p.prompt.toStdString();
+    if (!p.modelSha256.isEmpty())
+        j["model"] = {{"file", p.modelFile.toStdString()}, {"sha256", p.modelSha256.toStdString()}};
     return j;
 }
 
@@ -64,6 +67,25 @@ Preset presetFromJson(const json& j, const ConfigLimits& lim) {
         } else if (k == "prompt") {
             if (!v.is_string()) throw ConfigError("prompt", "expected a string (the prompt the preset opens on)");
             p.prompt = QString::fromStdString(v.get<std::string>());
+        } else if (k == "model") {
+            if (!v.is_object()) throw ConfigError("model", "expected an object {\"file\": ..., \"sha256\": ...}");
+            for (auto f = v.begin(); f != v.end(); ++f) {
+                if (f.key() == "file") {
+                    if (!f->is_string() || f->get<std::string>().empty())
+                        throw ConfigError("model.file", "expected the model's folder and file name, e.g. \"tinyloop-kjv/model-f32.tinyloop\"");
+                    p.modelFile = QString::fromStdString(f->get<std::string>());
+                } else if (f.key() == "sha256") {
+                    const QString hex = f->is_string() ? QString::fromStdString(f->get<std::string>()).toLower() : QString();
+                    static const QRegularExpression sha("^[0-9a-f]{64}$");
+                    if (!sha.match(hex).hasMatch())
+                        throw ConfigError("model.sha256", "expected 64 hexadecimal digits (the SHA-256 of the model file)");
+                    p.modelSha256 = hex;
+                } else {
+                    throw ConfigError("model." + f.key(), "unknown field; allowed: file, sha256");
+                }
+            }
+            if (p.modelFile.isEmpty() || p.modelSha256.isEmpty())
+                throw ConfigError(p.modelFile.isEmpty() ? "model.file" : "model.sha256", "missing");
         } else if (k == "speculative") {
             p.knobs = knobsFromJson(v, lim, "speculative.");
             for (auto f = v.begin(); f != v.end(); ++f) p.namedKeys << QString::fromStdString(f.key());

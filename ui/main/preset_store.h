@@ -20,6 +20,10 @@ struct Preset {
     SpeculativeKnobs knobs;
     QString grammarFile;  // "" = none
     QString prompt;       // "" = leave the editor's prompt; else the prompt the preset opens on
+    // The model it was made for ("model": {"file", "sha256"}): its folder and file name
+    // (model_paths.h modelDisplayName) and the SHA-256 of its bytes; both empty = any model.
+    QString modelFile;
+    QString modelSha256;
     // The "config" and "speculative" keys the file names. Applying a preset, the early-exit and
     // speculation fields it leaves out take the loaded model's recommendation (the bundled
     // "Early exit" and "Speculative" presets leave them out); a preset saved from the panel names

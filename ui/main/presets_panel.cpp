@@ -5,10 +5,12 @@
 #include <QInputDialog>
 #include <QLabel>
 #include <QListWidget>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QVBoxLayout>
 
 #include "main/config_panel.h"
+#include "main/model_paths.h"
 
 namespace tlui {
 
@@ -95,6 +97,11 @@ Preset PresetsPanel::currentAsPreset(const QString& name, QString* error) const 
     auto k = m_config->knobs(err.isEmpty() ? &err : nullptr);
     if (c) p.config = *c;
     if (k) p.knobs = *k;
+    if (!m_modelPath.isEmpty()) {  // the model it is made on: loading it elsewhere asks first
+        p.modelFile = modelDisplayName(m_modelPath);
+        p.modelSha256 = modelSha256(m_modelPath);
+        if (p.modelSha256.isEmpty()) p.modelFile.clear();
+    }
     if (error) *error = err;
     return p;
 }
@@ -127,15 +134,52 @@ bool PresetsPanel::applyPreset(const QString& name, QString* error) {
         if (error) *error = err;
         return false;
     }
+    QString note;
+    if (!p->modelSha256.isEmpty() && !m_modelPath.isEmpty() && modelSha256(m_modelPath) != p->modelSha256) {
+        ModelMismatch m{p->name, p->modelFile, modelDisplayName(m_modelPath), findModelFile(p->modelFile, m_modelPath)};
+        const ModelChoice choice = m_chooser ? m_chooser(m) : askModel(m);
+        if (choice == ModelChoice::OpenThatModel && !m.foundPath.isEmpty()) {
+            report(QString("opening %1 for '%2'...").arg(m.wantedFile, p->name), false);
+            emit modelRequested(m.foundPath, p->name);
+            return true;
+        }
+        if (choice != ModelChoice::RunAnyway) {
+            err = QString("'%1' was made for %2; %3 is open").arg(p->name, m.wantedFile, m.openFile);
+            report("not loaded: " + err, true);
+            if (error) *error = err;
+            return false;
+        }
+        note = QString(" on %1, not the %2 it was made for").arg(m.openFile, m.wantedFile);
+    }
     m_config->setMode(p->mode);
     m_config->setConfig(p->config);
     m_config->setKnobs(p->knobs);
     m_config->applyModelDefaults(p->namedKeys);  // what the preset leaves out: the model's recommendation
     m_config->setGrammarFile(p->grammarFile);
     if (!p->prompt.isEmpty()) emit promptRequested(p->prompt);
-    report(QString("loaded '%1'").arg(p->name), false);
+    report(QString("loaded '%1'%2").arg(p->name, note), false);
     emit presetApplied(p->name);
     return true;
+}
+
+QString PresetsPanel::mismatchText(const ModelMismatch& m) {
+    QString t = QString("The preset '%1' was made for the model %2, but %3 is open (a different file).")
+                    .arg(m.preset, m.wantedFile, m.openFile);
+    t += m.foundPath.isEmpty() ? QString(" %1 was not found beside the open model or among the bundled models.").arg(m.wantedFile)
+                               : QString(" Open %1 and load the preset there, or run it on %2 anyway?").arg(m.wantedFile, m.openFile);
+    return t;
+}
+
+ModelChoice PresetsPanel::askModel(const ModelMismatch& m) {
+    QMessageBox box(QMessageBox::Question, "Preset made for another model", mismatchText(m), QMessageBox::NoButton, this);
+    QPushButton* open = m.foundPath.isEmpty() ? nullptr : box.addButton("Open " + m.wantedFile, QMessageBox::AcceptRole);
+    QPushButton* anyway = box.addButton("Run on " + m.openFile + " anyway", QMessageBox::DestructiveRole);
+    box.addButton(QMessageBox::Cancel);
+    box.setDefaultButton(open ? open : anyway);
+    box.exec();
+    if (open && box.clickedButton() == open) return ModelChoice::OpenThatModel;
+    if (box.clickedButton() == anyway) return ModelChoice::RunAnyway;
+    return ModelChoice::Cancel;
 }
 
 bool PresetsPanel::removePreset(const QString& name, QString* error) {

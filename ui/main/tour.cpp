@@ -5,10 +5,13 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPushButton>
+#include <QShortcut>
+#include <QTabWidget>
 #include <QVBoxLayout>
 
 #include "main/main_window.h"
 #include "main/model_paths.h"
+#include "main/screen_fit.h"
 #include "plots/plot_caption.h"
 #include "views/analysis_views.h"
 #include "views/analysis_window.h"
@@ -30,6 +33,8 @@ Tour::Tour(MainWindow* window) : QObject(window), m_window(window) {
     m_dock->setObjectName("tourDock");
     auto* box = new QWidget;
     auto* v = new QHBoxLayout(box);
+    v->setContentsMargins(8, 2, 8, 2);  // every pixel of height counts on a 720-px projector
+    v->setSpacing(8);
     m_heading = new QLabel;
     m_heading->setObjectName("tourHeading");
     m_heading->setWordWrap(true);
@@ -57,9 +62,11 @@ Tour::Tour(MainWindow* window) : QObject(window), m_window(window) {
     // A strip along the bottom: it takes height, never width, so the window still fits a
     // 1280-px projector with the config dock open.
     auto* words = new QVBoxLayout;
+    words->setSpacing(2);
     words->addWidget(m_heading);
     words->addWidget(m_text, 1);
     auto* side = new QVBoxLayout;
+    side->setSpacing(2);
     side->addWidget(m_state, 1);
     side->addLayout(buttons);
     m_state->setMaximumWidth(320);
@@ -71,6 +78,26 @@ Tour::Tour(MainWindow* window) : QObject(window), m_window(window) {
     connect(m_back, &QPushButton::clicked, this, &Tour::back);
     connect(m_next, &QPushButton::clicked, this, &Tour::next);
     connect(closeButton, &QPushButton::clicked, this, &Tour::close);
+    // Keys a presenter can press whichever window has the focus (step 5 points at the scrubber's
+    // window); Esc is taken by Stop. Each works only while the panel is shown and its button is on.
+    auto key = [this, window](QPushButton* b, const QKeySequence& k, const QString& what) {
+        auto* s = new QShortcut(k, window);
+        s->setContext(Qt::ApplicationShortcut);
+        connect(s, &QShortcut::activated, b, [this, b] {
+            if (m_dock->isVisible() && b->isEnabled()) b->click();
+        });
+        b->setToolTip(QString("%1 (%2)").arg(what, k.toString(QKeySequence::NativeText)));
+    };
+    key(m_back, QKeySequence(Qt::ALT | Qt::Key_Left), "The previous step");
+    key(m_next, QKeySequence(Qt::ALT | Qt::Key_Right), "The next step");
+    key(closeButton, QKeySequence(Qt::CTRL | Qt::Key_W), "Close the tour; the window returns to its size before it");
+}
+
+QString Tour::shortcutHint() {
+    return QString("Keys: %1 next, %2 back, %3 close")
+        .arg(QKeySequence(Qt::ALT | Qt::Key_Right).toString(QKeySequence::NativeText),
+             QKeySequence(Qt::ALT | Qt::Key_Left).toString(QKeySequence::NativeText),
+             QKeySequence(Qt::CTRL | Qt::Key_W).toString(QKeySequence::NativeText));
 }
 
 QWidget* Tour::stepWindow() const {
@@ -82,6 +109,20 @@ QWidget* Tour::stepWindow() const {
 void Tour::goTo(int index) {
     index = std::clamp(index, 0, count() - 1);
     if (!m_dock->isVisible()) {
+        // What the window was before the tour, restored by close(): its size and its docks.
+        m_savedGeometry = m_window->geometry();
+        m_savedState = m_window->saveState();
+        // The steps never use the presets or the model panel: their height goes to the panel, so
+        // window, status bar and buttons stay on a 1280x720 screen (close() brings them back).
+        for (const char* name : {"presetDock", "modelDock"})
+            if (auto* d = m_window->findChild<QDockWidget*>(name)) d->hide();
+        // The panel says what to look at in each plot: the plots' own captions give it their
+        // height while it is open (presentation mode: five lines under the lens).
+        for (PlotCaption* c : m_window->plotTabs()->findChildren<PlotCaption*>())
+            if (!c->isHidden()) {
+                c->hide();
+                m_hiddenCaptions << c;
+            }
         m_dock->show();
         m_window->resizeDocks({m_dock}, {m_dock->widget()->minimumSizeHint().height()}, Qt::Vertical);
     }
@@ -102,6 +143,25 @@ void Tour::back() { goTo((m_pending >= 0 ? m_pending : m_index) - 1); }
 void Tour::close() {
     m_pending = -1;
     m_dock->hide();
+    if (!m_savedState.isEmpty()) m_window->restoreState(m_savedState);
+    for (const QPointer<PlotCaption>& c : std::as_const(m_hiddenCaptions))
+        if (c) c->show();
+    m_hiddenCaptions.clear();
+    // The client rectangle as it was (restoreGeometry would also re-place the frame, off by the
+    // title bar on some platforms).
+    if (m_savedGeometry.isValid()) m_window->setGeometry(m_savedGeometry);
+    m_savedState.clear();
+    m_savedGeometry = QRect();
+}
+
+void Tour::keepClearOfPanel(QWidget* other) const {
+    if (!other || other == m_window || !other->isVisible() || !m_dock->isVisible()) return;
+    // The screen above the panel: the other window there leaves the step's words and buttons in view.
+    QRect above = availableGeometry(m_window);
+    const int panelTop = m_dock->mapToGlobal(QPoint(0, 0)).y();
+    if (panelTop - above.top() < above.height() / 3) return;  // too little room: leave it where it is
+    above.setBottom(panelTop - 1);
+    fitToScreen(other, other->size(), above);
 }
 
 void Tour::runCurrent() {
@@ -143,6 +203,7 @@ void Tour::finish(quint64 ticket, bool ok, const QString& error) {
     } else if (!ok) {
         m_error = error.isEmpty() ? QString("the step did not complete") : error;
     }
+    keepClearOfPanel(stepWindow());
     updatePanel();
     emit stepFinished(m_index, ok);
     if (m_pending >= 0) {
@@ -160,7 +221,8 @@ void Tour::updatePanel() {
     m_next->setEnabled(m_index < count() - 1);
     if (m_busy) m_state->setText("running this step on the model...");
     else if (!m_error.isEmpty()) m_state->setText("This step did not work: " + m_error);
-    else m_state->setText(m_index < count() - 1 ? "Ready. Press Next for the next step." : "Ready. This is the last step.");
+    else m_state->setText((m_index < count() - 1 ? "Ready. Press Next for the next step." : "Ready. This is the last step.") +
+                          QString("\n") + shortcutHint());
     m_state->setStyleSheet(m_error.isEmpty() ? QString() : QString("color: #b00020;"));
 }
 

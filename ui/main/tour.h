@@ -7,9 +7,12 @@
 #include <functional>
 #include <vector>
 
+#include <QByteArray>
 #include <QDockWidget>
+#include <QList>
 #include <QObject>
 #include <QPointer>
+#include <QRect>
 #include <QString>
 
 class QLabel;
@@ -51,7 +54,10 @@ public:
     void goTo(int index);  // shows the panel and runs step `index` (0-based, clamped)
     void next();
     void back();
+    // Hides the panel and gives the window back the size and docks it had before the tour.
     void close();
+    // The keys for Next, Back and Close, for the panel and the README.
+    static QString shortcutHint();
 
 signals:
     void stepStarted(int index);
@@ -61,6 +67,8 @@ private:
     void runCurrent();
     void finish(quint64 ticket, bool ok, const QString& error);
     void updatePanel();
+    // Moves `other` (a step's own window) into the screen above the panel, so it does not cover it.
+    void keepClearOfPanel(QWidget* other) const;
 
     MainWindow* m_window;
     QDockWidget* m_dock = nullptr;
@@ -74,6 +82,9 @@ private:
     quint64 m_ticket = 0;   // the run of the current step; older completions are ignored
     bool m_busy = false;
     QString m_error;
+    QRect m_savedGeometry;  // the window before the tour (close() restores it)
+    QByteArray m_savedState;
+    QList<QPointer<PlotCaption>> m_hiddenCaptions;  // the plots' captions, hidden while the panel shows
 };
 
 }  // namespace tlui

@@ -70,7 +70,7 @@ std::vector<TourStep> makeSteps() {
     std::vector<TourStep> s;
     s.push_back({"Greedy decoding and the logit lens",
                  "The text model continued \"In the beginning\" [[greedy|greedily]]: at every step it takes its most "
-                 "likely token. The Logit lens tab (middle) shows what the model would have said after each "
+                 "likely token. The Logit lens tab (the plots on the right) shows what the model would have said after each "
                  "[[loop pass]]: one column per token, pass 1 at the bottom. The colour is the [[probability]] that "
                  "pass gives the token finally written. Read a column upwards: a column bright from pass 1 was "
                  "an easy token; where the colour changes from pass to pass, the later passes changed the "

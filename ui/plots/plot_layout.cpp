@@ -49,6 +49,14 @@ void useIntegerTicks(QCPAxis* axis) {
     axis->setNumberPrecision(0);
 }
 
+void fitTickCount(QCPAxis* axis, double lengthPx) {
+    const QFontMetrics fm(axis->tickLabelFont());
+    const double widest = std::max(fm.horizontalAdvance(QString::number(axis->range().upper, 'f', 0)),
+                                   fm.horizontalAdvance(QString::number(axis->range().lower, 'f', 0)));
+    const int n = std::clamp(static_cast<int>(lengthPx / (2.0 * std::max(widest, 1.0))), 2, 5);
+    if (axis->ticker()->tickCount() != n) axis->ticker()->setTickCount(n);
+}
+
 QCPErrorBars* addWhiskers(QCPBars* bars, const std::vector<double>& lo, const std::vector<double>& hi) {
     auto* err = new QCPErrorBars(bars->keyAxis(), bars->valueAxis());
     err->setDataPlottable(bars);
@@ -72,8 +80,37 @@ QCPItemText* emptyStateItem(const QCustomPlot* plot) {
     return nullptr;
 }
 
+namespace {
+
+// `message` broken into lines no wider than `width` px (a word longer than that keeps its own line).
+QString wrapped(const QString& message, const QFontMetrics& fm, int width) {
+    QStringList lines;
+    QString line;
+    for (const QString& word : message.split(' ', Qt::SkipEmptyParts)) {
+        const QString longer = line.isEmpty() ? word : line + ' ' + word;
+        if (!line.isEmpty() && fm.horizontalAdvance(longer) > width) {
+            lines << line;
+            line = word;
+        } else {
+            line = longer;
+        }
+    }
+    if (!line.isEmpty()) lines << line;
+    return lines.join('\n');
+}
+
+}  // namespace
+
 void showEmptyState(QCustomPlot* plot, const QString& message) {
     QCPItemText* text = emptyStateItem(plot);
+    if (!plot->property("tl_emptyWraps").toBool()) {
+        // The message wraps to the plot's width after every layout (a narrow plot, a big zoom).
+        plot->setProperty("tl_emptyWraps", true);
+        QObject::connect(plot, &QCustomPlot::afterLayout, plot, [plot] {
+            if (QCPItemText* t = emptyStateItem(plot))
+                t->setText(wrapped(t->property("message").toString(), QFontMetrics(t->font()), std::max(40, plot->width() - 16)));
+        });
+    }
     if (!text) {
         text = new QCPItemText(plot);
         text->setObjectName("emptyState");
@@ -108,7 +145,8 @@ void showEmptyState(QCustomPlot* plot, const QString& message) {
         plot->setProperty("tl_emptyLegend", plot->legend && plot->legend->visible());
         if (plot->legend) plot->legend->setVisible(false);
     }
-    text->setText(message);
+    text->setProperty("message", message);
+    text->setText(wrapped(message, QFontMetrics(text->font()), std::max(40, plot->width() - 16)));
     plot->replot();
 }
 

@@ -25,6 +25,10 @@ void putLegendBelow(QCustomPlot* plot);
 // Ticks at whole numbers only (1, 2, 3 or 2, 4, 6 ...): no "2.5 loops".
 void useIntegerTicks(QCPAxis* axis);
 
+// As many ticks on the horizontal `axis` as its numbers fit side by side in `lengthPx` (2 to 5,
+// each label given twice its width): a narrow plot, or a big zoom, gets fewer, never overlapping.
+void fitTickCount(QCPAxis* axis, double lengthPx);
+
 // Whiskers on `bars` from lo[i] to hi[i] around the bar's value (the spread of repeats).
 QCPErrorBars* addWhiskers(QCPBars* bars, const std::vector<double>& lo, const std::vector<double>& hi);
 

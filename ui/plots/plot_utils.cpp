@@ -1,5 +1,7 @@
 #include "plots/plot_utils.h"
 
+#include <algorithm>
+
 #include <QFileInfo>
 #include <qcustomplot.h>
 
@@ -19,11 +21,37 @@ bool savePlot(QCustomPlot* plot, const QString& path, QString* error) {
     return ok;
 }
 
+namespace {
+
+// Numbers on an axis get as many ticks as their labels fit along it, each label given twice its
+// size (a short plot in presentation mode: 0, 500, 1000 rather than eight labels over each other).
+// Named ticks (tokens, categories) are placed by their own tickers and left alone.
+void fitNumberTicks(QCustomPlot* plot) {
+    for (QCPAxisRect* rect : plot->axisRects())
+        for (QCPAxis* axis : rect->axes()) {
+            QSharedPointer<QCPAxisTicker> ticker = axis->ticker();
+            if (!axis->visible() || !ticker || qSharedPointerDynamicCast<QCPAxisTickerText>(ticker)) continue;
+            if (typeid(*ticker) != typeid(QCPAxisTicker) && !qSharedPointerDynamicCast<QCPAxisTickerFixed>(ticker)) continue;
+            const QFontMetrics fm(axis->tickLabelFont());
+            const bool across = axis->orientation() == Qt::Horizontal;
+            const double length = across ? rect->width() : rect->height();
+            if (length <= 0) continue;
+            const double label = across ? std::max(fm.horizontalAdvance(QString::number(axis->range().upper, 'g', 4)),
+                                                   fm.horizontalAdvance(QString::number(axis->range().lower, 'g', 4)))
+                                        : fm.height();
+            const int n = std::clamp(static_cast<int>(length / (2.0 * std::max(label, 1.0))), 1, 5);
+            if (ticker->tickCount() != n) ticker->setTickCount(n);
+        }
+}
+
+}  // namespace
+
 void stylePlot(QCustomPlot* plot) {
     plot->setNoAntialiasingOnDrag(true);
     plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     plot->setMinimumSize(300, 200);
     trackPlotLook(plot);  // zoom and theme
+    QObject::connect(plot, &QCustomPlot::beforeReplot, plot, [plot] { fitNumberTicks(plot); });
 }
 
 }  // namespace tlui

@@ -30,6 +30,9 @@ SpeculativePlot::SpeculativePlot(QWidget* parent) : QWidget(parent) {
     pv->setContentsMargins(0, 0, 0, 0);
     m_rate = new QLabel;
     m_rate->setObjectName("specRate");
+    // Wrapped: one unbroken line set the window's least width (wider than a 1280-px screen in
+    // presentation mode, for good once the Speculative tab had shown it).
+    m_rate->setWordWrap(true);
     pv->addWidget(m_rate);
     m_plot = new QCustomPlot(page);
     m_plot->setObjectName("speculativePlot");

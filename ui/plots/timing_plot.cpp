@@ -21,16 +21,20 @@ TimingPlot::TimingPlot(QWidget* parent) : QWidget(parent) {
     m_plot = new QCustomPlot(this);
     m_plot->setObjectName("timingPlot");
     stylePlot(m_plot);
-    m_phases = new QCPBars(m_plot->xAxis, m_plot->yAxis);
+    // Lying bars, the phases named down the left: the names sit one per line, so they never run
+    // into each other however narrow the tab (standing bars put four names side by side in half
+    // the tab's width, and they overlapped at every size).
+    m_phases = new QCPBars(m_plot->yAxis, m_plot->xAxis);
     m_phases->setBrush(QColor(235, 140, 40, 190));
     QSharedPointer<QCPAxisTickerText> ticks(new QCPAxisTickerText);
     ticks->addTick(0, "prefill");
     ticks->addTick(1, "first token");
     ticks->addTick(2, "decode");
     ticks->addTick(3, "total");
-    m_plot->xAxis->setTicker(ticks);
-    m_plot->xAxis->setRange(-0.6, 3.6);
-    m_plot->yAxis->setLabel("ms (last run)");
+    m_plot->yAxis->setTicker(ticks);
+    m_plot->yAxis->setRange(-0.6, 3.6);
+    m_plot->yAxis->setRangeReversed(true);  // prefill on top, in the order they happen
+    m_plot->xAxis->setLabel("ms (last run)");
     auto* rateRect = new QCPAxisRect(m_plot);
     m_plot->plotLayout()->addElement(0, 1, rateRect);
     m_rate = m_plot->addGraph(rateRect->axis(QCPAxis::atBottom), rateRect->axis(QCPAxis::atLeft));
@@ -39,6 +43,13 @@ TimingPlot::TimingPlot(QWidget* parent) : QWidget(parent) {
     rateRect->axis(QCPAxis::atBottom)->setLabel("run");
     useIntegerTicks(rateRect->axis(QCPAxis::atBottom));
     rateRect->axis(QCPAxis::atLeft)->setLabel("decode tokens/s");
+    // The two charts share the width: their numbers get as many ticks as fit half of it (less
+    // the axes' margins), so they never run into each other on a narrow tab or a big zoom.
+    connect(m_plot, &QCustomPlot::beforeReplot, this, [this, rateRect] {
+        const double half = m_plot->width() / 2.0 - 80;
+        fitTickCount(m_plot->xAxis, half);
+        fitTickCount(rateRect->axis(QCPAxis::atBottom), half);
+    });
     showEmptyState(m_plot, "Generate to see where the time went");
     v->addWidget(m_plot, 1);
 }
@@ -49,7 +60,7 @@ void TimingPlot::setRuns(const std::vector<RunSummary>& runs) {
     clearEmptyState(m_plot);
     m_phases->setData(QVector<double>{0, 1, 2, 3},
                       QVector<double>{r.prefillMs, r.firstTokenMs, r.decodeMs, r.totalMs}, true);
-    m_plot->yAxis->setRange(0, std::max({r.prefillMs, r.firstTokenMs, r.decodeMs, r.totalMs, 1.0}) * 1.1);
+    m_plot->xAxis->setRange(0, std::max({r.prefillMs, r.firstTokenMs, r.decodeMs, r.totalMs, 1.0}) * 1.1);
     QVector<double> x, y;
     double top = 1;
     for (size_t i = 0; i < runs.size(); ++i) {

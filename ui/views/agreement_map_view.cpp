@@ -174,7 +174,12 @@ void AgreementView::show_() {
     cmap->setGradient(grad);
     cmap->setDataRange(QCPRange(0, 1));
     cmap->setInterpolate(false);
-    cmap->setName("argmax equals the final depth's");
+    // The map's own legend icon is empty until drawn; a green square says what green means.
+    cmap->removeFromLegend();
+    auto* swatch = m_map->addGraph();
+    swatch->setName("argmax equals the final depth's");
+    swatch->setLineStyle(QCPGraph::lsNone);
+    swatch->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssSquare, QPen(QColor(60, 170, 90).darker(140)), QColor(60, 170, 90), 10));
     auto* first = m_map->addGraph();
     first->setName("first agreeing depth");
     first->setPen(QPen(QColor(200, 60, 60), 2));

@@ -25,6 +25,52 @@
 
 namespace tlui {
 
+namespace {
+
+QString times(double x) { return QString::number(x, 'f', x < 10 ? 2 : 1) + "x"; }
+
+// A mode against the baseline: the median speedup (tokens/s over the baseline's, from the repeats'
+// ms per token) and its range.
+QString speedupText(const Speedup& s) {
+    return QString("%1 (%2..%3)").arg(times(s.median), times(s.min), times(s.max));
+}
+
+}  // namespace
+
+QString compareVerdict(const CompareResult& r) {
+    if (r.baseline < 0 || r.baseline >= static_cast<int>(r.runs.size())) return QString();
+    const ModeRun& base = r.runs[static_cast<size_t>(r.baseline)];
+    if (!base.error.empty() || base.time.empty()) return QString();
+    struct Entry { QString label; Speedup s; };
+    std::vector<Entry> faster, close, slower;
+    for (size_t i = 0; i < r.runs.size(); ++i) {
+        const ModeRun& run = r.runs[i];
+        if (static_cast<int>(i) == r.baseline || !run.error.empty() || run.time.empty()) continue;
+        const Speedup s = speedup_over(base.ms_per_token(), run.ms_per_token());
+        const Entry e{QString::fromStdString(run.spec.label), s};
+        if (s.beyond_noise) faster.push_back(e);
+        else if (faster_beyond_noise(base.ms_per_token(), run.ms_per_token())) slower.push_back(e);
+        else close.push_back(e);
+    }
+    auto join = [](std::vector<Entry> v, const char* how) {
+        std::sort(v.begin(), v.end(), [](const Entry& a, const Entry& b) { return a.s.median > b.s.median; });
+        QStringList parts;
+        for (const Entry& e : v) parts << QString("%1 %2 %3").arg(e.label, speedupText(e.s), how);
+        return parts.join(", ");
+    };
+    QString s = QString("Against the baseline %1: ").arg(QString::fromStdString(base.spec.label));
+    if (!faster.empty()) {
+        std::sort(faster.begin(), faster.end(), [](const Entry& a, const Entry& b) { return a.s.median > b.s.median; });
+        s += QString("%1 won, %2 as fast beyond the noise").arg(faster[0].label, times(faster[0].s.median));
+        if (faster.size() > 1) s += "; also faster: " + join({faster.begin() + 1, faster.end()}, "as fast");
+    } else {
+        s += "no mode was faster beyond the noise";
+    }
+    if (!close.empty()) s += "; too close to call: " + join(close, "as fast");
+    if (!slower.empty()) s += "; slower: " + join(slower, "as fast");
+    return s + ".";
+}
+
 CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Compare decode modes", parent) {
     QVBoxLayout* v = body();
     auto* top = new QHBoxLayout;
@@ -89,7 +135,9 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
          "[[self-speculation]], drafting and verifying."}};
     for (const auto& [p, title, caption] : titled) {
         stylePlot(p);
-        p->setMinimumHeight(180);  // the view fits a 1280x720 screen in presentation mode (a plot to a tab there)
+        // Room for the data under turned mode names in presentation mode (a plot to a tab there;
+        // the view's body scrolls on a 720-px screen rather than crush the bars to a line).
+        p->setMinimumHeight(320);
         p->setMinimumWidth(220);   // four side by side inside a 1280-px screen (stylePlot asks 300)
         p->plotLayout()->insertRow(0);
         p->plotLayout()->addElement(0, 0, new QCPTextElement(p, title));
@@ -196,7 +244,8 @@ void CompareView::run() {
                  m_baseline->setCurrentIndex(res->baseline);
                  m_baseline->blockSignals(false);
                  showResult();
-                 QString st = QString("%1 modes x %2 repeats in %3 ms by the clock, %4. %5")
+                 QString st = QString("%1 %2 modes x %3 repeats in %4 ms by the clock, %5. %6")
+                                  .arg(compareVerdict(*res))
                                   .arg(res->runs.size())
                                   .arg(res->repeats)
                                   .arg(res->wall_ms, 0, 'f', 0)
@@ -239,13 +288,22 @@ void CompareView::showResult() {
     QStringList labels;
     std::vector<QStringList> rows;
     std::vector<double> tps, tpsLo, tpsHi, ttft, ttftLo, ttftHi, depth, acc, prefill, decode, draft, verify;
+    const ModeRun& baseRun = r.runs[static_cast<size_t>(r.baseline)];
     for (size_t i = 0; i < r.runs.size(); ++i) {
         const ModeRun& run = r.runs[i];
         const auto& s = run.stats;
         labels << QString::fromStdString(run.spec.label);
+        // x the baseline's speed (tokens/s ratio), with the range the repeats allow; * beyond the noise
+        QString speedup = "-";
+        if (static_cast<int>(i) == r.baseline) speedup = "1x (baseline)";
+        else if (run.error.empty() && !run.time.empty() && baseRun.error.empty() && !baseRun.time.empty()) {
+            const Speedup sp = speedup_over(baseRun.ms_per_token(), run.ms_per_token());
+            speedup = speedupText(sp) + (sp.beyond_noise ? " *" : "");
+        }
         const double other = std::max(0.0, s.total_ms - s.prefill_ms - s.draft_ms - s.verify_ms);
         rows.push_back({QString::fromStdString(run.spec.label),
                         run.error.empty() ? QString::number(s.tokens_emitted) : QString("error"),
+                        speedup,
                         QString("%1 (%2..%3)")
                             .arg(run.tokens_per_second(), 0, 'f', 1)
                             .arg(run.tokens_per_second_range().min, 0, 'f', 1)
@@ -277,7 +335,7 @@ void CompareView::showResult() {
         verify.push_back(s.verify_ms);
         decode.push_back(other);
     }
-    fillTable(m_table, {"mode", "tokens", "tok/s median (range)", "first token ms median (range)", "mean depth", "accepted", "prefill ms",
+    fillTable(m_table, {"mode", "tokens", "speedup vs baseline (range; * beyond the noise)", "tok/s median (range)", "first token ms median (range)", "mean depth", "accepted", "prefill ms",
                         "decode ms", "draft ms", "verify ms", "total ms (median)", "diverges at", "error"},
               rows);
     // Rates and milliseconds on separate plots, each with the spread of the repeats as whiskers.

@@ -3,8 +3,9 @@
 // each repeated (median of the repeats, whiskers from fastest to slowest); the texts aligned with
 // the first divergence from a chosen baseline highlighted; a table and bars of tokens/s, time to
 // first token (its own plot: milliseconds and tokens/s never share an axis), mean depth with
-// acceptance on its own % axis, and the time split; the status says which modes are too close to
-// rank. The computation is run_comparison (tinyloop_analysis/compare_modes.h).
+// acceptance on its own % axis, and the time split; the status and the table's speedup column say
+// which modes beat the baseline and by how much, and which are too close to call. The computation
+// is run_comparison (tinyloop_analysis/compare_modes.h).
 #pragma once
 
 #include <memory>
@@ -22,6 +23,12 @@ class QTableWidget;
 class QTextBrowser;
 
 namespace tlui {
+
+// Who won against the baseline and by how much (speedup = the baseline's ms per token over the
+// mode's, i.e. tokens/s over tokens/s, median and range of the repeats), by timing_stats' noise
+// rule: "Against the baseline greedy L=6: early exit won, 1.9x as fast beyond the noise; too close
+// to call: ...". Empty when the baseline has no timing.
+QString compareVerdict(const tinyloop::analysis::CompareResult& r);
 
 class CompareView : public AnalysisWindow {
     Q_OBJECT

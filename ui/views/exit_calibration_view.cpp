@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -39,7 +40,8 @@ QSpinBox* spin(int lo, int hi, int v) {
     return s;
 }
 
-// A starting threshold per criterion, in its display units.
+// A starting threshold per criterion, in its display units, for a criterion neither the model nor
+// the engine's built-in policy names (startThreshold below asks the engine first).
 double default_threshold(C c) {
     switch (c) {
         case C::HiddenL2: return 0.2;
@@ -49,6 +51,41 @@ double default_threshold(C c) {
         case C::ArgmaxStable: return 0.5;
     }
     return 0.1;
+}
+
+// The engine's early-exit policy for `model` (the model's recommendation, else the built-in one),
+// as resolve_early_exit gives it to generate, Compare and the config panel; with `criterion`, the
+// one the user picked.
+tinyloop::GenerateConfig resolvedPolicy(const tinyloop::Model* model, std::optional<C> criterion = std::nullopt) {
+    tinyloop::GenerateConfig c;
+    std::vector<std::string> user;
+    if (criterion) {
+        c.early_exit_criterion = *criterion;
+        user.push_back("early_exit_criterion");
+    }
+    if (model) return tinyloop::resolve_early_exit(model, c, user);
+    const tinyloop::Recommendation b = tinyloop::builtin_early_exit();
+    c.early_exit_criterion = criterion.value_or(b.early_exit_criterion);
+    c.early_exit_threshold = b.early_exit_threshold;
+    c.early_exit_patience = b.early_exit_patience;
+    c.early_exit_min_L = b.early_exit_min_L;
+    c.early_exit_peek_every = b.early_exit_peek_every;
+    return c;
+}
+
+// The threshold the view starts `criterion` at: the engine's (the model's recommendation for its
+// own criterion, the built-in one for the built-in criterion), else the view's starting value.
+double startThreshold(const tinyloop::Model* model, C criterion) {
+    std::vector<std::pair<std::string, std::string>> source;
+    tinyloop::GenerateConfig c;
+    c.early_exit_criterion = criterion;
+    if (model) {
+        const tinyloop::GenerateConfig r = tinyloop::resolve_early_exit(model, c, {"early_exit_criterion"}, &source);
+        for (const auto& [key, from] : source)
+            if (key == "early_exit_threshold" && from == "model") return r.early_exit_threshold;
+    }
+    if (criterion == tinyloop::builtin_early_exit().early_exit_criterion) return tinyloop::builtin_early_exit().early_exit_threshold;
+    return default_threshold(criterion);
 }
 
 }  // namespace
@@ -62,7 +99,6 @@ CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_threshold->setDecimals(4);
     m_threshold->setRange(0.0001, 1000.0);
     m_threshold->setSingleStep(0.01);
-    m_threshold->setValue(default_threshold(C::HiddenL2));
     m_patience = spin(1, 16, 1);
     m_minL = spin(1, 64, 2);
     m_peek = spin(1, 16, 1);
@@ -130,9 +166,17 @@ CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     split->setChildrenCollapsible(false);
     body()->addWidget(split);
 
+    // The policy the engine would run with (resolve_early_exit): the model's recommendation, so
+    // this view starts where Compare, generate and the config panel start.
+    const tinyloop::GenerateConfig start = resolvedPolicy(workbench->loadedModel().get());
+    m_criterion->setCurrentIndex(m_criterion->findData(static_cast<int>(start.early_exit_criterion)));
+    m_threshold->setValue(start.early_exit_threshold);
+    m_patience->setValue(std::max(1, start.early_exit_patience));
+    m_minL->setValue(start.early_exit_min_L);
+    m_peek->setValue(start.early_exit_peek_every);
     connect(m_criterion, &QComboBox::currentIndexChanged, this, [this] {
         m_threshold->blockSignals(true);
-        m_threshold->setValue(default_threshold(static_cast<C>(m_criterion->currentData().toInt())));
+        m_threshold->setValue(startThreshold(this->workbench()->loadedModel().get(), static_cast<C>(m_criterion->currentData().toInt())));
         m_threshold->blockSignals(false);
         rescore();
     });

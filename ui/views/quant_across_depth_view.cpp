@@ -13,6 +13,7 @@
 #include <QSplitter>
 #include <qcustomplot.h>
 
+#include "plots/layout_audit.h"
 #include "plots/plot_caption.h"
 #include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
@@ -82,6 +83,7 @@ QuantView::QuantView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_heatScale = new QCPColorScale(m_heat);
     m_heatScale->setObjectName("klScale");
     m_heatScale->axis()->setLabel("KL(A || B), nats");
+    m_heatScale->setGradient(QCPColorGradient::gpHot);  // the one gradient: the caption's words come from it
     m_heat->plotLayout()->addElement(0, 1, m_heatScale);
     auto* margins = new QCPMarginGroup(m_heat);
     m_heat->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
@@ -96,9 +98,13 @@ QuantView::QuantView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     showEmptyState(m_div, "Run to see how far the two files' predictions differ per depth");
     showEmptyState(m_heat, "Run to see KL(A || B) per position and depth");
     split->addWidget(top);
+    // The colour words are read off the scale, so the caption cannot contradict it.
+    QString high = scaleEndLook(m_heatScale->gradient(), true), low = scaleEndLook(m_heatScale->gradient(), false);
+    high[0] = high[0].toUpper();
     split->addWidget(withCaption(m_heat,
-        "Each column a position, each row a [[depth]]; the colour is the [[KL]] between the two files' guesses "
-        "there. Dark is where quantization changed the model's mind."));
+        QString("Each column a position, each row a [[depth]]; the colour is the [[KL]] between the two files' guesses "
+                "there. %1 (high KL) is where quantization changed the model's mind; %2 (KL near 0) is where "
+                "the two files agree.").arg(high, low)));
     body()->addWidget(split);
 }
 
@@ -198,7 +204,7 @@ void QuantView::redraw() {
     cmap->data()->setRange(QCPRange(0, std::max(q.n - 1, 1)), QCPRange(1, std::max(q.loops, 2)));
     for (int l = 1; l <= q.loops; ++l)
         for (int p = 0; p < q.n; ++p) cmap->data()->setCell(p, l - 1, q.kl[q.at(l, p)]);
-    cmap->setGradient(QCPColorGradient::gpHot);
+    cmap->setGradient(m_heatScale->gradient());
     cmap->setInterpolate(false);
     cmap->setColorScale(m_heatScale);
     cmap->rescaleDataRange(true);

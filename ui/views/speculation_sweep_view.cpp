@@ -153,12 +153,15 @@ SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     m_scatter->setObjectName("predictedVsMeasured");
     const char* captions[] = {
         "Measured [[speedup]] over greedy for each [[draft_loops]] (rows) x [[draft_ahead]] (columns); "
-        "above 1 is faster than greedy.",
+        "above 1 is faster than greedy. A cell reads the median of the repeats, * when it beats greedy beyond "
+        "the noise, and under it the range of the repeats when the cell is wide enough.",
         "The [[acceptance]] of each cell: the share of drafted tokens the full depth kept.",
         "Each cell as a dot: the speedup its acceptance predicts (across) against the median measured (up), "
         "whiskers from the slowest to the fastest repeat. Dots on the diagonal mean the prediction holds."};
     const char* titles[] = {"speedup", "acceptance", "predicted vs measured"};
     int at = 0;
+    for (QCustomPlot* p : {m_speedMap, m_accMap})
+        connect(p, &QCustomPlot::afterLayout, this, [this, p] { fitCellLabels(p); });
     for (QCustomPlot* p : {m_speedMap, m_accMap, m_scatter}) {
         stylePlot(p);
         p->setMinimumHeight(200);
@@ -251,6 +254,32 @@ void SweepView::showSweep(const SweepResult& r) {
 
 QString SweepView::bestText() const { return m_best->text(); }
 
+void SweepView::fitCellLabels(QCustomPlot* plot) {
+    // A cell's words stay inside the cell: all its lines when they fit, else the first (the
+    // median), else none (the colour and the table still say it). Called after each layout, before
+    // drawing, so a resized window refits them.
+    for (int i = 0; i < plot->itemCount(); ++i) {
+        auto* label = qobject_cast<QCPItemText*>(plot->item(i));
+        if (!label || !label->property("fullText").isValid()) continue;
+        const QCPAxis* x = label->position->keyAxis();
+        const QCPAxis* y = label->position->valueAxis();
+        const double w = std::abs(x->coordToPixel(1) - x->coordToPixel(0)) - 4;
+        const double h = std::abs(y->coordToPixel(1) - y->coordToPixel(0)) - 2;
+        const QFontMetrics fm(label->font());
+        const QString full = label->property("fullText").toString();
+        QString shown;
+        for (const QString& candidate : {full, full.section('\n', 0, 0)}) {
+            const QRect r = fm.boundingRect(QRect(), Qt::TextDontClip, candidate);
+            if (r.width() <= w && r.height() <= h) {
+                shown = candidate;
+                break;
+            }
+        }
+        label->setText(shown);
+        label->setVisible(!shown.isEmpty());
+    }
+}
+
 void SweepView::showResult() {
     const SweepResult& r = *m_result;
     const int K = m_kPick->currentData().toInt();
@@ -287,6 +316,7 @@ void SweepView::showResult() {
             label->position->setAxes(rect->axis(QCPAxis::atBottom), rect->axis(QCPAxis::atLeft));
             label->position->setCoords(x, y);
             label->setText(labelOf(c));
+            label->setProperty("fullText", labelOf(c));
             label->setColor(Qt::black);
         }
         cmap->setColorScale(scale);
@@ -312,7 +342,7 @@ void SweepView::showResult() {
         const Speedup sp = c.speedup();
         return QString("%1x%2\n%3..%4").arg(sp.median, 0, 'f', 2).arg(sp.beyond_noise ? "*" : "").arg(sp.min, 0, 'f', 2).arg(sp.max, 0, 'f', 2);
     };
-    drawMap(m_speedMap, "median speedup over greedy (x; * = beyond the noise)",
+    drawMap(m_speedMap, "speedup over greedy (x)",
             [](const SweepCell& c) { return c.measured_speedup(); }, speedLabel, 0.0, std::max(1.0, smax));
     drawMap(m_accMap, "measured acceptance", [](const SweepCell& c) { return c.acceptance(); },
             [](const SweepCell& c) { return QString::number(c.acceptance(), 'f', 2); }, 0.0, 1.0);

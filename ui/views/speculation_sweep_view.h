@@ -59,6 +59,7 @@ public:
 
 private:
     void showResult();
+    void fitCellLabels(QCustomPlot* plot);  // each cell's label within its cell (afterLayout)
 
     std::shared_ptr<SweepResult> m_result;
     QPlainTextEdit* m_prompts;
