@@ -251,7 +251,7 @@ TEST_P(CorruptFiles, PreambleAndHeaderLength) {
     load_bytes("lower-case magic", with([](Bytes& b) { b.replace(0, 8, "tinyloop"); }), true);
     load_bytes("version 0", with([](Bytes& b) { put_u32(b, 8, 0); }), true);
     load_bytes("version 2 without loop_input add", with([](Bytes& b) { put_u32(b, 8, 2); }), true);
-    load_bytes("version 3", with([](Bytes& b) { put_u32(b, 8, 3); }), true);
+    load_bytes("version 4", with([](Bytes& b) { put_u32(b, 8, 4); }), true);  // 3 exists (FORMAT.md §3b)
     load_bytes("version max", with([](Bytes& b) { put_u32(b, 8, 0xffffffffu); }), true);
     load_bytes("flags 1", with([](Bytes& b) { put_u32(b, 12, 1); }), true);
     for (uint64_t hb : {uint64_t{0}, uint64_t{1}, parsed_.header_bytes - 1, parsed_.header_bytes + 1,

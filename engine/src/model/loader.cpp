@@ -5,6 +5,7 @@
 // <range>"; nothing here reads outside the buffer: every offset and size is checked with
 // overflow-checked arithmetic before it is used.
 #include "model/loader.h"
+#include "text/hf_tokenizer_json.h"
 #include "model/quant.h"
 #include "tinyloop/json.h"
 
@@ -213,7 +214,7 @@ json Reader::parse_header(const Model& m) {
             " bytes, too short for the 24-byte preamble (magic, version, flags, header_bytes)");
     if (std::memcmp(p, "TINYLOOP", 8) != 0) bad("magic: not TINYLOOP, allowed TINYLOOP");
     const uint32_t version = read_u32(p + 8);
-    if (version != 1 && version != 2) bad("version: " + std::to_string(version) + ", allowed 1 or 2");
+    if (version < 1 || version > 3) bad("version: " + std::to_string(version) + ", allowed 1, 2 or 3");
     version_ = version;
     const uint32_t flags = read_u32(p + 12);
     if (flags != 0) bad("flags: " + std::to_string(flags) + ", allowed 0");
@@ -314,6 +315,14 @@ void Reader::parse_hparams(const json& h, HParams& hp) {
 }
 
 void Reader::parse_tokenizer(const json& t, TokenizerSpec& spec) {
+    // FORMAT.md §3b: a Hugging Face byte-level BPE, only in version-3 files.
+    if (const auto type = t.find("type"); type != t.end() && *type == "hf_byte_bpe") {
+        if (version_ < 3)
+            bad("tokenizer.type: \"hf_byte_bpe\" in a version-" + std::to_string(version_) +
+                " file, allowed only in version 3");
+        hf_tokenizer_from_json(t, spec, [&](const std::string& msg) { bad(msg); });
+        return;
+    }
     auto get_string = [&](const char* key) {
         const auto it = t.find(key);
         if (it == t.end() || !it->is_string())

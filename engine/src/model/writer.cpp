@@ -13,6 +13,7 @@
 
 #include "model/loader.h"
 #include "model/quant.h"
+#include "text/hf_tokenizer_json.h"
 
 namespace tinyloop {
 
@@ -180,17 +181,21 @@ std::string header_text(const ModelSpec& spec, const std::vector<Placed>& placed
     const bool injects = hp.loop_input == LoopInput::Add;
     if (injects) jh["loop_input"] = loop_input_name(hp.loop_input);
     ojson& jt = h["tokenizer"];
-    jt["type"] = spec.tokenizer.type;
-    jt["pretokenizer"] = spec.tokenizer.pretokenizer;
-    jt["merges"] = ojson::array();
-    for (const auto& [a, b] : spec.tokenizer.merges) jt["merges"].push_back(ojson::array({a, b}));
-    jt["special_tokens"] = ojson::object();
-    auto specials = spec.tokenizer.special_tokens;
-    std::sort(specials.begin(), specials.end(),
-              [](const auto& x, const auto& y) { return x.second < y.second; });
-    for (const auto& [name, id] : specials) jt["special_tokens"][name] = id;
-    jt["eos_id"] = spec.tokenizer.eos_id < 0 ? ojson(nullptr) : ojson(spec.tokenizer.eos_id);
-    jt["bos_id"] = spec.tokenizer.bos_id < 0 ? ojson(nullptr) : ojson(spec.tokenizer.bos_id);
+    if (spec.tokenizer.type == "hf_byte_bpe") {
+        jt = hf_tokenizer_to_json(spec.tokenizer);  // FORMAT.md §3b
+    } else {
+        jt["type"] = spec.tokenizer.type;
+        jt["pretokenizer"] = spec.tokenizer.pretokenizer;
+        jt["merges"] = ojson::array();
+        for (const auto& [a, b] : spec.tokenizer.merges) jt["merges"].push_back(ojson::array({a, b}));
+        jt["special_tokens"] = ojson::object();
+        auto specials = spec.tokenizer.special_tokens;
+        std::sort(specials.begin(), specials.end(),
+                  [](const auto& x, const auto& y) { return x.second < y.second; });
+        for (const auto& [name, id] : specials) jt["special_tokens"][name] = id;
+        jt["eos_id"] = spec.tokenizer.eos_id < 0 ? ojson(nullptr) : ojson(spec.tokenizer.eos_id);
+        jt["bos_id"] = spec.tokenizer.bos_id < 0 ? ojson(nullptr) : ojson(spec.tokenizer.bos_id);
+    }
     ojson& jts = h["tensors"];
     jts = ojson::object();
     for (const Placed& p : placed) {
@@ -216,7 +221,7 @@ std::string header_text(const ModelSpec& spec, const std::vector<Placed>& placed
 }
 
 // Writes preamble, header and data to `path` through `path`.tmp (removed on any failure).
-void write_model_file(const std::string& path, const std::string& header, bool injects,
+void write_model_file(const std::string& path, const std::string& header, uint32_t version,
                       const std::vector<Placed>& placed) {
     const std::string tmp = path + ".tmp";
     try {
@@ -225,7 +230,7 @@ void write_model_file(const std::string& path, const std::string& header, bool i
         Sink out(f, path);
         uint8_t pre[24];
         std::memcpy(pre, "TINYLOOP", 8);
-        put_u32(pre + 8, injects ? 2 : 1);
+        put_u32(pre + 8, version);
         put_u32(pre + 12, 0);
         put_u64(pre + 16, header.size());
         out.write(pre, sizeof pre);
@@ -281,8 +286,12 @@ void save_model(const std::string& path, const ModelSpec& spec) {
     const std::vector<ExpectedTensor> expected = expected_tensors(hp);
     const std::vector<Placed> placed = place_tensors(expected, index_tensors(spec, expected));
     const std::string header = header_text(spec, placed, std::move(metadata));
-    // FORMAT.md §1a: version 2 when the loop input is injected ("add"), else version 1.
-    write_model_file(path, header, hp.loop_input == LoopInput::Add, placed);
+    // FORMAT.md §1a: version 2 when the loop input is injected ("add"), else version 1;
+    // version 3 for an hf_byte_bpe tokenizer (§3b).
+    const uint32_t version = spec.tokenizer.type == "hf_byte_bpe" ? 3
+                             : hp.loop_input == LoopInput::Add    ? 2
+                                                                  : 1;
+    write_model_file(path, header, version, placed);
 }
 
 ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype, int group_size) {
