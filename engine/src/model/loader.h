@@ -33,8 +33,8 @@ std::string hparams_problem(const HParams& hp);
 
 // The version a file with these hyperparameters and tensor dtypes is written as (FORMAT.md §2,
 // "version"): the highest any of its features requires, 1 when none. One line per reason:
-// loop_input "add" needs 2, a §1b key away from its default or a bf16 tensor needs 3. The
+// loop_input "add" needs 2, a §1b key away from its default, a bf16 tensor or an hf_byte_bpe tokenizer (§3b) needs 3. The
 // writer stores exactly this, so files without the newer features stay byte-identical.
-uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes);
+uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes, const TokenizerSpec& tokenizer);
 
 }  // namespace tinyloop
