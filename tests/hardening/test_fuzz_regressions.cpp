@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_targets.h"
+#include "fuzz/fuzz_safetensors_target.h"
 #if __has_include("grammar.h")
 #include "fuzz/fuzz_grammar_target.h"
 #define TL_HAVE_GRAMMAR 1
@@ -51,6 +52,7 @@ void replay(const std::string& target, int (*body)(const uint8_t*, size_t)) {
 
 TEST(FuzzRegressions, Loader) { replay("loader", tlfuzz::fuzz_loader); }
 TEST(FuzzRegressions, Tokenizer) { replay("tokenizer", tlfuzz::fuzz_tokenizer); }
+TEST(FuzzRegressions, Safetensors) { replay("safetensors", tlfuzz::fuzz_safetensors); }
 #ifdef TL_HAVE_GRAMMAR
 TEST(FuzzRegressions, Grammar) { replay("grammar", tlfuzz::fuzz_grammar); }
 #endif
