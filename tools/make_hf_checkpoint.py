@@ -160,7 +160,7 @@ def corpus(rng, n_words):
     """A deterministic text mixing words, digit runs, punctuation, whitespace runs, accents, emoji
     and code, so the trained merges and the pre-tokenizer see every kind of input."""
     letters = "abcdefghijklmnopqrstuvwxyz"
-    lex = ["".join(rng.choice(list(letters), size=int(rng.integers(2, 9)))) for _ in range(max(400, n_words // 50))]
+    lex = ["".join(rng.choice(list(letters), size=int(rng.integers(2, 9)))) for _ in range(max(400, n_words // 8))]
     extra = ["café", "naïve", "Ωmega", "東京", "😀", "def", "return", "x+=1;", "{}", "\t", "  ", "\n\n", "1234", "3.14"]
     words = rng.choice(lex + extra, size=n_words)
     caps = rng.random(n_words) < 0.1

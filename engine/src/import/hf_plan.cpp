@@ -195,7 +195,7 @@ ImportPlan plan_ouro(Config& c, Sources& src, const ImportOptions& o) {
     hp.n_loop_layers = to_int(c.integer("num_hidden_layers", 1, 1024));
     const int T = to_int(c.integer("total_ut_steps", 1, 1024));
     hp.default_loops = o.loops > 0 ? o.loops : T;
-    hp.max_loops = std::min(1024, std::max({16, 4 * T, hp.default_loops}));
+    hp.max_loops = std::min(1024, std::max({64, 4 * T, hp.default_loops}));
     hp.max_seq_len = to_int(c.integer("max_position_embeddings", 1, 1 << 20));
     const double theta_default = 10000.0, eps_default = 1e-6;
     hp.rope_theta = static_cast<float>(c.number("rope_theta", 0.0, 1e12, &theta_default));
@@ -310,7 +310,7 @@ ImportPlan plan_huginn(Config& c, Sources& src, const ImportOptions& o) {
     const int n_coda = to_int(c.integer("n_layers_in_coda", 0, 1024));
     const int T = to_int(c.integer("mean_recurrence", 1, 1024));
     hp.default_loops = o.loops > 0 ? o.loops : T;
-    hp.max_loops = std::min(1024, std::max({16, 4 * T, hp.default_loops}));
+    hp.max_loops = std::min(1024, std::max({64, 4 * T, hp.default_loops}));
     hp.max_seq_len = to_int(c.integer("block_size", 1, 1 << 20));
     const double theta_default = 50000.0;  // RavenConfig's default; the published JSON omits it
     const double theta = c.number("rope_base", 0.0, 1e12, &theta_default);
