@@ -51,7 +51,7 @@ BatchSample run_batch(Model* m, int B, int P, int N, int L, KVCacheType kv) {
     o.max_batch = B;
     o.prefill_chunk = std::min(4096, B * P);
     const HParams& hp = model_hparams(m);
-    o.kv_pages = std::max(1, B * ((P + N + o.page_size - 1) / o.page_size) * (hp.n_pre_blocks + L * hp.n_loop_layers));
+    o.kv_pages = std::max(1, B * ((P + N + o.page_size - 1) / o.page_size) * (hp.n_pre_blocks + hp.n_coda_blocks + L * hp.n_loop_layers));
     Owned<BatchEngine> e(create_batch_engine(m, o));
     long long emitted = 0;
     std::vector<uint64_t> ids;

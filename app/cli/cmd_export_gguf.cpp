@@ -248,6 +248,10 @@ int run_export_gguf(const Args& args) {
     ModelHandle model = open_model(in, lo);
     const ModelInfo info = model_info(model.get());
     const HParams& hp = info.hparams;
+    if (hparams_need_v3(hp))
+        throw UsageError("model '" + in + "' is a version-3 file (architecture " + hp.architecture +
+                         ": block kind, pass norm, coda, adapter or exit gate of FORMAT.md §1b), which an "
+                         "unrolled llama GGUF cannot express; only version-1 models export");
     if (hp.loop_input != LoopInput::None)
         throw UsageError("model '" + in + "' is a version-2 file (loop_input \"add\": the prelude's output is "
                          "added back at every pass), which a llama GGUF cannot express; only version-1 "

@@ -196,7 +196,7 @@ int run_info(const Args& args) {
     if (info.backend == "cpu" && info.threads > 0) o << ", " << plural(info.threads, "thread");
     o << "\n\nhyperparameters\n";
     // The struct's order, not the JSON object's alphabetical one.
-    const std::pair<const char*, std::string> rows[] = {
+    std::vector<std::pair<std::string, std::string>> rows = {
         {"vocab_size", std::to_string(hp.vocab_size)},
         {"d_model", std::to_string(hp.d_model)},
         {"n_heads", std::to_string(hp.n_heads)},
@@ -214,6 +214,20 @@ int run_info(const Args& args) {
         {"loop_input", std::string(loop_input_name(hp.loop_input)) +
                            (hp.loop_input == LoopInput::Add ? " (input injection, file version 2)" : "")},
     };
+    if (hparams_need_v3(hp)) {  // FORMAT.md §1b: shown for version-3 files only (older output unchanged)
+        rows.push_back({"architecture", hp.architecture + " (file version 3)"});
+        rows.push_back({"block", block_kind_name(hp.block)});
+        rows.push_back({"qk_bias", hp.qk_bias ? "true" : "false"});
+        rows.push_back({"embed_scale", nlohmann::json(f2d(hp.embed_scale)).dump()});
+        rows.push_back({"pass_norm", hp.pass_norm ? "true" : "false"});
+        rows.push_back({"n_coda_blocks", std::to_string(hp.n_coda_blocks)});
+        rows.push_back({"state_init", hp.state_init.kind == StateInit::Kind::Zeros
+                                          ? std::string("zeros")
+                                          : "truncnormal std " + nlohmann::json(f2d(hp.state_init.std)).dump() +
+                                                " scale " + nlohmann::json(f2d(hp.state_init.scale)).dump() +
+                                                " seed " + std::to_string(hp.state_init.seed)});
+        rows.push_back({"exit_gate", hp.exit_gate ? "true" : "false"});
+    }
     for (const auto& [k, v] : rows) {
         std::string key = k;
         o << "  " << key << std::string(16 - key.size(), ' ') << v << "\n";

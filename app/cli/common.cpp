@@ -275,7 +275,7 @@ std::vector<std::string> split_list(const std::string& flag, const std::string& 
 }
 
 nlohmann::json hparams_json(const HParams& hp) {
-    return {
+    nlohmann::json j = {
         {"vocab_size", hp.vocab_size},       {"d_model", hp.d_model},
         {"n_heads", hp.n_heads},             {"n_kv_heads", hp.n_kv_heads},
         {"head_dim", hp.head_dim},           {"d_ff", hp.d_ff},
@@ -285,6 +285,22 @@ nlohmann::json hparams_json(const HParams& hp) {
         {"norm_eps", f2d(hp.norm_eps)},      {"tie_embeddings", hp.tie_embeddings},
         {"loop_input", loop_input_name(hp.loop_input)},
     };
+    if (hparams_need_v3(hp)) {  // FORMAT.md §1b, as the file writes them (older JSON unchanged)
+        j["architecture"] = hp.architecture;
+        j["block"] = block_kind_name(hp.block);
+        j["qk_bias"] = hp.qk_bias;
+        j["embed_scale"] = f2d(hp.embed_scale);
+        j["pass_norm"] = hp.pass_norm;
+        j["n_coda_blocks"] = hp.n_coda_blocks;
+        j["state_init"] = hp.state_init.kind == StateInit::Kind::Zeros
+                              ? nlohmann::json{{"kind", "zeros"}}
+                              : nlohmann::json{{"kind", "truncnormal"},
+                                               {"std", f2d(hp.state_init.std)},
+                                               {"scale", f2d(hp.state_init.scale)},
+                                               {"seed", hp.state_init.seed}};
+        j["exit_gate"] = hp.exit_gate;
+    }
+    return j;
 }
 
 std::string human_bytes(uint64_t bytes) {

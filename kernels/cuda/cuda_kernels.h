@@ -161,6 +161,10 @@ void rope(Context& ctx, float* x, int n_tok, int n_heads, int head_dim, const in
 // out[i] = silu(gate[i]) * up[i]; y[i] += x[i].
 void silu_mul(Context& ctx, const float* gate, const float* up, float* out, size_t n);
 void add_inplace(Context& ctx, float* y, const float* x, size_t n);
+// FORMAT.md §1b's row ops (rows.cu): y[t, c] += b[c]; y[i] *= s; out[t] = concat(a[t], b[t]).
+void add_rows(Context& ctx, float* y, const float* b, int n, int cols);
+void scale(Context& ctx, float* y, float s, size_t n);
+void concat_rows(Context& ctx, float* out, const float* a, const float* b, int n, int da, int db);
 
 // Attention as kern::attention (AttentionArgs with device pointers, tree extras included):
 // each (t, h) one fixed order over its row list. head_dim <= 256.

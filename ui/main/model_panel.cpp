@@ -133,7 +133,25 @@ void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
     row(h, "norm_eps", QString::number(hp.norm_eps));
     row(h, "tie_embeddings", hp.tie_embeddings ? "yes" : "no");
     // FORMAT.md §1a: "add" re-injects the prelude output before every pass after the first.
-    row(h, "loop_input", hp.loop_input == tinyloop::LoopInput::Add ? "add (input injection)" : "none");
+    row(h, "loop_input", hp.loop_input == tinyloop::LoopInput::Add       ? "add (input injection)"
+                          : hp.loop_input == tinyloop::LoopInput::Adapter ? "adapter (W·[state; prelude output])"
+                                                                           : "none");
+    if (tinyloop::hparams_need_v3(hp)) {  // FORMAT.md §1b: a published looped architecture (file version 3)
+        row(h, "architecture", QString::fromStdString(hp.architecture));
+        row(h, "block", tinyloop::block_kind_name(hp.block));
+        row(h, "qk_bias / pass_norm / exit_gate", QString("%1 / %2 / %3")
+                                                      .arg(hp.qk_bias ? "yes" : "no")
+                                                      .arg(hp.pass_norm ? "yes" : "no")
+                                                      .arg(hp.exit_gate ? "yes" : "no"));
+        row(h, "embed_scale", QString::number(hp.embed_scale));
+        row(h, "n_coda_blocks", QString::number(hp.n_coda_blocks));
+        row(h, "state_init", hp.state_init.kind == tinyloop::StateInit::Kind::Zeros
+                                 ? QString("zeros")
+                                 : QString("truncnormal std %1, scale %2, seed %3")
+                                       .arg(hp.state_init.std)
+                                       .arg(hp.state_init.scale)
+                                       .arg(hp.state_init.seed));
+    }
     row(h, "parameters", QString("%L1").arg(i.parameter_count));
     auto* d = group(m_tree, "Dtypes");
     std::map<std::string, std::pair<int, quint64>> byType;
@@ -185,7 +203,7 @@ void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
     row(mem, "resident weights", humanBytes(i.weight_bytes));
     row(mem, "file", humanBytes(i.file_bytes));
     row(mem, "device (VRAM)", humanBytes(m.vramBytes));
-    const quint64 kvPerToken = quint64(hp.n_kv_heads) * hp.head_dim * 2 * 4 * quint64(hp.n_pre_blocks + hp.n_loop_layers * hp.default_loops);
+    const quint64 kvPerToken = quint64(hp.n_kv_heads) * hp.head_dim * 2 * 4 * quint64(hp.n_pre_blocks + hp.n_coda_blocks + hp.n_loop_layers * hp.default_loops);
     row(mem, "KV cache at max_seq_len (f32, default depth)", humanBytes(kvPerToken * quint64(hp.max_seq_len)));
     m_tree->expandAll();
     tensors->setExpanded(false);

@@ -52,11 +52,32 @@ DType parse_dtype(const std::string& name);    // throws InvalidArgument naming 
 // What enters each loop pass after the first (FORMAT.md §1a).
 //   None: the state h alone, the plain recurrence of §1 (file version 1).
 //   Add:  h + e, e the prelude's output (the embedding when n_pre_blocks is 0): input
-//         injection, stored as "loop_input": "add" in a version-2 file.
-enum class LoopInput { None, Add };
+//         injection, stored as "loop_input": "add" in a version-2 (or 3) file.
+//   Adapter: h = adapter · [h; e] at the start of EVERY pass, the first from the initial state
+//         (StateInit; Huginn's recurrence, FORMAT.md §1b, file version 3).
+enum class LoopInput { None, Add, Adapter };
 
-const char* loop_input_name(LoopInput v);            // "none", "add"
+const char* loop_input_name(LoopInput v);            // "none", "add", "adapter"
 LoopInput parse_loop_input(const std::string& name);  // throws InvalidArgument naming the allowed set
+
+// Norm placement of every block (prelude, loop and coda alike), FORMAT.md §1b.
+//   PreNorm:        h += attn(N(h)); h += mlp(N(h))                          (§1)
+//   SandwichBranch: h += N'(attn(N(h))); h += N'(mlp(N(h)))   (Ouro, Gemma-2 style)
+//   SandwichSum:    h = N'(h + attn(N(h))); h = N'(h + mlp(N(h)))              (Huginn)
+enum class BlockKind { PreNorm, SandwichBranch, SandwichSum };
+const char* block_kind_name(BlockKind v);             // "pre_norm", "sandwich_branch", "sandwich_sum"
+BlockKind parse_block_kind(const std::string& name);  // throws InvalidArgument naming the allowed set
+
+// The initial state s0 of loop_input Adapter (FORMAT.md §1b). Zeros, or Huginn's rule:
+// s0[p][i] = scale · std · z(seed, p, i), z a standard normal truncated to [-3, 3] from the
+// counter-based generator of §1b (the same bits on every platform and back end).
+struct StateInit {
+    enum class Kind { Zeros, TruncNormal };
+    Kind kind = Kind::Zeros;
+    float std = 0.0f;    // > 0 for TruncNormal
+    float scale = 1.0f;  // finite for TruncNormal (Huginn: its embed_scale)
+    uint64_t seed = 0;
+};
 
 // The hyperparameters of FORMAT.md §1 (and §1a's loop_input).
 struct HParams {
@@ -75,7 +96,19 @@ struct HParams {
     float norm_eps = 1e-5f;
     bool tie_embeddings = true;
     LoopInput loop_input = LoopInput::None;  // §1a: Add re-injects the prelude output every pass
+    // File version 3 (FORMAT.md §1b): the published looped architectures. Defaults are §1's math.
+    std::string architecture = "tinyloop";  // a label for display: tinyloop, ouro, huginn, nanbeige
+    BlockKind block = BlockKind::PreNorm;
+    bool qk_bias = false;        // q += bq, k += bk before RoPE (tensors P.bq, P.bk)
+    float embed_scale = 1.0f;    // h = embed[token] · embed_scale
+    bool pass_norm = false;      // h = RMSNorm(h, final_norm) after every pass; the head reads h_L
+    int n_coda_blocks = 0;       // blocks after the loop (coda.j), read through the final norm twice
+    StateInit state_init;        // s0 for loop_input Adapter
+    bool exit_gate = false;      // tensors exit_gate.w [d], exit_gate.b [1]: λ_l = σ(w·h_l + b)
 };
+
+// Whether a model needs file version 3 (any §1b key away from its default).
+bool hparams_need_v3(const HParams& hp);
 
 // The byte-level BPE tokenizer of FORMAT.md §3.
 struct TokenizerSpec {

@@ -87,6 +87,11 @@ struct LensResult {
 // Raw lens logits: [loops][n][vocab] (depth-major); depth `loops` equals forward_logits bit for bit.
 std::vector<float> forward_lens_logits(Model* model, const int32_t* tokens, int n, int loops = 0);
 
+// The learned exit gate's λ_l = σ(exit_gate.w · h_l + exit_gate.b) (FORMAT.md §1b) at every pass
+// 1..loops and position: [loops][n] (depth-major), from the states the lens reads. Throws
+// InvalidArgument naming hparams.exit_gate for a model without the gate.
+std::vector<float> exit_gate_per_pass(Model* model, const int32_t* tokens, int n, int loops = 0);
+
 // The lens at every position and every depth 1..loops. At depth == loops it is the model's
 // output (bit-identical to forward_logits).
 LensResult score_logit_lens(Model* model, const int32_t* tokens, int n, int loops = 0, int top_k = 5);

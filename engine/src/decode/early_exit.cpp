@@ -105,11 +105,12 @@ void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const fl
                             int e, int loops) {
     if (e >= loops) return;
     const HParams& hp = m.hp;
-    // FORMAT.md §1a: with input injection a deeper pass would read h_e + e_p.
+    // FORMAT.md §1a/§1b: a deeper pass's input is the frozen state as that pass would take it in
+    // (h_e + e_p with "add", adapter·[h_e; e_p] with "adapter"): the same for every pass > e.
     std::vector<float> injected;
     if (injects_input(hp)) {
         injected.assign(h_e, h_e + hp.d_model);
-        inject_input(m, e + 1, injected.data(), input, 1);
+        inject_input(m, e + 1, injected.data(), input, 1, ws);
         h_e = injected.data();
     }
     for (int j = 0; j < hp.n_loop_layers; ++j) {
@@ -117,11 +118,9 @@ void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const fl
         kern::rmsnorm(h_e, w.attn_norm, 1, hp.d_model, hp.norm_eps, ws.a.data());
         kern::matmul(w.wk, ws.a.data(), 1, ws.k.data(), m.pool.get());
         kern::matmul(w.wv, ws.a.data(), 1, ws.v.data(), m.pool.get());
+        if (w.bk) kern::add_inplace(ws.k.data(), w.bk, static_cast<size_t>(w.wk.rows));  // qk_bias (§1b)
         kern::rope(ws.k.data(), 1, hp.n_kv_heads, hp.head_dim, &pos, hp.rope_theta);
-        for (int l = e + 1; l <= loops; ++l) {
-            const int layer = hp.n_pre_blocks + (l - 1) * hp.n_loop_layers + j;
-            kv.store(layer, pos, ws.k.data(), ws.v.data());
-        }
+        for (int l = e + 1; l <= loops; ++l) kv.store(loop_layer_index(hp, l, j), pos, ws.k.data(), ws.v.data());
     }
 }
 
@@ -132,12 +131,12 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
     const int V = hp.vocab_size;
     ws.reserve(hp, 1);
     set_rows(ws, pos, 1, window);
+    // §1b: a coda model's readout at an earlier depth needs the coda over the whole sequence
+    // at that depth (not one row's lens), which this per-token exit does not compute.
+    require_v3_support(m, "early exit", false);
     h.resize(static_cast<size_t>(d));
-    kern::dequant_row(m.embed, token, h.data());
-    int layer = 0;
-    for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, h.data(), 1);
-    std::vector<float> input;  // FORMAT.md §1a: the prelude output, re-injected every pass
-    if (injects_input(hp)) input = h;
+    std::vector<float> input(injects_input(hp) ? static_cast<size_t>(d) : 0);  // §1a/§1b: the prelude output e
+    run_prelude(m, kv, ws, &token, 1, h.data(), input.data());
 
     const bool need_logits = criterion_needs_logits(policy.criterion);
     std::vector<float> prev(static_cast<size_t>(d)), prev_logits, cur_logits;
@@ -149,8 +148,7 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
     int stable = 0;
     for (int pass = 1; pass <= loops; ++pass) {
         std::copy(h.begin(), h.end(), prev.begin());
-        inject_input(m, pass, h.data(), input.data(), 1);
-        for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, h.data(), 1);
+        run_pass(m, kv, ws, pass, h.data(), input.data(), 1);
         if (on_pass && *on_pass) (*on_pass)(pass, 0, h.data(), 1);
         if (pass == loops) break;
         const bool probe = pass >= policy.min_L && (pass - policy.min_L) % policy.peek_every == 0;
@@ -253,18 +251,16 @@ ExitSignals early_exit_signals(Model* model, const int32_t* tokens, int n, int l
     std::vector<float> prev_logits(static_cast<size_t>(V)), cur_logits(static_cast<size_t>(V));
     // One row at a time through the same calls decode_step_adaptive makes, so every value is
     // the one the decode would compare with its threshold.
+    require_v3_support(m, "early_exit_signals", false);
+    input.resize(injects_input(hp) ? static_cast<size_t>(d) : 0);
     for (int p = 0; p < n; ++p) {
         ws.reserve(hp, 1);
         set_rows(ws, p, 1, 0);
-        kern::dequant_row(m.embed, tokens[p], h.data());
-        int layer = 0;
-        for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, h.data(), 1);
-        if (injects_input(hp)) input = h;
+        run_prelude(m, kv, ws, tokens + p, 1, h.data(), input.data());
         compute_logits(m, h.data(), 1, prev_logits.data(), ws);
         for (int pass = 1; pass <= L; ++pass) {
             std::copy(h.begin(), h.end(), prev.begin());
-            inject_input(m, pass, h.data(), input.data(), 1);
-            for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, h.data(), 1);
+            run_pass(m, kv, ws, pass, h.data(), input.data(), 1);
             compute_logits(m, h.data(), 1, cur_logits.data(), ws);
             for (int c = 0; c < n_criteria; ++c)
                 r.values[(static_cast<size_t>(c) * n + p) * L + static_cast<size_t>(pass - 1)] =

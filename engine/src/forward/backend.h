@@ -64,6 +64,12 @@ public:
     virtual void rope(float* x, int n, int n_heads, int head_dim, const int* positions, float theta) = 0;
     virtual void silu_mul(const float* gate, const float* up, float* out, size_t n) = 0;
     virtual void add_inplace(float* y, const float* x, size_t n) = 0;
+    // y[t, c] += b[c] for t < n, c < cols (qk_bias, FORMAT.md §1b).
+    virtual void add_rows(float* y, const float* b, int n, int cols) = 0;
+    // y[i] *= s for i < n (embed_scale, §1b).
+    virtual void scale(float* y, float s, size_t n) = 0;
+    // out[t] = concat(a[t], b[t]) for t < n: out is [n, da + db] (the adapter's input, §1b).
+    virtual void concat_rows(float* out, const float* a, const float* b, int n, int da, int db) = 0;
     virtual void attention(const kern::AttentionArgs& a) = 0;
     // out[t] = the lowest index of the maximum of logits[t, 0 .. n_valid) (the greedy pick).
     virtual void argmax(const float* logits, int n_rows, int vocab, int n_valid, int* out) = 0;
@@ -93,6 +99,9 @@ public:
     void rope(float* x, int n, int n_heads, int head_dim, const int* positions, float theta) override;
     void silu_mul(const float* gate, const float* up, float* out, size_t n) override;
     void add_inplace(float* y, const float* x, size_t n) override;
+    void add_rows(float* y, const float* b, int n, int cols) override;
+    void scale(float* y, float s, size_t n) override;
+    void concat_rows(float* out, const float* a, const float* b, int n, int da, int db) override;
     void attention(const kern::AttentionArgs& a) override;
     void argmax(const float* logits, int n_rows, int vocab, int n_valid, int* out) override;
     bool int8_activations(const kern::WeightView& W) const override;

@@ -77,6 +77,23 @@ void CpuOps::rope(float* x, int n, int n_heads, int head_dim, const int* positio
 }
 void CpuOps::silu_mul(const float* gate, const float* up, float* out, size_t n) { kern::silu_mul(gate, up, out, n); }
 void CpuOps::add_inplace(float* y, const float* x, size_t n) { kern::add_inplace(y, x, n); }
+// The three §1b ops touch O(n·d) floats once per block or pass: plain loops, no SIMD dispatch.
+void CpuOps::add_rows(float* y, const float* b, int n, int cols) {
+    for (int t = 0; t < n; ++t) {
+        float* r = y + static_cast<size_t>(t) * cols;
+        for (int c = 0; c < cols; ++c) r[c] += b[c];
+    }
+}
+void CpuOps::scale(float* y, float s, size_t n) {
+    for (size_t i = 0; i < n; ++i) y[i] *= s;
+}
+void CpuOps::concat_rows(float* out, const float* a, const float* b, int n, int da, int db) {
+    for (int t = 0; t < n; ++t) {
+        float* o = out + static_cast<size_t>(t) * (da + db);
+        std::memcpy(o, a + static_cast<size_t>(t) * da, static_cast<size_t>(da) * sizeof(float));
+        std::memcpy(o + da, b + static_cast<size_t>(t) * db, static_cast<size_t>(db) * sizeof(float));
+    }
+}
 void CpuOps::attention(const kern::AttentionArgs& a) { kern::attention(a, pool_); }
 void CpuOps::argmax(const float* logits, int n_rows, int vocab, int n_valid, int* out) {
     std::vector<float> row(static_cast<size_t>(vocab));

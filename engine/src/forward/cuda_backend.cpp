@@ -122,6 +122,11 @@ void CudaOps::silu_mul(const float* gate, const float* up, float* out, size_t n)
     kc::silu_mul(*ctx_, gate, up, out, n);
 }
 void CudaOps::add_inplace(float* y, const float* x, size_t n) { kc::add_inplace(*ctx_, y, x, n); }
+void CudaOps::add_rows(float* y, const float* b, int n, int cols) { kc::add_rows(*ctx_, y, b, n, cols); }
+void CudaOps::scale(float* y, float s, size_t n) { kc::scale(*ctx_, y, s, n); }
+void CudaOps::concat_rows(float* out, const float* a, const float* b, int n, int da, int db) {
+    kc::concat_rows(*ctx_, out, a, b, n, da, db);
+}
 void CudaOps::attention(const kern::AttentionArgs& a) { kc::attention(*ctx_, a); }
 void CudaOps::argmax(const float* logits, int n_rows, int vocab, int n_valid, int* out) {
     kc::argmax(*ctx_, logits, n_rows, vocab, n_valid, out);

@@ -93,6 +93,9 @@ public:
     void rope(float* x, int n, int n_heads, int head_dim, const int* positions, float theta) override;
     void silu_mul(const float* gate, const float* up, float* out, size_t n) override;
     void add_inplace(float* y, const float* x, size_t n) override;
+    void add_rows(float* y, const float* b, int n, int cols) override;
+    void scale(float* y, float s, size_t n) override;
+    void concat_rows(float* out, const float* a, const float* b, int n, int da, int db) override;
     void attention(const kern::AttentionArgs& a) override;
     void argmax(const float* logits, int n_rows, int vocab, int n_valid, int* out) override;
     bool int8_activations(const kern::WeightView&) const override { return false; }

@@ -1,6 +1,7 @@
 #include "forward/forward.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <new>
 
@@ -8,9 +9,12 @@ namespace tinyloop {
 
 void Workspace::reserve(const HParams& hp, int n_tok) {
     const size_t e_floats = injects_input(hp) ? static_cast<size_t>(std::max(n_tok, max_tok)) * hp.d_model : 0;
-    if (e.size() < e_floats) {  // apart: a workspace may serve models with and without injection
+    const size_t cat_floats = hp.loop_input == LoopInput::Adapter ? 2 * e_floats : 0;
+    if (e.size() < e_floats || cat.size() < cat_floats) {  // apart: a workspace may serve models with and without injection
         try {
-            e.resize(e_floats);
+            e.resize(std::max(e.size(), e_floats));
+            cat.resize(std::max(cat.size(), cat_floats));
+            s0.resize(std::max(s0.size(), cat_floats / 2));
         } catch (const std::bad_alloc&) {
             throw Error(ErrorCode::OutOfMemory, "workspace: cannot allocate input injection for " +
                                                     std::to_string(n_tok) + " tokens");
@@ -41,10 +45,74 @@ void Workspace::reserve(const HParams& hp, int n_tok) {
     }
 }
 
-void inject_input(const Model& m, int pass, float* x, const float* e, int n) {
-    if (pass <= 1 || !injects_input(m.hp)) return;
+namespace {
+
+BlockScratch scratch_of(Workspace& ws);
+LayerStack layers_of(const Model& m);
+
+// splitmix64 (Steele, Lea, Flood 2014): the counter-based generator of FORMAT.md §1b.
+uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void inject_input(const Model& m, int pass, float* x, const float* e, int n, Workspace& ws) {
+    if (!injects_input(m.hp) || (m.hp.loop_input == LoopInput::Add && pass <= 1)) return;
     if (e == nullptr) throw Error(ErrorCode::Internal, "inject_input: the rows' prelude output is missing");
-    kern::add_inplace(x, e, static_cast<size_t>(n) * m.hp.d_model);
+    ws.reserve(m.hp, n);
+    CpuOps be(m.pool.get());
+    begin_pass(be, m.hp, layers_of(m), scratch_of(ws), x, e, n, pass);
+}
+
+void finish_pass(const Model& m, float* x, int n, Workspace& ws) {
+    if (!m.hp.pass_norm) return;
+    ws.reserve(m.hp, n);
+    CpuOps be(m.pool.get());
+    end_pass(be, m.hp, layers_of(m), scratch_of(ws), x, n);
+}
+
+void initial_state(const HParams& hp, const int* pos, int n, float* out) {
+    const int d = hp.d_model;
+    const StateInit& si = hp.state_init;
+    if (si.kind == StateInit::Kind::Zeros) {
+        std::fill(out, out + static_cast<size_t>(n) * d, 0.0f);
+        return;
+    }
+    // FORMAT.md §1b: z(seed, p, i) from attempt k = 0, 1, ... (counter c = ((p·d + i)·64 + k)):
+    // b1 = splitmix64(seed ^ splitmix64(c)), b2 = splitmix64(b1); u1 = ((b1 >> 11) + 1)·2^-53,
+    // u2 = (b2 >> 11)·2^-53; z = sqrt(−2 ln u1)·cos(2π u2); the first |z| <= 3 is taken (64
+    // attempts, then 0). Computed in double, rounded once: the same bits everywhere.
+    for (int t = 0; t < n; ++t)
+        for (int i = 0; i < d; ++i) {
+            double z = 0;
+            for (uint64_t k = 0; k < 64; ++k) {
+                const uint64_t c = ((static_cast<uint64_t>(pos[t]) * static_cast<uint64_t>(d) + static_cast<uint64_t>(i)) << 6) + k;
+                const uint64_t b1 = splitmix64(si.seed ^ splitmix64(c));
+                const uint64_t b2 = splitmix64(b1);
+                const double u1 = static_cast<double>((b1 >> 11) + 1) * 0x1.0p-53;
+                const double u2 = static_cast<double>(b2 >> 11) * 0x1.0p-53;
+                const double v = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+                if (std::fabs(v) <= 3.0) {
+                    z = v;
+                    break;
+                }
+            }
+            out[static_cast<size_t>(t) * d + i] = static_cast<float>(static_cast<double>(si.scale) * si.std * z);
+        }
+}
+
+void require_v3_support(const Model& m, const char* path, bool coda_ok, bool adapter_ok) {
+    const HParams& hp = m.hp;
+    std::string what;
+    if (!coda_ok && hp.n_coda_blocks > 0) what = "coda blocks (n_coda_blocks " + std::to_string(hp.n_coda_blocks) + ")";
+    else if (!adapter_ok && hp.loop_input == LoopInput::Adapter) what = "loop_input adapter";
+    if (what.empty()) return;
+    throw Error(ErrorCode::NotSupported, std::string(path) + ": not supported yet for a model with " + what +
+                                             " (FORMAT.md §1b, architecture " + hp.architecture + ")");
 }
 
 PassHook last_row_hook(std::vector<float>& states, int d) {
@@ -162,24 +230,98 @@ private:
 };
 
 BlockScratch scratch_of(Workspace& ws) {
-    return {ws.a.data(), ws.q.data(), ws.k.data(), ws.v.data(), ws.att.data(), ws.o.data(), ws.g.data(), ws.u.data()};
+    return {ws.a.data(), ws.q.data(), ws.k.data(), ws.v.data(), ws.att.data(), ws.o.data(), ws.g.data(), ws.u.data(),
+            ws.cat.data()};
 }
 
-LayerStack layers_of(const Model& m) { return {&m.embed, &m.pre, &m.loop}; }
+LayerStack layers_of(const Model& m) { return {&m.embed, &m.pre, &m.loop, &m.coda, &m.adapter, m.final_norm}; }
+
+// x ⊕= y after a branch whose output is in y ([n, d]; a is scratch), per the block's post norm.
+void residual(BackendOps& be, const HParams& hp, PostNorm post, const float* g_post, float* x, float* y, float* a,
+              int n) {
+    const int d = hp.d_model;
+    const size_t floats = static_cast<size_t>(n) * d;
+    switch (post) {
+        case PostNorm::None:
+            be.add_inplace(x, y, floats);
+            break;
+        case PostNorm::Branch:
+            be.rmsnorm(y, g_post, n, d, hp.norm_eps, a);
+            be.add_inplace(x, a, floats);
+            break;
+        case PostNorm::Sum:
+            be.add_inplace(x, y, floats);
+            be.rmsnorm(x, g_post, n, d, hp.norm_eps, a);
+            be.copy(x, a, floats * sizeof(float));
+            break;
+    }
+}
 
 }  // namespace
+
+const BlockDesc& block_desc(BlockKind kind) {
+    static const BlockDesc kPreNorm{PostNorm::None}, kBranch{PostNorm::Branch}, kSum{PostNorm::Sum};
+    switch (kind) {
+        case BlockKind::SandwichBranch:
+            return kBranch;
+        case BlockKind::SandwichSum:
+            return kSum;
+        case BlockKind::PreNorm:
+            break;
+    }
+    return kPreNorm;
+}
 
 void block_forward(BackendOps& be, const HParams& hp, const LayerWeights& w, LayerCache& cache, int layer,
                    const BlockScratch& s, float* x, int n) {
     const int d = hp.d_model;
+    const PostNorm post = block_desc(hp.block).post;
     be.rmsnorm(x, w.attn_norm, n, d, hp.norm_eps, s.a);
     be.matmul_qkv(w.wq, w.wk, w.wv, s.a, n, s.q, s.k, s.v);
+    if (w.bq) {  // qk_bias (§1b): before RoPE
+        be.add_rows(s.q, w.bq, n, w.wq.rows);
+        be.add_rows(s.k, w.bk, n, w.wk.rows);
+    }
     cache.rope_store(layer, s.q, s.k, s.v, n);
     cache.attend(layer, s.q, n, s.att);
-    be.matmul_add(w.wo, s.att, n, x, s.o);
+    // The pre-norm block keeps its fused residual add (bit-identical to versions 1 and 2).
+    if (post == PostNorm::None) be.matmul_add(w.wo, s.att, n, x, s.o);
+    else {
+        be.matmul(w.wo, s.att, n, s.o);
+        residual(be, hp, post, w.attn_post_norm, x, s.o, s.a, n);
+    }
     be.rmsnorm(x, w.mlp_norm, n, d, hp.norm_eps, s.a);
     be.matmul_swiglu(w.w_gate, w.w_up, s.a, n, s.g, s.u);
-    be.matmul_add(w.w_down, s.g, n, x, s.o);
+    if (post == PostNorm::None) be.matmul_add(w.w_down, s.g, n, x, s.o);
+    else {
+        be.matmul(w.w_down, s.g, n, s.o);
+        residual(be, hp, post, w.mlp_post_norm, x, s.o, s.a, n);
+    }
+}
+
+void begin_pass(BackendOps& be, const HParams& hp, const LayerStack& w, const BlockScratch& s, float* x,
+                const float* e, int n, int pass) {
+    const size_t floats = static_cast<size_t>(n) * hp.d_model;
+    if (hp.loop_input == LoopInput::Add && pass > 1) be.add_inplace(x, e, floats);
+    if (hp.loop_input == LoopInput::Adapter) {
+        be.concat_rows(s.cat, x, e, n, hp.d_model, hp.d_model);
+        be.matmul(*w.adapter, s.cat, n, x);
+    }
+}
+
+void end_pass(BackendOps& be, const HParams& hp, const LayerStack& w, const BlockScratch& s, float* x, int n) {
+    if (!hp.pass_norm) return;
+    be.rmsnorm(x, w.final_norm, n, hp.d_model, hp.norm_eps, s.a);
+    be.copy(x, s.a, static_cast<size_t>(n) * hp.d_model * sizeof(float));
+}
+
+void run_coda(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCache& cache, const BlockScratch& s,
+              float* x, int n) {
+    if (!w.coda || w.coda->empty()) return;
+    be.rmsnorm(x, w.final_norm, n, hp.d_model, hp.norm_eps, s.a);
+    be.copy(x, s.a, static_cast<size_t>(n) * hp.d_model * sizeof(float));
+    int layer = hp.n_pre_blocks;
+    for (const LayerWeights& l : *w.coda) block_forward(be, hp, l, cache, layer++, s, x, n);
 }
 
 void run_layers(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCache& cache, const BlockScratch& s,
@@ -189,22 +331,56 @@ void run_layers(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCac
     int layer = 0;
     if (plan.start_pass <= 1) {
         be.embedding(*w.embed, ids, n, x);
+        if (hp.embed_scale != 1.0f) be.scale(x, hp.embed_scale, floats);
         for (const LayerWeights& l : *w.pre) block_forward(be, hp, l, cache, layer++, s, x, n);
         if (inject) be.copy(e, x, floats * sizeof(float));
-    } else {
-        layer = exec_layers(hp, plan.start_pass - 1);
+        if (hp.loop_input == LoopInput::Adapter) {
+            if (!plan.s0) throw Error(ErrorCode::Internal, "run_layers: loop_input adapter needs the initial state s0");
+            be.copy(x, plan.s0, floats * sizeof(float));
+        }
     }
     for (int pass = std::max(1, plan.start_pass); pass <= plan.loops; ++pass) {
-        if (inject && pass > 1) be.add_inplace(x, e, floats);
+        begin_pass(be, hp, w, s, x, e, n, pass);
+        layer = loop_layer_index(hp, pass, 0);
         for (const LayerWeights& l : *w.loop) block_forward(be, hp, l, cache, layer++, s, x, n);
+        end_pass(be, hp, w, s, x, n);
         if (plan.after_pass && *plan.after_pass) (*plan.after_pass)(pass);
     }
+    if (plan.readout) run_coda(be, hp, w, cache, s, x, n);
 }
 
 void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Workspace& ws, float* x, int n) {
     CpuOps be(m.pool.get());
     CpuCache cache(m, kv, ws);
     block_forward(be, m.hp, w, cache, layer, scratch_of(ws), x, n);
+}
+
+void run_prelude(const Model& m, KVCache& kv, Workspace& ws, const int32_t* ids, int n, float* x, float* e) {
+    const HParams& hp = m.hp;
+    ws.reserve(hp, n);
+    CpuOps be(m.pool.get());
+    CpuCache cache(m, kv, ws);
+    const BlockScratch s = scratch_of(ws);
+    const size_t floats = static_cast<size_t>(n) * hp.d_model;
+    be.embedding(m.embed, ids, n, x);
+    if (hp.embed_scale != 1.0f) be.scale(x, hp.embed_scale, floats);
+    int layer = 0;
+    for (const LayerWeights& l : m.pre) block_forward(be, hp, l, cache, layer++, s, x, n);
+    if (injects_input(hp)) be.copy(e, x, floats * sizeof(float));
+    if (hp.loop_input == LoopInput::Adapter) initial_state(hp, ws.pos.data(), n, x);
+}
+
+void run_pass(const Model& m, KVCache& kv, Workspace& ws, int pass, float* x, const float* e, int n) {
+    const HParams& hp = m.hp;
+    ws.reserve(hp, n);
+    CpuOps be(m.pool.get());
+    CpuCache cache(m, kv, ws);
+    const BlockScratch s = scratch_of(ws);
+    const LayerStack w = layers_of(m);
+    begin_pass(be, hp, w, s, x, e, n, pass);
+    int layer = loop_layer_index(hp, pass, 0);
+    for (const LayerWeights& l : m.loop) block_forward(be, hp, l, cache, layer++, s, x, n);
+    end_pass(be, hp, w, s, x, n);
 }
 
 void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args,
@@ -217,6 +393,11 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
         throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(args.loops) +
                                                     " is outside [1, " + std::to_string(hp.max_loops) + "]");
     const bool inject = injects_input(hp);
+    // §1b: with a coda, out_h is the coda's output (the readout at depth `loops`), not h_L, so a
+    // caller that reads per-pass states or resumes from them cannot be served (named, not wrong).
+    if (hp.n_coda_blocks > 0 && (args.on_pass || args.start_pass > 1))
+        require_v3_support(m, args.start_pass > 1 ? "depth upgrade (resuming from a kept state)"
+                                                  : "per-pass readout (lens, per-pass scores)", false);
     if (args.start_pass > 1 && (args.h_in == nullptr || args.start_pass > args.loops + 1 || (inject && !args.e_in)))
         throw Error(ErrorCode::Internal, "forward: depth upgrade needs h_in (and e_in when injecting) and start_pass <= loops + 1");
     if (kv.n_layers < exec_layers(hp, args.loops) || args.pos0 < 0 || args.pos0 + args.n > kv.capacity)
@@ -244,6 +425,11 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
         plan.start_pass = args.start_pass;
         plan.loops = args.loops;
         plan.after_pass = after ? &after : nullptr;
+        plan.readout = hp.n_coda_blocks > 0;
+        if (hp.loop_input == LoopInput::Adapter && args.start_pass <= 1) {
+            initial_state(hp, ws.pos.data(), n, ws.s0.data());
+            plan.s0 = ws.s0.data();
+        }
         run_layers(be, hp, layers_of(m), cache, scratch, args.tokens + c0, x, ws.e.data(), n, plan);
         if (inject && args.start_pass <= 1 && args.out_e)
             std::memcpy(args.out_e + static_cast<size_t>(c0) * d, ws.e.data(), rows_bytes);
@@ -278,20 +464,35 @@ void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& 
             ws.kv_end[t] = p + 1;
             ws.kv_begin[t] = q.window > 0 ? std::max(0, p + 1 - q.window) : 0;
             ws.row_kv[static_cast<size_t>(t)] = q.kv;
-            kern::dequant_row(m.embed, q.tokens[i], out_h.data() + static_cast<size_t>(t) * d);
+            float* row = out_h.data() + static_cast<size_t>(t) * d;
+            kern::dequant_row(m.embed, q.tokens[i], row);
+            if (hp.embed_scale != 1.0f)
+                for (int c = 0; c < d; ++c) row[c] *= hp.embed_scale;  // CpuOps::scale's one product
         }
         for (int l = 1; l <= q.loops; ++l) rows_at_depth[static_cast<size_t>(l)] = t;
     }
+    // §1b: the coda runs after each sequence's own last pass; rows of different depths would
+    // need it between passes. One depth per batch keeps it one call (the batch engine groups).
+    if (hp.n_coda_blocks > 0 && seqs[n_seqs - 1].loops != max_loops)
+        require_v3_support(m, "forward_batch with sequences at different depths", false);
     float* x = out_h.data();
     int layer = 0;
     // Every sequence's first cache's kv argument is only a fallback: rows name their own caches.
     KVCache& any = *seqs[0].kv;
     for (const LayerWeights& w : m.pre) run_block(m, w, any, layer++, ws, x, total);
     if (injects_input(hp)) std::copy(x, x + static_cast<size_t>(total) * d, ws.e.begin());
+    if (hp.loop_input == LoopInput::Adapter) initial_state(hp, ws.pos.data(), total, x);
     for (int pass = 1; pass <= max_loops; ++pass) {
         const int n = rows_at_depth[static_cast<size_t>(pass)];
-        inject_input(m, pass, x, ws.e.data(), n);
+        inject_input(m, pass, x, ws.e.data(), n, ws);
+        layer = loop_layer_index(hp, pass, 0);
         for (const LayerWeights& w : m.loop) run_block(m, w, any, layer++, ws, x, n);
+        finish_pass(m, x, n, ws);
+    }
+    if (hp.n_coda_blocks > 0) {
+        CpuOps be(m.pool.get());
+        CpuCache cache(m, any, ws);
+        run_coda(be, hp, layers_of(m), cache, scratch_of(ws), x, total);
     }
     ws.row_kv.clear();
 }
@@ -299,6 +500,10 @@ void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& 
 void compute_logits(const Model& m, const float* h, int n, float* logits, Workspace& ws) {
     ws.reserve(m.hp, n);
     CpuOps be(m.pool.get());
+    if (!readout_norms(m.hp)) {  // pass_norm without a coda: the head reads h_L directly (§1b)
+        be.matmul(m.head, h, n, logits);
+        return;
+    }
     be.rmsnorm(h, m.final_norm, n, m.hp.d_model, m.hp.norm_eps, ws.a.data());
     be.matmul(m.head, ws.a.data(), n, logits);
 }

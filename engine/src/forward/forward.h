@@ -26,11 +26,23 @@ public:
 // A block's activations in the back end's memory, each for the rows of one call.
 struct BlockScratch {
     float *a, *q, *k, *v, *att, *o, *g, *u;
+    float* cat = nullptr;  // [n, 2d]: the adapter's input [h; e] (loop_input adapter, §1b)
 };
 
-// One pre-norm block over n rows of x (in place) at execution layer `layer` (FORMAT.md §1):
-//   a = rmsnorm(x); q,k,v = W a; rope + cache; att = attention; x += wo att;
-//   a = rmsnorm(x); x += w_down (silu(w_gate a) * (w_up a))
+// A block kind as data (FORMAT.md §1b): where block_forward puts the second norm of each
+// branch. A new kind is an entry here plus the ops it needs on each back end.
+//   None:   pre-norm (§1): x += branch(N(x))
+//   Branch: x += N'(branch(N(x)))     (sandwich_branch, Ouro)
+//   Sum:    x = N'(x + branch(N(x)))  (sandwich_sum, Huginn)
+enum class PostNorm { None, Branch, Sum };
+struct BlockDesc {
+    PostNorm post = PostNorm::None;
+};
+const BlockDesc& block_desc(BlockKind kind);
+
+// One block over n rows of x (in place) at execution layer `layer` (FORMAT.md §1, §1b):
+//   a = rmsnorm(x); q,k,v = W a (+ bq, bk); rope + cache; att = attention; x ⊕= wo att;
+//   a = rmsnorm(x); x ⊕= w_down (silu(w_gate a) * (w_up a)), ⊕ per block_desc(hp.block).
 void block_forward(BackendOps& be, const HParams& hp, const LayerWeights& w, LayerCache& cache, int layer,
                    const BlockScratch& s, float* x, int n);
 
@@ -39,17 +51,35 @@ struct LayerStack {
     const kern::WeightView* embed = nullptr;
     const std::vector<LayerWeights>* pre = nullptr;
     const std::vector<LayerWeights>* loop = nullptr;
+    // §1b (empty / null when the model does not use them):
+    const std::vector<LayerWeights>* coda = nullptr;
+    const kern::WeightView* adapter = nullptr;
+    const float* final_norm = nullptr;  // read by pass_norm and the coda's input norm
 };
 
-// The rows' walk through the layers: with start_pass <= 1 the embedding of ids into x, the
-// prelude, and (input injection, §1a) its output kept in e; else x (and e) already hold the
-// state after pass start_pass - 1. Then passes max(1, start_pass) .. loops, each adding e first
-// (injection, pass > 1) and calling after_pass(pass) when set.
+// The rows' walk through the layers: with start_pass <= 1 the embedding of ids into x (times
+// embed_scale), the prelude, its output kept in e (input injection §1a, adapter §1b) and, for
+// the adapter, x = s0 (the rows' initial state, [n, d] in the back end's memory); else x (and e)
+// already hold the state after pass start_pass - 1. Then passes max(1, start_pass) .. loops:
+// each enters through begin_pass, runs the loop layers, ends with end_pass and calls
+// after_pass(pass) when set. With readout and coda blocks, x then becomes the coda's output
+// (x = coda(RMSNorm(h_L, final_norm)), before the head's norm, §1b).
 struct PassPlan {
     int start_pass = 1;
     int loops = 1;
     const std::function<void(int pass)>* after_pass = nullptr;
+    const float* s0 = nullptr;  // loop_input adapter: the initial state of the n rows
+    bool readout = false;       // run the coda after the last pass (models with n_coda_blocks > 0)
 };
+// A pass's entry and exit (§1a, §1b): begin_pass feeds e in (add: x += e for pass > 1;
+// adapter: x = adapter · [x; e] every pass); end_pass applies pass_norm (x = RMSNorm(x, final_norm)).
+void begin_pass(BackendOps& be, const HParams& hp, const LayerStack& w, const BlockScratch& s, float* x,
+                const float* e, int n, int pass);
+void end_pass(BackendOps& be, const HParams& hp, const LayerStack& w, const BlockScratch& s, float* x, int n);
+// The coda readout of §1b over n rows in place: x = coda(RMSNorm(x, final_norm)), coda block j at
+// execution layer n_pre_blocks + j.
+void run_coda(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCache& cache, const BlockScratch& s,
+              float* x, int n);
 void run_layers(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCache& cache, const BlockScratch& s,
                 const int32_t* ids, float* x, float* e, int n, const PassPlan& plan);
 
@@ -58,6 +88,7 @@ struct Workspace {
     int max_tok = 0;
     std::vector<float> h, a, q, k, v, att, o, g, u;
     std::vector<float> e;  // input injection (FORMAT.md §1a): the rows' prelude output e
+    std::vector<float> cat, s0;  // loop_input adapter (§1b): [n, 2d] adapter input, [n, d] initial state
     std::vector<int> pos, kv_begin, kv_end;
     std::vector<int> row;  // cache row each token's keys/values go to (== pos except in trees)
     // Tree attention: per-token extra rows after the range (empty offsets = none).
@@ -118,6 +149,14 @@ void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& 
 // must be sized by the caller): after a forward it holds the last position's state per pass.
 PassHook last_row_hook(std::vector<float>& states, int d);
 
+// The CPU's pieces of run_layers for paths that stop between passes (early exit, tree
+// speculation), rows and attention as already set in ws: run_prelude embeds ids into x (times
+// embed_scale), runs the prelude, keeps e (when injects_input; e sized [n, d]) and, for the
+// adapter, sets x = s0 at the rows' positions; run_pass runs pass `pass` (begin_pass, the loop
+// layers, end_pass) over x.
+void run_prelude(const Model& m, KVCache& kv, Workspace& ws, const int32_t* ids, int n, float* x, float* e);
+void run_pass(const Model& m, KVCache& kv, Workspace& ws, int pass, float* x, const float* e, int n);
+
 // Sets the rows' positions and attention ranges in ws for tokens at pos0 .. pos0+n-1.
 void set_rows(Workspace& ws, int pos0, int n, int window);
 // block_forward on the CPU back end over n rows of x at execution layer `layer`, rows as set_rows.
@@ -126,13 +165,36 @@ void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Wo
 // logits[t] = head · RMSNorm(h[t], final_norm) for n rows; logits is [n, vocab].
 void compute_logits(const Model& m, const float* h, int n, float* logits, Workspace& ws);
 
-// Whether the model adds the prelude output back before every pass after the first (§1a).
-inline bool injects_input(const HParams& hp) { return hp.loop_input == LoopInput::Add; }
-// Input injection at the start of pass `pass`: x += e over n rows when the model injects and
-// pass > 1; nothing otherwise (e may then be null).
-void inject_input(const Model& m, int pass, float* x, const float* e, int n);
+// Whether the model feeds the prelude output e into its passes (§1a "add", §1b "adapter"):
+// then a state kept for resuming keeps e per position too.
+inline bool injects_input(const HParams& hp) { return hp.loop_input != LoopInput::None; }
+// Input injection at the start of pass `pass` on the CPU (begin_pass): x += e over n rows (add,
+// pass > 1), x = adapter · [x; e] (adapter, every pass; uses ws.cat); nothing otherwise (e may
+// then be null).
+void inject_input(const Model& m, int pass, float* x, const float* e, int n, Workspace& ws);
+// pass_norm on the CPU after a pass (end_pass); nothing when the model has none.
+void finish_pass(const Model& m, float* x, int n, Workspace& ws);
 
-// Number of execution layers a cache for depth `loops` holds.
-inline int exec_layers(const HParams& hp, int loops) { return hp.n_pre_blocks + loops * hp.n_loop_layers; }
+// The initial state s0 (§1b state_init) of the rows at positions pos[0..n) into out ([n, d]):
+// zeros, or the seeded truncated normal of hp.state_init (a per-call seed is a copy of hp with
+// another state_init.seed).
+void initial_state(const HParams& hp, const int* pos, int n, float* out);
+
+// Number of execution layers a cache for depth `loops` holds (§1b: prelude, coda, then passes).
+inline int exec_layers(const HParams& hp, int loops) {
+    return hp.n_pre_blocks + hp.n_coda_blocks + loops * hp.n_loop_layers;
+}
+// Execution layer of loop layer j in pass `pass` (1-based).
+inline int loop_layer_index(const HParams& hp, int pass, int j) {
+    return hp.n_pre_blocks + hp.n_coda_blocks + (pass - 1) * hp.n_loop_layers + j;
+}
+// Whether compute_logits normalises h before the head: not when pass_norm already did and no
+// coda follows (the head reads h_L directly, §1b).
+inline bool readout_norms(const HParams& hp) { return !(hp.pass_norm && hp.n_coda_blocks == 0); }
+
+// For a path that has not been brought to a §1b feature yet: throws NotSupported naming the
+// feature and the path (never a silently wrong result). `coda`: the path reads per-pass states
+// through compute_logits (lens-like), which a coda model's readout cannot serve.
+void require_v3_support(const Model& m, const char* path, bool coda_ok, bool adapter_ok = true);
 
 }  // namespace tinyloop

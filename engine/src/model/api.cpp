@@ -40,7 +40,19 @@ Model* load_model(const std::string& path, const LoadOptions& options) {
     m->backend = "cpu";
     m->backend_note = choice.note + " (" + kern::simd_level() + ", " + std::to_string(threads) + " threads)";
 #ifdef TINYLOOP_HAVE_CUDA
-    if (choice.cuda) {
+    // FORMAT.md §1b: the device session (cuda_forward.cpp) does not carry the version-3 block
+    // kinds, adapter, coda or pass norm yet: named, never run with other math.
+    HParams math = m->hp;
+    math.architecture = "tinyloop";  // the label alone changes no math
+    const bool v3_math = hparams_need_v3(math);
+    if (choice.cuda && v3_math && options.backend == Backend::Cuda)
+        throw Error(ErrorCode::NotSupported, path + ": backend cuda: the file-version-3 architecture (" +
+                                                 m->hp.architecture + ", FORMAT.md §1b) does not run on the CUDA "
+                                                 "back end yet; use backend cpu or auto");
+    if (choice.cuda && v3_math)
+        m->backend_note = choice.note + "; the file-version-3 architecture runs on the CPU (" + kern::simd_level() +
+                          ", " + std::to_string(threads) + " threads)";
+    if (choice.cuda && !v3_math) {
         m->cuda = upload_weights(*m, choice.device);
         m->cuda_required = options.backend == Backend::Cuda;
         m->backend = "cuda";

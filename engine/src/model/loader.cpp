@@ -48,6 +48,10 @@ constexpr IntField kIntFields[] = {
     {"max_seq_len", &HParams::max_seq_len, 1, int64_t{1} << 20},
 };
 
+// The hyperparameters of file version 3 (FORMAT.md §1b); refused in version 1 and 2 files.
+constexpr const char* kV3Keys[] = {"architecture", "block",     "qk_bias",    "embed_scale",
+                                   "pass_norm",    "n_coda_blocks", "state_init", "exit_gate"};
+
 std::string range_text(int64_t lo, int64_t hi) {
     return std::to_string(lo) + " .. " + std::to_string(hi);
 }
@@ -156,6 +160,7 @@ private:
     void load_bytes(Model& m);
     json parse_header(const Model& m);
     void parse_hparams(const json& h, HParams& hp);
+    void parse_hparams_v3(const json& h, HParams& hp);
     void parse_tokenizer(const json& t, TokenizerSpec& spec);
     uint64_t get_offset(const json& t, const std::string& field, const char* key);
     uint64_t place(const json& t, const std::string& field, const char* key, uint64_t bytes);
@@ -213,7 +218,7 @@ json Reader::parse_header(const Model& m) {
             " bytes, too short for the 24-byte preamble (magic, version, flags, header_bytes)");
     if (std::memcmp(p, "TINYLOOP", 8) != 0) bad("magic: not TINYLOOP, allowed TINYLOOP");
     const uint32_t version = read_u32(p + 8);
-    if (version != 1 && version != 2) bad("version: " + std::to_string(version) + ", allowed 1 or 2");
+    if (version < 1 || version > 3) bad("version: " + std::to_string(version) + ", allowed 1, 2 or 3");
     version_ = version;
     const uint32_t flags = read_u32(p + 12);
     if (flags != 0) bad("flags: " + std::to_string(flags) + ", allowed 0");
@@ -294,23 +299,98 @@ void Reader::parse_hparams(const json& h, HParams& hp) {
     // FORMAT.md §1a: "add" exactly in version-2 files; absent or "none" in version 1.
     const auto input = h.find("loop_input");
     if (input != h.end()) {
-        if (!input->is_string() || (*input != "none" && *input != "add"))
-            bad("hparams.loop_input: " + brief(*input) + ", allowed \"none\" or \"add\"");
+        const bool v3 = version_ >= 3;
+        if (!input->is_string() || (*input != "none" && *input != "add" && !(v3 && *input == "adapter")))
+            bad("hparams.loop_input: " + brief(*input) +
+                (v3 ? ", allowed \"none\", \"add\" or \"adapter\"" : ", allowed \"none\" or \"add\""));
         hp.loop_input = parse_loop_input(input->get<std::string>());
     }
+    parse_hparams_v3(h, hp);  // first: a version-3 key in an older file is named as such
     if (version_ == 2 && hp.loop_input != LoopInput::Add)
         bad("version: 2 without hparams.loop_input \"add\", allowed version 2 only with "
             "loop_input \"add\" (FORMAT.md §1a)");
     if (version_ == 1 && hp.loop_input == LoopInput::Add)
-        bad("hparams.loop_input: \"add\" in a version-1 file, allowed only in version 2");
+        bad("hparams.loop_input: \"add\" in a version-1 file, allowed only in version 2 or 3");
     for (const auto& [key, value] : h.items()) {
         bool known = key == "rope_theta" || key == "norm_eps" || key == "tie_embeddings" || key == "loop_input";
+        for (const char* k : kV3Keys) known = known || key == k;
         for (const auto& f : kIntFields) known = known || key == f.name;
         // An unknown hyperparameter would change the math in a way this runtime cannot honour.
         if (!known) bad("hparams." + brief_text(key) + ": unknown hyperparameter");
     }
     const std::string problem = hparams_problem(hp);
     if (!problem.empty()) bad(problem);
+}
+
+// FORMAT.md §1b: the version-3 keys, each refused by name in an older file, each value checked
+// against its allowed set (a value this runtime cannot honour would silently change the math).
+void Reader::parse_hparams_v3(const json& h, HParams& hp) {
+    for (const char* key : kV3Keys)
+        if (version_ < 3 && h.contains(key))
+            bad(std::string("hparams.") + key + ": present in a version-" + std::to_string(version_) +
+                " file, allowed only in version 3 (FORMAT.md §1b)");
+    auto boolean = [&](const char* key, bool& out) {
+        const auto it = h.find(key);
+        if (it == h.end()) return;
+        if (!it->is_boolean()) bad(std::string("hparams.") + key + ": " + brief(*it) + ", allowed true or false");
+        out = it->get<bool>();
+    };
+    if (const auto it = h.find("architecture"); it != h.end()) {
+        if (!it->is_string() || (*it != "tinyloop" && *it != "ouro" && *it != "huginn" && *it != "nanbeige"))
+            bad("hparams.architecture: " + brief(*it) + ", allowed \"tinyloop\", \"ouro\", \"huginn\" or \"nanbeige\"");
+        hp.architecture = it->get<std::string>();
+    }
+    if (const auto it = h.find("block"); it != h.end()) {
+        if (!it->is_string() || (*it != "pre_norm" && *it != "sandwich_branch" && *it != "sandwich_sum"))
+            bad("hparams.block: " + brief(*it) + ", allowed \"pre_norm\", \"sandwich_branch\" or \"sandwich_sum\"");
+        hp.block = parse_block_kind(it->get<std::string>());
+    }
+    boolean("qk_bias", hp.qk_bias);
+    boolean("pass_norm", hp.pass_norm);
+    boolean("exit_gate", hp.exit_gate);
+    if (const auto it = h.find("embed_scale"); it != h.end()) {
+        const float v = it->is_number() ? static_cast<float>(it->get<double>()) : 0.0f;
+        if (!it->is_number() || !std::isfinite(v) || !(v > 0))
+            bad("hparams.embed_scale: " + brief(*it) + ", allowed a finite number > 0");
+        hp.embed_scale = v;
+    }
+    if (const auto it = h.find("n_coda_blocks"); it != h.end()) {
+        if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > 1024) ||
+            it->get<int64_t>() < 0 || it->get<int64_t>() > 1024)
+            bad("hparams.n_coda_blocks: " + brief(*it) + ", allowed 0 .. 1024");
+        hp.n_coda_blocks = static_cast<int>(it->get<int64_t>());
+    }
+    if (const auto it = h.find("state_init"); it != h.end()) {
+        const auto kind = it->is_object() ? it->find("kind") : it->end();
+        if (!it->is_object() || kind == it->end() || !kind->is_string() ||
+            (*kind != "zeros" && *kind != "truncnormal"))
+            bad("hparams.state_init: " + brief(*it) + ", allowed {\"kind\": \"zeros\"} or {\"kind\": \"truncnormal\", "
+                "\"std\": > 0, \"scale\": finite, \"seed\": 0 .. 2^64-1}");
+        StateInit si;
+        if (*kind == "truncnormal") {
+            si.kind = StateInit::Kind::TruncNormal;
+            for (const auto& [k, v] : it->items()) {
+                const std::string field = "hparams.state_init." + brief_text(k);
+                if (k == "kind") continue;
+                if (k == "std" || k == "scale") {
+                    const float f = v.is_number() ? static_cast<float>(v.get<double>()) : NAN;
+                    if (!std::isfinite(f) || (k == "std" && !(f > 0)))
+                        bad(field + ": " + brief(v) + (k == "std" ? ", allowed a finite number > 0" : ", allowed a finite number"));
+                    (k == "std" ? si.std : si.scale) = f;
+                } else if (k == "seed") {
+                    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
+                        bad(field + ": " + brief(v) + ", allowed an integer 0 .. 2^64-1");
+                    si.seed = v.get<uint64_t>();
+                } else {
+                    bad(field + ": unknown key, allowed kind, std, scale, seed");
+                }
+            }
+            if (!it->contains("std")) bad("hparams.state_init.std: missing, allowed a finite number > 0");
+        } else if (it->size() != 1) {
+            bad("hparams.state_init: " + brief(*it) + ", allowed {\"kind\": \"zeros\"} with no other key");
+        }
+        hp.state_init = si;
+    }
 }
 
 void Reader::parse_tokenizer(const json& t, TokenizerSpec& spec) {
@@ -574,6 +654,14 @@ std::unique_ptr<Model> Reader::read() {
         w.w_gate = view(p + ".w_gate");
         w.w_up = view(p + ".w_up");
         w.w_down = view(p + ".w_down");
+        if (m->hp.block != BlockKind::PreNorm) {
+            w.attn_post_norm = norm(p + ".attn_post_norm");
+            w.mlp_post_norm = norm(p + ".mlp_post_norm");
+        }
+        if (m->hp.qk_bias) {
+            w.bq = norm(p + ".bq");
+            w.bk = norm(p + ".bk");
+        }
         return w;
     };
     m->embed = view("embed");
@@ -583,6 +671,13 @@ std::unique_ptr<Model> Reader::read() {
         m->pre.push_back(layer("pre." + std::to_string(i)));
     for (int j = 0; j < m->hp.n_loop_layers; ++j)
         m->loop.push_back(layer("loop." + std::to_string(j)));
+    for (int j = 0; j < m->hp.n_coda_blocks; ++j)
+        m->coda.push_back(layer("coda." + std::to_string(j)));
+    if (m->hp.loop_input == LoopInput::Adapter) m->adapter = view("adapter");
+    if (m->hp.exit_gate) {
+        m->exit_gate_w = norm("exit_gate.w");
+        m->exit_gate_b = norm("exit_gate.b");
+    }
     m->max_seq_len = m->hp.max_seq_len;
     return m;
 }
@@ -594,20 +689,33 @@ std::vector<ExpectedTensor> expected_tensors(const HParams& hp) {
                   Hkv = int64_t{hp.n_kv_heads} * hp.head_dim, ff = hp.d_ff, V = hp.vocab_size;
     std::vector<ExpectedTensor> out;
     out.push_back({"embed", {V, d}, false});
+    const bool sandwich = hp.block != BlockKind::PreNorm;  // FORMAT.md §1b: two post norms per block
     auto block = [&](const std::string& p) {
         out.push_back({p + ".attn_norm", {d}, true});
         out.push_back({p + ".wq", {H, d}, false});
         out.push_back({p + ".wk", {Hkv, d}, false});
         out.push_back({p + ".wv", {Hkv, d}, false});
+        if (hp.qk_bias) {
+            out.push_back({p + ".bq", {H}, true});
+            out.push_back({p + ".bk", {Hkv}, true});
+        }
         out.push_back({p + ".wo", {d, H}, false});
+        if (sandwich) out.push_back({p + ".attn_post_norm", {d}, true});
         out.push_back({p + ".mlp_norm", {d}, true});
         out.push_back({p + ".w_gate", {ff, d}, false});
         out.push_back({p + ".w_up", {ff, d}, false});
         out.push_back({p + ".w_down", {d, ff}, false});
+        if (sandwich) out.push_back({p + ".mlp_post_norm", {d}, true});
     };
     for (int i = 0; i < hp.n_pre_blocks; ++i) block("pre." + std::to_string(i));
+    if (hp.loop_input == LoopInput::Adapter) out.push_back({"adapter", {d, 2 * d}, false});
     for (int j = 0; j < hp.n_loop_layers; ++j) block("loop." + std::to_string(j));
+    for (int j = 0; j < hp.n_coda_blocks; ++j) block("coda." + std::to_string(j));
     out.push_back({"final_norm", {d}, true});
+    if (hp.exit_gate) {
+        out.push_back({"exit_gate.w", {d}, true});
+        out.push_back({"exit_gate.b", {1}, true});
+    }
     if (!hp.tie_embeddings) out.push_back({"head", {V, d}, false});
     return out;
 }
@@ -634,9 +742,23 @@ std::string hparams_problem(const HParams& hp) {
         return "hparams.rope_theta: " + std::to_string(hp.rope_theta) + ", allowed > 0";
     if (!(hp.norm_eps > 0) || !(hp.norm_eps <= 1))
         return "hparams.norm_eps: " + std::to_string(hp.norm_eps) + ", allowed (0, 1]";
-    if (hp.loop_input != LoopInput::None && hp.loop_input != LoopInput::Add)
+    if (hp.loop_input != LoopInput::None && hp.loop_input != LoopInput::Add && hp.loop_input != LoopInput::Adapter)
         return "hparams.loop_input: " + std::to_string(static_cast<int>(hp.loop_input)) +
-               ", allowed none or add";
+               ", allowed none, add or adapter";
+    if (hp.architecture != "tinyloop" && hp.architecture != "ouro" && hp.architecture != "huginn" &&
+        hp.architecture != "nanbeige")
+        return "hparams.architecture: '" + hp.architecture + "', allowed tinyloop, ouro, huginn or nanbeige";
+    if (!std::isfinite(hp.embed_scale) || !(hp.embed_scale > 0))
+        return "hparams.embed_scale: " + std::to_string(hp.embed_scale) + ", allowed a finite number > 0";
+    if (hp.n_coda_blocks < 0 || hp.n_coda_blocks > 1024)
+        return "hparams.n_coda_blocks: " + std::to_string(hp.n_coda_blocks) + ", allowed 0 .. 1024";
+    if (hp.state_init.kind == StateInit::Kind::TruncNormal &&
+        (!std::isfinite(hp.state_init.std) || !(hp.state_init.std > 0) || !std::isfinite(hp.state_init.scale)))
+        return "hparams.state_init: std " + std::to_string(hp.state_init.std) + ", scale " +
+               std::to_string(hp.state_init.scale) + ", allowed std finite > 0 and scale finite";
+    if (hp.state_init.kind != StateInit::Kind::Zeros && hp.loop_input != LoopInput::Adapter)
+        return "hparams.state_init: truncnormal with loop_input " + std::string(loop_input_name(hp.loop_input)) +
+               ", allowed only with loop_input adapter (the state before pass 1 is otherwise the prelude output)";
     return {};
 }
 

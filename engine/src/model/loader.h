@@ -31,4 +31,8 @@ std::vector<ExpectedTensor> expected_tensors(const HParams& hp);
 // rope_theta finite > 0, norm_eps in (0, 1], loop_input none or add.
 std::string hparams_problem(const HParams& hp);
 
+// The version field a writer stores for hp (FORMAT.md §2): 3 when hparams_need_v3, 2 with
+// loop_input "add", else 1.
+uint32_t file_version(const HParams& hp);
+
 }  // namespace tinyloop

@@ -17,6 +17,11 @@ struct LayerWeights {
     const float* attn_norm = nullptr;  // [d]
     const float* mlp_norm = nullptr;   // [d]
     kern::WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+    // FORMAT.md §1b (null when the model's hparams do not use them):
+    const float* attn_post_norm = nullptr;  // [d], sandwich blocks
+    const float* mlp_post_norm = nullptr;   // [d], sandwich blocks
+    const float* bq = nullptr;              // [n_heads*hd], qk_bias
+    const float* bk = nullptr;              // [n_kv_heads*hd], qk_bias
 };
 
 // 64-byte aligned owned bytes (the whole file as read).
@@ -57,6 +62,10 @@ struct Model {
     const float* final_norm = nullptr;
     std::vector<LayerWeights> pre;   // n_pre_blocks
     std::vector<LayerWeights> loop;  // n_loop_layers
+    std::vector<LayerWeights> coda;  // n_coda_blocks (§1b)
+    kern::WeightView adapter;        // [d, 2d] when loop_input is adapter (§1b)
+    const float* exit_gate_w = nullptr;  // [d] when exit_gate (§1b)
+    const float* exit_gate_b = nullptr;  // [1]
 
     // Runtime settings chosen at load.
     int max_seq_len = 0;

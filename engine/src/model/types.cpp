@@ -35,6 +35,8 @@ const char* loop_input_name(LoopInput v) {
             return "none";
         case LoopInput::Add:
             return "add";
+        case LoopInput::Adapter:
+            return "adapter";
     }
     return "unknown";
 }
@@ -42,7 +44,34 @@ const char* loop_input_name(LoopInput v) {
 LoopInput parse_loop_input(const std::string& name) {
     if (name == "none") return LoopInput::None;
     if (name == "add") return LoopInput::Add;
-    throw Error(ErrorCode::InvalidArgument, "loop_input: '" + name + "' unknown, allowed none, add");
+    if (name == "adapter") return LoopInput::Adapter;
+    throw Error(ErrorCode::InvalidArgument, "loop_input: '" + name + "' unknown, allowed none, add, adapter");
+}
+
+const char* block_kind_name(BlockKind v) {
+    switch (v) {
+        case BlockKind::PreNorm:
+            return "pre_norm";
+        case BlockKind::SandwichBranch:
+            return "sandwich_branch";
+        case BlockKind::SandwichSum:
+            return "sandwich_sum";
+    }
+    return "unknown";
+}
+
+BlockKind parse_block_kind(const std::string& name) {
+    if (name == "pre_norm") return BlockKind::PreNorm;
+    if (name == "sandwich_branch") return BlockKind::SandwichBranch;
+    if (name == "sandwich_sum") return BlockKind::SandwichSum;
+    throw Error(ErrorCode::InvalidArgument,
+                "block: '" + name + "' unknown, allowed pre_norm, sandwich_branch, sandwich_sum");
+}
+
+bool hparams_need_v3(const HParams& hp) {
+    return hp.architecture != "tinyloop" || hp.block != BlockKind::PreNorm || hp.qk_bias || hp.embed_scale != 1.0f ||
+           hp.pass_norm || hp.n_coda_blocks != 0 || hp.loop_input == LoopInput::Adapter ||
+           hp.state_init.kind != StateInit::Kind::Zeros || hp.exit_gate;
 }
 
 const char* error_code_name(ErrorCode code) {

@@ -177,8 +177,24 @@ std::string header_text(const ModelSpec& spec, const std::vector<Placed>& placed
     jh["norm_eps"] = float_for_json(hp.norm_eps);
     jh["tie_embeddings"] = hp.tie_embeddings;
     // FORMAT.md §1a: stored only when "add" (then version 2); version-1 files stay as before.
-    const bool injects = hp.loop_input == LoopInput::Add;
+    const bool injects = hp.loop_input != LoopInput::None;
     if (injects) jh["loop_input"] = loop_input_name(hp.loop_input);
+    // FORMAT.md §1b: each version-3 key only when away from its default (then version 3).
+    if (hp.architecture != "tinyloop") jh["architecture"] = hp.architecture;
+    if (hp.block != BlockKind::PreNorm) jh["block"] = block_kind_name(hp.block);
+    if (hp.qk_bias) jh["qk_bias"] = true;
+    if (hp.embed_scale != 1.0f) jh["embed_scale"] = float_for_json(hp.embed_scale);
+    if (hp.pass_norm) jh["pass_norm"] = true;
+    if (hp.n_coda_blocks != 0) jh["n_coda_blocks"] = hp.n_coda_blocks;
+    if (hp.state_init.kind == StateInit::Kind::TruncNormal) {
+        ojson si;
+        si["kind"] = "truncnormal";
+        si["std"] = float_for_json(hp.state_init.std);
+        si["scale"] = float_for_json(hp.state_init.scale);
+        si["seed"] = hp.state_init.seed;
+        jh["state_init"] = std::move(si);
+    }
+    if (hp.exit_gate) jh["exit_gate"] = true;
     ojson& jt = h["tokenizer"];
     jt["type"] = spec.tokenizer.type;
     jt["pretokenizer"] = spec.tokenizer.pretokenizer;
@@ -216,7 +232,7 @@ std::string header_text(const ModelSpec& spec, const std::vector<Placed>& placed
 }
 
 // Writes preamble, header and data to `path` through `path`.tmp (removed on any failure).
-void write_model_file(const std::string& path, const std::string& header, bool injects,
+void write_model_file(const std::string& path, const std::string& header, uint32_t version,
                       const std::vector<Placed>& placed) {
     const std::string tmp = path + ".tmp";
     try {
@@ -225,7 +241,7 @@ void write_model_file(const std::string& path, const std::string& header, bool i
         Sink out(f, path);
         uint8_t pre[24];
         std::memcpy(pre, "TINYLOOP", 8);
-        put_u32(pre + 8, injects ? 2 : 1);
+        put_u32(pre + 8, version);
         put_u32(pre + 12, 0);
         put_u64(pre + 16, header.size());
         out.write(pre, sizeof pre);
@@ -272,6 +288,13 @@ void write_model_file(const std::string& path, const std::string& header, bool i
 
 }  // namespace
 
+uint32_t file_version(const HParams& hp) {
+    // FORMAT.md §2: 3 when a §1b key is away from its default; else 2 with "add" (§1a); else 1,
+    // so version-1 and -2 files are written byte-identically to before.
+    if (hparams_need_v3(hp)) return 3;
+    return hp.loop_input == LoopInput::Add ? 2 : 1;
+}
+
 void save_model(const std::string& path, const ModelSpec& spec) {
     const HParams& hp = spec.hparams;
     if (const std::string p = hparams_problem(hp); !p.empty()) invalid(p);
@@ -281,8 +304,7 @@ void save_model(const std::string& path, const ModelSpec& spec) {
     const std::vector<ExpectedTensor> expected = expected_tensors(hp);
     const std::vector<Placed> placed = place_tensors(expected, index_tensors(spec, expected));
     const std::string header = header_text(spec, placed, std::move(metadata));
-    // FORMAT.md §1a: version 2 when the loop input is injected ("add"), else version 1.
-    write_model_file(path, header, hp.loop_input == LoopInput::Add, placed);
+    write_model_file(path, header, file_version(hp), placed);
 }
 
 ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype, int group_size) {
@@ -330,9 +352,12 @@ ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype, int g
         const size_t n = e.is_norm ? static_cast<size_t>(e.shape[0])
                                    : static_cast<size_t>(e.shape[0] * e.shape[1]);
         t.values.resize(n);
-        if (e.is_norm) {
+        const bool bias = e.name.size() > 3 && (e.name.compare(e.name.size() - 3, 3, ".bq") == 0 ||
+                                                e.name.compare(e.name.size() - 3, 3, ".bk") == 0 ||
+                                                e.name.rfind("exit_gate.", 0) == 0);
+        if (e.is_norm) {  // gains 1 + noise; biases (qk_bias, exit gate, §1b) small around 0
             t.dtype = DType::F32;
-            for (float& v : t.values) v = static_cast<float>(1.0 + 0.05 * gauss());
+            for (float& v : t.values) v = static_cast<float>(bias ? 0.1 * gauss() : 1.0 + 0.05 * gauss());
         } else {
             t.dtype = dtype;
             t.group_size = group_size;

@@ -109,6 +109,26 @@ std::vector<float> forward_lens_logits(Model* model, const int32_t* tokens, int 
     return out;
 }
 
+std::vector<float> exit_gate_per_pass(Model* model, const int32_t* tokens, int n, int loops) {
+    const Model& m = checked(model);
+    if (!m.hp.exit_gate)
+        throw Error(ErrorCode::InvalidArgument, "exit_gate_per_pass: this model has no exit gate (hparams.exit_gate "
+                                                "is false; FORMAT.md §1b)");
+    require_cpu_backend(m, "exit_gate_per_pass");
+    const int L = resolve_loops(m, loops);
+    check_score_tokens(m, tokens, n, 1);
+    const int d = m.hp.d_model;
+    const std::vector<float> states = all_pass_states(m, tokens, n, L);
+    std::vector<float> out(static_cast<size_t>(L) * n);
+    for (size_t r = 0; r < out.size(); ++r) {
+        const float* h = states.data() + r * d;
+        double s = m.exit_gate_b[0];
+        for (int i = 0; i < d; ++i) s += static_cast<double>(m.exit_gate_w[i]) * h[i];
+        out[r] = static_cast<float>(1.0 / (1.0 + std::exp(-s)));
+    }
+    return out;
+}
+
 LastTokenScore score_last_token(Model* model, const int32_t* tokens, int n, int loops, int top_k) {
     const Model& m = checked(model);
     const int L = resolve_loops(m, loops);

@@ -129,6 +129,8 @@ GenerateResult speculative_result(const int32_t* prompt, int prompt_len, int max
 GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int prompt_len, const SpeculativeConfig& c,
                                        const GenerateOptions& options) {
     require_cpu_backend(checked(model), "chain self-speculation");
+    // §1b: the draft is read from a state a coda model does not expose (its readout is the coda).
+    require_v3_support(checked(model), "chain self-speculation", false);
     const auto t0 = Clock::now();
     const Model& m = checked(model);
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, c.draft_ahead, c.temperature);

@@ -94,21 +94,14 @@ void tree_forward(const Model& m, KVCache& kv, Workspace& ws, const std::vector<
         ws.extra_rows.insert(ws.extra_rows.end(), chain.rbegin(), chain.rend());
         ws.extra_offsets.push_back(static_cast<int>(ws.extra_rows.size()));
     }
-    int layer;
     if (start_pass <= 1) {
         h.resize(static_cast<size_t>(n) * d);
-        for (int t = 0; t < n; ++t)
-            kern::dequant_row(m.embed, nodes[static_cast<size_t>(which[t])].token, h.data() + static_cast<size_t>(t) * d);
-        layer = 0;
-        for (const LayerWeights& w : m.pre) run_block(m, w, kv, layer++, ws, h.data(), n);
-        if (injects_input(hp)) input.assign(h.begin(), h.begin() + static_cast<std::ptrdiff_t>(n) * d);
-    } else {
-        layer = exec_layers(hp, start_pass - 1);
+        std::vector<int32_t> ids(static_cast<size_t>(n));
+        for (int t = 0; t < n; ++t) ids[static_cast<size_t>(t)] = nodes[static_cast<size_t>(which[t])].token;
+        input.resize(injects_input(hp) ? static_cast<size_t>(n) * d : 0);
+        run_prelude(m, kv, ws, ids.data(), n, h.data(), input.data());
     }
-    for (int pass = std::max(1, start_pass); pass <= loops; ++pass) {
-        inject_input(m, pass, h.data(), input.data(), n);
-        for (const LayerWeights& w : m.loop) run_block(m, w, kv, layer++, ws, h.data(), n);
-    }
+    for (int pass = std::max(1, start_pass); pass <= loops; ++pass) run_pass(m, kv, ws, pass, h.data(), input.data(), n);
     ws.extra_offsets.clear();
 }
 
@@ -136,6 +129,8 @@ void top_children(const Model& m, const float* logits, int k, std::vector<int32_
 GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
                                             const TreeSpeculativeConfig& c, const GenerateOptions& options) {
     require_cpu_backend(checked(model), "tree self-speculation");
+    // §1b: the draft is read from a state a coda model does not expose (its readout is the coda).
+    require_v3_support(checked(model), "tree self-speculation", false);
     const auto t0 = Clock::now();
     const Model& m = checked(model);
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, 1, c.temperature);

@@ -1,0 +1,754 @@
+// The published looped architectures (FORMAT.md §1b, file version 3) on small random models of
+// their shapes, written with the engine's writer: an Ouro-shaped model (sandwich_branch blocks,
+// the final norm after every pass, an exit gate, an untied head, no prelude) and Huginn-shaped
+// ones (sandwich_sum blocks, qk_bias, embed_scale sqrt(d), the concatenating adapter from a zero
+// or seeded initial state, prelude and coda blocks, the final norm twice).
+//
+// The reference is written from FORMAT.md §1b, in double, with plain loops; it includes only the
+// public header (weights through tensor_as_f32, exact for f32 files) and shares nothing with the
+// engine's forward or kernels: its own RMSNorm, RoPE, attention, block kinds, initial-state
+// generator and early-exit state propagation. The engine paths are checked against it (logits at
+// every depth 1..T+2, the lens, early exit) and against each other (prefill == decode, depth
+// upgrade == fresh prefill, speculation == greedy, batch == single), and the paths that do not
+// serve a coda model yet refuse it by name.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "forward/forward.h"
+#include "forward/kv_cache.h"
+#include "test_util.h"
+#include "tinyloop/batch.h"
+#include "tinyloop/caches.h"
+#include "tinyloop/scoring.h"
+#include "tinyloop/speculation.h"
+
+using namespace tinyloop;
+
+namespace {
+
+// Float engine against a double reference on these shapes: ~1e-7..1e-6 measured; an error in
+// the wiring (a missing post norm, a bias after RoPE, the adapter's halves swapped, the coda's
+// first norm left out) is of order 1.
+constexpr double kRelTol = 1e-5;
+
+HParams base_hparams() {
+    HParams hp;
+    hp.vocab_size = 300;
+    hp.d_model = 64;
+    hp.n_heads = 4;
+    hp.n_kv_heads = 2;
+    hp.head_dim = 16;
+    hp.d_ff = 96;
+    hp.n_pre_blocks = 0;
+    hp.n_loop_layers = 2;
+    hp.default_loops = 4;
+    hp.max_loops = 6;  // T + 2 with T = default_loops
+    hp.max_seq_len = 64;
+    hp.rope_theta = 10000.0f;
+    hp.norm_eps = 1e-6f;
+    return hp;
+}
+
+HParams ouro_hparams() {
+    HParams hp = base_hparams();
+    hp.architecture = "ouro";
+    hp.block = BlockKind::SandwichBranch;
+    hp.pass_norm = true;
+    hp.exit_gate = true;
+    hp.tie_embeddings = false;
+    return hp;
+}
+
+HParams huginn_hparams(bool coda = true, bool seeded_state = false) {
+    HParams hp = base_hparams();
+    hp.architecture = "huginn";
+    hp.block = BlockKind::SandwichSum;
+    hp.qk_bias = true;
+    hp.embed_scale = std::sqrt(static_cast<float>(hp.d_model));
+    hp.n_pre_blocks = 2;
+    hp.n_coda_blocks = coda ? 2 : 0;
+    hp.loop_input = LoopInput::Adapter;
+    hp.n_kv_heads = hp.n_heads;  // MHA, as Huginn
+    if (seeded_state) {
+        hp.state_init.kind = StateInit::Kind::TruncNormal;
+        hp.state_init.std = std::sqrt(2.0f / (5.0f * hp.d_model));
+        hp.state_init.scale = hp.embed_scale;
+        hp.state_init.seed = 0x5eedf00dull;
+    }
+    return hp;
+}
+
+struct Loaded {
+    std::string path;
+    Model* m = nullptr;
+    explicit Loaded(const std::string& name, const HParams& hp, uint64_t seed) {
+        path = tltest::write_random_model(name, hp, seed);
+        m = load_model(path);
+    }
+    ~Loaded() { free_model(m); }
+};
+
+std::vector<int32_t> tokens_of(int n, uint64_t seed) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    uint64_t x = seed;
+    for (auto& v : t) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        v = static_cast<int32_t>((x >> 33) % 257);  // bytes and <|endoftext|>
+    }
+    return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference (FORMAT.md §1, §1a, §1b), double precision.
+// ---------------------------------------------------------------------------------------------
+
+using Vec = std::vector<double>;
+
+struct RMat {
+    int rows = 0, cols = 0;
+    Vec w;
+};
+struct RBlock {
+    Vec attn_norm, mlp_norm, attn_post, mlp_post, bq, bk;
+    RMat wq, wk, wv, wo, wg, wu, wd;
+};
+struct RModel {
+    HParams hp;
+    RMat embed, head, adapter;
+    Vec final_norm, gate_w, gate_b;
+    std::vector<RBlock> pre, loop, coda;
+};
+
+Vec fetch(Model* m, const std::string& name) {
+    const auto f = tensor_as_f32(m, name);
+    return Vec(f.begin(), f.end());
+}
+RMat fetch_mat(Model* m, const std::string& name, int rows, int cols) {
+    RMat r;
+    r.rows = rows;
+    r.cols = cols;
+    r.w = fetch(m, name);
+    EXPECT_EQ(r.w.size(), static_cast<size_t>(rows) * cols) << name;
+    return r;
+}
+RBlock fetch_block(Model* m, const HParams& hp, const std::string& p) {
+    const int d = hp.d_model, H = hp.n_heads * hp.head_dim, Hkv = hp.n_kv_heads * hp.head_dim;
+    RBlock b;
+    b.attn_norm = fetch(m, p + ".attn_norm");
+    b.mlp_norm = fetch(m, p + ".mlp_norm");
+    if (hp.block != BlockKind::PreNorm) {
+        b.attn_post = fetch(m, p + ".attn_post_norm");
+        b.mlp_post = fetch(m, p + ".mlp_post_norm");
+    }
+    if (hp.qk_bias) {
+        b.bq = fetch(m, p + ".bq");
+        b.bk = fetch(m, p + ".bk");
+    }
+    b.wq = fetch_mat(m, p + ".wq", H, d);
+    b.wk = fetch_mat(m, p + ".wk", Hkv, d);
+    b.wv = fetch_mat(m, p + ".wv", Hkv, d);
+    b.wo = fetch_mat(m, p + ".wo", d, H);
+    b.wg = fetch_mat(m, p + ".w_gate", hp.d_ff, d);
+    b.wu = fetch_mat(m, p + ".w_up", hp.d_ff, d);
+    b.wd = fetch_mat(m, p + ".w_down", d, hp.d_ff);
+    return b;
+}
+RModel fetch_model(Model* m) {
+    RModel r;
+    r.hp = model_hparams(m);
+    const HParams& hp = r.hp;
+    r.embed = fetch_mat(m, "embed", hp.vocab_size, hp.d_model);
+    r.head = hp.tie_embeddings ? r.embed : fetch_mat(m, "head", hp.vocab_size, hp.d_model);
+    r.final_norm = fetch(m, "final_norm");
+    if (hp.loop_input == LoopInput::Adapter) r.adapter = fetch_mat(m, "adapter", hp.d_model, 2 * hp.d_model);
+    if (hp.exit_gate) {
+        r.gate_w = fetch(m, "exit_gate.w");
+        r.gate_b = fetch(m, "exit_gate.b");
+    }
+    for (int i = 0; i < hp.n_pre_blocks; ++i) r.pre.push_back(fetch_block(m, hp, "pre." + std::to_string(i)));
+    for (int j = 0; j < hp.n_loop_layers; ++j) r.loop.push_back(fetch_block(m, hp, "loop." + std::to_string(j)));
+    for (int j = 0; j < hp.n_coda_blocks; ++j) r.coda.push_back(fetch_block(m, hp, "coda." + std::to_string(j)));
+    return r;
+}
+
+Vec mv(const RMat& W, const Vec& x) {
+    Vec y(static_cast<size_t>(W.rows), 0.0);
+    for (int r = 0; r < W.rows; ++r) {
+        double s = 0;
+        for (int c = 0; c < W.cols; ++c) s += W.w[static_cast<size_t>(r) * W.cols + c] * x[static_cast<size_t>(c)];
+        y[static_cast<size_t>(r)] = s;
+    }
+    return y;
+}
+Vec rms(const Vec& x, const Vec& g, double eps) {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+    Vec y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
+    return y;
+}
+void rope(Vec& v, int heads, int hd, int pos, double theta) {
+    for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < hd / 2; ++i) {
+            const double a = pos * std::pow(theta, -2.0 * i / hd);
+            double& x0 = v[static_cast<size_t>(h * hd + i)];
+            double& x1 = v[static_cast<size_t>(h * hd + i + hd / 2)];
+            const double r0 = x0 * std::cos(a) - x1 * std::sin(a), r1 = x0 * std::sin(a) + x1 * std::cos(a);
+            x0 = r0;
+            x1 = r1;
+        }
+}
+void add(Vec& y, const Vec& x) {
+    for (size_t i = 0; i < y.size(); ++i) y[i] += x[i];
+}
+
+// One block over the sequence. Rows with active[t] false are frozen (early exit): they keep h
+// and supply keys/values computed from their pass input u[t] (FORMAT.md §1b).
+void ref_block(const RBlock& b, const HParams& hp, std::vector<Vec>& h, const std::vector<bool>* active = nullptr,
+               const std::vector<Vec>* u = nullptr) {
+    const int n = static_cast<int>(h.size()), hd = hp.head_dim, Hq = hp.n_heads, Hk = hp.n_kv_heads;
+    auto on = [&](int t) { return !active || (*active)[static_cast<size_t>(t)]; };
+    std::vector<Vec> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+    for (int t = 0; t < n; ++t) {
+        const Vec a = rms(on(t) ? h[static_cast<size_t>(t)] : (*u)[static_cast<size_t>(t)], b.attn_norm, hp.norm_eps);
+        q[t] = mv(b.wq, a);
+        k[t] = mv(b.wk, a);
+        v[t] = mv(b.wv, a);
+        if (hp.qk_bias) {
+            add(q[t], b.bq);
+            add(k[t], b.bk);
+        }
+        rope(q[t], Hq, hd, t, hp.rope_theta);
+        rope(k[t], Hk, hd, t, hp.rope_theta);
+    }
+    for (int t = 0; t < n; ++t) {
+        if (!on(t)) continue;
+        Vec att(static_cast<size_t>(Hq * hd), 0.0);
+        for (int hh = 0; hh < Hq; ++hh) {
+            const int kh = hh / (Hq / Hk);
+            std::vector<double> s(static_cast<size_t>(t + 1));
+            double mx = -1e300;
+            for (int p = 0; p <= t; ++p) {
+                double dot = 0;
+                for (int i = 0; i < hd; ++i) dot += q[t][hh * hd + i] * k[p][kh * hd + i];
+                s[p] = dot / std::sqrt(static_cast<double>(hd));
+                mx = std::max(mx, s[p]);
+            }
+            double z = 0;
+            for (double& x : s) z += (x = std::exp(x - mx));
+            for (int p = 0; p <= t; ++p)
+                for (int i = 0; i < hd; ++i) att[hh * hd + i] += s[p] / z * v[p][kh * hd + i];
+        }
+        Vec& x = h[static_cast<size_t>(t)];
+        const Vec o = mv(b.wo, att);
+        auto residual = [&](const Vec& br, const Vec& post) {
+            switch (hp.block) {
+                case BlockKind::PreNorm: add(x, br); break;
+                case BlockKind::SandwichBranch: add(x, rms(br, post, hp.norm_eps)); break;
+                case BlockKind::SandwichSum: add(x, br); x = rms(x, post, hp.norm_eps); break;
+            }
+        };
+        residual(o, b.attn_post);
+        const Vec mm = rms(x, b.mlp_norm, hp.norm_eps);
+        const Vec g = mv(b.wg, mm), uu = mv(b.wu, mm);
+        Vec gu(g.size());
+        for (size_t i = 0; i < g.size(); ++i) gu[i] = g[i] / (1.0 + std::exp(-g[i])) * uu[i];
+        residual(mv(b.wd, gu), b.mlp_post);
+    }
+}
+
+// FORMAT.md §1b's generator, written from the page.
+uint64_t sm64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+double ref_s0(const HParams& hp, int p, int i) {
+    const StateInit& si = hp.state_init;
+    if (si.kind == StateInit::Kind::Zeros) return 0.0;
+    for (uint64_t k = 0; k < 64; ++k) {
+        const uint64_t c = (static_cast<uint64_t>(p) * hp.d_model + i) * 64 + k;
+        const uint64_t b1 = sm64(si.seed ^ sm64(c)), b2 = sm64(b1);
+        const double u1 = static_cast<double>((b1 >> 11) + 1) / 9007199254740992.0;
+        const double u2 = static_cast<double>(b2 >> 11) / 9007199254740992.0;
+        const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+        if (std::fabs(z) <= 3.0) return static_cast<double>(static_cast<float>(si.scale * static_cast<double>(si.std) * z));
+    }
+    return 0.0;
+}
+
+struct RefRun {
+    std::vector<std::vector<Vec>> logits;  // [depth-1][position] = vocab
+    std::vector<std::vector<double>> gate;  // [depth-1][position] = λ
+};
+
+std::vector<Vec> readout(const RModel& r, const std::vector<Vec>& hL) {
+    const HParams& hp = r.hp;
+    std::vector<Vec> x = hL, out;
+    if (!r.coda.empty()) {
+        for (auto& v : x) v = rms(v, r.final_norm, hp.norm_eps);
+        for (const RBlock& b : r.coda) ref_block(b, hp, x);
+    }
+    for (auto& v : x) out.push_back(mv(r.head, (hp.pass_norm && r.coda.empty()) ? v : rms(v, r.final_norm, hp.norm_eps)));
+    return out;
+}
+
+// Every depth 1..L. With exit (one depth per position), a position frozen after pass exit[p]
+// keeps h and supplies keys/values from its pass input; logits[L-1][p] is then read from its
+// frozen state (the lens at exit[p]; no coda).
+RefRun reference(const RModel& r, const std::vector<int32_t>& ids, int L, const std::vector<int>* exit = nullptr) {
+    const HParams& hp = r.hp;
+    const int n = static_cast<int>(ids.size()), d = hp.d_model;
+    std::vector<Vec> h(static_cast<size_t>(n));
+    for (int t = 0; t < n; ++t) {
+        h[t].assign(r.embed.w.begin() + static_cast<std::ptrdiff_t>(ids[t]) * d,
+                    r.embed.w.begin() + static_cast<std::ptrdiff_t>(ids[t] + 1) * d);
+        for (double& v : h[t]) v *= static_cast<double>(hp.embed_scale);
+    }
+    for (const RBlock& b : r.pre) ref_block(b, hp, h);
+    const std::vector<Vec> e = h;
+    if (hp.loop_input == LoopInput::Adapter)
+        for (int t = 0; t < n; ++t)
+            for (int i = 0; i < d; ++i) h[t][i] = ref_s0(hp, t, i);
+    RefRun out;
+    for (int l = 1; l <= L; ++l) {
+        std::vector<bool> active(static_cast<size_t>(n), true);
+        if (exit)
+            for (int t = 0; t < n; ++t) active[t] = (*exit)[t] >= l;
+        std::vector<Vec> u = h;  // the pass input of every row
+        for (int t = 0; t < n; ++t) {
+            if (hp.loop_input == LoopInput::Add && l > 1) add(u[t], e[t]);
+            if (hp.loop_input == LoopInput::Adapter) {
+                Vec cat = h[t];
+                cat.insert(cat.end(), e[t].begin(), e[t].end());
+                u[t] = mv(r.adapter, cat);
+            }
+        }
+        std::vector<Vec> x = h;
+        for (int t = 0; t < n; ++t)
+            if (active[t]) x[t] = u[t];
+        for (const RBlock& b : r.loop) ref_block(b, hp, x, &active, &u);
+        for (int t = 0; t < n; ++t)
+            if (active[t]) h[t] = hp.pass_norm ? rms(x[t], r.final_norm, hp.norm_eps) : x[t];
+        out.logits.push_back(readout(r, h));
+        std::vector<double> lam;
+        if (hp.exit_gate)
+            for (int t = 0; t < n; ++t) {
+                double s = r.gate_b[0];
+                for (int i = 0; i < d; ++i) s += r.gate_w[i] * h[t][i];
+                lam.push_back(1.0 / (1.0 + std::exp(-s)));
+            }
+        out.gate.push_back(lam);
+    }
+    return out;
+}
+
+// max|got - want| / max|want| over a row.
+double rel_err(const float* got, const Vec& want) {
+    double mx = 0, err = 0;
+    for (size_t j = 0; j < want.size(); ++j) {
+        mx = std::max(mx, std::fabs(want[j]));
+        err = std::max(err, std::fabs(static_cast<double>(got[j]) - want[j]));
+    }
+    return err / mx;
+}
+
+struct Shape {
+    const char* name;
+    HParams hp;
+};
+std::vector<Shape> shapes() {
+    return {{"ouro", ouro_hparams()},
+            {"huginn", huginn_hparams()},
+            {"huginn_seeded_state", huginn_hparams(true, true)},
+            {"huginn_no_coda", huginn_hparams(false)}};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(LoopedArchitectures, FileIsVersion3AndRoundTrips) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_rt.tinyloop", s.hp, 11);
+        std::ifstream f(L.path, std::ios::binary);
+        char pre[12];
+        f.read(pre, 12);
+        uint32_t version = 0;
+        std::memcpy(&version, pre + 8, 4);
+        EXPECT_EQ(version, 3u) << s.name;
+        const HParams& got = model_hparams(L.m);
+        EXPECT_EQ(got.architecture, s.hp.architecture);
+        EXPECT_EQ(got.block, s.hp.block);
+        EXPECT_EQ(got.qk_bias, s.hp.qk_bias);
+        EXPECT_EQ(got.embed_scale, s.hp.embed_scale);
+        EXPECT_EQ(got.pass_norm, s.hp.pass_norm);
+        EXPECT_EQ(got.n_coda_blocks, s.hp.n_coda_blocks);
+        EXPECT_EQ(got.loop_input, s.hp.loop_input);
+        EXPECT_EQ(got.state_init.kind, s.hp.state_init.kind);
+        EXPECT_EQ(got.state_init.seed, s.hp.state_init.seed);
+        EXPECT_EQ(got.state_init.std, s.hp.state_init.std);
+        EXPECT_EQ(got.exit_gate, s.hp.exit_gate);
+    }
+    // Defaults everywhere: still version 1.
+    const std::string p = tltest::write_random_model("plain_v1.tinyloop", base_hparams(), 11);
+    std::ifstream f(p, std::ios::binary);
+    char pre[12];
+    f.read(pre, 12);
+    EXPECT_EQ(pre[8], 1);
+}
+
+std::string read_all(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+void expect_refused(std::string bytes, const std::string& from, const std::string& to, const std::string& field,
+                    int version = 0) {
+    const size_t at = bytes.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    ASSERT_EQ(from.size(), to.size()) << "keep the header's length";
+    bytes.replace(at, from.size(), to);
+    if (version) {
+        const uint32_t v = static_cast<uint32_t>(version);
+        std::memcpy(bytes.data() + 8, &v, 4);
+    }
+    const std::string path = tltest::temp_path("v3_refused.tinyloop");
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    try {
+        free_model(load_model(path));
+        ADD_FAILURE() << "loaded a file that must be refused: " << field;
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::BadFile) << e.what();
+        EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+}
+
+TEST(LoopedArchitectures, LoaderRefusesBadVersion3Keys) {
+    const std::string bytes = read_all(tltest::write_random_model("refuse_src.tinyloop", huginn_hparams(true, true), 3));
+    expect_refused(bytes, "\"sandwich_sum\"", "\"sandwich_xyz\"", "hparams.block: \"sandwich_xyz\", allowed \"pre_norm\"");
+    expect_refused(bytes, "\"adapter\"", "\"adaptor\"", "hparams.loop_input");
+    expect_refused(bytes, "\"huginn\"", "\"raven1\"", "hparams.architecture");
+    expect_refused(bytes, "\"truncnormal\"", "\"uniform0000\"", "hparams.state_init");
+    expect_refused(bytes, "\"qk_bias\":true", "\"qk_bias\":   1", "hparams.qk_bias");
+    // A version-3 key in a version-1 or -2 file.
+    const std::string ouro = read_all(tltest::write_random_model("refuse_ouro.tinyloop", ouro_hparams(), 3));
+    expect_refused(ouro, "\"block\"", "\"block\"", "hparams.architecture: present in a version-1 file", 1);
+    expect_refused(ouro, "\"block\"", "\"block\"", "hparams.architecture: present in a version-2 file", 2);
+}
+
+TEST(LoopedArchitectures, LogitsAtEveryDepthMatchTheReference) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_ref.tinyloop", s.hp, 21);
+        const RModel r = fetch_model(L.m);
+        const auto ids = tokens_of(9, 5);
+        const int n = static_cast<int>(ids.size()), V = s.hp.vocab_size;
+        const RefRun ref = reference(r, ids, s.hp.max_loops);
+        double worst = 0;
+        for (int depth = 1; depth <= s.hp.max_loops; ++depth) {  // 1 .. T + 2
+            const auto got = forward_logits(L.m, ids.data(), n, depth);
+            for (int t = 0; t < n; ++t)
+                worst = std::max(worst, rel_err(got.data() + static_cast<size_t>(t) * V, ref.logits[depth - 1][t]));
+        }
+        EXPECT_LE(worst, kRelTol) << s.name;
+        std::printf("[ %s ] worst row max|engine - reference| / max|reference| over depths 1..%d: %.2e\n", s.name,
+                    s.hp.max_loops, worst);
+    }
+}
+
+// The exit gate's λ per pass (what issue 36's gate criterion reads) against the reference.
+TEST(LoopedArchitectures, ExitGatePerPassMatchesTheReference) {
+    Loaded L("ouro_gate.tinyloop", ouro_hparams(), 23);
+    const RModel r = fetch_model(L.m);
+    const auto ids = tokens_of(6, 9);
+    const RefRun ref = reference(r, ids, 4);
+    const auto lam = exit_gate_per_pass(L.m, ids.data(), static_cast<int>(ids.size()), 4);
+    ASSERT_EQ(lam.size(), ids.size() * 4);
+    for (size_t t = 0; t < ids.size(); ++t)
+        for (int l = 1; l <= 4; ++l) EXPECT_NEAR(lam[(l - 1) * ids.size() + t], ref.gate[l - 1][t], 1e-5) << t << " " << l;
+    // A model without the gate says so by name.
+    Loaded P("plain_gate.tinyloop", huginn_hparams(false), 23);
+    try {
+        exit_gate_per_pass(P.m, ids.data(), static_cast<int>(ids.size()), 2);
+        ADD_FAILURE() << "no exit gate in this model";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+        EXPECT_NE(std::string(e.what()).find("exit_gate"), std::string::npos) << e.what();
+    }
+}
+
+TEST(LoopedArchitectures, LensRowsMatchTheReference) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_lens.tinyloop", s.hp, 31);
+        const auto ids = tokens_of(7, 13);
+        const int n = static_cast<int>(ids.size()), V = s.hp.vocab_size, T = s.hp.default_loops;
+        if (s.hp.n_coda_blocks > 0) {  // the coda readout at depth l needs the coda at l: refused
+            try {
+                forward_lens_logits(L.m, ids.data(), n, T);
+                ADD_FAILURE() << s.name << ": the lens must refuse a coda model";
+            } catch (const Error& e) {
+                EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
+                EXPECT_NE(std::string(e.what()).find("coda"), std::string::npos) << e.what();
+            }
+            continue;
+        }
+        const RefRun ref = reference(fetch_model(L.m), ids, T);
+        const auto lens = forward_lens_logits(L.m, ids.data(), n, T);
+        for (int l = 1; l <= T; ++l)
+            for (int t = 0; t < n; ++t)
+                EXPECT_LE(rel_err(lens.data() + (static_cast<size_t>(l - 1) * n + t) * V, ref.logits[l - 1][t]), kRelTol)
+                    << s.name << " depth " << l << " position " << t;
+    }
+}
+
+// Prefill of n tokens and token-by-token decode write the same keys/values and give the same
+// states, bit for bit (the seeded initial state depends on the position, not on the chunk).
+TEST(LoopedArchitectures, PrefillEqualsDecodeBitExact) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_pd.tinyloop", s.hp, 41);
+        const Model& m = *L.m;
+        const auto ids = tokens_of(8, 17);
+        const int n = static_cast<int>(ids.size()), d = s.hp.d_model, depth = 5;
+        KVCache a, b;
+        a.allocate(exec_layers(m.hp, depth), n, m.hp.n_kv_heads * m.hp.head_dim);
+        b.allocate(exec_layers(m.hp, depth), n, m.hp.n_kv_heads * m.hp.head_dim);
+        Workspace ws;
+        std::vector<float> hp_all, h1;
+        ForwardArgs fa;
+        fa.tokens = ids.data();
+        fa.n = n;
+        fa.loops = depth;
+        forward(m, a, ws, fa, hp_all);
+        for (int t = 0; t < n; ++t) {
+            ForwardArgs f1;
+            f1.tokens = ids.data() + t;
+            f1.n = 1;
+            f1.pos0 = t;
+            f1.loops = depth;
+            forward(m, b, ws, f1, h1);
+            EXPECT_EQ(std::memcmp(h1.data(), hp_all.data() + static_cast<size_t>(t) * d, d * sizeof(float)), 0)
+                << s.name << " position " << t;
+        }
+    }
+}
+
+// Continuing a prefill at depth L1 to L2 from the kept h and e equals a fresh prefill at L2 (bit
+// for bit); a coda model refuses to resume by name.
+TEST(LoopedArchitectures, DepthUpgradeEqualsFreshPrefill) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_up.tinyloop", s.hp, 43);
+        const Model& m = *L.m;
+        const auto ids = tokens_of(6, 19);
+        const int n = static_cast<int>(ids.size()), d = s.hp.d_model, L1 = 2, L2 = 5;
+        KVCache kv, fresh;
+        kv.allocate(exec_layers(m.hp, L2), n, m.hp.n_kv_heads * m.hp.head_dim);
+        fresh.allocate(exec_layers(m.hp, L2), n, m.hp.n_kv_heads * m.hp.head_dim);
+        Workspace ws;
+        std::vector<float> h1, e(static_cast<size_t>(n) * d), h2, hf;
+        ForwardArgs fa;
+        fa.tokens = ids.data();
+        fa.n = n;
+        fa.loops = L1;
+        fa.out_e = e.data();
+        forward(m, kv, ws, fa, h1);
+        ForwardArgs up = fa;
+        up.loops = L2;
+        up.start_pass = L1 + 1;
+        up.h_in = h1.data();
+        up.e_in = e.data();
+        up.out_e = nullptr;
+        if (s.hp.n_coda_blocks > 0) {
+            try {
+                forward(m, kv, ws, up, h2);
+                ADD_FAILURE() << s.name << ": a coda model must refuse to resume";
+            } catch (const Error& err) {
+                EXPECT_EQ(err.code(), ErrorCode::NotSupported) << err.what();
+            }
+            continue;
+        }
+        forward(m, kv, ws, up, h2);
+        ForwardArgs ff;
+        ff.tokens = ids.data();
+        ff.n = n;
+        ff.loops = L2;
+        forward(m, fresh, ws, ff, hf);
+        EXPECT_EQ(std::memcmp(h2.data(), hf.data(), hf.size() * sizeof(float)), 0) << s.name;
+    }
+}
+
+TEST(LoopedArchitectures, SpeculationEqualsGreedy) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_spec.tinyloop", s.hp, 47);
+        const auto prompt = tokens_of(5, 23);
+        GenerateConfig g;
+        g.max_tokens = 12;
+        g.loops = 4;
+        g.ignore_eos = true;
+        const auto greedy = generate_ex(L.m, prompt.data(), static_cast<int>(prompt.size()), g).tokens;
+        SpeculativeConfig c;
+        c.max_tokens = 12;
+        c.draft_loops = 2;
+        c.verify_loops = 4;
+        c.draft_ahead = 3;
+        c.ignore_eos = true;
+        TreeSpeculativeConfig tc;
+        tc.max_tokens = 12;
+        tc.draft_loops = 1;
+        tc.verify_loops = 4;
+        tc.draft_ahead = 3;
+        tc.K_branches = 2;
+        tc.ignore_eos = true;
+        if (s.hp.n_coda_blocks > 0) {
+            EXPECT_THROW(generate_speculative_ex(L.m, prompt.data(), static_cast<int>(prompt.size()), c), Error);
+            EXPECT_THROW(generate_tree_speculative_ex(L.m, prompt.data(), static_cast<int>(prompt.size()), tc), Error);
+            continue;
+        }
+        EXPECT_EQ(generate_speculative_ex(L.m, prompt.data(), static_cast<int>(prompt.size()), c).tokens, greedy)
+            << s.name;
+        EXPECT_EQ(generate_tree_speculative_ex(L.m, prompt.data(), static_cast<int>(prompt.size()), tc).tokens, greedy)
+            << s.name;
+    }
+}
+
+// Early exit with state propagation against the reference run with the same exit depths: every
+// next-token log-probability of score_early_exit equals the reference's at that position's depth.
+TEST(LoopedArchitectures, EarlyExitStatePropagationMatchesTheReference) {
+    for (const Shape& s : shapes()) {
+        if (s.hp.n_coda_blocks > 0) continue;  // refused: checked below
+        Loaded L(std::string(s.name) + "_ee.tinyloop", s.hp, 53);
+        const auto ids = tokens_of(10, 29);
+        const int n = static_cast<int>(ids.size()), V = s.hp.vocab_size, T = s.hp.default_loops;
+        GenerateConfig g;
+        g.max_tokens = 8;
+        g.loops = T;
+        g.early_exit_patience = 1;
+        g.early_exit_min_L = 1;
+        g.early_exit_criterion = EarlyExitCriterion::HiddenL2;
+        g.early_exit_threshold = 10.0f;  // exits early at some positions, not all (checked)
+        std::vector<int> used;
+        // The threshold that makes the exits differ per position depends on the random model:
+        // try a few until some positions exit before T and some do not.
+        // Scan thresholds from high to low and keep the run with the most distinct exit depths
+        // (several depths in one sequence exercise both kinds of keys a deeper pass reads).
+        ScoreResult sr;
+        std::vector<int> best_used;
+        size_t best_kinds = 0;
+        for (float th = 4.0f; th > 1e-3f; th *= 0.8f) {
+            g.early_exit_threshold = th;
+            ScoreResult r = score_early_exit(L.m, ids.data(), n, g, &used);
+            std::vector<int> kinds(used);
+            std::sort(kinds.begin(), kinds.end());
+            const size_t k = static_cast<size_t>(std::unique(kinds.begin(), kinds.end()) - kinds.begin());
+            if (k > best_kinds) {
+                best_kinds = k;
+                best_used = used;
+                sr = r;
+            }
+        }
+        used = best_used;
+        std::printf("[ %s ] exit depths:", s.name);
+        for (int e : used) std::printf(" %d", e);
+        std::printf("\n");
+        int early = 0;
+        for (int e : used) early += e < T;
+        ASSERT_GT(early, 0) << s.name;
+        const RefRun ref = reference(fetch_model(L.m), ids, T, &used);
+        for (int t = 0; t + 1 < n; ++t) {
+            const Vec& row = ref.logits[T - 1][t];
+            double mx = -1e300, z = 0;
+            for (double v : row) mx = std::max(mx, v);
+            for (double v : row) z += std::exp(v - mx);
+            const double lp = row[ids[t + 1]] - mx - std::log(z);
+            EXPECT_NEAR(sr.token_logprobs[t], lp, 1e-4 * std::max(1.0, std::fabs(lp)))
+                << s.name << " position " << t << " exit " << used[t];
+        }
+        (void)V;
+    }
+    Loaded C("huginn_ee.tinyloop", huginn_hparams(), 53);
+    const auto ids = tokens_of(4, 29);
+    GenerateConfig g;
+    g.max_tokens = 8;
+    g.early_exit_patience = 1;
+    try {
+        score_early_exit(C.m, ids.data(), 4, g);
+        ADD_FAILURE() << "early exit must refuse a coda model";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
+        EXPECT_NE(std::string(e.what()).find("early exit"), std::string::npos) << e.what();
+    }
+}
+
+// Several sequences through forward_batch give each one's forward bits.
+TEST(LoopedArchitectures, BatchEqualsSingle) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_batch.tinyloop", s.hp, 59);
+        const Model& m = *L.m;
+        const int d = s.hp.d_model, depth = 3;
+        const auto a = tokens_of(5, 31), b = tokens_of(3, 37);
+        KVCache ka, kb, k1;
+        for (KVCache* k : {&ka, &kb, &k1}) k->allocate(exec_layers(m.hp, depth), 8, m.hp.n_kv_heads * m.hp.head_dim);
+        BatchSeq seqs[2];
+        seqs[0] = {&ka, a.data(), 5, 0, depth, 0};
+        seqs[1] = {&kb, b.data(), 3, 0, depth, 0};
+        Workspace ws;
+        std::vector<float> hb, h1;
+        forward_batch(m, seqs, 2, ws, hb);
+        int row = 0;
+        for (const auto* seq : {&a, &b}) {
+            KVCache one;
+            one.allocate(exec_layers(m.hp, depth), 8, m.hp.n_kv_heads * m.hp.head_dim);
+            ForwardArgs fa;
+            fa.tokens = seq->data();
+            fa.n = static_cast<int>(seq->size());
+            fa.loops = depth;
+            Workspace w1;
+            forward(m, one, w1, fa, h1);
+            EXPECT_EQ(std::memcmp(h1.data(), hb.data() + static_cast<size_t>(row) * d, h1.size() * sizeof(float)), 0)
+                << s.name;
+            row += fa.n;
+        }
+    }
+}
+
+// q8/q4 of a version-3 file: still version 3 with the same hyperparameters and tensors, every
+// matrix quantized (norms, biases and the gate stay f32), finite logits; q8 near the f32 model
+// (measured <= 0.12 of max|logit| on these random sandwich models, whose post norms amplify
+// weight noise; q4's noise is of order 1 here, so only its structure is checked).
+TEST(LoopedArchitectures, QuantizeKeepsTheArchitecture) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_q.tinyloop", s.hp, 61);
+        for (DType dt : {DType::Q8, DType::Q4}) {
+            const std::string out = tltest::temp_path(std::string(s.name) + "_q_out.tinyloop");
+            quantize_model_file(L.path, out, dt, 32);
+            Model* q = load_model(out);
+            EXPECT_EQ(model_hparams(q).block, s.hp.block);
+            EXPECT_EQ(model_hparams(q).n_coda_blocks, s.hp.n_coda_blocks);
+            EXPECT_EQ(model_hparams(q).loop_input, s.hp.loop_input);
+            const ModelInfo qi = model_info(q), fi = model_info(L.m);
+            ASSERT_EQ(qi.tensors.size(), fi.tensors.size());
+            for (size_t i = 0; i < qi.tensors.size(); ++i) {
+                EXPECT_EQ(qi.tensors[i].name, fi.tensors[i].name);
+                EXPECT_EQ(qi.tensors[i].dtype, qi.tensors[i].shape.size() == 2 ? dt : DType::F32) << qi.tensors[i].name;
+            }
+            const auto ids = tokens_of(5, 3);
+            const auto lf = forward_logits(L.m, ids.data(), 5, 3), lq = forward_logits(q, ids.data(), 5, 3);
+            double mx = 0, err = 0;
+            for (size_t i = 0; i < lf.size(); ++i) {
+                ASSERT_TRUE(std::isfinite(lq[i]));
+                mx = std::max(mx, std::fabs(static_cast<double>(lf[i])));
+                err = std::max(err, std::fabs(static_cast<double>(lf[i]) - lq[i]));
+            }
+            if (dt == DType::Q8) EXPECT_LT(err / mx, 0.25) << s.name;
+            free_model(q);
+        }
+    }
+}
+
+}  // namespace
