@@ -14,17 +14,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 
 namespace tinyloop::kern {
 
-enum class WType { F32, F16, Q8, Q4, Q2 };
+enum class WType { F32, F16, Q8, Q4, Q2, BF16 };
 
 inline int wtype_bits(WType t) {
     switch (t) {
         case WType::F32: return 32;
         case WType::F16: return 16;
+        case WType::BF16: return 16;
         case WType::Q8: return 8;
         case WType::Q4: return 4;
         case WType::Q2: return 2;
@@ -32,7 +34,10 @@ inline int wtype_bits(WType t) {
     return 0;
 }
 
-// A weight matrix [rows, cols] as stored in the file (FORMAT.md §2). For F32/F16, `data` is
+// The float kinds: stored values, no groups (F32, F16, BF16); the others are group-quantized.
+inline bool wtype_is_float(WType t) { return t == WType::F32 || t == WType::F16 || t == WType::BF16; }
+
+// A weight matrix [rows, cols] as stored in the file (FORMAT.md §2). For F32/F16/BF16, `data` is
 // row-major values. For Q8/Q4/Q2, `data` holds each row's codes packed into cols*bits/8 bytes
 // (lower index in lower bits), `scales`/`zeros` are rows x (cols/group_size) f16 values, and
 // w = scale * (q - zero).
@@ -53,6 +58,24 @@ struct WeightView {
 // IEEE binary16 <-> binary32 (round to nearest even; inf/nan preserved).
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
+
+// bfloat16 is the top 16 bits of a binary32: widening is exact (a shift), so a bf16 weight
+// multiplies exactly as the f32 value it stands for.
+inline float bf16_to_f32(uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+// Round to nearest even on the dropped 16 bits (what PyTorch's .to(torch.bfloat16) does); a NaN
+// stays a (quiet) NaN, an overflow becomes inf.
+inline uint16_t f32_to_bf16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return static_cast<uint16_t>(x >> 16);
+}
 
 // Persistent worker threads. parallel_for runs fn(task) for task in [0, n_tasks) spread over
 // the workers and the calling thread, and returns when all are done. Calls from several

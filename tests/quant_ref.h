@@ -22,6 +22,12 @@ inline std::vector<float> decode_view(const tinyloop::kern::WeightView& v) {
     } else if (v.type == kern::WType::F16) {
         const auto* h = reinterpret_cast<const uint16_t*>(v.data);
         for (size_t i = 0; i < out.size(); ++i) out[i] = kern::f16_to_f32(h[i]);
+    } else if (v.type == kern::WType::BF16) {  // the upper half of a binary32
+        const auto* h = reinterpret_cast<const uint16_t*>(v.data);
+        for (size_t i = 0; i < out.size(); ++i) {
+            const uint32_t u = static_cast<uint32_t>(h[i]) << 16;
+            std::memcpy(&out[i], &u, 4);
+        }
     } else {
         const int bits = kern::wtype_bits(v.type);
         const size_t row_bytes = cols * static_cast<size_t>(bits) / 8;

@@ -40,8 +40,8 @@ CommandSpec bench_spec() {
          "                              vocab, n_pre, n_loop, loops, n_kv_heads, head_dim,\n"
          "                              max_loops, max_seq_len, seed (see below)",
          "key=value pairs like d_model=512,n_heads=8", false, M},
-        {"--dtypes", "T,...", "f32,f16,q8,q4,q2 (default: the model's own; f32 with --random)",
-         "a list of f32, f16, q8, q4, q2", false, M},
+        {"--dtypes", "T,...", "f32,f16,bf16,q8,q4,q2 (default: the model's own; f32 with --random)",
+         "a list of f32, f16, bf16, q8, q4, q2", false, M},
         {"--group-size", "G", "quantization group for --dtypes q*: 32, 64, 128 (default 32)",
          "one of 32, 64, 128", false, M},
         {"--tokens", "N", "decoded tokens per run, 1..100000 (default 128)",
@@ -280,8 +280,8 @@ void read_bench_workload(const Args& args, BenchFlags& f) {
     }
     if (auto d = args.value("--dtypes"))
         for (const auto& t : split_list("--dtypes", *d)) {
-            if (t != "f32" && t != "f16" && t != "q8" && t != "q4" && t != "q2")
-                throw UsageError("--dtypes: expected items among f32, f16, q8, q4, q2, got '" + t + "'");
+            if (t != "f32" && t != "f16" && t != "bf16" && t != "q8" && t != "q4" && t != "q2")
+                throw UsageError("--dtypes: expected items among f32, f16, bf16, q8, q4, q2, got '" + t + "'");
             if (std::find(f.dtypes.begin(), f.dtypes.end(), t) == f.dtypes.end()) f.dtypes.push_back(t);
         }
     f.group = args.get_int("--group-size", 1, 1 << 20).value_or(32);

@@ -1,4 +1,4 @@
-// tinyloop export-gguf MODEL OUT.gguf --loops L [--dtype f32|f16|q8_0|q4_0]: the looped model
+// tinyloop export-gguf MODEL OUT.gguf --loops L [--dtype f32|f16|bf16|q8_0|q4_0]: the looped model
 // unrolled to an ordinary llama GGUF (llama.cpp, Ollama, LM Studio run it): n_pre_blocks +
 // L * n_loop_layers blocks, the shared block's weights written once per pass. Our RoPE rotates
 // the pairs (i, i + head_dim/2) of each head (docs/FORMAT.md §1), llama.cpp's llama
@@ -20,11 +20,12 @@ namespace {
 
 using gguf::TensorType;
 
-const char* kDtypeExpect = "one of f32, f16, q8_0, q4_0";
+const char* kDtypeExpect = "one of f32, f16, bf16, q8_0, q4_0";
 
 TensorType parse_gguf_dtype(const std::string& s) {
     if (s == "f32") return TensorType::F32;
     if (s == "f16") return TensorType::F16;
+    if (s == "bf16") return TensorType::BF16;
     if (s == "q8_0") return TensorType::Q8_0;
     if (s == "q4_0") return TensorType::Q4_0;
     throw UsageError(std::string("--dtype: expected ") + kDtypeExpect + ", got '" + s + "'");
@@ -37,6 +38,7 @@ TensorType default_gguf_dtype(const ModelInfo& info) {
             switch (t.dtype) {
                 case DType::F32: return TensorType::F32;
                 case DType::F16: return TensorType::F16;
+                case DType::BF16: return TensorType::BF16;
                 case DType::Q8: return TensorType::Q8_0;
                 case DType::Q4:
                 case DType::Q2: return TensorType::Q4_0;
@@ -136,7 +138,7 @@ ExportSummary export_gguf(const Model* model, const ModelInfo& info, const std::
     w.add_string("general.name", std::filesystem::path(info.path).stem().string() + " unrolled to " +
                                      std::to_string(loops) + " loops");
     const uint32_t file_type = dtype == TensorType::F32 ? 0 : dtype == TensorType::F16 ? 1
-                               : dtype == TensorType::Q4_0 ? 2 : 7;  // llama_ftype
+                               : dtype == TensorType::BF16 ? 32 : dtype == TensorType::Q4_0 ? 2 : 7;  // llama_ftype
     w.add_u32("general.file_type", file_type);
     w.add_u32("llama.context_length", static_cast<uint32_t>(hp.max_seq_len));
     w.add_u32("llama.embedding_length", static_cast<uint32_t>(hp.d_model));
@@ -205,7 +207,7 @@ ExportSummary export_gguf(const Model* model, const ModelInfo& info, const std::
 CommandSpec export_gguf_spec() {
     CommandSpec s;
     s.name = "export-gguf";
-    s.synopsis = "MODEL OUT --loops L [--dtype f32|f16|q8_0|q4_0] [--json]";
+    s.synopsis = "MODEL OUT --loops L [--dtype f32|f16|bf16|q8_0|q4_0] [--json]";
     s.summary =
         "Writes OUT: MODEL at loop depth L unrolled to an ordinary llama GGUF, n_pre_blocks +\n"
         "L x n_loop_layers blocks (the shared block written once per pass), with its tokenizer,\n"
@@ -216,8 +218,8 @@ CommandSpec export_gguf_spec() {
     s.options = {
         {"--loops", "L", "loop depth to unroll, 1..max_loops (required)", "an integer in [1, max_loops]", false, E},
         {"--dtype", "T",
-         "f32 | f16 | q8_0 | q4_0: the matrices' GGUF type (default: nearest to MODEL's: f32, f16,\n"
-         "q8 -> q8_0, q4/q2 -> q4_0); norms stay f32",
+         "f32 | f16 | bf16 | q8_0 | q4_0: the matrices' GGUF type (default: nearest to MODEL's: f32,\n"
+         "f16, bf16, q8 -> q8_0, q4/q2 -> q4_0); norms stay f32",
          kDtypeExpect, false, E},
     };
     for (auto& o : common_options()) s.options.push_back(o);

@@ -46,7 +46,7 @@ constexpr uint64_t kMaxParameters = 2'000'000'000ull;
 CommandSpec make_random_spec() {
     CommandSpec s;
     s.name = "make-random";
-    s.synopsis = "OUT [--d-model N ...] [--dtype f32|f16|q8|q4|q2] [--group-size G] [--seed S]";
+    s.synopsis = "OUT [--d-model N ...] [--dtype f32|f16|bf16|q8|q4|q2] [--group-size G] [--seed S]";
     s.summary =
         "Writes a .tinyloop model with random weights to OUT (norm gains 1 + noise, matrices\n"
         "N(0, 1/sqrt(cols))) and a byte tokenizer plus one <|endoftext|> special token.";
@@ -58,8 +58,8 @@ CommandSpec make_random_spec() {
                              false, H});
     s.options.push_back({"--loop-input", "I", "none | add (input injection, a version-2 file; default none)",
                          "one of none, add", false, H});
-    s.options.push_back({"--dtype", "T", "f32 | f16 | q8 | q4 | q2 (default f32)",
-                         "one of f32, f16, q8, q4, q2", false, W});
+    s.options.push_back({"--dtype", "T", "f32 | f16 | bf16 | q8 | q4 | q2 (default f32)",
+                         "one of f32, f16, bf16, q8, q4, q2", false, W});
     s.options.push_back({"--group-size", "G", "quantization group: 32, 64 or 128 (default 32)",
                          "one of 32, 64, 128", false, W});
     s.options.push_back({"--seed", "S", "random seed, 0..2^64-1 (default 1)",
@@ -82,8 +82,8 @@ int run_make_random(const Args& args) {
     }
     DType dtype = DType::F32;
     if (auto d = args.value("--dtype")) {
-        if (*d != "f32" && *d != "f16" && *d != "q8" && *d != "q4" && *d != "q2")
-            throw UsageError("--dtype: expected one of f32, f16, q8, q4, q2, got '" + *d + "'");
+        if (*d != "f32" && *d != "f16" && *d != "bf16" && *d != "q8" && *d != "q4" && *d != "q2")
+            throw UsageError("--dtype: expected one of f32, f16, bf16, q8, q4, q2, got '" + *d + "'");
         dtype = parse_dtype(*d);
     }
     const int group = args.get_int("--group-size", 1, 1 << 20).value_or(32);

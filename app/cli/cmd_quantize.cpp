@@ -1,4 +1,4 @@
-// tinyloop quantize IN OUT --dtype f16|q8|q4|q2 [--group-size 32|64|128]: re-writes a model
+// tinyloop quantize IN OUT --dtype f32|f16|bf16|q8|q4|q2 [--group-size 32|64|128]: re-writes a model
 // with every matrix in another dtype (quantize_model_file) and reports each tensor's relative
 // error and the file sizes.
 #include <cstdio>
@@ -13,7 +13,7 @@ namespace tinyloop::cli {
 CommandSpec quantize_spec() {
     CommandSpec s;
     s.name = "quantize";
-    s.synopsis = "IN OUT --dtype f32|f16|q8|q4|q2 [--group-size 32|64|128] [--json]";
+    s.synopsis = "IN OUT --dtype f32|f16|bf16|q8|q4|q2 [--group-size 32|64|128] [--json]";
     s.summary =
         "Writes OUT: the model IN with every matrix stored as --dtype (q8/q4/q2: asymmetric\n"
         "groups of --group-size values along each row, range searched to minimise squared error).\n"
@@ -23,7 +23,8 @@ CommandSpec quantize_spec() {
         "measured on IN, so the output says so and how to measure them on OUT (tinyloop recommend).";
     const std::string Q = "Quantization";
     s.options = {
-        {"--dtype", "T", "f32 | f16 | q8 | q4 | q2 (required)", "one of f32, f16, q8, q4, q2", false, Q},
+        {"--dtype", "T", "f32 | f16 | bf16 | q8 | q4 | q2 (required)", "one of f32, f16, bf16, q8, q4, q2", false,
+         Q},
         {"--group-size", "G", "values per quantization group: 32, 64 or 128 (default 32)",
          "one of 32, 64, 128", false, Q},
     };
@@ -39,9 +40,9 @@ CommandSpec quantize_spec() {
 int run_quantize(const Args& args) {
     const auto [in, out] = in_out_positionals(args, "IN");
     auto d = args.value("--dtype");
-    if (!d) throw UsageError("missing --dtype (one of f32, f16, q8, q4, q2)");
-    if (*d != "f32" && *d != "f16" && *d != "q8" && *d != "q4" && *d != "q2")
-        throw UsageError("--dtype: expected one of f32, f16, q8, q4, q2, got '" + *d + "'");
+    if (!d) throw UsageError("missing --dtype (one of f32, f16, bf16, q8, q4, q2)");
+    if (*d != "f32" && *d != "f16" && *d != "bf16" && *d != "q8" && *d != "q4" && *d != "q2")
+        throw UsageError("--dtype: expected one of f32, f16, bf16, q8, q4, q2, got '" + *d + "'");
     const DType dtype = parse_dtype(*d);
     const int group = args.get_int("--group-size", 1, 1 << 20).value_or(32);
     if (group != 32 && group != 64 && group != 128)

@@ -74,6 +74,7 @@ int block_bytes(TensorType t) {
     switch (t) {
         case TensorType::F32: return 4;
         case TensorType::F16: return 2;
+        case TensorType::BF16: return 2;
         case TensorType::Q8_0: return 34;
         case TensorType::Q4_0: return 18;
     }
@@ -84,6 +85,7 @@ const char* type_name(TensorType t) {
     switch (t) {
         case TensorType::F32: return "f32";
         case TensorType::F16: return "f16";
+        case TensorType::BF16: return "bf16";
         case TensorType::Q8_0: return "q8_0";
         case TensorType::Q4_0: return "q4_0";
     }
@@ -109,6 +111,13 @@ uint16_t f32_to_f16(float x) {
     return static_cast<uint16_t>(sign | h);
 }
 
+uint16_t f32_to_bf16(float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((b >> 16) | 64u);  // NaN
+    return static_cast<uint16_t>((b + (0x7fffu + ((b >> 16) & 1u))) >> 16);
+}
+
 std::vector<uint8_t> encode(const float* x, size_t n, TensorType t) {
     const size_t bv = static_cast<size_t>(block_values(t));
     if (n % bv != 0)
@@ -120,6 +129,12 @@ std::vector<uint8_t> encode(const float* x, size_t n, TensorType t) {
         case TensorType::F16:
             for (size_t i = 0; i < n; ++i) {
                 const uint16_t h = f32_to_f16(x[i]);
+                std::memcpy(out.data() + 2 * i, &h, 2);
+            }
+            break;
+        case TensorType::BF16:
+            for (size_t i = 0; i < n; ++i) {
+                const uint16_t h = f32_to_bf16(x[i]);
                 std::memcpy(out.data() + 2 * i, &h, 2);
             }
             break;

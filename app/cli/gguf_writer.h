@@ -1,6 +1,6 @@
 // A writer for GGUF version 3, the file format of llama.cpp (ggml/docs/gguf.md in its source):
 // key/value metadata, tensor descriptions, then the tensor data, each tensor aligned to 32
-// bytes. Only what `tinyloop export-gguf` writes: f32, f16, Q8_0 and Q4_0 tensors (the Q
+// bytes. Only what `tinyloop export-gguf` writes: f32, f16, bf16, Q8_0 and Q4_0 tensors (the Q
 // blocks encoded exactly as ggml's reference quantize_row_q8_0_ref / quantize_row_q4_0_ref).
 #pragma once
 
@@ -12,15 +12,18 @@
 namespace tinyloop::cli::gguf {
 
 // ggml_type values.
-enum class TensorType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8 };
+enum class TensorType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, BF16 = 30 };
 
-// Values per block of a quantized type (1 for f32/f16) and bytes per block.
+// Values per block of a quantized type (1 for f32/f16/bf16) and bytes per block.
 int block_values(TensorType t);
 int block_bytes(TensorType t);
-const char* type_name(TensorType t);  // "f32", "f16", "q8_0", "q4_0"
+const char* type_name(TensorType t);  // "f32", "f16", "bf16", "q8_0", "q4_0"
 
 // IEEE binary16 bits of x, rounded to nearest even (overflow to inf, NaN kept).
 uint16_t f32_to_f16(float x);
+// bfloat16 bits of x (the top half of its binary32), rounded to nearest even as ggml's
+// ggml_compute_fp32_to_bf16 does (NaN kept quiet); a bf16 model's values pass through exactly.
+uint16_t f32_to_bf16(float x);
 
 // n values (a multiple of block_values(t)) stored as t.
 std::vector<uint8_t> encode(const float* x, size_t n, TensorType t);

@@ -1,7 +1,11 @@
 // y = W x for every token, W in any stored dtype (FORMAT.md §2).
 //
 //   y[t, r] = sum_c W[r, c] * x[t, c],  W[r, c] = scale[r, g] * (q[r, c] - zero[r, g]),
-//   g = c / group_size  (F32/F16: W[r, c] is the stored value).
+//   g = c / group_size  (F32/F16/BF16: W[r, c] is the stored value, widened exactly).
+//
+// BF16 weights are widened to f32 (a 16-bit shift, exact) and take the F32 kernels' very
+// sequence of fmas, so a bf16 matrix gives the same bits as the f32 matrix of its widened values:
+// activations stay f32, nothing is rounded that the f32 path does not round.
 //
 // matmul_ref: dequantize each row exactly as dequant_row does, then sum in double.
 // matmul: the SIMD kernels (matmul_simd.h) over chunks of rows on the thread pool. Every y[t, r]
@@ -41,6 +45,11 @@ void dequant_span(const WeightView& W, int row, int c0, int n, float* out) {
         case WType::F16: {
             const uint16_t* p = reinterpret_cast<const uint16_t*>(W.data) + rr * W.cols + c0;
             for (int i = 0; i < n; ++i) out[i] = f16_to_f32(p[i]);
+            return;
+        }
+        case WType::BF16: {
+            const uint16_t* p = reinterpret_cast<const uint16_t*>(W.data) + rr * W.cols + c0;
+            for (int i = 0; i < n; ++i) out[i] = bf16_to_f32(p[i]);
             return;
         }
         default: break;
@@ -101,7 +110,7 @@ void matmul_rows_scalar(const WeightView& W, const float* x, int n_tok, float* y
     constexpr int kChunk = 32, kTok = 4;
     const int cols = W.cols;
     // A chunk never straddles two groups (group sizes outside FORMAT.md's 32/64/128 included).
-    const int chunk = (W.type == WType::F32 || W.type == WType::F16) ? kChunk : std::gcd(kChunk, W.group_size);
+    const int chunk = wtype_is_float(W.type) ? kChunk : std::gcd(kChunk, W.group_size);
     float w[kChunk];
     for (int t0 = 0; t0 < n_tok; t0 += kTok) {
         const int nt = std::min(kTok, n_tok - t0);
@@ -127,7 +136,7 @@ void matmul_rows_scalar(const WeightView& W, const float* x, int n_tok, float* y
 }  // namespace detail
 
 void dequant_row(const WeightView& W, int row, float* out) {
-    if (W.type == WType::F32 || W.type == WType::F16) {
+    if (wtype_is_float(W.type)) {
         detail::dequant_span(W, row, 0, W.cols, out);
         return;
     }
@@ -157,7 +166,7 @@ void matmul(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool
     }
     // The SIMD kernels work in 32-column blocks inside a group; any other group size (the loader
     // refuses them, but the kernels should not misbehave) takes the scalar path.
-    const bool quant = W.type != WType::F32 && W.type != WType::F16;
+    const bool quant = !wtype_is_float(W.type);
     const bool simd_ok = !quant || (W.group_size > 0 && W.group_size % 32 == 0);
     const detail::Simd level = simd_ok ? detail::active_simd() : detail::Simd::Scalar;
     const detail::IsaTable& isa = simd_ok ? detail::active_isa() : detail::isa_scalar();

@@ -124,6 +124,8 @@ template <WType K>
 V::T load_w(const uint8_t* data, size_t off) {
     if constexpr (K == WType::F32) {
         return V::load(reinterpret_cast<const float*>(data) + off);
+    } else if constexpr (K == WType::BF16) {
+        return V::load_bf(reinterpret_cast<const uint16_t*>(data) + off);
     } else {
         return V::load_h(reinterpret_cast<const uint16_t*>(data) + off);
     }
@@ -132,6 +134,8 @@ template <WType K>
 V::T load_w_n(const uint8_t* data, size_t off, int n) {
     if constexpr (K == WType::F32) {
         return V::load_n(reinterpret_cast<const float*>(data) + off, n);
+    } else if constexpr (K == WType::BF16) {
+        return V::load_bf_n(reinterpret_cast<const uint16_t*>(data) + off, n);
     } else {
         return V::load_h_n(reinterpret_cast<const uint16_t*>(data) + off, n);
     }
@@ -169,17 +173,17 @@ void tile_float(const WeightView& W, const float* x, float* y, int r, int t) {
 
 template <WType K, int R, int T>
 void tile(const WeightView& W, const float* x, float* y, int r, int t) {
-    if constexpr (K == WType::F32 || K == WType::F16) {
+    if constexpr (K == WType::F32 || K == WType::F16 || K == WType::BF16) {
         tile_float<K, R, T>(W, x, y, r, t);
     } else {
         tile_quant<K, R, T>(W, x, y, r, t);
     }
 }
 
-// The tile of the float kinds (F32, F16). With 32 vector registers: up to 6 tokens x 4 rows (24
+// The tile of the float kinds (F32, F16, BF16). With 32 vector registers: up to 6 tokens x 4 rows (24
 // accumulators + 4 weights + 1 activation), 10 loads per 24 FMAs where 8 x 2 needs 10 per 16.
 template <WType K>
-constexpr bool kFloatKind = K == WType::F32 || K == WType::F16;
+constexpr bool kFloatKind = K == WType::F32 || K == WType::F16 || K == WType::BF16;
 template <WType K>
 constexpr int kTok = kFloatKind<K> && V::kRegs >= 32 ? 6 : V::kTokTile;
 template <WType K>
@@ -227,6 +231,7 @@ void matmul_rows_simd(const WeightView& W, const float* x, int n_tok, float* y, 
     switch (W.type) {
         case WType::F32: matmul_kind<WType::F32>(W, x, n_tok, y, r0, r1); return;
         case WType::F16: matmul_kind<WType::F16>(W, x, n_tok, y, r0, r1); return;
+        case WType::BF16: matmul_kind<WType::BF16>(W, x, n_tok, y, r0, r1); return;
         case WType::Q8: matmul_kind<WType::Q8>(W, x, n_tok, y, r0, r1); return;
         case WType::Q4: matmul_kind<WType::Q4>(W, x, n_tok, y, r0, r1); return;
         case WType::Q2: matmul_kind<WType::Q2>(W, x, n_tok, y, r0, r1); return;

@@ -63,6 +63,14 @@ struct V {
     static T load_h_n(const uint16_t* p, int n) {
         return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask(n), p));
     }
+    // bf16 -> f32: zero-extend each 16-bit value and shift it into the top half (exact).
+    static T load_bf(const uint16_t* p) {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+    }
+    static T load_bf_n(const uint16_t* p, int n) {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask(n), p)), 16));
+    }
     static T add(T a, T b) { return _mm512_add_ps(a, b); }
     static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
     static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
@@ -176,6 +184,16 @@ struct V {
         uint16_t tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         std::memcpy(tmp, p, static_cast<size_t>(n) * 2);
         return load_h(tmp);
+    }
+    // bf16 -> f32: zero-extend each 16-bit value and shift it into the top half (exact).
+    static T load_bf(const uint16_t* p) {
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+    }
+    static T load_bf_n(const uint16_t* p, int n) {
+        uint16_t tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        std::memcpy(tmp, p, static_cast<size_t>(n) * 2);
+        return load_bf(tmp);
     }
     static T add(T a, T b) { return _mm256_add_ps(a, b); }
     static T sub(T a, T b) { return _mm256_sub_ps(a, b); }

@@ -1,5 +1,6 @@
 // Reading one weight (or eight consecutive ones) of a stored matrix on the device, exactly as
-// kern::dequant_row does on the CPU (FORMAT.md §2): w = scale * (float(q) - zero), f16 widened.
+// kern::dequant_row does on the CPU (FORMAT.md §2): w = scale * (float(q) - zero), f16 widened,
+// bf16 widened by a 16-bit shift (exact, the top half of the f32).
 #pragma once
 
 #include "kernels/cuda/common.cuh"
@@ -16,6 +17,8 @@ __device__ __forceinline__ float weight_at(const WeightView& W, int r, int c) {
     switch (W.type) {
         case WType::F32: return reinterpret_cast<const float*>(W.data)[rr * W.cols + c];
         case WType::F16: return h2f(reinterpret_cast<const uint16_t*>(W.data)[rr * W.cols + c]);
+        case WType::BF16:
+            return __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(W.data)[rr * W.cols + c]) << 16);
         default: break;
     }
     const int bits = bits_of(W.type);
@@ -32,7 +35,7 @@ __device__ __forceinline__ float weight_at(const WeightView& W, int r, int c) {
 // pack's bytes are aligned for the vector loads (rows start at a multiple of 8 columns).
 inline bool pack8_ok(const WeightView& W) {
     if (W.cols % 8 != 0) return false;
-    if (W.type == WType::F32 || W.type == WType::F16) return true;
+    if (wtype_is_float(W.type)) return true;
     return W.group_size > 0 && W.group_size % 8 == 0;
 }
 
@@ -54,6 +57,16 @@ __device__ __forceinline__ void weight_pack8(const WeightView& W, int r, int c0,
             for (int i = 0; i < 4; ++i) {
                 w[2 * i] = h2f(static_cast<uint16_t>(v[i] & 0xffffu));
                 w[2 * i + 1] = h2f(static_cast<uint16_t>(v[i] >> 16));
+            }
+            return;
+        }
+        case WType::BF16: {  // lower column in the lower half of each word (little-endian)
+            const uint4 u = __ldg(reinterpret_cast<const uint4*>(W.data + (rr * W.cols + c0) * 2));
+            const uint32_t v[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                w[2 * i] = __uint_as_float(v[i] << 16);
+                w[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
             }
             return;
         }

@@ -110,10 +110,10 @@ struct OpCase {
 
 std::vector<OpCase> cases() {
     std::vector<OpCase> v;
-    const WType types[] = {WType::F32, WType::F16, WType::Q8, WType::Q4, WType::Q2};
+    const WType types[] = {WType::F32, WType::F16, WType::BF16, WType::Q8, WType::Q4, WType::Q2};
 
     // q/k/v in one launch, and RoPE + the cache writes in one launch: the unfused ops' bits
-    for (WType t : {WType::F32, WType::Q8, WType::Q2}) {
+    for (WType t : {WType::F32, WType::BF16, WType::Q8, WType::Q2}) {
         v.push_back({std::string("matmul3_rope_store_") + type_name(t), [t](Rng& rng) {
                          const int d = 96, heads = 6, kv_heads = 2, hd = 16, cap = 40;
                          DevWeights A(t, heads * hd, d, 32, rng), B(t, kv_heads * hd, d, 32, rng), C(t, kv_heads * hd, d, 32, rng);

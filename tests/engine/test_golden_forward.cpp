@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include <unistd.h>
 #include <map>
@@ -134,6 +135,12 @@ std::vector<Case> all_cases() {
         DType::F32, 32, 2, 3, 10, 18);
     add("q8_g32_inject_mha_untied_pre0_loop1", injecting(make_hp(300, 64, 4, 4, 16, 96, 0, 1, 6, false)),
         DType::Q8, 32, 2, 64, 9, 19);
+    // bf16 matrices (file version 3), alone and with input injection (a version-2 feature, so
+    // the version is the larger of the two reasons).
+    add("bf16_gqa_untied_pre1_loop2_chunk3", make_hp(300, 64, 4, 2, 16, 96, 1, 2, 5, false), DType::BF16, 32, 2, 3,
+        11, 20);
+    add("bf16_inject_mha_tied_pre2_loop1", injecting(make_hp(300, 48, 4, 4, 12, 80, 2, 1, 4, true)), DType::BF16, 32,
+        2, 64, 9, 21);
     return cs;
 }
 
@@ -399,6 +406,15 @@ double round_to_f16(double x) {
     return std::nearbyint(x / quantum) * quantum;
 }
 
+// Round-to-nearest-even to bfloat16 (8 significant bits, binary32's exponent range), as a double.
+double round_to_bf16(double x) {
+    if (x == 0.0 || !std::isfinite(x)) return x;
+    int e = 0;
+    std::frexp(std::fabs(x), &e);
+    const double quantum = std::ldexp(1.0, std::max(e - 1, -126) - 7);
+    return std::nearbyint(x / quantum) * quantum;
+}
+
 int bits_of(DType t) {
     switch (t) {
         case DType::Q8: return 8;
@@ -553,6 +569,18 @@ TEST_P(GoldenForward, StoredWeightsMatchSpec) {
                                    << deq[first] << ", expected " << round_to_f16(td.values[first]);
                 break;
             }
+            case DType::BF16: {
+                size_t bad = 0, first = 0;
+                for (size_t i = 0; i < deq.size(); ++i) {
+                    if (static_cast<double>(deq[i]) != round_to_bf16(td.values[i])) {
+                        if (bad++ == 0) first = i;
+                    }
+                }
+                EXPECT_EQ(bad, 0u) << "bf16 values not the nearest bfloat16; first at " << first
+                                   << ": original " << td.values[first] << ", got " << deq[first]
+                                   << ", expected " << round_to_bf16(td.values[first]);
+                break;
+            }
             default:
                 ++n_quantized;
                 double ratio = 0.0;
@@ -670,6 +698,66 @@ TEST_P(GoldenForward, PrefixRowsBitIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenForward, ::testing::ValuesIn(all_cases()), case_name);
+
+// A bf16 model is its f32 twin holding the widened values, bit for bit: the matmul widens each
+// weight exactly and then runs the f32 kernel's own sequence (kernels/cpu/matmul.cpp), the
+// embedding row is widened the same way. So every depth's logits, prefill and one-token decode
+// alike, equal the twin's. The bf16 file is version 3 (FORMAT.md §2), its matrices take half the
+// twin's bytes, and the twin stays version 1.
+TEST(GoldenForwardBf16, LogitsEqualTheWidenedF32TwinBitForBit) {
+    const HParams hp = make_hp(300, 64, 4, 2, 16, 128, 1, 2, 4, false);
+    const tinyloop::ModelSpec bf = tinyloop::random_model_spec(hp, 31, DType::BF16);
+    tinyloop::ModelSpec twin = bf;
+    for (auto& t : twin.tensors) {
+        if (t.dtype != DType::BF16) continue;
+        t.dtype = DType::F32;
+        for (float& v : t.values) v = static_cast<float>(round_to_bf16(v));
+    }
+    const std::string dir = ::testing::TempDir() + "/tl_bf16_twin_" + std::to_string(::getpid());
+    std::filesystem::create_directories(dir);
+    const std::string pb = dir + "/bf16.tinyloop", pf = dir + "/f32.tinyloop";
+    tinyloop::save_model(pb, bf);
+    tinyloop::save_model(pf, twin);
+    auto version_of = [](const std::string& path) {
+        std::ifstream f(path, std::ios::binary);
+        unsigned char pre[12] = {};
+        f.read(reinterpret_cast<char*>(pre), 12);
+        return pre[8] | pre[9] << 8 | pre[10] << 16 | pre[11] << 24;
+    };
+    EXPECT_EQ(version_of(pb), 3);
+    EXPECT_EQ(version_of(pf), 1);
+    tinyloop::LoadOptions opts;
+    opts.backend = tinyloop::Backend::Cpu;
+    opts.threads = 2;
+    auto mb = tinyloop::load_model_handle(pb, opts);
+    auto mf = tinyloop::load_model_handle(pf, opts);
+    const tinyloop::ModelInfo ib = tinyloop::model_info(mb.get()), iff = tinyloop::model_info(mf.get());
+    uint64_t mat_b = 0, mat_f = 0;
+    for (const auto& t : ib.tensors) mat_b += t.shape.size() == 2 ? t.bytes : 0;
+    for (const auto& t : iff.tensors) mat_f += t.shape.size() == 2 ? t.bytes : 0;
+    EXPECT_EQ(2 * mat_b, mat_f) << "bf16 matrices take half of f32's bytes";
+    std::printf("[ info ] resident weights: bf16 %llu bytes, f32 %llu bytes\n",
+                static_cast<unsigned long long>(ib.weight_bytes), static_cast<unsigned long long>(iff.weight_bytes));
+    const std::vector<int32_t> tokens = random_tokens(mb.get(), 12, 5);
+    for (int L = 1; L <= hp.max_loops; ++L) {
+        const auto a = tinyloop::forward_logits(mb.get(), tokens.data(), 12, L);
+        const auto b = tinyloop::forward_logits(mf.get(), tokens.data(), 12, L);
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "depth " << L;
+    }
+    // Greedy decoding (prefill, then one token at a time) gives the same tokens.
+    tinyloop::GenerateConfig g;
+    g.max_tokens = 12;
+    g.temperature = 0.0f;
+    const auto ta = tinyloop::generate(mb.get(), tokens.data(), 12, g);
+    const auto tb = tinyloop::generate(mf.get(), tokens.data(), 12, g);
+    EXPECT_EQ(ta, tb);
+    EXPECT_GT(ta.size(), tokens.size());
+    mb.reset();
+    mf.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+}
 
 // The same comparison on the CUDA back end, where one is built and a device is present.
 TEST(GoldenForwardCuda, MatchesDoubleReference) {

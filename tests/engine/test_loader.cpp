@@ -183,6 +183,9 @@ TEST_P(RoundTrip, ViewsDecodeToTheWrittenValues) {
         } else if (t.dtype == DType::F16) {
             for (size_t i = 0; i < got.size(); ++i)
                 ASSERT_EQ(got[i], kern::f16_to_f32(kern::f32_to_f16(t.values[i])));
+        } else if (t.dtype == DType::BF16) {
+            for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_EQ(got[i], kern::bf16_to_f32(kern::f32_to_bf16(t.values[i])));
         } else {
             EXPECT_EQ(v->group_size, 32);
             EXPECT_LT(rel_err(got, t.values), bound_for(t.dtype));
@@ -229,7 +232,7 @@ TEST_P(RoundTrip, ViewsDecodeToTheWrittenValues) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, RoundTrip,
-                         ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::Q8,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8,
                                                               DType::Q4, DType::Q2),
                                             ::testing::Bool()));
 
@@ -323,6 +326,15 @@ TEST(Writer, RefusesInconsistentSpecs) {
     s.tensors.push_back(s.tensors[0]);
     s.tensors.back().name = "head";
     expect_invalid(s, "tensors.head");
+    // A bf16 matrix whose value would round to infinity (the largest bf16 is 3.3895e38).
+    s = random_model_spec(small_hp(), 9, DType::BF16);
+    s.tensors[0].values[5] = 3.3962e38f;  // embed
+    expect_invalid(s, "tensors.embed.values: element 5");
+    s.tensors[0].values[5] = 3.3895e38f;  // rounds to the largest finite bf16: fine
+    EXPECT_NO_THROW(save_model(temp_path("bf16_largest.tinyloop"), s));
+    s = random_model_spec(small_hp(), 9, DType::BF16);
+    s.tensors[1].dtype = DType::BF16;  // pre.0.attn_norm: norms are f32
+    expect_invalid(s, "tensors.pre.0.attn_norm.dtype");
     s = good;
     s.tensors[1].dtype = DType::F16;  // pre.0.attn_norm
     expect_invalid(s, "tensors.pre.0.attn_norm.dtype");
@@ -653,7 +665,7 @@ TEST_F(Corrupt, NonFiniteValues) {
 }
 
 TEST(Loader, NonFiniteWeightsInF32AndF16Files) {
-    for (DType dt : {DType::F32, DType::F16}) {
+    for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
         const std::string path = temp_path(std::string("nf_") + dtype_name(dt) + ".tinyloop");
         save_model(path, random_model_spec(small_hp(), 8, dt));
         Parts p = split(slurp(path));
@@ -662,10 +674,12 @@ TEST(Loader, NonFiniteWeightsInF32AndF16Files) {
             const float inf = std::numeric_limits<float>::infinity();
             std::memcpy(p.data.data() + off + 40, &inf, 4);
         } else {
-            const uint16_t inf16 = 0x7c00;
+            const uint16_t inf16 = dt == DType::BF16 ? 0x7f80 : 0x7c00;
             std::memcpy(p.data.data() + off + 40, &inf16, 2);
         }
-        spit(path, join(p));
+        std::string bytes = join(p);  // written as version 1; a bf16 file is version 3
+        if (dt == DType::BF16) bytes[8] = 3;
+        spit(path, bytes);
         try {
             read_model_file(path);
             ADD_FAILURE() << "loaded a non-finite weight";

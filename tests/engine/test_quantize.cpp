@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
+#include "quant_ref.h"
 #include "test_util.h"
 
 using namespace tinyloop;
@@ -65,11 +67,64 @@ TEST(Quantize, RoundTripLoadsAndStaysClose) {
         EXPECT_NE(model_info(q.get()).metadata_json.find("quantization"), std::string::npos);
     }
     EXPECT_THROW(quantize_model_file(f32, tltest::temp_path("bad.tinyloop"), DType::Q4, 48), Error);
-    // d_ff 96 is not a multiple of 64: refused, naming the tensor.
-    try {
-        quantize_model_file(f32, tltest::temp_path("bad64.tinyloop"), DType::Q4, 64);
-        ADD_FAILURE();
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("w_down"), std::string::npos) << e.what();
+    // bf16 (half of f32's bytes; each weight the nearest bfloat16, relative error <= 2^-9).
+    {
+        const std::string out = tltest::temp_path("quant_bf16.tinyloop");
+        const QuantizeReport rep = quantize_model_file(f32, out, DType::BF16);
+        for (const auto& t : rep.tensors) {
+            if (t.name.find("norm") != std::string::npos) continue;
+            EXPECT_EQ(t.to, DType::BF16);
+            EXPECT_EQ(t.bytes_out * 2, t.bytes_in) << t.name;
+            EXPECT_GT(t.rel_error, 0.0);
+            EXPECT_LT(t.rel_error, 1.0 / 512) << t.name;
+        }
+        tinyloop::ModelHandle q = tinyloop::load_model_handle(out);
+        const double err = logits_rel_error(forward_logits(q.get(), ids.data(), 8, 0), lref, hp.vocab_size);
+        EXPECT_LT(err, 0.02);
+        RecordProperty("logits_rel_error_bf16", std::to_string(err));
+    }
+}
+
+// bf16 is an input like any other: a bf16 file (what an imported checkpoint is) quantizes to q8
+// and q4 with the errors the f32 original would give, and back to f32 exactly (the widening).
+TEST(Quantize, Bf16InputToQ8Q4AndF32) {
+    HParams hp = tltest::small_hparams();
+    const std::string f32 = tltest::write_random_model("quant_bf_src.tinyloop", hp, 19);
+    const std::string bf = tltest::temp_path("quant_bf.tinyloop");
+    quantize_model_file(f32, bf, DType::BF16);
+    tinyloop::ModelHandle mb = tinyloop::load_model_handle(bf);
+    const std::vector<int32_t> ids = {5, 60, 120, 33, 250, 7, 8, 9};
+    const auto lbf = forward_logits(mb.get(), ids.data(), 8, 0);
+    const std::string back = tltest::temp_path("quant_bf_f32.tinyloop");
+    const QuantizeReport rb = quantize_model_file(bf, back, DType::F32);
+    for (const auto& t : rb.tensors) {
+        EXPECT_EQ(t.rel_error, 0.0) << t.name << ": bf16 -> f32 is exact";
+        if (t.name.find("norm") == std::string::npos) {
+            EXPECT_EQ(t.from, DType::BF16);
+        }
+    }
+    tinyloop::ModelHandle mf = tinyloop::load_model_handle(back);
+    EXPECT_EQ(forward_logits(mf.get(), ids.data(), 8, 0), lbf) << "the f32 copy has the bf16 model's logits bit for bit";
+    // q8/q4 from the bf16 file land as close to the f32 model as q8/q4 from the f32 file itself.
+    tinyloop::ModelHandle m32 = tinyloop::load_model_handle(f32);
+    const auto l32 = forward_logits(m32.get(), ids.data(), 8, 0);
+    for (DType dt : {DType::Q8, DType::Q4}) {
+        const std::string out = tltest::temp_path(std::string("quant_bf_") + dtype_name(dt) + ".tinyloop");
+        const std::string out32 = tltest::temp_path(std::string("quant_f32_") + dtype_name(dt) + ".tinyloop");
+        const QuantizeReport rep = quantize_model_file(bf, out, dt, 32);
+        quantize_model_file(f32, out32, dt, 32);
+        for (const auto& t : rep.tensors) {
+            if (t.name.find("norm") == std::string::npos) {
+                EXPECT_EQ(t.from, DType::BF16);
+                EXPECT_EQ(t.to, dt);
+                EXPECT_LT(t.rel_error, tltest::bound_for(dt)) << t.name;
+            }
+        }
+        tinyloop::ModelHandle q = tinyloop::load_model_handle(out), q32 = tinyloop::load_model_handle(out32);
+        const double err = logits_rel_error(forward_logits(q.get(), ids.data(), 8, 0), l32, hp.vocab_size);
+        const double err32 = logits_rel_error(forward_logits(q32.get(), ids.data(), 8, 0), l32, hp.vocab_size);
+        EXPECT_LT(err, 1.25 * err32 + 0.01) << dtype_name(dt) << ": from bf16 " << err << ", from f32 " << err32;
+        std::printf("[ info ] %s logits vs the f32 model: from the bf16 file %.4f, from the f32 file %.4f\n",
+                    dtype_name(dt), err, err32);
     }
 }

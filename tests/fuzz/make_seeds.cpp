@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
     const fs::path out = argv[1], src = argv[2];
     for (const char* t : {"loader", "tokenizer", "grammar", "preset", "safetensors"}) fs::create_directories(out / t);
 
-    // Models: every dtype, tied and untied, no prelude, GQA and not, input injection (version 2).
+    // Models: every dtype, tied and untied, no prelude, GQA and not, input injection (version 2),
+    // bf16 (version 3).
     using tinyloop::DType;
     using tinyloop::LoopInput;
     struct Variant { const char* name; DType dt; int group; bool tie; int pre; int kv; LoopInput input = LoopInput::None; };
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
         {"q8", DType::Q8, 32, true, 0, 1},    {"q4", DType::Q4, 32, false, 1, 2},
         {"q2", DType::Q2, 32, true, 1, 1},    {"f32-untied", DType::F32, 32, false, 2, 1},
         {"f32-inject", DType::F32, 32, true, 1, 2, LoopInput::Add},
+        {"bf16", DType::BF16, 32, false, 1, 2},  // version 3
     };
     int seed = 1;
     for (const Variant& v : variants) {

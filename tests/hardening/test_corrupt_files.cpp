@@ -6,6 +6,7 @@
 // must not crash (any tinyloop::Error is fine).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -52,6 +53,7 @@ struct Parsed {
     json header;
     uint64_t header_bytes = 0;
     uint64_t data_start = 0;
+    uint32_t version = 1;
     Bytes data;  // everything from data_start on
 };
 
@@ -60,19 +62,20 @@ Parsed parse(const Bytes& b) {
     p.header_bytes = get_u64(b, 16);
     p.header = json::parse(b.substr(24, p.header_bytes));
     p.data_start = align64(24 + p.header_bytes);
+    std::memcpy(&p.version, b.data() + 8, 4);
     p.data = b.substr(p.data_start);
     return p;
 }
 
 // Writes a file from a (possibly edited) header and the original data section; offsets are
 // relative to data_start, so the data moves with the new header length.
-Bytes rebuild(const json& header, const Bytes& data, const std::string& raw_header = "") {
+Bytes rebuild(const json& header, const Bytes& data, const std::string& raw_header = "", uint32_t version = 1) {
     const std::string h = raw_header.empty() ? header.dump() : raw_header;
     Bytes b("TINYLOOP", 8);
     b.append(4, '\0');
     b.append(4, '\0');
     b.append(8, '\0');
-    put_u32(b, 8, 1);
+    put_u32(b, 8, version);
     put_u64(b, 16, h.size());
     b += h;
     b.append(align64(b.size()) - b.size(), '\0');
@@ -88,7 +91,7 @@ struct Region {
 
 uint64_t dtype_bits(const std::string& dt) {
     if (dt == "f32") return 32;
-    if (dt == "f16") return 16;
+    if (dt == "f16" || dt == "bf16") return 16;
     if (dt == "q8") return 8;
     if (dt == "q4") return 4;
     return 2;
@@ -183,13 +186,13 @@ protected:
     void refuse_header(const std::string& label, const std::function<void(json&)>& edit) {
         json h = parsed_.header;
         edit(h);
-        load_bytes(label, rebuild(h, parsed_.data), true);
+        load_bytes(label, rebuild(h, parsed_.data, "", parsed_.version), true);
     }
     // Edits the data section (offsets relative to data_start) and expects a refusal.
     void refuse_data(const std::string& label, const std::function<void(Bytes&)>& edit) {
         Bytes d = parsed_.data;
         edit(d);
-        load_bytes(label, rebuild(parsed_.header, d), true);
+        load_bytes(label, rebuild(parsed_.header, d, "", parsed_.version), true);
     }
 };
 
@@ -250,8 +253,11 @@ TEST_P(CorruptFiles, PreambleAndHeaderLength) {
     load_bytes("wrong magic", with([](Bytes& b) { b[0] = 'X'; }), true);
     load_bytes("lower-case magic", with([](Bytes& b) { b.replace(0, 8, "tinyloop"); }), true);
     load_bytes("version 0", with([](Bytes& b) { put_u32(b, 8, 0); }), true);
-    load_bytes("version 2 without loop_input add", with([](Bytes& b) { put_u32(b, 8, 2); }), true);
-    load_bytes("version 3", with([](Bytes& b) { put_u32(b, 8, 3); }), true);
+    // FORMAT.md §2: exactly the version the file's features require (1 here, 3 with bf16).
+    for (uint32_t v : {1u, 2u, 3u, 4u})
+        if (v != parsed_.version)
+            load_bytes("version " + std::to_string(v) + " where the file needs " + std::to_string(parsed_.version),
+                       with([v](Bytes& b) { put_u32(b, 8, v); }), true);
     load_bytes("version max", with([](Bytes& b) { put_u32(b, 8, 0xffffffffu); }), true);
     load_bytes("flags 1", with([](Bytes& b) { put_u32(b, 12, 1); }), true);
     for (uint64_t hb : {uint64_t{0}, uint64_t{1}, parsed_.header_bytes - 1, parsed_.header_bytes + 1,
@@ -263,19 +269,19 @@ TEST_P(CorruptFiles, PreambleAndHeaderLength) {
     for (const std::string& raw : {std::string("[]"), std::string("null"), std::string("{"), std::string("{\"a\":1}"),
                                   std::string("{\"format\":\"tinyloop\"}"), std::string("\xff\xfe{}"),
                                   parsed_.header.dump() + "x", parsed_.header.dump() + std::string(1, '\0')})
-        load_bytes("raw header " + raw.substr(0, 20), rebuild(json(), parsed_.data, raw), true);
+        load_bytes("raw header " + raw.substr(0, 20), rebuild(json(), parsed_.data, raw, parsed_.version), true);
     // Invalid UTF-8 inside a JSON string.
     std::string h = parsed_.header.dump();
     const size_t at = h.find("\"format\"");
     ASSERT_NE(at, std::string::npos);
     std::string bad = h;
     bad.replace(at + 1, 1, "\xc0\xa6");
-    load_bytes("overlong UTF-8 in a key", rebuild(json(), parsed_.data, bad), true);
+    load_bytes("overlong UTF-8 in a key", rebuild(json(), parsed_.data, bad, parsed_.version), true);
     json meta = parsed_.header;
     meta["metadata"] = {{"note", "x"}};
     std::string mh = meta.dump();
     mh.replace(mh.find("\"x\"") + 1, 1, "\xed\xa0\x80");  // a UTF-16 surrogate
-    load_bytes("surrogate in metadata", rebuild(json(), parsed_.data, mh), true);
+    load_bytes("surrogate in metadata", rebuild(json(), parsed_.data, mh, parsed_.version), true);
     load_bytes("empty file", Bytes(), true);
     load_bytes("magic only", valid_.substr(0, 8), true);
 }
@@ -327,6 +333,14 @@ TEST_P(CorruptFiles, ShapesAndHyperparametersThatDisagree) {
     refuse_header("unknown dtype", [](json& h) { h["tensors"]["loop.0.wo"]["dtype"] = "q3"; });
     refuse_header("dtype not a string", [](json& h) { h["tensors"]["loop.0.wo"]["dtype"] = 4; });
     refuse_header("norm not f32", [](json& h) { h["tensors"]["final_norm"]["dtype"] = "f16"; });
+    refuse_header("norm bf16", [](json& h) { h["tensors"]["final_norm"]["dtype"] = "bf16"; });
+    if (parsed_.version < 3) {  // FORMAT.md §2: bf16 came with version 3
+        refuse_header("a bf16 tensor in a version-" + std::to_string(parsed_.version) + " file",
+                      [](json& h) { h["tensors"]["loop.0.wo"]["dtype"] = "bf16"; });
+    } else {
+        Bytes older = rebuild(parsed_.header, parsed_.data, "", 2);
+        load_bytes("bf16 tensors in a version-2 file", older, true);
+    }
     refuse_header("tensors not an object", [](json& h) { h["tensors"] = json::array(); });
     if (GetParam() == DType::Q8 || GetParam() == DType::Q4 || GetParam() == DType::Q2) {
         refuse_header("group_size 48", [](json& h) { h["tensors"]["loop.0.wq"]["group_size"] = 48; });
@@ -355,14 +369,16 @@ TEST_P(CorruptFiles, ShapesAndHyperparametersThatDisagree) {
     refuse_header("norm_eps negative", [](json& h) { h["hparams"]["norm_eps"] = -1e-5; });
     refuse_header("tie_embeddings a number", [](json& h) { h["hparams"]["tie_embeddings"] = 1.5; });
     // FORMAT.md §1a: loop_input "add" only in version 2, and no other value anywhere.
-    refuse_header("loop_input add in version 1", [](json& h) { h["hparams"]["loop_input"] = "add"; });
+    if (parsed_.version == 1)
+        refuse_header("loop_input add in version 1", [](json& h) { h["hparams"]["loop_input"] = "add"; });
     refuse_header("loop_input unknown", [](json& h) { h["hparams"]["loop_input"] = "concat"; });
     refuse_header("loop_input a number", [](json& h) { h["hparams"]["loop_input"] = 1; });
     json injecting = parsed_.header;
     injecting["hparams"]["loop_input"] = "add";
-    Bytes v2 = rebuild(injecting, parsed_.data);
-    put_u32(v2, 8, 2);
-    EXPECT_EQ(load_bytes("version 2 with loop_input add", v2, false), Outcome::Loaded);
+    // bf16 tensors need version 3 whatever the loop input; the version is the larger reason.
+    const uint32_t with_add = std::max<uint32_t>(parsed_.version, 2);
+    Bytes v2 = rebuild(injecting, parsed_.data, "", with_add);
+    EXPECT_EQ(load_bytes("version " + std::to_string(with_add) + " with loop_input add", v2, false), Outcome::Loaded);
     injecting["hparams"]["loop_input"] = "none";
     v2 = rebuild(injecting, parsed_.data);
     put_u32(v2, 8, 2);
@@ -381,6 +397,20 @@ TEST_P(CorruptFiles, NaNAndInfInNorms) {
                 refuse_data(r.tensor + " holds " + std::to_string(bad) + " at " + std::to_string(at), [&](Bytes& d) {
                     std::memcpy(&d[at], &bad, 4);
                 });
+            }
+        }
+    }
+}
+
+// A bf16 weight that is NaN or Inf (exponent bits all ones) is refused like an f32/f16 one.
+TEST_P(CorruptFiles, NaNAndInfInBf16Weights) {
+    if (GetParam() != DType::BF16) GTEST_SKIP() << "bf16 files only";
+    for (const Region& r : regions(parsed_.header)) {
+        if (r.tensor != "loop.0.wv" && r.tensor != "embed") continue;
+        for (uint16_t bad : {uint16_t{0x7fc0}, uint16_t{0x7f80}, uint16_t{0xff80}, uint16_t{0xff81}}) {
+            for (uint64_t at : {r.begin, r.end - 2}) {
+                refuse_data(r.tensor + " holds bf16 0x" + std::to_string(bad) + " at " + std::to_string(at),
+                            [&](Bytes& d) { std::memcpy(&d[at], &bad, 2); });
             }
         }
     }
@@ -456,7 +486,7 @@ TEST(CorruptWeights, NaNLogitsWithAPaddedVocabularyDoNotEmitUndecodableIds) {
     free_model(m);
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, CorruptFiles, ::testing::Values(DType::F32, DType::F16, DType::Q8, DType::Q4, DType::Q2),
+INSTANTIATE_TEST_SUITE_P(Dtypes, CorruptFiles, ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8, DType::Q4, DType::Q2),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

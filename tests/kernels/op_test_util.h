@@ -64,6 +64,7 @@ inline const char* type_name(WType t) {
         case WType::Q8: return "q8";
         case WType::Q4: return "q4";
         case WType::Q2: return "q2";
+        case WType::BF16: return "bf16";
     }
     return "?";
 }
@@ -89,6 +90,17 @@ struct Weights {
             data.resize(n * 2);
             for (size_t i = 0; i < n; ++i) {
                 const uint16_t h = f32_to_f16(rng.normal(0.1f));
+                std::memcpy(&data[i * 2], &h, 2);
+            }
+            return;
+        }
+        if (t == WType::BF16) {  // the top 16 bits of a random f32 (truncation: any bf16 will do)
+            data.resize(n * 2);
+            for (size_t i = 0; i < n; ++i) {
+                const float f = rng.normal(0.1f);
+                uint32_t u;
+                std::memcpy(&u, &f, 4);
+                const uint16_t h = static_cast<uint16_t>(u >> 16);
                 std::memcpy(&data[i * 2], &h, 2);
             }
             return;
@@ -132,6 +144,14 @@ struct Weights {
             uint16_t h;
             std::memcpy(&h, &data[i * 2], 2);
             return f16_to_f32(h);
+        }
+        if (type == WType::BF16) {  // FORMAT.md §2: the upper half of a binary32, lower half zero
+            uint16_t h;
+            std::memcpy(&h, &data[i * 2], 2);
+            const uint32_t u = static_cast<uint32_t>(h) << 16;
+            float f;
+            std::memcpy(&f, &u, 4);
+            return f;
         }
         const int bits = wtype_bits(type);
         uint32_t q;

@@ -89,7 +89,7 @@ struct OpCase {
 
 void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
 
-const WType kTypes[] = {WType::F32, WType::F16, WType::Q8, WType::Q4, WType::Q2};
+const WType kTypes[] = {WType::F32, WType::F16, WType::BF16, WType::Q8, WType::Q4, WType::Q2};
 
 void add_pointwise_cases(std::vector<OpCase>& v) {
     for (WType t : kTypes) {
@@ -212,6 +212,8 @@ void add_matmul_cases(std::vector<OpCase>& v) {
         {WType::Q4, 64, {128, 320, 1408}},       {WType::Q2, 64, {128, 320, 1408}},
         {WType::Q8, 128, {128, 384, 1408}},      {WType::Q4, 128, {128, 384, 1408}},
         {WType::Q2, 128, {128, 384, 1408}},
+        // bf16: widths that leave a tail for the masked (AVX-512) and copied (AVX2) loads.
+        {WType::BF16, 0, {1, 17, 100, 160, 1411}},
     };
     for (const Shape& s : shapes)
         for (int cols : s.cols) {
@@ -244,7 +246,7 @@ void add_matmul_cases(std::vector<OpCase>& v) {
                          }});
         }
     // The fused forms give the unfused ops' bits: y += W x, q/k/v at once, silu(G x) * (U x).
-    for (WType t : {WType::F32, WType::F16, WType::Q8, WType::Q4}) {
+    for (WType t : {WType::F32, WType::F16, WType::BF16, WType::Q8, WType::Q4}) {
         v.push_back({std::string("matmul_fused_") + type_name(t), [t](Dev& dev, Rng& rng) {
                          const int rows = 45, cols = 128;
                          const Weights G(t, rows, cols, 32, rng), U(t, rows, cols, 32, rng), K(t, 16, cols, 32, rng);

@@ -60,9 +60,9 @@ TEST(Dispatch, LevelsAreNamedAndForceable) {
 TEST(Ops, DequantRowMatchesTheFormat) {
     TL_SEED_TRACE;
     Rng rng(1);
-    for (WType t : {WType::F32, WType::F16, WType::Q8, WType::Q4, WType::Q2}) {
+    for (WType t : {WType::F32, WType::F16, WType::BF16, WType::Q8, WType::Q4, WType::Q2}) {
         for (int gs : {32, 64, 128}) {
-            if ((t == WType::F32 || t == WType::F16) && gs != 32) continue;
+            if (wtype_is_float(t) && gs != 32) continue;
             const Weights w(t, 5, 384, gs, rng);
             std::vector<float> out(384);
             for (int r = 0; r < 5; ++r) {
@@ -192,7 +192,7 @@ TEST(Ops, MatmulIsBatchAndThreadInvariant) {
     for (bool int8 : {true, false}) {
     Int8Act act(int8);
     SCOPED_TRACE(int8 ? "int8 activations" : "float activations");
-    for (WType t : {WType::F32, WType::F16, WType::Q8, WType::Q4, WType::Q2}) {
+    for (WType t : {WType::F32, WType::F16, WType::BF16, WType::Q8, WType::Q4, WType::Q2}) {
         const int rows = 257, cols = 352, n = 17;
         const Weights w(t, rows, cols, 32, rng);
         const WeightView v = w.view();
@@ -220,6 +220,74 @@ TEST(Ops, MatmulIsBatchAndThreadInvariant) {
         }
     }
     }
+}
+
+// bf16 <-> f32 (kernels.h): every bf16 widens and narrows back to itself; narrowing rounds to
+// nearest, ties to even, overflows to infinity and keeps a NaN a NaN.
+TEST(Ops, Bf16ConversionRoundsToNearestEven) {
+    auto bits_of = [](float f) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        return u;
+    };
+    auto from_bits = [](uint32_t u) {
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    };
+    for (uint32_t h = 0; h < 65536; ++h) {
+        const float f = bf16_to_f32(static_cast<uint16_t>(h));
+        ASSERT_EQ(bits_of(f), h << 16);
+        if (std::isnan(f)) ASSERT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(f)))) << h;
+        else ASSERT_EQ(f32_to_bf16(f), h) << h;
+    }
+    EXPECT_EQ(f32_to_bf16(from_bits(0x3f808000u)), 0x3f80u);  // a tie, even below: down
+    EXPECT_EQ(f32_to_bf16(from_bits(0x3f818000u)), 0x3f82u);  // a tie, odd below: up
+    EXPECT_EQ(f32_to_bf16(from_bits(0x3f808001u)), 0x3f81u);  // past the tie: up
+    EXPECT_EQ(f32_to_bf16(from_bits(0xbf807fffu)), 0xbf80u);  // below the tie: down (sign kept)
+    EXPECT_EQ(f32_to_bf16(from_bits(0x7f7fffffu)), 0x7f80u);  // FLT_MAX rounds to +inf
+    EXPECT_EQ(f32_to_bf16(from_bits(0xff800000u)), 0xff80u);  // -inf stays
+    EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(from_bits(0x7f800001u)))));  // a NaN whose payload is all low bits
+}
+
+// bf16 weights are widened exactly and then take the f32 kernels' sequence (matmul.cpp): at every
+// level, thread count and token count, y has the bits of the f32 matrix holding the widened
+// values. Both the bf16 bit pattern and its f32 twin come from the same random draw, so a kernel
+// that rounded the weights or the activations anywhere (vdpbf16ps rounds x to bf16) would differ.
+TEST(Ops, Bf16MatmulHasTheBitsOfTheWidenedF32Matrix) {
+    TL_SEED_TRACE;
+    Levels lv;
+    Rng rng(7);
+    ThreadPool pool3(3);
+    int checked = 0;
+    for (int cols : {1, 15, 16, 17, 100, 352, 1411}) {
+        for (int rows : {1, 6, 67, 300}) {
+            const Weights b(WType::BF16, rows, cols, 32, rng);
+            std::vector<float> widened(static_cast<size_t>(rows) * cols);
+            for (int r = 0; r < rows; ++r)
+                for (int c = 0; c < cols; ++c) widened[static_cast<size_t>(r) * cols + c] = b.at(r, c);
+            WeightView f;
+            f.type = WType::F32;
+            f.rows = rows;
+            f.cols = cols;
+            f.data = reinterpret_cast<const uint8_t*>(widened.data());
+            for (int n_tok : {1, 5, 13}) {
+                const auto x = rng.normals(static_cast<size_t>(n_tok) * cols);
+                for (const auto& level : lv.list) {
+                    SCOPED_TRACE(level + " cols " + std::to_string(cols) + " rows " + std::to_string(rows) + " tokens " +
+                                 std::to_string(n_tok));
+                    ASSERT_TRUE(force_simd_level(level.c_str()));
+                    for (ThreadPool* p : {&pool3, static_cast<ThreadPool*>(nullptr)}) {
+                        const auto yb = run_matmul(b.view(), x.data(), n_tok, p);
+                        const auto yf = run_matmul(f, x.data(), n_tok, p);
+                        ASSERT_TRUE(bits_equal(yb.data(), yf.data(), yb.size()));
+                        checked += static_cast<int>(yb.size());
+                    }
+                }
+            }
+        }
+    }
+    std::printf("[ info ] %d bf16 matmul outputs equal the f32 ones of the widened weights bit for bit\n", checked);
 }
 
 // Attention over many queries at once (a prompt: causal ranges, GQA, queries that share their

@@ -34,6 +34,8 @@ def read_tinyloop(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
             v = np.frombuffer(raw, np.float32, n, at)
         elif t["dtype"] == "f16":
             v = np.frombuffer(raw, np.float16, n, at).astype(np.float32)
+        elif t["dtype"] == "bf16":  # the upper half of a binary32
+            v = (np.frombuffer(raw, np.uint16, n, at).astype(np.uint32) << 16).view(np.float32)
         else:
             bits = {"q8": 8, "q4": 4, "q2": 2}[t["dtype"]]
             rows, cols = shape
@@ -102,7 +104,7 @@ def source(cli, tmp_path_factory) -> Path:
     return make_model(cli, tmp_path_factory.mktemp("gguf") / "src.tinyloop")
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "q8_0", "q4_0"])
 def test_every_tensor_matches_the_source(cli, source, tmp_path, dtype):
     out = tmp_path / f"m-{dtype}.gguf"
     r = export(cli, source, out, "--loops", "3", "--dtype", dtype, "--json")
@@ -142,6 +144,12 @@ def test_every_tensor_matches_the_source(cli, source, tmp_path, dtype):
         elif dtype == "f16":
             np.testing.assert_array_equal(np.asarray(t.data).reshape(want.shape), want.astype(np.float16),
                                           err_msg=name)
+        elif dtype == "bf16":
+            # ggml's own rounding (gguf's numpy port of ggml_compute_fp32_to_bf16), byte for byte.
+            np.testing.assert_array_equal(np.asarray(t.data).reshape(-1),
+                                          quants.quantize(want, kind).reshape(-1), err_msg=name)
+            back = quants.dequantize(np.asarray(t.data), kind).reshape(want.shape)
+            assert np.abs(back - want).max() <= np.abs(want).max() * 2.0**-8, name
         else:
             # The blocks exactly as ggml's reference quantizer (gguf's numpy port) makes them.
             np.testing.assert_array_equal(np.asarray(t.data).reshape(-1),
@@ -149,6 +157,28 @@ def test_every_tensor_matches_the_source(cli, source, tmp_path, dtype):
             back = quants.dequantize(np.asarray(t.data), kind).reshape(want.shape)
             tol = np.abs(want).max() / (127 if dtype == "q8_0" else 7)
             assert np.abs(back - want).max() <= tol, name
+
+
+def test_bf16_model_exports_its_values_exactly(cli, tmp_path):
+    """A bf16 model (what an imported checkpoint is) goes to GGUF BF16 by default, every matrix
+    value unchanged: the rounding happened once, when the model was made."""
+    model = make_model(cli, tmp_path / "bf16.tinyloop", ["--dtype", "bf16"])
+    out = tmp_path / "bf16.gguf"
+    r = export(cli, model, out, "--loops", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["dtype"] == "bf16"
+    header, src = read_tinyloop(model)
+    assert header["tensors"]["loop.0.wq"]["dtype"] == "bf16"
+    reader = gguf.GGUFReader(out)
+    assert field(reader, "general.file_type") == 32  # LLAMA_FTYPE_MOSTLY_BF16
+    exp = expected_tensors(header, src, loops=2)
+    for t in reader.tensors:
+        want = exp[t.name]
+        if want.ndim == 1:
+            continue
+        assert t.tensor_type == gguf.GGMLQuantizationType.BF16, t.name
+        back = quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType.BF16).reshape(want.shape)
+        np.testing.assert_array_equal(back, want, err_msg=t.name)
 
 
 def test_tokenizer_spells_every_id(cli, source, tmp_path):
@@ -211,7 +241,7 @@ def test_refusals(cli, source, tmp_path):
     assert not out.exists()
     for flags, message in [(["--loops", "7"], "--loops: 7 is outside [1, 6]"), ([], "missing --loops"),
                            (["--loops", "0"], "--loops"),
-                           (["--loops", "2", "--dtype", "q4"], "--dtype: expected one of f32, f16, q8_0, q4_0")]:
+                           (["--loops", "2", "--dtype", "q4"], "--dtype: expected one of f32, f16, bf16, q8_0, q4_0")]:
         r = export(cli, source, out, *flags)
         assert r.returncode == 2 and message in r.stderr, (flags, r.stderr)
         assert r.stderr.startswith("tinyloop export-gguf: ")

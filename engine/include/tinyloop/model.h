@@ -44,9 +44,9 @@ private:
 // Model description
 // ---------------------------------------------------------------------------------------------
 
-enum class DType { F32, F16, Q8, Q4, Q2 };
+enum class DType { F32, F16, Q8, Q4, Q2, BF16 };
 
-const char* dtype_name(DType t);              // "f32", "f16", "q8", "q4", "q2"
+const char* dtype_name(DType t);              // "f32", "f16", "q8", "q4", "q2", "bf16"
 DType parse_dtype(const std::string& name);    // throws InvalidArgument naming the allowed set
 
 // What enters each loop pass after the first (FORMAT.md §1a).
@@ -227,7 +227,7 @@ ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype = DTyp
                             int group_size = 32);
 
 // Re-writes a model with every matrix stored as `dtype` (q8/q4/q2: asymmetric groups of
-// group_size, range searched to minimise squared error; f16/f32 also allowed). Norms stay f32.
+// group_size, range searched to minimise squared error; f16/bf16/f32 also allowed). Norms stay f32.
 // Metadata is kept, with "quantization" added. Reports each tensor's relative error
 // ||W' - W|| / ||W|| (against the input's values) and the file sizes.
 struct QuantizeTensorReport {

@@ -219,7 +219,7 @@ void register_writer(py::module_& m) {
         py::arg("max_loops") = 6, py::arg("max_seq_len") = 256, py::arg("seed") = 1, py::arg("dtype") = "f32",
         py::arg("group_size") = 32, py::arg("loop_input") = "none",
         "Writes a .tinyloop model with random weights (tests, demos): a byte tokenizer plus one\n"
-        "<|endoftext|> token at the top id. n_kv_heads 0 = n_heads. dtype: f32|f16|q8|q4|q2.\n"
+        "<|endoftext|> token at the top id. n_kv_heads 0 = n_heads. dtype: f32|f16|bf16|q8|q4|q2.\n"
         "loop_input: none|add (add: input injection, a version-2 file, FORMAT.md 1a).");
 
     m.def(
@@ -249,7 +249,7 @@ void register_writer(py::module_& m) {
             return d;
         },
         py::arg("in_path"), py::arg("out_path"), py::arg("dtype"), py::arg("group_size") = 32,
-        "Re-writes a model with every matrix stored as dtype (q8|q4|q2|f16|f32; groups of 32, 64 or\n"
+        "Re-writes a model with every matrix stored as dtype (q8|q4|q2|f16|bf16|f32; groups of 32, 64 or\n"
         "128). Returns {tensors: [{name, from, to, rel_error, bytes_in, bytes_out}], file_bytes_in,\n"
         "file_bytes_out}.");
 }

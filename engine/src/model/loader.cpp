@@ -75,23 +75,10 @@ uint64_t read_u64(const uint8_t* p) {
     return uint64_t{read_u32(p)} | uint64_t{read_u32(p + 4)} << 32;
 }
 
-kern::WType to_wtype(DType t) {
-    switch (t) {
-        case DType::F32:
-            return kern::WType::F32;
-        case DType::F16:
-            return kern::WType::F16;
-        case DType::Q8:
-            return kern::WType::Q8;
-        case DType::Q4:
-            return kern::WType::Q4;
-        case DType::Q2:
-            return kern::WType::Q2;
-    }
-    return kern::WType::F32;
-}
-
 bool f16_finite(uint16_t h) { return (h & 0x7c00u) != 0x7c00u; }
+bool bf16_finite(uint16_t h) { return (h & 0x7f80u) != 0x7f80u; }
+
+constexpr const char* kDtypesAllowed = "f32, f16, bf16, q8, q4, q2";
 
 // nlohmann quotes the offending bytes in its messages; escape them so that a message about
 // invalid UTF-8 is itself printable text.
@@ -486,14 +473,19 @@ void Reader::parse_tensors(const json& t, Model& m) {
 
         const auto dt = j.find("dtype");
         if (dt == j.end() || !dt->is_string())
-            bad(field + ".dtype: missing or not a string, allowed f32, f16, q8, q4, q2");
+            bad(field + ".dtype: missing or not a string, allowed " + kDtypesAllowed);
         DType dtype;
         try {
             dtype = parse_dtype(dt->get<std::string>());
         } catch (const Error&) {
-            bad(field + ".dtype: '" + dt->get<std::string>() +
-                "' unknown, allowed f32, f16, q8, q4, q2");
+            bad(field + ".dtype: '" + brief_text(dt->get<std::string>()) + "' unknown, allowed " +
+                kDtypesAllowed);
         }
+        // FORMAT.md §2: bf16 came with version 3; an older file naming it is not one this
+        // format ever produced.
+        if (dtype == DType::BF16 && version_ < 3)
+            bad(field + ".dtype: bf16 in a version-" + std::to_string(version_) +
+                " file, allowed only in version 3");
         if (e.is_norm && dtype != DType::F32)
             bad(field + ".dtype: " + dtype_name(dtype) + ", allowed f32 (norm gains are f32)");
 
@@ -527,7 +519,7 @@ void Reader::parse_tensors(const json& t, Model& m) {
         code_bytes /= 8;  // cols is a multiple of group_size (>= 32) for q*: exact
 
         kern::WeightView v;
-        v.type = to_wtype(dtype);
+        v.type = dtype_wtype(dtype);
         v.rows = static_cast<int>(rows);
         v.cols = static_cast<int>(cols);
         TensorInfo info;
@@ -571,7 +563,7 @@ void Reader::parse_tensors(const json& t, Model& m) {
         } else {
             v.data = m.file.data() + place(j, field, "offset", code_bytes);
             // Norms must be finite (FORMAT.md §4); a non-finite weight poisons every logit, so
-            // f32/f16 weights get the same cheap scan.
+            // f32/f16/bf16 weights get the same cheap scan.
             const size_t n = static_cast<size_t>(elems);
             if (dtype == DType::F32) {
                 const float* f = reinterpret_cast<const float*>(v.data);
@@ -581,8 +573,9 @@ void Reader::parse_tensors(const json& t, Model& m) {
                             (std::isnan(f[i]) ? "NaN" : "Inf") + ", allowed finite values");
             } else {
                 const uint16_t* h = reinterpret_cast<const uint16_t*>(v.data);
+                const bool bf = dtype == DType::BF16;
                 for (size_t i = 0; i < n; ++i)
-                    if (!f16_finite(h[i]))
+                    if (!(bf ? bf16_finite(h[i]) : f16_finite(h[i])))
                         bad(field + ": element " + std::to_string(i) +
                             " is NaN or Inf, allowed finite values");
             }
@@ -633,6 +626,14 @@ std::unique_ptr<Model> Reader::read() {
         }
     }
     parse_tensors(h.at("tensors"), *m);
+    // FORMAT.md §2: the version is exactly what the file's features require, so an older reader
+    // never meets a feature it does not know, and a file claims no feature it does not use.
+    std::vector<DType> dtypes;
+    for (const TensorInfo& t : m->tensor_infos) dtypes.push_back(t.dtype);
+    const uint32_t required = required_version(m->hp, dtypes);
+    if (version_ != required)
+        bad("version: " + std::to_string(version_) + ", allowed " + std::to_string(required) +
+            " for this file (the highest its features require: loop_input \"add\" 2, a bf16 tensor 3)");
     pack_panels(*m);
 
     auto view = [&](const std::string& name) -> const kern::WeightView& {
@@ -760,6 +761,15 @@ std::string hparams_problem(const HParams& hp) {
         return "hparams.state_init: truncnormal with loop_input " + std::string(loop_input_name(hp.loop_input)) +
                ", allowed only with loop_input adapter (the state before pass 1 is otherwise the prelude output)";
     return {};
+}
+
+uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes) {
+    uint32_t v = 1;
+    if (hp.loop_input == LoopInput::Add) v = std::max<uint32_t>(v, 2);  // FORMAT.md §1a
+    for (DType t : tensor_dtypes)
+        if (t == DType::BF16) v = std::max<uint32_t>(v, 3);  // FORMAT.md §2, dtype bf16
+    if (hparams_need_v3(hp)) v = std::max<uint32_t>(v, 3);  // FORMAT.md §1b
+    return v;
 }
 
 std::unique_ptr<Model> read_model_file(const std::string& path) { return Reader(path).read(); }

@@ -31,8 +31,10 @@ std::vector<ExpectedTensor> expected_tensors(const HParams& hp);
 // rope_theta finite > 0, norm_eps in (0, 1], loop_input none or add.
 std::string hparams_problem(const HParams& hp);
 
-// The version field a writer stores for hp (FORMAT.md §2): 3 when hparams_need_v3, 2 with
-// loop_input "add", else 1.
-uint32_t file_version(const HParams& hp);
+// The version a file with these hyperparameters and tensor dtypes is written as (FORMAT.md §2,
+// "version"): the highest any of its features requires, 1 when none. One line per reason:
+// loop_input "add" needs 2, a bf16 tensor needs 3 (the version-3 hparams keys join here). The
+// writer stores exactly this, so files without the newer features stay byte-identical.
+uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes);
 
 }  // namespace tinyloop

@@ -11,17 +11,6 @@ namespace tinyloop {
 
 namespace {
 
-kern::WType wtype(DType t) {
-    switch (t) {
-        case DType::F32: return kern::WType::F32;
-        case DType::F16: return kern::WType::F16;
-        case DType::Q8: return kern::WType::Q8;
-        case DType::Q4: return kern::WType::Q4;
-        case DType::Q2: return kern::WType::Q2;
-    }
-    return kern::WType::F32;
-}
-
 // The values `w` ([rows, cols]) become once stored as `dtype`.
 std::vector<float> round_trip(const std::vector<float>& w, int rows, int cols, DType dtype, int group) {
     std::vector<float> out(w.size());
@@ -30,9 +19,13 @@ std::vector<float> round_trip(const std::vector<float>& w, int rows, int cols, D
         for (size_t i = 0; i < w.size(); ++i) out[i] = kern::f16_to_f32(kern::f32_to_f16(w[i]));
         return out;
     }
+    if (dtype == DType::BF16) {
+        for (size_t i = 0; i < w.size(); ++i) out[i] = kern::bf16_to_f32(kern::f32_to_bf16(w[i]));
+        return out;
+    }
     const QuantizedMatrix q = quantize_matrix(w.data(), rows, cols, dtype, group);
     kern::WeightView v;
-    v.type = wtype(dtype);
+    v.type = dtype_wtype(dtype);
     v.rows = rows;
     v.cols = cols;
     v.group_size = group;
@@ -95,8 +88,7 @@ QuantizeReport quantize_model_file(const std::string& in_path, const std::string
             }
             r.rel_error = den > 0 ? std::sqrt(num / den) : 0.0;
             const uint64_t n = static_cast<uint64_t>(rows) * cols;
-            r.bytes_out = quantized ? n * (dtype == DType::Q8 ? 8 : dtype == DType::Q4 ? 4 : 2) / 8 + 2 * 2 * n / group_size
-                                    : n * (dtype == DType::F16 ? 2 : 4);
+            r.bytes_out = quantized ? n * dtype_bits(dtype) / 8 + 2 * 2 * n / group_size : n * dtype_bits(dtype) / 8;
         } else {
             r.bytes_out = t.bytes;
         }

@@ -15,6 +15,8 @@ const char* dtype_name(DType t) {
             return "q4";
         case DType::Q2:
             return "q2";
+        case DType::BF16:
+            return "bf16";
     }
     return "unknown";
 }
@@ -25,8 +27,9 @@ DType parse_dtype(const std::string& name) {
     if (name == "q8") return DType::Q8;
     if (name == "q4") return DType::Q4;
     if (name == "q2") return DType::Q2;
+    if (name == "bf16") return DType::BF16;
     throw Error(ErrorCode::InvalidArgument,
-                "dtype: '" + name + "' unknown, allowed f32, f16, q8, q4, q2");
+                "dtype: '" + name + "' unknown, allowed f32, f16, bf16, q8, q4, q2");
 }
 
 const char* loop_input_name(LoopInput v) {

@@ -141,6 +141,9 @@ std::vector<Placed> place_tensors(const std::vector<ExpectedTensor>& expected,
             if (!std::isfinite(t.values[i]))
                 invalid(field + ".values: element " + std::to_string(i) +
                         " is not finite, allowed finite values");
+            else if (t.dtype == DType::BF16 && !std::isfinite(kern::bf16_to_f32(kern::f32_to_bf16(t.values[i]))))
+                invalid(field + ".values: element " + std::to_string(i) + " (" + std::to_string(t.values[i]) +
+                        ") rounds to infinity in bf16, allowed |value| <= 3.3895e38 (the largest bf16)");
         p.code_bytes = n * static_cast<uint64_t>(dtype_bits(t.dtype)) / 8;
         p.offset = cursor;
         cursor = align_up(cursor + p.code_bytes);
@@ -261,6 +264,12 @@ void write_model_file(const std::string& path, const std::string& header, uint32
                     out.write(h16.data(), h16.size() * 2);
                     break;
                 }
+                case DType::BF16: {
+                    std::vector<uint16_t> b16(v.size());
+                    for (size_t i = 0; i < v.size(); ++i) b16[i] = kern::f32_to_bf16(v[i]);
+                    out.write(b16.data(), b16.size() * 2);
+                    break;
+                }
                 default: {
                     const QuantizedMatrix q =
                         quantize_matrix(v.data(), static_cast<int>(p.rows),
@@ -288,13 +297,6 @@ void write_model_file(const std::string& path, const std::string& header, uint32
 
 }  // namespace
 
-uint32_t file_version(const HParams& hp) {
-    // FORMAT.md §2: 3 when a §1b key is away from its default; else 2 with "add" (§1a); else 1,
-    // so version-1 and -2 files are written byte-identically to before.
-    if (hparams_need_v3(hp)) return 3;
-    return hp.loop_input == LoopInput::Add ? 2 : 1;
-}
-
 void save_model(const std::string& path, const ModelSpec& spec) {
     const HParams& hp = spec.hparams;
     if (const std::string p = hparams_problem(hp); !p.empty()) invalid(p);
@@ -304,7 +306,9 @@ void save_model(const std::string& path, const ModelSpec& spec) {
     const std::vector<ExpectedTensor> expected = expected_tensors(hp);
     const std::vector<Placed> placed = place_tensors(expected, index_tensors(spec, expected));
     const std::string header = header_text(spec, placed, std::move(metadata));
-    write_model_file(path, header, file_version(hp), placed);
+    std::vector<DType> dtypes;
+    for (const Placed& p : placed) dtypes.push_back(p.t->dtype);
+    write_model_file(path, header, required_version(hp, dtypes), placed);
 }
 
 ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype, int group_size) {
