@@ -17,7 +17,8 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 pkgs=(build-essential cmake ninja-build git nlohmann-json3-dev libgtest-dev
       qt6-base-dev libqcustomplot-dev pybind11-dev python3-dev python3-venv
-      python3-fastapi python3-uvicorn xvfb clang)
+      python3-fastapi python3-uvicorn xvfb clang
+      libpcre2-dev pkg-config python3-jinja2)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

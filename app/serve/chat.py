@@ -12,13 +12,16 @@ which is also the default for a model without one. Each message becomes its role
 `{content}` replaced by the message's text (a plain replacement: braces in the text stay as they
 are); `generation_prompt` follows the last message; `stop` (up to 4 strings) ends the reply where
 the model starts the next turn, on top of the request's own `stop`. A `chat_template` that is not
-such an object (a Jinja string, say) is not executed: the server says so at start and uses the
-default.
+such an object is not executed: the server says so at start and uses the default. A string
+`chat_template` is a Jinja template (a model imported from Hugging Face) and is rendered by
+chat_template.py as transformers' apply_chat_template renders it; its stop ids (metadata
+`generation.eos_token_id`) are passed on as the chat option `template_stop_ids`.
 """
 from __future__ import annotations
 
 from typing import Any
 
+import chat_template
 from request_parse import MAX_LOGPROBS, MAX_STOP, _bool, _int, bad
 
 DEFAULT_TEMPLATE = {"system": "{content}\n\n", "user": "User: {content}\n", "assistant": "Assistant: {content}\n",
@@ -44,8 +47,14 @@ def load_template(metadata: Any) -> tuple[dict, str]:
     if t is None:
         return dict(DEFAULT_TEMPLATE), "default (the model has no chat_template)"
     problem = None
-    if not isinstance(t, dict):
-        problem = "not an object of strings (Jinja templates are not run)"
+    if isinstance(t, str):
+        try:
+            jinja = chat_template.from_metadata(metadata, t)
+            return {"jinja": jinja, "stop": []}, "the model's metadata chat_template (Jinja)"
+        except chat_template.TemplateError as e:
+            problem = str(e)
+    elif not isinstance(t, dict):
+        problem = "neither an object of strings nor a Jinja template string"
     else:
         for k, v in t.items():
             if k not in DEFAULT_TEMPLATE:
@@ -91,6 +100,11 @@ def message_text(i: int, m: Any) -> tuple[str, str]:
 
 
 def render(template: dict, messages: list[tuple[str, str]]) -> str:
+    if "jinja" in template:
+        try:
+            return template["jinja"].render([{"role": r, "content": c} for r, c in messages])
+        except chat_template.TemplateError as e:
+            raise bad("messages", str(e)) from None
     text = "".join(template[role].replace("{content}", content) for role, content in messages)
     return text + template["generation_prompt"]
 
@@ -119,7 +133,9 @@ def chat_to_completion(body: Any, template: dict) -> tuple[dict, dict]:
         raise bad("top_logprobs", "top_logprobs: only with logprobs: true")
     if want_lp:
         out["logprobs"] = top or 0
-    return out, {"template_stop": list(template["stop"]), "max_tokens_given": "max_tokens" in out}
+    stop_ids = list(template["jinja"].stop_ids) if "jinja" in template else []
+    return out, {"template_stop": list(template["stop"]), "template_stop_ids": stop_ids,
+                 "max_tokens_given": "max_tokens" in out}
 
 
 # ------------------------------------------------------------------------------------------

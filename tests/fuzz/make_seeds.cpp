@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const fs::path out = argv[1], src = argv[2];
-    for (const char* t : {"loader", "tokenizer", "grammar", "preset", "safetensors"}) fs::create_directories(out / t);
+    for (const char* t : {"loader", "tokenizer", "grammar", "preset", "safetensors", "hf_tokenizer"}) fs::create_directories(out / t);
 
     // Models: every dtype, tied and untied, no prelude, GQA and not, input injection (version 2),
     // bf16 (version 3).
@@ -78,6 +78,18 @@ int main(int argc, char** argv) {
             ids += static_cast<char>(id & 0xff), ids += static_cast<char>(id >> 8);
         write(out / "tokenizer" / ("ids" + std::to_string(k++)), ids);
     }
+
+    // hf_tokenizer: texts (op 0, 1), the test tokenizer.json files and the hostile ones kept as
+    // regressions (op 2).
+    for (const auto& t : texts)
+        for (char op : {'\0', '\1'}) write(out / "hf_tokenizer" / ("text" + std::to_string(k++)), std::string(1, op) + t);
+    for (const char* name : {"ouro", "huginn"}) {
+        const fs::path p = src / "tests/data/hf_tokenizers" / name / "tokenizer.json";
+        if (fs::exists(p)) write(out / "hf_tokenizer" / (std::string("json-") + name), std::string(1, '\2') + slurp(p));
+    }
+    if (fs::exists(src / "tests/fuzz/regressions/hf_tokenizer"))
+        for (const auto& e : fs::directory_iterator(src / "tests/fuzz/regressions/hf_tokenizer"))
+            write(out / "hf_tokenizer" / e.path().filename(), slurp(e.path()));
 
     // Grammars: the bundled ones, each followed by a sample text, plus a few written here.
     std::vector<std::pair<std::string, std::string>> grammars;

@@ -129,8 +129,13 @@ def test_template_from_model_metadata(model_path, tmp_path):
                                                    max_tokens=10, temperature=0)).json()
         assert got["choices"][0]["message"]["content"] == want["choices"][0]["text"]
         assert got["usage"] == want["usage"]
-    # An unusable template (a Jinja string) is not run: the default, and /health says why.
+    # An unusable template (a Jinja string that does not compile) is not run: the default, and
+    # /health says why. (A Jinja string that compiles is rendered: test_tokenizer_chat_template.py.)
     bad = tmp_path / "jinja.tinyloop"
-    with_metadata(model_path, bad, {"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"})
+    with_metadata(model_path, bad, {"chat_template": "{% for m in messages %}{{ m.content }}"})
     with tl.load_model(str(bad), backend="cpu") as m, TestClient(server.create_app(m)) as c:
         assert "unusable" in c.get("/health").json()["chat_template"]
+    good = tmp_path / "jinja-ok.tinyloop"
+    with_metadata(model_path, good, {"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"})
+    with tl.load_model(str(good), backend="cpu") as m, TestClient(server.create_app(m)) as c:
+        assert "Jinja" in c.get("/health").json()["chat_template"]

@@ -110,14 +110,83 @@ struct HParams {
 // Whether a model needs file version 3 (any §1b key away from its default).
 bool hparams_need_v3(const HParams& hp);
 
-// The byte-level BPE tokenizer of FORMAT.md §3.
+// One step of an "hf_byte_bpe" pre-tokenizer (FORMAT.md §3b), in the order tokenizer.json lists
+// them. kind "split": `pattern` (a PCRE2 pattern, UTF + UCP) with `behavior` one of removed,
+// isolated, merged_with_previous, merged_with_next, contiguous, and `invert`; kind "digits":
+// `individual_digits`; kind "byte_level": `add_prefix_space`, `use_regex` (the GPT-2 pattern).
+struct HfPreStep {
+    std::string kind;
+    std::string pattern;
+    std::string behavior = "isolated";
+    bool invert = false;
+    bool individual_digits = false;
+    bool add_prefix_space = false;
+    bool use_regex = false;
+};
+
+// An added token of an "hf_byte_bpe" tokenizer, as tokenizer.json's "added_tokens" lists it.
+// lstrip, rstrip and single_word are refused when true (not supported).
+struct HfAddedToken {
+    int32_t id = 0;
+    std::string content;
+    bool special = false;
+    bool normalized = false;
+};
+
+// The tokenizer of FORMAT.md §3: type "byte_bpe" (ids 0-255 the bytes, merge k makes 256 + k,
+// specials after the merges) or "hf_byte_bpe" (§3b: a Hugging Face tokenizer.json byte-level
+// BPE: `vocab` holds the token strings by id exactly as tokenizer.json writes them (GPT-2
+// byte<->unicode form; "" for an id the model's vocab does not hold), `merges` are (left, right)
+// id pairs by rank whose result is the id of the concatenated strings, `hf_pre` the
+// pre-tokenizer, `added_tokens` the added tokens, and prefix/suffix the ids the post-processor
+// puts around a single sequence).
 struct TokenizerSpec {
     std::string type = "byte_bpe";
-    std::string pretokenizer = "tinyloop-ascii-v1";
-    std::vector<std::pair<int32_t, int32_t>> merges;          // merge k makes id 256 + k
-    std::vector<std::pair<std::string, int32_t>> special_tokens;
+    std::string pretokenizer = "tinyloop-ascii-v1";                // byte_bpe only
+    std::vector<std::pair<int32_t, int32_t>> merges;              // byte_bpe: merge k makes id 256 + k
+    std::vector<std::pair<std::string, int32_t>> special_tokens;  // byte_bpe only
     int32_t eos_id = -1;  // -1: none
     int32_t bos_id = -1;  // -1: none
+    // hf_byte_bpe only:
+    std::vector<std::string> vocab;
+    std::vector<HfPreStep> hf_pre;
+    std::vector<HfAddedToken> added_tokens;
+    std::vector<int32_t> prefix_ids;  // the post-processor's ids before a single sequence (BOS)
+    std::vector<int32_t> suffix_ids;  // ... and after it (EOS)
+    bool ignore_merges = false;       // BPE: a whole pre-token found in the vocab is one id
+};
+
+// Reads a Hugging Face tokenizer.json (byte-level BPE: Ouro/SmolLM2, Huginn) into an
+// "hf_byte_bpe" spec, and, when `tokenizer_config_path` is not empty, its tokenizer_config.json
+// for bos/eos (bos_token, eos_token) and the chat template (a Jinja string; written to
+// *chat_template when that is not null, "" when the file has none). Anything the runtime does not
+// support (a normalizer, a model option, an added-token flag, a pre-tokenizer kind) is refused by
+// name. Throws Error(InvalidArgument) naming the file and the field ("tokenizer.json:
+// model.merges[12]: ...") for unreadable, oversized (> 256 MiB), too deeply nested (> 64) or
+// inconsistent input; the result passes Tokenizer validation (patterns compile and do not
+// exceed the match limit on probe texts).
+TokenizerSpec tokenizer_spec_from_hf(const std::string& tokenizer_json_path,
+                                     const std::string& tokenizer_config_path = "",
+                                     std::string* chat_template = nullptr);
+
+// A tokenizer outside a model (importers, parity tests). Built once from a spec (validated as a
+// loader validates it; vocab_size 0 means "as many ids as the tokenizer has"); encode/decode as
+// tinyloop::tokenize/detokenize do for a model holding it. Thread-safe for concurrent const use.
+class StandaloneTokenizer {
+public:
+    explicit StandaloneTokenizer(const TokenizerSpec& spec, int vocab_size = 0);
+    ~StandaloneTokenizer();
+    StandaloneTokenizer(const StandaloneTokenizer&) = delete;
+    StandaloneTokenizer& operator=(const StandaloneTokenizer&) = delete;
+    // add_special: put the post-processor's prefix/suffix ids around the result (hf_byte_bpe).
+    std::vector<int32_t> encode(std::string_view text, bool parse_special = true,
+                                bool add_special = false) const;
+    std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+    int n_ids() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
 };
 
 struct TensorInfo {

@@ -100,6 +100,7 @@ void register_scoring(py::module_& m);
 void register_caches(py::module_& m);
 void register_batch(py::module_& m);
 void register_recommendation(py::module_& m);  // after register_model (adds to Model)
+void register_tokenizer(py::module_& m);
 
 // The consumer side of a stream's event queue (GenerationStream, BatchStream): waits up to 100 ms
 // with the GIL released. Returns true with *ev when an event was taken (on_pop then runs under the

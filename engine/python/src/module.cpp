@@ -282,6 +282,7 @@ PYBIND11_MODULE(tinyloop_py, m) {
     register_errors(m);
     register_model(m);
     register_writer(m);
+    register_tokenizer(m);
     register_config(m);
     register_generate(m);
     register_scoring(m);

@@ -5,6 +5,7 @@
 // <range>"; nothing here reads outside the buffer: every offset and size is checked with
 // overflow-checked arithmetic before it is used.
 #include "model/loader.h"
+#include "text/hf_tokenizer_json.h"
 #include "model/quant.h"
 #include "tinyloop/json.h"
 
@@ -381,6 +382,14 @@ void Reader::parse_hparams_v3(const json& h, HParams& hp) {
 }
 
 void Reader::parse_tokenizer(const json& t, TokenizerSpec& spec) {
+    // FORMAT.md §3b: a Hugging Face byte-level BPE, only in version-3 files.
+    if (const auto type = t.find("type"); type != t.end() && *type == "hf_byte_bpe") {
+        if (version_ < 3)
+            bad("tokenizer.type: \"hf_byte_bpe\" in a version-" + std::to_string(version_) +
+                " file, allowed only in version 3");
+        hf_tokenizer_from_json(t, spec, [&](const std::string& msg) { bad(msg); });
+        return;
+    }
     auto get_string = [&](const char* key) {
         const auto it = t.find(key);
         if (it == t.end() || !it->is_string())
@@ -630,10 +639,11 @@ std::unique_ptr<Model> Reader::read() {
     // never meets a feature it does not know, and a file claims no feature it does not use.
     std::vector<DType> dtypes;
     for (const TensorInfo& t : m->tensor_infos) dtypes.push_back(t.dtype);
-    const uint32_t required = required_version(m->hp, dtypes);
+    const uint32_t required = required_version(m->hp, dtypes, m->tokenizer_spec.type);
     if (version_ != required)
         bad("version: " + std::to_string(version_) + ", allowed " + std::to_string(required) +
-            " for this file (the highest its features require: loop_input \"add\" 2, a bf16 tensor 3)");
+            " for this file (the highest its features require: loop_input \"add\" 2; a bf16 tensor, a version-3 "
+            "hparams key or an hf_byte_bpe tokenizer 3)");
     pack_panels(*m);
 
     auto view = [&](const std::string& name) -> const kern::WeightView& {
@@ -763,8 +773,10 @@ std::string hparams_problem(const HParams& hp) {
     return {};
 }
 
-uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes) {
+uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes,
+                          const std::string& tokenizer_type) {
     uint32_t v = 1;
+    if (tokenizer_type == "hf_byte_bpe") v = std::max<uint32_t>(v, 3);  // FORMAT.md §3b
     if (hp.loop_input == LoopInput::Add) v = std::max<uint32_t>(v, 2);  // FORMAT.md §1a
     for (DType t : tensor_dtypes)
         if (t == DType::BF16) v = std::max<uint32_t>(v, 3);  // FORMAT.md §2, dtype bf16

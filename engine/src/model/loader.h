@@ -35,6 +35,8 @@ std::string hparams_problem(const HParams& hp);
 // "version"): the highest any of its features requires, 1 when none. One line per reason:
 // loop_input "add" needs 2, a bf16 tensor needs 3 (the version-3 hparams keys join here). The
 // writer stores exactly this, so files without the newer features stay byte-identical.
-uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes);
+// An hf_byte_bpe tokenizer (FORMAT.md §3b) needs 3 too.
+uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes,
+                          const std::string& tokenizer_type = "");
 
 }  // namespace tinyloop

@@ -13,6 +13,7 @@
 
 #include "model/loader.h"
 #include "model/quant.h"
+#include "text/hf_tokenizer_json.h"
 
 namespace tinyloop {
 
@@ -199,17 +200,21 @@ std::string header_text(const ModelSpec& spec, const std::vector<Placed>& placed
     }
     if (hp.exit_gate) jh["exit_gate"] = true;
     ojson& jt = h["tokenizer"];
-    jt["type"] = spec.tokenizer.type;
-    jt["pretokenizer"] = spec.tokenizer.pretokenizer;
-    jt["merges"] = ojson::array();
-    for (const auto& [a, b] : spec.tokenizer.merges) jt["merges"].push_back(ojson::array({a, b}));
-    jt["special_tokens"] = ojson::object();
-    auto specials = spec.tokenizer.special_tokens;
-    std::sort(specials.begin(), specials.end(),
-              [](const auto& x, const auto& y) { return x.second < y.second; });
-    for (const auto& [name, id] : specials) jt["special_tokens"][name] = id;
-    jt["eos_id"] = spec.tokenizer.eos_id < 0 ? ojson(nullptr) : ojson(spec.tokenizer.eos_id);
-    jt["bos_id"] = spec.tokenizer.bos_id < 0 ? ojson(nullptr) : ojson(spec.tokenizer.bos_id);
+    if (spec.tokenizer.type == "hf_byte_bpe") {
+        jt = hf_tokenizer_to_json(spec.tokenizer);  // FORMAT.md §3b
+    } else {
+        jt["type"] = spec.tokenizer.type;
+        jt["pretokenizer"] = spec.tokenizer.pretokenizer;
+        jt["merges"] = ojson::array();
+        for (const auto& [a, b] : spec.tokenizer.merges) jt["merges"].push_back(ojson::array({a, b}));
+        jt["special_tokens"] = ojson::object();
+        auto specials = spec.tokenizer.special_tokens;
+        std::sort(specials.begin(), specials.end(),
+                  [](const auto& x, const auto& y) { return x.second < y.second; });
+        for (const auto& [name, id] : specials) jt["special_tokens"][name] = id;
+        jt["eos_id"] = spec.tokenizer.eos_id < 0 ? ojson(nullptr) : ojson(spec.tokenizer.eos_id);
+        jt["bos_id"] = spec.tokenizer.bos_id < 0 ? ojson(nullptr) : ojson(spec.tokenizer.bos_id);
+    }
     ojson& jts = h["tensors"];
     jts = ojson::object();
     for (const Placed& p : placed) {
@@ -308,7 +313,7 @@ void save_model(const std::string& path, const ModelSpec& spec) {
     const std::string header = header_text(spec, placed, std::move(metadata));
     std::vector<DType> dtypes;
     for (const Placed& p : placed) dtypes.push_back(p.t->dtype);
-    write_model_file(path, header, required_version(hp, dtypes), placed);
+    write_model_file(path, header, required_version(hp, dtypes, spec.tokenizer.type), placed);
 }
 
 ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype, int group_size) {

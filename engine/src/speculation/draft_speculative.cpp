@@ -54,6 +54,21 @@ std::string vocabulary_mismatch(const Model& t, const Model& d) {
     for (size_t i = 0; i < a.merges.size(); ++i)
         if (a.merges[i] != b.merges[i]) return "tokenizer.merges[" + std::to_string(i) + "] differs from the target's";
     if (a.special_tokens != b.special_tokens) return "tokenizer special tokens differ from the target's";
+    // hf_byte_bpe (FORMAT.md §3b): the ids depend on the strings, pre-tokenizer and added tokens too.
+    auto same_steps = [](const HfPreStep& x, const HfPreStep& y) {
+        return x.kind == y.kind && x.pattern == y.pattern && x.behavior == y.behavior && x.invert == y.invert &&
+               x.individual_digits == y.individual_digits && x.add_prefix_space == y.add_prefix_space &&
+               x.use_regex == y.use_regex;
+    };
+    auto same_added = [](const HfAddedToken& x, const HfAddedToken& y) {
+        return x.id == y.id && x.content == y.content && x.special == y.special && x.normalized == y.normalized;
+    };
+    if (a.vocab != b.vocab || a.prefix_ids != b.prefix_ids || a.suffix_ids != b.suffix_ids ||
+        a.ignore_merges != b.ignore_merges ||
+        !std::equal(a.hf_pre.begin(), a.hf_pre.end(), b.hf_pre.begin(), b.hf_pre.end(), same_steps) ||
+        !std::equal(a.added_tokens.begin(), a.added_tokens.end(), b.added_tokens.begin(), b.added_tokens.end(),
+                    same_added))
+        return "tokenizer vocab, pre-tokenizer, added tokens or post-processor differ from the target's";
     if (a.eos_id != b.eos_id)
         return "eos_id " + std::to_string(b.eos_id) + " differs from the target's " + std::to_string(a.eos_id);
     if (a.bos_id != b.bos_id)

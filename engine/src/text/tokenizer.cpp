@@ -71,8 +71,15 @@ inline uint64_t pair_key(int32_t a, int32_t b) {
 }  // namespace
 
 void Tokenizer::init(const TokenizerSpec& spec, int vocab_size) {
+    if (spec.type == "hf_byte_bpe") {
+        auto hf = std::make_shared<HfBpe>();
+        hf->init(spec, vocab_size);
+        hf_ = std::move(hf);
+        eos_id_ = spec.eos_id;
+        return;
+    }
     if (spec.type != "byte_bpe")
-        refuse("tokenizer.type: '" + spec.type + "' unknown, allowed byte_bpe");
+        refuse("tokenizer.type: '" + spec.type + "' unknown, allowed byte_bpe, hf_byte_bpe");
     if (spec.pretokenizer != "tinyloop-ascii-v1")
         refuse("tokenizer.pretokenizer: '" + spec.pretokenizer +
                "' unknown, allowed tinyloop-ascii-v1");
@@ -157,6 +164,7 @@ void Tokenizer::init(const TokenizerSpec& spec, int vocab_size) {
             refuse(std::string("tokenizer.") + field + ": " + std::to_string(id) +
                    " out of range, allowed -1 (none) or 0 .. " + std::to_string(n_ids - 1));
 
+    hf_.reset();
     id_bytes_ = std::move(id_bytes);
     merge_rank_ = std::move(merge_rank);
     specials_ = std::move(specials);
@@ -170,9 +178,15 @@ std::vector<std::string_view> Tokenizer::pretokenize(std::string_view text) {
     return chunks;
 }
 
-bool Tokenizer::is_special(int32_t id) const { return id >= first_special_ && id < n_ids(); }
+bool Tokenizer::is_special(int32_t id) const {
+    if (hf_) return valid_id(id) && hf_->is_special(id);
+    return id >= first_special_ && id < n_ids();
+}
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special,
+                                       bool add_special) const {
+    if (hf_) return hf_->encode(text, parse_special, add_special);
+    (void)add_special;  // byte_bpe has no post-processor
     std::vector<int32_t> out;
     out.reserve(text.size() / 2 + 1);
     auto encode_text = [&](std::string_view t) {

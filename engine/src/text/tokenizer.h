@@ -1,12 +1,15 @@
-// Byte-level BPE tokenizer with the tinyloop-ascii-v1 pretokenizer (FORMAT.md §3).
+// The model's tokenizer (FORMAT.md §3): byte-level BPE with the tinyloop-ascii-v1 pretokenizer
+// ("byte_bpe"), or a Hugging Face tokenizer.json byte-level BPE ("hf_byte_bpe", §3b, HfBpe).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "text/hf_bpe.h"
 #include "tinyloop/tinyloop.h"
 
 namespace tinyloop {
@@ -23,17 +26,24 @@ public:
     static std::vector<std::string_view> pretokenize(std::string_view text);
 
     // Encode bytes. Special-token strings are matched only when parse_special (longest first).
-    std::vector<int32_t> encode(std::string_view text, bool parse_special = false) const;
+    // add_special: the post-processor's BOS/EOS ids around the result (hf_byte_bpe; byte_bpe
+    // has none).
+    std::vector<int32_t> encode(std::string_view text, bool parse_special = false,
+                                bool add_special = false) const;
 
-    // Number of ids the tokenizer can produce: 256 + merges + specials.
-    int n_ids() const { return static_cast<int>(id_bytes_.size()); }
+    // Number of ids the tokenizer can produce: 256 + merges + specials (byte_bpe), the vocab and
+    // added tokens (hf_byte_bpe).
+    int n_ids() const { return hf_ ? hf_->n_ids() : static_cast<int>(id_bytes_.size()); }
     bool valid_id(int32_t id) const { return id >= 0 && id < n_ids(); }
     // Bytes of one id (the special token's string for specials). Caller checks valid_id.
-    const std::string& bytes_of(int32_t id) const { return id_bytes_[static_cast<size_t>(id)]; }
+    const std::string& bytes_of(int32_t id) const {
+        return hf_ ? hf_->bytes_of(id) : id_bytes_[static_cast<size_t>(id)];
+    }
     bool is_special(int32_t id) const;
     int32_t eos_id() const { return eos_id_; }
 
 private:
+    std::shared_ptr<const HfBpe> hf_;  // set for hf_byte_bpe; then the members below are unused
     std::vector<std::string> id_bytes_;
     std::unordered_map<uint64_t, int32_t> merge_rank_;  // (a << 32 | b) -> merged id
     std::vector<std::pair<std::string, int32_t>> specials_;  // sorted longest first
