@@ -18,6 +18,7 @@
 #include "import/hf_tokenizer.h"
 #include "import/safetensors.h"
 #include "kernels/kernels.h"
+#include "model/loader.h"
 #include "model/quant.h"
 
 namespace tinyloop {
@@ -64,22 +65,6 @@ int out_bits(OutType t) {
         case OutType::Q4: return 4;
     }
     return 0;
-}
-
-// f32 -> bf16, round to nearest even (exact for values that came from bf16).
-uint16_t f32_to_bf16(float f) {
-    uint32_t b;
-    std::memcpy(&b, &f, 4);
-    if ((b & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((b >> 16) | 0x40);  // NaN stays NaN
-    b += 0x7fffu + ((b >> 16) & 1u);
-    return static_cast<uint16_t>(b >> 16);
-}
-
-// The shortest decimal that reads back as the same float (as the writer stores floats).
-double float_for_json(float v) {
-    char buf[64];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);
-    return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
 }
 
 json read_json_file(const fs::path& p, bool required) {
@@ -137,38 +122,6 @@ private:
     std::string label_;
     uint64_t pos_ = 0;
 };
-
-// The header's hparams object: the version-1 keys as the writer stores them, then the plan's
-// version-3 keys.
-ojson hparams_json(const ImportPlan& plan) {
-    const HParams& hp = plan.hp;
-    ojson jh;
-    jh["vocab_size"] = hp.vocab_size;
-    jh["d_model"] = hp.d_model;
-    jh["n_heads"] = hp.n_heads;
-    jh["n_kv_heads"] = hp.n_kv_heads;
-    jh["head_dim"] = hp.head_dim;
-    jh["d_ff"] = hp.d_ff;
-    jh["n_pre_blocks"] = hp.n_pre_blocks;
-    jh["n_loop_layers"] = hp.n_loop_layers;
-    jh["default_loops"] = hp.default_loops;
-    jh["max_loops"] = hp.max_loops;
-    jh["max_seq_len"] = hp.max_seq_len;
-    jh["rope_theta"] = float_for_json(hp.rope_theta);
-    jh["norm_eps"] = float_for_json(hp.norm_eps);
-    jh["tie_embeddings"] = hp.tie_embeddings;
-    for (const auto& [k, v] : plan.v3.items()) {
-        if (v.is_number_float()) jh[k] = float_for_json(v.get<float>());
-        else if (v.is_object()) {
-            ojson o;
-            for (const auto& [k2, v2] : v.items()) o[k2] = v2.is_number_float() ? ojson(float_for_json(v2.get<float>())) : v2;
-            jh[k] = o;
-        } else {
-            jh[k] = v;
-        }
-    }
-    return jh;
-}
 
 // metadata: source (format, architecture, config as read, what was acknowledged and why),
 // chat_template from tokenizer_config.json, generation from generation_config.json.
@@ -239,7 +192,7 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
 
     ojson h;
     h["format"] = "tinyloop";
-    h["hparams"] = hparams_json(plan);
+    h["hparams"] = hparams_json(plan.hp);
     h["tokenizer"] = tokenizer;
     ojson& jts = h["tensors"];
     jts = ojson::object();
@@ -268,7 +221,11 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
         Out out(tmp, out_path);
         uint8_t pre[24] = {};
         std::memcpy(pre, "TINYLOOP", 8);
-        const uint32_t version = 3;
+        std::vector<DType> dtypes;
+        for (const Placed& p : placed)
+            dtypes.push_back(p.type == OutType::F32 ? DType::F32 : p.type == OutType::F16 ? DType::F16
+                             : p.type == OutType::BF16 ? DType::BF16 : p.type == OutType::Q8 ? DType::Q8 : DType::Q4);
+        const uint32_t version = required_version(plan.hp, dtypes);  // 3: the §1b keys of both architectures
         const uint64_t hlen = header.size();
         for (int i = 0; i < 4; ++i) pre[8 + i] = static_cast<uint8_t>(version >> (8 * i));
         for (int i = 0; i < 8; ++i) pre[16 + i] = static_cast<uint8_t>(hlen >> (8 * i));
@@ -298,7 +255,7 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
                 case OutType::BF16:
                     half.resize(n);
                     for (uint64_t i = 0; i < n; ++i)
-                        half[i] = p.type == OutType::F16 ? kern::f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+                        half[i] = p.type == OutType::F16 ? kern::f32_to_f16(values[i]) : kern::f32_to_bf16(values[i]);
                     out.write(half.data(), n * 2);
                     break;
                 case OutType::Q8:

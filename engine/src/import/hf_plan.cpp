@@ -202,6 +202,10 @@ ImportPlan plan_ouro(Config& c, Sources& src, const ImportOptions& o) {
     hp.norm_eps = static_cast<float>(c.number("rms_norm_eps", 0.0, 1.0, &eps_default));
     hp.tie_embeddings = c.boolean("tie_word_embeddings", false);
     hp.loop_input = LoopInput::None;
+    hp.architecture = "ouro";
+    hp.block = BlockKind::SandwichBranch;
+    hp.pass_norm = true;
+    hp.exit_gate = true;
     if (const std::string p = hparams_problem(hp); !p.empty()) bad(c.path(), "(as mapped) " + p);
 
     c.require("hidden_act", "silu", "silu", "the MLP is SwiGLU with SiLU");
@@ -226,11 +230,6 @@ ImportPlan plan_ouro(Config& c, Sources& src, const ImportOptions& o) {
     c.acknowledge("attention_dropout", "dropout acts only in training", plan.notes);
     c.acknowledge("early_exit_threshold", "the exit gate's CDF threshold: an exit policy, kept in metadata.source", plan.notes);
     acknowledge_generic(c, plan.notes);
-
-    plan.v3["architecture"] = "ouro";
-    plan.v3["block"] = "sandwich_branch";
-    plan.v3["pass_norm"] = true;
-    plan.v3["exit_gate"] = true;
 
     const int64_t d = hp.d_model, H = int64_t{hp.n_heads} * hp.head_dim, Hkv = int64_t{hp.n_kv_heads} * hp.head_dim,
                   ff = hp.d_ff, V = hp.vocab_size;
@@ -319,9 +318,24 @@ ImportPlan plan_huginn(Config& c, Sources& src, const ImportOptions& o) {
     hp.tie_embeddings = c.boolean("tie_embeddings", true);
     if (c.has("tie_word_embeddings"))
         c.require("tie_word_embeddings", hp.tie_embeddings, hp.tie_embeddings, "must agree with tie_embeddings");
-    hp.loop_input = LoopInput::None;  // "adapter" is a version-3 key, written below
-    if (const std::string p = hparams_problem(hp); !p.empty()) bad(c.path(), "(as mapped) " + p);
     const bool qk_bias = c.boolean("qk_bias", true);
+    const float embed_scale = std::sqrt(static_cast<float>(hp.d_model));  // RavenConfig: sqrt(n_embd)
+    hp.loop_input = LoopInput::Adapter;
+    hp.architecture = "huginn";
+    hp.block = BlockKind::SandwichSum;
+    hp.qk_bias = qk_bias;
+    hp.embed_scale = embed_scale;
+    hp.n_coda_blocks = n_coda;
+    if (o.state_init == "model") {
+        // initialize_state: trunc_normal(std σ, ±3σ) · emb_scale, σ = sqrt(2 / (5 d)).
+        hp.state_init.kind = StateInit::Kind::TruncNormal;
+        hp.state_init.std = static_cast<float>(std::sqrt(2.0 / (5.0 * hp.d_model)));
+        hp.state_init.scale = embed_scale;
+        hp.state_init.seed = 0;
+    } else if (o.state_init != "zeros") {
+        throw Error(ErrorCode::InvalidArgument, "state_init: \"" + o.state_init + "\", allowed model or zeros");
+    }
+    if (const std::string p = hparams_problem(hp); !p.empty()) bad(c.path(), "(as mapped) " + p);
 
     c.require("bias", false, false, "linear layers without bias");
     c.require("block_class_name", "SandwichBlock", "SandwichBlock", "the block the published code builds");
@@ -340,25 +354,6 @@ ImportPlan plan_huginn(Config& c, Sources& src, const ImportOptions& o) {
                           "activation_checkpoint_impl", "hf_config"})
         c.acknowledge(k, "training only", plan.notes);
     acknowledge_generic(c, plan.notes);
-
-    const float embed_scale = std::sqrt(static_cast<float>(hp.d_model));  // RavenConfig: sqrt(n_embd)
-    plan.v3["architecture"] = "huginn";
-    plan.v3["block"] = "sandwich_sum";
-    if (qk_bias) plan.v3["qk_bias"] = true;
-    plan.v3["embed_scale"] = embed_scale;
-    if (n_coda > 0) plan.v3["n_coda_blocks"] = n_coda;
-    plan.v3["loop_input"] = "adapter";
-    if (o.state_init == "zeros") {
-        plan.v3["state_init"] = {{"kind", "zeros"}};
-    } else if (o.state_init == "model") {
-        // initialize_state: trunc_normal(std σ, ±3σ) · emb_scale, σ = sqrt(2 / (5 d)).
-        plan.v3["state_init"] = {{"kind", "truncnormal"},
-                                 {"std", static_cast<float>(std::sqrt(2.0 / (5.0 * hp.d_model)))},
-                                 {"scale", embed_scale},
-                                 {"seed", 0}};
-    } else {
-        throw Error(ErrorCode::InvalidArgument, "state_init: \"" + o.state_init + "\", allowed model or zeros");
-    }
 
     const int64_t d = hp.d_model, hd = hp.head_dim, H = int64_t{hp.n_heads} * hd, Hkv = int64_t{hp.n_kv_heads} * hd,
                   ff = hp.d_ff, V = hp.vocab_size;
@@ -389,7 +384,7 @@ ImportPlan plan_huginn(Config& c, Sources& src, const ImportOptions& o) {
             for (int k = 0; k < 2; ++k) {
                 PlanTensor t;
                 t.name = p + (k == 0 ? "bq" : "bk");
-                t.shape = {H};
+                t.shape = {k == 0 ? H : Hkv};
                 t.vector = true;
                 t.sources = {b};
                 t.fill = [b, k, nh, hd](float* out) {
@@ -474,6 +469,23 @@ ImportPlan plan_hf_import(const json& config, const std::string& config_path, co
         bad(config_path, "architectures: \"" + arch + "\", allowed OuroForCausalLM or RavenForCausalLM");
     c.finish(arch);
     src.finish(arch);
+    // The file's order is the loader's (expected_tensors); the plan must make exactly those
+    // tensors with exactly those shapes, or the mapping above is wrong (a bug, not bad input).
+    const std::vector<ExpectedTensor> expected = expected_tensors(plan.hp);
+    std::map<std::string, PlanTensor*> made;
+    for (PlanTensor& t : plan.tensors) made[t.name] = &t;
+    std::vector<PlanTensor> ordered;
+    for (const ExpectedTensor& e : expected) {
+        const auto it = made.find(e.name);
+        if (it == made.end() || it->second->shape != e.shape || it->second->vector != e.is_norm)
+            throw Error(ErrorCode::Internal, "import plan: tensor " + e.name + " " + shape_text(e.shape) +
+                                                 (it == made.end() ? " not made" : " made with another shape or kind"));
+        ordered.push_back(std::move(*it->second));
+    }
+    if (ordered.size() != plan.tensors.size())
+        throw Error(ErrorCode::Internal, "import plan: " + std::to_string(plan.tensors.size()) + " tensors made, the file holds " +
+                                             std::to_string(ordered.size()));
+    plan.tensors = std::move(ordered);
     return plan;
 }
 

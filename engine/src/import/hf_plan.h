@@ -26,9 +26,8 @@ struct PlanTensor {
 struct ImportPlan {
     std::string source_architecture;  // config.json architectures[0]
     std::string architecture;         // "ouro", "huginn"
-    HParams hp;                       // the version-1 fields
-    nlohmann::ordered_json v3;        // the version-3 hparams keys that differ from their defaults
-    std::vector<PlanTensor> tensors;  // in file order
+    HParams hp;                       // with the version-3 fields (FORMAT.md §1b)
+    std::vector<PlanTensor> tensors;  // in file order: expected_tensors(hp)
     nlohmann::ordered_json notes = nlohmann::ordered_json::object();  // fields read but without effect here, and why
 };
 

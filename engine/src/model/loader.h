@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -38,5 +39,9 @@ std::string hparams_problem(const HParams& hp);
 // An hf_byte_bpe tokenizer (FORMAT.md §3b) needs 3 too.
 uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes,
                           const std::string& tokenizer_type = "");
+
+// The header's "hparams" object as the writer stores it (version-1/2 keys always, each
+// version-3 key only when away from its default), for writers that stream (the importer).
+nlohmann::ordered_json hparams_json(const HParams& hp);
 
 }  // namespace tinyloop
