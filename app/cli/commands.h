@@ -33,6 +33,9 @@ int run_reuse(const Args& args);
 CommandSpec quantize_spec();
 int run_quantize(const Args& args);
 
+CommandSpec import_spec();
+int run_import(const Args& args);
+
 CommandSpec export_gguf_spec();
 int run_export_gguf(const Args& args);
 

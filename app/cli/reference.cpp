@@ -23,6 +23,8 @@ const std::vector<CommandEntry>& command_table() {
         {"bench", bench_spec, run_bench,
          "prefill/decode tok/s, GB/s, speedups of early exit and speculation"},
         {"quantize", quantize_spec, run_quantize, "re-write a model as f16, q8, q4 or q2"},
+        {"import", import_spec, run_import,
+         "write a Hugging Face folder of Ouro or Huginn-0125 as a .tinyloop file"},
         {"export-gguf", export_gguf_spec, run_export_gguf,
          "unroll a model to a llama GGUF for llama.cpp, Ollama, LM Studio"},
         {"serve", serve_spec, nullptr, "OpenAI-compatible HTTP server (Python, over the binding)"},

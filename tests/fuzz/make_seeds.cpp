@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const fs::path out = argv[1], src = argv[2];
-    for (const char* t : {"loader", "tokenizer", "grammar", "preset", "hf_tokenizer"}) fs::create_directories(out / t);
+    for (const char* t : {"loader", "tokenizer", "grammar", "preset", "safetensors", "hf_tokenizer"}) fs::create_directories(out / t);
 
     // Models: every dtype, tied and untied, no prelude, GQA and not, input injection (version 2),
     // bf16 (version 3).
@@ -141,6 +141,21 @@ int main(int argc, char** argv) {
     const uint64_t header_bytes = header.size();
     model.append(reinterpret_cast<const char*>(&header_bytes), 8);
     write(out / "loader" / "deep-header.tinyloop", model + header);
+    // Safetensors: valid files of each dtype, shards of an Ouro-like and a Huginn-like layout, and
+    // the hostile headers of tests/import (length past the end, 100 MB, deep, overlapping).
+    auto st = [](const std::string& header, const std::string& data) {
+        const uint64_t n = header.size();
+        return std::string(reinterpret_cast<const char*>(&n), 8) + header + data;
+    };
+    const std::string st_data(64, '\x3f');
+    write(out / "safetensors" / "f32", st(R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"__metadata__":{"format":"pt"}})", st_data.substr(0, 16)));
+    write(out / "safetensors" / "bf16-f16", st(R"({"model.layers.0.self_attn.q_proj.weight":{"dtype":"BF16","shape":[4,2],"data_offsets":[0,16]},"model.norm.weight":{"dtype":"F16","shape":[8],"data_offsets":[16,32]}})", st_data.substr(0, 32)));
+    write(out / "safetensors" / "huginn", st(R"({"transformer.prelude.0.attn.qk_bias":{"dtype":"F32","shape":[2,1,2,2],"data_offsets":[0,32]},"freqs_cis":{"dtype":"F32","shape":[1,2,1,1,2],"data_offsets":[32,48]},"empty":{"dtype":"F32","shape":[0],"data_offsets":[48,48]}})", st_data.substr(0, 48)));
+    write(out / "safetensors" / "past-end", std::string("\xe8\x03\0\0\0\0\0\0{}", 10));
+    write(out / "safetensors" / "huge-header", std::string("\x00\xe1\xf5\x05\0\0\0\0{}", 10));
+    write(out / "safetensors" / "overlap", st(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", st_data.substr(0, 12)));
+    write(out / "safetensors" / "deep", st(std::string(5000, '[') + std::string(5000, ']'), ""));
+    write(out / "safetensors" / "dtype-i64", st(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", st_data.substr(0, 8)));
     std::printf("fuzz seeds written to %s\n", out.string().c_str());
     return 0;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_targets.h"
+#include "fuzz/fuzz_safetensors_target.h"
 #include "fuzz/fuzz_hf_tokenizer_target.h"
 #if __has_include("grammar/grammar.h")
 #include "fuzz/fuzz_grammar_target.h"
@@ -54,6 +55,7 @@ void replay(const std::string& target, int (*body)(const uint8_t*, size_t)) {
 
 TEST(FuzzRegressions, Loader) { replay("loader", tlfuzz::fuzz_loader); }
 TEST(FuzzRegressions, Tokenizer) { replay("tokenizer", tlfuzz::fuzz_tokenizer); }
+TEST(FuzzRegressions, Safetensors) { replay("safetensors", tlfuzz::fuzz_safetensors); }
 TEST(FuzzRegressions, HfTokenizer) { replay("hf_tokenizer", tlfuzz::fuzz_hf_tokenizer); }
 #ifdef TL_HAVE_GRAMMAR
 TEST(FuzzRegressions, Grammar) { replay("grammar", tlfuzz::fuzz_grammar); }

@@ -309,3 +309,4 @@ std::vector<float> next_token_distribution(Model* model, const int32_t* tokens, 
 #include "tinyloop/run_spec.h"
 #include "tinyloop/scoring.h"
 #include "tinyloop/caches.h"
+#include "tinyloop/import.h"

@@ -639,10 +639,11 @@ std::unique_ptr<Model> Reader::read() {
     // never meets a feature it does not know, and a file claims no feature it does not use.
     std::vector<DType> dtypes;
     for (const TensorInfo& t : m->tensor_infos) dtypes.push_back(t.dtype);
-    const uint32_t required = required_version(m->hp, dtypes, m->tokenizer_spec);
+    const uint32_t required = required_version(m->hp, dtypes, m->tokenizer_spec.type);
     if (version_ != required)
         bad("version: " + std::to_string(version_) + ", allowed " + std::to_string(required) +
-            " for this file (the highest its features require: loop_input \"add\" 2; a §1b key, a bf16 tensor or an hf_byte_bpe tokenizer 3)");
+            " for this file (the highest its features require: loop_input \"add\" 2; a bf16 tensor, a version-3 "
+            "hparams key or an hf_byte_bpe tokenizer 3)");
     pack_panels(*m);
 
     auto view = [&](const std::string& name) -> const kern::WeightView& {
@@ -772,13 +773,14 @@ std::string hparams_problem(const HParams& hp) {
     return {};
 }
 
-uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes, const TokenizerSpec& tokenizer) {
+uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes,
+                          const std::string& tokenizer_type) {
     uint32_t v = 1;
+    if (tokenizer_type == "hf_byte_bpe") v = std::max<uint32_t>(v, 3);  // FORMAT.md §3b
     if (hp.loop_input == LoopInput::Add) v = std::max<uint32_t>(v, 2);  // FORMAT.md §1a
-    if (hparams_need_v3(hp)) v = std::max<uint32_t>(v, 3);               // FORMAT.md §1b
     for (DType t : tensor_dtypes)
         if (t == DType::BF16) v = std::max<uint32_t>(v, 3);  // FORMAT.md §2, dtype bf16
-    if (tokenizer.type == "hf_byte_bpe") v = std::max<uint32_t>(v, 3);  // FORMAT.md §3b
+    if (hparams_need_v3(hp)) v = std::max<uint32_t>(v, 3);  // FORMAT.md §1b
     return v;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ std::string hparams_problem(const HParams& hp);
 // "version"): the highest any of its features requires, 1 when none. One line per reason:
 // loop_input "add" needs 2, a §1b key away from its default, a bf16 tensor or an hf_byte_bpe tokenizer (§3b) needs 3. The
 // writer stores exactly this, so files without the newer features stay byte-identical.
-uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes, const TokenizerSpec& tokenizer);
+// An hf_byte_bpe tokenizer (FORMAT.md §3b) needs 3 too.
+uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes,
+                          const std::string& tokenizer_type = "");
+
+// The header's "hparams" object as the writer stores it (version-1/2 keys always, each
+// version-3 key only when away from its default), for writers that stream (the importer).
+nlohmann::ordered_json hparams_json(const HParams& hp);
 
 }  // namespace tinyloop

@@ -160,12 +160,12 @@ std::vector<Placed> place_tensors(const std::vector<ExpectedTensor>& expected,
     return placed;
 }
 
-// The header's JSON text, keys in FORMAT.md's order.
-std::string header_text(const ModelSpec& spec, const std::vector<Placed>& placed, ojson metadata) {
-    const HParams& hp = spec.hparams;
-    ojson h;
-    h["format"] = "tinyloop";
-    ojson& jh = h["hparams"];
+}  // namespace
+
+// The header's "hparams" object, keys in FORMAT.md's order (shared with the importer, which
+// writes its header itself to stream the tensors).
+nlohmann::ordered_json hparams_json(const HParams& hp) {
+    ojson jh;
     jh["vocab_size"] = hp.vocab_size;
     jh["d_model"] = hp.d_model;
     jh["n_heads"] = hp.n_heads;
@@ -199,6 +199,17 @@ std::string header_text(const ModelSpec& spec, const std::vector<Placed>& placed
         jh["state_init"] = std::move(si);
     }
     if (hp.exit_gate) jh["exit_gate"] = true;
+    return jh;
+}
+
+namespace {
+
+// The header's JSON text, keys in FORMAT.md's order.
+std::string header_text(const ModelSpec& spec, const std::vector<Placed>& placed, ojson metadata) {
+    const HParams& hp = spec.hparams;
+    ojson h;
+    h["format"] = "tinyloop";
+    h["hparams"] = hparams_json(hp);
     ojson& jt = h["tokenizer"];
     if (spec.tokenizer.type == "hf_byte_bpe") {
         jt = hf_tokenizer_to_json(spec.tokenizer);  // FORMAT.md §3b
@@ -313,7 +324,7 @@ void save_model(const std::string& path, const ModelSpec& spec) {
     const std::string header = header_text(spec, placed, std::move(metadata));
     std::vector<DType> dtypes;
     for (const Placed& p : placed) dtypes.push_back(p.t->dtype);
-    write_model_file(path, header, required_version(hp, dtypes, spec.tokenizer), placed);
+    write_model_file(path, header, required_version(hp, dtypes, spec.tokenizer.type), placed);
 }
 
 ModelSpec random_model_spec(const HParams& hp, uint64_t seed, DType dtype, int group_size) {

@@ -1,0 +1,299 @@
+// tinyloop::import_hf_checkpoint (tinyloop/import.h): plan, then stream. Every offset is computed
+// and the header written first; then each tensor is converted from its memory-mapped source,
+// encoded, written and its source pages released, so at most one tensor is held in f32.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "import/hf_plan.h"
+#include "import/hf_tokenizer.h"
+#include "import/safetensors.h"
+#include "kernels/kernels.h"
+#include "model/loader.h"
+#include "model/quant.h"
+
+namespace tinyloop {
+
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+constexpr uint64_t kAlign = 64;
+constexpr uint64_t kMaxSideFile = uint64_t{64} << 20;  // config.json, generation_config.json, tokenizer_config.json
+
+uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// The stored encodings an import writes (FORMAT.md §2; bf16 from file version 3).
+enum class OutType { F32, F16, BF16, Q8, Q4 };
+
+OutType parse_out_type(const std::string& s) {
+    if (s == "f32") return OutType::F32;
+    if (s == "f16") return OutType::F16;
+    if (s == "bf16") return OutType::BF16;
+    if (s == "q8") return OutType::Q8;
+    if (s == "q4") return OutType::Q4;
+    throw Error(ErrorCode::InvalidArgument, "dtype: \"" + s + "\", allowed bf16, f32, f16, q8, q4");
+}
+const char* out_type_name(OutType t) {
+    switch (t) {
+        case OutType::F32: return "f32";
+        case OutType::F16: return "f16";
+        case OutType::BF16: return "bf16";
+        case OutType::Q8: return "q8";
+        case OutType::Q4: return "q4";
+    }
+    return "?";
+}
+bool quantized(OutType t) { return t == OutType::Q8 || t == OutType::Q4; }
+int out_bits(OutType t) {
+    switch (t) {
+        case OutType::F32: return 32;
+        case OutType::F16:
+        case OutType::BF16: return 16;
+        case OutType::Q8: return 8;
+        case OutType::Q4: return 4;
+    }
+    return 0;
+}
+
+json read_json_file(const fs::path& p, bool required) {
+    if (!fs::exists(p)) {
+        if (required) throw Error(ErrorCode::Io, p.string() + ": missing (a Hugging Face folder holds it)");
+        return json();
+    }
+    MappedFile f(p.string());
+    if (f.size() > kMaxSideFile)
+        throw Error(ErrorCode::BadFile, p.string() + ": " + std::to_string(f.size()) + " bytes, allowed at most 64 MiB");
+    const size_t depth = json_nesting_depth(f.data(), f.size());
+    if (depth > 64)
+        throw Error(ErrorCode::BadFile, p.string() + ": JSON nested " + std::to_string(depth) +
+                                            " levels deep, allowed at most 64");
+    try {
+        return json::parse(f.data(), f.data() + f.size());
+    } catch (const json::exception& e) {
+        throw Error(ErrorCode::BadFile, p.string() + ": invalid JSON: " + e.what());
+    }
+}
+
+struct Placed {
+    const PlanTensor* t = nullptr;
+    OutType type = OutType::F32;
+    int64_t rows = 1, cols = 1;
+    uint64_t offset = 0, code_bytes = 0, scales_offset = 0, zeros_offset = 0, sz_bytes = 0;
+};
+
+class Out {
+public:
+    Out(const std::string& tmp, const std::string& label) : label_(label) {
+        f_ = std::fopen(tmp.c_str(), "wb");
+        if (!f_) throw Error(ErrorCode::Io, label + ": cannot write: " + std::strerror(errno));
+    }
+    ~Out() {
+        if (f_) std::fclose(f_);
+    }
+    void write(const void* p, size_t n) {
+        if (n && std::fwrite(p, 1, n, f_) != n) throw Error(ErrorCode::Io, label_ + ": cannot write: " + std::strerror(errno));
+        pos_ += n;
+    }
+    void pad_to(uint64_t target) {
+        static const char zeros[kAlign] = {};
+        while (pos_ < target) write(zeros, static_cast<size_t>(std::min<uint64_t>(kAlign, target - pos_)));
+    }
+    void close() {
+        const int rc = std::fclose(f_);
+        f_ = nullptr;
+        if (rc != 0) throw Error(ErrorCode::Io, label_ + ": cannot write: " + std::strerror(errno));
+    }
+    uint64_t pos() const { return pos_; }
+
+private:
+    std::FILE* f_ = nullptr;
+    std::string label_;
+    uint64_t pos_ = 0;
+};
+
+// metadata: source (format, architecture, config as read, what was acknowledged and why),
+// chat_template from tokenizer_config.json, generation from generation_config.json.
+ojson metadata_json(const ImportPlan& plan, const json& config, const fs::path& dir, const std::string& chat_template,
+                    OutType type, int group_size) {
+    ojson m;
+    m["source"] = {{"format", "hf"},
+                   {"architecture", plan.source_architecture},
+                   {"folder", dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string()},
+                   {"config", ojson::parse(config.dump())},
+                   {"fields_without_effect", plan.notes}};
+    if (!chat_template.empty()) m["chat_template"] = chat_template;
+    const json gen = read_json_file(dir / "generation_config.json", false);
+    if (!gen.is_null()) {
+        if (!gen.is_object())
+            throw Error(ErrorCode::BadFile, (dir / "generation_config.json").string() + ": expected a JSON object");
+        m["generation"] = ojson::parse(gen.dump());
+    }
+    m["import"] = {{"dtype", out_type_name(type)}, {"group_size", quantized(type) ? group_size : 0}};
+    return m;
+}
+
+}  // namespace
+
+ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& out_path, const ImportOptions& o) {
+    const OutType type = parse_out_type(o.dtype);
+    if (quantized(type) && o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
+        throw Error(ErrorCode::InvalidArgument, "group_size: " + std::to_string(o.group_size) + ", allowed 32, 64 or 128");
+    if (o.loops < 0 || o.loops > 1024)
+        throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(o.loops) + ", allowed 0 (the checkpoint's) or 1 .. 1024");
+    const fs::path dir(hf_dir);
+    if (!fs::is_directory(dir)) throw Error(ErrorCode::Io, hf_dir + ": not a folder");
+
+    // 1. Everything that can be refused, before the output exists.
+    const fs::path config_path = dir / "config.json";
+    const json config = read_json_file(config_path, true);
+    const SafetensorsSet st(hf_dir);
+    const ImportPlan plan = plan_hf_import(config, config_path.string(), st, o);
+    std::string chat_template;
+    const ojson tokenizer = hf_tokenizer_json(dir.string(), plan.hp.vocab_size, &chat_template);
+
+    std::vector<Placed> placed;
+    uint64_t cursor = 0, bytes_total = 0, largest = 0;
+    for (const PlanTensor& t : plan.tensors) {
+        Placed p;
+        p.t = &t;
+        p.type = t.vector ? OutType::F32 : type;
+        p.rows = t.shape.size() == 2 ? t.shape[0] : 1;
+        p.cols = t.shape.size() == 2 ? t.shape[1] : t.shape[0];
+        if (quantized(p.type) && p.cols % o.group_size != 0)
+            throw Error(ErrorCode::InvalidArgument, "group_size: " + std::to_string(o.group_size) + " does not divide the rows of " +
+                                                        t.name + " (" + std::to_string(p.cols) + " columns); allowed 32, 64 or 128 dividing every row");
+        const uint64_t n = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(p.cols);
+        p.code_bytes = n * out_bits(p.type) / 8;
+        p.offset = cursor;
+        cursor = align_up(cursor + p.code_bytes);
+        if (quantized(p.type)) {
+            p.sz_bytes = n / o.group_size * 2;
+            p.scales_offset = cursor;
+            cursor = align_up(cursor + p.sz_bytes);
+            p.zeros_offset = cursor;
+            cursor = align_up(cursor + p.sz_bytes);
+        }
+        for (const StTensor* s : t.sources) bytes_total += s->bytes;
+        largest = std::max<uint64_t>(largest, n * 4);
+        placed.push_back(p);
+    }
+
+    ojson h;
+    h["format"] = "tinyloop";
+    h["hparams"] = hparams_json(plan.hp);
+    h["tokenizer"] = tokenizer;
+    ojson& jts = h["tensors"];
+    jts = ojson::object();
+    for (const Placed& p : placed) {
+        ojson j;
+        j["dtype"] = out_type_name(p.type);
+        j["shape"] = p.t->shape;
+        if (quantized(p.type)) j["group_size"] = o.group_size;
+        j["offset"] = p.offset;
+        if (quantized(p.type)) {
+            j["scales_offset"] = p.scales_offset;
+            j["zeros_offset"] = p.zeros_offset;
+        }
+        jts[p.t->name] = std::move(j);
+    }
+    h["metadata"] = metadata_json(plan, config, dir, chat_template, type, o.group_size);
+    const std::string header = h.dump();
+
+    // 2. Stream: preamble, header, then tensor by tensor.
+    const std::string tmp = out_path + ".tmp";
+    ImportReport rep;
+    rep.source_architecture = plan.source_architecture;
+    rep.architecture = plan.architecture;
+    rep.largest_tensor_bytes = largest;
+    try {
+        Out out(tmp, out_path);
+        uint8_t pre[24] = {};
+        std::memcpy(pre, "TINYLOOP", 8);
+        std::vector<DType> dtypes;
+        for (const Placed& p : placed)
+            dtypes.push_back(p.type == OutType::F32 ? DType::F32 : p.type == OutType::F16 ? DType::F16
+                             : p.type == OutType::BF16 ? DType::BF16 : p.type == OutType::Q8 ? DType::Q8 : DType::Q4);
+        const uint32_t version = required_version(plan.hp, dtypes);  // 3: the §1b keys of both architectures
+        const uint64_t hlen = header.size();
+        for (int i = 0; i < 4; ++i) pre[8 + i] = static_cast<uint8_t>(version >> (8 * i));
+        for (int i = 0; i < 8; ++i) pre[16 + i] = static_cast<uint8_t>(hlen >> (8 * i));
+        out.write(pre, sizeof pre);
+        out.write(header.data(), header.size());
+        const uint64_t data_start = align_up(out.pos());
+        out.pad_to(data_start);
+        ImportProgress prog;
+        prog.count = static_cast<int>(placed.size());
+        prog.bytes_total = bytes_total;
+        if (o.progress) o.progress(prog);
+        std::vector<float> values;
+        std::vector<uint16_t> half;
+        for (const Placed& p : placed) {
+            const uint64_t n = static_cast<uint64_t>(p.rows) * p.cols;
+            values.assign(n, 0.0f);
+            p.t->fill(values.data());
+            for (uint64_t i = 0; i < n; ++i)
+                if (!std::isfinite(values[i]))
+                    throw Error(ErrorCode::BadFile, p.t->sources.front()->file + ": header." + p.t->sources.front()->name +
+                                                        ": element " + std::to_string(i) + " of " + p.t->name +
+                                                        " is not finite, allowed finite values");
+            out.pad_to(data_start + p.offset);
+            switch (p.type) {
+                case OutType::F32: out.write(values.data(), n * 4); break;
+                case OutType::F16:
+                case OutType::BF16:
+                    half.resize(n);
+                    for (uint64_t i = 0; i < n; ++i)
+                        half[i] = p.type == OutType::F16 ? kern::f32_to_f16(values[i]) : kern::f32_to_bf16(values[i]);
+                    out.write(half.data(), n * 2);
+                    break;
+                case OutType::Q8:
+                case OutType::Q4: {
+                    const QuantizedMatrix q = quantize_matrix(values.data(), static_cast<int>(p.rows), static_cast<int>(p.cols),
+                                                              p.type == OutType::Q8 ? DType::Q8 : DType::Q4, o.group_size);
+                    out.write(q.codes.data(), q.codes.size());
+                    out.pad_to(data_start + p.scales_offset);
+                    out.write(q.scales.data(), q.scales.size() * 2);
+                    out.pad_to(data_start + p.zeros_offset);
+                    out.write(q.zeros.data(), q.zeros.size() * 2);
+                    break;
+                }
+            }
+            for (const StTensor* s : p.t->sources) {
+                st.release(*s);
+                prog.bytes_done += s->bytes;
+            }
+            ++prog.index;
+            prog.name = p.t->name;
+            if (o.progress) o.progress(prog);
+        }
+        // Large buffers go back before the next phase.
+        std::vector<float>().swap(values);
+        std::vector<uint16_t>().swap(half);
+        out.pad_to(align_up(out.pos()));
+        out.close();
+        std::error_code ec;
+        fs::rename(tmp, out_path, ec);
+        if (ec) throw Error(ErrorCode::Io, out_path + ": cannot write: " + ec.message());
+    } catch (...) {
+        std::error_code ec;
+        fs::remove(tmp, ec);
+        throw;
+    }
+    rep.tensors = static_cast<int>(placed.size());
+    rep.file_bytes = fs::file_size(out_path);
+    return rep;
+}
+
+}  // namespace tinyloop

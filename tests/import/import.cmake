@@ -1,0 +1,39 @@
+# `tinyloop import` (Hugging Face checkpoints of Ouro and Huginn-0125): the safetensors reader and
+# the hostile-folder refusals (GoogleTests).
+file(GLOB TL_IMPORT_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/test_*.cpp)
+foreach(src IN LISTS TL_IMPORT_TEST_SOURCES)
+  get_filename_component(n ${src} NAME_WE)
+  tl_add_gtest(${n} ${src})
+endforeach()
+
+# The tensor-by-tensor check of imported small random folders against the checkpoint's bytes
+# (tests/import/test_import_tensors.py; numpy, safetensors, tokenizers from
+# tests/python/requirements.txt; a missing venv or package fails the test).
+set(TL_IMPORT_VENV ${CMAKE_BINARY_DIR}/pyenv)
+add_test(NAME import.tensors_exact
+  COMMAND ${CMAKE_COMMAND} -E env TINYLOOP_CLI=$<TARGET_FILE:tinyloop_cli>
+    ${TL_IMPORT_VENV}/bin/python -m pytest ${CMAKE_CURRENT_LIST_DIR}/test_import_tensors.py -q -p no:cacheprovider
+    --basetemp=${CMAKE_BINARY_DIR}/tests/import-tmp
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(import.tensors_exact PROPERTIES TIMEOUT 300)
+
+# The published modeling code as the peer (tests/import/test_looped_peer.py): Ouro's
+# modeling_ouro.py and Huginn's raven_modeling_minimal.py, kept outside the repository like
+# llama.cpp, in TINYLOOP_LOOPED_PEER_DIR (layout in tests/import/looped_peer.py). Without it
+# import.looped_peer is reported Skipped, with the reason.
+set(TINYLOOP_LOOPED_PEER_DIR "" CACHE PATH "the published code of Ouro and Huginn, and transformers 4.54.x (tests/import/looped_peer.py)")
+if(TINYLOOP_LOOPED_PEER_DIR AND EXISTS ${TINYLOOP_LOOPED_PEER_DIR}/ouro/modeling_ouro.py
+   AND EXISTS ${TINYLOOP_LOOPED_PEER_DIR}/huginn/raven_modeling_minimal.py)
+  add_test(NAME import.looped_peer
+    COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${CMAKE_BINARY_DIR}/python TINYLOOP_CLI=$<TARGET_FILE:tinyloop_cli>
+      TINYLOOP_LOOPED_PEER_DIR=${TINYLOOP_LOOPED_PEER_DIR}
+      ${CMAKE_BINARY_DIR}/pyenv/bin/python -m pytest ${CMAKE_CURRENT_LIST_DIR}/test_looped_peer.py -q -s
+      -p no:cacheprovider --basetemp=${CMAKE_BINARY_DIR}/tests/looped-peer-tmp
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(import.looped_peer PROPERTIES TIMEOUT 900)
+else()
+  add_test(NAME import.looped_peer
+    COMMAND ${CMAKE_COMMAND} -E echo
+      "SKIPPED: the published code of Ouro and Huginn is not here (TINYLOOP_LOOPED_PEER_DIR='${TINYLOOP_LOOPED_PEER_DIR}' has no ouro/modeling_ouro.py and huginn/raven_modeling_minimal.py; see tests/import/looped_peer.py)")
+  set_tests_properties(import.looped_peer PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED:")
+endif()

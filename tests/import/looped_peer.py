@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Runs the published modeling code of a looped model on a Hugging Face folder and writes what
+the TinyLoop peer test compares against: the last position's logits at several pass counts and
+greedy tokens. The published code stays outside the repository (PEER_DIR):
+
+  PEER_DIR/ouro/modeling_ouro.py           ByteDance's remote code (a copy: Eagle4398/ouro-nixpkgs)
+  PEER_DIR/ouro/configuration_ouro.py      the small configuration class it imports (not published)
+  PEER_DIR/huginn/raven_modeling_minimal.py, raven_config_minimal.py   (seal-rg/recurrent-pretraining)
+  PEER_DIR/site/                           transformers 4.54.x (pip install --no-deps --target)
+
+torch comes from the running interpreter (the venv's, tests/python/requirements-peer.txt).
+
+  looped_peer.py PEER_DIR HF_DIR OUT.json --ids 5,9,... --steps 1,2,3 [--greedy 64 --greedy-steps T]
+
+Ouro: per-step logits are lm_head(h_t), h_t the normed hidden state after pass t that the model's
+forward returns (hidden_states_list); greedy tokens from OuroForCausalLM.forward (exit threshold
+1.0: the last step). Huginn: forward(num_steps=n, init_scale=0.0), a zero initial state.
+Everything in float32, eager attention, no cache (each greedy step recomputes the whole prefix).
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("peer_dir")
+    ap.add_argument("hf_dir")
+    ap.add_argument("out")
+    ap.add_argument("--ids", required=True)
+    ap.add_argument("--steps", required=True)
+    ap.add_argument("--greedy", type=int, default=0)
+    ap.add_argument("--greedy-steps", type=int, default=0)
+    a = ap.parse_args()
+    peer, hf = Path(a.peer_dir), Path(a.hf_dir)
+    sys.path[:0] = [str(peer / "site"), str(peer)]
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    torch.manual_seed(0)
+    cfg = json.load(open(hf / "config.json"))
+    arch = cfg["architectures"][0]
+    fields = {k: v for k, v in cfg.items() if k not in ("architectures", "auto_map", "model_type")}
+    sd = {}
+    for shard in sorted(set(json.load(open(hf / "model.safetensors.index.json"))["weight_map"].values())):
+        sd.update({k: v.float() for k, v in load_file(str(hf / shard)).items()})
+    if arch == "OuroForCausalLM":
+        from ouro.configuration_ouro import OuroConfig
+        from ouro.modeling_ouro import OuroForCausalLM
+        config = OuroConfig(**fields)
+        config._attn_implementation = "eager"
+        model = OuroForCausalLM(config).float().eval()
+    elif arch == "RavenForCausalLM":
+        from huginn.raven_config_minimal import RavenConfig
+        from huginn.raven_modeling_minimal import RavenForCausalLM
+        model = RavenForCausalLM(RavenConfig(**fields)).float().eval()
+    else:
+        sys.exit(f"unknown architecture {arch}")
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [m for m in missing if m != "lm_head.weight" or not getattr(model.config, "tie_word_embeddings", False)]
+    if missing or unexpected:
+        sys.exit(f"state dict mismatch: missing {missing}, unexpected {unexpected}")
+
+    ids = [int(x) for x in a.ids.split(",")]
+    steps = [int(x) for x in a.steps.split(",")]
+    out = {"transformers": transformers.__version__, "torch": torch.__version__, "architecture": arch, "ids": ids,
+           "logits": {}, "greedy": []}
+
+    def last_logits(seq, n):
+        x = torch.tensor([seq])
+        if arch == "OuroForCausalLM":
+            model.model.total_ut_steps = n
+            _, hs, _ = model.model(input_ids=x, use_cache=False)
+            return [model.lm_head(h)[0, -1] for h in hs]
+        return [model(input_ids=x, num_steps=n, init_scale=0.0).logits[0, -1]]
+
+    with torch.no_grad():
+        if arch == "OuroForCausalLM":  # one forward at the most steps gives every step's state
+            per = last_logits(ids, max(steps))
+            for s in steps:
+                out["logits"][str(s)] = per[s - 1].tolist()
+        else:
+            for s in steps:
+                out["logits"][str(s)] = last_logits(ids, s)[0].tolist()
+        seq = list(ids)
+        for _ in range(a.greedy):
+            if arch == "OuroForCausalLM":
+                model.model.total_ut_steps = a.greedy_steps
+                logits = model(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1]
+            else:
+                logits = last_logits(seq, a.greedy_steps)[0]
+            seq.append(int(torch.argmax(logits)))
+        out["greedy"] = seq[len(ids):]
+    json.dump(out, open(a.out, "w"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The published modeling code as the peer of imported files: Ouro's modeling_ouro.py (per-step
+hidden states through its head) and Huginn's raven_modeling_minimal.py (num_steps 1, 4, 32 and
+1 .. T+2 from a zero state) on small random folders (tools/make_hf_checkpoint.py), against the
+engine on the imported f32 file: the last position's logits at every pass count within
+max|delta| / max|logit| <= 1e-5, and 64 greedy tokens identical.
+
+The published code lives outside the repository (tests/import/looped_peer.py says how to lay out
+TINYLOOP_LOOPED_PEER_DIR); without it the test is skipped (CTest reports import.looped_peer
+Skipped). Runs with the venv's torch (tests/python/requirements-peer.txt) and transformers 4.54.x
+in PEER_DIR/site (4.53 lacks GenericForQuestionAnswering; 4.55+ breaks Ouro's cache).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = Path(os.environ.get("TINYLOOP_CLI", ROOT / "build/bin/tinyloop"))
+PEER = os.environ.get("TINYLOOP_LOOPED_PEER_DIR", "")
+pytestmark = pytest.mark.skipif(not PEER, reason="TINYLOOP_LOOPED_PEER_DIR is not set (the published code is not here)")
+
+TEXT = "the quick 1234 brown fox, café 😀 jumps"
+
+
+def engine_outputs(model_path, ids, steps, greedy_steps, n_greedy):
+    import tinyloop_py as tl
+    m = tl.load_model(str(model_path), backend="cpu")
+    logits = {s: np.asarray(tl.score_last_token(m, ids, loops=s, top_k=1)["logits"], np.float64) for s in steps}
+    r = m.generate(ids, tl.GenerateConfig(max_tokens=n_greedy, temperature=0.0, loops=greedy_steps, ignore_eos=True))
+    return logits, r["output_ids"]
+
+
+@pytest.mark.parametrize("arch", ["ouro", "huginn"])
+def test_published_code_per_step_and_greedy(arch, tmp_path):
+    hf = tmp_path / "hf"
+    subprocess.run([sys.executable, str(ROOT / "tools/make_hf_checkpoint.py"), arch, str(hf)], check=True,
+                   capture_output=True, timeout=120)
+    out = tmp_path / "m.tinyloop"
+    args = [str(CLI), "import", str(hf), str(out), "--dtype", "f32"]
+    if arch == "huginn":
+        args += ["--state-init", "zeros"]
+    subprocess.run(args, check=True, capture_output=True, timeout=120)
+    cfg = json.load(open(hf / "config.json"))
+    T = cfg["total_ut_steps"] if arch == "ouro" else cfg["mean_recurrence"]
+    steps = sorted(set(range(1, T + 3)) | ({1, 4, 32} if arch == "huginn" else set()))
+    import tinyloop_py as tl
+    ids = tl.load_model(str(out), backend="cpu").tokenize(TEXT)
+    assert len(ids) >= 8
+    peer_json = tmp_path / "peer.json"
+    subprocess.run([sys.executable, str(ROOT / "tests/import/looped_peer.py"), PEER, str(hf), str(peer_json),
+                    "--ids", ",".join(map(str, ids)), "--steps", ",".join(map(str, steps)), "--greedy", "64",
+                    "--greedy-steps", str(T)], check=True, capture_output=True, timeout=600)
+    peer = json.load(open(peer_json))
+    assert peer["transformers"].startswith("4.54"), peer["transformers"]
+    ours, greedy = engine_outputs(out, ids, steps, T, 64)
+    rel = {s: float(np.max(np.abs(ours[s] - np.asarray(peer["logits"][str(s)]))) /
+                np.max(np.abs(np.asarray(peer["logits"][str(s)])))) for s in steps}
+    same = sum(a == b for a, b in zip(greedy, peer["greedy"]))
+    print(f"{arch}: max|delta|/max|logit| per pass count {({s: f'{r:.3g}' for s, r in rel.items()})}; "
+          f"greedy tokens identical {same}/64")
+    for s, r in rel.items():
+        assert r <= 1e-5, f"{arch} at {s} passes: max|delta|/max|logit| = {r:.3g}"
+    assert greedy == peer["greedy"]
