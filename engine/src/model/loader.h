@@ -36,7 +36,6 @@ std::string hparams_problem(const HParams& hp);
 // "version"): the highest any of its features requires, 1 when none. One line per reason:
 // loop_input "add" needs 2, a §1b key away from its default, a bf16 tensor or an hf_byte_bpe tokenizer (§3b) needs 3. The
 // writer stores exactly this, so files without the newer features stay byte-identical.
-// An hf_byte_bpe tokenizer (FORMAT.md §3b) needs 3 too.
 uint32_t required_version(const HParams& hp, const std::vector<DType>& tensor_dtypes,
                           const std::string& tokenizer_type = "");
 
