@@ -745,7 +745,9 @@ TEST(LoopedArchitectures, QuantizeKeepsTheArchitecture) {
                 mx = std::max(mx, std::fabs(static_cast<double>(lf[i])));
                 err = std::max(err, std::fabs(static_cast<double>(lf[i]) - lq[i]));
             }
-            if (dt == DType::Q8) EXPECT_LT(err / mx, 0.25) << s.name;
+            if (dt == DType::Q8) {
+                EXPECT_LT(err / mx, 0.25) << s.name;
+            }
             free_model(q);
         }
     }

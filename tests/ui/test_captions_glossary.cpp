@@ -194,9 +194,9 @@ private slots:
                      sum.contains("because its top guess"), qPrintable(sum));
         {  // the digit-sum answer: '=' then '3', then the end-of-text token, which settles at once
             std::vector<tinyloop::TokenEvent> answer(3);
-            answer[0].piece = "=", answer[0].depth = 3;
-            answer[1].piece = "3", answer[1].depth = 8;
-            answer[2].piece = "", answer[2].depth = 2;
+            const char* pieces[] = {"=", "3", ""};  // assigned through one helper: GCC 12's -Wrestrict
+            const int depths[] = {3, 8, 2};           // misfires on short literal assignments here
+            for (size_t i = 0; i < answer.size(); ++i) answer[i].piece.assign(pieces[i]), answer[i].depth = depths[i];
             const QString said = earlyExitSummary(answer, 12, c, true);
             QVERIFY2(said.contains("'=' at pass 3, '3' at pass 8 exited") && said.contains("the end-of-text token exited at pass 2") &&
                          !said.contains("most exited at pass 2"),
