@@ -88,25 +88,6 @@ const char* st_dtype_name(StDType t) {
 
 int st_dtype_bytes(StDType t) { return t == StDType::F32 ? 4 : 2; }
 
-size_t json_nesting_depth(const uint8_t* p, size_t n) {
-    size_t depth = 0, max_depth = 0;
-    bool in_string = false;
-    for (size_t i = 0; i < n; ++i) {
-        const uint8_t c = p[i];
-        if (in_string) {
-            if (c == '\\') ++i;
-            else if (c == '"') in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            max_depth = std::max(max_depth, ++depth);
-        } else if ((c == ']' || c == '}') && depth > 0) {
-            --depth;
-        }
-    }
-    return max_depth;
-}
-
 std::vector<StTensor> parse_safetensors(const uint8_t* p, size_t n, const std::string& label) {
     if (n < 8) bad(label, "file is " + std::to_string(n) + " bytes, shorter than the 8-byte header length");
     const uint64_t hlen = get_u64(p);

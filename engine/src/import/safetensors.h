@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "text/json_depth.h"
+
 namespace tinyloop {
 
 enum class StDType { BF16, F16, F32 };
@@ -82,9 +84,5 @@ private:
 
 // The values of `t` as f32 (exact for all three dtypes); out holds t.numel floats.
 void st_to_f32(const StTensor& t, float* out);
-
-// Deepest [ / { nesting of JSON text, strings skipped (a header is capped before parsing, since
-// destroying a deeply nested value recurses).
-size_t json_nesting_depth(const uint8_t* p, size_t n);
 
 }  // namespace tinyloop

@@ -5,6 +5,7 @@
 // <range>"; nothing here reads outside the buffer: every offset and size is checked with
 // overflow-checked arithmetic before it is used.
 #include "model/loader.h"
+#include "text/json_depth.h"
 #include "text/hf_tokenizer_json.h"
 #include "model/quant.h"
 #include "tinyloop/json.h"
@@ -107,29 +108,6 @@ std::string brief_text(std::string_view text) {
 }
 std::string brief(const json& v) { return brief_text(v.dump()); }
 
-// Deepest [ / { nesting of JSON text (strings skipped). The parser is iterative, but dumping or
-// destroying a deeply nested value recurses, so the header's depth is capped before parsing.
-size_t nesting_depth(const uint8_t* p, size_t n) {
-    size_t depth = 0, max_depth = 0;
-    bool in_string = false;
-    for (size_t i = 0; i < n; ++i) {
-        const uint8_t c = p[i];
-        if (in_string) {
-            if (c == '\\')
-                ++i;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            max_depth = std::max(max_depth, ++depth);
-        } else if ((c == ']' || c == '}') && depth > 0) {
-            --depth;
-        }
-    }
-    return max_depth;
-}
-
 // Parses and validates one file; `bad` carries the path into every message.
 class Reader {
 public:
@@ -221,7 +199,7 @@ json Reader::parse_header(const Model& m) {
     data_start_ = (kPreambleBytes + header_bytes + kAlign - 1) / kAlign * kAlign;
 
     constexpr size_t kMaxDepth = 64;
-    const size_t depth = nesting_depth(p + kPreambleBytes, static_cast<size_t>(header_bytes));
+    const size_t depth = json_nesting_depth(p + kPreambleBytes, static_cast<size_t>(header_bytes));
     if (depth > kMaxDepth)
         bad("header: JSON nested " + std::to_string(depth) + " levels deep, allowed at most " +
             std::to_string(kMaxDepth));

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/json_depth.h"
 #include "text/tokenizer.h"
 
 namespace tinyloop {
@@ -30,29 +31,6 @@ std::string brief(const json& v) {
     return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
-// Deepest [ / { nesting (strings skipped): checked before parsing, since destroying a deeply
-// nested value recurses.
-size_t nesting_depth(const std::string& text) {
-    size_t depth = 0, max_depth = 0;
-    bool in_string = false;
-    for (size_t i = 0; i < text.size(); ++i) {
-        const char c = text[i];
-        if (in_string) {
-            if (c == '\\')
-                ++i;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            max_depth = std::max(max_depth, ++depth);
-        } else if ((c == ']' || c == '}') && depth > 0) {
-            --depth;
-        }
-    }
-    return max_depth;
-}
-
 json read_json(const std::string& path) {
     const FileErrors e{path};
     std::error_code ec;
@@ -67,7 +45,7 @@ json read_json(const std::string& path) {
     in.read(text.data(), static_cast<std::streamsize>(size));
     if (in.gcount() != static_cast<std::streamsize>(size))
         throw Error(ErrorCode::Io, path + ": short read");
-    const size_t depth = nesting_depth(text);
+    const size_t depth = json_nesting_depth(reinterpret_cast<const uint8_t*>(text.data()), text.size());
     if (depth > kMaxDepth)
         e.fail("(file)", "JSON nested " + std::to_string(depth) + " deep, allowed at most " +
                              std::to_string(kMaxDepth));
