@@ -15,7 +15,9 @@ burst of the same shape), and must stay flat. Prints the figures; exits 1 on any
 With --hostile the measured burst runs alongside the attacks of the hardening issue: slowloris
 connections (partial headers, and a body that never completes), a grammar nested 16,000 deep, a
 20,000-rule grammar, deeply nested JSON bodies, lone surrogates, oversized bodies (413), an
-unknown model, and plain requests abandoned by their clients. Each attack must get its JSON 4xx
+unknown model, plain requests abandoned by their clients, and prompt scoring (--echo-requests
+requests of 8 full-length prompts with `echo` and `logprobs`, then one at the deepest depth, each
+checked for one log-probability per token). Each attack must get its JSON 4xx
 (or, slowloris, its connection closed by the server); a separate process polls /health every
 50 ms throughout and every answer must come within --health-bound-ms; the server's peak VmRSS
 must stay under --rss-bound-mb. CTest runs it so (serve_loadcheck), on loopback, bounded.
@@ -250,7 +252,47 @@ async def abandon(base: str, n: int) -> int:
     return gave_up
 
 
-async def hostile(base: str, port: int, max_body: int, rounds: int, loris: int, header_timeout: float) -> dict:
+async def echo_load(base: str, hp: dict, requests: int, per_request: int) -> tuple[int, list[str]]:
+    """Prompt scoring on the server's worker pool while /health is polled: `requests` completions of
+    `per_request` prompts of max_seq_len - 1 ids each with `echo` and `logprobs` 5 (max_tokens 1),
+    one after another, then one at the model's deepest depth; each must give one logprob per prompt token (the first
+    None) plus the generated one. 503s are retried (the burst shares the slots). Returns (scored
+    prompt tokens, failures)."""
+    n = hp["max_seq_len"] - 1
+    failed, scored = [], 0
+    async with httpx.AsyncClient(timeout=300) as c:
+        async def send(prompts: list, **extra) -> None:
+            nonlocal scored
+            body = {"prompt": prompts, "max_tokens": 1, "echo": True, "logprobs": 5, "temperature": 0, **extra}
+            for _ in range(600):
+                r = await c.post(base + "/v1/completions", json=body)
+                if r.status_code != 503:
+                    break
+                await asyncio.sleep(0.1)
+            if r.status_code != 200:
+                failed.append(f"echo+logprobs: status {r.status_code}: {r.text[:200]}")
+                return
+            for ch in r.json()["choices"]:
+                lp = ch["logprobs"]["token_logprobs"]
+                if len(lp) != n + 1 or lp[0] is not None or any(v is None or v > 0 for v in lp[1:]):
+                    failed.append(f"echo+logprobs: {len(lp)} logprobs for {n} prompt ids + 1 (first None, rest <= 0)")
+                    return
+            scored += n * len(prompts)
+        k = 0
+        batches = []
+        for _ in range(requests):
+            batches.append([[(7 * i + 13 * (k + j)) % 200 + 10 for i in range(n)] for j in range(per_request)])
+            k += per_request
+        # One after another: the pool scores continuously through the burst while the server's
+        # memory holds one echoed request at a time (a 511-id lens with its top-5 lists is ~25 MB).
+        for b in batches:
+            await send(b)
+        await send(batches[0][:1], loops=hp["max_loops"])
+    return scored, failed
+
+
+async def hostile(base: str, port: int, max_body: int, rounds: int, loris: int, header_timeout: float,
+                  hp: dict, echo_requests: int) -> dict:
     failed = []
     async with httpx.AsyncClient(timeout=120) as client:
         async def attack_rounds():
@@ -260,11 +302,14 @@ async def hostile(base: str, port: int, max_body: int, rounds: int, loris: int, 
                     if status != "ok":
                         failed.append(status)
                 await asyncio.sleep(0.2)
-        _, (opened, closed), gave_up = await asyncio.gather(
-            attack_rounds(), slowloris("127.0.0.1", port, loris, header_timeout + 5), abandon(base, 6))
+        _, (opened, closed), gave_up, (scored, echo_failed) = await asyncio.gather(
+            attack_rounds(), slowloris("127.0.0.1", port, loris, header_timeout + 5), abandon(base, 6),
+            echo_load(base, hp, echo_requests, 8))
+    failed += echo_failed
     if closed != opened:
         failed.append(f"slowloris: the server closed {closed} of {opened} stalled connections")
-    return {"failed": failed, "attacks": rounds * len(attacks(max_body)), "slowloris": opened, "abandoned": gave_up}
+    return {"failed": failed, "attacks": rounds * len(attacks(max_body)), "slowloris": opened, "abandoned": gave_up,
+            "echo_scored": scored}
 
 
 STALLED_BODY = {"prompt": "In the beginning", "max_tokens": 200, "temperature": 0, "ignore_eos": True,
@@ -366,16 +411,23 @@ def main() -> int:
     ap.add_argument("--slowloris", type=int, default=200, help="stalled connections held (--hostile)")
     ap.add_argument("--header-timeout", type=float, default=2.0, help="the server's --header-timeout and --body-timeout")
     ap.add_argument("--health-bound-ms", type=float, default=100.0, help="slowest allowed /health answer (--hostile)")
-    ap.add_argument("--rss-bound-mb", type=float, default=256.0, help="largest allowed server VmRSS (--hostile)")
+    # 384: the attacks peak at ~120 MB; echo scoring adds ~95 MB (a 511-id lens with its top-5
+    # lists is ~25 MB, and glibc keeps each pool thread's freed arena), measured alone: 61 -> 155 MB
+    # after the first 8-prompt request, then flat over five more.
+    ap.add_argument("--rss-bound-mb", type=float, default=384.0, help="largest allowed server VmRSS (--hostile)")
     ap.add_argument("--stalled", type=int, default=16, help="non-reading stream clients (--hostile; 0: none)")
     ap.add_argument("--stalled-hold", type=float, default=2.0, help="seconds the stalled clients stay connected")
     ap.add_argument("--stalled-bound-s", type=float, default=10.0,
                     help="slowest allowed plain completion while the stalled clients are connected")
     ap.add_argument("--stall-repeats", type=int, default=50, help="stall-then-disconnect repetitions (--hostile)")
+    ap.add_argument("--echo-requests", type=int, default=4,
+                    help="echo+logprobs requests of 8 full-length prompts scored during the burst (--hostile)")
     ap.add_argument("--write-timeout", type=float, default=10.0, help="the server's --write-timeout (long enough that all the stalled readers are connected at once)")
     a = ap.parse_args()
 
     want = expected_texts(a.model)
+    with tl.load_model(a.model) as m:
+        hp = m.hparams
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([sys.executable, str(HERE / "server.py"), a.model, "--port", str(port), "--max-queue",
@@ -411,7 +463,8 @@ def main() -> int:
         async def measured():
             work = [burst(base, want, a.requests, a.concurrency, a.stream_ratio, a.seed, proc.pid)]
             if a.hostile:
-                work.append(hostile(base, port, max_body, a.attack_rounds, a.slowloris, a.header_timeout))
+                work.append(hostile(base, port, max_body, a.attack_rounds, a.slowloris, a.header_timeout, hp,
+                                    a.echo_requests))
             out = await asyncio.gather(*work)
             if a.hostile and a.stalled:
                 out.append(await stalled_readers(base, port, a.stalled, a.stalled_hold, a.write_timeout,
@@ -469,7 +522,8 @@ def main() -> int:
     if hos is not None:
         peak_mb = max(res["peak_rss_kb"], rss1) / 1024
         print(f"  hostile: {hos['attacks']} attacks, {hos['slowloris']} slowloris connections, "
-              f"{hos['abandoned']} abandoned requests; failed {len(hos['failed'])}")
+              f"{hos['abandoned']} abandoned requests, {hos['echo_scored']} prompt tokens scored with echo+logprobs; "
+              f"failed {len(hos['failed'])}")
         print(f"  bounds: /health slowest {worst_ms:.1f} ms (bound {a.health_bound_ms:g}), peak VmRSS "
               f"{peak_mb:.1f} MB (bound {a.rss_bound_mb:g})")
         # The abandoned-client path must have been exercised: at least one client gave up waiting.
