@@ -111,6 +111,32 @@ case "$mode" in
       fi
       [ -d "$hf4/transformers" ] && cp "$peer4" "$hf4/requirements.txt"
     fi
+    # llama.cpp's peer, llama-cpp-python: PyPI has only its source distribution, which builds
+    # llama.cpp with CMake (~9.5 CPU-minutes, once). Its wheel is built once into a folder of the wheel
+    # cache of its own, CPU only and portable (GGML_NATIVE off: the x86-64-v3 baseline, AVX2 + FMA,
+    # that every x86-64 CI machine we may get has), so a cache that moves to another CPU still
+    # runs; later venvs install from there. A failed build fails test_llama_cpp_peer.py with the
+    # reason; it does not skip.
+    lcpp=tests/python/requirements-llama-cpp.txt
+    lver=$(sed -n 's/^llama-cpp-python==//p' "$lcpp")
+    lwheels="$wheels/llama-cpp-x86-64-v3"
+    lwheel=$(ls "$lwheels/llama_cpp_python-$lver-"*.whl 2>/dev/null | head -n 1)
+    if [ -z "$lwheel" ]; then
+      echo "== building llama-cpp-python $lver's wheel into $lwheels (once per machine)"
+      mkdir -p "$lwheels"
+      CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_CUDA=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF \
+-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
+        CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
+        "${pipq[@]}" wheel --no-deps --no-binary llama-cpp-python -w "$lwheels" -r "$lcpp" ||
+        echo "== warning: llama-cpp-python did not build; test_llama_cpp_peer.py will fail"
+      lwheel=$(ls "$lwheels/llama_cpp_python-$lver-"*.whl 2>/dev/null | head -n 1)
+    fi
+    # Its dependencies (numpy, diskcache, jinja2, typing-extensions) through the ordinary cache.
+    if [ -n "$lwheel" ] && ! "${pipq[@]}" install --no-index --find-links "$wheels" "$lwheel" 2>/dev/null; then
+      "${pipq[@]}" download -d "$wheels" "$lwheel" &&
+        "${pipq[@]}" install --no-index --find-links "$wheels" "$lwheel" ||
+        echo "== warning: $lwheel did not install; test_llama_cpp_peer.py will fail"
+    fi
     echo "== running the tests"
     ctest --test-dir "$build" --output-on-failure -j "$jobs"
     if [ "${TINYLOOP_SKIP_SANITIZERS:-0}" != 1 ]; then
