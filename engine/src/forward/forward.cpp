@@ -105,16 +105,6 @@ void initial_state(const HParams& hp, const int* pos, int n, float* out) {
         }
 }
 
-void require_v3_support(const Model& m, const char* path, bool coda_ok, bool adapter_ok) {
-    const HParams& hp = m.hp;
-    std::string what;
-    if (!coda_ok && hp.n_coda_blocks > 0) what = "coda blocks (n_coda_blocks " + std::to_string(hp.n_coda_blocks) + ")";
-    else if (!adapter_ok && hp.loop_input == LoopInput::Adapter) what = "loop_input adapter";
-    if (what.empty()) return;
-    throw Error(ErrorCode::NotSupported, std::string(path) + ": not supported yet for a model with " + what +
-                                             " (FORMAT.md §1b, architecture " + hp.architecture + ")");
-}
-
 PassHook last_row_hook(std::vector<float>& states, int d) {
     return [&states, d](int pass, int, const float* x, int n) {
         std::copy(x + static_cast<size_t>(n - 1) * d, x + static_cast<size_t>(n) * d,

@@ -209,9 +209,4 @@ inline int loop_layer_index(const HParams& hp, int pass, int j) {
 // coda follows (the head reads h_L directly, §1b).
 inline bool readout_norms(const HParams& hp) { return !(hp.pass_norm && hp.n_coda_blocks == 0); }
 
-// For a path that has not been brought to a §1b feature yet: throws NotSupported naming the
-// feature and the path (never a silently wrong result). `coda_ok` false: the path cannot serve
-// coda blocks.
-void require_v3_support(const Model& m, const char* path, bool coda_ok, bool adapter_ok = true);
-
 }  // namespace tinyloop
