@@ -25,6 +25,7 @@
 
 #include "forward/forward.h"
 #include "forward/kv_cache.h"
+#include "scoring/scoring.h"
 #include "test_util.h"
 #include "tinyloop/batch.h"
 #include "tinyloop/caches.h"
@@ -785,6 +786,46 @@ TEST(LoopedArchitectures, MixedDepthBatchEqualsSingle) {
                     << s.name << " sequence " << i << " layer " << l;
             row += fa.n;
         }
+    }
+}
+
+// Escalation by disagreement deepens the state rung by rung (a depth upgrade over every position)
+// and compares each rung's argmax with the pass before it (from the forward's per-pass readout,
+// or the previous rung's output when that pass is the previous rung): against whole runs at each
+// depth, bit for bit (coda models: the coda recomputed from each rung's states).
+TEST(LoopedArchitectures, EscalationEqualsWholeRunsAtEachRung) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_esc.tinyloop", s.hp, 71);
+        const auto ids = tokens_of(10, 43);
+        const int n = static_cast<int>(ids.size()), V = s.hp.vocab_size;
+        EscalationConfig c;
+        c.depths = {2, 3, 5};  // rungs 2 and 5 read passes 1 and 4 from the hook; rung 3 reads rung 2's
+        c.signal = EscalationSignal::Disagreement;
+        const EscalationResult got = score_with_consistency_escalation(L.m, ids.data(), n, c);
+        auto argmax = [&](const float* row) { return static_cast<int>(std::max_element(row, row + V) - row); };
+        std::vector<int> active(static_cast<size_t>(n - 1));
+        for (int i = 0; i < n - 1; ++i) active[i] = i;
+        std::vector<int> reaching;  // positions that reach each rung after the first
+        for (size_t k = 0; k < c.depths.size(); ++k) {
+            const int depth = c.depths[k];
+            const auto lg = forward_logits(L.m, ids.data(), n, depth);
+            const auto prev = depth > 1 ? forward_logits(L.m, ids.data(), n, depth - 1) : std::vector<float>{};
+            std::vector<int> next;
+            for (int i : active) {
+                const float* row = lg.data() + static_cast<size_t>(i) * V;
+                if (k + 1 < c.depths.size() && argmax(row) != argmax(prev.data() + static_cast<size_t>(i) * V)) {
+                    next.push_back(i);
+                    continue;
+                }
+                EXPECT_EQ(got.token_logprobs[i], static_cast<float>(row_logprob(row, V, ids[i + 1])))
+                    << s.name << " position " << i << " depth " << depth;
+                EXPECT_EQ(got.depth_used[i], depth) << s.name << " position " << i;
+            }
+            if (k > 0) reaching.push_back(static_cast<int>(active.size()));
+            active = next;
+        }
+        std::printf("[ %s ] of %d positions, %d reach rung 3 and %d rung 5\n", s.name, n - 1, reaching[0], reaching[1]);
+        EXPECT_GT(reaching[1], 0) << s.name;  // both kinds of previous readout were read
     }
 }
 
