@@ -9,8 +9,9 @@
 // engine's forward or kernels: its own RMSNorm, RoPE, attention, block kinds, initial-state
 // generator and early-exit state propagation. The engine paths are checked against it (logits at
 // every depth 1..T+2, the lens, early exit) and against each other (prefill == decode, depth
-// upgrade == fresh prefill, speculation == greedy, batch == single), and the paths that do not
-// serve a coda model yet refuse it by name.
+// upgrade == fresh prefill, speculation == greedy, batch == single), coda models included: the
+// readout at pass l runs the coda over the rows' pass-l states, and the coda keys/values a
+// position keeps are those of its exit depth (FORMAT.md §1b).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 
 #include "forward/forward.h"
 #include "forward/kv_cache.h"
+#include "scoring/scoring.h"
 #include "test_util.h"
 #include "tinyloop/batch.h"
 #include "tinyloop/caches.h"
@@ -305,7 +307,9 @@ std::vector<Vec> readout(const RModel& r, const std::vector<Vec>& hL) {
 
 // Every depth 1..L. With exit (one depth per position), a position frozen after pass exit[p]
 // keeps h and supplies keys/values from its pass input; logits[L-1][p] is then read from its
-// frozen state (the lens at exit[p]; no coda).
+// frozen state (the readout at exit[p]: with a coda, the coda over the frozen states, so every
+// earlier position's coda keys/values are those of its own exit depth, the naive run of each
+// token at its chosen depth).
 RefRun reference(const RModel& r, const std::vector<int32_t>& ids, int L, const std::vector<int>* exit = nullptr) {
     const HParams& hp = r.hp;
     const int n = static_cast<int>(ids.size()), d = hp.d_model;
@@ -489,22 +493,55 @@ TEST(LoopedArchitectures, LensRowsMatchTheReference) {
         Loaded L(std::string(s.name) + "_lens.tinyloop", s.hp, 31);
         const auto ids = tokens_of(7, 13);
         const int n = static_cast<int>(ids.size()), V = s.hp.vocab_size, T = s.hp.default_loops;
-        if (s.hp.n_coda_blocks > 0) {  // the coda readout at depth l needs the coda at l: refused
-            try {
-                forward_lens_logits(L.m, ids.data(), n, T);
-                ADD_FAILURE() << s.name << ": the lens must refuse a coda model";
-            } catch (const Error& e) {
-                EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
-                EXPECT_NE(std::string(e.what()).find("coda"), std::string::npos) << e.what();
-            }
-            continue;
-        }
         const RefRun ref = reference(fetch_model(L.m), ids, T);
         const auto lens = forward_lens_logits(L.m, ids.data(), n, T);
         for (int l = 1; l <= T; ++l)
             for (int t = 0; t < n; ++t)
                 EXPECT_LE(rel_err(lens.data() + (static_cast<size_t>(l - 1) * n + t) * V, ref.logits[l - 1][t]), kRelTol)
                     << s.name << " depth " << l << " position " << t;
+    }
+}
+
+// The lens at pass p is a whole run at depth p (Huginn's num_steps = p), for p = 1 .. T+2: with a
+// coda each pass's readout runs the coda over every row's pass-p state. Bit for bit, also when
+// the prefill runs in chunks (the readout at pass p of a later chunk reads the earlier chunks'
+// pass-p coda keys/values), and the cache is left with the coda of the run's depth.
+TEST(LoopedArchitectures, LensAtPassEqualsAWholeRunAtThatDepth) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_lensrun.tinyloop", s.hp, 33);
+        const auto ids = tokens_of(9, 15);
+        const int n = static_cast<int>(ids.size()), V = s.hp.vocab_size, T = s.hp.max_loops;
+        for (int chunk : {64, 4}) {
+            L.m->prefill_chunk = chunk;
+            const auto lens = forward_lens_logits(L.m, ids.data(), n, T);
+            for (int p = 1; p <= T; ++p) {
+                const auto run = forward_logits(L.m, ids.data(), n, p);
+                EXPECT_EQ(std::memcmp(lens.data() + static_cast<size_t>(p - 1) * n * V, run.data(), run.size() * sizeof(float)), 0)
+                    << s.name << " pass " << p << " chunk " << chunk;
+            }
+        }
+        // The cache after a forward with per-pass readouts holds the depth-T coda: a token decoded
+        // after it reads what it reads after a plain prefill.
+        const Model& m = *L.m;
+        KVCache a, b;
+        a.allocate(exec_layers(m.hp, T), n, m.hp.n_kv_heads * m.hp.head_dim);
+        b.allocate(exec_layers(m.hp, T), n, m.hp.n_kv_heads * m.hp.head_dim);
+        Workspace ws;
+        std::vector<float> ha, hb;
+        int calls = 0;
+        PassHook count = [&](int, int, const float*, int) { ++calls; };
+        ForwardArgs fa;
+        fa.tokens = ids.data();
+        fa.n = n;
+        fa.loops = T;
+        forward(m, a, ws, fa, ha);
+        fa.on_readout = &count;
+        forward(m, b, ws, fa, hb);
+        EXPECT_EQ(calls, T * ((n + 3) / 4)) << s.name;
+        EXPECT_EQ(ha, hb) << s.name;
+        for (int l = 0; l < exec_layers(m.hp, T); ++l)
+            EXPECT_EQ(std::memcmp(a.v_at(l, 0), b.v_at(l, 0), static_cast<size_t>(n) * a.row * sizeof(float)), 0)
+                << s.name << " layer " << l;
     }
 }
 
@@ -540,7 +577,8 @@ TEST(LoopedArchitectures, PrefillEqualsDecodeBitExact) {
 }
 
 // Continuing a prefill at depth L1 to L2 from the kept h and e equals a fresh prefill at L2 (bit
-// for bit); a coda model refuses to resume by name.
+// for bit); with a coda h is kept through out_state and the coda's keys/values are rewritten
+// from h_L2 (the caches then agree too).
 TEST(LoopedArchitectures, DepthUpgradeEqualsFreshPrefill) {
     for (const Shape& s : shapes()) {
         Loaded L(std::string(s.name) + "_up.tinyloop", s.hp, 43);
@@ -551,28 +589,24 @@ TEST(LoopedArchitectures, DepthUpgradeEqualsFreshPrefill) {
         kv.allocate(exec_layers(m.hp, L2), n, m.hp.n_kv_heads * m.hp.head_dim);
         fresh.allocate(exec_layers(m.hp, L2), n, m.hp.n_kv_heads * m.hp.head_dim);
         Workspace ws;
-        std::vector<float> h1, e(static_cast<size_t>(n) * d), h2, hf;
+        std::vector<float> h1, e(static_cast<size_t>(n) * d), state(static_cast<size_t>(n) * d), h2, hf;
         ForwardArgs fa;
         fa.tokens = ids.data();
         fa.n = n;
         fa.loops = L1;
         fa.out_e = e.data();
+        fa.out_state = state.data();
         forward(m, kv, ws, fa, h1);
+        if (s.hp.n_coda_blocks == 0) {
+            EXPECT_EQ(state, h1) << s.name;
+        }
         ForwardArgs up = fa;
         up.loops = L2;
         up.start_pass = L1 + 1;
-        up.h_in = h1.data();
+        up.h_in = state.data();
         up.e_in = e.data();
         up.out_e = nullptr;
-        if (s.hp.n_coda_blocks > 0) {
-            try {
-                forward(m, kv, ws, up, h2);
-                ADD_FAILURE() << s.name << ": a coda model must refuse to resume";
-            } catch (const Error& err) {
-                EXPECT_EQ(err.code(), ErrorCode::NotSupported) << err.what();
-            }
-            continue;
-        }
+        up.out_state = nullptr;
         forward(m, kv, ws, up, h2);
         ForwardArgs ff;
         ff.tokens = ids.data();
@@ -580,6 +614,9 @@ TEST(LoopedArchitectures, DepthUpgradeEqualsFreshPrefill) {
         ff.loops = L2;
         forward(m, fresh, ws, ff, hf);
         EXPECT_EQ(std::memcmp(h2.data(), hf.data(), hf.size() * sizeof(float)), 0) << s.name;
+        for (int l = 0; l < exec_layers(m.hp, L2); ++l)
+            EXPECT_EQ(std::memcmp(kv.k_at(l, 0), fresh.k_at(l, 0), static_cast<size_t>(n) * kv.row * sizeof(float)), 0)
+                << s.name << " layer " << l;
     }
 }
 
@@ -605,23 +642,32 @@ TEST(LoopedArchitectures, SpeculationEqualsGreedy) {
         tc.draft_ahead = 3;
         tc.K_branches = 2;
         tc.ignore_eos = true;
-        if (s.hp.n_coda_blocks > 0) {
-            EXPECT_THROW(generate_speculative_ex(L.m, prompt.data(), static_cast<int>(prompt.size()), c), Error);
-            EXPECT_THROW(generate_tree_speculative_ex(L.m, prompt.data(), static_cast<int>(prompt.size()), tc), Error);
-            continue;
-        }
         EXPECT_EQ(generate_speculative_ex(L.m, prompt.data(), static_cast<int>(prompt.size()), c).tokens, greedy)
             << s.name;
         EXPECT_EQ(generate_tree_speculative_ex(L.m, prompt.data(), static_cast<int>(prompt.size()), tc).tokens, greedy)
             << s.name;
+        // With the lens on (per-pass readouts in the draft and verify calls) and other draft depths.
+        GenerateOptions lens;
+        lens.lens = true;
+        lens.lens_top_k = 3;
+        for (int D : {1, 3}) {
+            c.draft_loops = tc.draft_loops = D;
+            EXPECT_EQ(generate_speculative_ex(L.m, prompt.data(), static_cast<int>(prompt.size()), c, lens).tokens, greedy)
+                << s.name << " draft " << D;
+            EXPECT_EQ(generate_tree_speculative_ex(L.m, prompt.data(), static_cast<int>(prompt.size()), tc, lens).tokens,
+                      greedy)
+                << s.name << " draft " << D;
+        }
     }
 }
 
 // Early exit with state propagation against the reference run with the same exit depths: every
 // next-token log-probability of score_early_exit equals the reference's at that position's depth.
 TEST(LoopedArchitectures, EarlyExitStatePropagationMatchesTheReference) {
-    for (const Shape& s : shapes()) {
-        if (s.hp.n_coda_blocks > 0) continue;  // refused: checked below
+    for (const Shape& s : shapes())
+    for (EarlyExitCriterion crit : {EarlyExitCriterion::HiddenL2, EarlyExitCriterion::KL}) {
+        // KL reads the readout at every probed pass (with a coda: the coda over that pass's
+        // state, whose keys/values the position rewrites until the last run, at its exit depth).
         Loaded L(std::string(s.name) + "_ee.tinyloop", s.hp, 53);
         const auto ids = tokens_of(10, 29);
         const int n = static_cast<int>(ids.size()), V = s.hp.vocab_size, T = s.hp.default_loops;
@@ -630,7 +676,7 @@ TEST(LoopedArchitectures, EarlyExitStatePropagationMatchesTheReference) {
         g.loops = T;
         g.early_exit_patience = 1;
         g.early_exit_min_L = 1;
-        g.early_exit_criterion = EarlyExitCriterion::HiddenL2;
+        g.early_exit_criterion = crit;
         g.early_exit_threshold = 10.0f;  // exits early at some positions, not all (checked)
         std::vector<int> used;
         // The threshold that makes the exits differ per position depends on the random model:
@@ -640,7 +686,7 @@ TEST(LoopedArchitectures, EarlyExitStatePropagationMatchesTheReference) {
         ScoreResult sr;
         std::vector<int> best_used;
         size_t best_kinds = 0;
-        for (float th = 4.0f; th > 1e-3f; th *= 0.8f) {
+        for (float th = 4.0f; th > (crit == EarlyExitCriterion::KL ? 1e-7f : 1e-3f); th *= 0.8f) {
             g.early_exit_threshold = th;
             ScoreResult r = score_early_exit(L.m, ids.data(), n, g, &used);
             std::vector<int> kinds(used);
@@ -653,7 +699,7 @@ TEST(LoopedArchitectures, EarlyExitStatePropagationMatchesTheReference) {
             }
         }
         used = best_used;
-        std::printf("[ %s ] exit depths:", s.name);
+        std::printf("[ %s criterion %d ] exit depths:", s.name, static_cast<int>(crit));
         for (int e : used) std::printf(" %d", e);
         std::printf("\n");
         int early = 0;
@@ -670,18 +716,6 @@ TEST(LoopedArchitectures, EarlyExitStatePropagationMatchesTheReference) {
                 << s.name << " position " << t << " exit " << used[t];
         }
         (void)V;
-    }
-    Loaded C("huginn_ee.tinyloop", huginn_hparams(), 53);
-    const auto ids = tokens_of(4, 29);
-    GenerateConfig g;
-    g.max_tokens = 8;
-    g.early_exit_patience = 1;
-    try {
-        score_early_exit(C.m, ids.data(), 4, g);
-        ADD_FAILURE() << "early exit must refuse a coda model";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
-        EXPECT_NE(std::string(e.what()).find("early exit"), std::string::npos) << e.what();
     }
 }
 
@@ -714,6 +748,84 @@ TEST(LoopedArchitectures, BatchEqualsSingle) {
                 << s.name;
             row += fa.n;
         }
+    }
+}
+
+// Sequences at different depths in one forward_batch (deepest first) give each one's forward
+// bits: with a coda, each sequence's coda runs over its own last pass's state.
+TEST(LoopedArchitectures, MixedDepthBatchEqualsSingle) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_mixed.tinyloop", s.hp, 61);
+        const Model& m = *L.m;
+        const int d = s.hp.d_model;
+        const std::vector<std::vector<int32_t>> toks = {tokens_of(4, 31), tokens_of(3, 37), tokens_of(5, 39)};
+        const int depths[3] = {5, 3, 1};
+        std::vector<KVCache> kvs(3);
+        BatchSeq seqs[3];
+        for (int i = 0; i < 3; ++i) {
+            kvs[i].allocate(exec_layers(m.hp, depths[i]), 8, m.hp.n_kv_heads * m.hp.head_dim);
+            seqs[i] = {&kvs[i], toks[i].data(), static_cast<int>(toks[i].size()), 0, depths[i], 0};
+        }
+        Workspace ws;
+        std::vector<float> hb, h1;
+        forward_batch(m, seqs, 3, ws, hb);
+        int row = 0;
+        for (int i = 0; i < 3; ++i) {
+            KVCache one;
+            one.allocate(exec_layers(m.hp, depths[i]), 8, m.hp.n_kv_heads * m.hp.head_dim);
+            ForwardArgs fa;
+            fa.tokens = toks[i].data();
+            fa.n = static_cast<int>(toks[i].size());
+            fa.loops = depths[i];
+            Workspace w1;
+            forward(m, one, w1, fa, h1);
+            EXPECT_EQ(std::memcmp(h1.data(), hb.data() + static_cast<size_t>(row) * d, h1.size() * sizeof(float)), 0)
+                << s.name << " sequence " << i;
+            for (int l = 0; l < exec_layers(m.hp, depths[i]); ++l)
+                EXPECT_EQ(std::memcmp(one.k_at(l, 0), kvs[i].k_at(l, 0), static_cast<size_t>(fa.n) * one.row * sizeof(float)), 0)
+                    << s.name << " sequence " << i << " layer " << l;
+            row += fa.n;
+        }
+    }
+}
+
+// Escalation by disagreement deepens the state rung by rung (a depth upgrade over every position)
+// and compares each rung's argmax with the pass before it (from the forward's per-pass readout,
+// or the previous rung's output when that pass is the previous rung): against whole runs at each
+// depth, bit for bit (coda models: the coda recomputed from each rung's states).
+TEST(LoopedArchitectures, EscalationEqualsWholeRunsAtEachRung) {
+    for (const Shape& s : shapes()) {
+        Loaded L(std::string(s.name) + "_esc.tinyloop", s.hp, 71);
+        const auto ids = tokens_of(10, 43);
+        const int n = static_cast<int>(ids.size()), V = s.hp.vocab_size;
+        EscalationConfig c;
+        c.depths = {2, 3, 5};  // rungs 2 and 5 read passes 1 and 4 from the hook; rung 3 reads rung 2's
+        c.signal = EscalationSignal::Disagreement;
+        const EscalationResult got = score_with_consistency_escalation(L.m, ids.data(), n, c);
+        auto argmax = [&](const float* row) { return static_cast<int>(std::max_element(row, row + V) - row); };
+        std::vector<int> active(static_cast<size_t>(n - 1));
+        for (int i = 0; i < n - 1; ++i) active[i] = i;
+        std::vector<int> reaching;  // positions that reach each rung after the first
+        for (size_t k = 0; k < c.depths.size(); ++k) {
+            const int depth = c.depths[k];
+            const auto lg = forward_logits(L.m, ids.data(), n, depth);
+            const auto prev = depth > 1 ? forward_logits(L.m, ids.data(), n, depth - 1) : std::vector<float>{};
+            std::vector<int> next;
+            for (int i : active) {
+                const float* row = lg.data() + static_cast<size_t>(i) * V;
+                if (k + 1 < c.depths.size() && argmax(row) != argmax(prev.data() + static_cast<size_t>(i) * V)) {
+                    next.push_back(i);
+                    continue;
+                }
+                EXPECT_EQ(got.token_logprobs[i], static_cast<float>(row_logprob(row, V, ids[i + 1])))
+                    << s.name << " position " << i << " depth " << depth;
+                EXPECT_EQ(got.depth_used[i], depth) << s.name << " position " << i;
+            }
+            if (k > 0) reaching.push_back(static_cast<int>(active.size()));
+            active = next;
+        }
+        std::printf("[ %s ] of %d positions, %d reach rung 3 and %d rung 5\n", s.name, n - 1, reaching[0], reaching[1]);
+        EXPECT_GT(reaching[1], 0) << s.name;  // both kinds of previous readout were read
     }
 }
 
@@ -757,25 +869,12 @@ TEST(LoopedArchitectures, QuantizeKeepsTheArchitecture) {
 
 namespace {
 
-// Runs f; on a coda model the path may refuse, and then only with NotSupported naming the coda.
-template <class F>
-bool runs_or_refuses_coda(const Shape& s, const char* path, F&& f) {
-    try {
-        f();
-        std::printf("[ %s ] %s: runs\n", s.name, path);
-        return true;
-    } catch (const Error& e) {
-        std::printf("[ %s ] %s: refused: %s\n", s.name, path, e.what());
-        EXPECT_GT(s.hp.n_coda_blocks, 0) << s.name << " " << path << ": " << e.what();
-        EXPECT_EQ(e.code(), ErrorCode::NotSupported) << s.name << " " << path << ": " << e.what();
-        EXPECT_NE(std::string(e.what()).find("coda"), std::string::npos) << e.what();
-        return false;
-    }
-}
-
-// The decoding paths above the forward on version-3 files: prefix caches, ResumeHandle's depth
-// upgrade, the batch engine and beam search give greedy's tokens (beam: runs), or refuse by name.
-TEST(LoopedArchitectures, CachesResumeBatchAndBeamEqualGreedyOrRefuseByName) {
+// The decoding paths above the forward on version-3 files, coda models included: prefix caches
+// (also when the whole prompt is cached: the first token from the kept readout), ResumeHandle
+// deepened (the prompt's coda recomputed from its kept states) and made shallower (recomputed),
+// PrefixPool, the batch engine (plain and early exit), early exit whose criterion never fires,
+// and beam search give greedy's tokens (beam: runs).
+TEST(LoopedArchitectures, CachesResumeBatchAndBeamEqualGreedy) {
     for (const Shape& s : shapes()) {
         Loaded L(std::string(s.name) + "_paths.tinyloop", s.hp, 67);
         const auto prompt = tokens_of(6, 41);
@@ -786,24 +885,61 @@ TEST(LoopedArchitectures, CachesResumeBatchAndBeamEqualGreedyOrRefuseByName) {
         g.ignore_eos = true;
         const auto greedy = generate_ex(L.m, prompt.data(), n, g).tokens;
         ASSERT_EQ(greedy.size(), prompt.size() + 8);
-        runs_or_refuses_coda(s, "prefix cache", [&] {
-            Owned<PrefixCache> c(create_prefix_cache(L.m, prompt.data(), 3, 4));
-            EXPECT_EQ(generate_with_prefix(L.m, c.get(), prompt.data(), n, g).tokens, greedy) << s.name;
-        });
-        runs_or_refuses_coda(s, "ResumeHandle", [&] {
+        GenerateOptions lens;
+        lens.lens = true;
+        lens.lens_top_k = 3;
+        for (int cached : {3, n}) {
+            Owned<PrefixCache> c(create_prefix_cache(L.m, prompt.data(), cached, 4));
+            EXPECT_EQ(generate_with_prefix(L.m, c.get(), prompt.data(), n, g).tokens, greedy) << s.name << " " << cached;
+            EXPECT_EQ(generate_with_prefix(L.m, c.get(), prompt.data(), n, g, lens).tokens, greedy) << s.name << " " << cached;
+        }
+        {
             Owned<ResumeHandle> h(create_resume_handle(L.m, prompt.data(), n, 2));
             EXPECT_EQ(resume_generate(h.get(), g).tokens, greedy) << s.name << " (prefilled at 2, decoded at 4)";
-        });
-        runs_or_refuses_coda(s, "batch engine", [&] {
+            Owned<ResumeHandle> d(create_resume_handle(L.m, prompt.data(), n, 5));
+            EXPECT_EQ(resume_generate(d.get(), g, lens).tokens, greedy) << s.name << " (prefilled at 5, decoded at 4)";
+            EXPECT_EQ(resume_generate(h.get(), g, lens).tokens, greedy) << s.name << " (again at 4)";
+        }
+        {
+            Owned<PrefixPool> pool(create_prefix_pool(L.m, 4));
+            prefix_pool_add(pool.get(), prompt.data(), 4);
+            int reused = 0;
+            EXPECT_EQ(generate_with_pool(pool.get(), prompt.data(), n, g, {}, &reused).tokens, greedy) << s.name;
+            EXPECT_EQ(reused, 4) << s.name;
+        }
+        // Early exit whose criterion never fires (a logit margin no model reaches; the readout of
+        // every pass still runs): plain greedy's tokens, alone and in the batch engine.
+        GenerateConfig never = g;
+        never.early_exit_patience = 1;
+        never.early_exit_min_L = 1;
+        never.early_exit_criterion = EarlyExitCriterion::LogitMargin;
+        never.early_exit_threshold = 1e30f;
+        EXPECT_EQ(generate_ex(L.m, prompt.data(), n, never).tokens, greedy) << s.name;
+        EXPECT_EQ(generate_ex(L.m, prompt.data(), n, never, lens).tokens, greedy) << s.name;
+        // Early exit that fires: the batch engine gives the single run's tokens.
+        GenerateConfig fires = g;
+        fires.early_exit_patience = 1;
+        fires.early_exit_min_L = 1;
+        fires.early_exit_criterion = EarlyExitCriterion::HiddenL2;
+        fires.early_exit_threshold = 0.5f;
+        const GenerateResult single_ee = generate_ex(L.m, prompt.data(), n, fires);
+        {
             Owned<BatchEngine> e(create_batch_engine(L.m));
             BatchRequest r;
             r.prompt = prompt;
             r.config = g;
-            const uint64_t a = batch_submit(e.get(), r), b = batch_submit(e.get(), r);
+            BatchRequest r_ee = r;
+            r_ee.config = fires;
+            GenerateConfig shallow = g;
+            shallow.loops = 2;  // a sequence at another depth in the same steps
+            BatchRequest r_sh = r;
+            r_sh.config = shallow;
+            const uint64_t a = batch_submit(e.get(), r), b = batch_submit(e.get(), r_ee), c = batch_submit(e.get(), r_sh);
             batch_run_until_idle(e.get());
             EXPECT_EQ(batch_result(e.get(), a).tokens, greedy) << s.name;
-            EXPECT_EQ(batch_result(e.get(), b).tokens, greedy) << s.name;
-        });
+            EXPECT_EQ(batch_result(e.get(), b).tokens, single_ee.tokens) << s.name;
+            EXPECT_EQ(batch_result(e.get(), c).tokens, generate_ex(L.m, prompt.data(), n, shallow).tokens) << s.name;
+        }
         GenerateConfig beam = g;
         beam.beam_size = 2;
         EXPECT_EQ(generate_ex(L.m, prompt.data(), n, beam).tokens.size(), prompt.size() + 8) << s.name;

@@ -29,7 +29,9 @@ GenerateResult generate_with_prefix(Model* model, const PrefixCache* cache, cons
                                     const GenerateOptions& options = {});
 
 // A prompt prefilled at some depth, kept with its states so it can be answered at another depth
-// without recomputing the prompt: deeper by running only the new passes, shallower for free.
+// without recomputing the prompt: deeper by running only the new passes, shallower for free
+// (with coda blocks, FORMAT.md §1b, a shallower depth computes the prompt again: its coda reads
+// the states of that depth, which the handle does not keep).
 struct ResumeHandle;
 ResumeHandle* create_resume_handle(Model* model, const int32_t* prompt, int prompt_len, int loops = 0);
 void free_resume_handle(ResumeHandle* handle);

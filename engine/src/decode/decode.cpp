@@ -121,7 +121,8 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     Workspace ws;
     std::vector<float> h, logits(static_cast<size_t>(V));
 
-    // The states after every pass of the row that produces the next token (for the lens).
+    // The readout inputs after every pass of the row that produces the next token (for the lens:
+    // the states, or with a coda its outputs, FORMAT.md §1b).
     std::vector<float> pass_states;
     PassHook hook;
     if (options.lens) {
@@ -154,7 +155,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
             fa.pos0 = cached;
             fa.loops = loops;
             fa.window = config.cache_window;
-            fa.on_pass = options.lens ? &hook : nullptr;
+            fa.on_readout = options.lens ? &hook : nullptr;
             forward(m, kv, ws, fa, h);
             prov.mark(0, kv.n_layers, cached, prompt_len, KVOrigin::Computed);
             compute_logits(m, h.data() + static_cast<size_t>(fa.n - 1) * d, 1, logits.data(), ws);
@@ -194,7 +195,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
             fa.pos0 = position;
             fa.loops = loops;
             fa.window = config.cache_window;
-            fa.on_pass = options.lens ? &hook : nullptr;
+            fa.on_readout = options.lens ? &hook : nullptr;
             forward(m, kv, ws, fa, h);
             prov.mark(0, kv.n_layers, position, position + 1, KVOrigin::Computed);
             depth = loops;

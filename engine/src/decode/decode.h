@@ -10,8 +10,9 @@ namespace tinyloop {
 struct DecodeStart {
     const KVCache* kv = nullptr;  // rows [0, n_cached) of every layer the depth needs are valid
     int n_cached = 0;
-    // When n_cached == prompt_len: the last prompt position's state after each pass,
-    // [loops, d] with pass l at row l-1 (at least `loops` rows).
+    // When n_cached == prompt_len: the last prompt position's readout input after each pass
+    // (its state, or with a coda the coda's output, FORMAT.md §1b), [loops, d] with pass l at
+    // row l-1 (at least `loops` rows).
     const float* last_pass_states = nullptr;
 };
 

@@ -131,9 +131,6 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
     const int V = hp.vocab_size;
     ws.reserve(hp, 1);
     set_rows(ws, pos, 1, window);
-    // §1b: a coda model's readout at an earlier depth needs the coda over the whole sequence
-    // at that depth (not one row's lens), which this per-token exit does not compute.
-    require_v3_support(m, "early exit", false);
     h.resize(static_cast<size_t>(d));
     std::vector<float> input(injects_input(hp) ? static_cast<size_t>(d) : 0);  // §1a/§1b: the prelude output e
     run_prelude(m, kv, ws, &token, 1, h.data(), input.data());
@@ -146,10 +143,22 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
     }
     bool prev_logits_valid = false;
     int stable = 0;
+    // §1b: the readout input of a state (the coda's output with a coda, which also writes this
+    // position's coda keys/values from that state; the state itself otherwise). Every exit ends
+    // with the readout at the exit depth, so later positions read that depth's coda.
+    std::vector<float> rbuf;
+    auto readout = [&](const float* x) { return readout_rows(m, kv, ws, x, 1, rbuf); };
+    auto finish = [&](int e) {
+        if (hp.n_coda_blocks > 0) {
+            readout(h.data());
+            h.assign(rbuf.begin(), rbuf.end());
+        }
+        return e;
+    };
     for (int pass = 1; pass <= loops; ++pass) {
         std::copy(h.begin(), h.end(), prev.begin());
         run_pass(m, kv, ws, pass, h.data(), input.data(), 1);
-        if (on_pass && *on_pass) (*on_pass)(pass, 0, h.data(), 1);
+        if (on_pass && *on_pass) (*on_pass)(pass, 0, readout(h.data()), 1);
         if (pass == loops) break;
         const bool probe = pass >= policy.min_L && (pass - policy.min_L) % policy.peek_every == 0;
         if (!probe) {
@@ -157,8 +166,8 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
             continue;
         }
         if (need_logits) {
-            if (!prev_logits_valid) compute_logits(m, prev.data(), 1, prev_logits.data(), ws);
-            compute_logits(m, h.data(), 1, cur_logits.data(), ws);
+            if (!prev_logits_valid) compute_logits(m, readout(prev.data()), 1, prev_logits.data(), ws);
+            compute_logits(m, readout(h.data()), 1, cur_logits.data(), ws);
         }
         const float s = exit_signal(policy.criterion, prev.data(), h.data(), d, prev_logits.data(), cur_logits.data(), V);
         stable = exit_stable(policy, s) ? stable + 1 : 0;
@@ -170,10 +179,10 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
             // rows must be set again: compute_logits may not touch them, but keep it explicit
             set_rows(ws, pos, 1, window);
             propagate_exited_state(m, kv, ws, h.data(), input.data(), pos, pass, loops);
-            return pass;
+            return finish(pass);
         }
     }
-    return loops;
+    return finish(loops);
 }
 
 }  // namespace tinyloop
@@ -250,18 +259,19 @@ ExitSignals early_exit_signals(Model* model, const int32_t* tokens, int n, int l
     std::vector<float> h(static_cast<size_t>(d)), prev(static_cast<size_t>(d)), input;
     std::vector<float> prev_logits(static_cast<size_t>(V)), cur_logits(static_cast<size_t>(V));
     // One row at a time through the same calls decode_step_adaptive makes, so every value is
-    // the one the decode would compare with its threshold.
-    require_v3_support(m, "early_exit_signals", false);
+    // the one the decode would compare with its threshold (with a coda, the readouts of §1b: the
+    // last one at L, what a decode that never exits leaves for later positions).
+    std::vector<float> rbuf;
     input.resize(injects_input(hp) ? static_cast<size_t>(d) : 0);
     for (int p = 0; p < n; ++p) {
         ws.reserve(hp, 1);
         set_rows(ws, p, 1, 0);
         run_prelude(m, kv, ws, tokens + p, 1, h.data(), input.data());
-        compute_logits(m, h.data(), 1, prev_logits.data(), ws);
+        compute_logits(m, readout_rows(m, kv, ws, h.data(), 1, rbuf), 1, prev_logits.data(), ws);
         for (int pass = 1; pass <= L; ++pass) {
             std::copy(h.begin(), h.end(), prev.begin());
             run_pass(m, kv, ws, pass, h.data(), input.data(), 1);
-            compute_logits(m, h.data(), 1, cur_logits.data(), ws);
+            compute_logits(m, readout_rows(m, kv, ws, h.data(), 1, rbuf), 1, cur_logits.data(), ws);
             for (int c = 0; c < n_criteria; ++c)
                 r.values[(static_cast<size_t>(c) * n + p) * L + static_cast<size_t>(pass - 1)] =
                     exit_signal(static_cast<EarlyExitCriterion>(c), prev.data(), h.data(), d, prev_logits.data(),

@@ -27,8 +27,10 @@ bool exit_stable(const ExitPolicy& p, float signal);
 bool criterion_needs_logits(EarlyExitCriterion c);
 
 // Runs one token at position `pos` through the prelude and up to `loops` passes, exiting early
-// when the policy says so. Leaves the state h_e in `h` ([d]) and returns e. Keys/values of the
-// passes after e are written by state propagation. `on_pass` sees every pass that ran.
+// when the policy says so. Leaves in `h` ([d]) what compute_logits reads at depth e — the state
+// h_e, or with a coda (FORMAT.md §1b) the coda's output over h_e, the coda's keys/values of the
+// position then being those of depth e — and returns e. Keys/values of the passes after e are
+// written by state propagation. `on_pass` sees the readout input (as `h`) of every pass that ran.
 int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t token, int pos, int loops,
                          int window, const ExitPolicy& policy, std::vector<float>& h, const PassHook* on_pass);
 

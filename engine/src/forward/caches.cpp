@@ -16,7 +16,7 @@ struct PrefixCache {
     int loops = 0;
     int window = 0;
     KVCache kv;
-    std::vector<float> last_pass_states;  // [loops, d]
+    std::vector<float> last_pass_states;  // [loops, d]: the last row's readout inputs (DecodeStart)
 };
 
 struct ResumeHandle {
@@ -26,7 +26,7 @@ struct ResumeHandle {
     KVCache kv;                           // all max_loops layers allocated
     std::vector<float> h;                 // [n, d] state at depth `loops`
     std::vector<float> e;                 // [n, d] prelude output (input injection, §1a; else empty)
-    std::vector<float> last_pass_states;  // [max_loops, d]; rows 0..loops-1 valid
+    std::vector<float> last_pass_states;  // [max_loops, d] readout inputs; rows 0..loops-1 valid
 };
 
 struct PrefixPool {
@@ -57,9 +57,12 @@ void check_ids(const Model& m, const int32_t* ids, int n, const char* field) {
                                                         std::to_string(m.hp.vocab_size) + ")");
 }
 
-// Prefill `ids` at depth `loops` into `kv` (already allocated), keeping the states.
-// With input injection (FORMAT.md §1a) `e` receives the prelude outputs ([n, d]) when
-// start_pass is 1 and supplies them to a depth upgrade; unused otherwise.
+// Prefill `ids` at depth `loops` into `kv` (already allocated), keeping the states h_loops in `h`
+// and the last row's readout input per pass in last_pass_states. With input injection (FORMAT.md
+// §1a) `e` receives the prelude outputs ([n, d]) when start_pass is 1 and supplies them to a depth
+// upgrade; unused otherwise. With a coda (§1b) every pass's readout runs the coda over all rows
+// (the last row's readout at pass l reads the others' pass-l coda), the last at `loops`: the
+// cache keeps the coda keys/values of depth `loops`, recomputed from h_loops on a depth upgrade.
 void prefill(const Model& m, KVCache& kv, const int32_t* ids, int n, int loops, int window, int start_pass,
              const float* h_in, std::vector<float>& h, std::vector<float>& e, std::vector<float>& last_pass_states) {
     PassHook hook = last_row_hook(last_pass_states, m.hp.d_model);
@@ -69,7 +72,7 @@ void prefill(const Model& m, KVCache& kv, const int32_t* ids, int n, int loops, 
     fa.n = n;
     fa.loops = loops;
     fa.window = window;
-    fa.on_pass = &hook;
+    fa.on_readout = &hook;
     fa.start_pass = start_pass;
     fa.h_in = h_in;
     if (injects_input(m.hp)) {
@@ -80,7 +83,14 @@ void prefill(const Model& m, KVCache& kv, const int32_t* ids, int n, int loops, 
             fa.e_in = e.data();
         }
     }
-    forward(m, kv, ws, fa, h);
+    if (m.hp.n_coda_blocks == 0) {
+        forward(m, kv, ws, fa, h);
+        return;
+    }
+    h.resize(static_cast<size_t>(n) * m.hp.d_model);
+    fa.out_state = h.data();
+    std::vector<float> readout;
+    forward(m, kv, ws, fa, readout);
 }
 
 bool starts_with(const int32_t* prompt, int prompt_len, const std::vector<int32_t>& prefix) {
@@ -93,7 +103,6 @@ bool starts_with(const int32_t* prompt, int prompt_len, const std::vector<int32_
 
 PrefixCache* create_prefix_cache(Model* model, const int32_t* prefix, int n, int loops, int cache_window) {
     require_cpu_backend(checked(model), "prefix caches");
-    require_v3_support(checked(model), "prefix caches (resumes from kept per-pass states)", false);
     const Model& m = checked(model);
     check_ids(m, prefix, n, "prefix");
     if (cache_window < 0) throw Error(ErrorCode::InvalidArgument, "cache_window: must be >= 0");
@@ -146,7 +155,6 @@ GenerateResult generate_with_prefix(Model* model, const PrefixCache* cache, cons
 
 ResumeHandle* create_resume_handle(Model* model, const int32_t* prompt, int prompt_len, int loops) {
     require_cpu_backend(checked(model), "ResumeHandle");
-    require_v3_support(checked(model), "ResumeHandle (resumes from kept per-pass states)", false);
     const Model& m = checked(model);
     check_ids(m, prompt, prompt_len, "prompt");
     auto r = std::make_unique<ResumeHandle>();
@@ -185,6 +193,11 @@ GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& confi
     }
     GenerateConfig c = config;
     c.loops = loops;
+    // §1b: a shallower run needs the prompt's coda keys/values of depth `loops`, computed from
+    // its states at that depth, which the handle does not keep (only h at its deepest depth):
+    // the prompt is computed again, exactly as generate would.
+    if (loops < r.loops && m.hp.n_coda_blocks > 0)
+        return decode(m, r.prompt.data(), static_cast<int>(r.prompt.size()), c, options, nullptr);
     DecodeStart start;
     start.kv = &r.kv;
     start.n_cached = static_cast<int>(r.prompt.size());
@@ -196,7 +209,6 @@ GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& confi
 
 PrefixPool* create_prefix_pool(Model* model, int loops) {
     require_cpu_backend(checked(model), "PrefixPool");
-    require_v3_support(checked(model), "PrefixPool (resumes from kept per-pass states)", false);
     const Model& m = checked(model);
     auto p = std::make_unique<PrefixPool>();
     p->model = model;

@@ -105,16 +105,6 @@ void initial_state(const HParams& hp, const int* pos, int n, float* out) {
         }
 }
 
-void require_v3_support(const Model& m, const char* path, bool coda_ok, bool adapter_ok) {
-    const HParams& hp = m.hp;
-    std::string what;
-    if (!coda_ok && hp.n_coda_blocks > 0) what = "coda blocks (n_coda_blocks " + std::to_string(hp.n_coda_blocks) + ")";
-    else if (!adapter_ok && hp.loop_input == LoopInput::Adapter) what = "loop_input adapter";
-    if (what.empty()) return;
-    throw Error(ErrorCode::NotSupported, std::string(path) + ": not supported yet for a model with " + what +
-                                             " (FORMAT.md §1b, architecture " + hp.architecture + ")");
-}
-
 PassHook last_row_hook(std::vector<float>& states, int d) {
     return [&states, d](int pass, int, const float* x, int n) {
         std::copy(x + static_cast<size_t>(n - 1) * d, x + static_cast<size_t>(n) * d,
@@ -383,6 +373,88 @@ void run_pass(const Model& m, KVCache& kv, Workspace& ws, int pass, float* x, co
     end_pass(be, hp, w, s, x, n);
 }
 
+const float* readout_rows(const Model& m, KVCache& kv, Workspace& ws, const float* h, int n, std::vector<float>& buf) {
+    if (m.hp.n_coda_blocks == 0) return h;
+    const size_t floats = static_cast<size_t>(n) * m.hp.d_model;
+    buf.assign(h, h + floats);
+    ws.reserve(m.hp, n);
+    CpuOps be(m.pool.get());
+    CpuCache cache(m, kv, ws);
+    run_coda(be, m.hp, layers_of(m), cache, scratch_of(ws), buf.data(), n);
+    return buf.data();
+}
+
+namespace {
+
+// forward() with per-pass readouts on a coda model (§1b): the readout at pass l of a row reads
+// the pass-l coda keys/values of every earlier row of the call, so each pass runs over all
+// chunks before the coda runs over them (chunk by chunk, in order). The loop layers see the
+// same keys/values as chunk by chunk (a pass reads only earlier rows and earlier layers), so the
+// states are the bits of the plain forward; the last coda runs at `loops`, leaving r_L in out_h
+// and the depth-`loops` coda keys/values in the cache.
+void forward_pass_major(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args, std::vector<float>& out_h,
+                        int chunk) {
+    const HParams& hp = m.hp;
+    const int d = hp.d_model;
+    const bool inject = injects_input(hp);
+    std::vector<float> e_all(inject ? static_cast<size_t>(args.n) * d : 0);
+    std::vector<float> r(static_cast<size_t>(std::min(args.n, chunk)) * d);
+    CpuOps be(m.pool.get());
+    CpuCache cache(m, kv, ws);
+    const BlockScratch s = scratch_of(ws);
+    const LayerStack w = layers_of(m);
+    auto each_chunk = [&](auto&& body) {
+        for (int c0 = 0; c0 < args.n; c0 += chunk) {
+            const int n = std::min(chunk, args.n - c0);
+            set_rows(ws, args.pos0 + c0, n, args.window);
+            body(c0, n, out_h.data() + static_cast<size_t>(c0) * d,
+                 inject ? e_all.data() + static_cast<size_t>(c0) * d : nullptr);
+        }
+    };
+    each_chunk([&](int c0, int n, float* x, float* e) {
+        const size_t rows_bytes = static_cast<size_t>(n) * d * sizeof(float);
+        if (args.start_pass > 1) {
+            std::memcpy(x, args.h_in + static_cast<size_t>(c0) * d, rows_bytes);
+            if (inject) std::memcpy(e, args.e_in + static_cast<size_t>(c0) * d, rows_bytes);
+            return;
+        }
+        PassPlan plan;  // the prelude only (no pass: loops 0)
+        plan.loops = 0;
+        if (hp.loop_input == LoopInput::Adapter) {
+            initial_state(hp, ws.pos.data(), n, ws.s0.data());
+            plan.s0 = ws.s0.data();
+        }
+        run_layers(be, hp, w, cache, s, args.tokens + c0, x, e, n, plan);
+        if (inject && args.out_e) std::memcpy(args.out_e + static_cast<size_t>(c0) * d, e, rows_bytes);
+    });
+    const int first = std::max(1, args.start_pass);
+    for (int pass = first; pass <= args.loops; ++pass) {
+        each_chunk([&](int c0, int n, float* x, float* e) {
+            begin_pass(be, hp, w, s, x, e, n, pass);
+            int layer = loop_layer_index(hp, pass, 0);
+            for (const LayerWeights& l : m.loop) block_forward(be, hp, l, cache, layer++, s, x, n);
+            end_pass(be, hp, w, s, x, n);
+            if (args.on_pass && *args.on_pass) (*args.on_pass)(pass, c0, x, n);
+        });
+        each_chunk([&](int c0, int n, float* x, float*) {
+            const size_t floats = static_cast<size_t>(n) * d;
+            std::copy(x, x + floats, r.begin());
+            run_coda(be, hp, w, cache, s, r.data(), n);
+            (*args.on_readout)(pass, c0, r.data(), n);
+            if (pass < args.loops) return;
+            if (args.out_state) std::copy(x, x + floats, args.out_state + static_cast<size_t>(c0) * d);
+            std::copy(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(floats), x);
+        });
+    }
+    if (first > args.loops)  // nothing ran: the readout of the kept state
+        each_chunk([&](int c0, int n, float* x, float*) {
+            if (args.out_state) std::copy(x, x + static_cast<size_t>(n) * d, args.out_state + static_cast<size_t>(c0) * d);
+            run_coda(be, hp, w, cache, s, x, n);
+        });
+}
+
+}  // namespace
+
 void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args,
              std::vector<float>& out_h) {
     require_cpu_backend(m, "this call (the host forward)");
@@ -393,11 +465,7 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
         throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(args.loops) +
                                                     " is outside [1, " + std::to_string(hp.max_loops) + "]");
     const bool inject = injects_input(hp);
-    // §1b: with a coda, out_h is the coda's output (the readout at depth `loops`), not h_L, so a
-    // caller that reads per-pass states or resumes from them cannot be served (named, not wrong).
-    if (hp.n_coda_blocks > 0 && (args.on_pass || args.start_pass > 1))
-        require_v3_support(m, args.start_pass > 1 ? "depth upgrade (resuming from a kept state)"
-                                                  : "per-pass readout (lens, per-pass scores)", false);
+    const bool coda = hp.n_coda_blocks > 0;
     if (args.start_pass > 1 && (args.h_in == nullptr || args.start_pass > args.loops + 1 || (inject && !args.e_in)))
         throw Error(ErrorCode::Internal, "forward: depth upgrade needs h_in (and e_in when injecting) and start_pass <= loops + 1");
     if (kv.n_layers < exec_layers(hp, args.loops) || args.pos0 < 0 || args.pos0 + args.n > kv.capacity)
@@ -406,6 +474,11 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
     const int chunk = std::max(1, m.prefill_chunk);
     ws.reserve(hp, std::min(args.n, chunk));
     out_h.resize(static_cast<size_t>(args.n) * d);
+    const bool readouts = args.on_readout && *args.on_readout;
+    if (coda && readouts) {
+        forward_pass_major(m, kv, ws, args, out_h, chunk);
+        return;
+    }
 
     CpuOps be(m.pool.get());
     CpuCache cache(m, kv, ws);
@@ -420,17 +493,24 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
             if (inject) std::memcpy(ws.e.data(), args.e_in + static_cast<size_t>(c0) * d, rows_bytes);
         }
         std::function<void(int)> after;
-        if (args.on_pass && *args.on_pass) after = [&](int pass) { (*args.on_pass)(pass, c0, x, n); };
+        if ((args.on_pass && *args.on_pass) || readouts)
+            after = [&](int pass) {  // without a coda the readout input is the state itself
+                if (args.on_pass && *args.on_pass) (*args.on_pass)(pass, c0, x, n);
+                if (readouts) (*args.on_readout)(pass, c0, x, n);
+            };
         PassPlan plan;
         plan.start_pass = args.start_pass;
         plan.loops = args.loops;
         plan.after_pass = after ? &after : nullptr;
-        plan.readout = hp.n_coda_blocks > 0;
+        // With a coda and out_state, the coda runs below, after h_L is copied out.
+        plan.readout = coda && !args.out_state;
         if (hp.loop_input == LoopInput::Adapter && args.start_pass <= 1) {
             initial_state(hp, ws.pos.data(), n, ws.s0.data());
             plan.s0 = ws.s0.data();
         }
         run_layers(be, hp, layers_of(m), cache, scratch, args.tokens + c0, x, ws.e.data(), n, plan);
+        if (args.out_state) std::memcpy(args.out_state + static_cast<size_t>(c0) * d, x, rows_bytes);
+        if (coda && args.out_state) run_coda(be, hp, layers_of(m), cache, scratch, x, n);
         if (inject && args.start_pass <= 1 && args.out_e)
             std::memcpy(args.out_e + static_cast<size_t>(c0) * d, ws.e.data(), rows_bytes);
     }
@@ -471,10 +551,6 @@ void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& 
         }
         for (int l = 1; l <= q.loops; ++l) rows_at_depth[static_cast<size_t>(l)] = t;
     }
-    // §1b: the coda runs after each sequence's own last pass; rows of different depths would
-    // need it between passes. One depth per batch keeps it one call (the batch engine groups).
-    if (hp.n_coda_blocks > 0 && seqs[n_seqs - 1].loops != max_loops)
-        require_v3_support(m, "forward_batch with sequences at different depths", false);
     float* x = out_h.data();
     int layer = 0;
     // Every sequence's first cache's kv argument is only a fallback: rows name their own caches.
@@ -489,6 +565,10 @@ void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& 
         for (const LayerWeights& w : m.loop) run_block(m, w, any, layer++, ws, x, n);
         finish_pass(m, x, n, ws);
     }
+    // §1b: each sequence's coda reads its own state after its own last pass. One coda over every
+    // row after the deepest pass is that: a pass l touches only the rows of sequences with
+    // loops >= l, so a shallower sequence's rows still hold its h_{loops}, and its coda keys and
+    // values go to (and are read from) its own cache.
     if (hp.n_coda_blocks > 0) {
         CpuOps be(m.pool.get());
         CpuCache cache(m, any, ws);

@@ -122,10 +122,21 @@ struct ForwardArgs {
     // the caller) from a call that runs the prelude, so that a later call can resume.
     const float* e_in = nullptr;
     float* out_e = nullptr;
+    // Per-pass readouts (FORMAT.md §1b): called after every pass with the rows' readout input r_l,
+    // what compute_logits reads (h_l without a coda; with one the coda's output over the rows'
+    // pass-l states, reading earlier positions' stored coda keys/values and this call's rows'
+    // pass-l ones). With a coda every pass then runs the coda over every row of the call (pass by
+    // pass over the chunks), the last one at `loops`, so the cache keeps the depth-`loops` coda.
+    const PassHook* on_readout = nullptr;
+    // With a coda out_h holds the readout input r_L; out_state, when set, receives the rows'
+    // state h_L ([n, d], sized by the caller) from which a later call can resume. Without a coda
+    // it receives a copy of out_h.
+    float* out_state = nullptr;
 };
 
 // Runs the tokens through the model at depth `loops`, writing their keys/values into `kv`, and
-// leaves the final hidden states h_L in `out_h` ([n, d], before the final norm). Tokens are
+// leaves the final hidden states h_L in `out_h` ([n, d], before the final norm; with a coda the
+// coda's output r_L, which compute_logits reads the same way). Tokens are
 // processed in chunks of the model's prefill_chunk; results are identical for any chunking.
 void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args,
              std::vector<float>& out_h);
@@ -156,6 +167,12 @@ PassHook last_row_hook(std::vector<float>& states, int d);
 // layers, end_pass) over x.
 void run_prelude(const Model& m, KVCache& kv, Workspace& ws, const int32_t* ids, int n, float* x, float* e);
 void run_pass(const Model& m, KVCache& kv, Workspace& ws, int pass, float* x, const float* e, int n);
+
+// The readout input of §1b for n rows whose positions and attention are set in ws (set_rows, or
+// a tree's rows): h itself without a coda; with one r = coda(RMSNorm(h, final_norm)) in `buf`
+// ([n, d]), the rows' coda keys and values written into kv (the last coda run of a row is what
+// later positions read: run it last at the row's exit depth).
+const float* readout_rows(const Model& m, KVCache& kv, Workspace& ws, const float* h, int n, std::vector<float>& buf);
 
 // Sets the rows' positions and attention ranges in ws for tokens at pos0 .. pos0+n-1.
 void set_rows(Workspace& ws, int pos0, int n, int window);
@@ -191,10 +208,5 @@ inline int loop_layer_index(const HParams& hp, int pass, int j) {
 // Whether compute_logits normalises h before the head: not when pass_norm already did and no
 // coda follows (the head reads h_L directly, §1b).
 inline bool readout_norms(const HParams& hp) { return !(hp.pass_norm && hp.n_coda_blocks == 0); }
-
-// For a path that has not been brought to a §1b feature yet: throws NotSupported naming the
-// feature and the path (never a silently wrong result). `coda`: the path reads per-pass states
-// through compute_logits (lens-like), which a coda model's readout cannot serve.
-void require_v3_support(const Model& m, const char* path, bool coda_ok, bool adapter_ok = true);
 
 }  // namespace tinyloop

@@ -64,6 +64,8 @@ EscalationResult score_with_consistency_escalation(Model* model, const int32_t* 
     if (!on_device) kv.allocate(exec_layers(hp, deepest), n, hp.n_kv_heads * hp.head_dim);
     Workspace ws;
     std::vector<float> h, h_prev_pass(on_device ? 0 : static_cast<size_t>(n) * d);
+    const bool coda = hp.n_coda_blocks > 0;
+    std::vector<float> state;  // with a coda: the states h_reached (h holds the readouts)
     std::vector<float> input(injects_input(hp) && !on_device ? static_cast<size_t>(n) * d : 0);  // prelude outputs (§1a)
     // Keep the state one pass before the rung (for the disagreement signal).
     int want_pass = 0;
@@ -105,15 +107,21 @@ EscalationResult score_with_consistency_escalation(Model* model, const int32_t* 
             fa.tokens = tokens;
             fa.n = n;
             fa.loops = depth;
-            fa.on_pass = &hook;
+            // The readout input (the state, or with a coda the coda's output, FORMAT.md §1b) of the
+            // pass before the rung; with a coda h holds readouts and `state` the states to resume.
+            fa.on_readout = need_prev ? &hook : nullptr;
             std::vector<float> h_in;
             if (reached == 0 && injects_input(hp)) fa.out_e = input.data();
             if (reached > 0) {
-                h_in = h;
+                h_in = coda ? state : h;
                 fa.start_pass = reached + 1;
                 fa.h_in = h_in.data();
                 fa.e_in = input.data();
-                if (want_pass == reached) h_prev_pass = h_in;  // the pass before the rung ran earlier
+                if (want_pass == reached) h_prev_pass = h;  // the pass before the rung ran earlier
+            }
+            if (coda) {
+                state.resize(static_cast<size_t>(n) * d);
+                fa.out_state = state.data();
             }
             forward(m, kv, ws, fa, h);
             r.passes_run += static_cast<long long>(depth - reached) * n;

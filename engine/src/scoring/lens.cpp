@@ -71,7 +71,7 @@ public:
 #ifdef TINYLOOP_HAVE_CUDA
         if (m.cuda) return;
 #endif
-        states_ = all_pass_states(m, tokens, n, L);
+        states_ = all_pass_states(m, tokens, n, L, /*readouts=*/true);
     }
     // out = the logits [n, vocab] at `depth`.
     void at(int depth, std::vector<float>& out) {

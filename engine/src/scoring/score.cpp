@@ -31,18 +31,18 @@ int resolve_loops(const Model& m, int loops) { return checked_loops(m, loops); }
 // The whole sequence in one prefill at depth `loops` through a fresh cache of `kv_cache`'s
 // layout: h receives the final states; `hook`, when given, sees every pass.
 static void whole_sequence_forward(const Model& m, const int32_t* tokens, int n, int loops, KVCacheType kv_cache,
-                                   const PassHook* hook, Workspace& ws, std::vector<float>& h) {
+                                   const PassHook* hook, Workspace& ws, std::vector<float>& h, bool readouts = false) {
     KVCache kv;
     kv.allocate(m.hp, exec_layers(m.hp, loops), n, kv_cache);
     ForwardArgs fa;
     fa.tokens = tokens;
     fa.n = n;
     fa.loops = loops;
-    fa.on_pass = hook;
+    (readouts ? fa.on_readout : fa.on_pass) = hook;
     forward(m, kv, ws, fa, h);
 }
 
-std::vector<float> all_pass_states(const Model& m, const int32_t* tokens, int n, int loops) {
+std::vector<float> all_pass_states(const Model& m, const int32_t* tokens, int n, int loops, bool readouts) {
     const int d = m.hp.d_model;
     std::vector<float> states(static_cast<size_t>(loops) * n * d);
     PassHook hook = [&](int pass, int row0, const float* x, int rows) {
@@ -51,7 +51,7 @@ std::vector<float> all_pass_states(const Model& m, const int32_t* tokens, int n,
     };
     Workspace ws;
     std::vector<float> h;
-    whole_sequence_forward(m, tokens, n, loops, KVCacheType::F32, &hook, ws, h);
+    whole_sequence_forward(m, tokens, n, loops, KVCacheType::F32, &hook, ws, h, readouts);
     return states;
 }
 

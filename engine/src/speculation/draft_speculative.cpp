@@ -175,7 +175,7 @@ void DraftRun::prefill(const int32_t* prompt, int prompt_len) {
         fa.n = prompt_len;
         fa.loops = LT;
         fa.window = c.cache_window;
-        fa.on_pass = options.lens ? &hook : nullptr;
+        fa.on_readout = options.lens ? &hook : nullptr;
         forward(tm, tkv, tws, fa, h);
         compute_logits(tm, h.data() + static_cast<size_t>(prompt_len - 1) * d, 1, logits.data(), tws);
         ForwardArgs da;
@@ -257,7 +257,7 @@ void DraftRun::verify(int p, const std::vector<int32_t>& x, int rows) {
                     std::copy(xs + static_cast<size_t>(r) * d, xs + static_cast<size_t>(r + 1) * d,
                               row_states[static_cast<size_t>(row0 + r)].begin() + static_cast<size_t>(pass - 1) * d);
             };
-        fa.on_pass = options.lens ? &rh : nullptr;
+        fa.on_readout = options.lens ? &rh : nullptr;
         forward(tm, tkv, tws, fa, tver_h);
         compute_logits(tm, tver_h.data(), rows, tver_logits.data(), tws);
     }

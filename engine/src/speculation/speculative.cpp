@@ -129,8 +129,6 @@ GenerateResult speculative_result(const int32_t* prompt, int prompt_len, int max
 GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int prompt_len, const SpeculativeConfig& c,
                                        const GenerateOptions& options) {
     require_cpu_backend(checked(model), "chain self-speculation");
-    // §1b: the draft is read from a state a coda model does not expose (its readout is the coda).
-    require_v3_support(checked(model), "chain self-speculation", false);
     const auto t0 = Clock::now();
     const Model& m = checked(model);
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, c.draft_ahead, c.temperature);
@@ -168,7 +166,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
         fa.tokens = prompt;
         fa.n = prompt_len;
         fa.loops = L;
-        fa.on_pass = options.lens ? &hook : nullptr;
+        fa.on_readout = options.lens ? &hook : nullptr;
         forward(m, kv, ws, fa, h);
         compute_logits(m, h.data() + static_cast<size_t>(prompt_len - 1) * d, 1, logits.data(), ws);
     }
@@ -196,7 +194,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
     std::vector<float> draft_e(injects_input(hp) ? static_cast<size_t>(K) * d : 0);  // their prelude outputs (§1a)
     std::vector<std::vector<float>> q_probs(static_cast<size_t>(K));  // stochastic: draft distributions
     std::vector<float> ver_h, ver_logits(static_cast<size_t>(K) * V), one(static_cast<size_t>(V));
-    std::vector<std::vector<float>> row_states;  // lens: per verified row, its [L, d] states
+    std::vector<std::vector<float>> row_states;  // lens: per verified row, its [L, d] readout inputs
     int cycle = 0;
     while (!done) {
         const int p = static_cast<int>(res.tokens.size()) - 1;  // position of x0
@@ -217,9 +215,12 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
             fa.loops = D;
             if (injects_input(hp)) fa.out_e = draft_e.data() + static_cast<size_t>(i) * d;
             PassHook rh = options.lens ? last_row_hook(row_states[i], d) : PassHook{};
-            fa.on_pass = options.lens ? &rh : nullptr;
+            fa.on_readout = options.lens ? &rh : nullptr;
+            // §1b: with a coda h is the draft's readout at D (its coda keys/values, of depth D, are
+            // rewritten at L by the verification) and the state to resume from comes apart.
+            if (hp.n_coda_blocks > 0) fa.out_state = draft_h.data() + static_cast<size_t>(i) * d;
             forward(m, kv, ws, fa, h);
-            std::copy(h.begin(), h.end(), draft_h.begin() + static_cast<size_t>(i) * d);
+            if (hp.n_coda_blocks == 0) std::copy(h.begin(), h.end(), draft_h.begin() + static_cast<size_t>(i) * d);
             compute_logits(m, h.data(), 1, one.data(), ws);
             x[i + 1] = choose(one.data(), &q_probs[i]).token;
             ++drafted;
@@ -245,7 +246,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
                         std::copy(xs + static_cast<size_t>(r) * d, xs + static_cast<size_t>(r + 1) * d,
                                   row_states[row0 + r].begin() + static_cast<size_t>(pass - 1) * d);
                 };
-            fa.on_pass = options.lens ? &rh : nullptr;
+            fa.on_readout = options.lens ? &rh : nullptr;
             forward(m, kv, ws, fa, ver_h);
             compute_logits(m, ver_h.data(), drafted, ver_logits.data(), ws);
         }

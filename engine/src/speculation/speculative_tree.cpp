@@ -73,10 +73,12 @@ private:
 
 // Runs the given nodes through passes start_pass..loops (prelude too when start_pass == 1).
 // `input` holds the nodes' prelude outputs for input injection (FORMAT.md §1a): filled by a
-// call that runs the prelude, read by one that resumes (untouched without injection).
-void tree_forward(const Model& m, KVCache& kv, Workspace& ws, const std::vector<Node>& nodes,
-                  const std::vector<int>& which, int p, int start_pass, int loops, std::vector<float>& h,
-                  std::vector<float>& input) {
+// call that runs the prelude, read by one that resumes (untouched without injection). Returns
+// what compute_logits reads for the nodes at `loops`: h, or with a coda (§1b) the coda's output
+// in `r`, run over the nodes while their tree rows are set (a node's coda reads its ancestors').
+const float* tree_forward(const Model& m, KVCache& kv, Workspace& ws, const std::vector<Node>& nodes,
+                          const std::vector<int>& which, int p, int start_pass, int loops, std::vector<float>& h,
+                          std::vector<float>& input, std::vector<float>& r) {
     const HParams& hp = m.hp;
     const int n = static_cast<int>(which.size()), d = hp.d_model;
     ws.reserve(hp, n);
@@ -102,7 +104,9 @@ void tree_forward(const Model& m, KVCache& kv, Workspace& ws, const std::vector<
         run_prelude(m, kv, ws, ids.data(), n, h.data(), input.data());
     }
     for (int pass = std::max(1, start_pass); pass <= loops; ++pass) run_pass(m, kv, ws, pass, h.data(), input.data(), n);
+    const float* out = readout_rows(m, kv, ws, h.data(), n, r);
     ws.extra_offsets.clear();
+    return out;
 }
 
 // The k best ids of one row of draft logits (ties: the lower id first, as argmax; a NaN ranks
@@ -129,8 +133,6 @@ void top_children(const Model& m, const float* logits, int k, std::vector<int32_
 GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
                                             const TreeSpeculativeConfig& c, const GenerateOptions& options) {
     require_cpu_backend(checked(model), "tree self-speculation");
-    // §1b: the draft is read from a state a coda model does not expose (its readout is the coda).
-    require_v3_support(checked(model), "tree self-speculation", false);
     const auto t0 = Clock::now();
     const Model& m = checked(model);
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, 1, c.temperature);
@@ -174,6 +176,7 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
     const TokenChoice first = greedy_choice(m, logits.data());
     bool done = !out.emit(first.token, EmitInfo{.prob = first.prob, .depth = L, .from_verifier = true});
     std::vector<float> all_logits;
+    std::vector<float> rd;  // §1b: the coda's output of the nodes just run (unused without a coda)
     std::vector<int32_t> kids;
     std::vector<double> kid_p;
     AcceptanceEstimate estimate;
@@ -204,9 +207,9 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
                 at = *best;
                 frontier.erase(best);
             }
-            tree_forward(m, kv, ws, nodes, {at}, p, 1, D, h, one_e);
+            const float* r = tree_forward(m, kv, ws, nodes, {at}, p, 1, D, h, one_e, rd);
             ed.insert(ed.end(), one_e.begin(), one_e.end());
-            compute_logits(m, h.data(), 1, logits.data(), ws);
+            compute_logits(m, r, 1, logits.data(), ws);
             hd.insert(hd.end(), h.begin(), h.begin() + d);
             runnable.push_back(at);
             top_children(m, logits.data(), K, kids, kid_p);
@@ -227,9 +230,9 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
         st.draft_ms += ms_since(td);
 
         const auto tv = Clock::now();
-        tree_forward(m, kv, ws, nodes, runnable, p, D + 1, L, hd, ed);
+        const float* rv = tree_forward(m, kv, ws, nodes, runnable, p, D + 1, L, hd, ed, rd);
         all_logits.resize(runnable.size() * static_cast<size_t>(V));
-        compute_logits(m, hd.data(), static_cast<int>(runnable.size()), all_logits.data(), ws);
+        compute_logits(m, rv, static_cast<int>(runnable.size()), all_logits.data(), ws);
         for (size_t i = 0; i < runnable.size(); ++i) {
             Node& nd = nodes[static_cast<size_t>(runnable[i])];
             nd.verify = argmax(all_logits.data() + i * V, std::min(V, m.tokenizer.n_ids()));
