@@ -178,6 +178,12 @@ def test_every_tensor_maps_exactly(folder, dtype, tmp_path):
     assert meta["source"]["config"] == cfg
     assert meta["chat_template"] == json.load(open(hf / "tokenizer_config.json"))["chat_template"]
     assert meta["generation"] == json.load(open(hf / "generation_config.json"))
+    # Every stop id of generation_config.json in the tokenizer (FORMAT.md §3b), and the special-token
+    # strings the chat template is rendered with.
+    assert header["tokenizer"]["stop_ids"] == meta["generation"]["eos_token_id"]
+    tok_cfg = json.load(open(hf / "tokenizer_config.json"))
+    assert meta["special_tokens"] == {k: tok_cfg[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token")
+                                      if k in tok_cfg}
 
 
 def test_bf16_source_rows_of_the_permutation_are_checked(folder, tmp_path):
