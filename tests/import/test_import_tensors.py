@@ -186,6 +186,18 @@ def test_every_tensor_maps_exactly(folder, dtype, tmp_path):
                                       if k in tok_cfg}
 
 
+@pytest.mark.parametrize("dtype", ["q8", "q4"])
+def test_quantizing_threads_do_not_change_a_byte(folder, dtype, tmp_path):
+    arch, hf = folder
+    files = []
+    for threads in (1, 2, 3):
+        out = tmp_path / f"{arch}-{dtype}-t{threads}.tinyloop"
+        subprocess.run([str(CLI), "import", str(hf), str(out), "--dtype", dtype, "--threads", str(threads), "--json"],
+                       check=True, capture_output=True, timeout=120)
+        files.append(out.read_bytes())
+    assert files[0] == files[1] == files[2]
+
+
 def test_bf16_source_rows_of_the_permutation_are_checked(folder, tmp_path):
     """The check above would not notice a permutation applied to both sides; this one states it
     on numbers: Huginn's wq row hd/2 of head 0 is the checkpoint's row 1."""

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "import/hf_plan.h"
@@ -191,6 +193,8 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
     const OutType type = parse_out_type(o.dtype);
     if (quantized(type) && o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
         throw Error(ErrorCode::InvalidArgument, "group_size: " + std::to_string(o.group_size) + ", allowed 32, 64 or 128");
+    if (o.threads < 0 || o.threads > 256)
+        throw Error(ErrorCode::InvalidArgument, "threads: " + std::to_string(o.threads) + ", allowed 0 (all cores) or 1 .. 256");
     if (o.loops < 0 || o.loops > 1024)
         throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(o.loops) + ", allowed 0 (the checkpoint's) or 1 .. 1024");
     const fs::path dir(hf_dir);
@@ -285,6 +289,10 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
         if (o.progress) o.progress(prog);
         std::vector<float> values;
         std::vector<uint16_t> half;
+        std::unique_ptr<kern::ThreadPool> pool;
+        if (quantized(type))
+            pool = std::make_unique<kern::ThreadPool>(
+                o.threads ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
         for (const Placed& p : placed) {
             const uint64_t n = static_cast<uint64_t>(p.rows) * p.cols;
             values.assign(n, 0.0f);
@@ -307,7 +315,8 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
                 case OutType::Q8:
                 case OutType::Q4: {
                     const QuantizedMatrix q = quantize_matrix(values.data(), static_cast<int>(p.rows), static_cast<int>(p.cols),
-                                                              p.type == OutType::Q8 ? DType::Q8 : DType::Q4, o.group_size);
+                                                              p.type == OutType::Q8 ? DType::Q8 : DType::Q4, o.group_size,
+                                                              pool.get());
                     out.write(q.codes.data(), q.codes.size());
                     out.pad_to(data_start + p.scales_offset);
                     out.write(q.scales.data(), q.scales.size() * 2);
