@@ -40,8 +40,9 @@ CommandSpec import_spec() {
     for (auto& o : common_options()) s.options.push_back(o);
     s.notes =
         "--json prints one object: input, output, source_architecture, architecture, dtype, tensors,\n"
-        "file_bytes, largest_tensor_bytes, seconds. --backend and --threads are accepted for\n"
-        "uniformity and unused.\n";
+        "file_bytes, largest_tensor_bytes, seconds. --threads is the number of threads that quantize\n"
+        "q8/q4 (default: all cores; the file is the same bytes for any count); --backend is accepted\n"
+        "for uniformity and unused.\n";
     return s;
 }
 
@@ -92,7 +93,7 @@ int run_import(const Args& args) {
         if (*s != "model" && *s != "zeros") throw UsageError("--state-init: expected model or zeros, got '" + *s + "'");
         o.state_init = *s;
     }
-    load_options(args);  // validates --backend / --threads even though nothing runs
+    o.threads = load_options(args).threads;  // --backend is validated and unused
     std::error_code ec;
     if (!std::filesystem::is_directory(in, ec)) throw UsageError("HF_DIR '" + in + "' is not a folder");
     check_output_path(in, out);

@@ -29,7 +29,7 @@ CommandSpec info_spec() {
         "--json prints one object: path, file_bytes, weight_bytes, parameter_count, backend,\n"
         "backend_note, threads, vram_bytes, hparams{...}, dtypes{dtype: {tensors, parameters,\n"
         "bytes}}, tensors[{name, dtype, shape, group_size, bytes}], tokenizer{type, pretokenizer,\n"
-        "merges, vocab, special_tokens{text: id}, eos_id, bos_id}, metadata (the file's whole\n"
+        "merges, vocab, special_tokens{text: id}, eos_id, bos_id, stop_ids}, metadata (the file's whole\n"
         "object; left out with --no-metadata).\n"
         "The text output's metadata is one line per top-level key: numbers and strings as they\n"
         "are (long strings cut at 100 characters), objects and lists by their size; --metadata\n"
@@ -150,6 +150,7 @@ nlohmann::json info_json(const ModelInfo& info, const std::string& path, size_t 
                                               : nlohmann::json(nullptr)},
         {"bos_id", info.tokenizer.bos_id >= 0 ? nlohmann::json(info.tokenizer.bos_id)
                                               : nlohmann::json(nullptr)},
+        {"stop_ids", info.tokenizer.stop_ids},
     };
     return j;
 }
@@ -265,6 +266,11 @@ int run_info(const Args& args) {
           << "\"=" << tok.special_tokens[i].second;
     o << "\n";
     o << "  eos           " << token_name(tok, tok.eos_id) << "\n";
+    if (!tok.stop_ids.empty()) {
+        o << "  stop ids      ";
+        for (size_t i = 0; i < tok.stop_ids.size(); ++i) o << (i ? ", " : "") << token_name(tok, tok.stop_ids[i]);
+        o << "\n";
+    }
     o << "  bos           " << token_name(tok, tok.bos_id) << "\n";
 
     if (!no_metadata) {

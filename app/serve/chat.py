@@ -14,8 +14,10 @@ are); `generation_prompt` follows the last message; `stop` (up to 4 strings) end
 the model starts the next turn, on top of the request's own `stop`. A `chat_template` that is not
 such an object is not executed: the server says so at start and uses the default. A string
 `chat_template` is a Jinja template (a model imported from Hugging Face) and is rendered by
-chat_template.py as transformers' apply_chat_template renders it; its stop ids (metadata
-`generation.eos_token_id`) are passed on as the chat option `template_stop_ids`.
+chat_template.py as transformers' apply_chat_template renders it, and its text tokenized with the
+special tokens split out as their ids (the chat option `parse_special`), as
+apply_chat_template(tokenize=True) does; a reply ends on the model's stop ids (generation_config's
+eos_token_id, kept in the file's tokenizer as `stop_ids`) in the engine, with finish_reason "stop".
 """
 from __future__ import annotations
 
@@ -118,7 +120,7 @@ def render(template: dict, messages: list[tuple[str, str]]) -> str:
 
 
 def chat_to_completion(body: Any, template: dict) -> tuple[dict, dict]:
-    """A chat body as (a /v1/completions body, chat options {template_stop}). Errors name the
+    """A chat body as (a /v1/completions body, chat options {template_stop, parse_special, ...}). Errors name the
     chat request's own fields."""
     if not isinstance(body, dict):
         raise bad(None, "the request body must be a JSON object")
@@ -139,8 +141,7 @@ def chat_to_completion(body: Any, template: dict) -> tuple[dict, dict]:
         raise bad("top_logprobs", "top_logprobs: only with logprobs: true")
     if want_lp:
         out["logprobs"] = top or 0
-    stop_ids = list(template["jinja"].stop_ids) if "jinja" in template else []
-    return out, {"template_stop": list(template["stop"]), "template_stop_ids": stop_ids,
+    return out, {"template_stop": list(template["stop"]), "parse_special": "jinja" in template,
                  "max_tokens_given": "max_tokens" in out, "top_logprobs": top or 0}
 
 

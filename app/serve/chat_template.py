@@ -4,8 +4,10 @@ renders them (transformers/utils/chat_template_utils.py): an ImmutableSandboxedE
 trim_blocks and lstrip_blocks, the loopcontrols extension and transformers' {% generation %}
 block (rendered as its body), its `tojson` filter, and the globals messages,
 add_generation_prompt, bos_token, eos_token (and the other special tokens the caller gives),
-raise_exception and strftime_now. Stop ids come from the metadata's `generation` object
-(generation_config.json's eos_token_id, an id or a list).
+raise_exception and strftime_now. The special tokens are the metadata's `special_tokens` object
+(the importer's copy of tokenizer_config.json's bos_token, eos_token, ...: transformers passes
+special_tokens_map). Stop ids are not the template's business: the engine stops on the file's
+tokenizer stop_ids (FORMAT.md §3b).
 """
 from __future__ import annotations
 
@@ -65,12 +67,10 @@ def compile_template(source: str) -> jinja2.Template:
 class JinjaChatTemplate:
     """A compiled template and the special-token strings it is rendered with."""
 
-    def __init__(self, source: str, special_tokens: dict[str, str] | None = None,
-                 stop_ids: list[int] | None = None):
+    def __init__(self, source: str, special_tokens: dict[str, str] | None = None):
         self.source = source
         self.template = compile_template(source)
         self.special_tokens = dict(special_tokens or {})
-        self.stop_ids = list(stop_ids or [])
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **kwargs) -> str:
         ctx = {"bos_token": "", "eos_token": ""}
@@ -82,21 +82,9 @@ class JinjaChatTemplate:
             raise TemplateError("chat_template: %s" % e) from None
 
 
-def stop_ids_from_metadata(metadata: Any) -> list[int]:
-    """generation_config.json's eos_token_id (an int or a list of ints) as the importer keeps it in
-    metadata.generation; [] when absent or malformed."""
-    g = metadata.get("generation") if isinstance(metadata, dict) else None
-    v = g.get("eos_token_id") if isinstance(g, dict) else None
-    if isinstance(v, int) and not isinstance(v, bool):
-        return [v]
-    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-        return list(v)
-    return []
-
-
 def from_metadata(metadata: dict, source: str) -> JinjaChatTemplate:
     """The template of a model's metadata: special tokens from metadata.special_tokens (the
     importer's {"bos_token": ..., "eos_token": ...}) when present."""
     specials = metadata.get("special_tokens") if isinstance(metadata.get("special_tokens"), dict) else {}
     specials = {k: v for k, v in specials.items() if isinstance(k, str) and isinstance(v, str)}
-    return JinjaChatTemplate(source, specials, stop_ids_from_metadata(metadata))
+    return JinjaChatTemplate(source, specials)

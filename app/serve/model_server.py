@@ -170,8 +170,9 @@ class Server:
                 self.aborted_total += 1
             self.recent.append(record)
 
-    def prompt_ids(self, p, index: int | None = None) -> list[int]:
-        """Token ids of one prompt. A text too long to fit in max_seq_len tokens even at the
+    def prompt_ids(self, p, index: int | None = None, parse_special: bool = False) -> list[int]:
+        """Token ids of one prompt (special-token strings in a text are its ids when
+        parse_special, else plain text). A text too long to fit in max_seq_len tokens even at the
         longest token's bytes each is refused before tokenizing."""
         if isinstance(p, list):
             return list(p)
@@ -179,7 +180,7 @@ class Server:
         if n_bytes > self.max_seq_len * self.max_token_bytes:
             raise bad("prompt", "%s: %d bytes cannot fit in the model's max_seq_len %d tokens (at most %d bytes)"
                       % (prompt_name(index), n_bytes, self.max_seq_len, self.max_seq_len * self.max_token_bytes))
-        return self.model.tokenize(p)
+        return self.model.tokenize(p, parse_special)
 
     def seeds(self, req: Completion) -> list[int]:
         """One sampling seed per choice index j (seed + j when the request has a seed)."""

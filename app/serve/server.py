@@ -96,7 +96,10 @@ def prepare(srv: Server, raw: bytes, chat: bool) -> tuple[Completion, list[list[
     req = parse_completion(body, srv.vocab_size)
     srv.apply_recommendation(req)
     many = len(req.prompts) > 1
-    ids = [srv.prompt_ids(p, i if many else None) for i, p in enumerate(req.prompts)]
+    # A Jinja template's output holds the model's special tokens as text (<|im_start|>...):
+    # they are split out as their ids, as transformers' apply_chat_template(tokenize=True) does.
+    parse_special = chat_opts is not None and chat_opts["parse_special"]
+    ids = [srv.prompt_ids(p, i if many else None, parse_special) for i, p in enumerate(req.prompts)]
     if chat_opts is not None:
         cfg = req.config
         stops = cfg.get("stop_strings", [])

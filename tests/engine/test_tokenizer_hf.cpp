@@ -219,3 +219,39 @@ TEST(TokenizerHf, CatastrophicPatternAtEncodeIsAnErrorNotAHang) {
     }
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
+
+TEST(TokenizerHf, StopIdsStoredAndChecked) {
+    TokenizerSpec s = tokenizer_spec_from_hf(data_dir("ouro") + "/tokenizer.json", data_dir("ouro") + "/tokenizer_config.json");
+    ASSERT_EQ(s.eos_id, 2);
+    s.stop_ids = {0, 2};  // generation_config.json's [<|endoftext|>, <|im_end|>]
+    ModelSpec spec = random_model_spec(hp_for(2048), 3);
+    spec.tokenizer = s;
+    const std::string path = temp_path("hf_stop_ids.tinyloop");
+    save_model(path, spec);
+    ModelHandle m = load_model_handle(path);
+    EXPECT_EQ(model_info(m.get()).tokenizer.stop_ids, (std::vector<int32_t>{0, 2}));
+    EXPECT_EQ(stop_token_ids(m.get()), (std::vector<int32_t>{2, 0})) << "eos first, each once";
+    // Without stop_ids the tokenizer's eos alone, as in every file written before them.
+    s.stop_ids.clear();
+    spec.tokenizer = s;
+    save_model(path, spec);
+    m = load_model_handle(path);
+    EXPECT_EQ(stop_token_ids(m.get()), (std::vector<int32_t>{2}));
+
+    auto refused = [&](std::vector<int32_t> ids, const std::string& want, const std::string& type = "hf_byte_bpe") {
+        TokenizerSpec t = type == "hf_byte_bpe" ? s : TokenizerSpec{};
+        t.stop_ids = std::move(ids);
+        try {
+            StandaloneTokenizer tok(t, type == "hf_byte_bpe" ? 0 : 300);
+            ADD_FAILURE() << "accepted: " << want;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+        }
+    };
+    const int n = StandaloneTokenizer(s).n_ids();
+    refused({0, n}, "tokenizer.stop_ids[1]: " + std::to_string(n) + " out of range, allowed 0 .. " + std::to_string(n - 1));
+    refused({0, -1}, "tokenizer.stop_ids[1]: -1 out of range");
+    refused({1, 1}, "tokenizer.stop_ids[1]: 1 is listed twice");
+    refused(std::vector<int32_t>(65, 1), "tokenizer.stop_ids: 65 ids, allowed at most 64");
+    refused({1}, "tokenizer.stop_ids: only an hf_byte_bpe tokenizer carries them", "byte_bpe");
+}

@@ -10,12 +10,19 @@ greedy tokens. The published code stays outside the repository (PEER_DIR):
 
 torch comes from the running interpreter (the venv's, tests/python/requirements-peer.txt).
 
-  looped_peer.py PEER_DIR HF_DIR OUT.json --ids 5,9,... --steps 1,2,3 [--greedy 64 --greedy-steps T]
+  looped_peer.py PEER_DIR HF_DIR OUT.json --ids 5,9,... --steps 1,2,3 [--greedy 64 --greedy-steps T] [--float64]
 
 Ouro: per-step logits are lm_head(h_t), h_t the normed hidden state after pass t that the model's
 forward returns (hidden_states_list); greedy tokens from OuroForCausalLM.forward (exit threshold
 1.0: the last step). Huginn: forward(num_steps=n, init_scale=0.0), a zero initial state.
 Everything in float32, eager attention, no cache (each greedy step recomputes the whole prefix).
+
+--float64 (Huginn): the published code with the model cast to float64, as the exact value both
+float32 runs are measured against. The code computes three things in float32 whatever the model's
+dtype: RMSNorm (`self._norm(x.float())`), the RoPE table (`precompute_freqs_cis`, and the
+checkpoint's `freqs_cis` buffer) and the rotation (`apply_rotary_emb_complex_like` casts q and k
+with `.float()`); those three are replaced by the same formulas in float64 and nothing else is
+changed (the logits' final `.float()` rounds only the output, ~6e-8 relative).
 """
 import argparse
 import json
@@ -32,6 +39,7 @@ def main():
     ap.add_argument("--steps", required=True)
     ap.add_argument("--greedy", type=int, default=0)
     ap.add_argument("--greedy-steps", type=int, default=0)
+    ap.add_argument("--float64", action="store_true")
     a = ap.parse_args()
     peer, hf = Path(a.peer_dir), Path(a.hf_dir)
     sys.path[:0] = [str(peer / "site"), str(peer)]
@@ -58,7 +66,32 @@ def main():
         model = RavenForCausalLM(RavenConfig(**fields)).float().eval()
     else:
         sys.exit(f"unknown architecture {arch}")
+    if a.float64:
+        if arch != "RavenForCausalLM":
+            sys.exit("--float64 is implemented for Huginn (RavenForCausalLM) only")
+        import huginn.raven_modeling_minimal as rm
+
+        def norm64(self, x):
+            return self._norm(x) * self.weight
+
+        def rope64(q, k, freqs_cis):
+            qk = torch.cat([q, k], dim=2).unflatten(dim=-1, sizes=(-1, 2))
+            f = freqs_cis
+            r = torch.stack([qk[..., 0] * f[..., 0] - qk[..., 1] * f[..., 1],
+                             qk[..., 1] * f[..., 0] + qk[..., 0] * f[..., 1]], -1).flatten(3)
+            return torch.split(r, q.shape[2], dim=2)
+
+        rm.RMSNorm.forward = norm64
+        rm.apply_rotary_emb_complex_like = rope64
+        model = model.double()
+        sd = {k: v.double() for k, v in sd.items()}
     missing, unexpected = model.load_state_dict(sd, strict=False)
+    if a.float64:
+        c = model.config
+        hd = c.n_embd // c.num_attention_heads
+        inv = 1.0 / (c.rope_base ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        ang = torch.outer(torch.arange(c.block_size, dtype=torch.float64), inv)
+        model.freqs_cis = torch.stack([torch.cos(ang)[None, :, None, :], torch.sin(ang)[None, :, None, :]], dim=4)
     missing = [m for m in missing if m != "lm_head.weight" or not getattr(model.config, "tie_word_embeddings", False)]
     if missing or unexpected:
         sys.exit(f"state dict mismatch: missing {missing}, unexpected {unexpected}")
@@ -66,6 +99,7 @@ def main():
     ids = [int(x) for x in a.ids.split(",")]
     steps = [int(x) for x in a.steps.split(",")]
     out = {"transformers": transformers.__version__, "torch": torch.__version__, "architecture": arch, "ids": ids,
+           "dtype": "float64" if a.float64 else "float32",
            "logits": {}, "greedy": []}
 
     def last_logits(seq, n):

@@ -153,3 +153,24 @@ TEST_F(ImportRefusals, ArgumentsNameTheFlag) {
     expect_refused_dir(d, {"--state-init"}, "--state-init random");
     expect_refused_dir(d.parent_path() / "no-such-folder", {"is not a folder"});
 }
+
+TEST_F(ImportRefusals, StopIdsNameTheFileAndField) {
+    const fs::path d = dir("stop-ids");
+    json c = tiny_ouro_config();
+    write_tiny_ouro(d, c, tiny_ouro_tensors());
+    const fs::path gen = d / "generation_config.json";
+    std::ofstream(gen) << json({{"eos_token_id", {0, 256}}}).dump();
+    expect_refused_dir(d, {"generation_config.json: eos_token_id[1]: 256, allowed an id 0 .. 255 (config.json vocab_size 256)"});
+    std::ofstream(gen) << json({{"eos_token_id", "2"}}).dump();
+    expect_refused_dir(d, {"generation_config.json: eos_token_id: \"2\", allowed an id 0 .. 255"});
+    std::ofstream(gen) << json({{"eos_token_id", std::vector<int>(65, 1)}}).dump();
+    expect_refused_dir(d, {"generation_config.json: eos_token_id: 65 ids, allowed at most 64"});
+    std::ofstream(gen) << "[1, 2]";
+    expect_refused_dir(d, {"generation_config.json: expected a JSON object"});
+    // Without generation_config.json, config.json's eos_token_id is the list (transformers'
+    // GenerationConfig.from_model_config).
+    fs::remove(gen);
+    c["eos_token_id"] = -1;
+    std::ofstream(d / "config.json") << c.dump(2);
+    expect_refused_dir(d, {"config.json: eos_token_id: -1, allowed an id 0 .. 255"});
+}

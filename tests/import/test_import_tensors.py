@@ -178,6 +178,24 @@ def test_every_tensor_maps_exactly(folder, dtype, tmp_path):
     assert meta["source"]["config"] == cfg
     assert meta["chat_template"] == json.load(open(hf / "tokenizer_config.json"))["chat_template"]
     assert meta["generation"] == json.load(open(hf / "generation_config.json"))
+    # Every stop id of generation_config.json in the tokenizer (FORMAT.md §3b), and the special-token
+    # strings the chat template is rendered with.
+    assert header["tokenizer"]["stop_ids"] == meta["generation"]["eos_token_id"]
+    tok_cfg = json.load(open(hf / "tokenizer_config.json"))
+    assert meta["special_tokens"] == {k: tok_cfg[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token")
+                                      if k in tok_cfg}
+
+
+@pytest.mark.parametrize("dtype", ["q8", "q4"])
+def test_quantizing_threads_do_not_change_a_byte(folder, dtype, tmp_path):
+    arch, hf = folder
+    files = []
+    for threads in (1, 2, 3):
+        out = tmp_path / f"{arch}-{dtype}-t{threads}.tinyloop"
+        subprocess.run([str(CLI), "import", str(hf), str(out), "--dtype", dtype, "--threads", str(threads), "--json"],
+                       check=True, capture_output=True, timeout=120)
+        files.append(out.read_bytes())
+    assert files[0] == files[1] == files[2]
 
 
 def test_bf16_source_rows_of_the_permutation_are_checked(folder, tmp_path):

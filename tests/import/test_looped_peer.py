@@ -2,7 +2,9 @@
 hidden states through its head) and Huginn's raven_modeling_minimal.py (num_steps 1, 4, 32 and
 1 .. T+2 from a zero state) on small random folders (tools/make_hf_checkpoint.py), against the
 engine on the imported f32 file: the last position's logits at every pass count within
-max|delta| / max|logit| <= 1e-5, and 64 greedy tokens identical.
+max|delta| / max|logit| <= 1e-5, and 64 greedy tokens identical. For Huginn the logits are compared
+with the published code run in float64 (the exact value; both float32 runs' distances printed),
+within 1e-5 up to T+2 passes and, at 32, no farther than 3x the published float32 code is.
 
 The published code lives outside the repository (tests/import/looped_peer.py says how to lay out
 TINYLOOP_LOOPED_PEER_DIR); without it the test is skipped (CTest reports import.looped_peer
@@ -57,11 +59,38 @@ def test_published_code_per_step_and_greedy(arch, tmp_path):
     peer = json.load(open(peer_json))
     assert peer["transformers"].startswith("4.54"), peer["transformers"]
     ours, greedy = engine_outputs(out, ids, steps, T, 64)
-    rel = {s: float(np.max(np.abs(ours[s] - np.asarray(peer["logits"][str(s)]))) /
-                np.max(np.abs(np.asarray(peer["logits"][str(s)])))) for s in steps}
+
+    def rel(got, want):
+        want = np.asarray(want, np.float64)
+        return float(np.max(np.abs(np.asarray(got, np.float64) - want)) / np.max(np.abs(want)))
+
     same = sum(a == b for a, b in zip(greedy, peer["greedy"]))
-    print(f"{arch}: max|delta|/max|logit| per pass count {({s: f'{r:.3g}' for s, r in rel.items()})}; "
-          f"greedy tokens identical {same}/64")
-    for s, r in rel.items():
-        assert r <= 1e-5, f"{arch} at {s} passes: max|delta|/max|logit| = {r:.3g}"
+    if arch == "ouro":
+        r = {s: rel(ours[s], peer["logits"][str(s)]) for s in steps}
+        print(f"{arch}: max|delta|/max|logit| per pass count {({s: f'{v:.3g}' for s, v in r.items()})}; "
+              f"greedy tokens identical {same}/64")
+        for s, v in r.items():
+            assert v <= 1e-5, f"{arch} at {s} passes: max|delta|/max|logit| = {v:.3g}"
+    else:
+        # Huginn: the exact value is the published code in float64 (looped_peer.py --float64); both
+        # float32 runs, ours and the published one, are measured against it.
+        exact_json = tmp_path / "peer64.json"
+        subprocess.run([sys.executable, str(ROOT / "tests/import/looped_peer.py"), PEER, str(hf), str(exact_json),
+                        "--ids", ",".join(map(str, ids)), "--steps", ",".join(map(str, steps)), "--float64"],
+                       check=True, capture_output=True, timeout=600)
+        exact = json.load(open(exact_json))["logits"]
+        ours_err = {s: rel(ours[s], exact[str(s)]) for s in steps}
+        pub_err = {s: rel(peer["logits"][str(s)], exact[str(s)]) for s in steps}
+        print(f"{arch}: max|delta|/max|logit| against the published code in float64, per pass count: "
+              f"ours (f32) {({s: f'{v:.3g}' for s, v in ours_err.items()})}; "
+              f"published (f32) {({s: f'{v:.3g}' for s, v in pub_err.items()})}; "
+              f"greedy tokens identical {same}/64")
+        for s in steps:
+            # At 32 passes (64 sandwich blocks) this random model amplifies float32 rounding ~40x
+            # (README): no float32 run is within 1e-5 there, the published one included, and
+            # the summation order alone moves ours between 1.7e-5 and 4.5e-5. Ours must then be
+            # no farther from the exact value than 3x the published float32 code.
+            bound = 1e-5 if s <= T + 2 else max(1e-5, 3 * pub_err[s])
+            assert ours_err[s] <= bound, (f"{arch} at {s} passes: ours {ours_err[s]:.3g} from float64, "
+                                          f"the published f32 {pub_err[s]:.3g}; bound {bound:.3g}")
     assert greedy == peer["greedy"]

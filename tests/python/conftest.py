@@ -138,3 +138,27 @@ def start_server(model_path):
     yield start
     for s in servers:
         s.stop()
+
+
+def import_hf_folder(cli: Path, out_dir: Path, arch: str, edit_generation=None) -> tuple[Path, Path]:
+    """A small random Hugging Face folder of `arch` (tools/make_hf_checkpoint.py) and its
+    `tinyloop import --dtype f32` file; `edit_generation(dict)` rewrites generation_config.json
+    first."""
+    hf = out_dir / ("hf-" + arch)
+    subprocess.run([sys.executable, str(ROOT / "tools/make_hf_checkpoint.py"), arch, str(hf)], check=True,
+                   capture_output=True, timeout=120)
+    if edit_generation is not None:
+        g = json.loads((hf / "generation_config.json").read_text())
+        edit_generation(g)
+        (hf / "generation_config.json").write_text(json.dumps(g))
+    out = out_dir / (arch + ".tinyloop")
+    subprocess.run([str(cli), "import", str(hf), str(out), "--dtype", "f32"], check=True, capture_output=True,
+                   timeout=120)
+    return hf, out
+
+
+@pytest.fixture(scope="session")
+def imported_ouro(tmp_path_factory, cli) -> tuple[Path, Path]:
+    """(folder, .tinyloop) of a small random Ouro whose generation_config.json lists eos_token_id
+    [0, 2] (<|endoftext|>, <|im_end|>) while tokenizer_config.json's eos_token is <|im_end|>."""
+    return import_hf_folder(cli, tmp_path_factory.mktemp("imported"), "ouro")

@@ -81,8 +81,46 @@ def test_chat_hook_serves_a_jinja_metadata_template():
     assert body["prompt"] == ("<|begin_text|><|begin_header|>system<|end_header|>\n\nYou are terse.<|end_turn|>"
                               "<|begin_header|>user<|end_header|>\n\n2+2?<|end_turn|>"
                               "<|begin_header|>Huginn<|end_header|>\n\n")
-    assert opts["template_stop_ids"] == [1, 4]
+    assert opts["parse_special"] is True  # its special-token text becomes the tokens' ids
     # The object-of-strings form keeps working.
     template, _ = chat.load_template({"chat_template": {"user": "U: {content}\n"}})
     body, opts = chat.chat_to_completion({"messages": [{"role": "user", "content": "x"}]}, template)
-    assert body["prompt"] == "U: x\nAssistant:" and opts["template_stop_ids"] == []
+    assert body["prompt"] == "U: x\nAssistant:" and opts["parse_special"] is False
+
+
+def hf_chat_ids(tok, conv):
+    ids = tok.apply_chat_template(conv, tokenize=True, add_generation_prompt=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # transformers 5 returns a BatchEncoding
+
+
+def test_server_tokenizes_the_rendered_chat_as_transformers(imported_ouro):
+    # The imported file's template renders <|im_start|>...<|im_end|> as text; the server's prompt
+    # ids are transformers' apply_chat_template(tokenize=True): each special token one id, never
+    # its characters byte-BPE'd.
+    import server
+    import tinyloop_py as tl
+    from fastapi.testclient import TestClient
+    hf, path = imported_ouro
+    cfg = json.loads((hf / "tokenizer_config.json").read_text())
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(hf / "tokenizer.json"),
+                                               bos_token=cfg["bos_token"], eos_token=cfg["eos_token"])
+    tok.chat_template = cfg["chat_template"]
+    model = tl.load_model(str(path), backend="cpu")
+    app = server.create_app(model)
+    specials = {tok.convert_tokens_to_ids(s) for s in ("<|im_start|>", "<|im_end|>")}
+    for conv in CONVERSATIONS:
+        _, ids = server.prepare(app.state.server, json.dumps({"messages": conv}).encode(), chat=True)
+        want = hf_chat_ids(tok, conv)
+        assert ids[0] == want
+        assert specials <= set(want)
+    # A plain completion prompt keeps special-token text as text (unchanged).
+    _, ids = server.prepare(app.state.server, json.dumps({"prompt": "<|im_start|>"}).encode(), chat=False)
+    assert tok.convert_tokens_to_ids("<|im_start|>") not in ids[0]
+    # generation_config.json's stop ids end a chat completion with finish_reason "stop"; its
+    # tokenizer's eos alone would not stop on <|endoftext|> (0).
+    with TestClient(app) as client:
+        for bias, finish in (({"0": 100}, "stop"), ({"2": 100}, "stop"), ({"0": -100, "2": -100}, "length")):
+            r = client.post("/v1/chat/completions", json={"messages": CONVERSATIONS[0], "max_tokens": 3,
+                                                            "temperature": 0, "logit_bias": bias}).json()
+            assert r["choices"][0]["finish_reason"] == finish, (bias, r)
+            assert r["usage"]["completion_tokens"] == (1 if finish == "stop" else 3)

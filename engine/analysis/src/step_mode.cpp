@@ -97,7 +97,10 @@ void Stepper::commit(int32_t token) {
     if (took && stop != tinyloop::StopReason::MAX_TOKENS) {
         m_finished = true;
         m_stopReason = tinyloop::stop_reason_name(stop);
-    } else if (!took && token == tinyloop::model_info(m_model).tokenizer.eos_id && !m_config.ignore_eos) {
+    } else if (!took && !m_config.ignore_eos && [&] {
+                   const std::vector<int32_t> stops = tinyloop::stop_token_ids(m_model);
+                   return std::find(stops.begin(), stops.end(), token) != stops.end();
+               }()) {
         m_finished = true;
         m_stopReason = "EOS";
     } else if (static_cast<int>(m_steps.size()) >= m_config.max_tokens) {

@@ -39,6 +39,9 @@ struct ImportOptions {
     // Huginn's initial state: "model" (its truncated-normal rule, seeded) or "zeros"
     // (the published code with init_scale=0).
     std::string state_init = "model";
+    // Threads that quantize q8/q4 matrices (blocks of rows); 0 = all cores; 1..256. The output is
+    // the same bytes for every count.
+    int threads = 0;
     std::function<void(const ImportProgress&)> progress;  // called on the calling thread
 };
 

@@ -154,6 +154,9 @@ struct TokenizerSpec {
     std::vector<int32_t> prefix_ids;  // the post-processor's ids before a single sequence (BOS)
     std::vector<int32_t> suffix_ids;  // ... and after it (EOS)
     bool ignore_merges = false;       // BPE: a whole pre-token found in the vocab is one id
+    // Further ids that end generation as eos_id does (generation_config.json's eos_token_id list;
+    // FORMAT.md §3b "stop_ids"): each 0 .. ids - 1, distinct, at most 64. Empty: eos_id alone.
+    std::vector<int32_t> stop_ids;
 };
 
 // Reads a Hugging Face tokenizer.json (byte-level BPE: Ouro/SmolLM2, Huginn) into an
@@ -326,6 +329,9 @@ std::string detokenize(const Model* model, const int32_t* ids, size_t n);
 // Text for a person: invalid UTF-8 replaced by U+FFFD.
 std::string detokenize_text(const Model* model, const int32_t* ids, size_t n);
 std::string token_bytes(const Model* model, int32_t id);
+// The ids that end generation: the tokenizer's eos_id and its stop_ids (FORMAT.md §3b), eos first;
+// what every decode mode stops on (StopReason EOS).
+std::vector<int32_t> stop_token_ids(const Model* model);
 
 // Streaming detokenizer: push ids one at a time, get back the text that is complete so far.
 // An incomplete UTF-8 sequence is held back until it completes; invalid bytes become U+FFFD.

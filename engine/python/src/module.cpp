@@ -43,6 +43,7 @@ py::dict info_dict(const tl::ModelInfo& i) {
     tok["special_tokens"] = specials;
     tok["eos_id"] = i.tokenizer.eos_id;
     tok["bos_id"] = i.tokenizer.bos_id;
+    tok["stop_ids"] = i.tokenizer.stop_ids;
     d["tokenizer"] = tok;
     d["tokenizer_vocab"] = i.tokenizer_vocab;
     py::list tensors;

@@ -179,7 +179,6 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
     res.stats.prefill_ms = ms_since(t0);
 
     std::vector<Hyp> finished;  // best first, at most B
-    const int32_t eos = m.tokenizer.eos_id();
     const LogitsPipeline pipe(m, c);
     const std::vector<int32_t> prompt_ids(prompt, prompt + prompt_len);
     bool may_improve = true;
@@ -192,7 +191,7 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
             const Beam& parent = beams[static_cast<size_t>(cd.beam)];
             std::vector<int32_t> toks = parent.tokens;
             toks.push_back(cd.tok);
-            const bool ends = step + 1 == c.max_tokens || stops.token_stop(cd.tok, eos, false, toks).has_value();
+            const bool ends = step + 1 == c.max_tokens || stops.token_stop(cd.tok, m.tokenizer, false, toks).has_value();
             all_end &= ends;
             if (ends) {  // only the first B candidates may join the finished hypotheses
                 const bool full = static_cast<int>(finished.size()) == B && c.early_stopping == EarlyStopping::WhenFull;

@@ -156,7 +156,6 @@ GenerateResult decode_constrained_beam(const Model& m, const int32_t* prompt, in
     const ForcedWords& words = c.force_words;
     const LogitsPipeline pipe(m, c);
     const std::vector<int32_t> prompt_ids(prompt, prompt + prompt_len);
-    const int32_t eos = m.tokenizer.eos_id();
     Hypotheses hyps{static_cast<size_t>(B), {}};
     std::vector<std::vector<float>> rows;
     bool done = false;
@@ -166,7 +165,7 @@ GenerateResult decode_constrained_beam(const Model& m, const int32_t* prompt, in
         for (size_t i = 0; i < cands.size() && static_cast<int>(top.size()) < B; ++i) {
             const Cand& cd = cands[i];
             std::vector<int32_t> toks = extended(beams[static_cast<size_t>(cd.beam)].tokens, cd.tok);
-            if (!s.stops.token_stop(cd.tok, eos, false, toks).has_value()) {
+            if (!s.stops.token_stop(cd.tok, m.tokenizer, false, toks).has_value()) {
                 top.push_back(cd);
             } else if (static_cast<int>(i) < B && fulfils(words, prompt_ids, toks)) {
                 hyps.add(std::move(toks), cd.logp, static_cast<size_t>(step + 1), c.length_penalty);

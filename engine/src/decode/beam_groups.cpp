@@ -49,7 +49,6 @@ bool group_done(const GenerateConfig& c, const std::vector<Hyp>& hyps, int size,
 void step_group(const Model& m, const LogitsPipeline& pipe, const GenerateConfig& c, const StopPolicy& stops,
                 const std::vector<int32_t>& prompt, Group& g, int size, int step, const std::vector<float>* diversity,
                 std::vector<int32_t>& chosen) {
-    const int32_t eos = m.tokenizer.eos_id();
     const std::vector<Cand> cands = best_continuations(m, pipe, c, prompt, g.beams, 2 * size, diversity);
     std::vector<Beam> next;
     for (size_t i = 0; i < cands.size() && static_cast<int>(next.size()) < size; ++i) {
@@ -57,7 +56,7 @@ void step_group(const Model& m, const LogitsPipeline& pipe, const GenerateConfig
         const Beam& parent = g.beams[static_cast<size_t>(cd.beam)];
         std::vector<int32_t> toks = parent.tokens;
         toks.push_back(cd.tok);
-        if (stops.token_stop(cd.tok, eos, false, toks).has_value()) {
+        if (stops.token_stop(cd.tok, m.tokenizer, false, toks).has_value()) {
             if (static_cast<int>(i) < size)
                 add_hyp(g.hyps, {std::move(toks), cd.logp, rank(cd.logp, static_cast<size_t>(step + 1), c.length_penalty)}, size);
             continue;

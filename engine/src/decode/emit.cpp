@@ -46,15 +46,18 @@ void LogitsPipeline::process(const float* logits, const std::vector<int32_t>& co
     apply_frequency_presence(z.data(), V, output, c_.frequency_penalty, c_.presence_penalty);
     ban_repeated_ngrams(z.data(), V, context, c_.no_repeat_ngram_size);
     ban_bad_words(z.data(), V, context, c_.bad_words);
-    const int32_t eos = m_.tokenizer.eos_id();
+    // Every stop id is an EOS here, as in HF's processors given a list of eos_token_id.
+    const std::vector<int32_t>& stops = m_.tokenizer.stop_ids();
     const int emitted = static_cast<int>(output.size());
     const bool short_output = emitted < c_.min_new_tokens || static_cast<int>(context.size()) < c_.min_length;
-    if (short_output && eos >= 0 && eos < V) z[static_cast<size_t>(eos)] = -std::numeric_limits<float>::infinity();
+    if (short_output)
+        for (int32_t eos : stops)
+            if (eos < V) z[static_cast<size_t>(eos)] = -std::numeric_limits<float>::infinity();
     // HF forces it at max_length - 1; a grammar that refuses it keeps its own mask.
     const int32_t forced = c_.forced_eos_token_id;
     if (forced >= 0 && emitted == c_.max_tokens - 1 && allowed_by(mask, forced)) force_token(z.data(), V, forced);
     if (const auto& decay = c_.exponential_decay_length_penalty)
-        apply_length_decay(z.data(), V, eos, emitted, decay->first, decay->second);
+        for (int32_t eos : stops) apply_length_decay(z.data(), V, eos, emitted, decay->first, decay->second);
     suppress_ids(z.data(), V, c_.suppress_tokens);
     if (emitted == 0) suppress_ids(z.data(), V, c_.begin_suppress_tokens);
     mask_undecodable(z.data(), V, m_.tokenizer.n_ids());
@@ -119,16 +122,16 @@ TokenEmitter::TokenEmitter(const Model& m, GenerateResult& res, StopPolicy polic
     : m_(m), res_(res), policy_(std::move(policy)), on_token_(on_token), observer_(observer), lens_top_k_(lens_top_k),
       t0_(t0), text_(m, policy_.stop_strings) {}
 
-std::optional<StopReason> StopPolicy::token_stop(int32_t tok, int32_t eos_id, bool grammar_at_end,
+std::optional<StopReason> StopPolicy::token_stop(int32_t tok, const Tokenizer& tokenizer, bool grammar_at_end,
                                                  const std::vector<int32_t>& emitted) const {
-    if (tok == eos_id && (!ignore_eos || grammar_at_end)) return StopReason::EOS;
+    if (tokenizer.is_stop(tok) && (!ignore_eos || grammar_at_end)) return StopReason::EOS;
     if (tail_matches(emitted, stop_sequences)) return StopReason::STOP_SEQUENCE;
     return std::nullopt;
 }
 
 std::optional<StopReason> TokenEmitter::stop_reason(int32_t tok, const EmitInfo& info, bool stop_string_hit) const {
     const StopPolicy& p = policy_;
-    if (auto why = p.token_stop(tok, m_.tokenizer.eos_id(), info.grammar_at_end, emitted_)) return why;
+    if (auto why = p.token_stop(tok, m_.tokenizer, info.grammar_at_end, emitted_)) return why;
     if (stop_string_hit) return StopReason::STOP_STRING;
     if (static_cast<int>(emitted_.size()) == p.max_tokens) return StopReason::MAX_TOKENS;
     if (info.dead_end) return StopReason::GRAMMAR_DEAD_END;

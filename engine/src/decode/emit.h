@@ -98,9 +98,10 @@ struct StopPolicy {
     std::vector<std::string> stop_strings;
     double max_time = 0.0;  // seconds since t0; 0 = no limit
     static StopPolicy from(const GenerateConfig& c);
-    // The rules on the token itself, first in the order: EOS, then a stop sequence that
-    // `emitted` (ending with tok) ends with. Beam search ends its hypotheses by them.
-    std::optional<StopReason> token_stop(int32_t tok, int32_t eos_id, bool grammar_at_end,
+    // The rules on the token itself, first in the order: EOS (any of the tokenizer's stop ids:
+    // eos_id and the file's stop_ids), then a stop sequence that `emitted` (ending with tok)
+    // ends with. Beam search ends its hypotheses by them.
+    std::optional<StopReason> token_stop(int32_t tok, const Tokenizer& tokenizer, bool grammar_at_end,
                                          const std::vector<int32_t>& emitted) const;
 };
 

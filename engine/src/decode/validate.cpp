@@ -149,12 +149,12 @@ void validate_config(const Model* model, int prompt_len, const GenerateConfig& c
         bad("loops: " + std::to_string(c.loops) + " is outside [1, " + std::to_string(m.hp.max_loops) +
             "] (0 = the model's default_loops, " + std::to_string(m.hp.default_loops) + ")");
     validate_config_fields(c, config_limits(model));
-    const int32_t eos = m.tokenizer.eos_id();
     for (size_t i = 0; i < c.force_words.size(); ++i)
         for (const auto& w : c.force_words[i])
-            if (std::find(w.begin(), w.end(), eos) != w.end())
-                bad("force_words[" + std::to_string(i) + "]: holds the model's EOS id " + std::to_string(eos) +
-                    " (a forced word cannot end the text; EOS ends a hypothesis on its own)");
+            for (int32_t eos : m.tokenizer.stop_ids())
+                if (std::find(w.begin(), w.end(), eos) != w.end())
+                    bad("force_words[" + std::to_string(i) + "]: holds the model's EOS id " + std::to_string(eos) +
+                        " (a forced word cannot end the text; EOS ends a hypothesis on its own)");
 }
 
 void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {

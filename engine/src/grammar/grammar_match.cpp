@@ -140,7 +140,7 @@ void GrammarMatcher::accept(int32_t id) {
         throw Error(ErrorCode::InvalidArgument, "grammar: token id " + std::to_string(id) + " is outside [0, " +
                                                     std::to_string(tok_.n_ids()) + ")");
     if (tok_.is_special(id)) {
-        if (id == tok_.eos_id() && complete()) return;
+        if (tok_.is_stop(id) && complete()) return;
         throw Error(ErrorCode::InvalidArgument,
                     "grammar: special token " + std::to_string(id) + " is not allowed here");
     }
@@ -247,8 +247,8 @@ void GrammarMatcher::allowed(std::vector<char>& mask) const {
     }
     mask.assign(static_cast<size_t>(tok_.n_ids()), 0);
     walk(0, set_id(cur_), mask);
-    const int32_t eos = tok_.eos_id();
-    if (eos >= 0 && complete()) mask[static_cast<size_t>(eos)] = 1;
+    if (complete())
+        for (int32_t eos : tok_.stop_ids()) mask[static_cast<size_t>(eos)] = 1;
 }
 
 }  // namespace tinyloop

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "import/hf_plan.h"
@@ -126,7 +128,7 @@ private:
 // metadata: source (format, architecture, config as read, what was acknowledged and why),
 // chat_template from tokenizer_config.json, generation from generation_config.json.
 ojson metadata_json(const ImportPlan& plan, const json& config, const fs::path& dir, const std::string& chat_template,
-                    OutType type, int group_size) {
+                    const json& gen, OutType type, int group_size) {
     ojson m;
     m["source"] = {{"format", "hf"},
                    {"architecture", plan.source_architecture},
@@ -134,14 +136,55 @@ ojson metadata_json(const ImportPlan& plan, const json& config, const fs::path& 
                    {"config", ojson::parse(config.dump())},
                    {"fields_without_effect", plan.notes}};
     if (!chat_template.empty()) m["chat_template"] = chat_template;
-    const json gen = read_json_file(dir / "generation_config.json", false);
-    if (!gen.is_null()) {
-        if (!gen.is_object())
-            throw Error(ErrorCode::BadFile, (dir / "generation_config.json").string() + ": expected a JSON object");
-        m["generation"] = ojson::parse(gen.dump());
+    // The strings transformers' apply_chat_template passes to the template (special_tokens_map):
+    // a template writes {{ bos_token }} and the server renders it with these.
+    const fs::path tok_cfg_path = dir / "tokenizer_config.json";
+    const json tok_cfg = read_json_file(tok_cfg_path, false);
+    if (tok_cfg.is_object()) {
+        ojson specials = ojson::object();
+        for (const char* k : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+            const auto it = tok_cfg.find(k);
+            if (it == tok_cfg.end() || it->is_null()) continue;
+            const json& v = it->is_object() ? it->value("content", json()) : *it;
+            if (!v.is_string())
+                throw Error(ErrorCode::BadFile, tok_cfg_path.string() + ": " + k + ": " + v.dump().substr(0, 40) +
+                                                    ", allowed a string or {\"content\": string}");
+            specials[k] = v.get<std::string>();
+        }
+        if (!specials.empty()) m["special_tokens"] = std::move(specials);
     }
+    if (!gen.is_null()) m["generation"] = ojson::parse(gen.dump());
     m["import"] = {{"dtype", out_type_name(type)}, {"group_size", quantized(type) ? group_size : 0}};
     return m;
+}
+
+// The ids that end generation, as transformers' generate() takes them: generation_config.json's
+// eos_token_id when that file has the key, else config.json's (GenerationConfig.from_model_config);
+// an int, a list of ints or null. Each is checked against vocab_size here so the error names the
+// file that holds it; the tokenizer then checks them against its own ids.
+std::vector<int32_t> stop_ids_of(const json& gen, const fs::path& gen_path, const json& config,
+                                 const fs::path& config_path, int vocab_size) {
+    const bool from_gen = gen.is_object() && gen.contains("eos_token_id");
+    const json& src = from_gen ? gen : config;
+    const std::string file = (from_gen ? gen_path : config_path).string();
+    const auto it = src.find("eos_token_id");
+    if (it == src.end() || it->is_null()) return {};
+    const std::string range = "allowed an id 0 .. " + std::to_string(vocab_size - 1) + " (config.json vocab_size " +
+                              std::to_string(vocab_size) + ")";
+    auto id = [&](const json& v, const std::string& field) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab_size)
+            throw Error(ErrorCode::BadFile, file + ": " + field + ": " + v.dump().substr(0, 40) + ", " + range);
+        return static_cast<int32_t>(v.get<int64_t>());
+    };
+    if (!it->is_array()) return {id(*it, "eos_token_id")};
+    if (it->size() > 64)
+        throw Error(ErrorCode::BadFile, file + ": eos_token_id: " + std::to_string(it->size()) + " ids, allowed at most 64");
+    std::vector<int32_t> ids;
+    for (size_t k = 0; k < it->size(); ++k) {
+        const int32_t v = id((*it)[k], "eos_token_id[" + std::to_string(k) + "]");
+        if (std::find(ids.begin(), ids.end(), v) == ids.end()) ids.push_back(v);  // transformers keeps repeats harmlessly
+    }
+    return ids;
 }
 
 }  // namespace
@@ -150,6 +193,8 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
     const OutType type = parse_out_type(o.dtype);
     if (quantized(type) && o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
         throw Error(ErrorCode::InvalidArgument, "group_size: " + std::to_string(o.group_size) + ", allowed 32, 64 or 128");
+    if (o.threads < 0 || o.threads > 256)
+        throw Error(ErrorCode::InvalidArgument, "threads: " + std::to_string(o.threads) + ", allowed 0 (all cores) or 1 .. 256");
     if (o.loops < 0 || o.loops > 1024)
         throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(o.loops) + ", allowed 0 (the checkpoint's) or 1 .. 1024");
     const fs::path dir(hf_dir);
@@ -160,8 +205,13 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
     const json config = read_json_file(config_path, true);
     const SafetensorsSet st(hf_dir);
     const ImportPlan plan = plan_hf_import(config, config_path.string(), st, o);
+    const fs::path gen_path = dir / "generation_config.json";
+    const json gen = read_json_file(gen_path, false);
+    if (!gen.is_null() && !gen.is_object())
+        throw Error(ErrorCode::BadFile, gen_path.string() + ": expected a JSON object");
+    const std::vector<int32_t> stop_ids = stop_ids_of(gen, gen_path, config, config_path, plan.hp.vocab_size);
     std::string chat_template;
-    const ojson tokenizer = hf_tokenizer_json(dir.string(), plan.hp.vocab_size, &chat_template);
+    const ojson tokenizer = hf_tokenizer_json(dir.string(), plan.hp.vocab_size, stop_ids, &chat_template);
 
     std::vector<Placed> placed;
     uint64_t cursor = 0, bytes_total = 0, largest = 0;
@@ -208,7 +258,7 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
         }
         jts[p.t->name] = std::move(j);
     }
-    h["metadata"] = metadata_json(plan, config, dir, chat_template, type, o.group_size);
+    h["metadata"] = metadata_json(plan, config, dir, chat_template, gen, type, o.group_size);
     const std::string header = h.dump();
 
     // 2. Stream: preamble, header, then tensor by tensor.
@@ -239,6 +289,10 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
         if (o.progress) o.progress(prog);
         std::vector<float> values;
         std::vector<uint16_t> half;
+        std::unique_ptr<kern::ThreadPool> pool;
+        if (quantized(type))
+            pool = std::make_unique<kern::ThreadPool>(
+                o.threads ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
         for (const Placed& p : placed) {
             const uint64_t n = static_cast<uint64_t>(p.rows) * p.cols;
             values.assign(n, 0.0f);
@@ -261,7 +315,8 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
                 case OutType::Q8:
                 case OutType::Q4: {
                     const QuantizedMatrix q = quantize_matrix(values.data(), static_cast<int>(p.rows), static_cast<int>(p.cols),
-                                                              p.type == OutType::Q8 ? DType::Q8 : DType::Q4, o.group_size);
+                                                              p.type == OutType::Q8 ? DType::Q8 : DType::Q4, o.group_size,
+                                                              pool.get());
                     out.write(q.codes.data(), q.codes.size());
                     out.pad_to(data_start + p.scales_offset);
                     out.write(q.scales.data(), q.scales.size() * 2);

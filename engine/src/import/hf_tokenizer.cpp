@@ -11,13 +11,15 @@
 
 namespace tinyloop {
 
-nlohmann::ordered_json hf_tokenizer_json(const std::string& dir, int vocab_size, std::string* chat_template) {
+nlohmann::ordered_json hf_tokenizer_json(const std::string& dir, int vocab_size, const std::vector<int32_t>& stop_ids,
+                                         std::string* chat_template) {
     namespace fs = std::filesystem;
     const fs::path tok = fs::path(dir) / "tokenizer.json", cfg = fs::path(dir) / "tokenizer_config.json";
     if (!fs::exists(tok)) throw Error(ErrorCode::Io, tok.string() + ": missing (the model's tokenizer)");
     std::string chat;
     // Throws naming the file (its path, as given) and the field.
-    const TokenizerSpec spec = tokenizer_spec_from_hf(tok.string(), fs::exists(cfg) ? cfg.string() : "", &chat);
+    TokenizerSpec spec = tokenizer_spec_from_hf(tok.string(), fs::exists(cfg) ? cfg.string() : "", &chat);
+    spec.stop_ids = stop_ids;
     Tokenizer check;
     try {
         check.init(spec, vocab_size);

@@ -115,6 +115,8 @@ std::vector<int32_t> tokenize(const Model* model, std::string_view text, bool pa
     return checked(model).tokenizer.encode(text, parse_special);
 }
 
+std::vector<int32_t> stop_token_ids(const Model* model) { return checked(model).tokenizer.stop_ids(); }
+
 static void check_id(const Model& m, int32_t id, size_t index) {
     if (!m.tokenizer.valid_id(id))
         throw Error(ErrorCode::InvalidArgument,

@@ -125,7 +125,8 @@ void quantize_group(const float* x, int g, int bits, uint16_t* scale, uint16_t* 
 
 }  // namespace
 
-QuantizedMatrix quantize_matrix(const float* w, int rows, int cols, DType dtype, int group_size) {
+QuantizedMatrix quantize_matrix(const float* w, int rows, int cols, DType dtype, int group_size,
+                                kern::ThreadPool* pool) {
     if (!dtype_is_quantized(dtype))
         throw Error(ErrorCode::InvalidArgument,
                     std::string("quantize: dtype ") + dtype_name(dtype) + ", allowed q8, q4, q2");
@@ -151,25 +152,36 @@ QuantizedMatrix quantize_matrix(const float* w, int rows, int cols, DType dtype,
     out.codes.assign(n * static_cast<size_t>(bits) / 8, 0);
     out.scales.resize(static_cast<size_t>(rows) * groups_per_row);
     out.zeros.resize(out.scales.size());
-    std::vector<uint8_t> q(static_cast<size_t>(group_size)), scratch(q.size());
     const size_t row_bytes = static_cast<size_t>(cols) * bits / 8;
     const int per_byte = 8 / bits;
-    for (int r = 0; r < rows; ++r) {
-        uint8_t* row_codes = out.codes.data() + static_cast<size_t>(r) * row_bytes;
-        for (int gi = 0; gi < groups_per_row; ++gi) {
-            const size_t gidx = static_cast<size_t>(r) * groups_per_row + gi;
-            const float* x =
-                w + static_cast<size_t>(r) * cols + static_cast<size_t>(gi) * group_size;
-            quantize_group(x, group_size, bits, &out.scales[gidx], &out.zeros[gidx], q.data(),
-                           scratch.data());
-            // Lower element index in the lower bits of a byte.
-            for (int i = 0; i < group_size; ++i) {
-                const int c = gi * group_size + i;
-                row_codes[c / per_byte] |=
-                    static_cast<uint8_t>(q[static_cast<size_t>(i)] << ((c % per_byte) * bits));
+    // A row's codes are whole bytes (cols is a multiple of group_size >= 32), so blocks of rows
+    // write disjoint bytes.
+    auto quantize_rows = [&](int r0, int r1) {
+        std::vector<uint8_t> q(static_cast<size_t>(group_size)), scratch(q.size());
+        for (int r = r0; r < r1; ++r) {
+            uint8_t* row_codes = out.codes.data() + static_cast<size_t>(r) * row_bytes;
+            for (int gi = 0; gi < groups_per_row; ++gi) {
+                const size_t gidx = static_cast<size_t>(r) * groups_per_row + gi;
+                const float* x = w + static_cast<size_t>(r) * cols + static_cast<size_t>(gi) * group_size;
+                quantize_group(x, group_size, bits, &out.scales[gidx], &out.zeros[gidx], q.data(), scratch.data());
+                // Lower element index in the lower bits of a byte.
+                for (int i = 0; i < group_size; ++i) {
+                    const int c = gi * group_size + i;
+                    row_codes[c / per_byte] |= static_cast<uint8_t>(q[static_cast<size_t>(i)] << ((c % per_byte) * bits));
+                }
             }
         }
+    };
+    if (!pool || pool->size() <= 1 || rows < 2) {
+        quantize_rows(0, rows);
+        return out;
     }
+    // A few blocks per thread balance rows of unequal cost (the range search stops early on some).
+    const int blocks = std::min(rows, pool->size() * 8);
+    pool->parallel_for(blocks, [&](int b) {
+        quantize_rows(static_cast<int>(static_cast<int64_t>(rows) * b / blocks),
+                      static_cast<int>(static_cast<int64_t>(rows) * (b + 1) / blocks));
+    });
     return out;
 }
 

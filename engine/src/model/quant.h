@@ -49,6 +49,9 @@ struct QuantizedMatrix {
 
 // Quantizes a row-major [rows, cols] matrix. dtype is Q8, Q4 or Q2; group_size divides cols.
 // The per-group range is searched to minimise the squared error of the dequantized values.
-QuantizedMatrix quantize_matrix(const float* w, int rows, int cols, DType dtype, int group_size);
+// With a pool, blocks of rows are quantized on its threads: every group depends on its own values
+// only, so the result is the same bytes for any pool (or none).
+QuantizedMatrix quantize_matrix(const float* w, int rows, int cols, DType dtype, int group_size,
+                                kern::ThreadPool* pool = nullptr);
 
 }  // namespace tinyloop

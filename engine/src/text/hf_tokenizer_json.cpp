@@ -45,6 +45,8 @@ ojson hf_tokenizer_to_json(const TokenizerSpec& spec) {
     t["post_processor"] = {{"prefix", spec.prefix_ids}, {"suffix", spec.suffix_ids}};
     t["eos_id"] = spec.eos_id < 0 ? ojson(nullptr) : ojson(spec.eos_id);
     t["bos_id"] = spec.bos_id < 0 ? ojson(nullptr) : ojson(spec.bos_id);
+    // Only when there are any: a file imported without them reads back the same.
+    if (!spec.stop_ids.empty()) t["stop_ids"] = spec.stop_ids;
     return t;
 }
 
@@ -82,13 +84,13 @@ void hf_tokenizer_from_json(const json& t, TokenizerSpec& spec,
     spec.pretokenizer.clear();
     for (const auto& [key, value] : t.items()) {
         static const char* kKeys[] = {"type", "vocab", "merges", "ignore_merges", "pre_tokenizer",
-                                      "added_tokens", "post_processor", "eos_id", "bos_id"};
+                                      "added_tokens", "post_processor", "eos_id", "bos_id", "stop_ids"};
         bool known = false;
         for (const char* k : kKeys) known = known || key == k;
         if (!known)
             bad(T + "." + key.substr(0, 40) + ": unknown key, allowed type, vocab, merges, "
                                               "ignore_merges, pre_tokenizer, added_tokens, "
-                                              "post_processor, eos_id, bos_id");
+                                              "post_processor, eos_id, bos_id, stop_ids");
     }
     const json& vocab = array(get(t, T, "vocab"), T + ".vocab");
     spec.vocab.reserve(vocab.size());
@@ -149,6 +151,11 @@ void hf_tokenizer_from_json(const json& t, TokenizerSpec& spec,
         const auto it = t.find(key);
         const int32_t v = (it == t.end() || it->is_null()) ? -1 : id(*it, T + "." + key);
         (std::string(key) == "eos_id" ? spec.eos_id : spec.bos_id) = v;
+    }
+    if (const auto it = t.find("stop_ids"); it != t.end()) {
+        const json& ids = array(*it, T + ".stop_ids");
+        if (ids.size() > 64) bad(T + ".stop_ids: " + std::to_string(ids.size()) + " ids, allowed at most 64");
+        for (size_t k = 0; k < ids.size(); ++k) spec.stop_ids.push_back(id(ids[k], T + ".stop_ids[" + std::to_string(k) + "]"));
     }
 }
 

@@ -74,6 +74,7 @@ void Tokenizer::init(const TokenizerSpec& spec, int vocab_size) {
     if (spec.type == "hf_byte_bpe") {
         auto hf = std::make_shared<HfBpe>();
         hf->init(spec, vocab_size);
+        set_stop_ids(spec, hf->n_ids());
         hf_ = std::move(hf);
         eos_id_ = spec.eos_id;
         return;
@@ -164,12 +165,35 @@ void Tokenizer::init(const TokenizerSpec& spec, int vocab_size) {
             refuse(std::string("tokenizer.") + field + ": " + std::to_string(id) +
                    " out of range, allowed -1 (none) or 0 .. " + std::to_string(n_ids - 1));
 
+    set_stop_ids(spec, n_ids);
     hf_.reset();
     id_bytes_ = std::move(id_bytes);
     merge_rank_ = std::move(merge_rank);
     specials_ = std::move(specials);
     first_special_ = first_special;
     eos_id_ = spec.eos_id;
+}
+
+void Tokenizer::set_stop_ids(const TokenizerSpec& spec, int n_ids) {
+    if (spec.type != "hf_byte_bpe" && !spec.stop_ids.empty())
+        refuse("tokenizer.stop_ids: only an hf_byte_bpe tokenizer carries them (FORMAT.md §3b)");
+    constexpr size_t kMaxStopIds = 64;
+    if (spec.stop_ids.size() > kMaxStopIds)
+        refuse("tokenizer.stop_ids: " + std::to_string(spec.stop_ids.size()) + " ids, allowed at most " +
+               std::to_string(kMaxStopIds));
+    std::vector<int32_t> stops;
+    if (spec.eos_id >= 0) stops.push_back(spec.eos_id);
+    for (size_t k = 0; k < spec.stop_ids.size(); ++k) {
+        const int32_t id = spec.stop_ids[k];
+        const std::string field = "tokenizer.stop_ids[" + std::to_string(k) + "]: ";
+        if (id < 0 || id >= n_ids)
+            refuse(field + std::to_string(id) + " out of range, allowed 0 .. " + std::to_string(n_ids - 1));
+        if (std::find(spec.stop_ids.begin(), spec.stop_ids.begin() + static_cast<std::ptrdiff_t>(k), id) !=
+            spec.stop_ids.begin() + static_cast<std::ptrdiff_t>(k))
+            refuse(field + std::to_string(id) + " is listed twice, allowed distinct ids");
+        if (std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
+    }
+    stop_ids_ = std::move(stops);
 }
 
 std::vector<std::string_view> Tokenizer::pretokenize(std::string_view text) {

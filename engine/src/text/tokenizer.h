@@ -2,6 +2,7 @@
 // ("byte_bpe"), or a Hugging Face tokenizer.json byte-level BPE ("hf_byte_bpe", §3b, HfBpe).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,6 +42,12 @@ public:
     }
     bool is_special(int32_t id) const;
     int32_t eos_id() const { return eos_id_; }
+    // The ids that end generation: eos_id (when there is one) and the spec's stop_ids, in that
+    // order, each once. The one answer to "does this token stop the output".
+    const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+    bool is_stop(int32_t id) const {
+        return std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
+    }
 
 private:
     std::shared_ptr<const HfBpe> hf_;  // set for hf_byte_bpe; then the members below are unused
@@ -49,6 +56,8 @@ private:
     std::vector<std::pair<std::string, int32_t>> specials_;  // sorted longest first
     int32_t first_special_ = 0;
     int32_t eos_id_ = -1;
+    std::vector<int32_t> stop_ids_;
+    void set_stop_ids(const TokenizerSpec& spec, int n_ids);
     void encode_chunk(std::string_view chunk, std::vector<int32_t>& out) const;
 };
 
