@@ -57,6 +57,14 @@ void fitTickCount(QCPAxis* axis, double lengthPx) {
     if (axis->ticker()->tickCount() != n) axis->ticker()->setTickCount(n);
 }
 
+void fitVerticalTickCount(QCPAxis* axis, double lengthPx) {
+    const QFontMetrics fm(axis->tickLabelFont());
+    const int n = std::clamp(static_cast<int>(lengthPx / (2.0 * std::max(fm.height(), 1))), 2, 5);
+    if (axis->ticker()->tickStepStrategy() != QCPAxisTicker::tssMeetTickCount)
+        axis->ticker()->setTickStepStrategy(QCPAxisTicker::tssMeetTickCount);
+    if (axis->ticker()->tickCount() != n) axis->ticker()->setTickCount(n);
+}
+
 QCPErrorBars* addWhiskers(QCPBars* bars, const std::vector<double>& lo, const std::vector<double>& hi) {
     auto* err = new QCPErrorBars(bars->keyAxis(), bars->valueAxis());
     err->setDataPlottable(bars);

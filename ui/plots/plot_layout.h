@@ -29,6 +29,11 @@ void useIntegerTicks(QCPAxis* axis);
 // each label given twice its width): a narrow plot, or a big zoom, gets fewer, never overlapping.
 void fitTickCount(QCPAxis* axis, double lengthPx);
 
+// The same for a vertical `axis` `lengthPx` high: as many ticks as its labels fit one above the
+// other with a label's height between them (2 to 5), steps not restricted to 1-2-5 so that the
+// count is met (a short plot in presentation mode got five stacked, overlapping labels).
+void fitVerticalTickCount(QCPAxis* axis, double lengthPx);
+
 // Whiskers on `bars` from lo[i] to hi[i] around the bar's value (the spread of repeats).
 QCPErrorBars* addWhiskers(QCPBars* bars, const std::vector<double>& lo, const std::vector<double>& hi);
 

@@ -250,7 +250,10 @@ void drawCategoryBars(QCustomPlot* plot, const QStringList& labels, const std::v
     plot->setProperty("tl_categoryLabels", labels);
     if (!plot->property("tl_fitCategoryLabels").toBool()) {
         plot->setProperty("tl_fitCategoryLabels", true);
-        QObject::connect(plot, &QCustomPlot::beforeReplot, plot, [plot] { fitCategoryLabels(plot); });
+        QObject::connect(plot, &QCustomPlot::beforeReplot, plot, [plot] {
+            fitCategoryLabels(plot);
+            fitVerticalTickCount(plot->yAxis, plot->axisRect()->height());
+        });
     }
     plot->yAxis->setLabel(yLabel);
     const int n = static_cast<int>(series.size());
