@@ -131,8 +131,8 @@ CommandSpec generate_spec() {
          "N outputs: beam's best N (N <= --beam-size) or N samples (seeds --seed .. --seed+N-1)",
          "an integer in [1, 64]", false, B},
 
-        {"--early-exit", "C", "stop looping a token early: l2 | margin | kl | entropy | argmax | model",
-         "one of l2, margin, kl, entropy, argmax, model", false, E},
+        {"--early-exit", "C", "stop looping a token early: l2 | margin | kl | entropy | argmax | gate | gate-select | reverse-kl | minp-kl | model",
+         "one of l2, margin, kl, entropy, argmax, gate, gate-select, reverse-kl, minp-kl, model", false, E},
         {"--early-exit-patience", "P",
          "consecutive stable probes before exiting (default: the model's, else 1)",
          "an integer >= 1", false, E},

@@ -332,7 +332,9 @@ namespace {
 const std::pair<const char*, EarlyExitCriterion> kCriterionFlags[] = {
     {"l2", EarlyExitCriterion::HiddenL2}, {"margin", EarlyExitCriterion::LogitMargin},
     {"kl", EarlyExitCriterion::KL},       {"entropy", EarlyExitCriterion::EntropyDelta},
-    {"argmax", EarlyExitCriterion::ArgmaxStable}};
+    {"argmax", EarlyExitCriterion::ArgmaxStable}, {"gate", EarlyExitCriterion::GateStop},
+    {"gate-select", EarlyExitCriterion::GateSelect}, {"reverse-kl", EarlyExitCriterion::ReverseKL},
+    {"minp-kl", EarlyExitCriterion::MinPKL}};
 }  // namespace
 
 const char* criterion_flag_name(EarlyExitCriterion c) {
@@ -348,7 +350,8 @@ bool read_criterion_flag(const std::string& flag, const std::string& value, Earl
             *out = c;
             return true;
         }
-    throw UsageError(flag + ": expected one of l2, margin, kl, entropy, argmax, model, got '" + value + "'");
+    throw UsageError(flag + ": expected one of l2, margin, kl, entropy, argmax, gate, gate-select, reverse-kl, minp-kl, "
+                            "model, got '" + value + "'");
 }
 
 GenerateConfig cli_early_exit(const Model* model, const Args& args, const GenerateConfig& cfg, std::string* used) {

@@ -249,7 +249,8 @@ class Completion:
 EARLY_EXIT_KEYS = {"patience": "early_exit_patience", "min_L": "early_exit_min_L",
                    "peek_every": "early_exit_peek_every", "criterion": "early_exit_criterion",
                    "threshold": "early_exit_threshold", "logit_margin": "early_exit_logit_margin"}
-CRITERIA = {"hidden_l2", "l2", "logit_margin", "margin", "kl", "entropy_delta", "entropy", "argmax_stable", "argmax"}
+CRITERIA = {"hidden_l2", "l2", "logit_margin", "margin", "kl", "entropy_delta", "entropy", "argmax_stable", "argmax",
+            "gate_stop", "gate", "gate_select", "reverse_kl", "minp_kl"}
 
 
 def check_force_words(words: Any, vocab_size: int) -> None:

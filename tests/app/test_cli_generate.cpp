@@ -176,6 +176,9 @@ TEST_F(CliTest, BadValuesNameTheFlag) {
         {{"--stop-ids", "1,,2"}, "--stop-ids"},
         {{"--stop", ""}, "--stop"},
         {{"--early-exit", "vibes"}, "--early-exit"},
+        // the bundled model has no exit gate (FORMAT.md §1b): the gate criteria are refused by name
+        {{"--early-exit", "gate", "--early-exit-threshold", "0.9"}, "early_exit_criterion"},
+        {{"--early-exit", "gate-select", "--early-exit-threshold", "0.9"}, "hparams.exit_gate"},
         {{"--early-exit-min-l", "2"}, "--early-exit"},
         {{"--draft-loops", "2"}, "--draft-loops"},
         {{"--bogus"}, "--bogus"},

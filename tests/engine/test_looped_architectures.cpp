@@ -292,6 +292,7 @@ double ref_s0(const HParams& hp, int p, int i) {
 struct RefRun {
     std::vector<std::vector<Vec>> logits;  // [depth-1][position] = vocab
     std::vector<std::vector<double>> gate;  // [depth-1][position] = λ
+    std::vector<std::vector<Vec>> states;   // [depth-1][position] = h after the pass (frozen: h_e)
 };
 
 std::vector<Vec> readout(const RModel& r, const std::vector<Vec>& hL) {
@@ -345,6 +346,7 @@ RefRun reference(const RModel& r, const std::vector<int32_t>& ids, int L, const 
         for (int t = 0; t < n; ++t)
             if (active[t]) h[t] = hp.pass_norm ? rms(x[t], r.final_norm, hp.norm_eps) : x[t];
         out.logits.push_back(readout(r, h));
+        out.states.push_back(h);
         std::vector<double> lam;
         if (hp.exit_gate)
             for (int t = 0; t < n; ++t) {
@@ -665,7 +667,8 @@ TEST(LoopedArchitectures, SpeculationEqualsGreedy) {
 // next-token log-probability of score_early_exit equals the reference's at that position's depth.
 TEST(LoopedArchitectures, EarlyExitStatePropagationMatchesTheReference) {
     for (const Shape& s : shapes())
-    for (EarlyExitCriterion crit : {EarlyExitCriterion::HiddenL2, EarlyExitCriterion::KL}) {
+    for (EarlyExitCriterion crit : {EarlyExitCriterion::HiddenL2, EarlyExitCriterion::KL, EarlyExitCriterion::ReverseKL,
+                                    EarlyExitCriterion::MinPKL}) {
         // KL reads the readout at every probed pass (with a coda: the coda over that pass's
         // state, whose keys/values the position rewrites until the last run, at its exit depth).
         Loaded L(std::string(s.name) + "_ee.tinyloop", s.hp, 53);
@@ -686,7 +689,7 @@ TEST(LoopedArchitectures, EarlyExitStatePropagationMatchesTheReference) {
         ScoreResult sr;
         std::vector<int> best_used;
         size_t best_kinds = 0;
-        for (float th = 4.0f; th > (crit == EarlyExitCriterion::KL ? 1e-7f : 1e-3f); th *= 0.8f) {
+        for (float th = 4.0f; th > (crit == EarlyExitCriterion::HiddenL2 ? 1e-3f : 1e-7f); th *= 0.8f) {
             g.early_exit_threshold = th;
             ScoreResult r = score_early_exit(L.m, ids.data(), n, g, &used);
             std::vector<int> kinds(used);
@@ -717,6 +720,178 @@ TEST(LoopedArchitectures, EarlyExitStatePropagationMatchesTheReference) {
         }
         (void)V;
     }
+}
+
+// Ouro's threshold exit, written here from modeling_ouro.py (exit_threshold): p_t = λ_t·Π_{j<t}(1−λ_j)
+// for t < L and p_L the rest; the exit is the first t whose cumulative Σ_{j<=t} p_j reaches q, else L.
+// `margin` receives the smallest |cumulative − q| over the passes read (how near a tie it was).
+int ouro_threshold_exit(const std::vector<double>& lam, double q, double* margin) {
+    const int L = static_cast<int>(lam.size());
+    double remaining = 1.0, cum = 0.0;
+    for (int t = 1; t <= L; ++t) {
+        const double p = t < L ? lam[t - 1] * remaining : remaining;
+        remaining *= 1.0 - lam[t - 1];
+        cum += p;
+        *margin = std::min(*margin, std::fabs(cum - q));
+        if (cum >= q) return t;
+    }
+    return L;
+}
+
+double ref_logprob(const Vec& row, int32_t next) {
+    double mx = -1e300, z = 0;
+    for (double v : row) mx = std::max(mx, v);
+    for (double v : row) z += std::exp(v - mx);
+    return row[next] - mx - std::log(z);
+}
+
+std::vector<Shape> gated_shapes() {
+    HParams coda_gate = huginn_hparams();
+    coda_gate.exit_gate = true;  // a gate on a coda model: λ reads the state, the token the coda
+    return {{"ouro", ouro_hparams()}, {"huginn_with_gate", coda_gate}};
+}
+
+GenerateConfig gate_config(EarlyExitCriterion c, float q, int T) {
+    GenerateConfig g;
+    g.max_tokens = 8;  // validated against max_seq_len 64 with the prompt
+    g.loops = T;
+    g.early_exit_patience = 1;  // turns the policy on; the gate has no patience, min_L or peek_every
+    g.early_exit_criterion = c;
+    g.early_exit_threshold = q;
+    return g;
+}
+
+// gate_stop: the pass loop stops at the gate's exit pass and deeper passes read the frozen state
+// (state propagation). The exit depths are found in the reference itself, one position at a time
+// (a position's λ depends on the earlier positions' exits through attention), and the engine must
+// choose the same depths and give the reference's log-probabilities.
+TEST(LoopedArchitectures, GateStopMatchesTheReference) {
+    for (const Shape& s : gated_shapes()) {
+        Loaded L(std::string(s.name) + "_gate_stop.tinyloop", s.hp, 61);
+        const RModel r = fetch_model(L.m);
+        const auto ids = tokens_of(10, 31);
+        const int n = static_cast<int>(ids.size()), T = s.hp.default_loops;
+        // The q with the most distinct exit depths, among those no cumulative comes within 1e-4 of.
+        std::vector<int> best;
+        float best_q = 0;
+        size_t best_kinds = 0;
+        for (float q : {0.2f, 0.35f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 0.95f, 0.99f}) {
+            std::vector<int> exits(static_cast<size_t>(n), T);
+            double margin = 1.0;
+            for (int t = 0; t < n; ++t) {
+                const RefRun ref = reference(r, ids, T, &exits);
+                std::vector<double> lam;
+                for (int l = 1; l <= T; ++l) lam.push_back(ref.gate[l - 1][t]);
+                exits[t] = ouro_threshold_exit(lam, q, &margin);
+            }
+            std::vector<int> kinds(exits);
+            std::sort(kinds.begin(), kinds.end());
+            const size_t k = static_cast<size_t>(std::unique(kinds.begin(), kinds.end()) - kinds.begin());
+            if (margin > 1e-4 && k > best_kinds) {
+                best_kinds = k;
+                best = exits;
+                best_q = q;
+            }
+        }
+        ASSERT_GE(best_kinds, 2u) << s.name;
+        std::vector<int> used;
+        const ScoreResult sr =
+            score_early_exit(L.m, ids.data(), n, gate_config(EarlyExitCriterion::GateStop, best_q, T), &used);
+        std::printf("[ %s gate_stop q=%g ] exit depths:", s.name, best_q);
+        for (int e : used) std::printf(" %d", e);
+        std::printf("\n");
+        EXPECT_EQ(used, best) << s.name;
+        const RefRun ref = reference(r, ids, T, &best);
+        for (int t = 0; t + 1 < n; ++t) {
+            const double lp = ref_logprob(ref.logits[T - 1][t], ids[t + 1]);
+            EXPECT_NEAR(sr.token_logprobs[t], lp, 1e-4 * std::max(1.0, std::fabs(lp))) << s.name << " position " << t;
+        }
+    }
+}
+
+// gate_select (Hugging Face's Ouro code): every pass runs and writes its own keys/values, the token
+// is read at the gate's exit pass. The reference is one full-depth run; the exit pass of each
+// position comes from its λ there, and its logits from the readout of its pass-e state (with a
+// coda, over the earlier positions' states at their own exit passes, the coda keys/values they keep).
+TEST(LoopedArchitectures, GateSelectEqualsTheFullRunReadAtTheExitPass) {
+    for (const Shape& s : gated_shapes()) {
+        Loaded L(std::string(s.name) + "_gate_select.tinyloop", s.hp, 67);
+        const RModel r = fetch_model(L.m);
+        const auto ids = tokens_of(10, 37);
+        const int n = static_cast<int>(ids.size()), T = s.hp.default_loops;
+        const RefRun ref = reference(r, ids, T);
+        std::vector<int> best;
+        float best_q = 0;
+        size_t best_kinds = 0;
+        for (float q : {0.2f, 0.35f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 0.95f, 0.99f}) {
+            std::vector<int> exits;
+            double margin = 1.0;
+            for (int t = 0; t < n; ++t) {
+                std::vector<double> lam;
+                for (int l = 1; l <= T; ++l) lam.push_back(ref.gate[l - 1][t]);
+                exits.push_back(ouro_threshold_exit(lam, q, &margin));
+            }
+            std::vector<int> kinds(exits);
+            std::sort(kinds.begin(), kinds.end());
+            const size_t k = static_cast<size_t>(std::unique(kinds.begin(), kinds.end()) - kinds.begin());
+            if (margin > 1e-4 && k > best_kinds) {
+                best_kinds = k;
+                best = exits;
+                best_q = q;
+            }
+        }
+        ASSERT_GE(best_kinds, 2u) << s.name;
+        std::vector<Vec> at_exit;
+        for (int t = 0; t < n; ++t) at_exit.push_back(ref.states[best[t] - 1][t]);
+        const std::vector<Vec> rows = readout(r, at_exit);
+        std::vector<int> used;
+        const ScoreResult sr =
+            score_early_exit(L.m, ids.data(), n, gate_config(EarlyExitCriterion::GateSelect, best_q, T), &used);
+        std::printf("[ %s gate_select q=%g ] exit passes:", s.name, best_q);
+        for (int e : used) std::printf(" %d", e);
+        std::printf("\n");
+        EXPECT_EQ(used, best) << s.name;
+        bool differs_from_stop = false;
+        for (int t = 0; t + 1 < n; ++t) {
+            const double lp = ref_logprob(rows[t], ids[t + 1]);
+            EXPECT_NEAR(sr.token_logprobs[t], lp, 1e-4 * std::max(1.0, std::fabs(lp))) << s.name << " position " << t;
+            differs_from_stop |= std::fabs(lp - ref_logprob(ref.logits[T - 1][t], ids[t + 1])) > 1e-3;
+        }
+        EXPECT_TRUE(differs_from_stop) << s.name << ": no position read a pass other than the last";
+        // With q = 1 the gate never fires before the last pass: the plain full-depth scores.
+        std::vector<int> full;
+        const ScoreResult all =
+            score_early_exit(L.m, ids.data(), n, gate_config(EarlyExitCriterion::GateSelect, 1.0f, T), &full);
+        EXPECT_EQ(full, std::vector<int>(static_cast<size_t>(n), T));
+        GenerateConfig plain;
+        plain.max_tokens = 8;
+        plain.loops = T;
+        EXPECT_EQ(all.token_logprobs, score_early_exit(L.m, ids.data(), n, plain).token_logprobs) << s.name;
+    }
+}
+
+// The gate criteria on a model without a gate, and a q outside (0, 1], are refused by name.
+TEST(LoopedArchitectures, GateCriteriaRefuseAGatelessModelAndABadThreshold) {
+    Loaded P("plain_no_gate.tinyloop", huginn_hparams(false), 23);
+    Loaded O("ouro_gate_bad_q.tinyloop", ouro_hparams(), 23);
+    const auto ids = tokens_of(4, 9);
+    auto refused = [&](Model* m, EarlyExitCriterion c, float q, const std::string& field, const std::string& words) {
+        try {
+            score_early_exit(m, ids.data(), 4, gate_config(c, q, 4));
+            ADD_FAILURE() << field << ": accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+            const std::string w = e.what();
+            EXPECT_NE(w.find(field), std::string::npos) << w;
+            EXPECT_NE(w.find(words), std::string::npos) << w;
+        }
+    };
+    for (EarlyExitCriterion c : {EarlyExitCriterion::GateStop, EarlyExitCriterion::GateSelect}) {
+        refused(P.m, c, 0.9f, "early_exit_criterion", "hparams.exit_gate");
+        refused(O.m, c, 1.5f, "early_exit_threshold", "(0, 1]");
+        refused(O.m, c, 0.0f, "early_exit_threshold", "> 0");
+    }
+    EXPECT_NO_THROW(score_early_exit(O.m, ids.data(), 4, gate_config(EarlyExitCriterion::GateStop, 1.0f, 4)));
 }
 
 // Several sequences through forward_batch give each one's forward bits.

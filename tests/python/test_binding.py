@@ -503,6 +503,20 @@ def test_several_outputs_are_a_list(model):
         tl.generate(model, PROMPT, max_tokens=4, beam_size=4, num_return_sequences=5)
 
 
+def test_gate_and_huginn_criteria_by_name(model):
+    # the names of the exit-gate and Huginn criteria go through the binding as the engine spells them
+    for name in ("gate_stop", "gate_select", "reverse_kl", "minp_kl"):
+        assert tl.resolve_early_exit(model, early_exit_criterion=name)[0]["early_exit_criterion"] == name
+    assert tl.resolve_early_exit(model, early_exit_criterion="gate")[0]["early_exit_criterion"] == "gate_stop"
+    # the bundled model has no exit gate: refused by name, not run without it
+    with pytest.raises(ValueError, match=r"early_exit_criterion: gate_select needs a model with an exit gate"):
+        tl.generate(model, PROMPT, max_tokens=3, early_exit_patience=1, early_exit_criterion="gate_select",
+                    early_exit_threshold=0.9)
+    out = tl.generate(model, PROMPT, max_tokens=4, early_exit_patience=1, early_exit_criterion="minp_kl",
+                      early_exit_threshold=1e-5)
+    assert len(out["output_ids"]) == 4
+
+
 def test_recommendation_and_its_resolvers(model, model_path, tmp_path):
     assert model.recommendation == {}
     fields, source = tl.resolve_early_exit(model)

@@ -129,7 +129,7 @@ private slots:
         QStringList terms;
         for (const FieldInfo& f : configFields()) terms << f.key;
         for (DecodeMode m : allModes()) terms << modeLabel(m);
-        for (int c = 0; c <= 4; ++c) terms << criterionName(static_cast<tinyloop::EarlyExitCriterion>(c));
+        for (int c = 0; c <= static_cast<int>(tinyloop::EarlyExitCriterion::MinPKL); ++c) terms << criterionName(static_cast<tinyloop::EarlyExitCriterion>(c));
         auto* metric = m_window->heatmap()->findChild<QComboBox*>();
         QVERIFY(metric);
         for (int i = 0; i < metric->count(); ++i) terms << metric->itemText(i).remove(QRegularExpression(" \\(.*\\)$"));

@@ -112,7 +112,8 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
         }
         case FieldKind::Criterion: {
             auto* c = new QComboBox;
-            for (int i = 0; i <= 4; ++i) c->addItem(criterionName(static_cast<tinyloop::EarlyExitCriterion>(i)));
+            for (int i = 0; i <= static_cast<int>(tinyloop::EarlyExitCriterion::MinPKL); ++i)
+                c->addItem(criterionName(static_cast<tinyloop::EarlyExitCriterion>(i)));
             connect(c, &QComboBox::currentIndexChanged, this, [this] { revalidate(); emit changed(); });
             r.editor = c;
             break;

@@ -73,7 +73,8 @@ const GlossaryEntry kEntries[] = {
      "'settled' means."},
     {"early_exit_criterion", {"criterion", "exit criterion", "early exit criterion"},
      "What early exit watches to decide a token has settled: hidden_l2 (the hidden state stops "
-     "changing), logit_margin, kl, entropy_delta or argmax_stable (the top token stops changing)."},
+     "changing), logit_margin, kl, entropy_delta, argmax_stable (the top token stops changing), Huginn's "
+     "reverse_kl and minp_kl, or the exit gate (gate_stop, gate_select)."},
     {"early_exit_logit_margin", {"logit margin", "logit_margin"},
      "An early-exit criterion: stop once the top token leads the second by at least this margin "
      "(in logits)."},
@@ -142,6 +143,14 @@ const GlossaryEntry kEntries[] = {
      "The token forced at the last position allowed by max_tokens, so the text always ends."},
     {"frequency_penalty", {"frequency penalty"},
      "Lowers a token's score by this amount times the number of times it was already emitted."},
+    {"gate_select", {"gate select", "gate-select"},
+     "An early-exit criterion for models with a learned exit gate (Ouro), as Hugging Face's code "
+     "runs it: every pass is computed, and the token is read at the first pass whose cumulative "
+     "exit probability reaches the threshold. Saves no time; shows what the gate would pick."},
+    {"gate_stop", {"gate", "exit gate", "gate stop"},
+     "An early-exit criterion for models with a learned exit gate (Ouro): after each pass the gate "
+     "gives an exit probability; the token stops looping at the first pass where the cumulative "
+     "probability 1 - (1 - p1)(1 - p2)... reaches the threshold."},
     {"grammar", {"gbnf"},
      "A set of rules (a .gbnf file) the output must follow; tokens that would break them are "
      "never chosen."},
@@ -188,6 +197,9 @@ const GlossaryEntry kEntries[] = {
     {"min_new_tokens", {"min new tokens"}, "The end token is banned until this many tokens are emitted."},
     {"min_p", {"min p", "min-p"},
      "Sampling: drop tokens whose probability is below min_p times the top token's probability."},
+    {"minp_kl", {"minp kl", "min-p kl"},
+     "An early-exit criterion from Huginn: KL between the last two passes' distributions after a "
+     "min-p filter (tokens under a tenth of the top probability flattened). Exit when it is small."},
     {"no_repeat_ngram_size", {"no repeat ngram size"},
      "Bans any token that would repeat a run of n tokens already in the text."},
     {"NLL", {"negative log-likelihood", "mean NLL", "log-prob", "log prob"},
@@ -230,6 +242,9 @@ const GlossaryEntry kEntries[] = {
      "Beam search only: turn the scores back into probabilities after the penalties."},
     {"repetition_penalty", {"repetition penalty"},
      "Makes tokens already in the text less likely (divides their score). 1 switches it off."},
+    {"reverse_kl", {"reverse kl"},
+     "An early-exit criterion from Huginn: KL from the previous pass's distribution to this one's "
+     "(kl measures the other direction). Exit when it stays below the threshold."},
     {"sample_seed", {"seed"},
      "Starts the random choices of sampling: the same seed gives the same text again."},
     {"sampling", {"sample", "sampled"},

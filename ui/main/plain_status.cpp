@@ -24,6 +24,11 @@ QString criterionWords(tinyloop::EarlyExitCriterion c, double threshold) {
     case C::KL: return QString("its guess moved less than %1 (KL) from the pass before").arg(number(threshold));
     case C::EntropyDelta: return QString("its uncertainty (entropy) changed less than %1").arg(number(threshold));
     case C::ArgmaxStable: return QString("its top guess stayed the same");
+    case C::GateStop:
+    case C::GateSelect:
+        return QString("its learned exit gate's cumulative exit probability reached %1").arg(number(threshold));
+    case C::ReverseKL: return QString("its guess moved less than %1 (KL, Huginn's direction)").arg(number(threshold));
+    case C::MinPKL: return QString("its min-p guess moved less than %1 (KL)").arg(number(threshold));
     }
     return QString("it settled");
 }

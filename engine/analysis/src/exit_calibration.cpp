@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include <tinyloop/json.h>
+
 namespace tinyloop::analysis {
 
 namespace {
@@ -68,6 +70,7 @@ const char* criterion_label(tinyloop::EarlyExitCriterion c) {
         case tinyloop::EarlyExitCriterion::KL: return "kl";
         case tinyloop::EarlyExitCriterion::EntropyDelta: return "entropy_delta";
         case tinyloop::EarlyExitCriterion::ArgmaxStable: return "argmax_stable";
+        default: return tinyloop::criterion_name(c);
     }
     return "?";
 }

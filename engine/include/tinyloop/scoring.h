@@ -41,7 +41,9 @@ ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const G
 struct ExitSignals {
     int n_positions = 0;
     int loops = 0;
-    std::vector<float> values;  // [criterion, in EarlyExitCriterion order][position][pass-1]
+    // [criterion, in EarlyExitCriterion order][position][pass-1]: the five two-pass criteria
+    // HiddenL2 .. ArgmaxStable only (not the gate, reverse_kl or minp_kl)
+    std::vector<float> values;
     float at(EarlyExitCriterion c, int position, int pass) const {
         return values[(static_cast<size_t>(c) * n_positions + static_cast<size_t>(position)) * loops +
                       static_cast<size_t>(pass - 1)];

@@ -55,7 +55,18 @@ enum class EarlyExitCriterion {
     KL,
     EntropyDelta,
     ArgmaxStable,
+    // The learned exit gate (hparams.exit_gate, Ouro; FORMAT.md §1b): exit at the first pass t with
+    // 1 − Π_{j≤t}(1 − λ_j) >= early_exit_threshold (q in (0, 1]). GateStop stops the pass loop
+    // there (deeper keys/values by state propagation); GateSelect runs every pass and reads the
+    // token at pass t (Hugging Face's Ouro code). Patience, min_L and peek_every do not apply.
+    GateStop,
+    GateSelect,
+    // Huginn's "kl": KL(p_{l−1} ‖ p_l) (KL above is KL(p_l ‖ p_{l−1})).
+    ReverseKL,
+    // Huginn's "minp-kl": KL(m_{l−1} ‖ m_l), m = softmax with every p < 0.1·max p set to 1/V, renormalised.
+    MinPKL,
 };
+bool is_gate_criterion(EarlyExitCriterion c);
 
 // How the KV cache stores keys and values. Int8: symmetric INT8 codes with one f32 scale per
 // (position, layer, kv head), scale = max|x| / 127 (Hugging Face's quantized cache, without its

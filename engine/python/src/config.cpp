@@ -39,8 +39,8 @@ tl::EarlyExitCriterion parse_criterion(const std::string& s) {
     tl::EarlyExitCriterion c;
     if (tl::parse_criterion(s, &c)) return c;
     throw py::value_error("early_exit_criterion: '" + s +
-                          "' is not one of hidden_l2, logit_margin, kl, entropy_delta, argmax_stable "
-                          "(or l2, margin, entropy, argmax)");
+                          "' is not one of hidden_l2, logit_margin, kl, entropy_delta, argmax_stable, gate_stop, "
+                          "gate_select, reverse_kl, minp_kl (or l2, margin, entropy, argmax, gate)");
 }
 
 // Every name make_config accepts: the codec's GenerateConfig fields (grammar goes to the call)
@@ -323,7 +323,8 @@ void register_config(py::module_& m) {
         .def_property(
             "early_exit_criterion", [](const C& c) { return std::string(tl::criterion_name(c.early_exit_criterion)); },
             [](C& c, const std::string& s) { c.early_exit_criterion = parse_criterion(s); },
-            "str: hidden_l2 | logit_margin | kl | entropy_delta | argmax_stable (default hidden_l2)")
+            "str: hidden_l2 | logit_margin | kl | entropy_delta | argmax_stable | gate_stop | gate_select | "
+            "reverse_kl | minp_kl (default hidden_l2)")
         .def_readwrite("early_exit_threshold", &C::early_exit_threshold, "float: stability threshold > 0 (default 0.05)")
         .def_readwrite("sample_seed", &C::sample_seed, "int: RNG seed, 0..2^64-1 (default 0)")
         .def_property(

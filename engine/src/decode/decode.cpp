@@ -185,7 +185,8 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
             depth = decode_step_adaptive(m, kv, ws, tok, position, loops, config.cache_window, policy, h,
                                          options.lens ? &hook : nullptr);
             // passes 1..depth ran; propagate_exited_state wrote the layers of the passes after it
-            const int ran = exec_layers(hp, depth);
+            // gate_select computes every pass (Hugging Face's Ouro semantics): nothing is propagated
+            const int ran = policy.criterion == EarlyExitCriterion::GateSelect ? kv.n_layers : exec_layers(hp, depth);
             prov.mark(0, ran, position, position + 1, KVOrigin::Computed);
             prov.mark(ran, kv.n_layers, position, position + 1, KVOrigin::Propagated);
         } else {

@@ -24,7 +24,18 @@ ExitPolicy ExitPolicy::from(const GenerateConfig& c) {
     return p;
 }
 
-bool criterion_needs_logits(EarlyExitCriterion c) { return c != EarlyExitCriterion::HiddenL2; }
+bool is_gate_criterion(EarlyExitCriterion c) {
+    return c == EarlyExitCriterion::GateStop || c == EarlyExitCriterion::GateSelect;
+}
+
+bool criterion_needs_logits(EarlyExitCriterion c) { return c != EarlyExitCriterion::HiddenL2 && !is_gate_criterion(c); }
+
+double exit_gate_lambda(const Model& m, const float* h) {
+    // the same sum, in the same order and precision, as exit_gate_per_pass (scoring/lens.cpp)
+    double s = m.exit_gate_b[0];
+    for (int i = 0; i < m.hp.d_model; ++i) s += static_cast<double>(m.exit_gate_w[i]) * h[i];
+    return 1.0 / (1.0 + std::exp(-s));
+}
 
 namespace {
 
@@ -36,6 +47,26 @@ void softmax(const float* z, int n, std::vector<double>& p) {
     double s = 0;
     for (int i = 0; i < n; ++i) s += p[i] = std::exp(z[i] - mx);
     for (double& x : p) x /= s;
+}
+
+// Huginn's min-p distribution (MinKLExitEvaluator): every p < 0.1·max p becomes 1/V, then renormalised.
+void minp_probs(const float* z, int n, std::vector<double>& p) {
+    softmax(z, n, p);
+    const double mx = *std::max_element(p.begin(), p.end());
+    double s = 0;
+    for (double& x : p) {
+        if (x < 0.1 * mx) x = 1.0 / n;
+        s += x;
+    }
+    for (double& x : p) x /= s;
+}
+
+// KL(a ‖ b) = Σ a_i (log a_i − log b_i).
+double kl_div(const std::vector<double>& a, const std::vector<double>& b) {
+    double kl = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+        if (a[i] > 0) kl += a[i] * (std::log(a[i]) - std::log(std::max(b[i], 1e-300)));
+    return kl;
 }
 
 double entropy(const std::vector<double>& p) {
@@ -89,6 +120,21 @@ float exit_signal(EarlyExitCriterion c, const float* prev_h, const float* cur_h,
         }
         case EarlyExitCriterion::ArgmaxStable:
             return argmax(cur_logits, vocab) == argmax(prev_logits, vocab) ? 0.0f : 1.0f;
+        case EarlyExitCriterion::ReverseKL: {
+            std::vector<double> p, q;
+            softmax(cur_logits, vocab, p);
+            softmax(prev_logits, vocab, q);
+            return static_cast<float>(kl_div(q, p));
+        }
+        case EarlyExitCriterion::MinPKL: {
+            std::vector<double> p, q;
+            minp_probs(cur_logits, vocab, p);
+            minp_probs(prev_logits, vocab, q);
+            return static_cast<float>(kl_div(q, p));
+        }
+        case EarlyExitCriterion::GateStop:
+        case EarlyExitCriterion::GateSelect:
+            break;  // not a comparison of two passes: decode_step_adaptive reads the gate itself
     }
     return std::numeric_limits<float>::infinity();
 }
@@ -155,6 +201,31 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
         }
         return e;
     };
+    if (is_gate_criterion(policy.criterion)) {
+        // Ouro's threshold exit (modeling_ouro.py, exit_threshold): the first pass t whose
+        // cumulative exit probability 1 − Π_{j<=t}(1 − λ_j) reaches q; the last pass otherwise.
+        const bool select = policy.criterion == EarlyExitCriterion::GateSelect;
+        double remaining = 1.0;
+        int e = loops;
+        std::vector<float> h_exit;
+        for (int pass = 1; pass <= loops; ++pass) {
+            run_pass(m, kv, ws, pass, h.data(), input.data(), 1);
+            if (on_pass && *on_pass) (*on_pass)(pass, 0, readout(h.data()), 1);
+            if (pass == loops || e < loops) continue;  // select: the passes after the exit still run
+            remaining *= 1.0 - exit_gate_lambda(m, h.data());
+            if (1.0 - remaining < policy.threshold) continue;
+            e = pass;
+            if (!select) {
+                set_rows(ws, pos, 1, window);
+                propagate_exited_state(m, kv, ws, h.data(), input.data(), pos, pass, loops);
+                return finish(e);
+            }
+            h_exit = h;
+        }
+        // select: every pass wrote its own keys/values from the full depth; the token is read at e
+        if (e < loops) h.swap(h_exit);
+        return finish(e);
+    }
     for (int pass = 1; pass <= loops; ++pass) {
         std::copy(h.begin(), h.end(), prev.begin());
         run_pass(m, kv, ws, pass, h.data(), input.data(), 1);

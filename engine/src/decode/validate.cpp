@@ -149,6 +149,10 @@ void validate_config(const Model* model, int prompt_len, const GenerateConfig& c
         bad("loops: " + std::to_string(c.loops) + " is outside [1, " + std::to_string(m.hp.max_loops) +
             "] (0 = the model's default_loops, " + std::to_string(m.hp.default_loops) + ")");
     validate_config_fields(c, config_limits(model));
+    if (c.early_exit_patience > 0 && c.early_exit_logit_margin <= 0 && is_gate_criterion(c.early_exit_criterion) &&
+        !m.hp.exit_gate)
+        bad(std::string("early_exit_criterion: ") + criterion_name(c.early_exit_criterion) +
+            " needs a model with an exit gate (hparams.exit_gate is false; FORMAT.md §1b)");
     for (size_t i = 0; i < c.force_words.size(); ++i)
         for (const auto& w : c.force_words[i])
             for (int32_t eos : m.tokenizer.stop_ids())
@@ -252,8 +256,15 @@ void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
     if (c.early_exit_logit_margin < 0) bad("early_exit_logit_margin: " + num(c.early_exit_logit_margin) + " must be >= 0");
     finite("early_exit_threshold", c.early_exit_threshold);
     if (c.early_exit_threshold <= 0) bad("early_exit_threshold: " + num(c.early_exit_threshold) + " must be > 0");
-    if (static_cast<int>(c.early_exit_criterion) < 0 || static_cast<int>(c.early_exit_criterion) > 4)
+    if (static_cast<int>(c.early_exit_criterion) < 0 ||
+        static_cast<int>(c.early_exit_criterion) > static_cast<int>(EarlyExitCriterion::MinPKL))
         bad("early_exit_criterion: " + std::to_string(static_cast<int>(c.early_exit_criterion)) + " is not a criterion");
+    // The gate's q is a cumulative probability (FORMAT.md, early exit): only (0, 1] can be reached.
+    // Checked when the policy is on (a logit margin > 0 switches the criterion to logit_margin).
+    if (c.early_exit_patience > 0 && c.early_exit_logit_margin <= 0 && is_gate_criterion(c.early_exit_criterion) &&
+        c.early_exit_threshold > 1)
+        bad("early_exit_threshold: " + num(c.early_exit_threshold) + " is outside (0, 1] (the " +
+            criterion_name(c.early_exit_criterion) + " criterion's cumulative exit probability q)");
 }
 
 }  // namespace tinyloop

@@ -157,7 +157,8 @@ void from_j(const json& v, std::vector<std::pair<int32_t, float>>& x, const std:
 }
 void from_j(const json& v, EarlyExitCriterion& x, const std::string& f) {
     if (!v.is_string() || !parse_criterion(v.get<std::string>(), &x))
-        bad(f, v.dump() + " is not one of hidden_l2, logit_margin, kl, entropy_delta, argmax_stable");
+        bad(f, v.dump() + " is not one of hidden_l2, logit_margin, kl, entropy_delta, argmax_stable, gate_stop, "
+                          "gate_select, reverse_kl, minp_kl");
 }
 void from_j(const json& v, KVCacheType& x, const std::string& f) {
     if (!v.is_string() || (v.get<std::string>() != "f32" && v.get<std::string>() != "int8"))
@@ -286,9 +287,12 @@ struct CriterionName {
 const CriterionName kCriteria[] = {
     {"hidden_l2", EarlyExitCriterion::HiddenL2}, {"logit_margin", EarlyExitCriterion::LogitMargin},
     {"kl", EarlyExitCriterion::KL},              {"entropy_delta", EarlyExitCriterion::EntropyDelta},
-    {"argmax_stable", EarlyExitCriterion::ArgmaxStable}, {"l2", EarlyExitCriterion::HiddenL2},
+    {"argmax_stable", EarlyExitCriterion::ArgmaxStable},
+    {"gate_stop", EarlyExitCriterion::GateStop}, {"gate_select", EarlyExitCriterion::GateSelect},
+    {"reverse_kl", EarlyExitCriterion::ReverseKL}, {"minp_kl", EarlyExitCriterion::MinPKL},
+    {"l2", EarlyExitCriterion::HiddenL2},
     {"margin", EarlyExitCriterion::LogitMargin}, {"entropy", EarlyExitCriterion::EntropyDelta},
-    {"argmax", EarlyExitCriterion::ArgmaxStable},
+    {"argmax", EarlyExitCriterion::ArgmaxStable}, {"gate", EarlyExitCriterion::GateStop},
 };
 }  // namespace
 
