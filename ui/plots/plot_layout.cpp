@@ -1,6 +1,7 @@
 #include "plots/plot_layout.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <QVariantList>
 #include <qcustomplot.h>
@@ -51,15 +52,21 @@ void useIntegerTicks(QCPAxis* axis) {
 
 void fitTickCount(QCPAxis* axis, double lengthPx) {
     const QFontMetrics fm(axis->tickLabelFont());
-    const double widest = std::max(fm.horizontalAdvance(QString::number(axis->range().upper, 'f', 0)),
-                                   fm.horizontalAdvance(QString::number(axis->range().lower, 'f', 0)));
+    // Decimals: the ticker's steps may be 2.5 apart, and "12.5" is wider than "13" (whole
+    // numbers measured so gave labels overlapping by 2 px in presentation mode).
+    // Below 10 the steps may be 0.25 apart: two decimals.
+    const int decimals = std::max(std::fabs(axis->range().upper), std::fabs(axis->range().lower)) < 10 ? 2 : 1;
+    const double widest = std::max(fm.horizontalAdvance(QString::number(axis->range().upper, 'f', decimals)),
+                                   fm.horizontalAdvance(QString::number(axis->range().lower, 'f', decimals)));
     const int n = std::clamp(static_cast<int>(lengthPx / (2.0 * std::max(widest, 1.0))), 2, 5);
     if (axis->ticker()->tickCount() != n) axis->ticker()->setTickCount(n);
 }
 
 void fitVerticalTickCount(QCPAxis* axis, double lengthPx) {
     const QFontMetrics fm(axis->tickLabelFont());
-    const int n = std::clamp(static_cast<int>(lengthPx / (2.0 * std::max(fm.height(), 1))), 2, 5);
+    // Three label heights a tick: the height read before a replot can be the previous layout's
+    // (a legend placed under the plot then takes some of it), and a tick count is approximate.
+    const int n = std::clamp(static_cast<int>(lengthPx / (3.0 * std::max(fm.height(), 1))), 2, 5);
     if (axis->ticker()->tickStepStrategy() != QCPAxisTicker::tssMeetTickCount)
         axis->ticker()->setTickStepStrategy(QCPAxisTicker::tssMeetTickCount);
     if (axis->ticker()->tickCount() != n) axis->ticker()->setTickCount(n);

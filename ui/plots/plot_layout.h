@@ -30,7 +30,7 @@ void useIntegerTicks(QCPAxis* axis);
 void fitTickCount(QCPAxis* axis, double lengthPx);
 
 // The same for a vertical `axis` `lengthPx` high: as many ticks as its labels fit one above the
-// other with a label's height between them (2 to 5), steps not restricted to 1-2-5 so that the
+// other with two labels' height between them (2 to 5), steps not restricted to 1-2-5 so that the
 // count is met (a short plot in presentation mode got five stacked, overlapping labels).
 void fitVerticalTickCount(QCPAxis* axis, double lengthPx);
 
