@@ -156,7 +156,7 @@ TEST_F(BadInput, EveryGenerateConfigFieldJustOutsideItsRange) {
         {"early_exit_threshold 0", [](auto& c, auto&) { c.early_exit_threshold = 0.0f; }, "early_exit_threshold"},
         {"early_exit_threshold -1", [](auto& c, auto&) { c.early_exit_threshold = -1.0f; }, "early_exit_threshold"},
         {"early_exit_threshold NaN", [](auto& c, auto&) { c.early_exit_threshold = kNaN; }, "early_exit_threshold"},
-        {"early_exit_criterion 5", [](auto& c, auto&) { c.early_exit_criterion = static_cast<EarlyExitCriterion>(5); }, "early_exit_criterion"},
+        {"early_exit_criterion past the last", [](auto& c, auto&) { c.early_exit_criterion = static_cast<EarlyExitCriterion>(static_cast<int>(EarlyExitCriterion::MinPKL) + 1); }, "early_exit_criterion"},
         {"early_exit_criterion -1", [](auto& c, auto&) { c.early_exit_criterion = static_cast<EarlyExitCriterion>(-1); }, "early_exit_criterion"},
     };
     for (const auto& k : cases) {
