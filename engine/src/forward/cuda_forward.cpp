@@ -389,11 +389,11 @@ std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* p
     CudaSession s(w, o);
     std::vector<int32_t> out;
     if (max_tokens <= 0) return out;
-    const int32_t eos = w.model().tokenizer.eos_id();
+    const Tokenizer& tok = w.model().tokenizer;
     int32_t t = s.prefill(prompt, n);
     for (;;) {
         out.push_back(t);
-        if (t == eos || static_cast<int>(out.size()) >= max_tokens || s.pos() >= o.capacity) break;
+        if (tok.is_stop(t) || static_cast<int>(out.size()) >= max_tokens || s.pos() >= o.capacity) break;
         t = s.decode(t);
     }
     return out;

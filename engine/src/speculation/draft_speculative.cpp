@@ -234,7 +234,7 @@ int DraftRun::draft(int p, int k, std::vector<int32_t>& x) {
             sgm->allowed(masks[static_cast<size_t>(i) + 1]);
             if (!any_allowed(masks[static_cast<size_t>(i) + 1])) break;  // nothing can follow it
         }
-        if (t == tm.tokenizer.eos_id() && (!c.ignore_eos || (sgm && sgm->at_end()))) break;
+        if (tm.tokenizer.is_stop(t) && (!c.ignore_eos || (sgm && sgm->at_end()))) break;
     }
     if (drafted > 0) d_valid = p + drafted;  // x0 .. x_{drafted-1} are in the draft cache now
     return drafted;

@@ -224,7 +224,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
             compute_logits(m, h.data(), 1, one.data(), ws);
             x[i + 1] = choose(one.data(), &q_probs[i]).token;
             ++drafted;
-            if (x[i + 1] == m.tokenizer.eos_id() && !c.ignore_eos) break;  // nothing to draft past EOS
+            if (m.tokenizer.is_stop(x[i + 1]) && !c.ignore_eos) break;  // nothing to draft past EOS
         }
         st.draft_ms += ms_since(td);
 

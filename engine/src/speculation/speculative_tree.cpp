@@ -223,7 +223,7 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
                 ch.value = nodes[static_cast<size_t>(at)].value * estimate(ch.rank, ch.draft_p);
                 ch.row = capacity + static_cast<int>(nodes.size()) - 1;
                 nodes[static_cast<size_t>(at)].children.push_back(static_cast<int>(nodes.size()));
-                if (ch.token != m.tokenizer.eos_id() || c.ignore_eos) frontier.push_back(static_cast<int>(nodes.size()));
+                if (!m.tokenizer.is_stop(ch.token) || c.ignore_eos) frontier.push_back(static_cast<int>(nodes.size()));
                 nodes.push_back(ch);
             }
         }
