@@ -150,6 +150,9 @@ def values(rng, name, shape, kind, c, embed):
         return freqs_cis(c["d"] // c["heads"], c["ctx"], c.get("theta", 50000.0))
     x = rng.standard_normal(shape, dtype=np.float32)
     x *= np.float32(1.0 / math.sqrt(shape[-1]))
+    if name == "transformer.adapter.weight" and c.get("state_gain", 1.0) != 1.0:
+        # The columns that read the previous state (the adapter sees cat([state, embeddings])).
+        x[:, : shape[-1] // 2] *= np.float32(c["state_gain"])
     return x
 
 
@@ -307,10 +310,18 @@ def main():
     ap.add_argument("--dtype", choices=["BF16", "F16", "F32"], help="default BF16 (Ouro), F32 (Huginn, as published)")
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--full-size", choices=sorted(FULL), help="the published model's shapes")
+    ap.add_argument("--state-gain", type=float, default=1.0,
+                    help="huginn: scale of the adapter's columns that read the previous state. Below ~0.3 the "
+                         "recurrence contracts towards a fixed point, as the trained model's does; at 1 a random "
+                         "core amplifies float32 rounding ~40x over 32 steps")
     a = ap.parse_args()
     if a.full_size and a.arch != "ouro":
         ap.error("--full-size ouro-1.4b goes with arch ouro")
     c = dict(FULL[a.full_size] if a.full_size else SMALL[a.arch])
+    if a.state_gain != 1.0:
+        if a.arch != "huginn" or not 0.0 < a.state_gain <= 1.0:
+            ap.error("--state-gain: a value in (0, 1], for arch huginn")
+        c["state_gain"] = a.state_gain
     dtype = a.dtype or ("BF16" if a.arch == "ouro" else "F32")
     n_words = 400000 if a.full_size else 20000
     n = write_folder(a.arch, a.out, c, a.seed, dtype, a.shards if not a.full_size else max(a.shards, 3), n_words)
