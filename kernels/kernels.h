@@ -151,6 +151,21 @@ void matmul_i8_panel_ref(const WeightView& W, const float* x, int n_tok, float* 
 // TINYLOOP_AMX not 0 at start-up): the same bits as the VNNI panel kernel, faster on prompts.
 bool int8_amx_active();
 
+// bf16 activations for BF16 weights (opt-in; off by default): with set_bf16_dot(true), or the
+// environment variable TINYLOOP_BF16_DOT=1 at start-up, on a CPU with AVX512-BF16 (and
+// TINYLOOP_SIMD not below avx512), matmul of a BF16 W rounds each activation to bf16 (nearest
+// even, f32_to_bf16) and multiplies with vdpbf16ps: y[t, r] = sum_c bf16(x[t, c]) * W[r, c] in
+// f32. Faster (the products of two 8-bit significands, two per lane and instruction), but no
+// longer the bits of the widened f32 matrix that the default path keeps (activations lose 16
+// bits: ~1e-3 relative on a product). Without the CPU feature the switch changes nothing.
+// Not thread-safe: call before work starts.
+void set_bf16_dot(bool on);
+bool bf16_dot();
+// Whether matmul of a BF16 W takes the vdpbf16ps kernel now (the switch and the CPU).
+bool bf16_dot_active();
+// How many matmul calls took it in this process (for tests: that it ran).
+uint64_t bf16_dot_call_count();
+
 // out[c] = W[row, c] (dequantized), c < cols.
 void dequant_row(const WeightView& W, int row, float* out);
 

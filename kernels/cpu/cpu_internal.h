@@ -135,4 +135,10 @@ void attend_one_scalar(const float* q, const float* k, const float* v, int kv_st
                        int b, int e, const int* extra, int n_extra, float scale, float* scratch,
                        float* out);
 
+// AVX512-BF16 (matmul_bf16dot_avx512bf16.cpp): rows [r0, r1) of a BF16 W times xb, the
+// activations already rounded to bf16 ([n_tok, W.cols]); see set_bf16_dot in kernels.h.
+void matmul_rows_bf16dot(const WeightView& W, const uint16_t* xb, int n_tok, float* y, int r0, int r1);
+// The switch and a CPU (within TINYLOOP_SIMD's cap) with AVX512-BF16: matmul takes the kernel above.
+bool bf16_dot_usable();
+
 }  // namespace tinyloop::kern::detail

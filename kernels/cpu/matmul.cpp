@@ -16,6 +16,8 @@
 // Q8/Q4 weights take the int8-activation path (matmul_int8.cpp) unless set_int8_activations(false)
 // selected these float-activation kernels; matmul_ref is the reference of the float path only.
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -158,10 +160,59 @@ void matmul_ref(const WeightView& W, const float* x, int n_tok, float* y) {
     }
 }
 
+namespace detail {
+namespace {
+
+std::atomic<bool> g_bf16_dot{[] {
+    const char* e = std::getenv("TINYLOOP_BF16_DOT");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+}()};
+std::atomic<uint64_t> g_bf16_dot_calls{0};
+
+// bf16 activations, then rows over the pool as the float kernels split them.
+void matmul_bf16_dot(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool* pool) {
+    thread_local std::vector<uint16_t> xb;
+    const size_t n = static_cast<size_t>(n_tok) * W.cols;
+    if (xb.size() < n) xb.resize(n);
+    for (size_t i = 0; i < n; ++i) xb[i] = f32_to_bf16(x[i]);
+    g_bf16_dot_calls.fetch_add(1, std::memory_order_relaxed);
+    const int threads = pool ? pool->size() : 1;
+    const double work = static_cast<double>(W.rows) * W.cols * n_tok;
+    if (threads == 1 || work < 64.0 * 1024 || W.rows < 16) {
+        matmul_rows_bf16dot(W, xb.data(), n_tok, y, 0, W.rows);
+        return;
+    }
+    const int chunk = rows_per_task(W.rows, threads);
+    const int n_tasks = (W.rows + chunk - 1) / chunk;
+    const uint16_t* xp = xb.data();
+    pool->parallel_for(n_tasks, [&](int task) {
+        const int r0 = task * chunk;
+        matmul_rows_bf16dot(W, xp, n_tok, y, r0, std::min(W.rows, r0 + chunk));
+    });
+}
+
+}  // namespace
+
+bool bf16_dot_usable() {
+    static const bool hw = __builtin_cpu_supports("avx512bf16");
+    return g_bf16_dot.load(std::memory_order_relaxed) && hw && active_simd() == Simd::Avx512;
+}
+
+}  // namespace detail
+
+void set_bf16_dot(bool on) { detail::g_bf16_dot.store(on, std::memory_order_relaxed); }
+bool bf16_dot() { return detail::g_bf16_dot.load(std::memory_order_relaxed); }
+bool bf16_dot_active() { return detail::bf16_dot_usable(); }
+uint64_t bf16_dot_call_count() { return detail::g_bf16_dot_calls.load(std::memory_order_relaxed); }
+
 void matmul(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool* pool) {
     if (n_tok <= 0 || W.rows <= 0) return;
     if (uses_int8_activations(W)) {
         detail::matmul_int8_act(W, x, n_tok, y, pool);
+        return;
+    }
+    if (W.type == WType::BF16 && detail::bf16_dot_usable()) {
+        detail::matmul_bf16_dot(W, x, n_tok, y, pool);
         return;
     }
     // The SIMD kernels work in 32-column blocks inside a group; any other group size (the loader

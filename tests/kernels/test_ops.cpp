@@ -712,4 +712,70 @@ TEST(ThreadPool, ConcurrentCallersAndNestedCalls) {
 }
 
 }  // namespace
+// The opt-in vdpbf16ps path (kernels.h set_bf16_dot): each output is the f32 sum of the
+// bf16-rounded activations times the bf16 weights, within the rounding of an f32 accumulation of
+// those exact products; it really ran (its call count); switched off, the default path's bits are
+// back (the widened-f32 equality above).
+TEST(Ops, Bf16DotIsTheProductOfBf16RoundedActivations) {
+    TL_SEED_TRACE;
+    struct Restore {  // the level and the switch as they were, however the test ends
+        std::string level = simd_level();
+        ~Restore() {
+            set_bf16_dot(false);
+            force_simd_level(level.c_str());
+        }
+    } restore;
+    if (!__builtin_cpu_supports("avx512bf16") || !force_simd_level("avx512"))
+        GTEST_SKIP() << "this CPU (or TINYLOOP_SIMD) offers no AVX512-BF16: the vdpbf16ps kernel cannot run here";
+    Rng rng(11);
+    ThreadPool pool3(3);
+    set_bf16_dot(true);
+    ASSERT_TRUE(bf16_dot_active());
+    const uint64_t calls0 = bf16_dot_call_count();
+    int checked = 0;
+    for (int cols : {1, 31, 32, 100, 352, 1411}) {
+        for (int rows : {1, 6, 67, 300}) {
+            const Weights b(WType::BF16, rows, cols, 32, rng);
+            for (int n_tok : {1, 5, 8, 13}) {
+                SCOPED_TRACE("cols " + std::to_string(cols) + " rows " + std::to_string(rows) + " tokens " +
+                             std::to_string(n_tok));
+                const auto x = rng.normals(static_cast<size_t>(n_tok) * cols);
+                for (ThreadPool* p : {&pool3, static_cast<ThreadPool*>(nullptr)}) {
+                    const auto y = run_matmul(b.view(), x.data(), n_tok, p);
+                    for (int t = 0; t < n_tok; ++t)
+                        for (int r = 0; r < rows; ++r) {
+                            double ref = 0, mag = 0;
+                            for (int c = 0; c < cols; ++c) {
+                                const double pr = static_cast<double>(bf16_to_f32(f32_to_bf16(x[static_cast<size_t>(t) * cols + c]))) *
+                                                  b.at(r, c);
+                                ref += pr;
+                                mag += std::fabs(pr);
+                            }
+                            const double got = y[static_cast<size_t>(t) * rows + r];
+                            ASSERT_NEAR(got, ref, 1e-6 * mag + 1e-30) << "t " << t << " r " << r;
+                            ++checked;
+                        }
+                }
+            }
+        }
+    }
+    EXPECT_GT(bf16_dot_call_count(), calls0);
+    // Off again: the widened-f32 bits (the default, exact path).
+    set_bf16_dot(false);
+    const Weights b(WType::BF16, 67, 352, 32, rng);
+    std::vector<float> widened(static_cast<size_t>(67) * 352);
+    for (int r = 0; r < 67; ++r)
+        for (int c = 0; c < 352; ++c) widened[static_cast<size_t>(r) * 352 + c] = b.at(r, c);
+    WeightView f;
+    f.type = WType::F32;
+    f.rows = 67;
+    f.cols = 352;
+    f.data = reinterpret_cast<const uint8_t*>(widened.data());
+    const auto x = rng.normals(5 * 352);
+    const auto yb = run_matmul(b.view(), x.data(), 5, &pool3);
+    const auto yf = run_matmul(f, x.data(), 5, &pool3);
+    EXPECT_TRUE(bits_equal(yb.data(), yf.data(), yb.size()));
+    EXPECT_GT(checked, 0);
+}
+
 }  // namespace tinyloop::kern
