@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 
-def read_checkpoint(folder):
-    """Every tensor of a folder's safetensors shards as float64 (BF16, F16, F32)."""
+def read_checkpoint(folder, dtype=np.float64):
+    """Every tensor of a folder's safetensors shards (BF16, F16, F32) as `dtype` (float64 for the
+    reference; float32 keeps every value of these dtypes exactly, for bit comparisons)."""
     folder = Path(folder)
     index = folder / "model.safetensors.index.json"
     files = sorted(set(json.load(open(index))["weight_map"].values())) if index.exists() else ["model.safetensors"]
@@ -41,7 +42,7 @@ def read_checkpoint(folder):
                 v = np.frombuffer(data[b:e], np.float32)
             else:
                 raise ValueError(f"{fn}: {name}: dtype {t['dtype']}")
-            out[name] = v.astype(np.float64).reshape(t["shape"])
+            out[name] = v.astype(dtype).reshape(t["shape"])
     return out
 
 

@@ -18,32 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from looped_reference import read_checkpoint  # noqa: E402  (the safetensors reader both tests use)
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI = Path(os.environ.get("TINYLOOP_CLI", ROOT / "build/bin/tinyloop"))
 TOOL = ROOT / "tools/make_hf_checkpoint.py"
-
-
-def read_safetensors_folder(folder):
-    index = json.load(open(folder / "model.safetensors.index.json"))
-    out = {}
-    for fn in sorted(set(index["weight_map"].values())):
-        raw = (folder / fn).read_bytes()
-        (n,) = struct.unpack("<Q", raw[:8])
-        header = json.loads(raw[8:8 + n])
-        data = raw[8 + n:]
-        for name, t in header.items():
-            if name == "__metadata__":
-                continue
-            b, e = t["data_offsets"]
-            buf = data[b:e]
-            if t["dtype"] == "BF16":
-                v = (np.frombuffer(buf, np.uint16).astype(np.uint32) << 16).view(np.float32)
-            elif t["dtype"] == "F16":
-                v = np.frombuffer(buf, np.float16).astype(np.float32)
-            else:
-                v = np.frombuffer(buf, np.float32)
-            out[name] = v.reshape(t["shape"])
-    return out
 
 
 def read_tinyloop(path):
@@ -146,7 +126,7 @@ def test_every_tensor_maps_exactly(folder, dtype, tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     cfg = json.load(open(hf / "config.json"))
-    src = read_safetensors_folder(hf)
+    src = read_checkpoint(hf, np.float32)
     version, header, got = read_tinyloop(out)
     assert version == 3
     want = expected(arch, src, cfg)
@@ -207,7 +187,7 @@ def test_bf16_source_rows_of_the_permutation_are_checked(folder, tmp_path):
     out = tmp_path / "h.tinyloop"
     subprocess.run([str(CLI), "import", str(hf), str(out), "--dtype", "f32"], check=True, capture_output=True,
                    timeout=120)
-    src = read_safetensors_folder(hf)
+    src = read_checkpoint(hf, np.float32)
     cfg = json.load(open(hf / "config.json"))
     hd = cfg["n_embd"] // cfg["num_attention_heads"]
     _, _, got = read_tinyloop(out)
