@@ -761,6 +761,27 @@ GenerateConfig gate_config(EarlyExitCriterion c, float q, int T) {
     return g;
 }
 
+// Of a few thresholds q, the one whose gate exits (exits_at(q, &margin)) take the most distinct
+// passes, among those where no cumulative exit probability comes within 1e-4 of q (margin).
+struct GatePick {
+    float q = 0;
+    std::vector<int> exits;
+    size_t kinds = 0;
+};
+template <class ExitsAt>
+GatePick most_varied_gate_exits(ExitsAt exits_at) {
+    GatePick best;
+    for (float q : {0.2f, 0.35f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 0.95f, 0.99f}) {
+        double margin = 1.0;
+        std::vector<int> exits = exits_at(q, &margin);
+        std::vector<int> kinds(exits);
+        std::sort(kinds.begin(), kinds.end());
+        const size_t k = static_cast<size_t>(std::unique(kinds.begin(), kinds.end()) - kinds.begin());
+        if (margin > 1e-4 && k > best.kinds) best = {q, exits, k};
+    }
+    return best;
+}
+
 // gate_stop: the pass loop stops at the gate's exit pass and deeper passes read the frozen state
 // (state propagation). The exit depths are found in the reference itself, one position at a time
 // (a position's λ depends on the earlier positions' exits through attention), and the engine must
@@ -771,28 +792,20 @@ TEST(LoopedArchitectures, GateStopMatchesTheReference) {
         const RModel r = fetch_model(L.m);
         const auto ids = tokens_of(10, 31);
         const int n = static_cast<int>(ids.size()), T = s.hp.default_loops;
-        // The q with the most distinct exit depths, among those no cumulative comes within 1e-4 of.
-        std::vector<int> best;
-        float best_q = 0;
-        size_t best_kinds = 0;
-        for (float q : {0.2f, 0.35f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 0.95f, 0.99f}) {
+        // Exits found position by position: a position's λ depends on the earlier exits.
+        const GatePick pick = most_varied_gate_exits([&](float q, double* margin) {
             std::vector<int> exits(static_cast<size_t>(n), T);
-            double margin = 1.0;
             for (int t = 0; t < n; ++t) {
                 const RefRun ref = reference(r, ids, T, &exits);
                 std::vector<double> lam;
                 for (int l = 1; l <= T; ++l) lam.push_back(ref.gate[l - 1][t]);
-                exits[t] = ouro_threshold_exit(lam, q, &margin);
+                exits[t] = ouro_threshold_exit(lam, q, margin);
             }
-            std::vector<int> kinds(exits);
-            std::sort(kinds.begin(), kinds.end());
-            const size_t k = static_cast<size_t>(std::unique(kinds.begin(), kinds.end()) - kinds.begin());
-            if (margin > 1e-4 && k > best_kinds) {
-                best_kinds = k;
-                best = exits;
-                best_q = q;
-            }
-        }
+            return exits;
+        });
+        const std::vector<int>& best = pick.exits;
+        const float best_q = pick.q;
+        const size_t best_kinds = pick.kinds;
         ASSERT_GE(best_kinds, 2u) << s.name;
         std::vector<int> used;
         const ScoreResult sr =
@@ -820,26 +833,18 @@ TEST(LoopedArchitectures, GateSelectEqualsTheFullRunReadAtTheExitPass) {
         const auto ids = tokens_of(10, 37);
         const int n = static_cast<int>(ids.size()), T = s.hp.default_loops;
         const RefRun ref = reference(r, ids, T);
-        std::vector<int> best;
-        float best_q = 0;
-        size_t best_kinds = 0;
-        for (float q : {0.2f, 0.35f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 0.95f, 0.99f}) {
+        const GatePick pick = most_varied_gate_exits([&](float q, double* margin) {
             std::vector<int> exits;
-            double margin = 1.0;
             for (int t = 0; t < n; ++t) {
                 std::vector<double> lam;
                 for (int l = 1; l <= T; ++l) lam.push_back(ref.gate[l - 1][t]);
-                exits.push_back(ouro_threshold_exit(lam, q, &margin));
+                exits.push_back(ouro_threshold_exit(lam, q, margin));
             }
-            std::vector<int> kinds(exits);
-            std::sort(kinds.begin(), kinds.end());
-            const size_t k = static_cast<size_t>(std::unique(kinds.begin(), kinds.end()) - kinds.begin());
-            if (margin > 1e-4 && k > best_kinds) {
-                best_kinds = k;
-                best = exits;
-                best_q = q;
-            }
-        }
+            return exits;
+        });
+        const std::vector<int>& best = pick.exits;
+        const float best_q = pick.q;
+        const size_t best_kinds = pick.kinds;
         ASSERT_GE(best_kinds, 2u) << s.name;
         std::vector<Vec> at_exit;
         for (int t = 0; t < n; ++t) at_exit.push_back(ref.states[best[t] - 1][t]);
