@@ -268,6 +268,32 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, RandomModel,
                                            RandomCase{"f32_inject", tinyloop::DType::F32, 32, tinyloop::LoopInput::Add}),
                          [](const ::testing::TestParamInfo<RandomCase>& i) { return std::string(i.param.name); });
 
+// The capture rules (kernels/cuda/capture_rules.h, tested on a strict fake in test_cuda_host)
+// hold on the real Context: an allocation, an upload or a synchronisation while a step is being
+// captured throws at the call, naming it, and the capture can still be ended and used.
+TEST(CudaForward, CaptureRulesHoldOnTheRealContext) {
+    TL_REQUIRE_DEVICE();
+    kc::Context ctx(probe().device);
+    kc::DeviceBuffer a(ctx, 64 * sizeof(int));
+    const int one[1] = {1};
+    ctx.begin_capture();
+    EXPECT_THROW(kc::DeviceBuffer(ctx, 64), kc::CudaError);
+    EXPECT_THROW(ctx.upload(a.get(), one, sizeof one), kc::CudaError);
+    EXPECT_THROW(ctx.synchronize(), kc::CudaError);
+    try {
+        ctx.begin_capture();
+        ADD_FAILURE() << "a nested begin_capture did not throw";
+    } catch (const kc::CudaError& e) {
+        EXPECT_NE(std::string(e.what()).find("already capturing"), std::string::npos) << e.what();
+    }
+    ctx.stage_ints(a.i32(), 1);  // recorded, not run
+    kc::Graph g = ctx.end_capture();
+    ctx.upload(a.get(), one, sizeof one);
+    ctx.launch(g);
+    ctx.synchronize();
+    EXPECT_EQ(ctx.staged()[0], 1);
+}
+
 // Out of device memory reaches the engine as Error(OutOfMemory), naming what was allocated,
 // and the weights stay usable afterwards.
 TEST(CudaForward, OutOfDeviceMemoryIsAnEngineError) {
