@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "kernels/cuda/capture_rules.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace tinyloop::kern::cuda {
@@ -38,6 +39,7 @@ struct Cublas {
     cublasStatus_t (*create)(cublasHandle_t*) = nullptr;
     cublasStatus_t (*destroy)(cublasHandle_t) = nullptr;
     cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t) = nullptr;
+    cublasStatus_t (*set_workspace)(cublasHandle_t, void*, size_t) = nullptr;
     cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
                               const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
                               cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
@@ -49,10 +51,18 @@ const Cublas& cublas();
 struct Context::Impl {
     int device = 0;
     cudaStream_t stream = nullptr;
-    cublasHandle_t cublas = nullptr;
-    int* pinned = nullptr;  // 64 ints of page-locked staging for stage_ints
-    bool capturing = false;
+    cublasHandle_t cublas = nullptr;  // created on the first gemm (cublas_handle)
+    size_t cublas_bytes = 0;          // device memory cublasCreate took (measured), + the workspace
+    DeviceBuffer cublas_workspace;    // cuBLAS's workspace, ours so that it is counted
+    int* pinned = nullptr;            // 64 ints of page-locked staging for stage_ints
+    CaptureRules<CudaError> rules;
+    bool capturing() const { return rules.capturing(); }
 };
+
+// The context's cuBLAS handle, created on first use: a context that never runs a large
+// prefill (the weights' upload, decode-only sessions) pays neither the library load nor its
+// device memory. Refused during capture (it allocates and synchronises).
+cublasHandle_t cublas_handle(Context& ctx);
 
 struct Graph::Impl {
     cudaGraph_t graph = nullptr;

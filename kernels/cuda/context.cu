@@ -19,6 +19,9 @@ namespace tinyloop::kern::cuda {
 namespace {
 
 std::atomic<size_t> g_bytes_in_use{0};
+// Held around every cudaMalloc/cudaFree here and around the cudaMemGetInfo measurement of
+// cublasCreate, so that the measurement sees no allocation of ours from another thread.
+std::mutex g_alloc_mutex;
 
 std::string err_text(cudaError_t e) {
     return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
@@ -78,6 +81,7 @@ const Cublas& cublas() {
         lib.create = reinterpret_cast<decltype(lib.create)>(sym("cublasCreate_v2"));
         lib.destroy = reinterpret_cast<decltype(lib.destroy)>(sym("cublasDestroy_v2"));
         lib.set_stream = reinterpret_cast<decltype(lib.set_stream)>(sym("cublasSetStream_v2"));
+        lib.set_workspace = reinterpret_cast<decltype(lib.set_workspace)>(sym("cublasSetWorkspace_v2"));
         lib.gemm_ex = reinterpret_cast<decltype(lib.gemm_ex)>(sym("cublasGemmEx"));
         lib.status_name = reinterpret_cast<decltype(lib.status_name)>(sym("cublasGetStatusName"));
         lib.status_string = reinterpret_cast<decltype(lib.status_string)>(sym("cublasGetStatusString"));
@@ -169,7 +173,9 @@ size_t device_free_bytes(int device) {
 
 DeviceBuffer::DeviceBuffer(Context& ctx, size_t bytes) : bytes_(bytes), device_(ctx.device()) {
     if (bytes == 0) return;
+    ctx.impl().rules.check(StreamOp::Alloc);
     TL_CUDA_CHECK(cudaSetDevice(device_));
+    std::unique_lock<std::mutex> lock(g_alloc_mutex);
     const cudaError_t e = cudaMalloc(&ptr_, bytes);
     if (e != cudaSuccess) {
         ptr_ = nullptr;
@@ -183,6 +189,7 @@ DeviceBuffer::DeviceBuffer(Context& ctx, size_t bytes) : bytes_(bytes), device_(
 DeviceBuffer::~DeviceBuffer() {
     if (ptr_) {
         cudaSetDevice(device_);
+        std::lock_guard<std::mutex> lock(g_alloc_mutex);
         cudaFree(ptr_);
         g_bytes_in_use -= bytes_;
     }
@@ -230,27 +237,63 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
     impl_->device = device;
     TL_CUDA_CHECK(cudaSetDevice(device));
     TL_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
-    try {
-        TL_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&impl_->pinned), 64 * sizeof(int)));
-        TL_CUBLAS_CHECK(cublas().create(&impl_->cublas));
-        TL_CUBLAS_CHECK(cublas().set_stream(impl_->cublas, impl_->stream));
-    } catch (...) {
-        if (impl_->cublas) cublas().destroy(impl_->cublas);
-        if (impl_->pinned) cudaFreeHost(impl_->pinned);
+    const cudaError_t e = cudaMallocHost(reinterpret_cast<void**>(&impl_->pinned), 64 * sizeof(int));
+    if (e != cudaSuccess) {
         cudaStreamDestroy(impl_->stream);
-        throw;
+        throw_cuda(e, "cudaMallocHost(pinned staging)", __FILE__, __LINE__);
     }
 }
 
+cublasHandle_t cublas_handle(Context& ctx) {
+    Context::Impl& c = ctx.impl();
+    if (c.cublas) return c.cublas;
+    c.rules.check(StreamOp::CublasCreate);
+    const Cublas& lib = cublas();
+    // Our own workspace (the size cuBLAS's documentation asks for: 32 MiB on Hopper and later,
+    // 4 MiB before), so that no gemm allocates behind the count.
+    int major = 0;
+    TL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c.device));
+    DeviceBuffer ws(ctx, size_t(major >= 9 ? 32 : 4) << 20);
+    size_t free0 = 0, free1 = 0, total = 0;
+    cublasHandle_t h = nullptr;
+    {
+        std::lock_guard<std::mutex> lock(g_alloc_mutex);
+        TL_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+        TL_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+        TL_CUBLAS_CHECK(lib.create(&h));
+        const cublasStatus_t s1 = lib.set_stream(h, c.stream);
+        const cublasStatus_t s2 = s1 == CUBLAS_STATUS_SUCCESS ? lib.set_workspace(h, ws.get(), ws.size()) : s1;
+        const cudaError_t me = cudaMemGetInfo(&free1, &total);
+        if (s2 != CUBLAS_STATUS_SUCCESS || me != cudaSuccess) {
+            lib.destroy(h);
+            if (s2 != CUBLAS_STATUS_SUCCESS) throw_cublas(s2, "cublasSetStream/cublasSetWorkspace", __FILE__, __LINE__);
+            throw_cuda(me, "cudaMemGetInfo", __FILE__, __LINE__);
+        }
+    }
+    // What the handle itself took (its default pool, internal state), as the device saw it.
+    const size_t handle_bytes = free0 > free1 ? free0 - free1 : 0;
+    g_bytes_in_use += handle_bytes;
+    c.cublas = h;
+    c.cublas_bytes = handle_bytes;
+    c.cublas_workspace = std::move(ws);
+    return h;
+}
+
+size_t Context::device_bytes() const { return impl_->cublas_bytes + impl_->cublas_workspace.size(); }
+
 Context::~Context() {
     cudaSetDevice(impl_->device);
-    if (impl_->capturing) {
+    if (impl_->capturing()) {
         cudaGraph_t g = nullptr;
         cudaStreamEndCapture(impl_->stream, &g);
         if (g) cudaGraphDestroy(g);
     }
     cudaStreamSynchronize(impl_->stream);
-    if (impl_->cublas) cublas().destroy(impl_->cublas);
+    if (impl_->cublas) {
+        cublas().destroy(impl_->cublas);
+        g_bytes_in_use -= impl_->cublas_bytes;
+    }
+    impl_->cublas_workspace = DeviceBuffer();
     if (impl_->pinned) cudaFreeHost(impl_->pinned);
     cudaStreamDestroy(impl_->stream);
     (void)cudaGetLastError();
@@ -260,12 +303,14 @@ int Context::device() const { return impl_->device; }
 
 void Context::upload(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;
+    impl_->rules.check(StreamOp::Upload);
     TL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_->stream));
     TL_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }
 
 void Context::download(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;
+    impl_->rules.check(StreamOp::Download);
     TL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, impl_->stream));
     TL_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }
@@ -288,16 +333,20 @@ void Context::stage_ints(const int* src, int n) {
 
 const int* Context::staged() const { return impl_->pinned; }
 
-void Context::synchronize() { TL_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+void Context::synchronize() {
+    impl_->rules.check(StreamOp::Sync);
+    TL_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
 
 void Context::begin_capture() {
+    if (impl_->capturing()) impl_->rules.begin();  // throws: already capturing
     TL_CUDA_CHECK(cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeThreadLocal));
-    impl_->capturing = true;
+    impl_->rules.begin();
 }
 
 Graph Context::end_capture() {
     cudaGraph_t g = nullptr;
-    impl_->capturing = false;
+    impl_->rules.end();
     TL_CUDA_CHECK(cudaStreamEndCapture(impl_->stream, &g));
     Graph out;
     out.impl->graph = g;
@@ -306,6 +355,7 @@ Graph Context::end_capture() {
 }
 
 void Context::launch(const Graph& g) {
+    impl_->rules.check(StreamOp::GraphLaunch);
     if (g.empty()) throw CudaError("launch: the graph is empty (capture failed or moved from)", false);
     TL_CUDA_CHECK(cudaGraphLaunch(g.impl->exec, impl_->stream));
 }

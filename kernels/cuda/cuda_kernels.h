@@ -118,6 +118,10 @@ public:
     Context& operator=(const Context&) = delete;
 
     int device() const;
+    // Device memory this context holds outside DeviceBuffers it was given: cuBLAS's handle
+    // (measured with cudaMemGetInfo around cublasCreate) and its workspace; 0 until the first
+    // gemm. Part of device_bytes_in_use().
+    size_t device_bytes() const;
     // Copies on the stream. upload returns once `src` may be reused (it synchronises);
     // download returns once `dst` holds the data.
     void upload(void* dst, const void* src, size_t bytes);
@@ -209,9 +213,11 @@ void argmax(Context& ctx, const float* logits, int n_rows, int vocab, int n_vali
 void store_rows(Context& ctx, const float* src, int n, int row_floats, float* dst_base, const int* dst_rows);
 
 // rope on q [n_tok, n_heads*hd] and k [n_tok, n_kv_heads*hd] in place, then k and v rows into
-// the cache at dst_rows (as rope, rope, store_rows, store_rows: the same bits, one launch).
+// the cache at dst_rows, in one launch. The cos/sin come from `table` (device memory holding
+// rope_table(n_pos, head_dim, theta) of device_helpers.h, every position < n_pos): the CPU's
+// kern::rope_ref bit for bit (the same float cos/sin, the same two rounded products).
 void rope_store(Context& ctx, float* q, float* k, const float* v, int n_tok, int n_heads, int n_kv_heads, int head_dim,
-                const int* positions, float theta, float* k_cache, float* v_cache, const int* dst_rows);
+                const int* positions, const float* table, float* k_cache, float* v_cache, const int* dst_rows);
 
 // One decode step's bookkeeping on the device (single sequence): ids[0] = chosen[0];
 // pos[0] += 1; kv_end[0] = pos[0] + 1; kv_begin[0] = window ? max(0, pos[0] + 1 - window) : 0.

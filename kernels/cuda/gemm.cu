@@ -35,7 +35,7 @@ void gemm(Context& ctx, const WeightView& W, const float* x, int n_tok, float* y
         a = scratch;
     }
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    TL_CUBLAS_CHECK(cublas().gemm_ex(ctx.impl().cublas, CUBLAS_OP_T, CUBLAS_OP_N, W.rows, n_tok, W.cols, &alpha, a,
+    TL_CUBLAS_CHECK(cublas().gemm_ex(cublas_handle(ctx), CUBLAS_OP_T, CUBLAS_OP_N, W.rows, n_tok, W.cols, &alpha, a,
                                      CUDA_R_32F, W.cols, x, CUDA_R_32F, W.cols, &beta, y, CUDA_R_32F, W.rows,
                                      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }

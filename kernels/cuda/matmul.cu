@@ -89,15 +89,17 @@ __global__ void matmul3_kernel(WeightView A, WeightView B, WeightView C, const f
                                float* yb, float* yc) {
     const int lane = threadIdx.x & 31;
     int r = blockIdx.x * kWarps + (threadIdx.x >> 5);
-    const WeightView* W = &A;
+    // The chosen view copied into registers: a pointer to a kernel parameter (&A) forces the
+    // parameters into a 144-byte local-memory copy (the ptxas audit's stack frame).
+    WeightView W = A;
     float* y = ya;
     if (r >= A.rows) {
         r -= A.rows;
-        W = &B;
+        W = B;
         y = yb;
         if (r >= B.rows) {
             r -= B.rows;
-            W = &C;
+            W = C;
             y = yc;
             if (r >= C.rows) return;
         }
@@ -105,11 +107,11 @@ __global__ void matmul3_kernel(WeightView A, WeightView B, WeightView C, const f
     for (int t0 = 0; t0 < n_tok; t0 += TT) {
         const int nt = min(TT, n_tok - t0);
         float acc[TT];
-        row_partials<TT, kPack>(*W, r, x, t0, nt, lane, acc);
+        row_partials<TT, kPack>(W, r, x, t0, nt, lane, acc);
 #pragma unroll
         for (int j = 0; j < TT; ++j) {
             const float s = warp_sum(acc[j]);
-            if (lane == 0 && j < nt) y[static_cast<size_t>(t0 + j) * W->rows + r] = s;
+            if (lane == 0 && j < nt) y[static_cast<size_t>(t0 + j) * W.rows + r] = s;
         }
     }
 }

@@ -5,6 +5,7 @@
 // double pow/cos/sin round to the same float as the host's libm (nearly always; the op test
 // bounds the difference and records the exact fraction as rope_exact_fraction).
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_helpers.h"
 
 namespace tinyloop::kern::cuda {
 
@@ -16,8 +17,8 @@ __global__ void rope_kernel(float* x, int n_tok, int n_heads, int head_dim, cons
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n_tok * half) return;
     const int t = idx / half, i = idx % half;
-    const double ang = static_cast<double>(positions[t]) * pow(static_cast<double>(theta), -2.0 * i / head_dim);
-    const float c = static_cast<float>(cos(ang)), s = static_cast<float>(sin(ang));
+    float c, s;
+    rope_cos_sin(positions[t], i, head_dim, theta, &c, &s);
     for (int h = 0; h < n_heads; ++h) {
         float* xh = x + (static_cast<size_t>(t) * n_heads + h) * head_dim;
         const float x0 = xh[i], x1 = xh[i + half];
@@ -29,16 +30,17 @@ __global__ void rope_kernel(float* x, int n_tok, int n_heads, int head_dim, cons
 // One block per token: every (head, pair) of q and of k rotated, then k's and v's rows copied
 // to the cache. A __syncthreads separates the rotation of k from its copy.
 __global__ void rope_store_kernel(float* q, float* k, const float* v, int n_heads, int n_kv_heads, int head_dim,
-                                  const int* positions, float theta, float* k_cache, float* v_cache, const int* rows) {
+                                  const int* positions, const float2* table, float* k_cache, float* v_cache,
+                                  const int* rows) {
     const int t = blockIdx.x, half = head_dim / 2;
-    const double p = static_cast<double>(positions[t]);
+    const float2* cs = table + static_cast<size_t>(positions[t]) * half;
     const int nq = n_heads * half, nk = n_kv_heads * half;
     for (int idx = threadIdx.x; idx < nq + nk; idx += blockDim.x) {
         const bool is_q = idx < nq;
         const int j = is_q ? idx : idx - nq;
         const int h = j / half, i = j % half;
-        const double ang = p * pow(static_cast<double>(theta), -2.0 * i / head_dim);
-        const float c = static_cast<float>(cos(ang)), s = static_cast<float>(sin(ang));
+        const float2 r = cs[i];
+        const float c = r.x, s = r.y;
         float* xh = is_q ? q + (static_cast<size_t>(t) * n_heads + h) * head_dim
                          : k + (static_cast<size_t>(t) * n_kv_heads + h) * head_dim;
         const float x0 = xh[i], x1 = xh[i + half];
@@ -60,10 +62,11 @@ __global__ void rope_store_kernel(float* q, float* k, const float* v, int n_head
 }  // namespace
 
 void rope_store(Context& ctx, float* q, float* k, const float* v, int n_tok, int n_heads, int n_kv_heads, int head_dim,
-                const int* positions, float theta, float* k_cache, float* v_cache, const int* dst_rows) {
+                const int* positions, const float* table, float* k_cache, float* v_cache, const int* dst_rows) {
     if (n_tok <= 0 || head_dim < 2) return;
-    rope_store_kernel<<<n_tok, 256, 0, stream_of(ctx)>>>(q, k, v, n_heads, n_kv_heads, head_dim, positions, theta,
-                                                         k_cache, v_cache, dst_rows);
+    rope_store_kernel<<<n_tok, 256, 0, stream_of(ctx)>>>(q, k, v, n_heads, n_kv_heads, head_dim, positions,
+                                                         reinterpret_cast<const float2*>(table), k_cache, v_cache,
+                                                         dst_rows);
     TL_CUDA_LAUNCHED();
 }
 

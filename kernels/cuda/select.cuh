@@ -6,19 +6,9 @@
 #include <climits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_helpers.h"  // Best, better (host and device)
 
 namespace tinyloop::kern::cuda {
-
-struct Best {
-    float v;
-    int i;  // INT_MAX: none
-};
-
-__device__ __forceinline__ bool better(float v, int i, const Best& b) {
-    if (v != v) return false;  // NaN
-    if (b.i == INT_MAX) return true;
-    return v > b.v || (v == b.v && i < b.i);
-}
 
 // Every thread passes its candidate; every thread gets the block's best. `sv`/`si` hold >= 32.
 __device__ __forceinline__ Best block_best(Best c, float* sv, int* si) {

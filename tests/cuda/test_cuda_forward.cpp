@@ -1,8 +1,9 @@
 // Whole-model parity of the CUDA forward (engine/src/forward/cuda_forward.cpp) with the CPU back end
 // (its float-activation kernels, see FloatActivations below):
-//   * the bundled trained model (f32, q8, q4 files): greedy tokens identical, CPU generate()
-//     against the CUDA session (prefill, then graph-replayed decode steps), and the same tokens
-//     again without the graph;
+//   * the bundled trained model (f32, q8, q4 files): greedy continuations agreeing with CPU
+//     generate() by tests/cuda/greedy_agreement.h's rule (the same tokens with log-probabilities
+//     within 5e-3 nats, parting only at a near tie of the CPU's logits), through the CUDA session
+//     (prefill, then graph-replayed decode steps) and again without the graph;
 //   * prefill logits within a stated tolerance of forward_logits, through both product paths
 //     (the batch-invariant kernel for short chunks, cuBLAS for 64-row chunks);
 //   * random models (f32, q4, q2, GQA) at every depth: logits of a prefill and of a decode step.
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "forward/cuda_backend.h"
 #include "forward/cuda_forward.h"
 #include "cuda/device_probe.h"
+#include "cuda/greedy_agreement.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -66,7 +69,7 @@ void expect_rows_close(const std::vector<float>& got, const std::vector<float>& 
 
 class BundledModel : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(BundledModel, GreedyTokensIdenticalToCpu) {
+TEST_P(BundledModel, GreedyAgreesWithCpuUpToANearTie) {
     TL_REQUIRE_DEVICE();
     tinyloop::ModelHandle m = tinyloop::load_model_handle(kDir + GetParam(), cpu());
     const tinyloop::HParams& hp = tinyloop::model_hparams(m.get());
@@ -79,9 +82,14 @@ TEST_P(BundledModel, GreedyTokensIdenticalToCpu) {
         g.loops = L;
         g.temperature = 0.0f;
         g.ignore_eos = true;
-        std::vector<int32_t> want = tinyloop::generate(m.get(), prompt.data(), int(prompt.size()), g);
-        ASSERT_EQ(want.size(), prompt.size() + n_new);  // the prompt, then the continuation
-        want.erase(want.begin(), want.begin() + long(prompt.size()));
+        const std::vector<int32_t> all = tinyloop::generate(m.get(), prompt.data(), int(prompt.size()), g);
+        ASSERT_EQ(all.size(), prompt.size() + n_new);  // the prompt, then the continuation
+        // the CPU's trace: each token and the logits it was chosen from (one prefill of it all)
+        const int V = hp.vocab_size;
+        tltest::GreedyTrace want;
+        want.tokens.assign(all.begin() + long(prompt.size()), all.end());
+        const std::vector<float> z = tinyloop::forward_logits(m.get(), all.data(), int(all.size()) - 1, L);
+        want.logits.assign(z.begin() + long(prompt.size() - 1) * V, z.end());
 
         tinyloop::CudaWeights w(*m.get(), probe().device);
         for (bool graph : {true, false}) {
@@ -90,9 +98,21 @@ TEST_P(BundledModel, GreedyTokensIdenticalToCpu) {
             o.use_graph = graph;
             o.capacity = int(prompt.size()) + n_new;
             tinyloop::CudaSession s(w, o);
-            std::vector<int32_t> got = {s.prefill(prompt.data(), int(prompt.size()))};
-            while (int(got.size()) < n_new) got.push_back(s.decode(got.back()));
-            EXPECT_EQ(got, want) << (graph ? "graph-replayed" : "direct") << " decode differs from the CPU";
+            tltest::GreedyTrace got;
+            got.tokens = {s.prefill(prompt.data(), int(prompt.size()))};
+            for (;;) {
+                const std::vector<float> row = s.last_logits();
+                got.logits.insert(got.logits.end(), row.begin(), row.end());
+                if (int(got.tokens.size()) == n_new) break;
+                got.tokens.push_back(s.decode(got.tokens.back()));
+            }
+            const tltest::GreedyAgreement a = tltest::compare_greedy(want, got, V);
+            EXPECT_TRUE(a.ok) << (graph ? "graph-replayed" : "direct") << " decode: " << a.why;
+            // a divergence is allowed only at a near tie; say where, so a run's log shows it
+            if (a.diverged_at >= 0)
+                std::printf("[ NOTE     ] loops %d %s: parted from the CPU at a near tie, step %d of %d\n", L,
+                            graph ? "graph" : "direct", a.diverged_at, n_new);
+            EXPECT_LE(a.max_logprob_diff, 5e-3);
         }
     }
 }
@@ -234,6 +254,9 @@ TEST_P(RandomModel, LogitsAtEveryDepth) {
         std::vector<float> got;
         s.prefill(toks.data(), n - 1, &got);
         expect_rows_close(got, std::vector<float>(want.begin(), want.end() - V), n - 1, V, "prefill");
+        // last_logits after a prefill that kept every row: the last row (not the chunk's first)
+        const std::vector<float> last = s.last_logits();
+        EXPECT_TRUE(std::equal(last.begin(), last.end(), got.end() - V)) << "last_logits is not the prefill's last row";
         s.decode(toks[n - 1]);
         expect_rows_close(s.last_logits(), std::vector<float>(want.end() - V, want.end()), 1, V, "decode step");
     }
@@ -244,6 +267,32 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, RandomModel,
                                            RandomCase{"q2", tinyloop::DType::Q2, 32}, RandomCase{"f16", tinyloop::DType::F16, 32},
                                            RandomCase{"f32_inject", tinyloop::DType::F32, 32, tinyloop::LoopInput::Add}),
                          [](const ::testing::TestParamInfo<RandomCase>& i) { return std::string(i.param.name); });
+
+// The capture rules (kernels/cuda/capture_rules.h, tested on a strict fake in test_cuda_host)
+// hold on the real Context: an allocation, an upload or a synchronisation while a step is being
+// captured throws at the call, naming it, and the capture can still be ended and used.
+TEST(CudaForward, CaptureRulesHoldOnTheRealContext) {
+    TL_REQUIRE_DEVICE();
+    kc::Context ctx(probe().device);
+    kc::DeviceBuffer a(ctx, 64 * sizeof(int));
+    const int one[1] = {1};
+    ctx.begin_capture();
+    EXPECT_THROW(kc::DeviceBuffer(ctx, 64), kc::CudaError);
+    EXPECT_THROW(ctx.upload(a.get(), one, sizeof one), kc::CudaError);
+    EXPECT_THROW(ctx.synchronize(), kc::CudaError);
+    try {
+        ctx.begin_capture();
+        ADD_FAILURE() << "a nested begin_capture did not throw";
+    } catch (const kc::CudaError& e) {
+        EXPECT_NE(std::string(e.what()).find("already capturing"), std::string::npos) << e.what();
+    }
+    ctx.stage_ints(a.i32(), 1);  // recorded, not run
+    kc::Graph g = ctx.end_capture();
+    ctx.upload(a.get(), one, sizeof one);
+    ctx.launch(g);
+    ctx.synchronize();
+    EXPECT_EQ(ctx.staged()[0], 1);
+}
 
 // Out of device memory reaches the engine as Error(OutOfMemory), naming what was allocated,
 // and the weights stay usable afterwards.

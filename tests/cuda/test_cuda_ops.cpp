@@ -19,6 +19,7 @@
 
 #include "cuda/device_probe.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_helpers.h"
 #include "kernels/kernels.h"
 #include "scoring/lens.h"
 #include "decode/sampling.h"
@@ -144,18 +145,22 @@ std::vector<OpCase> cases() {
                              }
                              auto dp = up(pos), dr = up(rows);
                              const size_t cache = size_t(cap) * kv_heads * hd;
-                             auto kc1 = poisoned(cache * 4), vc1 = poisoned(cache * 4), kc2 = poisoned(cache * 4), vc2 = poisoned(cache * 4);
-                             kc::rope(ctx(), qa.f32(), n, heads, hd, dp.i32(), 10000.0f);
-                             kc::rope(ctx(), ka.f32(), n, kv_heads, hd, dp.i32(), 10000.0f);
-                             kc::store_rows(ctx(), ka.f32(), n, kv_heads * hd, kc1.f32(), dr.i32());
-                             kc::store_rows(ctx(), va.f32(), n, kv_heads * hd, vc1.f32(), dr.i32());
-                             kc::rope_store(ctx(), qb.f32(), kb.f32(), vb.f32(), n, heads, kv_heads, hd, dp.i32(), 10000.0f,
+                             auto kc2 = poisoned(cache * 4), vc2 = poisoned(cache * 4);
+                             // rope_store reads the host's cos/sin table: the CPU's rope_ref bit for bit
+                             std::vector<float> q1 = down<float>(qa, nq), k1 = down<float>(ka, nk);
+                             const std::vector<float> v1 = down<float>(va, nk);
+                             tinyloop::kern::rope_ref(q1.data(), n, heads, hd, pos.data(), 10000.0f);
+                             tinyloop::kern::rope_ref(k1.data(), n, kv_heads, hd, pos.data(), 10000.0f);
+                             auto table = up(kc::rope_table(3001, hd, 10000.0f));
+                             kc::rope_store(ctx(), qb.f32(), kb.f32(), vb.f32(), n, heads, kv_heads, hd, dp.i32(), table.f32(),
                                             kc2.f32(), vc2.f32(), dr.i32());
-                             EXPECT_EQ(down<float>(qa, nq), down<float>(qb, nq)) << "rope_store q";
-                             const auto c1 = down<float>(kc1, cache), c2 = down<float>(kc2, cache);
-                             const auto w1 = down<float>(vc1, cache), w2 = down<float>(vc2, cache);
-                             EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), cache * 4)) << "rope_store k cache";
-                             EXPECT_EQ(0, std::memcmp(w1.data(), w2.data(), cache * 4)) << "rope_store v cache";
+                             EXPECT_EQ(down<float>(qb, nq), q1) << "rope_store q";
+                             const auto c2 = down<float>(kc2, cache), w2 = down<float>(vc2, cache);
+                             const size_t kvr = size_t(kv_heads) * hd;
+                             for (int i = 0; i < n; ++i) {
+                                 EXPECT_EQ(0, std::memcmp(c2.data() + rows[i] * kvr, k1.data() + i * kvr, kvr * 4)) << "rope_store k row " << i;
+                                 EXPECT_EQ(0, std::memcmp(w2.data() + rows[i] * kvr, v1.data() + i * kvr, kvr * 4)) << "rope_store v row " << i;
+                             }
                          }
                      }});
     }

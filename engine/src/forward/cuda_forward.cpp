@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 
 #include "forward/cuda_backend.h"
+#include "kernels/cuda/device_helpers.h"
 #include "forward/forward.h"
 #include "decode/decode.h"
 #include "decode/early_exit.h"
@@ -25,9 +27,11 @@ namespace kc = kern::cuda;
 
 CudaWeights::CudaWeights(const Model& m, int device) : m_(&m), device_(device) {
     with_cuda_errors("cuda weights", [&] {
-        upload_ctx_ = std::make_unique<kc::Context>(device);
-        file_ = kc::DeviceBuffer(*upload_ctx_, m.file.size());
-        upload_ctx_->upload(file_.get(), m.file.data(), m.file.size());
+        // A context for the upload only (a stream and 256 pinned bytes, no cuBLAS): kept, it
+        // would hold memory that no session uses.
+        kc::Context upload(device);
+        file_ = kc::DeviceBuffer(upload, m.file.size());
+        upload.upload(file_.get(), m.file.data(), m.file.size());
     });
     const uint8_t* host0 = m.file.data();
     const size_t size = m.file.size();
@@ -66,7 +70,9 @@ CudaWeights::CudaWeights(const Model& m, int device) : m_(&m), device_(device) {
     for (const LayerWeights& l : m.loop) loop.push_back(layer(l));
 }
 
-CudaWeights::~CudaWeights() = default;
+CudaWeights::~CudaWeights() {
+    idle_.reset();  // before session_bytes, which its ByteShare gives back to
+}
 
 size_t CudaWeights::device_bytes() const { return file_.size(); }
 
@@ -84,6 +90,7 @@ struct CudaSession::Impl {
     kc::DeviceBuffer e_in;                                // input injection (§1a): prelude output [rows, d]
     kc::DeviceBuffer ids, pos, kvb, kve, chosen;          // [rows] ints (chosen: [1])
     kc::DeviceBuffer crow, extra_rows, extra_offsets;      // forward_rows only
+    kc::DeviceBuffer rope_tab;                            // RoPE cos/sin [max_seq_len, head_dim/2, 2]
     const int* store_at = nullptr;     // cache rows of the current rows (nullptr: their positions)
     const int* d_extra_rows = nullptr; // tree extras of the current rows (nullptr: none)
     const int* d_extra_offsets = nullptr;
@@ -91,9 +98,11 @@ struct CudaSession::Impl {
     kc::Graph step;
     bool primed = false;   // the device's ids/pos/kv range already hold the next step's input
     int32_t primed_token = -1;
+    int last_row = 0;      // the logits buffer's row of the most recent token (last_logits)
+    kc::ByteShare share;   // this session's part of w.session_bytes
 
     Impl(const CudaWeights& w_, const CudaSessionOptions& opt)
-        : w(w_), hp(w_.model().hp), o(opt), ctx(w_.device()), ops(ctx) {
+        : w(w_), hp(w_.model().hp), o(opt), ctx(w_.device()), ops(ctx), share(w_.session_bytes) {
         const Model& m = w.model();
         rows = std::max(1, m.prefill_chunk);
         layers = exec_layers(hp, o.loops);
@@ -119,6 +128,11 @@ struct CudaSession::Impl {
         kvb = kc::DeviceBuffer(ctx, R * sizeof(int));
         kve = kc::DeviceBuffer(ctx, R * sizeof(int));
         chosen = kc::DeviceBuffer(ctx, sizeof(int));
+        {  // every position a row may have (forward_rows checks them against max_seq_len)
+            const std::vector<float> tab = kc::rope_table(m.max_seq_len, hp.head_dim, hp.rope_theta);
+            rope_tab = kc::DeviceBuffer(ctx, tab.size() * sizeof(float));
+            ctx.upload(rope_tab.get(), tab.data(), tab.size() * sizeof(float));
+        }
         if (o.gemm_min_tokens <= rows) {  // cuBLAS needs f32 operands: scratch for the largest
             size_t s = 0;
             auto need = [&](const kern::WeightView& W) { s = std::max(s, kc::gemm_scratch_bytes(W)); };
@@ -138,7 +152,7 @@ struct CudaSession::Impl {
         explicit Cache(Impl& s) : s_(s) {}
         void rope_store(int layer, float* q, float* k, const float* v, int n) override {
             const HParams& hp = s_.hp;
-            kc::rope_store(s_.ctx, q, k, v, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, s_.pos.i32(), hp.rope_theta,
+            kc::rope_store(s_.ctx, q, k, v, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, s_.pos.i32(), s_.rope_tab.f32(),
                            s_.k_layer(layer), s_.v_layer(layer), s_.store_at ? s_.store_at : s_.pos.i32());
         }
         void attend(int layer, const float* q, int n, float* out) override {
@@ -183,6 +197,7 @@ struct CudaSession::Impl {
         const int d = hp.d_model;
         ops.rmsnorm(h.f32() + size_t(r0) * d, w.final_norm, n, d, hp.norm_eps, a.f32());
         ops.matmul(w.head, a.f32(), n, logits.f32());
+        last_row = n - 1;
         ops.argmax(logits.f32() + size_t(n - 1) * hp.vocab_size, 1, hp.vocab_size, n_valid, chosen.i32());
     }
 
@@ -221,21 +236,23 @@ CudaSession::CudaSession(const CudaWeights& w, const CudaSessionOptions& opt) {
                                                     std::to_string(w.model().max_seq_len) + "]");
     if (o.window < 0) throw Error(ErrorCode::InvalidArgument, "window: must be >= 0");
     with_cuda_errors("cuda session", [&] { impl_ = std::make_unique<Impl>(w, o); });
-    w.session_bytes += device_bytes();
+    account();
 }
 
-CudaSession::~CudaSession() {
-    if (impl_) impl_->w.session_bytes -= device_bytes();
-}
+CudaSession::~CudaSession() = default;  // Impl's ByteShare gives back exactly what it holds
+
+void CudaSession::account() { impl_->share.hold(device_bytes()); }
+
+const CudaSessionOptions& CudaSession::options() const { return impl_->o; }
 
 size_t CudaSession::device_bytes() const {
     const Impl& s = *impl_;
     size_t n = 0;
     for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.h, &s.a, &s.q, &s.kk, &s.vv, &s.att, &s.o_, &s.g, &s.u, &s.logits,
                                       &s.e_in, &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
-                                      &s.extra_offsets})
+                                      &s.extra_offsets, &s.rope_tab})
         n += b->size();
-    return n;
+    return n + s.ctx.device_bytes();
 }
 
 int32_t CudaSession::prefill(const int32_t* tokens, int n, std::vector<float>* logits) {
@@ -262,6 +279,7 @@ int32_t CudaSession::prefill(const int32_t* tokens, int n, std::vector<float>* l
         s.ctx.synchronize();
         pos_ += n;
         s.primed = false;
+        account();  // the first cuBLAS chunk created the context's handle
         return static_cast<int32_t>(s.ctx.staged()[0]);
     });
 }
@@ -293,6 +311,7 @@ int32_t CudaSession::decode(int32_t token) {
         }
         s.ctx.synchronize();
         const int32_t next = s.ctx.staged()[0];
+        s.last_row = 0;  // a replayed graph ran head_rows(0, 1) without the host seeing it
         pos_ += 1;
         s.primed = true;
         s.primed_token = next;
@@ -303,7 +322,9 @@ int32_t CudaSession::decode(int32_t token) {
 std::vector<float> CudaSession::last_logits() {
     Impl& s = *impl_;
     std::vector<float> out(size_t(s.hp.vocab_size));
-    with_cuda_errors("cuda logits", [&] { s.ctx.download(out.data(), s.logits.get(), out.size() * sizeof(float)); });
+    with_cuda_errors("cuda logits", [&] {
+        s.ctx.download(out.data(), s.logits.f32() + size_t(s.last_row) * out.size(), out.size() * sizeof(float));
+    });
     return out;
 }
 
@@ -327,10 +348,11 @@ void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
     int n_extra = 0;
     for (int t = 0; t < n; ++t) {
         const int row = r.cache_rows ? r.cache_rows[t] : r.positions[t];
-        if (row < 0 || row >= cap || r.positions[t] < 0 || r.kv_begin[t] < 0 || r.kv_end[t] > cap ||
+        if (row < 0 || row >= cap || r.positions[t] < 0 || r.positions[t] >= s.w.model().max_seq_len || r.kv_begin[t] < 0 || r.kv_end[t] > cap ||
             r.kv_begin[t] > r.kv_end[t])
             throw Error(ErrorCode::InvalidArgument, "rows[" + std::to_string(t) + "]: a cache row or range is outside [0, " +
-                                                        std::to_string(cap) + ")");
+                                                        std::to_string(cap) + ") or the position outside [0, max_seq_len " +
+                                                        std::to_string(s.w.model().max_seq_len) + ")");
     }
     if (r.extra_offsets) {
         if (!r.extra_rows && r.extra_offsets[n] > 0)
@@ -379,6 +401,38 @@ void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
         s.ctx.download(logits.data(), s.logits.get(), logits.size() * sizeof(float));
         s.primed = false;
     });
+    account();  // the verification buffers may have grown
+}
+
+CudaSessionLease::CudaSessionLease(const CudaWeights& w, const CudaSessionOptions& opt)
+    : w_(w), uncaught_(std::uncaught_exceptions()) {
+    const Model& m = w.model();
+    CudaSessionOptions o = opt;
+    if (o.loops == 0) o.loops = m.hp.default_loops;
+    if (o.capacity == 0) o.capacity = m.max_seq_len;
+    {
+        std::lock_guard<std::mutex> lock(w.pool_mu_);
+        if (w.idle_) {
+            const CudaSessionOptions& k = w.idle_->options();
+            if (k.loops == o.loops && k.window == o.window && k.gemm_min_tokens == o.gemm_min_tokens &&
+                k.use_graph == o.use_graph && k.capacity >= o.capacity) {
+                s_ = std::move(w.idle_);
+                reused_ = true;
+            } else {
+                w.idle_.reset();  // unfit: its memory goes before the new session takes its own
+            }
+        }
+    }
+    if (s_) s_->set_pos(0);
+    else s_ = std::make_unique<CudaSession>(w, o);
+}
+
+CudaSessionLease::~CudaSessionLease() {
+    if (!s_ || std::uncaught_exceptions() > uncaught_) return;  // a session after an error is not kept
+    std::unique_ptr<CudaSession> old;
+    std::lock_guard<std::mutex> lock(w_.pool_mu_);
+    old = std::move(w_.idle_);
+    w_.idle_ = std::move(s_);
 }
 
 std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* prompt, int n, int loops,
@@ -386,15 +440,15 @@ std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* p
     CudaSessionOptions o;
     o.loops = loops;
     o.capacity = std::min(w.model().max_seq_len, n + max_tokens);
-    CudaSession s(w, o);
     std::vector<int32_t> out;
     if (max_tokens <= 0) return out;
+    CudaSessionLease s(w, o);
     const Tokenizer& tok = w.model().tokenizer;
-    int32_t t = s.prefill(prompt, n);
+    int32_t t = s->prefill(prompt, n);
     for (;;) {
         out.push_back(t);
-        if (tok.is_stop(t) || static_cast<int>(out.size()) >= max_tokens || s.pos() >= o.capacity) break;
-        t = s.decode(t);
+        if (tok.is_stop(t) || static_cast<int>(out.size()) >= max_tokens || s->pos() >= o.capacity) break;
+        t = s->decode(t);
     }
     return out;
 }
@@ -419,9 +473,9 @@ std::vector<float> cuda_forward_logits(const Model& m, const int32_t* tokens, in
     CudaSessionOptions o;
     o.loops = loops;
     o.capacity = n;
-    CudaSession s(*m.cuda, o);
+    CudaSessionLease s(*m.cuda, o);
     std::vector<float> logits;
-    s.prefill(tokens, n, &logits);
+    s->prefill(tokens, n, &logits);
     return logits;
 }
 
@@ -436,11 +490,13 @@ GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len
     o.loops = loops;
     o.capacity = std::min(m.max_seq_len, prompt_len + config.max_tokens);
     o.window = config.cache_window;
-    CudaSession s(*m.cuda, o);
-    res.stats.kv_cache_bytes = size_t(2) * exec_layers(m.hp, loops) * o.capacity * m.hp.n_kv_heads * m.hp.head_dim * sizeof(float);
-    s.prefill(prompt, prompt_len);
-    std::vector<float> logits = s.last_logits();
-    res.stats.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    CudaSessionLease s(*m.cuda, o);  // the kept session when it fits: no set-up, no capture
+    res.stats.kv_cache_bytes = size_t(2) * exec_layers(m.hp, loops) * s->options().capacity * m.hp.n_kv_heads * m.hp.head_dim * sizeof(float);
+    // prefill_ms is the prompt's forward alone: a new session's set-up (stream, buffers) is not in it
+    const auto t_prefill = Clock::now();
+    s->prefill(prompt, prompt_len);
+    std::vector<float> logits = s->last_logits();
+    res.stats.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_prefill).count();
     TokenDecoder dec(m, config, res, options.on_token, options.observer, 0, t0);
     if (dec.grammar.dead()) {
         res.stats.stop_reason = StopReason::GRAMMAR_DEAD_END;
@@ -449,9 +505,9 @@ GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len
     }
     for (int i = 0; i < config.max_tokens; ++i) {
         if (!dec.step(logits.data(), {.depth = loops, .lens_states = nullptr})) break;
-        if (s.pos() >= o.capacity) break;
-        s.decode(res.tokens.back());  // the device's own greedy pick is not used: the host pipeline decides
-        logits = s.last_logits();
+        if (s->pos() >= o.capacity) break;
+        s->decode(res.tokens.back());  // the device's own greedy pick is not used: the host pipeline decides
+        logits = s->last_logits();
     }
     dec.out.finish(loops);
     return res;

@@ -1,5 +1,5 @@
 // The whole-model forward on the CUDA back end (FORMAT.md §1 on kernels/cuda/), for greedy
-// decode and prefill: the model's weights uploaded once (CudaWeights), a per-call session with
+// decode and prefill: the model's weights uploaded once (CudaWeights), a session with
 // the KV cache on the device (CudaSession), the decode step captured as a CUDA graph on its
 // first use and replayed for every later token, no host synchronisation in a step other than
 // reading the chosen token.
@@ -13,14 +13,17 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <vector>
 
+#include "kernels/cuda/byte_share.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/model.h"
 
 namespace tinyloop {
 
 struct DecodeStart;  // decode.h
+class CudaSession;
 
 // The model's weights in device memory: the file's bytes uploaded as they are (quantized
 // weights stay packed), every WeightView rebased onto the device copy. Immutable after
@@ -35,7 +38,8 @@ public:
     const Model& model() const { return *m_; }
     int device() const { return device_; }
     size_t device_bytes() const;
-    // Device bytes of the sessions running on these weights now (CudaSession adds its own).
+    // Device bytes of the sessions on these weights now, the one kept for reuse included
+    // (each CudaSession holds its share through a ByteShare, kept exact as its buffers grow).
     mutable std::atomic<size_t> session_bytes{0};
 
     kern::WeightView embed, head;
@@ -43,10 +47,15 @@ public:
     std::vector<LayerWeights> pre, loop;  // device pointers
 
 private:
+    friend class CudaSessionLease;
     const Model* m_;
     int device_;
-    std::unique_ptr<kern::cuda::Context> upload_ctx_;
     kern::cuda::DeviceBuffer file_;
+    // The last session a generate / score call finished with, kept for the next call (its
+    // stream, buffers and captured decode step), so a call pays neither their set-up nor a
+    // graph capture again. One at most; a call that finds it busy or unfit makes its own.
+    mutable std::mutex pool_mu_;
+    mutable std::unique_ptr<CudaSession> idle_;
 };
 
 struct CudaSessionOptions {
@@ -95,12 +104,36 @@ public:
     // Where the next prefill/decode writes (after a verification accepted some rows).
     void set_pos(int pos);
     int pos() const { return pos_; }
+    // The session's device memory: its buffers and its context's (cuBLAS, once a prefill used it).
     size_t device_bytes() const;
+    // The options as resolved (loops and capacity never 0).
+    const CudaSessionOptions& options() const;
 
 private:
     struct Impl;
+    void account();  // the weights' session_bytes follow device_bytes()
     std::unique_ptr<Impl> impl_;
     int pos_ = 0;
+};
+
+// A session for one call: the weights' kept session when it fits `o` (same loops, window,
+// product paths, capacity at least o's), reset to position 0; else a new one. Given back for the
+// next call when the lease ends, unless the call is unwinding from an error.
+class CudaSessionLease {
+public:
+    CudaSessionLease(const CudaWeights& w, const CudaSessionOptions& o);
+    ~CudaSessionLease();
+    CudaSessionLease(const CudaSessionLease&) = delete;
+    CudaSessionLease& operator=(const CudaSessionLease&) = delete;
+    CudaSession& operator*() const { return *s_; }
+    CudaSession* operator->() const { return s_.get(); }
+    bool reused() const { return reused_; }
+
+private:
+    const CudaWeights& w_;
+    std::unique_ptr<CudaSession> s_;
+    int uncaught_;
+    bool reused_ = false;
 };
 
 // generate / generate_stream on a model loaded on CUDA (decode() dispatches here): prefill and
