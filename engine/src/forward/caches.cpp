@@ -6,6 +6,7 @@
 #include <shared_mutex>
 
 #include "decode/decode.h"
+#include "forward/executor.h"
 #include "scoring/scoring.h"
 
 namespace tinyloop {
@@ -102,7 +103,7 @@ bool starts_with(const int32_t* prompt, int prompt_len, const std::vector<int32_
 // ---------------------------------------------------------------------------------------------
 
 PrefixCache* create_prefix_cache(Model* model, const int32_t* prefix, int n, int loops, int cache_window) {
-    require_cpu_backend(checked(model), "prefix caches");
+    require_host(checked(model), {ExecOp::CacheImport});
     const Model& m = checked(model);
     check_ids(m, prefix, n, "prefix");
     if (cache_window < 0) throw Error(ErrorCode::InvalidArgument, "cache_window: must be >= 0");
@@ -154,7 +155,7 @@ GenerateResult generate_with_prefix(Model* model, const PrefixCache* cache, cons
 // ---------------------------------------------------------------------------------------------
 
 ResumeHandle* create_resume_handle(Model* model, const int32_t* prompt, int prompt_len, int loops) {
-    require_cpu_backend(checked(model), "ResumeHandle");
+    require_host(checked(model), {ExecOp::CacheImport});
     const Model& m = checked(model);
     check_ids(m, prompt, prompt_len, "prompt");
     auto r = std::make_unique<ResumeHandle>();
@@ -208,7 +209,7 @@ GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& confi
 // ---------------------------------------------------------------------------------------------
 
 PrefixPool* create_prefix_pool(Model* model, int loops) {
-    require_cpu_backend(checked(model), "PrefixPool");
+    require_host(checked(model), {ExecOp::CacheImport});
     const Model& m = checked(model);
     auto p = std::make_unique<PrefixPool>();
     p->model = model;

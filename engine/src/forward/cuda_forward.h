@@ -4,9 +4,10 @@
 // first use and replayed for every later token, no host synchronisation in a step other than
 // reading the chosen token.
 //
-// Reached from the public API through load_model (backend cuda / auto on a usable device),
-// decode() (cuda_decode below), forward_logits / score and the lens (cuda_forward_logits); the calls not routed yet throw NotSupported naming the feature
-// (require_cpu_backend, model.h). Only defined in builds with the CUDA back end.
+// Reached from the public API through load_model (backend cuda / auto on a usable device) and
+// the CUDA executor (make_cuda_executor below, executor.h), which decode(), forward_logits /
+// score, escalation and the lens run on; what it lacks is refused in one place (executor.h's
+// table and unsupported()). Only defined in builds with the CUDA back end.
 #pragma once
 
 #ifdef TINYLOOP_HAVE_CUDA
@@ -20,7 +21,7 @@
 
 namespace tinyloop {
 
-struct DecodeStart;  // decode.h
+class Executor;  // executor.h
 
 // The model's weights in device memory: the file's bytes uploaded as they are (quantized
 // weights stay packed), every WeightView rebased onto the device copy. Immutable after
@@ -103,20 +104,9 @@ private:
     int pos_ = 0;
 };
 
-// generate / generate_stream on a model loaded on CUDA (decode() dispatches here): prefill and
-// every decode step on the device, the logits back once per step for the host's logits
-// pipeline (sampling, penalties, stops, grammar). config is validated by the caller.
-GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
-                           const GenerateOptions& options);
-// The first thing a decode call asks for that cuda_decode does not do yet (beam search, early
-// exit, the lens, KV provenance, an INT8 KV cache, starting from a prefix cache or resume
-// handle), or nullptr when it can run on the device.
-const char* cuda_unrouted_feature(const GenerateConfig& config, const GenerateOptions& options, const DecodeStart* start);
-
-// forward_logits / score on a model loaded on CUDA: the sequence's prefill on the device at
-// depth `loops` (f32 KV cache; prefill chunks of >= 64 rows through cuBLAS), every row's logits
-// downloaded, [n, vocab]. tokens and loops are validated by the caller.
-std::vector<float> cuda_forward_logits(const Model& m, const int32_t* tokens, int n, int loops);
+// The CUDA executor (executor.h) on a model whose weights are on the device (m.cuda): decode
+// sequences on device sessions, every row's logits of a sequence from one device prefill.
+std::unique_ptr<Executor> make_cuda_executor(const Model& m);
 
 // Uploads the model's weights to `device` for load_model (backend cuda).
 std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device);

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "forward/cuda_forward.h"
+#include "forward/executor.h"
 #include "scoring/scoring.h"
 
 namespace tinyloop {
@@ -70,19 +70,11 @@ std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, in
     if (kv_cache != KVCacheType::F32 && kv_cache != KVCacheType::Int8)
         throw Error(ErrorCode::InvalidArgument, "kv_cache: " + std::to_string(static_cast<int>(kv_cache)) +
                                                     " is not one of f32 (0), int8 (1)");
-#ifdef TINYLOOP_HAVE_CUDA
-    if (m.cuda) {
-        if (kv_cache == KVCacheType::F32) return cuda_forward_logits(m, tokens, n, loops);
-        // backend cuda: refused, naming it; auto: on the CPU
-        require_cpu_backend(m, "forward_logits / score with an INT8 KV cache");
-    }
-#endif
-    Workspace ws;
-    std::vector<float> h;
-    whole_sequence_forward(m, tokens, n, loops, kv_cache, nullptr, ws, h);
-    std::vector<float> logits(static_cast<size_t>(n) * m.hp.vocab_size);
-    compute_logits(m, h.data(), n, logits.data(), ws);
-    return logits;
+    // The call's one back end (executor.h): the device's prefill, or the CPU's.
+    const std::unique_ptr<Executor> ex =
+        run_executor(m, kv_cache == KVCacheType::F32 ? std::vector<ExecOp>{ExecOp::SequenceLogits}
+                                                     : std::vector<ExecOp>{ExecOp::SequenceLogits, ExecOp::Int8Cache});
+    return ex->sequence_logits(tokens, n, loops, kv_cache);
 }
 
 ScoreResult score(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
