@@ -83,6 +83,11 @@ struct Model {
     std::vector<std::pair<std::string, kern::WeightView>> views;  // every matrix/vector by name
 };
 
+// A call's depth: 0 -> the model's default_loops; else checked against [1, max_loops] (an
+// InvalidArgument naming "loops" and the range). On this floor so that every room above
+// (decoding, caches, scoring, speculation) resolves it the same way.
+int resolve_loops(const Model& m, int loops);
+
 // Checks a model pointer handed in by a caller.
 inline const Model& checked(const Model* m) {
     if (!m) throw Error(ErrorCode::InvalidArgument, "model: must not be null");

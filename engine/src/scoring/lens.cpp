@@ -5,7 +5,7 @@
 #include <limits>
 #include <numeric>
 
-#include "decode/sampling.h"
+#include "forward/backend.h"
 
 namespace tinyloop {
 

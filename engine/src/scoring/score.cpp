@@ -8,13 +8,6 @@
 
 namespace tinyloop {
 
-static int checked_loops(const Model& m, int loops) {
-    if (loops < 0 || loops > m.hp.max_loops)
-        throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(loops) + " is outside [1, " +
-                                                    std::to_string(m.hp.max_loops) + "] (0 = default)");
-    return loops > 0 ? loops : m.hp.default_loops;
-}
-
 void check_score_tokens(const Model& m, const int32_t* tokens, int n, int min_n) {
     if (n < min_n) throw Error(ErrorCode::InvalidArgument, "n: " + std::to_string(n) + " tokens; need at least " + std::to_string(min_n));
     if (n > m.max_seq_len)
@@ -25,8 +18,6 @@ void check_score_tokens(const Model& m, const int32_t* tokens, int n, int min_n)
             throw Error(ErrorCode::InvalidArgument, "tokens[" + std::to_string(i) + "]: token id " + std::to_string(tokens[i]) +
                                                         " is outside the vocabulary [0, " + std::to_string(m.hp.vocab_size) + ")");
 }
-
-int resolve_loops(const Model& m, int loops) { return checked_loops(m, loops); }
 
 // The whole sequence in one prefill at depth `loops` through a fresh cache of `kv_cache`'s
 // layout: h receives the final states; `hook`, when given, sees every pass.
@@ -65,7 +56,7 @@ double row_logprob(const float* row, int vocab, int32_t id) {
 
 std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
     const Model& m = checked(model);
-    loops = checked_loops(m, loops);
+    loops = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
     if (kv_cache != KVCacheType::F32 && kv_cache != KVCacheType::Int8)
         throw Error(ErrorCode::InvalidArgument, "kv_cache: " + std::to_string(static_cast<int>(kv_cache)) +
@@ -79,7 +70,7 @@ std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, in
 
 ScoreResult score(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
     const Model& m = checked(model);
-    const int L = checked_loops(m, loops);
+    const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 2);
     const std::vector<float> logits = forward_logits(model, tokens, n, L, kv_cache);
     const int V = m.hp.vocab_size;

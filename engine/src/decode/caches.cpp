@@ -7,7 +7,6 @@
 
 #include "decode/decode.h"
 #include "forward/executor.h"
-#include "scoring/scoring.h"
 
 namespace tinyloop {
 
