@@ -379,24 +379,6 @@ void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
     });
 }
 
-std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* prompt, int n, int loops,
-                                          int max_tokens) {
-    CudaSessionOptions o;
-    o.loops = loops;
-    o.capacity = std::min(w.model().max_seq_len, n + max_tokens);
-    CudaSession s(w, o);
-    std::vector<int32_t> out;
-    if (max_tokens <= 0) return out;
-    const Tokenizer& tok = w.model().tokenizer;
-    int32_t t = s.prefill(prompt, n);
-    for (;;) {
-        out.push_back(t);
-        if (tok.is_stop(t) || static_cast<int>(out.size()) >= max_tokens || s.pos() >= o.capacity) break;
-        t = s.decode(t);
-    }
-    return out;
-}
-
 std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device) {
     return std::make_shared<const CudaWeights>(m, device);
 }

@@ -113,12 +113,6 @@ std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device);
 // Device bytes the model holds: its weights plus the live sessions' buffers.
 size_t cuda_model_bytes(const CudaWeights& w);
 
-// Greedy generation at depth `loops` on the device: the prompt's prefill, then up to
-// max_tokens tokens, stopping after the tokenizer's EOS. The CPU twin is generate() with
-// temperature 0 and default penalties (no stop strings).
-std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* prompt, int n, int loops,
-                                          int max_tokens);
-
 }  // namespace tinyloop
 
 #endif  // TINYLOOP_HAVE_CUDA
