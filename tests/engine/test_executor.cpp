@@ -60,6 +60,24 @@ TEST(ExecutorRule, TheCpuRunsEveryOpAndTheDeviceItsRows) {
     EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::HostForward));
 }
 
+TEST(ExecutorRule, AModelsBlockKindsAndPassFeaturesChooseTheBackEndAtLoad) {
+    // FORMAT.md §1's pre-norm block: nothing beyond what every back end runs.
+    EXPECT_TRUE(model_math_ops(bundled()->hp).empty());
+    HParams hp = bundled()->hp;
+    hp.block = BlockKind::SandwichSum;
+    hp.qk_bias = true;
+    const std::vector<ExecOp> ops = model_math_ops(hp);
+    EXPECT_EQ(ops, (std::vector<ExecOp>{ExecOp::SandwichNorms, ExecOp::QkBias}));
+    // The device lacks them: auto loads such a model on the CPU, backend cuda refuses naming the kind.
+    EXPECT_EQ(choose_executor(true, false, ops), ExecKind::Cpu);
+    try {
+        choose_executor(true, true, ops);
+        FAIL() << "backend cuda accepted sandwich norms";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("sandwich"), std::string::npos) << e.what();
+    }
+}
+
 TEST(ExecutorCpu, ACallUnderAutoReportsOneBackEnd) {
     ModelHandle h = load_model_handle(kF32, LoadOptions{.backend = Backend::Auto});
     const Model& m = *h.get();

@@ -39,6 +39,15 @@ enum class ExecOp : int {
     DraftSpeculation,  // draft-model speculation
     Batch,             // the continuous-batching engine
     HostForward,       // forward() on host memory (the CPU executor's own)
+    // The model's math beyond FORMAT.md §1's pre-norm block (§1b), what model_math_ops lists:
+    SandwichNorms,     // block sandwich_branch / sandwich_sum (block_desc's post norms)
+    QkBias,            // q/k biases before RoPE
+    EmbedScale,        // embedding times embed_scale
+    PassNorm,          // a norm after every pass
+    Coda,              // coda blocks after the last pass
+    Adapter,           // loop_input adapter over [state; prelude output]
+    StateInit,         // a seeded initial state
+    ExitGate,          // the exit gate's per-pass probability
     Count
 };
 const char* exec_op_name(ExecOp op);
@@ -59,6 +68,11 @@ bool exec_supports(ExecKind kind, ExecOp op);
 // in `needs` (the device when it can, else the CPU), or throws through unsupported() when the
 // device is required and lacks one of them.
 ExecKind choose_executor(bool on_device, bool device_required, const std::vector<ExecOp>& needs);
+
+// The ops a model's math needs beyond §1's pre-norm block (FORMAT.md §1b; empty for version-1/2
+// math): load_model asks choose_executor with them, so the back end chosen at load runs every
+// block kind and pass feature of the file.
+std::vector<ExecOp> model_math_ops(const HParams& hp);
 
 // Where a sequence starts: its depth, the positions its cache holds and its attention window.
 struct SequenceSpec {

@@ -15,9 +15,9 @@ const char* exec_op_name(ExecOp op) {
         case ExecOp::Decode: return "decode (generate, generate_stream)";
         case ExecOp::SequenceLogits: return "forward_logits / score";
         case ExecOp::PassReadouts: return "the lens (GenerateOptions.lens)";
-        case ExecOp::EarlyExit: return "early exit";
+        case ExecOp::EarlyExit: return "early exit (decoding with it, score_early_exit, early_exit_signals)";
         case ExecOp::PassStates: return "per-pass states (exit_gate_per_pass, the lens' signals)";
-        case ExecOp::Int8Cache: return "kv_cache int8";
+        case ExecOp::Int8Cache: return "an INT8 KV cache (kv_cache int8)";
         case ExecOp::CacheImport: return "prefix caches, resume handles and prefix pools";
         case ExecOp::KVProvenance: return "kv_provenance";
         case ExecOp::BeamSearch: return "beam search (beam_size >= 2)";
@@ -26,6 +26,14 @@ const char* exec_op_name(ExecOp op) {
         case ExecOp::DraftSpeculation: return "draft-model speculation";
         case ExecOp::Batch: return "the batch engine";
         case ExecOp::HostForward: return "this call (the host forward)";
+        case ExecOp::SandwichNorms: return "sandwich norms (block sandwich_branch / sandwich_sum, FORMAT.md §1b)";
+        case ExecOp::QkBias: return "qk_bias (FORMAT.md §1b)";
+        case ExecOp::EmbedScale: return "embed_scale (FORMAT.md §1b)";
+        case ExecOp::PassNorm: return "pass_norm (FORMAT.md §1b)";
+        case ExecOp::Coda: return "coda blocks (FORMAT.md §1b)";
+        case ExecOp::Adapter: return "the loop_input adapter (FORMAT.md §1b)";
+        case ExecOp::StateInit: return "a seeded state_init (FORMAT.md §1b)";
+        case ExecOp::ExitGate: return "the exit gate (FORMAT.md §1b)";
         case ExecOp::Count: break;
     }
     return "?";
@@ -43,11 +51,24 @@ bool exec_supports(ExecKind kind, ExecOp op) {
     }
 }
 
+std::vector<ExecOp> model_math_ops(const HParams& hp) {
+    std::vector<ExecOp> ops;
+    if (block_desc(hp.block).post != PostNorm::None) ops.push_back(ExecOp::SandwichNorms);
+    if (hp.qk_bias) ops.push_back(ExecOp::QkBias);
+    if (hp.embed_scale != 1.0f) ops.push_back(ExecOp::EmbedScale);
+    if (hp.pass_norm) ops.push_back(ExecOp::PassNorm);
+    if (hp.n_coda_blocks != 0) ops.push_back(ExecOp::Coda);
+    if (hp.loop_input == LoopInput::Adapter) ops.push_back(ExecOp::Adapter);
+    if (hp.state_init.kind != StateInit::Kind::Zeros) ops.push_back(ExecOp::StateInit);
+    if (hp.exit_gate) ops.push_back(ExecOp::ExitGate);
+    return ops;
+}
+
 void unsupported(ExecKind kind, ExecOp op) {
     if (kind == ExecKind::Cuda)
         throw Error(ErrorCode::NotSupported, std::string(exec_op_name(op)) +
-                                                 ": does not run on the CUDA back end yet (this model was loaded "
-                                                 "with backend cuda); load it with backend cpu");
+                                                 ": does not run on the CUDA back end yet (backend cuda was asked "
+                                                 "for); use backend cpu or auto");
     throw Error(ErrorCode::NotSupported,
                 std::string(exec_op_name(op)) + ": does not run on the " + exec_kind_name(kind) + " back end");
 }

@@ -7,6 +7,7 @@
 
 #include "forward/cuda_backend.h"
 #include "forward/cuda_forward.h"
+#include "forward/executor.h"
 #include "model/loader.h"
 #include "model/model.h"
 
@@ -44,19 +45,21 @@ Model* load_model(const std::string& path, const LoadOptions& options) {
     m->backend = "cpu";
     m->backend_note = choice.note + " (" + kern::simd_level() + ", " + std::to_string(threads) + " threads)";
 #ifdef TINYLOOP_HAVE_CUDA
-    // FORMAT.md §1b: the device session (cuda_forward.cpp) does not carry the version-3 block
-    // kinds, adapter, coda or pass norm yet: named, never run with other math.
-    HParams math = m->hp;
-    math.architecture = "tinyloop";  // the label alone changes no math
-    const bool v3_math = hparams_need_v3(math);
-    if (choice.cuda && v3_math && options.backend == Backend::Cuda)
-        throw Error(ErrorCode::NotSupported, path + ": backend cuda: the file-version-3 architecture (" +
-                                                 m->hp.architecture + ", FORMAT.md §1b) does not run on the CUDA "
-                                                 "back end yet; use backend cpu or auto");
-    if (choice.cuda && v3_math)
-        m->backend_note = choice.note + "; the file-version-3 architecture runs on the CPU (" + kern::simd_level() +
-                          ", " + std::to_string(threads) + " threads)";
-    if (choice.cuda && !v3_math) {
+    // The back end chosen at load runs every block kind and pass feature of the file
+    // (executor.h: model_math_ops, the table of what each back end runs): with backend cuda a
+    // feature the device lacks is refused, naming it; auto runs such a model on the CPU.
+    bool on_device = false;
+    if (choice.cuda) {
+        try {
+            on_device = choose_executor(true, options.backend == Backend::Cuda, model_math_ops(m->hp)) == ExecKind::Cuda;
+        } catch (const Error& e) {
+            throw Error(e.code(), path + ": backend cuda: " + e.what());
+        }
+        if (!on_device)
+            m->backend_note = choice.note + "; the file-version-3 architecture runs on the CPU (" + kern::simd_level() +
+                              ", " + std::to_string(threads) + " threads)";
+    }
+    if (on_device) {
         m->cuda = upload_weights(*m, choice.device);
         m->cuda_required = options.backend == Backend::Cuda;
         m->backend = "cuda";
