@@ -196,8 +196,10 @@ GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& confi
     // §1b: a shallower run needs the prompt's coda keys/values of depth `loops`, computed from
     // its states at that depth, which the handle does not keep (only h at its deepest depth):
     // the prompt is computed again, exactly as generate would.
-    if (loops < r.loops && m.hp.n_coda_blocks > 0)
-        return decode(m, r.prompt.data(), static_cast<int>(r.prompt.size()), c, options, nullptr);
+    if (loops < r.loops && m.hp.n_coda_blocks > 0) {
+        const DecodeStart nothing;  // reuses nothing, on the executor of the caches' family
+        return decode(m, r.prompt.data(), static_cast<int>(r.prompt.size()), c, options, &nothing);
+    }
     DecodeStart start;
     start.kv = &r.kv;
     start.n_cached = static_cast<int>(r.prompt.size());
@@ -249,7 +251,10 @@ GenerateResult generate_with_pool(PrefixPool* pool, const int32_t* prompt, int p
             if (starts_with(prompt, prompt_len, e->prefix) && (!best || e->prefix.size() > best->prefix.size()))
                 best = e.get();
     if (reused_tokens) *reused_tokens = best ? static_cast<int>(best->prefix.size()) : 0;
-    if (!best) return generate_ex(p.model, prompt, prompt_len, c, options);
+    if (!best) {
+        const DecodeStart nothing;  // reuses nothing, on the executor of the pool's other calls
+        return generate_from(checked(p.model), prompt, prompt_len, c, options, &nothing);
+    }
     return generate_with_prefix(p.model, best, prompt, prompt_len, c, options);
 }
 

@@ -87,7 +87,8 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         throw Error(ErrorCode::InvalidArgument,
                     "lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
 
-    if (start && config.num_return_sequences > 1)
+    const bool reuses = start && start->kv;
+    if (reuses && config.num_return_sequences > 1)
         throw Error(ErrorCode::NotSupported, "num_return_sequences: several outputs do not run from a cache yet (use 1)");
     const ExitPolicy policy = ExitPolicy::from(config);
     // The call's one back end (executor.h, the rule of auto), from every op it needs.
@@ -99,7 +100,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     if (config.kv_cache != KVCacheType::F32) needs.push_back(ExecOp::Int8Cache);
     if (start) needs.push_back(ExecOp::CacheImport);
     if (config.beam_size >= 2) {
-        if (start) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
+        if (reuses) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
         if (options.kv_provenance)
             throw Error(ErrorCode::NotSupported, "kv_provenance: not reported by beam search (beam_size >= 2)");
         require_host(m, needs);
@@ -115,7 +116,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     GenerateResult res = prompt_result(prompt, prompt_len, config.max_tokens);
     GenerateStats& st = res.stats;
 
-    if (start && config.kv_cache != KVCacheType::F32)
+    if (reuses && config.kv_cache != KVCacheType::F32)
         throw Error(ErrorCode::NotSupported, "kv_cache: int8 needs its own prefill; prefix caches, resume handles "
                                              "and pools hold f32 keys and values (use kv_cache f32)");
     // A sequence holds the prompt and every generated token (the device's at most max_seq_len).
@@ -152,7 +153,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
             }
             prov->mark(0, kv.n_layers, 0, cached, KVOrigin::Reused);
         }
-        if (cached == prompt_len && start->last_pass_states) {
+        if (start && cached == prompt_len && start->last_pass_states) {
             const float* last = start->last_pass_states + static_cast<size_t>(loops - 1) * d;
             host->h.assign(last, last + d);
             host->last_row = 0;
