@@ -17,6 +17,7 @@
 #include <set>
 
 #include "decode/decode.h"
+#include "forward/executor.h"
 #include "decode/early_exit.h"
 #include "decode/emit.h"
 
@@ -111,7 +112,7 @@ void close_result(Seq& s) {
 }  // namespace
 
 BatchEngine* create_batch_engine(Model* model, const BatchEngineOptions& options) {
-    require_cpu_backend(checked(model), "the batch engine");
+    require_host(checked(model), {ExecOp::Batch});
     checked(model);
     check_options(options);
     auto e = std::make_unique<BatchEngine>();

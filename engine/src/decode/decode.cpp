@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "decode/early_exit.h"
 #include "decode/emit.h"
-#include "forward/cuda_forward.h"
+#include "forward/executor.h"
 
 namespace tinyloop {
 
@@ -86,40 +87,53 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         throw Error(ErrorCode::InvalidArgument,
                     "lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
 
-#ifdef TINYLOOP_HAVE_CUDA
-    if (m.cuda) {
-        const char* unrouted = cuda_unrouted_feature(config, options, start);
-        if (!unrouted) return cuda_decode(m, prompt, prompt_len, config, options);
-        require_cpu_backend(m, unrouted);  // backend cuda: refused, naming it; auto: on the CPU
-    }
-#endif
-    if (start && config.num_return_sequences > 1)
+    const bool reuses = start && start->kv;
+    if (reuses && config.num_return_sequences > 1)
         throw Error(ErrorCode::NotSupported, "num_return_sequences: several outputs do not run from a cache yet (use 1)");
+    const ExitPolicy policy = ExitPolicy::from(config);
+    // The call's one back end (executor.h, the rule of auto), from every op it needs.
+    std::vector<ExecOp> needs{ExecOp::Decode};
+    if (config.beam_size >= 2) needs.push_back(ExecOp::BeamSearch);
+    if (policy.enabled) needs.push_back(ExecOp::EarlyExit);
+    if (options.lens) needs.push_back(ExecOp::PassReadouts);
+    if (options.kv_provenance) needs.push_back(ExecOp::KVProvenance);
+    if (config.kv_cache != KVCacheType::F32) needs.push_back(ExecOp::Int8Cache);
+    if (start) needs.push_back(ExecOp::CacheImport);
     if (config.beam_size >= 2) {
-        if (start) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
+        if (reuses) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
         if (options.kv_provenance)
             throw Error(ErrorCode::NotSupported, "kv_provenance: not reported by beam search (beam_size >= 2)");
+        require_host(m, needs);
         return decode_beam(m, prompt, prompt_len, config, options);
     }
+    const std::unique_ptr<Executor> ex = run_executor(m, needs);
 
     const HParams& hp = m.hp;
     const int V = hp.vocab_size;
     const int d = hp.d_model;
     const int loops = config.loops > 0 ? config.loops : hp.default_loops;
-    const ExitPolicy policy = ExitPolicy::from(config);
 
     GenerateResult res = prompt_result(prompt, prompt_len, config.max_tokens);
     GenerateStats& st = res.stats;
 
-    if (start && config.kv_cache != KVCacheType::F32)
+    if (reuses && config.kv_cache != KVCacheType::F32)
         throw Error(ErrorCode::NotSupported, "kv_cache: int8 needs its own prefill; prefix caches, resume handles "
                                              "and pools hold f32 keys and values (use kv_cache f32)");
-    KVCache kv;
-    kv.allocate(hp, exec_layers(hp, loops), prompt_len + config.max_tokens, config.kv_cache);
-    st.kv_cache_bytes = kv.bytes();
-    ProvenanceRecorder prov(options.kv_provenance, hp, kv);
-    Workspace ws;
-    std::vector<float> h, logits(static_cast<size_t>(V));
+    // A sequence holds the prompt and every generated token (the device's at most max_seq_len).
+    const int capacity = ex->kind() == ExecKind::Cpu ? prompt_len + config.max_tokens
+                                                     : std::max(1, std::min(m.max_seq_len, prompt_len + config.max_tokens));
+    const std::unique_ptr<ExecSequence> seq =
+        ex->sequence({.loops = loops, .capacity = capacity, .window = config.cache_window, .kv_cache = config.kv_cache});
+    st.kv_cache_bytes = seq->cache_bytes();
+    // On the device, prefill_ms is the prompt's forward alone: a new session's set-up (stream,
+    // buffers, graph capture; a kept session has none) is not in it. The CPU's stays as it was.
+    const auto t_prefill = ex->kind() == ExecKind::Cpu ? t0 : std::chrono::steady_clock::now();
+    // Early exit, the lens, provenance and cache import read the CPU sequence's host state
+    // (the executor above chose the CPU for them).
+    HostSequence* host = seq->host();
+    std::optional<ProvenanceRecorder> prov;
+    if (host) prov.emplace(options.kv_provenance, hp, host->kv);
+    std::vector<float> logits(static_cast<size_t>(V));
 
     // The readout inputs after every pass of the row that produces the next token (for the lens:
     // the states, or with a coda its outputs, FORMAT.md §1b).
@@ -133,43 +147,40 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     if (config.max_tokens > 0) {
         int cached = 0;
         if (start && start->kv) {
+            KVCache& kv = host->kv;
             cached = std::min(start->n_cached, prompt_len);
             const size_t row_bytes = static_cast<size_t>(kv.row) * sizeof(float);
             for (int e = 0; e < kv.n_layers; ++e) {
                 std::memcpy(kv.k_at(e, 0), start->kv->k_layer(e), row_bytes * cached);
                 std::memcpy(kv.v_at(e, 0), start->kv->v_layer(e), row_bytes * cached);
             }
-            prov.mark(0, kv.n_layers, 0, cached, KVOrigin::Reused);
+            prov->mark(0, kv.n_layers, 0, cached, KVOrigin::Reused);
         }
-        if (cached == prompt_len && start->last_pass_states) {
+        if (start && cached == prompt_len && start->last_pass_states) {
             const float* last = start->last_pass_states + static_cast<size_t>(loops - 1) * d;
-            h.assign(last, last + d);
+            host->h.assign(last, last + d);
+            host->last_row = 0;
             if (options.lens)
                 std::copy(start->last_pass_states, start->last_pass_states + static_cast<size_t>(loops) * d,
                           pass_states.begin());
-            compute_logits(m, h.data(), 1, logits.data(), ws);
         } else {
-            ForwardArgs fa;
-            fa.tokens = prompt + cached;
-            fa.n = prompt_len - cached;
-            fa.pos0 = cached;
-            fa.loops = loops;
-            fa.window = config.cache_window;
-            fa.on_readout = options.lens ? &hook : nullptr;
-            forward(m, kv, ws, fa, h);
-            prov.mark(0, kv.n_layers, cached, prompt_len, KVOrigin::Computed);
-            compute_logits(m, h.data() + static_cast<size_t>(fa.n - 1) * d, 1, logits.data(), ws);
+            seq->run(prompt + cached, prompt_len - cached, cached, options.lens ? &hook : nullptr);
+            if (host) prov->mark(0, host->kv.n_layers, cached, prompt_len, KVOrigin::Computed);
         }
+        seq->last_logits(logits.data());
     }
-    st.prefill_ms = ms_since(t0);
+    st.prefill_ms = ms_since(t_prefill);
 
     TokenDecoder dec(m, config, res, options.on_token, options.observer, options.lens ? options.lens_top_k : 0, t0);
+    auto finish = [&] {
+        dec.out.finish(loops);
+        if (host) prov->finish(static_cast<int>(res.tokens.size()));
+    };
     // Grammar: the mask for the next token is computed right after the previous one is taken,
     // so a dead end is known before that token is reported (its event then flushes the text).
     if (dec.grammar.dead()) {
         st.stop_reason = StopReason::GRAMMAR_DEAD_END;
-        dec.out.finish(loops);
-        prov.finish(static_cast<int>(res.tokens.size()));
+        finish();
         return res;
     }
     int depth = loops;  // depth of the row that produced `logits`
@@ -178,33 +189,28 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         const int position = prompt_len + i;
         if (!dec.step(logits.data(), {.depth = depth, .lens_states = options.lens ? pass_states.data() : nullptr}))
             break;
+        if (position >= seq->capacity()) break;
         const int32_t tok = res.tokens.back();
 
         // Advance: run the new token at its position.
         if (policy.enabled) {
-            depth = decode_step_adaptive(m, kv, ws, tok, position, loops, config.cache_window, policy, h,
+            KVCache& kv = host->kv;
+            depth = decode_step_adaptive(m, kv, host->ws, tok, position, loops, config.cache_window, policy, host->h,
                                          options.lens ? &hook : nullptr);
+            host->last_row = 0;
             // passes 1..depth ran; propagate_exited_state wrote the layers of the passes after it
             // gate_select computes every pass (Hugging Face's Ouro semantics): nothing is propagated
             const int ran = policy.criterion == EarlyExitCriterion::GateSelect ? kv.n_layers : exec_layers(hp, depth);
-            prov.mark(0, ran, position, position + 1, KVOrigin::Computed);
-            prov.mark(ran, kv.n_layers, position, position + 1, KVOrigin::Propagated);
+            prov->mark(0, ran, position, position + 1, KVOrigin::Computed);
+            prov->mark(ran, kv.n_layers, position, position + 1, KVOrigin::Propagated);
         } else {
-            ForwardArgs fa;
-            fa.tokens = &res.tokens[static_cast<size_t>(position)];
-            fa.n = 1;
-            fa.pos0 = position;
-            fa.loops = loops;
-            fa.window = config.cache_window;
-            fa.on_readout = options.lens ? &hook : nullptr;
-            forward(m, kv, ws, fa, h);
-            prov.mark(0, kv.n_layers, position, position + 1, KVOrigin::Computed);
+            seq->run(&res.tokens[static_cast<size_t>(position)], 1, position, options.lens ? &hook : nullptr);
+            if (host) prov->mark(0, host->kv.n_layers, position, position + 1, KVOrigin::Computed);
             depth = loops;
         }
-        compute_logits(m, h.data(), 1, logits.data(), ws);
+        seq->last_logits(logits.data());
     }
-    dec.out.finish(loops);
-    prov.finish(static_cast<int>(res.tokens.size()));
+    finish();
     return res;
 }
 

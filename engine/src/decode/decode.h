@@ -6,7 +6,10 @@
 
 namespace tinyloop {
 
-// State that a cache hands to the decoder so part (or all) of the prompt is not recomputed.
+// State that a cache hands to the decoder so part (or all) of the prompt is not recomputed. A
+// start with kv null reuses nothing: a call of the caches' family (a pool without a matching
+// prefix, a resume that recomputes) that must still run on the executor the rest of the family
+// runs on (executor.h: CacheImport), never the device for some of its calls and the CPU for others.
 struct DecodeStart {
     const KVCache* kv = nullptr;  // rows [0, n_cached) of every layer the depth needs are valid
     int n_cached = 0;
@@ -18,6 +21,11 @@ struct DecodeStart {
 
 GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
                       const GenerateOptions& options, const DecodeStart* start);
+
+// generate_ex's dispatch (num_return_sequences > 1 when sampling: several draws) with a start
+// handed to every decode() it makes.
+GenerateResult generate_from(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                             const GenerateOptions& options, const DecodeStart* start);
 
 // Beam search (config.beam_size >= 2), reached through decode().
 GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,

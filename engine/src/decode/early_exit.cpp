@@ -1,4 +1,5 @@
 #include "decode/early_exit.h"
+#include "forward/executor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -266,7 +267,7 @@ namespace tinyloop {
 
 ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const GenerateConfig& config,
                              std::vector<int>* depth_used) {
-    require_cpu_backend(checked(model), "score_early_exit");
+    require_host(checked(model), {ExecOp::EarlyExit});
     const Model& m = checked(model);
     check_score_tokens(m, tokens, n, 2);
     validate_config(model, 1, config);
@@ -312,7 +313,7 @@ ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const G
 namespace tinyloop {
 
 ExitSignals early_exit_signals(Model* model, const int32_t* tokens, int n, int loops) {
-    require_cpu_backend(checked(model), "early_exit_signals");
+    require_host(checked(model), {ExecOp::EarlyExit});
     const Model& m = checked(model);
     check_score_tokens(m, tokens, n, 1);
     const int L = resolve_loops(m, loops);

@@ -28,7 +28,7 @@ namespace {
 // num_return_sequences > 1 when sampling: independent draws, sequence i seeded sample_seed + i
 // (the first is the plain call's output, and the only one the callbacks see).
 GenerateResult sample_several(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
-                              const GenerateOptions& options) {
+                              const GenerateOptions& options, const DecodeStart* start) {
     GenerateResult first;
     for (int i = 0; i < config.num_return_sequences; ++i) {
         GenerateConfig c = config;
@@ -40,7 +40,7 @@ GenerateResult sample_several(const Model& m, const int32_t* prompt, int prompt_
             logp += std::log(static_cast<double>(ev.prob));
             return user ? user(ev) : true;
         };
-        GenerateResult r = decode(m, prompt, prompt_len, c, o, nullptr);
+        GenerateResult r = decode(m, prompt, prompt_len, c, o, start);
         ReturnedSequence seq{std::vector<int32_t>(r.tokens.begin() + r.prompt_len, r.tokens.end()), r.text,
                              r.stats.stop_reason, logp};
         if (i == 0) first = std::move(r);
@@ -51,14 +51,18 @@ GenerateResult sample_several(const Model& m, const int32_t* prompt, int prompt_
 
 }  // namespace
 
+GenerateResult generate_from(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+                             const GenerateOptions& options, const DecodeStart* start) {
+    if (config.num_return_sequences > 1 && config.beam_size < 2) {
+        validate_config(&m, prompt_len, config);  // refuses greedy before any draw
+        return sample_several(m, prompt, prompt_len, config, options, start);
+    }
+    return decode(m, prompt, prompt_len, config, options, start);
+}
+
 GenerateResult generate_ex(Model* model, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
                            const GenerateOptions& options) {
-    const Model& m = checked(model);
-    if (config.num_return_sequences > 1 && config.beam_size < 2) {
-        validate_config(model, prompt_len, config);  // refuses greedy before any draw
-        return sample_several(m, prompt, prompt_len, config, options);
-    }
-    return decode(m, prompt, prompt_len, config, options, nullptr);
+    return generate_from(checked(model), prompt, prompt_len, config, options, nullptr);
 }
 
 std::vector<float> next_token_distribution(Model* model, const int32_t* tokens, int n, int emitted,

@@ -78,27 +78,7 @@ void apply_length_decay(float* logits, int vocab, int32_t eos, int emitted, int 
     logits[eos] = static_cast<float>(std::clamp(raised, -cap, cap));
 }
 
-void mask_undecodable(float* logits, int vocab, int n_ids) {
-    for (int i = std::max(0, n_ids); i < vocab; ++i) logits[i] = -std::numeric_limits<float>::infinity();
-}
-
 bool is_greedy(float temperature) { return temperature <= 0.01f; }
-
-int32_t argmax(const float* logits, int vocab) {
-    int32_t best = 0;
-    float bv = -std::numeric_limits<float>::infinity();
-    bool found = false;
-    for (int i = 0; i < vocab; ++i) {
-        const float x = logits[i];
-        if (std::isnan(x)) continue;
-        if (!found || x > bv) {
-            bv = x;
-            best = i;
-            found = true;
-        }
-    }
-    return best;
-}
 
 std::vector<float> sampling_probs(const float* logits, int vocab, float temperature, int top_k,
                                   float top_p, float min_p, const SamplingCutoffs& cutoffs) {

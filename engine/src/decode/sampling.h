@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "forward/backend.h"  // argmax, mask_undecodable (the host helpers the back ends share)
 #include "tinyloop/tinyloop.h"
 
 namespace tinyloop {
@@ -32,8 +33,6 @@ void force_token(float* logits, int vocab, int32_t forced);
 // becomes s + |s| * (factor^(emitted - start_index) - 1) (so a negative s also rises when
 // factor > 1); a non-finite s is left alone; the result is capped at the float range.
 void apply_length_decay(float* logits, int vocab, int32_t eos, int emitted, int start_index, float factor);
-// Sets logits[n_ids .. vocab) to -inf (a padded vocabulary).
-void mask_undecodable(float* logits, int vocab, int n_ids);
 
 bool is_greedy(float temperature);  // temperature <= 0.01
 
@@ -58,9 +57,6 @@ std::vector<float> sampling_probs(const float* logits, int vocab, float temperat
 void keep_typical(std::vector<double>& w, double mass);
 void keep_above_epsilon(std::vector<double>& w, double epsilon);
 void keep_above_eta(std::vector<double>& w, double eta);
-
-// Lowest index of the maximum (NaN never wins).
-int32_t argmax(const float* logits, int vocab);
 
 // Deterministic portable RNG: uniform double in [0, 1).
 class Rng {

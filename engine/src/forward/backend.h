@@ -20,6 +20,12 @@
 
 namespace tinyloop {
 
+// Host helpers of the greedy pick, shared by CpuOps::argmax and the logits pipeline above
+// (decode/sampling.h): the lowest index of the maximum (NaN never wins), and logits[n_ids ..
+// vocab) set to -inf (a padded vocabulary).
+int32_t argmax(const float* logits, int vocab);
+void mask_undecodable(float* logits, int vocab, int n_ids);
+
 // Memory owned by a back end; freed by the destructor.
 class BackendBuffer {
 public:

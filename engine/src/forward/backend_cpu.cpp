@@ -1,14 +1,36 @@
 // The CPU back end (backend.h): host memory and kernels/cpu's ops, plus the list of back ends the
 // op test table runs.
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "forward/backend.h"
 #include "forward/cuda_backend.h"
-#include "decode/sampling.h"
 
 namespace tinyloop {
+
+void mask_undecodable(float* logits, int vocab, int n_ids) {
+    for (int i = std::max(0, n_ids); i < vocab; ++i) logits[i] = -std::numeric_limits<float>::infinity();
+}
+
+int32_t argmax(const float* logits, int vocab) {
+    int32_t best = 0;
+    float bv = -std::numeric_limits<float>::infinity();
+    bool found = false;
+    for (int i = 0; i < vocab; ++i) {
+        const float x = logits[i];
+        if (std::isnan(x)) continue;
+        if (!found || x > bv) {
+            bv = x;
+            best = i;
+            found = true;
+        }
+    }
+    return best;
+}
 
 namespace {
 

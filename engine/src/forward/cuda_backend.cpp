@@ -2,8 +2,8 @@
 // ops (CudaOps, backend.h).
 //
 // A usable device is chosen for `cuda` and `auto`: the model's weights go to the device and
-// generate / generate_stream decode there (cuda_forward.cpp); the calls not routed yet throw
-// NotSupported naming the feature (require_cpu_backend, model.h), never a silent CPU run.
+// the calls the CUDA executor runs go there (cuda_forward.cpp); what it lacks is refused in one
+// place (executor.h: unsupported()) with backend cuda, never a silent CPU run.
 #include "forward/cuda_backend.h"
 
 namespace tinyloop {

@@ -15,9 +15,7 @@
 #include "forward/cuda_backend.h"
 #include "kernels/cuda/device_helpers.h"
 #include "forward/forward.h"
-#include "decode/decode.h"
-#include "decode/early_exit.h"
-#include "decode/emit.h"
+#include "forward/executor.h"
 
 namespace tinyloop {
 
@@ -435,82 +433,80 @@ CudaSessionLease::~CudaSessionLease() {
     w_.idle_ = std::move(s_);
 }
 
-std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* prompt, int n, int loops,
-                                          int max_tokens) {
-    CudaSessionOptions o;
-    o.loops = loops;
-    o.capacity = std::min(w.model().max_seq_len, n + max_tokens);
-    std::vector<int32_t> out;
-    if (max_tokens <= 0) return out;
-    CudaSessionLease s(w, o);
-    const Tokenizer& tok = w.model().tokenizer;
-    int32_t t = s->prefill(prompt, n);
-    for (;;) {
-        out.push_back(t);
-        if (tok.is_stop(t) || static_cast<int>(out.size()) >= max_tokens || s->pos() >= o.capacity) break;
-        t = s->decode(t);
-    }
-    return out;
-}
-
 std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device) {
     return std::make_shared<const CudaWeights>(m, device);
 }
 
 size_t cuda_model_bytes(const CudaWeights& w) { return w.device_bytes() + w.session_bytes.load(); }
 
-const char* cuda_unrouted_feature(const GenerateConfig& config, const GenerateOptions& options, const DecodeStart* start) {
-    if (config.beam_size >= 2) return "beam search (beam_size >= 2)";
-    if (ExitPolicy::from(config).enabled) return "early exit";
-    if (options.lens) return "the lens (GenerateOptions.lens)";
-    if (options.kv_provenance) return "kv_provenance";
-    if (config.kv_cache != KVCacheType::F32) return "kv_cache int8";
-    if (start) return "prefix caches and resume handles";
-    return nullptr;
-}
+namespace {
 
-std::vector<float> cuda_forward_logits(const Model& m, const int32_t* tokens, int n, int loops) {
-    CudaSessionOptions o;
-    o.loops = loops;
-    o.capacity = n;
-    CudaSessionLease s(*m.cuda, o);
-    std::vector<float> logits;
-    s->prefill(tokens, n, &logits);
-    return logits;
-}
+// The CUDA executor's sequence (executor.h): a device session; a run of one row at the session's
+// position is its captured decode step, any other run a prefill from pos0.
+class CudaSequence final : public ExecSequence {
+public:
+    CudaSequence(const CudaWeights& w, const SequenceSpec& spec) : hp_(w.model().hp), o_(options(spec)), s_(w, o_) {}  // the kept session when it fits: no set-up, no capture
+    size_t cache_bytes() const override {
+        return size_t(2) * exec_layers(hp_, o_.loops) * o_.capacity * hp_.n_kv_heads * hp_.head_dim * sizeof(float);
+    }
+    int capacity() const override { return o_.capacity; }
+    void run(const int32_t* tokens, int n, int pos0, const PassHook* on_readout) override {
+        if (on_readout) unsupported(ExecKind::Cuda, ExecOp::PassReadouts);
+        if (n == 1 && pos0 == s_->pos() && pos0 > 0) {
+            s_->decode(tokens[0]);  // the device's own greedy pick is not used: the host pipeline decides
+            return;
+        }
+        if (pos0 != s_->pos()) s_->set_pos(pos0);
+        s_->prefill(tokens, n);
+    }
+    void last_logits(float* out) override {
+        const std::vector<float> l = s_->last_logits();
+        std::copy(l.begin(), l.end(), out);
+    }
 
-GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
-                           const GenerateOptions& options) {
-    using Clock = TokenEmitter::Clock;
-    const auto t0 = Clock::now();
-    const int loops = config.loops > 0 ? config.loops : m.hp.default_loops;
-    GenerateResult res = prompt_result(prompt, prompt_len, config.max_tokens);
-    if (config.max_tokens <= 0) return res;
-    CudaSessionOptions o;
-    o.loops = loops;
-    o.capacity = std::min(m.max_seq_len, prompt_len + config.max_tokens);
-    o.window = config.cache_window;
-    CudaSessionLease s(*m.cuda, o);  // the kept session when it fits: no set-up, no capture
-    res.stats.kv_cache_bytes = size_t(2) * exec_layers(m.hp, loops) * s->options().capacity * m.hp.n_kv_heads * m.hp.head_dim * sizeof(float);
-    // prefill_ms is the prompt's forward alone: a new session's set-up (stream, buffers) is not in it
-    const auto t_prefill = Clock::now();
-    s->prefill(prompt, prompt_len);
-    std::vector<float> logits = s->last_logits();
-    res.stats.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_prefill).count();
-    TokenDecoder dec(m, config, res, options.on_token, options.observer, 0, t0);
-    if (dec.grammar.dead()) {
-        res.stats.stop_reason = StopReason::GRAMMAR_DEAD_END;
-        dec.out.finish(loops);
-        return res;
+private:
+    static CudaSessionOptions options(const SequenceSpec& spec) {
+        if (spec.kv_cache != KVCacheType::F32) unsupported(ExecKind::Cuda, ExecOp::Int8Cache);
+        CudaSessionOptions o;
+        o.loops = spec.loops;
+        o.capacity = spec.capacity;
+        o.window = spec.window;
+        return o;
     }
-    for (int i = 0; i < config.max_tokens; ++i) {
-        if (!dec.step(logits.data(), {.depth = loops, .lens_states = nullptr})) break;
-        if (s->pos() >= o.capacity) break;
-        s->decode(res.tokens.back());  // the device's own greedy pick is not used: the host pipeline decides
-        logits = s->last_logits();
+    const HParams& hp_;
+    CudaSessionOptions o_;
+    CudaSessionLease s_;
+};
+
+class CudaExecutor final : public Executor {
+public:
+    explicit CudaExecutor(const Model& m) : m_(m) {}
+    ExecKind kind() const override { return ExecKind::Cuda; }
+    std::unique_ptr<ExecSequence> sequence(const SequenceSpec& spec) const override {
+        return std::make_unique<CudaSequence>(*m_.cuda, spec);
     }
-    dec.out.finish(loops);
-    return res;
+    // The sequence's prefill on the device at depth `loops` (f32 KV cache; prefill chunks of >= 64
+    // rows through cuBLAS), every row's logits downloaded.
+    std::vector<float> sequence_logits(const int32_t* tokens, int n, int loops, KVCacheType kv_cache) const override {
+        if (kv_cache != KVCacheType::F32) unsupported(ExecKind::Cuda, ExecOp::Int8Cache);
+        CudaSessionOptions o;
+        o.loops = loops;
+        o.capacity = n;
+        CudaSessionLease s(*m_.cuda, o);
+        std::vector<float> logits;
+        s->prefill(tokens, n, &logits);
+        return logits;
+    }
+
+private:
+    const Model& m_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_cuda_executor(const Model& m) {
+    if (!m.cuda) throw Error(ErrorCode::Internal, "make_cuda_executor: the model's weights are not on the device");
+    return std::make_unique<CudaExecutor>(m);
 }
 
 }  // namespace tinyloop

@@ -4,9 +4,10 @@
 // first use and replayed for every later token, no host synchronisation in a step other than
 // reading the chosen token.
 //
-// Reached from the public API through load_model (backend cuda / auto on a usable device),
-// decode() (cuda_decode below), forward_logits / score and the lens (cuda_forward_logits); the calls not routed yet throw NotSupported naming the feature
-// (require_cpu_backend, model.h). Only defined in builds with the CUDA back end.
+// Reached from the public API through load_model (backend cuda / auto on a usable device) and
+// the CUDA executor (make_cuda_executor below, executor.h), which decode(), forward_logits /
+// score, escalation and the lens run on; what it lacks is refused in one place (executor.h's
+// table and unsupported()). Only defined in builds with the CUDA back end.
 #pragma once
 
 #ifdef TINYLOOP_HAVE_CUDA
@@ -22,8 +23,8 @@
 
 namespace tinyloop {
 
-struct DecodeStart;  // decode.h
 class CudaSession;
+class Executor;  // executor.h
 
 // The model's weights in device memory: the file's bytes uploaded as they are (quantized
 // weights stay packed), every WeightView rebased onto the device copy. Immutable after
@@ -136,31 +137,14 @@ private:
     bool reused_ = false;
 };
 
-// generate / generate_stream on a model loaded on CUDA (decode() dispatches here): prefill and
-// every decode step on the device, the logits back once per step for the host's logits
-// pipeline (sampling, penalties, stops, grammar). config is validated by the caller.
-GenerateResult cuda_decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
-                           const GenerateOptions& options);
-// The first thing a decode call asks for that cuda_decode does not do yet (beam search, early
-// exit, the lens, KV provenance, an INT8 KV cache, starting from a prefix cache or resume
-// handle), or nullptr when it can run on the device.
-const char* cuda_unrouted_feature(const GenerateConfig& config, const GenerateOptions& options, const DecodeStart* start);
-
-// forward_logits / score on a model loaded on CUDA: the sequence's prefill on the device at
-// depth `loops` (f32 KV cache; prefill chunks of >= 64 rows through cuBLAS), every row's logits
-// downloaded, [n, vocab]. tokens and loops are validated by the caller.
-std::vector<float> cuda_forward_logits(const Model& m, const int32_t* tokens, int n, int loops);
+// The CUDA executor (executor.h) on a model whose weights are on the device (m.cuda): decode
+// sequences on device sessions, every row's logits of a sequence from one device prefill.
+std::unique_ptr<Executor> make_cuda_executor(const Model& m);
 
 // Uploads the model's weights to `device` for load_model (backend cuda).
 std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device);
 // Device bytes the model holds: its weights plus the live sessions' buffers.
 size_t cuda_model_bytes(const CudaWeights& w);
-
-// Greedy generation at depth `loops` on the device: the prompt's prefill, then up to
-// max_tokens tokens, stopping after the tokenizer's EOS. The CPU twin is generate() with
-// temperature 0 and default penalties (no stop strings).
-std::vector<int32_t> cuda_generate_greedy(const CudaWeights& w, const int32_t* prompt, int n, int loops,
-                                          int max_tokens);
 
 }  // namespace tinyloop
 

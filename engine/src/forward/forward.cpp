@@ -1,4 +1,5 @@
 #include "forward/forward.h"
+#include "forward/executor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -457,7 +458,7 @@ void forward_pass_major(const Model& m, KVCache& kv, Workspace& ws, const Forwar
 
 void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args,
              std::vector<float>& out_h) {
-    require_cpu_backend(m, "this call (the host forward)");
+    if (m.cuda && m.cuda_required) unsupported(ExecKind::Cuda, ExecOp::HostForward);
     const HParams& hp = m.hp;
     const int d = hp.d_model;
     if (args.n <= 0) return;

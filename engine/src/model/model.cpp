@@ -41,6 +41,14 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
     return *this;
 }
 
+int resolve_loops(const Model& m, int loops) {
+    if (loops < 0 || loops > m.hp.max_loops)
+        throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(loops) + " is outside [1, " +
+                                                    std::to_string(m.hp.max_loops) + "] (0 = default)");
+    return loops > 0 ? loops : m.hp.default_loops;
+}
+
+
 const kern::WeightView* Model::find_tensor(const std::string& name) const {
     for (const auto& [n, view] : views)
         if (n == name) return &view;

@@ -83,15 +83,10 @@ struct Model {
     std::vector<std::pair<std::string, kern::WeightView>> views;  // every matrix/vector by name
 };
 
-// For a call that runs only on the CPU back end so far: on a model loaded with backend cuda it
-// throws NotSupported naming the feature (never a CPU run after the user asked for CUDA); with
-// backend auto the call runs on the CPU, as model_info's backend_note says.
-inline void require_cpu_backend(const Model& m, const char* feature) {
-    if (m.cuda && m.cuda_required)
-        throw Error(ErrorCode::NotSupported, std::string(feature) +
-                                                 ": does not run on the CUDA back end yet (this model was loaded "
-                                                 "with backend cuda); load it with backend cpu");
-}
+// A call's depth: 0 -> the model's default_loops; else checked against [1, max_loops] (an
+// InvalidArgument naming "loops" and the range). On this floor so that every room above
+// (decoding, caches, scoring, speculation) resolves it the same way.
+int resolve_loops(const Model& m, int loops);
 
 // Checks a model pointer handed in by a caller.
 inline const Model& checked(const Model* m) {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "forward/cuda_forward.h"
+#include "forward/executor.h"
 #include "scoring/lens.h"
 #include "scoring/scoring.h"
 
@@ -52,14 +52,11 @@ EscalationResult score_with_consistency_escalation(Model* model, const int32_t* 
     const int V = hp.vocab_size;
     const int d = hp.d_model;
     const int deepest = c.depths.back();
-#ifdef TINYLOOP_HAVE_CUDA
-    // On a model loaded on CUDA each rung is its own prefill on the device (the state after pass l
-    // is the final state of an l-pass run, so the logits are the CPU's); passes_run counts the
-    // passes the device ran.
-    const bool on_device = m.cuda != nullptr;
-#else
-    const bool on_device = false;
-#endif
+    // The call's one back end (executor.h). One that cannot keep states between calls (the
+    // device) runs each rung as its own sequence_logits (the state after pass l is the final state
+    // of an l-pass run, so the logits are the CPU's); passes_run counts the passes it ran.
+    const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::SequenceLogits});
+    const bool on_device = !ex->supports(ExecOp::PassStates);
     KVCache kv;
     if (!on_device) kv.allocate(exec_layers(hp, deepest), n, hp.n_kv_heads * hp.head_dim);
     Workspace ws;
@@ -82,7 +79,7 @@ EscalationResult score_with_consistency_escalation(Model* model, const int32_t* 
     for (int i = 0; i < n - 1; ++i) active[i] = i;
     std::vector<float> rows, logits, prev_logits;
     int reached = 0;
-    [[maybe_unused]] auto gather = [&](const std::vector<float>& all, std::vector<float>& out) {
+    auto gather = [&](const std::vector<float>& all, std::vector<float>& out) {
         out.resize(active.size() * static_cast<size_t>(V));
         for (size_t a = 0; a < active.size(); ++a)
             std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(active[a]) * V, V,
@@ -92,14 +89,12 @@ EscalationResult score_with_consistency_escalation(Model* model, const int32_t* 
         const int depth = c.depths[k];
         const bool need_prev = c.signal == EscalationSignal::Disagreement && depth > 1;
         if (on_device) {
-#ifdef TINYLOOP_HAVE_CUDA
-            gather(cuda_forward_logits(m, tokens, n, depth), logits);
+            gather(ex->sequence_logits(tokens, n, depth, KVCacheType::F32), logits);
             r.passes_run += static_cast<long long>(depth) * n;
             if (need_prev) {
-                gather(cuda_forward_logits(m, tokens, n, depth - 1), prev_logits);
+                gather(ex->sequence_logits(tokens, n, depth - 1, KVCacheType::F32), prev_logits);
                 r.passes_run += static_cast<long long>(depth - 1) * n;
             }
-#endif
             reached = depth;
         } else {
             want_pass = depth - 1;

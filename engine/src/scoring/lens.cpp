@@ -5,7 +5,7 @@
 #include <limits>
 #include <numeric>
 
-#include "decode/sampling.h"
+#include "forward/backend.h"
 
 namespace tinyloop {
 
@@ -44,7 +44,7 @@ LensDepth lens_entry(const float* logits, int vocab, int depth, int top_k, int32
 // The scoring family built on the lens.
 // ---------------------------------------------------------------------------------------------
 
-#include "forward/cuda_forward.h"
+#include "forward/executor.h"
 #include "scoring/scoring.h"
 
 namespace tinyloop {
@@ -60,27 +60,24 @@ void softmax_row(const float* z, int n, std::vector<double>& p) {
     for (double& x : p) x /= s;
 }
 
-// The lens logits of every position at each depth 1..L of one sequence. On the CPU from the
-// states of one L-pass forward (every pass kept); on a model loaded on CUDA, depth l is a prefill
-// of l passes on the device: the state after pass l of an L-pass run is the final state of an
-// l-pass run (a pass never reads a later one), so the answers are the same, for L(L+1)/2 passes
-// in all instead of L (the device's prefill against the host's softmaxes over the vocabulary).
+// The lens logits of every position at each depth 1..L of one sequence. On an executor that
+// keeps per-pass states (the CPU's) from the states of one L-pass forward (every pass kept);
+// elsewhere (the device) depth l is a sequence_logits of l passes: the state after pass l of an
+// L-pass run is the final state of an l-pass run (a pass never reads a later one), so the answers
+// are the same, for L(L+1)/2 passes in all instead of L (the device's prefill against the host's
+// softmaxes over the vocabulary).
 class DepthLogits {
 public:
-    DepthLogits(const Model& m, const int32_t* tokens, int n, int L) : m_(m), tokens_(tokens), n_(n) {
-#ifdef TINYLOOP_HAVE_CUDA
-        if (m.cuda) return;
-#endif
-        states_ = all_pass_states(m, tokens, n, L, /*readouts=*/true);
+    DepthLogits(const Model& m, const int32_t* tokens, int n, int L)
+        : m_(m), tokens_(tokens), n_(n), ex_(run_executor(m, {ExecOp::SequenceLogits})) {
+        if (ex_->supports(ExecOp::PassStates)) states_ = all_pass_states(m, tokens, n, L, /*readouts=*/true);
     }
     // out = the logits [n, vocab] at `depth`.
     void at(int depth, std::vector<float>& out) {
-#ifdef TINYLOOP_HAVE_CUDA
-        if (m_.cuda) {
-            out = cuda_forward_logits(m_, tokens_, n_, depth);
+        if (states_.empty()) {
+            out = ex_->sequence_logits(tokens_, n_, depth, KVCacheType::F32);
             return;
         }
-#endif
         out.resize(static_cast<size_t>(n_) * m_.hp.vocab_size);
         compute_logits(m_, states_.data() + static_cast<size_t>(depth - 1) * n_ * m_.hp.d_model, n_, out.data(), ws_);
     }
@@ -89,6 +86,7 @@ private:
     const Model& m_;
     const int32_t* tokens_;
     int n_;
+    std::unique_ptr<Executor> ex_;
     std::vector<float> states_;
     Workspace ws_;
 };
@@ -114,7 +112,7 @@ std::vector<float> exit_gate_per_pass(Model* model, const int32_t* tokens, int n
     if (!m.hp.exit_gate)
         throw Error(ErrorCode::InvalidArgument, "exit_gate_per_pass: this model has no exit gate (hparams.exit_gate "
                                                 "is false; FORMAT.md §1b)");
-    require_cpu_backend(m, "exit_gate_per_pass");
+    require_host(m, {ExecOp::PassStates});
     const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
     const int d = m.hp.d_model;

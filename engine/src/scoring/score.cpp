@@ -3,17 +3,10 @@
 #include <cmath>
 #include <limits>
 
-#include "forward/cuda_forward.h"
+#include "forward/executor.h"
 #include "scoring/scoring.h"
 
 namespace tinyloop {
-
-static int checked_loops(const Model& m, int loops) {
-    if (loops < 0 || loops > m.hp.max_loops)
-        throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(loops) + " is outside [1, " +
-                                                    std::to_string(m.hp.max_loops) + "] (0 = default)");
-    return loops > 0 ? loops : m.hp.default_loops;
-}
 
 void check_score_tokens(const Model& m, const int32_t* tokens, int n, int min_n) {
     if (n < min_n) throw Error(ErrorCode::InvalidArgument, "n: " + std::to_string(n) + " tokens; need at least " + std::to_string(min_n));
@@ -25,8 +18,6 @@ void check_score_tokens(const Model& m, const int32_t* tokens, int n, int min_n)
             throw Error(ErrorCode::InvalidArgument, "tokens[" + std::to_string(i) + "]: token id " + std::to_string(tokens[i]) +
                                                         " is outside the vocabulary [0, " + std::to_string(m.hp.vocab_size) + ")");
 }
-
-int resolve_loops(const Model& m, int loops) { return checked_loops(m, loops); }
 
 // The whole sequence in one prefill at depth `loops` through a fresh cache of `kv_cache`'s
 // layout: h receives the final states; `hook`, when given, sees every pass.
@@ -65,29 +56,21 @@ double row_logprob(const float* row, int vocab, int32_t id) {
 
 std::vector<float> forward_logits(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
     const Model& m = checked(model);
-    loops = checked_loops(m, loops);
+    loops = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
     if (kv_cache != KVCacheType::F32 && kv_cache != KVCacheType::Int8)
         throw Error(ErrorCode::InvalidArgument, "kv_cache: " + std::to_string(static_cast<int>(kv_cache)) +
                                                     " is not one of f32 (0), int8 (1)");
-#ifdef TINYLOOP_HAVE_CUDA
-    if (m.cuda) {
-        if (kv_cache == KVCacheType::F32) return cuda_forward_logits(m, tokens, n, loops);
-        // backend cuda: refused, naming it; auto: on the CPU
-        require_cpu_backend(m, "forward_logits / score with an INT8 KV cache");
-    }
-#endif
-    Workspace ws;
-    std::vector<float> h;
-    whole_sequence_forward(m, tokens, n, loops, kv_cache, nullptr, ws, h);
-    std::vector<float> logits(static_cast<size_t>(n) * m.hp.vocab_size);
-    compute_logits(m, h.data(), n, logits.data(), ws);
-    return logits;
+    // The call's one back end (executor.h): the device's prefill, or the CPU's.
+    const std::unique_ptr<Executor> ex =
+        run_executor(m, kv_cache == KVCacheType::F32 ? std::vector<ExecOp>{ExecOp::SequenceLogits}
+                                                     : std::vector<ExecOp>{ExecOp::SequenceLogits, ExecOp::Int8Cache});
+    return ex->sequence_logits(tokens, n, loops, kv_cache);
 }
 
 ScoreResult score(Model* model, const int32_t* tokens, int n, int loops, KVCacheType kv_cache) {
     const Model& m = checked(model);
-    const int L = checked_loops(m, loops);
+    const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 2);
     const std::vector<float> logits = forward_logits(model, tokens, n, L, kv_cache);
     const int V = m.hp.vocab_size;

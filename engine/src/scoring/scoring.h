@@ -5,7 +5,6 @@
 
 namespace tinyloop {
 
-int resolve_loops(const Model& m, int loops);                       // 0 -> default; range-checked
 void check_score_tokens(const Model& m, const int32_t* tokens, int n, int min_n);
 
 // Runs tokens at depth `loops` and returns every pass's states: [loops][n][d]. With `readouts`

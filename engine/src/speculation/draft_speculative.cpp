@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "decode/decode.h"
+#include "forward/executor.h"
 #include "grammar/grammar.h"
 #include "scoring/lens.h"
 #include "decode/sampling.h"
@@ -365,7 +366,7 @@ bool DraftRun::cycle() {
 GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const int32_t* prompt, int prompt_len,
                                              const GenerateConfig& c, const DraftSpeculativeConfig& sc,
                                              const GenerateOptions& options) {
-    require_cpu_backend(checked(target), "draft-model speculation");
+    require_host(checked(target), {ExecOp::DraftSpeculation});
     const auto t0 = Clock::now();
     const Model& tm = checked(target);
     check_draft_run(tm, draft, prompt, prompt_len, c, sc, options);

@@ -9,6 +9,7 @@
 //           first disagreement. Rows past the accepted ones are simply overwritten later.
 // When all K drafts are accepted, xK becomes the next cycle's x0 (its passes are not wasted).
 #include "speculation/speculative.h"
+#include "forward/executor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -128,7 +129,7 @@ GenerateResult speculative_result(const int32_t* prompt, int prompt_len, int max
 
 GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int prompt_len, const SpeculativeConfig& c,
                                        const GenerateOptions& options) {
-    require_cpu_backend(checked(model), "chain self-speculation");
+    require_host(checked(model), {ExecOp::ChainSpeculation});
     const auto t0 = Clock::now();
     const Model& m = checked(model);
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, c.draft_ahead, c.temperature);

@@ -26,6 +26,7 @@
 #include <numeric>
 
 #include "scoring/lens.h"
+#include "forward/executor.h"
 #include "decode/sampling.h"
 #include "speculation/speculative.h"
 #include "decode/stop.h"
@@ -132,7 +133,7 @@ void top_children(const Model& m, const float* logits, int k, std::vector<int32_
 
 GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
                                             const TreeSpeculativeConfig& c, const GenerateOptions& options) {
-    require_cpu_backend(checked(model), "tree self-speculation");
+    require_host(checked(model), {ExecOp::TreeSpeculation});
     const auto t0 = Clock::now();
     const Model& m = checked(model);
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, 1, c.temperature);

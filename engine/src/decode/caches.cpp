@@ -6,7 +6,7 @@
 #include <shared_mutex>
 
 #include "decode/decode.h"
-#include "scoring/scoring.h"
+#include "forward/executor.h"
 
 namespace tinyloop {
 
@@ -102,7 +102,7 @@ bool starts_with(const int32_t* prompt, int prompt_len, const std::vector<int32_
 // ---------------------------------------------------------------------------------------------
 
 PrefixCache* create_prefix_cache(Model* model, const int32_t* prefix, int n, int loops, int cache_window) {
-    require_cpu_backend(checked(model), "prefix caches");
+    require_host(checked(model), {ExecOp::CacheImport});
     const Model& m = checked(model);
     check_ids(m, prefix, n, "prefix");
     if (cache_window < 0) throw Error(ErrorCode::InvalidArgument, "cache_window: must be >= 0");
@@ -154,7 +154,7 @@ GenerateResult generate_with_prefix(Model* model, const PrefixCache* cache, cons
 // ---------------------------------------------------------------------------------------------
 
 ResumeHandle* create_resume_handle(Model* model, const int32_t* prompt, int prompt_len, int loops) {
-    require_cpu_backend(checked(model), "ResumeHandle");
+    require_host(checked(model), {ExecOp::CacheImport});
     const Model& m = checked(model);
     check_ids(m, prompt, prompt_len, "prompt");
     auto r = std::make_unique<ResumeHandle>();
@@ -196,8 +196,10 @@ GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& confi
     // §1b: a shallower run needs the prompt's coda keys/values of depth `loops`, computed from
     // its states at that depth, which the handle does not keep (only h at its deepest depth):
     // the prompt is computed again, exactly as generate would.
-    if (loops < r.loops && m.hp.n_coda_blocks > 0)
-        return decode(m, r.prompt.data(), static_cast<int>(r.prompt.size()), c, options, nullptr);
+    if (loops < r.loops && m.hp.n_coda_blocks > 0) {
+        const DecodeStart nothing;  // reuses nothing, on the executor of the caches' family
+        return decode(m, r.prompt.data(), static_cast<int>(r.prompt.size()), c, options, &nothing);
+    }
     DecodeStart start;
     start.kv = &r.kv;
     start.n_cached = static_cast<int>(r.prompt.size());
@@ -208,7 +210,7 @@ GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& confi
 // ---------------------------------------------------------------------------------------------
 
 PrefixPool* create_prefix_pool(Model* model, int loops) {
-    require_cpu_backend(checked(model), "PrefixPool");
+    require_host(checked(model), {ExecOp::CacheImport});
     const Model& m = checked(model);
     auto p = std::make_unique<PrefixPool>();
     p->model = model;
@@ -249,7 +251,10 @@ GenerateResult generate_with_pool(PrefixPool* pool, const int32_t* prompt, int p
             if (starts_with(prompt, prompt_len, e->prefix) && (!best || e->prefix.size() > best->prefix.size()))
                 best = e.get();
     if (reused_tokens) *reused_tokens = best ? static_cast<int>(best->prefix.size()) : 0;
-    if (!best) return generate_ex(p.model, prompt, prompt_len, c, options);
+    if (!best) {
+        const DecodeStart nothing;  // reuses nothing, on the executor of the pool's other calls
+        return generate_from(checked(p.model), prompt, prompt_len, c, options, &nothing);
+    }
     return generate_with_prefix(p.model, best, prompt, prompt_len, c, options);
 }
 
