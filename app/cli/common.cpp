@@ -356,7 +356,7 @@ bool read_criterion_flag(const std::string& flag, const std::string& value, Earl
 
 GenerateConfig cli_early_exit(const Model* model, const Args& args, const GenerateConfig& cfg, std::string* used) {
     std::vector<std::string> keys;
-    EarlyExitCriterion c = cfg.early_exit_criterion;
+    EarlyExitCriterion c = cfg.early_exit.criterion;
     if (auto v = args.value("--early-exit"); v && read_criterion_flag("--early-exit", *v, &c))
         keys.push_back("early_exit_criterion");
     const std::pair<const char*, const char*> flags[] = {{"--early-exit-threshold", "early_exit_threshold"},
@@ -375,8 +375,8 @@ GenerateConfig cli_early_exit(const Model* model, const Args& args, const Genera
         }
         char line[200];
         std::snprintf(line, sizeof line, "early exit: %s, threshold %g, patience %d, first probe at depth %d%s",
-                      criterion_name(out.early_exit_criterion), out.early_exit_threshold, out.early_exit_patience,
-                      out.early_exit_min_L,
+                      criterion_name(out.early_exit.criterion), out.early_exit.threshold, out.early_exit.patience,
+                      out.early_exit.min_L,
                       !model_used ? (builtin_used && keys.empty() ? " (built-in default)" : "")
                       : keys.empty() ? " (recommended by the model)"
                                      : " (the fields not given: recommended by the model)");
@@ -385,7 +385,7 @@ GenerateConfig cli_early_exit(const Model* model, const Args& args, const Genera
     return out;
 }
 
-std::string speculation_used_line(const Model* model, const SpeculationKnobs& k, bool tree, bool draft_given,
+std::string speculation_used_line(const Model* model, const SpeculationPolicy& k, bool tree, bool draft_given,
                                   bool ahead_given, bool branches_given) {
     const Recommendation& rec = model_recommendation(model);
     const bool from_model = (!draft_given && rec.draft_loops > 0 && rec.draft_loops == k.draft_loops) ||

@@ -115,7 +115,7 @@ bool read_criterion_flag(const std::string& flag, const std::string& value, Earl
 const char* criterion_flag_name(EarlyExitCriterion c);
 // "speculation: draft 2 -> verify 4, draft_ahead 4 (recommended by the model)" for a resolved
 // chain or tree run; `given` says which knobs came from flags.
-std::string speculation_used_line(const Model* model, const SpeculationKnobs& k, bool tree, bool draft_given,
+std::string speculation_used_line(const Model* model, const SpeculationPolicy& k, bool tree, bool draft_given,
                                   bool ahead_given, bool branches_given);
 
 // "12.3 MiB"

@@ -106,7 +106,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     const int V = hp.vocab_size;
     const int d = hp.d_model;
     const int loops = config.loops > 0 ? config.loops : hp.default_loops;
-    const ExitPolicy policy = ExitPolicy::from(config);
+    const EarlyExitPolicy policy = effective_exit_policy(config.early_exit);
 
     GenerateResult res = prompt_result(prompt, prompt_len, config.max_tokens);
     GenerateStats& st = res.stats;
@@ -181,7 +181,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         const int32_t tok = res.tokens.back();
 
         // Advance: run the new token at its position.
-        if (policy.enabled) {
+        if (policy.enabled()) {
             depth = decode_step_adaptive(m, kv, ws, tok, position, loops, config.cache_window, policy, h,
                                          options.lens ? &hook : nullptr);
             // passes 1..depth ran; propagate_exited_state wrote the layers of the passes after it

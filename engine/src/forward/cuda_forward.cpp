@@ -407,7 +407,7 @@ size_t cuda_model_bytes(const CudaWeights& w) { return w.device_bytes() + w.sess
 
 const char* cuda_unrouted_feature(const GenerateConfig& config, const GenerateOptions& options, const DecodeStart* start) {
     if (config.beam_size >= 2) return "beam search (beam_size >= 2)";
-    if (ExitPolicy::from(config).enabled) return "early exit";
+    if (config.early_exit.enabled()) return "early exit";
     if (options.lens) return "the lens (GenerateOptions.lens)";
     if (options.kv_provenance) return "kv_provenance";
     if (config.kv_cache != KVCacheType::F32) return "kv_cache int8";
