@@ -506,11 +506,12 @@ void resolve_bench_defaults(const BenchFlags& f, const Model* model, int L, Runs
         rs.speculation = {.verify_loops = L, .draft_loops = f.draft_flag.value_or(0), .draft_ahead = f.ahead.value_or(0),
                           .branches = f.branches.value_or(0)};
         if (L < 2) continue;
-        (tree ? out.tree : out.chain) = resolved_speculation(model, rs);
+        const ResolvedRun r = resolve_cli_run(model, rs, {.draft_loops = f.draft_flag.has_value(), .verify_loops = true,
+                                                          .draft_ahead = f.ahead.has_value(),
+                                                          .branches = f.branches.has_value()});
+        (tree ? out.tree : out.chain) = r.spec.speculation;
         if (f.has_mode(tree ? "tree" : "speculative"))
-            out.used.push_back((tree ? "tree " : "chain ") +
-                               speculation_used_line(model, tree ? out.tree : out.chain, tree, f.draft_flag.has_value(),
-                                                     f.ahead.has_value(), f.branches.has_value()));
+            out.used.push_back((tree ? "tree " : "chain ") + speculation_used_line(r));
     }
 }
 

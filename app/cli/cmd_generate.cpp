@@ -332,22 +332,6 @@ RunSpec run_spec_of(const std::string& mode, const SpeculativeFlags& flags, cons
     return rs;
 }
 
-// The run as the engine's resolver (resolve_run) completes it: the flags already hold the user's
-// choices and the mode rules the CLI refuses by flag name, so every config field counts as set
-// but a depth left at 0, and the speculation knobs count as set when their flag was given; the
-// resolver writes out the rest (depth, speculation knobs: the model's recommendation, else the
-// built-in defaults).
-ResolvedRun resolve_cli_run(Model* model, const RunSpec& rs, const SpeculativeFlags& flags) {
-    std::vector<std::string> keys;
-    for (const ConfigField& f : config_fields())
-        if (std::string(f.key) != "loops" || rs.config.loops > 0) keys.push_back(f.key);
-    if (flags.verify_loops) keys.push_back("speculation.verify_loops");
-    if (flags.draft_loops) keys.push_back("speculation.draft_loops");
-    if (flags.draft_ahead) keys.push_back("speculation.draft_ahead");
-    if (flags.branches) keys.push_back("speculation.branches");
-    return resolve_run(model, rs, keys);
-}
-
 // The speculation settings a run uses (as the engine resolves them), for --json's config.
 nlohmann::json speculation_echo(const RunSpec& rs, const std::optional<std::string>& draft_path) {
     const SpeculationPolicy& k = rs.speculation;
@@ -673,14 +657,16 @@ int run_generate(const Args& args) {
             throw Error(e.code(), std::string("--draft-model: ") + e.what());
         }
     }
-    const RunSpec run = with_flag_messages([&] {
-        return resolve_cli_run(model.get(), run_spec_of(m.mode, m.spec, cfg, draft_model.get(), m.gamma), m.spec).spec;
+    const ResolvedRun resolved = with_flag_messages([&] {
+        return resolve_cli_run(model.get(), run_spec_of(m.mode, m.spec, cfg, draft_model.get(), m.gamma),
+                               {.draft_loops = m.spec.draft_loops.has_value(),
+                                .verify_loops = m.spec.verify_loops.has_value(),
+                                .draft_ahead = m.spec.draft_ahead.has_value(),
+                                .branches = m.spec.branches.has_value()});
     });
+    const RunSpec& run = resolved.spec;
     const nlohmann::json spec_echo = speculation_echo(run, m.draft_path);
-    if (m.speculative)
-        used_line = speculation_used_line(model.get(), run.speculation,
-                                          run.mode == DecodeMode::Tree, m.spec.draft_loops.has_value(),
-                                          m.spec.draft_ahead.has_value(), m.spec.branches.has_value());
+    if (m.speculative) used_line = speculation_used_line(resolved);
     const bool speculating = m.speculative || m.draft_path.has_value();
 
     // ---- generate ----
