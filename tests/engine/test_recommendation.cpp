@@ -236,4 +236,13 @@ TEST(Recommendation, BundledModelsCarryTheirs) {
     EXPECT_THROW(recommendation_from_json(nlohmann::json::parse(
                      R"({"early_exit": {"criterion": "kl", "cli": "argmax"}})")),
                  Error);
+    // The files were written before the policy became one value: the codec reads them and writes
+    // back the same object (the free-form records "measured", "found_by" and the CLI's name aside).
+    for (const Model* m : {kjv.get(), kjv_q8.get(), digits.get()}) {
+        nlohmann::json file = nlohmann::json::parse(model_info(m).metadata_json).at("recommended");
+        file.erase("measured");
+        file.erase("found_by");
+        if (file.contains("early_exit")) file["early_exit"].erase("cli");
+        EXPECT_EQ(recommendation_to_json(model_recommendation(m)), file);
+    }
 }
