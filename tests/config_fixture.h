@@ -42,11 +42,11 @@ inline tinyloop::GenerateConfig every_config_field_changed() {
     c.num_return_sequences = 2;
     c.num_beam_groups = 3;
     c.diversity_penalty = 0.5f;
-    c.early_exit_min_L = 3;
-    c.early_exit_peek_every = 2;
-    c.early_exit_logit_margin = 0.25f;
-    c.early_exit_criterion = tinyloop::EarlyExitCriterion::KL;
-    c.early_exit_threshold = 0.125f;
+    c.early_exit.min_L = 3;
+    c.early_exit.peek_every = 2;
+    c.early_exit.logit_margin = 0.25f;
+    c.early_exit.criterion = tinyloop::EarlyExitCriterion::KL;
+    c.early_exit.threshold = 0.125f;
     c.sample_seed = 18446744073709551557ull;
     c.kv_cache = tinyloop::KVCacheType::Int8;
     return c;

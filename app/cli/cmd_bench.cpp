@@ -316,11 +316,11 @@ void read_bench_modes(const Args& args, BenchFlags& f) {
         f.modes = {"plain", "early-exit", "speculative", "tree"};
     }
     f.args = &args;
-    if (auto c = args.value("--early-exit")) read_criterion_flag("--early-exit", *c, &f.early_exit_flags.early_exit_criterion);
+    if (auto c = args.value("--early-exit")) read_criterion_flag("--early-exit", *c, &f.early_exit_flags.early_exit.criterion);
     if (auto t = args.get_float("--early-exit-threshold")) {
         if (*t < 0) throw UsageError("--early-exit-threshold: expected a number >= 0, got '" +
                                      *args.value("--early-exit-threshold") + "'");
-        f.early_exit_flags.early_exit_threshold = *t;
+        f.early_exit_flags.early_exit.threshold = *t;
     }
     f.draft_flag = args.get_int("--draft-loops", 1, 1 << 16);
     f.ahead = args.get_int("--draft-ahead", 1, 1 << 16);
@@ -445,12 +445,7 @@ RunSpec bench_run_spec(const BenchFlags& f, const std::string& mode, int max_tok
         spec.mode = DecodeMode::Greedy;
         if (mode == "early-exit") {
             spec.mode = DecodeMode::EarlyExit;
-            spec.config.early_exit_patience = early_exit.early_exit_patience;
-            spec.config.early_exit_criterion = early_exit.early_exit_criterion;
-            spec.config.early_exit_threshold = early_exit.early_exit_threshold;
-            spec.config.early_exit_logit_margin = early_exit.early_exit_logit_margin;
-            spec.config.early_exit_min_L = early_exit.early_exit_min_L;
-            spec.config.early_exit_peek_every = early_exit.early_exit_peek_every;
+            spec.config.early_exit = early_exit.early_exit;
         }
         return spec;
     }
@@ -475,7 +470,7 @@ struct Runs {
     HParams hp;
     int L = 0, draft = 0;
     GenerateConfig early_exit;           // the early-exit policy run (flags, else model, else built-in)
-    SpeculationKnobs chain, tree;        // the knobs run, resolved
+    SpeculationPolicy chain, tree;        // the knobs run, resolved
     std::vector<std::string> used;       // "early exit: ... (recommended by the model)", per mode
 };
 
@@ -500,7 +495,7 @@ Sample sample_of(const GenerateResult& res, int P, int L, const std::vector<int3
 void resolve_bench_defaults(const BenchFlags& f, const Model* model, int L, Runs& out) {
     out.used.clear();
     GenerateConfig ee = f.early_exit_flags;
-    ee.early_exit_patience = 1;
+    ee.early_exit.patience = 1;
     std::string line;
     out.early_exit = cli_early_exit(model, *f.args, ee, &line);
     if (f.has_mode("early-exit")) out.used.push_back(line);
@@ -511,11 +506,12 @@ void resolve_bench_defaults(const BenchFlags& f, const Model* model, int L, Runs
         rs.speculation = {.verify_loops = L, .draft_loops = f.draft_flag.value_or(0), .draft_ahead = f.ahead.value_or(0),
                           .branches = f.branches.value_or(0)};
         if (L < 2) continue;
-        (tree ? out.tree : out.chain) = resolved_speculation(model, rs);
+        const ResolvedRun r = resolve_cli_run(model, rs, {.draft_loops = f.draft_flag.has_value(), .verify_loops = true,
+                                                          .draft_ahead = f.ahead.has_value(),
+                                                          .branches = f.branches.has_value()});
+        (tree ? out.tree : out.chain) = r.spec.speculation;
         if (f.has_mode(tree ? "tree" : "speculative"))
-            out.used.push_back((tree ? "tree " : "chain ") +
-                               speculation_used_line(model, tree ? out.tree : out.chain, tree, f.draft_flag.has_value(),
-                                                     f.ahead.has_value(), f.branches.has_value()));
+            out.used.push_back((tree ? "tree " : "chain ") + speculation_used_line(r));
     }
 }
 
@@ -658,10 +654,10 @@ nlohmann::json row_json(const Row& r, const Med& m, const Derived& d, const Runs
             {"draft_loops", spec ? nlohmann::json(r.mode == "tree" ? runs.tree.draft_loops : r.mode == "draft" ? runs.draft : runs.chain.draft_loops) : null},
             {"draft_ahead", spec ? nlohmann::json(r.mode == "draft" ? f.gamma : r.mode == "tree" ? runs.tree.draft_ahead : runs.chain.draft_ahead) : null},
             {"branches", r.mode == "tree" ? nlohmann::json(runs.tree.branches) : null},
-            {"early_exit", r.mode == "early-exit" ? nlohmann::json(criterion_flag_name(runs.early_exit.early_exit_criterion)) : null},
-            {"early_exit_threshold", r.mode == "early-exit" ? nlohmann::json(f2d(runs.early_exit.early_exit_threshold)) : null},
-            {"early_exit_patience", r.mode == "early-exit" ? nlohmann::json(runs.early_exit.early_exit_patience) : null},
-            {"early_exit_min_L", r.mode == "early-exit" ? nlohmann::json(runs.early_exit.early_exit_min_L) : null}};
+            {"early_exit", r.mode == "early-exit" ? nlohmann::json(criterion_flag_name(runs.early_exit.early_exit.criterion)) : null},
+            {"early_exit_threshold", r.mode == "early-exit" ? nlohmann::json(f2d(runs.early_exit.early_exit.threshold)) : null},
+            {"early_exit_patience", r.mode == "early-exit" ? nlohmann::json(runs.early_exit.early_exit.patience) : null},
+            {"early_exit_min_L", r.mode == "early-exit" ? nlohmann::json(runs.early_exit.early_exit.min_L) : null}};
 }
 
 std::string row_line(const Row& r, const Med& m, const Derived& d) {

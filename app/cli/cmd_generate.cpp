@@ -322,7 +322,7 @@ RunSpec run_spec_of(const std::string& mode, const SpeculativeFlags& flags, cons
     else if (mode == "tree") rs.mode = DecodeMode::Tree;
     else if (draft) rs.mode = DecodeMode::DraftModel;
     else rs.mode = config_mode(cfg);
-    SpeculationKnobs& k = rs.speculation;
+    SpeculationPolicy& k = rs.speculation;
     k.verify_loops = flags.verify_loops.value_or(0);
     k.draft_loops = flags.draft_loops.value_or(0);
     k.draft_ahead = flags.draft_ahead.value_or(k.draft_ahead);
@@ -333,8 +333,8 @@ RunSpec run_spec_of(const std::string& mode, const SpeculativeFlags& flags, cons
 }
 
 // The speculation settings a run uses (as the engine resolves them), for --json's config.
-nlohmann::json speculation_echo(Model* model, const RunSpec& rs, const std::optional<std::string>& draft_path) {
-    const SpeculationKnobs k = resolved_speculation(model, rs);
+nlohmann::json speculation_echo(const RunSpec& rs, const std::optional<std::string>& draft_path) {
+    const SpeculationPolicy& k = rs.speculation;
     if (rs.mode == DecodeMode::DraftModel)
         return {{"draft_model", *draft_path}, {"gamma", k.gamma}, {"draft_loops", k.draft_loops}};
     if (rs.mode != DecodeMode::Speculative && rs.mode != DecodeMode::Tree) return nlohmann::json::object();
@@ -533,20 +533,20 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
 void read_early_exit_flags(const Args& args, GenerateConfig& cfg) {
     const bool early = args.has("--early-exit") || args.has("--early-exit-patience");
     if (auto c = args.value("--early-exit")) {
-        read_criterion_flag("--early-exit", *c, &cfg.early_exit_criterion);
-        cfg.early_exit_patience = 1;  // on; the value is resolved with the model (cli_early_exit)
+        read_criterion_flag("--early-exit", *c, &cfg.early_exit.criterion);
+        cfg.early_exit.patience = 1;  // on; the value is resolved with the model (cli_early_exit)
     }
-    if (auto v = args.get_int("--early-exit-patience")) cfg.early_exit_patience = *v;
+    if (auto v = args.get_int("--early-exit-patience")) cfg.early_exit.patience = *v;
     for (const char* f : {"--early-exit-min-l", "--early-exit-peek-every", "--early-exit-threshold"})
         if (args.has(f) && !early)
             throw UsageError(std::string(f) + ": only used with --early-exit");
-    if (auto v = args.get_int("--early-exit-min-l")) cfg.early_exit_min_L = *v;
-    if (auto v = args.get_int("--early-exit-peek-every")) cfg.early_exit_peek_every = *v;
+    if (auto v = args.get_int("--early-exit-min-l")) cfg.early_exit.min_L = *v;
+    if (auto v = args.get_int("--early-exit-peek-every")) cfg.early_exit.peek_every = *v;
     if (auto v = args.get_float("--early-exit-threshold")) {
-        cfg.early_exit_threshold = *v;
+        cfg.early_exit.threshold = *v;
         // The seed's knob for the margin criterion is early_exit_logit_margin; keep both in step.
-        if (cfg.early_exit_criterion == EarlyExitCriterion::LogitMargin)
-            cfg.early_exit_logit_margin = *v;
+        if (cfg.early_exit.criterion == EarlyExitCriterion::LogitMargin)
+            cfg.early_exit.logit_margin = *v;
     }
 }
 
@@ -562,12 +562,12 @@ nlohmann::json config_json(const GenerateConfig& cfg, const Args& args, const st
     j["stop"] = cfg.stop_strings;
     j["stop_ids"] = cfg.stop_sequences;
     j["no_repeat_ngram"] = cfg.no_repeat_ngram_size;
-    j["early_exit"] = {{"criterion", criterion_flag_name(cfg.early_exit_criterion)},
-                       {"patience", cfg.early_exit_patience},
-                       {"min_l", cfg.early_exit_min_L},
-                       {"peek_every", cfg.early_exit_peek_every},
-                       {"threshold", f2d(cfg.early_exit_threshold)},
-                       {"logit_margin", f2d(cfg.early_exit_logit_margin)}};
+    j["early_exit"] = {{"criterion", criterion_flag_name(cfg.early_exit.criterion)},
+                       {"patience", cfg.early_exit.patience},
+                       {"min_l", cfg.early_exit.min_L},
+                       {"peek_every", cfg.early_exit.peek_every},
+                       {"threshold", f2d(cfg.early_exit.threshold)},
+                       {"logit_margin", f2d(cfg.early_exit.logit_margin)}};
     j["parse_special"] = args.has("--parse-special");
     j["grammar"] = args.has("--grammar") ? nlohmann::json(*args.value("--grammar")) : nlohmann::json(nullptr);
     return j;
@@ -646,7 +646,7 @@ int run_generate(const Args& args) {
 
     // Early exit: the flags given, else the model's recommendation, else the built-in default.
     std::string used_line;
-    if (cfg.early_exit_patience > 0) cfg = cli_early_exit(model.get(), args, cfg, &used_line);
+    if (cfg.early_exit.patience > 0) cfg = cli_early_exit(model.get(), args, cfg, &used_line);
     if (!m.speculative) with_flag_messages([&] { validate_config(model.get(), prompt_len, cfg); });
     ModelHandle draft_model;
     if (m.draft_path) {
@@ -657,12 +657,16 @@ int run_generate(const Args& args) {
             throw Error(e.code(), std::string("--draft-model: ") + e.what());
         }
     }
-    const RunSpec run = run_spec_of(m.mode, m.spec, cfg, draft_model.get(), m.gamma);
-    const nlohmann::json spec_echo = speculation_echo(model.get(), run, m.draft_path);
-    if (m.speculative)
-        used_line = speculation_used_line(model.get(), resolved_speculation(model.get(), run),
-                                          run.mode == DecodeMode::Tree, m.spec.draft_loops.has_value(),
-                                          m.spec.draft_ahead.has_value(), m.spec.branches.has_value());
+    const ResolvedRun resolved = with_flag_messages([&] {
+        return resolve_cli_run(model.get(), run_spec_of(m.mode, m.spec, cfg, draft_model.get(), m.gamma),
+                               {.draft_loops = m.spec.draft_loops.has_value(),
+                                .verify_loops = m.spec.verify_loops.has_value(),
+                                .draft_ahead = m.spec.draft_ahead.has_value(),
+                                .branches = m.spec.branches.has_value()});
+    });
+    const RunSpec& run = resolved.spec;
+    const nlohmann::json spec_echo = speculation_echo(run, m.draft_path);
+    if (m.speculative) used_line = speculation_used_line(resolved);
     const bool speculating = m.speculative || m.draft_path.has_value();
 
     // ---- generate ----
@@ -688,8 +692,7 @@ int run_generate(const Args& args) {
                         : (cfg.beam_size >= 2 ? "beam" : cfg.temperature > 0.01f ? "sample" : "greedy");
 
     if (json) {
-        const int resolved_loops = m.speculative ? spec_echo.value("verify_loops", 0)
-                                                 : cfg.loops > 0 ? cfg.loops : hp.default_loops;
+        const int resolved_loops = m.speculative ? run.speculation.verify_loops : run.config.loops;
         const size_t skip = std::min<size_t>(result.tokens.size(), static_cast<size_t>(result.prompt_len));
         nlohmann::json j;
         j["model"] = model_path;

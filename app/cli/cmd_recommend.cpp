@@ -86,7 +86,7 @@ void print_text(const analysis::ExitSearch* ex, const analysis::SweepResult* sw,
             const auto& c = ex->candidates[static_cast<size_t>(ex->best)];
             std::printf("  chosen: %s threshold %g patience %d min_L %d: NLL %.4f (%+.2f%%), mean depth %.2f of %d, "
                         "modelled cost %.2f of the fixed depth's\n",
-                        criterion_name(c.criterion), c.threshold, c.patience, c.min_L, c.nll,
+                        criterion_name(c.policy.criterion), c.policy.threshold, c.policy.patience, c.policy.min_L, c.nll,
                         100 * (c.nll / ex->base_nll - 1), c.mean_depth, ex->loops, c.relative_cost);
             std::printf("  exit depth histogram:");
             for (size_t d = 0; d < c.depth_counts.size(); ++d) std::printf(" L%zu:%d", d + 1, c.depth_counts[d]);

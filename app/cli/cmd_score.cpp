@@ -127,12 +127,12 @@ void read_escalation_flags(const Args& args, ScoreFlags& f) {
 // Early exit: teacher-forced, each position stops where the policy says (score_early_exit).
 void read_early_exit_flags(const Args& args, ScoreFlags& f) {
     if (f.escalate) throw UsageError("--early-exit: not used with --escalate");
-    read_criterion_flag("--early-exit", *args.value("--early-exit"), &f.ee.early_exit_criterion);
+    read_criterion_flag("--early-exit", *args.value("--early-exit"), &f.ee.early_exit.criterion);
     f.ee.loops = f.loops;
-    f.ee.early_exit_patience = args.get_int("--early-exit-patience").value_or(1);
-    if (auto v = args.get_int("--early-exit-min-l")) f.ee.early_exit_min_L = *v;
-    if (auto v = args.get_int("--early-exit-peek-every")) f.ee.early_exit_peek_every = *v;
-    if (auto v = args.get_float("--early-exit-threshold")) f.ee.early_exit_threshold = *v;
+    f.ee.early_exit.patience = args.get_int("--early-exit-patience").value_or(1);
+    if (auto v = args.get_int("--early-exit-min-l")) f.ee.early_exit.min_L = *v;
+    if (auto v = args.get_int("--early-exit-peek-every")) f.ee.early_exit.peek_every = *v;
+    if (auto v = args.get_float("--early-exit-threshold")) f.ee.early_exit.threshold = *v;
     // The fields not given are the model's recommendation, else built-in: run_score resolves them.
 }
 
@@ -261,9 +261,9 @@ nlohmann::json score_json(const std::string& model_path, Model* model,
     }
     if (f.early)
         j["early_exit"] = {{"criterion", f.crit_name},
-                           {"threshold", f2d(f.ee.early_exit_threshold)},
-                           {"patience", f.ee.early_exit_patience},
-                           {"min_L", f.ee.early_exit_min_L},
+                           {"threshold", f2d(f.ee.early_exit.threshold)},
+                           {"patience", f.ee.early_exit.patience},
+                           {"min_L", f.ee.early_exit.min_L},
                            {"depth_used", o.ee_depth},
                            {"mean_depth", o.ee_mean_depth},
                            {"n_exited", o.n_exited}};
@@ -339,8 +339,8 @@ std::string score_summary(Model* model, const std::vector<int32_t>& ids, const S
         std::snprintf(line, sizeof(line),
                       "early exit: %s, threshold %g, patience %d, first probe at depth %d: mean "
                       "depth %.2f of %d, %d of %zu positions exited early\n",
-                      f.crit_name.c_str(), static_cast<double>(f.ee.early_exit_threshold),
-                      f.ee.early_exit_patience, f.ee.early_exit_min_L, o.ee_mean_depth, o.r.loops,
+                      f.crit_name.c_str(), static_cast<double>(f.ee.early_exit.threshold),
+                      f.ee.early_exit.patience, f.ee.early_exit.min_L, o.ee_mean_depth, o.r.loops,
                       o.n_exited, o.ee_depth.size());
         out << line;
         if (f.ee_used.find("recommended by the model") != std::string::npos) out << f.ee_used << "\n";
@@ -371,7 +371,7 @@ int run_score(const Args& args) {
     ModelHandle model = open_model(model_path, load);
     if (f.early) {  // the flags given, else the model's recommendation, else the built-in defaults
         f.ee = cli_early_exit(model.get(), args, f.ee, &f.ee_used);
-        f.crit_name = criterion_flag_name(f.ee.early_exit_criterion);
+        f.crit_name = criterion_flag_name(f.ee.early_exit.criterion);
     }
     if (f.escalate) check_depths("--escalate", f.esc.depths, model_hparams(model.get()));
     const std::vector<int32_t> ids = input_tokens(input, model.get(), 2);

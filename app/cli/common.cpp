@@ -356,7 +356,7 @@ bool read_criterion_flag(const std::string& flag, const std::string& value, Earl
 
 GenerateConfig cli_early_exit(const Model* model, const Args& args, const GenerateConfig& cfg, std::string* used) {
     std::vector<std::string> keys;
-    EarlyExitCriterion c = cfg.early_exit_criterion;
+    EarlyExitCriterion c = cfg.early_exit.criterion;
     if (auto v = args.value("--early-exit"); v && read_criterion_flag("--early-exit", *v, &c))
         keys.push_back("early_exit_criterion");
     const std::pair<const char*, const char*> flags[] = {{"--early-exit-threshold", "early_exit_threshold"},
@@ -375,8 +375,8 @@ GenerateConfig cli_early_exit(const Model* model, const Args& args, const Genera
         }
         char line[200];
         std::snprintf(line, sizeof line, "early exit: %s, threshold %g, patience %d, first probe at depth %d%s",
-                      criterion_name(out.early_exit_criterion), out.early_exit_threshold, out.early_exit_patience,
-                      out.early_exit_min_L,
+                      criterion_name(out.early_exit.criterion), out.early_exit.threshold, out.early_exit.patience,
+                      out.early_exit.min_L,
                       !model_used ? (builtin_used && keys.empty() ? " (built-in default)" : "")
                       : keys.empty() ? " (recommended by the model)"
                                      : " (the fields not given: recommended by the model)");
@@ -385,15 +385,24 @@ GenerateConfig cli_early_exit(const Model* model, const Args& args, const Genera
     return out;
 }
 
-std::string speculation_used_line(const Model* model, const SpeculationKnobs& k, bool tree, bool draft_given,
-                                  bool ahead_given, bool branches_given) {
-    const Recommendation& rec = model_recommendation(model);
-    const bool from_model = (!draft_given && rec.draft_loops > 0 && rec.draft_loops == k.draft_loops) ||
-                            (!ahead_given && (tree ? rec.tree_draft_ahead : rec.draft_ahead) > 0) ||
-                            (tree && !branches_given && rec.branches > 0);
+ResolvedRun resolve_cli_run(const Model* model, const RunSpec& spec, const SpeculationFlagsGiven& given) {
+    std::vector<std::string> keys;
+    for (const ConfigField& f : config_fields())
+        if (std::string(f.key) != "loops" || spec.config.loops > 0) keys.push_back(f.key);
+    if (given.verify_loops) keys.push_back("speculation.verify_loops");
+    if (given.draft_loops) keys.push_back("speculation.draft_loops");
+    if (given.draft_ahead) keys.push_back("speculation.draft_ahead");
+    if (given.branches) keys.push_back("speculation.branches");
+    return resolve_run(model, spec, keys);
+}
+
+std::string speculation_used_line(const ResolvedRun& run) {
+    const SpeculationPolicy& k = run.spec.speculation;
+    bool from_model = false;
+    for (const auto& [key, from] : run.source) from_model |= key.rfind("speculation.", 0) == 0 && from == "model";
     std::string s = "speculation: draft " + std::to_string(k.draft_loops) + " -> verify " +
                     std::to_string(k.verify_loops) + ", draft_ahead " + std::to_string(k.draft_ahead);
-    if (tree) s += ", branches " + std::to_string(k.branches);
+    if (k.kind == SpeculationKind::Tree) s += ", branches " + std::to_string(k.branches);
     return s + (from_model ? " (recommended by the model)" : "");
 }
 

@@ -113,10 +113,18 @@ GenerateConfig cli_early_exit(const Model* model, const Args& args, const Genera
 bool read_criterion_flag(const std::string& flag, const std::string& value, EarlyExitCriterion* out);
 // The flag's name of a criterion: l2, margin, kl, entropy, argmax.
 const char* criterion_flag_name(EarlyExitCriterion c);
+// The run as the engine's resolver (resolve_run) completes it for the command line: the flags
+// already hold the user's choices and the mode rules the CLI refuses by flag name, so every config
+// field counts as set but a depth left at 0; a speculation knob counts as set when its flag was
+// given (`given`: draft_loops, verify_loops, draft_ahead, branches). The resolver writes out the
+// rest: the depth, the knobs from the model's recommendation, else the built-in defaults.
+struct SpeculationFlagsGiven {
+    bool draft_loops = false, verify_loops = false, draft_ahead = false, branches = false;
+};
+ResolvedRun resolve_cli_run(const Model* model, const RunSpec& spec, const SpeculationFlagsGiven& given);
 // "speculation: draft 2 -> verify 4, draft_ahead 4 (recommended by the model)" for a resolved
-// chain or tree run; `given` says which knobs came from flags.
-std::string speculation_used_line(const Model* model, const SpeculationKnobs& k, bool tree, bool draft_given,
-                                  bool ahead_given, bool branches_given);
+// chain or tree run, "recommended by the model" when the resolver took any knob from it.
+std::string speculation_used_line(const ResolvedRun& run);
 
 // "12.3 MiB"
 std::string human_bytes(uint64_t bytes);

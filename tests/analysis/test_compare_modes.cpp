@@ -177,8 +177,8 @@ TEST(CompareModes, DefaultsFollowTheModelsRecommendation) {
     EXPECT_EQ(m[3].run.speculation.branches, rec.branches);
     EXPECT_EQ(m[4].run.mode, tinyloop::DecodeMode::EarlyExit);
     EXPECT_EQ(m[4].run.config.loops, D);
-    EXPECT_EQ(m[4].run.config.early_exit_min_L, rec.early_exit_min_L);
-    EXPECT_FLOAT_EQ(m[4].run.config.early_exit_threshold, rec.early_exit_threshold);
+    EXPECT_EQ(m[4].run.config.early_exit.min_L, rec.early_exit.min_L);
+    EXPECT_FLOAT_EQ(m[4].run.config.early_exit.threshold, rec.early_exit.threshold);
     EXPECT_EQ(m[4].label, "early exit hidden_l2<0.5 (model's)");
     EXPECT_EQ(m[5].run.mode, tinyloop::DecodeMode::Sample);
     for (const ModeSpec& s : m) EXPECT_EQ(s.run.config.max_tokens, 16);

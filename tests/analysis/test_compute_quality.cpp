@@ -45,10 +45,10 @@ TEST(ComputeQuality, PointsEqualScoringApi) {
     for (int i = 0; i < 3; ++i) {
         tinyloop::GenerateConfig c;
         c.loops = 6;
-        c.early_exit_patience = 1;
-        c.early_exit_min_L = 2;
-        c.early_exit_criterion = s.exits[static_cast<size_t>(i)].criterion;
-        c.early_exit_threshold = s.exits[static_cast<size_t>(i)].threshold;
+        c.early_exit.patience = 1;
+        c.early_exit.min_L = 2;
+        c.early_exit.criterion = s.exits[static_cast<size_t>(i)].criterion;
+        c.early_exit.threshold = s.exits[static_cast<size_t>(i)].threshold;
         std::vector<int> depth;
         const auto r = tinyloop::score_early_exit(m, text.data(), n, c, &depth);
         double sum = 0;

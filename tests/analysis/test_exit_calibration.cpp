@@ -28,7 +28,8 @@ TEST(ExitCalibration, FlagsEqualEarlyExitDecode) {
                           {C::LogitMargin, 1.0f}, {C::EntropyDelta, 0.3f}, {C::ArgmaxStable, 0.5f}};
     int flagged = 0, kept = 0;
     for (const Case& k : cases) {
-        CalibPolicy p;
+        tinyloop::EarlyExitPolicy p;
+        p.patience = 1;
         p.criterion = k.c;
         p.threshold = k.t;
         const std::vector<CalibToken> scored = rescore_calibration(d, p);
@@ -38,11 +39,11 @@ TEST(ExitCalibration, FlagsEqualEarlyExitDecode) {
             c.loops = 8;
             c.max_tokens = 2;
             c.ignore_eos = true;
-            c.early_exit_patience = p.patience;
-            c.early_exit_min_L = p.min_L;
-            c.early_exit_peek_every = p.peek_every;
-            c.early_exit_criterion = k.c;
-            c.early_exit_threshold = k.t;
+            c.early_exit.patience = p.patience;
+            c.early_exit.min_L = p.min_L;
+            c.early_exit.peek_every = p.peek_every;
+            c.early_exit.criterion = k.c;
+            c.early_exit.threshold = k.t;
             // prompt = everything before the row's token; the prefill gives that token, the
             // adaptive step on it gives the token under test
             const tinyloop::GenerateResult g = tinyloop::generate_ex(m, d.tokens.data(), t.row, c);
@@ -58,7 +59,8 @@ TEST(ExitCalibration, FlagsEqualEarlyExitDecode) {
     EXPECT_TRUE(flagged > 0) << "some threshold should change some token";
     EXPECT_TRUE(kept > 0) << "some token should exit early and keep its output";
     // Bad policy fields are refused with the field's name.
-    CalibPolicy bad;
+    tinyloop::EarlyExitPolicy bad;
+    bad.patience = 1;
     bad.min_L = 99;
     try {
         rescore_calibration(d, bad);

@@ -17,8 +17,8 @@ TEST(KvProvenance, MatchesDefinition) {
     c.max_tokens = 16;
     c.loops = 8;
     c.ignore_eos = true;
-    c.early_exit_patience = 1;
-    c.early_exit_threshold = 0.2f;
+    c.early_exit.patience = 1;
+    c.early_exit.threshold = 0.2f;
     const int L = 8, layers = hp.n_pre_blocks + L * hp.n_loop_layers;
     using O = tinyloop::KVOrigin;
 

@@ -27,9 +27,10 @@ TEST(RecommendationSearch, ChosenExitPolicyKeepsTheNllAndExitsEarly) {
             EXPECT_GE(o.relative_cost, c.relative_cost - 0.01);
         }
     const tinyloop::Recommendation r = recommendation_from(&s, nullptr);
-    EXPECT_EQ(r.early_exit_criterion, c.criterion);
-    EXPECT_FLOAT_EQ(r.early_exit_threshold, c.threshold);
-    EXPECT_EQ(r.early_exit_patience, c.patience);
+    EXPECT_EQ(r.early_exit.criterion, c.policy.criterion);
+    EXPECT_FLOAT_EQ(r.early_exit.threshold, c.policy.threshold);
+    EXPECT_EQ(r.early_exit.patience, c.policy.patience);
+    EXPECT_EQ(r.early_exit.min_L, c.policy.min_L);
     EXPECT_FALSE(r.has_speculation());
     EXPECT_THROW(search_exit_policy(m, {ids[0]}, 0.01), tinyloop::Error);
     EXPECT_THROW(search_exit_policy(m, ids, 2.0), tinyloop::Error);
@@ -67,9 +68,9 @@ TEST(RecommendationSearch, SpeculationCellsRankByMeasuredSpeedupAndMustPay) {
 
 TEST(RecommendationSearch, SavingReplacesOnlyThePartMeasured) {
     tinyloop::Recommendation exits;
-    exits.early_exit_patience = 1;
-    exits.early_exit_criterion = tinyloop::EarlyExitCriterion::KL;
-    exits.early_exit_threshold = 0.1f;
+    exits.early_exit.patience = 1;
+    exits.early_exit.criterion = tinyloop::EarlyExitCriterion::KL;
+    exits.early_exit.threshold = 0.1f;
     const std::string before = R"({"licence": "CC0", "recommended": {"speculation": {"draft_ahead": 3}}})";
     const nlohmann::json after = nlohmann::json::parse(metadata_with_recommendation(
         before, exits, {{"early_exit", {{"chosen", 1}, {"candidates", {1, 2, 3}}}}}));
@@ -80,16 +81,16 @@ TEST(RecommendationSearch, SavingReplacesOnlyThePartMeasured) {
     EXPECT_FALSE(after["recommended"]["measured"]["early_exit"].contains("candidates"));  // the grid stays out
     const tinyloop::Recommendation back = tinyloop::recommendation_from_json(after["recommended"]);
     EXPECT_EQ(back.draft_ahead, 3);
-    EXPECT_EQ(back.early_exit_criterion, tinyloop::EarlyExitCriterion::KL);
+    EXPECT_EQ(back.early_exit.criterion, tinyloop::EarlyExitCriterion::KL);
 }
 
 TEST(RecommendationSearch, APartMeasuredWithNothingPayingRemovesTheStoredOne) {
     // `tinyloop quantize` copies IN's settings; a sweep on OUT that finds no paying cell must not
     // leave them in place (the CLI then says "none recommended").
     tinyloop::Recommendation exits_only;
-    exits_only.early_exit_patience = 1;
-    exits_only.early_exit_criterion = tinyloop::EarlyExitCriterion::HiddenL2;
-    exits_only.early_exit_threshold = 0.5f;
+    exits_only.early_exit.patience = 1;
+    exits_only.early_exit.criterion = tinyloop::EarlyExitCriterion::HiddenL2;
+    exits_only.early_exit.threshold = 0.5f;
     const std::string copied = R"({"recommended": {"speculation": {"draft_loops": 1, "draft_ahead": 6}}})";
     const nlohmann::json after = nlohmann::json::parse(metadata_with_recommendation(
         copied, exits_only, {{"speculation", {{"chain", nullptr}, {"tree", nullptr}}}, {"early_exit", {{"chosen", 1}}}}));

@@ -41,8 +41,8 @@ TEST_P(StepTakingProposals, IsPlainGeneration) {
     cfg.temperature = temperature;
     cfg.top_k = 40;
     cfg.sample_seed = 11;
-    cfg.early_exit_patience = patience;
-    cfg.early_exit_criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
+    cfg.early_exit.patience = patience;
+    cfg.early_exit.criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
     tinyloop::GenerateOptions lensOpts;
     lensOpts.lens = true;
     lensOpts.lens_top_k = 8;

@@ -203,7 +203,7 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     expect_refused("INT8 KV cache", [&] { tinyloop::score(gpu.get(), prompt.data(), n, 0, tinyloop::KVCacheType::Int8); });
     expect_refused("score_early_exit", [&] {
         tinyloop::GenerateConfig g = greedy(8, 0);
-        g.early_exit_patience = 1;
+        g.early_exit.patience = 1;
         tinyloop::score_early_exit(gpu.get(), prompt.data(), n, g);
     });
     expect_refused("chain self-speculation", [&] {

@@ -75,8 +75,8 @@ std::vector<Case> sixteen_cases(Grammar* grammar) {
     cs[11].cfg.kv_cache = KVCacheType::Int8;
     cs[11].cfg.temperature = 1.0f;
     cs[11].cfg.sample_seed = 5;
-    cs[12].cfg.early_exit_patience = 1;      // unbatched decode steps, batched prefill
-    cs[12].cfg.early_exit_threshold = 0.2f;
+    cs[12].cfg.early_exit.patience = 1;      // unbatched decode steps, batched prefill
+    cs[12].cfg.early_exit.threshold = 0.2f;
     cs[12].cfg.loops = 6;
     cs[14].cfg.frequency_penalty = 0.5f;
     cs[14].cfg.presence_penalty = 0.5f;

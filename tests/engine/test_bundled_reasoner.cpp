@@ -135,11 +135,11 @@ TEST(BundledReasoner, RecommendedEarlyExitStopsLaterOnBiggerProblems) {
     const auto probs = heldout_subset(4);
     GenerateConfig c;
     const Outcome full = run(mp.get(), probs, c);
-    c.early_exit_criterion = criterion_named(ee.at("criterion").get<std::string>());
-    c.early_exit_threshold = ee.at("threshold").get<float>();
-    c.early_exit_patience = ee.at("patience").get<int>();
-    c.early_exit_min_L = ee.at("min_L").get<int>();
-    c.early_exit_peek_every = ee.at("peek_every").get<int>();
+    c.early_exit.criterion = criterion_named(ee.at("criterion").get<std::string>());
+    c.early_exit.threshold = ee.at("threshold").get<float>();
+    c.early_exit.patience = ee.at("patience").get<int>();
+    c.early_exit.min_L = ee.at("min_L").get<int>();
+    c.early_exit.peek_every = ee.at("peek_every").get<int>();
     const Outcome early = run(mp.get(), probs, c);
     std::vector<double> sizes;
     for (const Problem& p : probs) sizes.push_back(p.size);

@@ -470,7 +470,7 @@ TEST(DraftSpeculative, RefusesMismatchedVocabularyAndBadKnobs) {
     bad.beam_size = 4;
     expect_error(target.get(), target.get(), bad, ok, ErrorCode::NotSupported, "beam_size");
     bad = c;
-    bad.early_exit_patience = 1;
+    bad.early_exit.patience = 1;
     expect_error(target.get(), target.get(), bad, ok, ErrorCode::NotSupported, "early_exit_patience");
     // The draft's context limit counts too.
     {

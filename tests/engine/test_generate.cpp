@@ -376,8 +376,8 @@ TEST(Generate, BadConfigsThrowNamingTheField) {
     { GenerateConfig x; x.stop_strings = {""}; expect_invalid(m, x, "stop_strings[0]"); }
     { GenerateConfig x; x.length_penalty = 0.5f; expect_invalid(m, x, "length_penalty"); }
     { GenerateConfig x; x.beam_size = -1; expect_invalid(m, x, "beam_size"); }
-    { GenerateConfig x; x.early_exit_min_L = 0; expect_invalid(m, x, "early_exit_min_L"); }
-    { GenerateConfig x; x.early_exit_peek_every = 0; expect_invalid(m, x, "early_exit_peek_every"); }
+    { GenerateConfig x; x.early_exit.min_L = 0; expect_invalid(m, x, "early_exit_min_L"); }
+    { GenerateConfig x; x.early_exit.peek_every = 0; expect_invalid(m, x, "early_exit_peek_every"); }
     // Token ids outside the vocabulary.
     std::vector<int32_t> p = {1, 2, 300};
     try {

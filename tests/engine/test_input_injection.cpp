@@ -247,8 +247,8 @@ TEST(InjectionDecode, BatchEngineEqualsGenerateAlone) {
     }
     cfg[2].temperature = 0.8f;
     cfg[2].sample_seed = 9;
-    cfg[5].early_exit_patience = 1;  // the adaptive step beside the batched rows
-    cfg[5].early_exit_threshold = 0.3f;
+    cfg[5].early_exit.patience = 1;  // the adaptive step beside the batched rows
+    cfg[5].early_exit.threshold = 0.3f;
     cfg[5].loops = 8;
     cfg[6].cache_window = 3;
     BatchEngineOptions o;

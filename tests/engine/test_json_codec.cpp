@@ -45,7 +45,7 @@ TEST(JsonCodec, ConfigRoundTripsEveryField) {
     EXPECT_EQ(back.stop_strings, c.stop_strings);
     EXPECT_EQ(back.bad_words, c.bad_words);
     EXPECT_EQ(back.sample_seed, c.sample_seed);
-    EXPECT_EQ(back.early_exit_criterion, c.early_exit_criterion);
+    EXPECT_EQ(back.early_exit.criterion, c.early_exit.criterion);
     EXPECT_EQ(back.kv_cache, c.kv_cache);
     EXPECT_EQ(back.max_time, c.max_time);
     // floats are written in their shortest form

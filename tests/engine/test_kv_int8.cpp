@@ -191,10 +191,10 @@ TEST(KvInt8, GenerateReportsSmallerCacheAndRunsEveryPlainMode) {
     EXPECT_NEAR(ratio, expect, 1e-9);
     EXPECT_EQ(b.stats.tokens_emitted, 24);
     // Early exit (state propagation writes through the INT8 store) and beam search run too.
-    c.early_exit_patience = 1;
+    c.early_exit.patience = 1;
     c.loops = 6;
     EXPECT_EQ(generate_ex(m, p.data(), static_cast<int>(p.size()), c).stats.tokens_emitted, 24);
-    c.early_exit_patience = 0;
+    c.early_exit.patience = 0;
     c.beam_size = 3;
     EXPECT_EQ(generate(m, p.data(), static_cast<int>(p.size()), c).size(), p.size() + 24);
 }

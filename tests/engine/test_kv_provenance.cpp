@@ -26,10 +26,10 @@ GenerateConfig early_exit_config(float threshold) {
     c.max_tokens = 24;
     c.loops = 8;
     c.ignore_eos = true;
-    c.early_exit_patience = 1;
-    c.early_exit_min_L = 2;
-    c.early_exit_criterion = EarlyExitCriterion::HiddenL2;
-    c.early_exit_threshold = threshold;
+    c.early_exit.patience = 1;
+    c.early_exit.min_L = 2;
+    c.early_exit.criterion = EarlyExitCriterion::HiddenL2;
+    c.early_exit.threshold = threshold;
     return c;
 }
 
@@ -229,10 +229,10 @@ void check_trace_gives_exit_depths(Model* m, const std::vector<int32_t>& ids) {
             }
             GenerateConfig c = full;
             c.max_tokens = 2;
-            c.early_exit_patience = 1;
-            c.early_exit_min_L = 2;
-            c.early_exit_criterion = k.c;
-            c.early_exit_threshold = k.t;
+            c.early_exit.patience = 1;
+            c.early_exit.min_L = 2;
+            c.early_exit.criterion = k.c;
+            c.early_exit.threshold = k.t;
             const GenerateResult one = generate_ex(m, seq.data(), pos, c);
             ASSERT_EQ(one.tokens[static_cast<size_t>(pos)], seq[static_cast<size_t>(pos)]);
             EXPECT_EQ(one.stats.depth_per_token[1], want) << "criterion " << int(k.c) << " position " << pos;

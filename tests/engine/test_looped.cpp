@@ -296,9 +296,9 @@ TEST_P(EarlyExit, NeverFiringEqualsPlainDecodingBitForBit) {
     for (auto crit : {EarlyExitCriterion::HiddenL2, EarlyExitCriterion::KL, EarlyExitCriterion::EntropyDelta,
                       EarlyExitCriterion::LogitMargin}) {
         GenerateConfig ee = plain;
-        ee.early_exit_patience = 1;
-        ee.early_exit_criterion = crit;
-        ee.early_exit_threshold = crit == EarlyExitCriterion::LogitMargin ? 1e30f : 1e-30f;
+        ee.early_exit.patience = 1;
+        ee.early_exit.criterion = crit;
+        ee.early_exit.threshold = crit == EarlyExitCriterion::LogitMargin ? 1e30f : 1e-30f;
         GenerateResult a = generate_ex(mp.get(), t.data(), 10, plain), b = generate_ex(mp.get(), t.data(), 10, ee);
         EXPECT_EQ(a.tokens, b.tokens);
         for (int dpt : b.stats.depth_per_token) EXPECT_EQ(dpt, 4);
@@ -315,9 +315,9 @@ TEST_P(EarlyExit, ForcedExitMatchesANaiveStatePropagationReference) {
         c.max_tokens = 6;
         c.ignore_eos = true;
         c.loops = L;
-        c.early_exit_patience = 1;
-        c.early_exit_min_L = e;
-        c.early_exit_threshold = 1e30f;  // always stable: exit at the first probe, depth e
+        c.early_exit.patience = 1;
+        c.early_exit.min_L = e;
+        c.early_exit.threshold = 1e30f;  // always stable: exit at the first probe, depth e
         GenerateOptions opt;
         opt.lens = true;
         opt.lens_top_k = 8;
@@ -363,8 +363,8 @@ TEST_P(EarlyExit, MixedExitDepthsReadPropagatedKeysExactlyLikeTheReference) {
     c.max_tokens = 16;
     c.ignore_eos = true;
     c.loops = L;
-    c.early_exit_patience = 1;
-    c.early_exit_min_L = 2;
+    c.early_exit.patience = 1;
+    c.early_exit.min_L = 2;
     GenerateResult r;
     std::vector<TokenEvent> evs;
     GenerateOptions opt;
@@ -379,7 +379,7 @@ TEST_P(EarlyExit, MixedExitDepthsReadPropagatedKeysExactlyLikeTheReference) {
     std::vector<float> thresholds = {0.6f, 0.5f, 0.4f, 0.3f, 0.25f, 0.2f, 0.15f, 0.1f, 0.07f, 0.05f};
     for (int i = 59; i >= 11; --i) thresholds.push_back(static_cast<float>(i) / 100.0f);
     for (float thr : thresholds) {
-        c.early_exit_threshold = thr;
+        c.early_exit.threshold = thr;
         evs.clear();
         r = generate_ex(mp.get(), t.data(), 10, c, opt);
         std::vector<int> dd(r.stats.depth_per_token.begin() + 1, r.stats.depth_per_token.end());
@@ -419,8 +419,8 @@ TEST_P(EarlyExit, CriteriaExitAtDifferentDepthsAndStatsReportIt) {
     c.max_tokens = 10;
     c.ignore_eos = true;
     c.loops = 8;
-    c.early_exit_patience = 2;
-    c.early_exit_criterion = EarlyExitCriterion::ArgmaxStable;
+    c.early_exit.patience = 2;
+    c.early_exit.criterion = EarlyExitCriterion::ArgmaxStable;
     GenerateResult r = generate_ex(mp.get(), t.data(), 10, c);
     ASSERT_EQ(r.stats.depth_per_token.size(), 10u);
     for (int dpt : r.stats.depth_per_token) {
@@ -516,9 +516,9 @@ TEST_P(EarlyExit, ScoringWithEarlyExitMatchesScoreWhenOffAndGenerateDepthsWhenOn
     ScoreResult ref = score(mp.get(), t.data(), n, 6);
     EXPECT_EQ(off.token_logprobs, ref.token_logprobs);  // bit-exact: batch-invariant kernels
     for (int d : depth) EXPECT_EQ(d, 6);
-    c.early_exit_patience = 1;
-    c.early_exit_min_L = 3;
-    c.early_exit_threshold = 1e30f;  // exit at the first probe
+    c.early_exit.patience = 1;
+    c.early_exit.min_L = 3;
+    c.early_exit.threshold = 1e30f;  // exit at the first probe
     ScoreResult on = score_early_exit(mp.get(), t.data(), n, c, &depth);
     for (int d : depth) EXPECT_EQ(d, 3);
     EXPECT_NE(on.total_nll, ref.total_nll);

@@ -677,10 +677,10 @@ TEST(LoopedArchitectures, EarlyExitStatePropagationMatchesTheReference) {
         GenerateConfig g;
         g.max_tokens = 8;
         g.loops = T;
-        g.early_exit_patience = 1;
-        g.early_exit_min_L = 1;
-        g.early_exit_criterion = crit;
-        g.early_exit_threshold = 10.0f;  // exits early at some positions, not all (checked)
+        g.early_exit.patience = 1;
+        g.early_exit.min_L = 1;
+        g.early_exit.criterion = crit;
+        g.early_exit.threshold = 10.0f;  // exits early at some positions, not all (checked)
         std::vector<int> used;
         // The threshold that makes the exits differ per position depends on the random model:
         // try a few until some positions exit before T and some do not.
@@ -690,7 +690,7 @@ TEST(LoopedArchitectures, EarlyExitStatePropagationMatchesTheReference) {
         std::vector<int> best_used;
         size_t best_kinds = 0;
         for (float th = 4.0f; th > (crit == EarlyExitCriterion::HiddenL2 ? 1e-3f : 1e-7f); th *= 0.8f) {
-            g.early_exit_threshold = th;
+            g.early_exit.threshold = th;
             ScoreResult r = score_early_exit(L.m, ids.data(), n, g, &used);
             std::vector<int> kinds(used);
             std::sort(kinds.begin(), kinds.end());
@@ -755,9 +755,9 @@ GenerateConfig gate_config(EarlyExitCriterion c, float q, int T) {
     GenerateConfig g;
     g.max_tokens = 8;  // validated against max_seq_len 64 with the prompt
     g.loops = T;
-    g.early_exit_patience = 1;  // turns the policy on; the gate has no patience, min_L or peek_every
-    g.early_exit_criterion = c;
-    g.early_exit_threshold = q;
+    g.early_exit.patience = 1;  // turns the policy on; the gate has no patience, min_L or peek_every
+    g.early_exit.criterion = c;
+    g.early_exit.threshold = q;
     return g;
 }
 
@@ -1090,18 +1090,18 @@ TEST(LoopedArchitectures, CachesResumeBatchAndBeamEqualGreedy) {
         // Early exit whose criterion never fires (a logit margin no model reaches; the readout of
         // every pass still runs): plain greedy's tokens, alone and in the batch engine.
         GenerateConfig never = g;
-        never.early_exit_patience = 1;
-        never.early_exit_min_L = 1;
-        never.early_exit_criterion = EarlyExitCriterion::LogitMargin;
-        never.early_exit_threshold = 1e30f;
+        never.early_exit.patience = 1;
+        never.early_exit.min_L = 1;
+        never.early_exit.criterion = EarlyExitCriterion::LogitMargin;
+        never.early_exit.threshold = 1e30f;
         EXPECT_EQ(generate_ex(L.m, prompt.data(), n, never).tokens, greedy) << s.name;
         EXPECT_EQ(generate_ex(L.m, prompt.data(), n, never, lens).tokens, greedy) << s.name;
         // Early exit that fires: the batch engine gives the single run's tokens.
         GenerateConfig fires = g;
-        fires.early_exit_patience = 1;
-        fires.early_exit_min_L = 1;
-        fires.early_exit_criterion = EarlyExitCriterion::HiddenL2;
-        fires.early_exit_threshold = 0.5f;
+        fires.early_exit.patience = 1;
+        fires.early_exit.min_L = 1;
+        fires.early_exit.criterion = EarlyExitCriterion::HiddenL2;
+        fires.early_exit.threshold = 0.5f;
         const GenerateResult single_ee = generate_ex(L.m, prompt.data(), n, fires);
         {
             Owned<BatchEngine> e(create_batch_engine(L.m));

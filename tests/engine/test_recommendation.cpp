@@ -71,30 +71,30 @@ TEST(Recommendation, AbsentMeansTheBuiltInDefaults) {
     EXPECT_FALSE(model_recommendation(m.get()).has_early_exit());
     RunSpec chain;
     chain.mode = DecodeMode::Speculative;
-    const SpeculationKnobs k = resolved_speculation(m.get(), chain);
+    const SpeculationPolicy k = resolved_speculation(m.get(), chain);
     EXPECT_EQ(k.draft_loops, 2);
     EXPECT_EQ(k.draft_ahead, 4);
     EXPECT_EQ(k.branches, 2);
     GenerateConfig on;
-    on.early_exit_patience = 1;
+    on.early_exit.patience = 1;
     const GenerateConfig c = resolve_early_exit(m.get(), on, {});
-    EXPECT_EQ(c.early_exit_criterion, EarlyExitCriterion::HiddenL2);
-    EXPECT_FLOAT_EQ(c.early_exit_threshold, 0.05f);
-    EXPECT_EQ(c.early_exit_patience, 1);
-    EXPECT_EQ(c.early_exit_min_L, 2);
-    EXPECT_EQ(recommended_config(m.get()).early_exit_patience, 0);  // off until asked for
+    EXPECT_EQ(c.early_exit.criterion, EarlyExitCriterion::HiddenL2);
+    EXPECT_FLOAT_EQ(c.early_exit.threshold, 0.05f);
+    EXPECT_EQ(c.early_exit.patience, 1);
+    EXPECT_EQ(c.early_exit.min_L, 2);
+    EXPECT_EQ(recommended_config(m.get()).early_exit.patience, 0);  // off until asked for
 }
 
 TEST(Recommendation, UserThenModelThenBuiltIn) {
     ModelHandle m = load_model_handle(recommended_model());
     const Recommendation& rec = model_recommendation(m.get());
     EXPECT_EQ(rec.draft_loops, 3);
-    EXPECT_EQ(rec.early_exit_criterion, EarlyExitCriterion::KL);
+    EXPECT_EQ(rec.early_exit.criterion, EarlyExitCriterion::KL);
 
     // Speculation: 0 = the model's; a knob given wins; a draft depth not below verify falls back.
     RunSpec chain;
     chain.mode = DecodeMode::Speculative;
-    SpeculationKnobs k = resolved_speculation(m.get(), chain);
+    SpeculationPolicy k = resolved_speculation(m.get(), chain);
     EXPECT_EQ(k.draft_loops, 3);
     EXPECT_EQ(k.draft_ahead, 6);
     chain.speculation.draft_ahead = 2;
@@ -112,34 +112,34 @@ TEST(Recommendation, UserThenModelThenBuiltIn) {
 
     // Early exit: every field the user left is the model's...
     GenerateConfig on;
-    on.early_exit_patience = 1;
+    on.early_exit.patience = 1;
     std::vector<std::pair<std::string, std::string>> source;
     GenerateConfig c = resolve_early_exit(m.get(), on, {}, &source);
-    EXPECT_EQ(c.early_exit_criterion, EarlyExitCriterion::KL);
-    EXPECT_FLOAT_EQ(c.early_exit_threshold, 0.25f);
-    EXPECT_EQ(c.early_exit_patience, 2);
-    EXPECT_EQ(c.early_exit_min_L, 1);
-    EXPECT_EQ(c.early_exit_peek_every, 2);
+    EXPECT_EQ(c.early_exit.criterion, EarlyExitCriterion::KL);
+    EXPECT_FLOAT_EQ(c.early_exit.threshold, 0.25f);
+    EXPECT_EQ(c.early_exit.patience, 2);
+    EXPECT_EQ(c.early_exit.min_L, 1);
+    EXPECT_EQ(c.early_exit.peek_every, 2);
     for (const auto& [key, from] : source) EXPECT_EQ(from, "model") << key;
     // ... a field the user set is theirs ...
-    on.early_exit_threshold = 0.5f;
+    on.early_exit.threshold = 0.5f;
     c = resolve_early_exit(m.get(), on, {"early_exit_threshold"});
-    EXPECT_FLOAT_EQ(c.early_exit_threshold, 0.5f);
-    EXPECT_EQ(c.early_exit_patience, 2);
+    EXPECT_FLOAT_EQ(c.early_exit.threshold, 0.5f);
+    EXPECT_EQ(c.early_exit.patience, 2);
     // ... and another criterion than the model's takes the built-in policy, not the model's.
     on = GenerateConfig{};
-    on.early_exit_patience = 1;
-    on.early_exit_criterion = EarlyExitCriterion::HiddenL2;
+    on.early_exit.patience = 1;
+    on.early_exit.criterion = EarlyExitCriterion::HiddenL2;
     c = resolve_early_exit(m.get(), on, {"early_exit_criterion"});
-    EXPECT_EQ(c.early_exit_criterion, EarlyExitCriterion::HiddenL2);
-    EXPECT_FLOAT_EQ(c.early_exit_threshold, 0.05f);
-    EXPECT_EQ(c.early_exit_patience, 1);
-    EXPECT_EQ(c.early_exit_min_L, 2);
+    EXPECT_EQ(c.early_exit.criterion, EarlyExitCriterion::HiddenL2);
+    EXPECT_FLOAT_EQ(c.early_exit.threshold, 0.05f);
+    EXPECT_EQ(c.early_exit.patience, 1);
+    EXPECT_EQ(c.early_exit.min_L, 2);
     // The workbench's defaults show the model's policy, off.
     const GenerateConfig shown = recommended_config(m.get());
-    EXPECT_EQ(shown.early_exit_criterion, EarlyExitCriterion::KL);
-    EXPECT_FLOAT_EQ(shown.early_exit_threshold, 0.25f);
-    EXPECT_EQ(shown.early_exit_patience, 0);
+    EXPECT_EQ(shown.early_exit.criterion, EarlyExitCriterion::KL);
+    EXPECT_FLOAT_EQ(shown.early_exit.threshold, 0.25f);
+    EXPECT_EQ(shown.early_exit.patience, 0);
 }
 
 TEST(Recommendation, RunsWithTheModelsPolicy) {
@@ -148,17 +148,17 @@ TEST(Recommendation, RunsWithTheModelsPolicy) {
     const std::vector<int32_t> prompt = {5, 17, 42, 99, 3, 64};
     GenerateConfig on;
     on.max_tokens = 12;
-    on.early_exit_patience = 1;
+    on.early_exit.patience = 1;
     RunSpec a;
     a.mode = DecodeMode::EarlyExit;
     a.config = resolve_early_exit(m.get(), on, {});
     RunSpec b = a;
     b.config = on;
-    b.config.early_exit_criterion = EarlyExitCriterion::KL;
-    b.config.early_exit_threshold = 0.25f;
-    b.config.early_exit_patience = 2;
-    b.config.early_exit_min_L = 1;
-    b.config.early_exit_peek_every = 2;
+    b.config.early_exit.criterion = EarlyExitCriterion::KL;
+    b.config.early_exit.threshold = 0.25f;
+    b.config.early_exit.patience = 2;
+    b.config.early_exit.min_L = 1;
+    b.config.early_exit.peek_every = 2;
     EXPECT_EQ(run_decode(m.get(), prompt.data(), 6, a).tokens, run_decode(m.get(), prompt.data(), 6, b).tokens);
 }
 
@@ -196,10 +196,10 @@ TEST(Recommendation, JsonRoundTrip) {
     Recommendation r;
     r.draft_loops = 1;
     r.branches = 3;
-    r.early_exit_patience = 1;
-    r.early_exit_criterion = EarlyExitCriterion::HiddenL2;
-    r.early_exit_threshold = 0.5f;
-    r.early_exit_min_L = 1;
+    r.early_exit.patience = 1;
+    r.early_exit.criterion = EarlyExitCriterion::HiddenL2;
+    r.early_exit.threshold = 0.5f;
+    r.early_exit.min_L = 1;
     const nlohmann::json j = recommendation_to_json(r);
     EXPECT_EQ(j["early_exit"]["criterion"], "hidden_l2");
     EXPECT_FALSE(j["speculation"].contains("draft_ahead"));
@@ -207,8 +207,8 @@ TEST(Recommendation, JsonRoundTrip) {
     EXPECT_EQ(back.draft_loops, 1);
     EXPECT_EQ(back.branches, 3);
     EXPECT_EQ(back.draft_ahead, 0);
-    EXPECT_FLOAT_EQ(back.early_exit_threshold, 0.5f);
-    EXPECT_EQ(back.early_exit_min_L, 1);
+    EXPECT_FLOAT_EQ(back.early_exit.threshold, 0.5f);
+    EXPECT_EQ(back.early_exit.min_L, 1);
     EXPECT_EQ(recommendation_to_json(Recommendation{}), nlohmann::json::object());
 }
 
@@ -220,20 +220,29 @@ TEST(Recommendation, BundledModelsCarryTheirs) {
     // recorded).
     ModelHandle kjv = load_model_handle(TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-f32.tinyloop");
     const Recommendation& k = model_recommendation(kjv.get());
-    EXPECT_EQ(k.early_exit_criterion, EarlyExitCriterion::HiddenL2);
-    EXPECT_EQ(k.early_exit_min_L, 1);
+    EXPECT_EQ(k.early_exit.criterion, EarlyExitCriterion::HiddenL2);
+    EXPECT_EQ(k.early_exit.min_L, 1);
     EXPECT_TRUE(k.has_speculation());
     EXPECT_EQ(k.draft_loops, 1);
     EXPECT_GE(k.branches, 2);
     ModelHandle kjv_q8 = load_model_handle(TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-q8.tinyloop");
     const Recommendation& q8 = model_recommendation(kjv_q8.get());
-    EXPECT_EQ(q8.early_exit_criterion, EarlyExitCriterion::HiddenL2);
+    EXPECT_EQ(q8.early_exit.criterion, EarlyExitCriterion::HiddenL2);
     EXPECT_FALSE(q8.has_speculation());
     ModelHandle digits = load_model_handle(TL_SOURCE_DIR "/resources/models/tinyloop-digitsum/model-f32.tinyloop");
     const Recommendation& d = model_recommendation(digits.get());
-    EXPECT_EQ(d.early_exit_criterion, EarlyExitCriterion::ArgmaxStable);
+    EXPECT_EQ(d.early_exit.criterion, EarlyExitCriterion::ArgmaxStable);
     EXPECT_EQ(d.early_exit_loops, 12);
     EXPECT_THROW(recommendation_from_json(nlohmann::json::parse(
                      R"({"early_exit": {"criterion": "kl", "cli": "argmax"}})")),
                  Error);
+    // The files were written before the policy became one value: the codec reads them and writes
+    // back the same object (the free-form records "measured", "found_by" and the CLI's name aside).
+    for (const Model* m : {kjv.get(), kjv_q8.get(), digits.get()}) {
+        nlohmann::json file = nlohmann::json::parse(model_info(m).metadata_json).at("recommended");
+        file.erase("measured");
+        file.erase("found_by");
+        if (file.contains("early_exit")) file["early_exit"].erase("cli");
+        EXPECT_EQ(recommendation_to_json(model_recommendation(m)), file);
+    }
 }

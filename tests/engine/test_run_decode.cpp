@@ -69,7 +69,7 @@ TEST(RunDecode, PlainModesOverrideWhatTheyExclude) {
     spec.mode = DecodeMode::Greedy;
     spec.config.max_tokens = 12;
     spec.config.temperature = 0.9f;       // greedy decodes at temperature 0
-    spec.config.early_exit_patience = 2;  // and without early exit
+    spec.config.early_exit.patience = 2;  // and without early exit
     EXPECT_EQ(run(m.get(), spec).tokens, greedy);
 
     spec.mode = DecodeMode::Sample;
@@ -82,7 +82,7 @@ TEST(RunDecode, PlainModesOverrideWhatTheyExclude) {
 
     spec.mode = DecodeMode::EarlyExit;
     GenerateConfig early = sampled;
-    early.early_exit_patience = 2;
+    early.early_exit.patience = 2;
     EXPECT_EQ(run(m.get(), spec).tokens, generate(m.get(), kPrompt.data(), static_cast<int>(kPrompt.size()), early));
 }
 
@@ -95,9 +95,10 @@ TEST(RunDecode, SpeculativeSamplingFiltersAsPlainSampling) {
     spec.config.top_k = 7;
     spec.config.top_p = 0.95f;
     spec.config.sample_seed = 11;
-    const SpeculationKnobs k = resolved_speculation(m.get(), spec);
+    const SpeculationPolicy k = resolved_speculation(m.get(), spec);
     EXPECT_EQ(k.verify_loops, 5);  // config.loops 0: the model's default_loops
     EXPECT_EQ(k.draft_loops, 2);   // min(2, verify - 1)
+    EXPECT_EQ(k.kind, SpeculationKind::Chain);  // the mode decides the kind
 
     SpeculativeConfig sc;
     sc.max_tokens = 16;
@@ -119,7 +120,8 @@ TEST(RunDecode, SpeculationDefaultsResolveFromTheConfig) {
     RunSpec spec;
     spec.mode = DecodeMode::Tree;
     spec.config.loops = 3;
-    SpeculationKnobs k = resolved_speculation(m.get(), spec);
+    SpeculationPolicy k = resolved_speculation(m.get(), spec);
+    EXPECT_EQ(k.kind, SpeculationKind::Tree);
     EXPECT_EQ(k.verify_loops, 3);
     EXPECT_EQ(k.draft_loops, 2);
     spec.config.loops = 2;
@@ -146,6 +148,7 @@ TEST(RunDecode, SpeculationDefaultsResolveFromTheConfig) {
     dm.speculation.draft_model = draft.get();
     dm.speculation.gamma = 3;
     EXPECT_EQ(resolved_speculation(m.get(), dm).draft_loops, 5);  // the draft's default_loops
+    EXPECT_EQ(resolved_speculation(m.get(), dm).kind, SpeculationKind::DraftModel);
     EXPECT_EQ(run(m.get(), dm).tokens, greedy);
 }
 
@@ -156,7 +159,7 @@ TEST(RunDecode, ConfigModeIsTheEnginesRule) {
     EXPECT_EQ(config_mode(c), DecodeMode::Greedy);
     c.temperature = 0.7f;
     EXPECT_EQ(config_mode(c), DecodeMode::Sample);
-    c.early_exit_patience = 1;
+    c.early_exit.patience = 1;
     EXPECT_EQ(config_mode(c), DecodeMode::EarlyExit);
     c.beam_size = 2;
     EXPECT_EQ(config_mode(c), DecodeMode::Beam);

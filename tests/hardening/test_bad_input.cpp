@@ -135,7 +135,7 @@ TEST_F(BadInput, EveryGenerateConfigFieldJustOutsideItsRange) {
         {"beam_size 65", [](auto& c, auto&) { c.beam_size = 65; }, "beam_size"},
         {"length_penalty without beam", [](auto& c, auto&) { c.length_penalty = 0.5f; }, "length_penalty"},
         {"length_penalty NaN beam", [](auto& c, auto&) { c.beam_size = 2, c.length_penalty = kNaN; }, "length_penalty"},
-        {"beam + early exit", [](auto& c, auto&) { c.beam_size = 2, c.early_exit_patience = 1; }, "beam_size"},
+        {"beam + early exit", [](auto& c, auto&) { c.beam_size = 2, c.early_exit.patience = 1; }, "beam_size"},
         {"early_stopping without beam", [](auto& c, auto&) { c.early_stopping = EarlyStopping::Never; }, "early_stopping"},
         {"early_stopping 9", [](auto& c, auto&) { c.beam_size = 2, c.early_stopping = static_cast<EarlyStopping>(9); }, "early_stopping"},
         {"renormalize_logits without beam", [](auto& c, auto&) { c.renormalize_logits = true; }, "renormalize_logits"},
@@ -147,17 +147,17 @@ TEST_F(BadInput, EveryGenerateConfigFieldJustOutsideItsRange) {
         {"typical_p NaN", [](auto& c, auto&) { c.typical_p = kNaN; }, "typical_p"},
         {"epsilon_cutoff 1", [](auto& c, auto&) { c.epsilon_cutoff = 1.0f; }, "epsilon_cutoff"},
         {"eta_cutoff NaN", [](auto& c, auto&) { c.eta_cutoff = kNaN; }, "eta_cutoff"},
-        {"early_exit_patience -1", [](auto& c, auto&) { c.early_exit_patience = -1; }, "early_exit_patience"},
-        {"early_exit_min_L 0", [](auto& c, auto&) { c.early_exit_min_L = 0; }, "early_exit_min_L"},
-        {"early_exit_min_L max+1", [](auto& c, auto& hp) { c.early_exit_min_L = hp.max_loops + 1; }, "early_exit_min_L"},
-        {"early_exit_peek_every 0", [](auto& c, auto&) { c.early_exit_peek_every = 0; }, "early_exit_peek_every"},
-        {"early_exit_logit_margin -0.1", [](auto& c, auto&) { c.early_exit_logit_margin = -0.1f; }, "early_exit_logit_margin"},
-        {"early_exit_logit_margin NaN", [](auto& c, auto&) { c.early_exit_logit_margin = kNaN; }, "early_exit_logit_margin"},
-        {"early_exit_threshold 0", [](auto& c, auto&) { c.early_exit_threshold = 0.0f; }, "early_exit_threshold"},
-        {"early_exit_threshold -1", [](auto& c, auto&) { c.early_exit_threshold = -1.0f; }, "early_exit_threshold"},
-        {"early_exit_threshold NaN", [](auto& c, auto&) { c.early_exit_threshold = kNaN; }, "early_exit_threshold"},
-        {"early_exit_criterion past the last", [](auto& c, auto&) { c.early_exit_criterion = static_cast<EarlyExitCriterion>(static_cast<int>(EarlyExitCriterion::MinPKL) + 1); }, "early_exit_criterion"},
-        {"early_exit_criterion -1", [](auto& c, auto&) { c.early_exit_criterion = static_cast<EarlyExitCriterion>(-1); }, "early_exit_criterion"},
+        {"early_exit_patience -1", [](auto& c, auto&) { c.early_exit.patience = -1; }, "early_exit_patience"},
+        {"early_exit_min_L 0", [](auto& c, auto&) { c.early_exit.min_L = 0; }, "early_exit_min_L"},
+        {"early_exit_min_L max+1", [](auto& c, auto& hp) { c.early_exit.min_L = hp.max_loops + 1; }, "early_exit_min_L"},
+        {"early_exit_peek_every 0", [](auto& c, auto&) { c.early_exit.peek_every = 0; }, "early_exit_peek_every"},
+        {"early_exit_logit_margin -0.1", [](auto& c, auto&) { c.early_exit.logit_margin = -0.1f; }, "early_exit_logit_margin"},
+        {"early_exit_logit_margin NaN", [](auto& c, auto&) { c.early_exit.logit_margin = kNaN; }, "early_exit_logit_margin"},
+        {"early_exit_threshold 0", [](auto& c, auto&) { c.early_exit.threshold = 0.0f; }, "early_exit_threshold"},
+        {"early_exit_threshold -1", [](auto& c, auto&) { c.early_exit.threshold = -1.0f; }, "early_exit_threshold"},
+        {"early_exit_threshold NaN", [](auto& c, auto&) { c.early_exit.threshold = kNaN; }, "early_exit_threshold"},
+        {"early_exit_criterion past the last", [](auto& c, auto&) { c.early_exit.criterion = static_cast<EarlyExitCriterion>(static_cast<int>(EarlyExitCriterion::MinPKL) + 1); }, "early_exit_criterion"},
+        {"early_exit_criterion -1", [](auto& c, auto&) { c.early_exit.criterion = static_cast<EarlyExitCriterion>(-1); }, "early_exit_criterion"},
     };
     for (const auto& k : cases) {
         GenerateConfig c;
@@ -188,7 +188,7 @@ TEST_F(BadInput, EveryValueJustInsideTheRangeIsAccepted) {
         [](auto& c) { c.frequency_penalty = 2.0f, c.presence_penalty = -2.0f; },
         [&](auto& c) { c.logit_bias = {{hp().vocab_size - 1, 100.0f}, {0, -100.0f}}; },
         [](auto& c) { c.beam_size = 1; },
-        [](auto& c) { c.early_exit_patience = 1, c.early_exit_min_L = 1, c.early_exit_threshold = 1e-6f; },
+        [](auto& c) { c.early_exit.patience = 1, c.early_exit.min_L = 1, c.early_exit.threshold = 1e-6f; },
     };
     for (size_t i = 0; i < ok.size(); ++i) {
         GenerateConfig c;

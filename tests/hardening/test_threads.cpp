@@ -70,16 +70,16 @@ std::vector<Job> jobs(const std::vector<int32_t>& prompt) {
         GenerateConfig c;
         c.max_tokens = 24;
         c.loops = 8;
-        c.early_exit_patience = 1;
-        c.early_exit_threshold = 0.3f;
+        c.early_exit.patience = 1;
+        c.early_exit.threshold = 0.3f;
         return from(generate_ex(m, p, n, c));
     });
     j.push_back([=](Model* m) {  // early exit, another criterion
         GenerateConfig c;
         c.max_tokens = 16;
         c.loops = 6;
-        c.early_exit_patience = 2;
-        c.early_exit_criterion = EarlyExitCriterion::ArgmaxStable;
+        c.early_exit.patience = 2;
+        c.early_exit.criterion = EarlyExitCriterion::ArgmaxStable;
         return from(generate_ex(m, p, n, c));
     });
     j.push_back([=](Model* m) {  // chain speculation, greedy

@@ -543,3 +543,33 @@ def test_recommendation_and_its_resolvers(model, model_path, tmp_path):
         tl.resolve_early_exit(model, early_exit_bogus=1)
     with pytest.raises(ValueError, match="mode"):
         tl.resolve_speculation(model, mode="draft")
+
+
+def test_resolve_run_is_the_engines_resolver(model, model_path, tmp_path):
+    run = tl.resolve_run(model, "sample")
+    assert run["mode"] == "sample" and abs(run["config"]["temperature"] - 0.8) < 1e-6
+    assert run["source"]["temperature"] == "built-in" and run["source"]["loops"] == "model"
+    assert run["config"]["loops"] == model.hparams["default_loops"]
+    assert "temperature: 0.8 (built-in)" in run["messages"]
+    run = tl.resolve_run(model, "sampling", temperature=1.2)  # an alias in, the canonical name out
+    assert run["mode"] == "sample" and run["source"]["temperature"] == "user"
+    assert tl.resolve_run(model, "beam")["config"]["beam_size"] == 4
+    with pytest.raises(ValueError, match="temperature"):
+        tl.resolve_run(model, "greedy", temperature=0.7)
+    with pytest.raises(ValueError, match="branches"):
+        tl.resolve_run(model, "tree", speculation={"branches": 9})
+    out = tmp_path / "rec.tinyloop"
+    rec = {"early_exit": {"criterion": "kl", "threshold": 0.25, "patience": 2, "min_L": 1, "peek_every": 1},
+           "speculation": {"draft_loops": 1, "tree_draft_ahead": 3, "branches": 3}}
+    tl.write_model_metadata(str(model_path), str(out), json.dumps({"recommended": rec}))
+    with tl.load_model(str(out), backend="cpu") as m:
+        run = tl.resolve_run(m, "early-exit", early_exit_min_L=2)
+        assert run["config"]["early_exit_criterion"] == "kl" and run["config"]["early_exit_patience"] == 2
+        assert run["source"]["early_exit_threshold"] == "model" and run["source"]["early_exit_min_L"] == "user"
+        run = tl.resolve_run(m, "tree")
+        assert run["speculation"]["branches"] == 3 and run["speculation"]["draft_ahead"] == 3
+        assert run["source"]["speculation.branches"] == "model"
+        # the resolved run decodes as generate() does with the same settings
+        cfg = dict(run["config"], max_tokens=6)
+        assert tl.generate(m, PROMPT, **{k: cfg[k] for k in ("max_tokens", "loops", "temperature")})["output_ids"] \
+            == tl.generate(m, PROMPT, max_tokens=6)["output_ids"]

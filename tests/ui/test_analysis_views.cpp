@@ -177,7 +177,7 @@ private slots:
         QCOMPARE(runs[3].spec.run.mode, tinyloop::DecodeMode::Tree);
         QCOMPARE(runs[3].spec.run.speculation.branches, rec.branches);
         QCOMPARE(runs[4].spec.run.mode, tinyloop::DecodeMode::EarlyExit);
-        QCOMPARE(runs[4].spec.run.config.early_exit_threshold, rec.early_exit_threshold);
+        QCOMPARE(runs[4].spec.run.config.early_exit.threshold, rec.early_exit.threshold);
         for (int i : {2, 3, 4}) QVERIFY(runs[size_t(i)].spec.label.find("(model's)") != std::string::npos);
         QVERIFY(runs[4].mean_depth() < D);
         // honest timings by default: one after another, each mode repeated, medians drawn
@@ -330,7 +330,8 @@ private slots:
         {
             const CalibData d = collect_calibration(m, prompt, 12, 8);
             QCOMPARE(calib->calibData()->tokens, d.tokens);
-            CalibPolicy p;
+            tinyloop::EarlyExitPolicy p;
+            p.patience = 1;
             p.criterion = C::KL;
             p.threshold = 0.3f;
             const auto want = rescore_calibration(d, p);
@@ -376,8 +377,8 @@ private slots:
             tinyloop::GenerateConfig c;
             c.max_tokens = 12;
             c.loops = 8;
-            c.early_exit_patience = 1;
-            c.early_exit_threshold = 0.2f;
+            c.early_exit.patience = 1;
+            c.early_exit.threshold = 0.2f;
             const KvRun want = run_kv_provenance(m, prompt, c, KvSetup::EarlyExit);
             QCOMPARE(kv->kvRun().prov.origin, want.prov.origin);
             QCOMPARE(kv->kvRun().live_bytes, want.live_bytes);

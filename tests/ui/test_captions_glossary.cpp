@@ -175,16 +175,16 @@ private slots:
 
     void statusLinesInPlainWords() {
         tinyloop::GenerateConfig c;
-        c.early_exit_criterion = tinyloop::EarlyExitCriterion::HiddenL2;
-        c.early_exit_threshold = 0.05f;
-        c.early_exit_patience = 2;
-        c.early_exit_min_L = 2;
+        c.early_exit.criterion = tinyloop::EarlyExitCriterion::HiddenL2;
+        c.early_exit.threshold = 0.05f;
+        c.early_exit.patience = 2;
+        c.early_exit.min_L = 2;
         const QString t = tokenExitText(2, 6, c);
         QVERIFY2(t.startsWith("exited at pass 2 of 6 because the hidden state changed less than 0.05 for 2 checks in a row"),
                  qPrintable(t));
         QVERIFY(tokenExitText(6, 6, c).startsWith("ran all 6 passes"));
-        c.early_exit_criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
-        c.early_exit_patience = 1;
+        c.early_exit.criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
+        c.early_exit.patience = 1;
         QVERIFY(exitRuleText(c).startsWith("its top guess stayed the same for 1 check "));
 
         std::vector<tinyloop::TokenEvent> ev(4);

@@ -77,12 +77,12 @@ private slots:
         QCOMPARE(back->typical_p, c.typical_p);
         QCOMPARE(back->epsilon_cutoff, c.epsilon_cutoff);
         QCOMPARE(back->eta_cutoff, c.eta_cutoff);
-        QCOMPARE(back->early_exit_patience, c.early_exit_patience);
-        QCOMPARE(back->early_exit_min_L, c.early_exit_min_L);
-        QCOMPARE(back->early_exit_peek_every, c.early_exit_peek_every);
-        QCOMPARE(back->early_exit_logit_margin, c.early_exit_logit_margin);
-        QCOMPARE(back->early_exit_criterion, c.early_exit_criterion);
-        QCOMPARE(back->early_exit_threshold, c.early_exit_threshold);
+        QCOMPARE(back->early_exit.patience, c.early_exit.patience);
+        QCOMPARE(back->early_exit.min_L, c.early_exit.min_L);
+        QCOMPARE(back->early_exit.peek_every, c.early_exit.peek_every);
+        QCOMPARE(back->early_exit.logit_margin, c.early_exit.logit_margin);
+        QCOMPARE(back->early_exit.criterion, c.early_exit.criterion);
+        QCOMPARE(back->early_exit.threshold, c.early_exit.threshold);
         QCOMPARE(back->sample_seed, c.sample_seed);
         QCOMPARE(back->kv_cache, c.kv_cache);
         QVERIFY(back->grammar == nullptr);
@@ -90,10 +90,10 @@ private slots:
 
         // early exit (which the engine refuses together with beam search) round-trips on its own
         auto ee = tinyloop::GenerateConfig{};
-        ee.early_exit_patience = 2;
+        ee.early_exit.patience = 2;
         p.setConfig(ee);
         QVERIFY2(p.isValid(), qPrintable(p.message()));
-        QCOMPARE(p.config()->early_exit_patience, 2);
+        QCOMPARE(p.config()->early_exit.patience, 2);
         ee.beam_size = 3;
         p.setConfig(ee);
         QVERIFY(!p.isValid());
@@ -266,7 +266,7 @@ private slots:
         const int ee = m->findData("early-exit");
         m->setCurrentIndex(ee);
         emit m->activated(ee);
-        QVERIFY(p.config()->early_exit_patience >= 1);
+        QVERIFY(p.config()->early_exit.patience >= 1);
         QCOMPARE(p.config()->beam_size, 0);
         const int s = m->findData("sampling");
         m->setCurrentIndex(s);
@@ -313,7 +313,7 @@ private slots:
         c.top_p = 0.95f;
         c.min_p = 0.01f;
         c.repetition_penalty = 1.1f;
-        c.early_exit_threshold = 0.05f;
+        c.early_exit.threshold = 0.05f;
         c.logit_bias = {{5, 0.3f}, {7, -1.7f}};
         p.setConfig(c);
         auto text = [&](const char* key) { return qobject_cast<QLineEdit*>(p.editor(key))->text(); };
@@ -325,7 +325,7 @@ private slots:
         QCOMPARE(text("logit_bias"), QString("5:0.3, 7:-1.7"));
         const auto back = p.config();
         QVERIFY(back);
-        QCOMPARE(back->early_exit_threshold, 0.05f);
+        QCOMPARE(back->early_exit.threshold, 0.05f);
         QVERIFY(back->logit_bias == c.logit_bias);
         // every bundled preset, every field
         const QRegularExpression artefact("\\d\\.\\d*(0{5,}|9{5,})\\d");

@@ -83,12 +83,12 @@ private slots:
         tinyloop::ModelHandle m = tinyloop::load_model_handle(m_bundled.toStdString());
         const tinyloop::Recommendation& rec = tinyloop::model_recommendation(m.get());
         QVERIFY(rec.has_early_exit());
-        QCOMPARE(text("early_exit_criterion"), QString(criterionName(rec.early_exit_criterion)));
-        QCOMPARE(text("early_exit_threshold").toFloat(), rec.early_exit_threshold);
-        QCOMPARE(text("early_exit_min_L").toInt(), rec.early_exit_min_L);
-        QCOMPARE(text("early_exit_peek_every").toInt(), rec.early_exit_peek_every);
+        QCOMPARE(text("early_exit_criterion"), QString(criterionName(rec.early_exit.criterion)));
+        QCOMPARE(text("early_exit_threshold").toFloat(), rec.early_exit.threshold);
+        QCOMPARE(text("early_exit_min_L").toInt(), rec.early_exit.min_L);
+        QCOMPARE(text("early_exit_peek_every").toInt(), rec.early_exit.peek_every);
         QCOMPARE(text("early_exit_patience"), QString("0"));  // off until the mode asks for it
-        QVERIFY(rec.early_exit_threshold != tinyloop::builtin_early_exit().early_exit_threshold);
+        QVERIFY(rec.early_exit.threshold != tinyloop::builtin_early_exit().early_exit.threshold);
         const QString note = m_window->configPanel()->recommendationNote();
         QVERIFY2(note.contains("recommended by the model") && note.contains("hidden_l2"), qPrintable(note));
         auto* noteLabel = m_window->configPanel()->findChild<QLabel*>("recommendationNote");
@@ -133,9 +133,9 @@ private slots:
         Preset own;
         own.name = "Own early exit";
         own.mode = DecodeMode::EarlyExit;
-        own.config.early_exit_patience = 2;
-        own.config.early_exit_criterion = C::KL;
-        own.config.early_exit_threshold = 0.2f;
+        own.config.early_exit.patience = 2;
+        own.config.early_exit.criterion = C::KL;
+        own.config.early_exit.threshold = 0.2f;
         QVERIFY2(m_window->savePreset(own, &err), qPrintable(err));
         QVERIFY2(m_window->presetsPanel()->applyPreset("Own early exit", &err), qPrintable(err));
         QCOMPARE(text("early_exit_criterion"), QString("kl"));
@@ -151,15 +151,15 @@ private slots:
         const tinyloop::GenerateConfig want = tinyloop::resolve_early_exit(m_window->loadedModel().get(), {}, {});
         const tinyloop::Recommendation& fileRec = tinyloop::model_recommendation(m_window->loadedModel().get());
         QVERIFY(fileRec.has_early_exit());
-        QCOMPARE(calib->policy().criterion, fileRec.early_exit_criterion);
-        QCOMPARE(calib->policy().threshold, fileRec.early_exit_threshold);
-        QCOMPARE(calib->policy().threshold, want.early_exit_threshold);
-        QCOMPARE(calib->policy().patience, want.early_exit_patience);
-        QCOMPARE(calib->policy().min_L, want.early_exit_min_L);
+        QCOMPARE(calib->policy().criterion, fileRec.early_exit.criterion);
+        QCOMPARE(calib->policy().threshold, fileRec.early_exit.threshold);
+        QCOMPARE(calib->policy().threshold, want.early_exit.threshold);
+        QCOMPARE(calib->policy().patience, want.early_exit.patience);
+        QCOMPARE(calib->policy().min_L, want.early_exit.min_L);
         calib->setCriterion(C::KL);  // another criterion than the model's: the model's threshold means nothing there
-        QVERIFY(calib->policy().threshold != fileRec.early_exit_threshold || fileRec.early_exit_criterion == C::KL);
-        calib->setCriterion(fileRec.early_exit_criterion);  // and back: the model's again
-        QCOMPARE(calib->policy().threshold, fileRec.early_exit_threshold);
+        QVERIFY(calib->policy().threshold != fileRec.early_exit.threshold || fileRec.early_exit.criterion == C::KL);
+        calib->setCriterion(fileRec.early_exit.criterion);  // and back: the model's again
+        QCOMPARE(calib->policy().threshold, fileRec.early_exit.threshold);
         QString err;
         QVERIFY(!calib->saveRecommendation(m_copy, &err));  // nothing measured yet
         QVERIFY2(err.contains("run the calibration first"), qPrintable(err));
@@ -182,8 +182,8 @@ private slots:
         QVERIFY(sameTensors(m_bundled, m_copy));
         tinyloop::ModelHandle written = tinyloop::load_model_handle(m_copy.toStdString());
         const tinyloop::Recommendation& rec = tinyloop::model_recommendation(written.get());
-        QCOMPARE(rec.early_exit_criterion, C::KL);
-        QCOMPARE(rec.early_exit_threshold, 0.25f);
+        QCOMPARE(rec.early_exit.criterion, C::KL);
+        QCOMPARE(rec.early_exit.threshold, 0.25f);
         QCOMPARE(rec.early_exit_loops, 4);
         // the part not measured stays as it was: the bundled file's speculation settings
         tinyloop::ModelHandle bundled = tinyloop::load_model_handle(m_bundled.toStdString());
@@ -223,7 +223,7 @@ private slots:
         const tinyloop::Recommendation& rec = tinyloop::model_recommendation(written.get());
         QCOMPARE(rec.draft_loops, 2);
         QCOMPARE(rec.draft_ahead, 3);
-        QCOMPARE(rec.early_exit_criterion, C::KL);  // the calibration's part kept
+        QCOMPARE(rec.early_exit.criterion, C::KL);  // the calibration's part kept
     }
 };
 

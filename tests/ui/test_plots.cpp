@@ -91,9 +91,9 @@ private slots:
         c.max_tokens = 16;
         c.ignore_eos = true;
         c.loops = 6;
-        c.early_exit_patience = 1;
-        c.early_exit_min_L = 1;
-        c.early_exit_criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
+        c.early_exit.patience = 1;
+        c.early_exit.min_L = 1;
+        c.early_exit.criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
         w.configPanel()->setMode(DecodeMode::EarlyExit);
         w.configPanel()->setConfig(c);
         QVERIFY2(run(w), qPrintable(w.lastError()));

@@ -55,7 +55,7 @@ private slots:
         p.config.stop_strings = {"END"};
         p.config.stop_sequences = {{5, 6}};
         p.config.logit_bias = {{3, 1.5f}};
-        p.config.early_exit_criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
+        p.config.early_exit.criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
         p.config.sample_seed = 123456789012345ull;
         p.knobs = SpeculativeKnobs{1, 4, 3, 2};
         p.grammarFile = "/tmp/answer.gbnf";

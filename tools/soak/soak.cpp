@@ -49,7 +49,7 @@ tinyloop::HParams soak_hparams() {
 
 // One decode through the engine's one entry (run_decode): the mode, the config, the knobs.
 int decode(tinyloop::Model* m, const std::vector<int32_t>& prompt, tinyloop::DecodeMode mode,
-           const tinyloop::GenerateConfig& c, const tinyloop::SpeculationKnobs& k = {},
+           const tinyloop::GenerateConfig& c, const tinyloop::SpeculationPolicy& k = {},
            const tinyloop::GenerateOptions& o = {}) {
     const tinyloop::RunSpec spec{.mode = mode, .config = c, .speculation = k};
     return tinyloop::run_decode(m, prompt.data(), static_cast<int>(prompt.size()), spec, o).stats.tokens_emitted;
@@ -77,8 +77,8 @@ int run_one(tinyloop::Model* m, int i, const std::vector<int32_t>& prompt) {
         c.stop_strings = {"e", "\n"}, c.stop_sequences = {{1, 2}, {65}}, c.cache_window = 5;
         return decode(m, prompt, DecodeMode::Greedy, c);
     case 4: {
-        c.early_exit_patience = 1 + i % 2, c.early_exit_threshold = 0.5f, c.loops = 8;
-        c.early_exit_criterion = static_cast<EarlyExitCriterion>(i % 5);
+        c.early_exit.patience = 1 + i % 2, c.early_exit.threshold = 0.5f, c.loops = 8;
+        c.early_exit.criterion = static_cast<EarlyExitCriterion>(i % 5);
         return decode(m, prompt, DecodeMode::EarlyExit, c);
     }
     case 5: {

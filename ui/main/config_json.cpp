@@ -114,7 +114,7 @@ SpeculativeKnobs knobsFromJson(const json& j, const ConfigLimits& lim, const std
             const FieldInfo* f = findField(it.key());
             if (!f || !f->speculative) throw ConfigError(where + it.key(), "unknown field");
         }
-    tinyloop::SpeculationKnobs e;
+    tinyloop::SpeculationPolicy e;
     try {
         e = tinyloop::speculation_from_json(j, lim, where);
     } catch (const tinyloop::Error& err) {

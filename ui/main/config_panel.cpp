@@ -308,7 +308,7 @@ void ConfigPanel::applyModeDefaults(DecodeMode m) {
 }
 
 int ConfigPanel::earlyExitPatienceDefault() const {
-    return m_rec.has_early_exit() ? m_rec.early_exit_patience : 2;
+    return m_rec.has_early_exit() ? m_rec.early_exit.patience : 2;
 }
 
 void ConfigPanel::setModelDefaults(const tinyloop::GenerateConfig& defaults, const tinyloop::Recommendation& rec) {
@@ -328,15 +328,15 @@ void ConfigPanel::applyModelDefaults(const QStringList& keep) {
     const tinyloop::GenerateConfig& d = m_modelDefaults;
     auto* criterion = qobject_cast<QComboBox*>(m_rows.at("early_exit_criterion").editor);
     const bool ownCriterion = keep.contains("early_exit_criterion");
-    if (!ownCriterion) criterion->setCurrentText(criterionName(d.early_exit_criterion));
+    if (!ownCriterion) criterion->setCurrentText(criterionName(d.early_exit.criterion));
     // The model's threshold means something for its own criterion only.
-    if (!ownCriterion || criterion->currentText() == criterionName(d.early_exit_criterion)) {
+    if (!ownCriterion || criterion->currentText() == criterionName(d.early_exit.criterion)) {
         auto set = [&](const char* key, const QString& text) {
             if (!keep.contains(key)) setFieldText(key, text);
         };
-        set("early_exit_threshold", QString::fromStdString(floatText(d.early_exit_threshold)));
-        set("early_exit_min_L", QString::number(d.early_exit_min_L));
-        set("early_exit_peek_every", QString::number(d.early_exit_peek_every));
+        set("early_exit_threshold", QString::fromStdString(floatText(d.early_exit.threshold)));
+        set("early_exit_min_L", QString::number(d.early_exit.min_L));
+        set("early_exit_peek_every", QString::number(d.early_exit.peek_every));
         if (mode() == DecodeMode::EarlyExit) set("early_exit_patience", QString::number(earlyExitPatienceDefault()));
     }
     auto knob = [&](const char* key, int value) {
@@ -353,13 +353,13 @@ void ConfigPanel::showRecommendation() {
     if (!m_haveModelDefaults) {
         m_recNote->setText("Early exit: the built-in defaults until a model is open.");
     } else if (r.has_early_exit()) {
-        QString where = QString("first probe at depth %1").arg(r.early_exit_min_L);
+        QString where = QString("first probe at depth %1").arg(r.early_exit.min_L);
         if (r.early_exit_loops > 0) where += QString(", measured at depth %1").arg(r.early_exit_loops);
         m_recNote->setText(QString("Early exit recommended by the model: %1 %2 %3, patience %4, %5.")
-                               .arg(criterionName(r.early_exit_criterion),
-                                    r.early_exit_criterion == tinyloop::EarlyExitCriterion::LogitMargin ? ">=" : "<",
-                                    QString::fromStdString(floatText(r.early_exit_threshold)))
-                               .arg(r.early_exit_patience)
+                               .arg(criterionName(r.early_exit.criterion),
+                                    r.early_exit.criterion == tinyloop::EarlyExitCriterion::LogitMargin ? ">=" : "<",
+                                    QString::fromStdString(floatText(r.early_exit.threshold)))
+                               .arg(r.early_exit.patience)
                                .arg(where));
     } else {
         m_recNote->setText("Early exit: this model recommends no policy; the fields show the built-in defaults.");

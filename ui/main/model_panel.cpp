@@ -184,12 +184,12 @@ void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
     const tinyloop::Recommendation& r = m.recommended;
     if (r.has_early_exit())
         row(rec, "early exit", QString("%1 %2 %3, patience %4, first probe at depth %5, every %6%7")
-                                   .arg(tinyloop::criterion_name(r.early_exit_criterion),
-                                        r.early_exit_criterion == tinyloop::EarlyExitCriterion::LogitMargin ? ">=" : "<")
-                                   .arg(r.early_exit_threshold)
-                                   .arg(r.early_exit_patience)
-                                   .arg(r.early_exit_min_L)
-                                   .arg(r.early_exit_peek_every)
+                                   .arg(tinyloop::criterion_name(r.early_exit.criterion),
+                                        r.early_exit.criterion == tinyloop::EarlyExitCriterion::LogitMargin ? ">=" : "<")
+                                   .arg(r.early_exit.threshold)
+                                   .arg(r.early_exit.patience)
+                                   .arg(r.early_exit.min_L)
+                                   .arg(r.early_exit.peek_every)
                                    .arg(r.early_exit_loops > 0 ? QString(" (measured at depth %1)").arg(r.early_exit_loops)
                                                                : QString()));
     else

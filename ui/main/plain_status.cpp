@@ -49,13 +49,13 @@ QString memoryText(std::size_t bytes) {
 }
 
 QString exitRuleText(const tinyloop::GenerateConfig& cfg) {
-    const int patience = std::max(1, cfg.early_exit_patience);
-    const int every = std::max(1, cfg.early_exit_peek_every);
-    QString s = criterionWords(cfg.early_exit_criterion, cfg.early_exit_threshold) + " for " +
+    const int patience = std::max(1, cfg.early_exit.patience);
+    const int every = std::max(1, cfg.early_exit.peek_every);
+    QString s = criterionWords(cfg.early_exit.criterion, cfg.early_exit.threshold) + " for " +
                 times(patience, "check", "checks in a row");
     s += QString(" (checked %1 from pass %2 on)")
              .arg(every == 1 ? QString("after every pass") : QString("every %1 passes").arg(every))
-             .arg(std::max(1, cfg.early_exit_min_L));
+             .arg(std::max(1, cfg.early_exit.min_L));
     return s;
 }
 

@@ -118,10 +118,10 @@ std::vector<TourStep> makeSteps() {
                  [](MainWindow& w, Done done) {
                      tinyloop::GenerateConfig c = baseConfig(32);
                      c.loops = 6;
-                     c.early_exit_criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
-                     c.early_exit_patience = 1;
-                     c.early_exit_min_L = 2;
-                     c.early_exit_peek_every = 1;
+                     c.early_exit.criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
+                     c.early_exit.patience = 1;
+                     c.early_exit.min_L = 2;
+                     c.early_exit.peek_every = 1;
                      configure(w, "In the beginning", DecodeMode::EarlyExit, c, DepthTab);
                      generateThen(w, done);
                  },

@@ -61,16 +61,16 @@ tinyloop::GenerateConfig resolvedPolicy(const tinyloop::Model* model, std::optio
     tinyloop::GenerateConfig c;
     std::vector<std::string> user;
     if (criterion) {
-        c.early_exit_criterion = *criterion;
+        c.early_exit.criterion = *criterion;
         user.push_back("early_exit_criterion");
     }
     if (model) return tinyloop::resolve_early_exit(model, c, user);
     const tinyloop::Recommendation b = tinyloop::builtin_early_exit();
-    c.early_exit_criterion = criterion.value_or(b.early_exit_criterion);
-    c.early_exit_threshold = b.early_exit_threshold;
-    c.early_exit_patience = b.early_exit_patience;
-    c.early_exit_min_L = b.early_exit_min_L;
-    c.early_exit_peek_every = b.early_exit_peek_every;
+    c.early_exit.criterion = criterion.value_or(b.early_exit.criterion);
+    c.early_exit.threshold = b.early_exit.threshold;
+    c.early_exit.patience = b.early_exit.patience;
+    c.early_exit.min_L = b.early_exit.min_L;
+    c.early_exit.peek_every = b.early_exit.peek_every;
     return c;
 }
 
@@ -79,13 +79,13 @@ tinyloop::GenerateConfig resolvedPolicy(const tinyloop::Model* model, std::optio
 double startThreshold(const tinyloop::Model* model, C criterion) {
     std::vector<std::pair<std::string, std::string>> source;
     tinyloop::GenerateConfig c;
-    c.early_exit_criterion = criterion;
+    c.early_exit.criterion = criterion;
     if (model) {
         const tinyloop::GenerateConfig r = tinyloop::resolve_early_exit(model, c, {"early_exit_criterion"}, &source);
         for (const auto& [key, from] : source)
-            if (key == "early_exit_threshold" && from == "model") return r.early_exit_threshold;
+            if (key == "early_exit_threshold" && from == "model") return r.early_exit.threshold;
     }
-    if (criterion == tinyloop::builtin_early_exit().early_exit_criterion) return tinyloop::builtin_early_exit().early_exit_threshold;
+    if (criterion == tinyloop::builtin_early_exit().early_exit.criterion) return tinyloop::builtin_early_exit().early_exit.threshold;
     return default_threshold(criterion);
 }
 
@@ -170,11 +170,11 @@ CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     // The policy the engine would run with (resolve_early_exit): the model's recommendation, so
     // this view starts where Compare, generate and the config panel start.
     const tinyloop::GenerateConfig start = resolvedPolicy(workbench->loadedModel().get());
-    m_criterion->setCurrentIndex(m_criterion->findData(static_cast<int>(start.early_exit_criterion)));
-    m_threshold->setValue(start.early_exit_threshold);
-    m_patience->setValue(std::max(1, start.early_exit_patience));
-    m_minL->setValue(start.early_exit_min_L);
-    m_peek->setValue(start.early_exit_peek_every);
+    m_criterion->setCurrentIndex(m_criterion->findData(static_cast<int>(start.early_exit.criterion)));
+    m_threshold->setValue(start.early_exit.threshold);
+    m_patience->setValue(std::max(1, start.early_exit.patience));
+    m_minL->setValue(start.early_exit.min_L);
+    m_peek->setValue(start.early_exit.peek_every);
     connect(m_criterion, &QComboBox::currentIndexChanged, this, [this] {
         m_threshold->blockSignals(true);
         m_threshold->setValue(startThreshold(this->workbench()->loadedModel().get(), static_cast<C>(m_criterion->currentData().toInt())));
@@ -188,8 +188,8 @@ CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     connect(m_plot, &QCustomPlot::mouseRelease, this, &CalibView::onMouseRelease);
 }
 
-CalibPolicy CalibView::policy() const {
-    CalibPolicy p;
+EarlyExitPolicy CalibView::policy() const {
+    EarlyExitPolicy p;
     p.criterion = static_cast<C>(m_criterion->currentData().toInt());
     p.threshold = static_cast<float>(m_threshold->value());
     p.patience = m_patience->value();
@@ -235,13 +235,13 @@ bool CalibView::saveRecommendation(const QString& outPath, QString* error) {
         if (error) *error = why;
         return false;
     }
-    const CalibPolicy p = policy();
+    const EarlyExitPolicy p = policy();
     tinyloop::Recommendation rec;
-    rec.early_exit_criterion = p.criterion;
-    rec.early_exit_threshold = p.threshold;
-    rec.early_exit_patience = p.patience;
-    rec.early_exit_min_L = p.min_L;
-    rec.early_exit_peek_every = p.peek_every;
+    rec.early_exit.criterion = p.criterion;
+    rec.early_exit.threshold = p.threshold;
+    rec.early_exit.patience = p.patience;
+    rec.early_exit.min_L = p.min_L;
+    rec.early_exit.peek_every = p.peek_every;
     rec.early_exit_loops = m_data->loops;
     int changed = 0, early = 0;
     for (const CalibToken& t : m_scored) {
@@ -276,7 +276,7 @@ void CalibView::rescore() {
 
 void CalibView::redraw() {
     if (!m_data) return;
-    const CalibPolicy p = policy();
+    const EarlyExitPolicy p = policy();
     clearEmptyState(m_plot);
     m_plot->clearGraphs();
     const QString crit = criterion_label(p.criterion);

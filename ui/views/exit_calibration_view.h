@@ -32,7 +32,7 @@ public:
 
     bool hasData() const { return m_data != nullptr; }
     const CalibData* calibData() const { return m_data.get(); }
-    CalibPolicy policy() const;
+    EarlyExitPolicy policy() const;
     void setCriterion(tinyloop::EarlyExitCriterion c);
     void setThreshold(double t);  // as the spin box or a drag of the line would
     void setMaxTokens(int n);

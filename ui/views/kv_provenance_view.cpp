@@ -89,9 +89,9 @@ void KvView::run() {
     tinyloop::GenerateConfig c;
     c.max_tokens = m_maxTokens->value();
     c.loops = m_loops->value();
-    c.early_exit_patience = setup == KvSetup::EarlyExit ? 1 : 0;
-    c.early_exit_criterion = tinyloop::EarlyExitCriterion::HiddenL2;
-    c.early_exit_threshold = static_cast<float>(m_threshold->value());
+    c.early_exit.patience = setup == KvSetup::EarlyExit ? 1 : 0;
+    c.early_exit.criterion = tinyloop::EarlyExitCriterion::HiddenL2;
+    c.early_exit.threshold = static_cast<float>(m_threshold->value());
     const int prefix = m_prefix->value();
     auto out = std::make_shared<KvRun>();
     startJob("decoding with provenance", [path, prompt, setup, c, prefix, out](AnalysisJobContext& ctx) {

@@ -63,9 +63,9 @@ std::vector<ModeSpec> recommended_compare_modes(const Model* model, int max_toke
     if (rec.has_early_exit()) {
         ModeSpec e = mode("", DecodeMode::EarlyExit, max_tokens, D);
         e.run.config = resolve_early_exit(model, e.run.config, {});
-        e.label = format("early exit %s%s%g (model's)", criterion_name(e.run.config.early_exit_criterion),
-                         e.run.config.early_exit_criterion == EarlyExitCriterion::LogitMargin ? ">=" : "<",
-                         static_cast<double>(e.run.config.early_exit_threshold));
+        e.label = format("early exit %s%s%g (model's)", criterion_name(e.run.config.early_exit.criterion),
+                         e.run.config.early_exit.criterion == EarlyExitCriterion::LogitMargin ? ">=" : "<",
+                         static_cast<double>(e.run.config.early_exit.threshold));
         out.push_back(e);
     }
     out.push_back(sampling_mode(max_tokens, D));
@@ -100,10 +100,10 @@ std::vector<ModeSpec> default_compare_modes(const HParams& hp, int max_tokens) {
     }
     for (float thr : {0.1f, 0.2f}) {
         ModeSpec e = mode(format("early exit l2<%.2f", static_cast<double>(thr)), DecodeMode::EarlyExit, max_tokens, deep);
-        e.run.config.early_exit_patience = 1;
-        e.run.config.early_exit_min_L = 2;
-        e.run.config.early_exit_criterion = EarlyExitCriterion::HiddenL2;
-        e.run.config.early_exit_threshold = thr;
+        e.run.config.early_exit.patience = 1;
+        e.run.config.early_exit.min_L = 2;
+        e.run.config.early_exit.criterion = EarlyExitCriterion::HiddenL2;
+        e.run.config.early_exit.threshold = thr;
         out.push_back(e);
     }
     out.push_back(sampling_mode(max_tokens, deep));

@@ -100,10 +100,10 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
         step("early exit " + crit + " " + num(e.threshold));
         tinyloop::GenerateConfig c;
         c.loops = exit_loops;
-        c.early_exit_patience = 1;
-        c.early_exit_min_L = std::min(2, exit_loops);
-        c.early_exit_criterion = e.criterion;
-        c.early_exit_threshold = e.threshold;
+        c.early_exit.patience = 1;
+        c.early_exit.min_L = std::min(2, exit_loops);
+        c.early_exit.criterion = e.criterion;
+        c.early_exit.threshold = e.threshold;
         std::vector<int> depth;
         const tinyloop::ScoreResult r = tinyloop::score_early_exit(model, text.data(), n, c, &depth);
         ComputePoint p;

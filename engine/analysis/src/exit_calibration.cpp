@@ -55,14 +55,6 @@ float display_signal(tinyloop::EarlyExitCriterion c, float s) {
     return c == tinyloop::EarlyExitCriterion::LogitMargin ? -s : s;
 }
 
-bool calib_stable(const CalibPolicy& p, float s) {
-    switch (p.criterion) {
-        case tinyloop::EarlyExitCriterion::LogitMargin: return -s >= p.threshold;
-        case tinyloop::EarlyExitCriterion::ArgmaxStable: return s == 0.0f;
-        default: return s < p.threshold;
-    }
-}
-
 const char* criterion_label(tinyloop::EarlyExitCriterion c) {
     switch (c) {
         case tinyloop::EarlyExitCriterion::HiddenL2: return "hidden_l2";
@@ -75,27 +67,22 @@ const char* criterion_label(tinyloop::EarlyExitCriterion c) {
     return "?";
 }
 
-std::vector<CalibToken> rescore_calibration(const CalibData& d, const CalibPolicy& p) {
-    if (!(p.threshold > 0)) bad("threshold: must be > 0");
-    if (p.patience < 1) bad("patience: " + std::to_string(p.patience) + " must be >= 1");
-    if (p.min_L < 1 || p.min_L > d.loops)
-        bad("min_L: " + std::to_string(p.min_L) + " is outside [1, " + std::to_string(d.loops) + "]");
-    if (p.peek_every < 1) bad("peek_every: " + std::to_string(p.peek_every) + " must be >= 1");
+std::vector<CalibToken> rescore_calibration(const CalibData& d, const EarlyExitPolicy& given) {
+    tinyloop::validate_early_exit(given, d.loops, "");
+    if (given.patience < 1) bad("patience: " + std::to_string(given.patience) + " must be >= 1");
+    const EarlyExitPolicy p = tinyloop::effective_exit_policy(given);
     std::vector<CalibToken> out;
     for (int i = 1; i < d.emitted(); ++i) {
         CalibToken t;
         t.index = i;
         t.row = d.prompt_len + i - 1;
         t.full_token = d.tokens[static_cast<size_t>(d.prompt_len + i)];
-        // decode_step_adaptive's loop: probes from min_L every peek_every passes, never at the
-        // last pass; `patience` stable probes in a row end it.
+        // decode_step_adaptive's rule, on the recorded signals
         t.exit_depth = d.loops;
         int stable = 0;
         for (int pass = 1; pass < d.loops; ++pass) {
-            const bool probe = pass >= p.min_L && (pass - p.min_L) % p.peek_every == 0;
-            if (!probe) continue;
-            stable = calib_stable(p, d.exits.at(p.criterion, t.row, pass)) ? stable + 1 : 0;
-            if (stable >= p.patience) {
+            if (!tinyloop::exit_probe_at(p, pass, d.loops)) continue;
+            if (tinyloop::exit_after_probe(p, d.exits.at(p.criterion, t.row, pass), stable)) {
                 t.exit_depth = pass;
                 break;
             }
@@ -107,15 +94,14 @@ std::vector<CalibToken> rescore_calibration(const CalibData& d, const CalibPolic
     return out;
 }
 
-nlohmann::json calibration_json(const CalibData& d, const CalibPolicy& p, const std::vector<CalibToken>& scored) {
+nlohmann::json calibration_json(const CalibData& d, const EarlyExitPolicy& p, const std::vector<CalibToken>& scored) {
     nlohmann::json j;
     j["view"] = "early-exit calibration";
     j["loops"] = d.loops;
     j["prompt_len"] = d.prompt_len;
     j["tokens"] = d.tokens;
     j["pieces"] = d.pieces;
-    j["policy"] = {{"criterion", criterion_label(p.criterion)}, {"threshold", p.threshold},
-                   {"patience", p.patience}, {"min_L", p.min_L}, {"peek_every", p.peek_every}};
+    j["policy"] = tinyloop::early_exit_policy_to_json(p);
     nlohmann::json traces = nlohmann::json::object();
     const int n = static_cast<int>(d.tokens.size());
     for (int c = 0; c < 5; ++c) {

@@ -47,7 +47,7 @@ KvRun run_kv_provenance(tinyloop::Model* model, const std::vector<int32_t>& prom
         case KvSetup::PrefixCache: {
             if (prefix_len < 1 || prefix_len > n)
                 bad("prefix_len: " + std::to_string(prefix_len) + " is outside [1, " + std::to_string(n) + "]");
-            c.early_exit_patience = 0;
+            c.early_exit.patience = 0;
             tinyloop::Owned<tinyloop::PrefixCache> cache(
                 tinyloop::create_prefix_cache(model, prompt.data(), prefix_len, c.loops, c.cache_window));
             run.prefix_len = prefix_len;

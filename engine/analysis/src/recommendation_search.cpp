@@ -43,11 +43,11 @@ double block_macs(const tinyloop::HParams& hp) {
 double relative_cost(const tinyloop::HParams& hp, const ExitCandidate& c, int loops) {
     const double block = block_macs(hp), head = double(hp.vocab_size) * hp.d_model;
     const double pre = hp.n_pre_blocks * block, pass = hp.n_loop_layers * block;
-    const double probe = c.criterion == EarlyExitCriterion::HiddenL2 ? 0.0 : head;
+    const double probe = c.policy.criterion == EarlyExitCriterion::HiddenL2 ? 0.0 : head;
     double probes = 0, positions = 0;
     for (size_t i = 0; i < c.depth_counts.size(); ++i) {
         const int depth = static_cast<int>(i) + 1;
-        probes += c.depth_counts[i] * std::max(0, std::min(depth, loops - 1) - c.min_L + 1);
+        probes += c.depth_counts[i] * std::max(0, std::min(depth, loops - 1) - c.policy.min_L + 1);
         positions += c.depth_counts[i];
     }
     const double mean_probes = positions > 0 ? probes / positions : 0.0;
@@ -73,16 +73,20 @@ ExitSearch search_exit_policy(tinyloop::Model* model, const std::vector<int32_t>
         for (float t : line.thresholds)
             for (int patience : {1, 2})
                 for (int min_L : {1, 2})
-                    if (min_L < s.loops) plan.push_back(ExitCandidate{line.criterion, t, patience, min_L, 0, 0, 1, {}});
+                    if (min_L < s.loops) {
+                        ExitCandidate c;
+                        c.policy.criterion = line.criterion;
+                        c.policy.threshold = t;
+                        c.policy.patience = patience;
+                        c.policy.min_L = min_L;
+                        plan.push_back(std::move(c));
+                    }
     int done = 0;
     for (ExitCandidate c : plan) {
         if (cancel && cancel->load()) break;
         tinyloop::GenerateConfig cfg;
         cfg.loops = s.loops;
-        cfg.early_exit_criterion = c.criterion;
-        cfg.early_exit_threshold = c.threshold;
-        cfg.early_exit_patience = c.patience;
-        cfg.early_exit_min_L = c.min_L;
+        cfg.early_exit = c.policy;
         std::vector<int> depth;
         c.nll = tinyloop::score_early_exit(model, tokens.data(), n, cfg, &depth).total_nll / (n - 1);
         c.depth_counts.assign(static_cast<size_t>(s.loops), 0);
@@ -141,11 +145,7 @@ tinyloop::Recommendation recommendation_from(const ExitSearch* exits, const Swee
     tinyloop::Recommendation r;
     if (exits && exits->best >= 0) {
         const ExitCandidate& c = exits->candidates[static_cast<size_t>(exits->best)];
-        r.early_exit_criterion = c.criterion;
-        r.early_exit_threshold = c.threshold;
-        r.early_exit_patience = c.patience;
-        r.early_exit_min_L = c.min_L;
-        r.early_exit_peek_every = 1;
+        r.early_exit = c.policy;
     }
     if (sweep) {
         const int chain = best_paying_cell(*sweep, false);
@@ -166,14 +166,13 @@ tinyloop::Recommendation recommendation_from(const ExitSearch* exits, const Swee
 namespace {
 
 nlohmann::json candidate_json(const ExitCandidate& c) {
-    return {{"criterion", tinyloop::criterion_name(c.criterion)},
-            {"threshold", tinyloop::json_float(c.threshold)},
-            {"patience", c.patience},
-            {"min_L", c.min_L},
-            {"nll_per_token", c.nll},
+    nlohmann::json j = tinyloop::early_exit_policy_to_json(c.policy);
+    j.erase("peek_every");  // every candidate probes each pass: the record keeps its shape
+    j.update({{"nll_per_token", c.nll},
             {"mean_depth", c.mean_depth},
             {"relative_cost", c.relative_cost},
-            {"depth_counts", c.depth_counts}};
+            {"depth_counts", c.depth_counts}});
+    return j;
 }
 
 nlohmann::json cell_json(const SweepCell& c, int verify_loops) {

@@ -55,7 +55,7 @@ const tinyloop::TokenEvent& Stepper::propose() {
         return true;
     };
     // Sample is plain decoding at the config's temperature (greedy at <= 0.01).
-    const tinyloop::RunSpec spec{.mode = cfg.early_exit_patience > 0 ? tinyloop::DecodeMode::EarlyExit
+    const tinyloop::RunSpec spec{.mode = cfg.early_exit.patience > 0 ? tinyloop::DecodeMode::EarlyExit
                                                                      : tinyloop::DecodeMode::Sample,
                                  .config = cfg,
                                  .speculation = {}};

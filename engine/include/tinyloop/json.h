@@ -70,14 +70,24 @@ GenerateConfig config_from_json(const nlohmann::json& j, const ConfigLimits& lim
 void set_config_field(GenerateConfig& c, const std::string& key, const nlohmann::json& value,
                       const std::string& where = "");
 
+// The early-exit policy's one JSON form: {"criterion", "threshold", "patience", "min_L",
+// "peek_every"} (+ "logit_margin" when > 0). Inside a config's JSON the same fields are the flat
+// keys early_exit_criterion, ... (the config field table). The reader throws InvalidArgument
+// naming the key with `where` for an unknown key or a value out of range (validate_early_exit).
+nlohmann::json early_exit_policy_to_json(const EarlyExitPolicy& p);
+EarlyExitPolicy early_exit_policy_from_json(const nlohmann::json& j, const ConfigLimits& limits = {},
+                                            const std::string& where = "early_exit.");
+
 // draft_loops, verify_loops, draft_ahead, branches, gamma (draft_model is not written).
-nlohmann::json speculation_to_json(const SpeculationKnobs& k);
-SpeculationKnobs speculation_from_json(const nlohmann::json& j, const ConfigLimits& limits = {},
+nlohmann::json speculation_to_json(const SpeculationPolicy& k);
+SpeculationPolicy speculation_from_json(const nlohmann::json& j, const ConfigLimits& limits = {},
                                        const std::string& where = "");
 // Throws InvalidArgument "field: ..." for a knob outside its range (run_decode's rules).
-void validate_speculation(const SpeculationKnobs& k, const ConfigLimits& limits = {});
+void validate_speculation(const SpeculationPolicy& k, const ConfigLimits& limits = {});
 
-// decode_mode_name's names; false for any other.
+// decode_mode_name's names, and on input only the other spellings front ends used (one alias
+// table: "sampling" -> sample, "early_exit" -> early-exit, "chain" -> speculative,
+// "draft_model"/"draft" -> draft-model); false for any other.
 bool parse_decode_mode(const std::string& name, DecodeMode* out);
 
 // {"mode", "config", "speculation"}.

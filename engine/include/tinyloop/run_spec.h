@@ -28,7 +28,17 @@ enum class DecodeMode { Greedy, Sample, EarlyExit, Beam, Speculative, Tree, Draf
 // "greedy", "sample", "early-exit", "beam", "speculative", "tree", "draft-model"
 const char* decode_mode_name(DecodeMode mode);
 
-struct SpeculationKnobs {
+// Which self-speculation a run uses. In a RunSpec the mode decides (resolved_speculation sets
+// kind from it: Speculative -> Chain, Tree -> Tree, DraftModel -> DraftModel, else None).
+enum class SpeculationKind { None, Chain, Tree, DraftModel };
+// "none", "chain", "tree", "draft-model"
+const char* speculation_kind_name(SpeculationKind kind);
+
+// The speculation policy: one value for RunSpec, the codec (speculation_to_json) and every front
+// end; the seed's SpeculativeConfig / TreeSpeculativeConfig / DraftSpeculativeConfig are built
+// from it in one place (run_decode) and stay only as the low-level entry points' arguments.
+struct SpeculationPolicy {
+    SpeculationKind kind = SpeculationKind::None;
     int verify_loops = 0;  // Speculative, Tree: verify depth; 0 = config.loops (itself 0 = default_loops)
     int draft_loops = 0;   // Speculative, Tree: draft depth; 0 = the model's recommendation when it is
                            // below verify_loops, else min(2, verify_loops - 1)
@@ -43,13 +53,13 @@ struct SpeculationKnobs {
 struct RunSpec {
     DecodeMode mode = DecodeMode::Greedy;
     GenerateConfig config;
-    SpeculationKnobs speculation;
+    SpeculationPolicy speculation;
 };
 
-// The knobs as run_decode uses them, every 0 ("the default") resolved: the model's recommendation
-// (model_recommendation) when it has one, else the built-in default (draft_loops of DraftModel
-// needs speculation.draft_model).
-SpeculationKnobs resolved_speculation(const Model* model, const RunSpec& spec);
+// The policy as run_decode uses it, kind set from spec.mode and every 0 ("the default")
+// resolved: the model's recommendation (model_recommendation) when it has one, else the built-in
+// default (draft_loops of DraftModel needs speculation.draft_model).
+SpeculationPolicy resolved_speculation(const Model* model, const RunSpec& spec);
 
 // ---------------------------------------------------------------------------------------------
 // The model's recommended settings: user value, else the model's, else the built-in default
@@ -66,16 +76,13 @@ struct Recommendation {
     int draft_ahead = 0;       // chain: tokens drafted per cycle, 1 .. 32
     int tree_draft_ahead = 0;  // tree: nodes run per cycle, 1 .. 8
     int branches = 0;          // tree: candidates per node, 1 .. 8
-    // Early exit; early_exit_patience 0 = no policy recommended.
-    int early_exit_patience = 0;  // 1 .. 16
-    EarlyExitCriterion early_exit_criterion = EarlyExitCriterion::HiddenL2;
-    float early_exit_threshold = 0.05f;  // > 0 (logit_margin: the margin to reach)
-    int early_exit_min_L = 2;            // 1 .. max_loops
-    int early_exit_peek_every = 1;       // 1 .. max_loops
+    // Early exit; early_exit.patience 0 = no policy recommended (patience 1 .. 16, min_L and
+    // peek_every 1 .. max_loops, threshold > 0; logit_margin unused).
+    EarlyExitPolicy early_exit;
     int early_exit_loops = 0;            // the depth the policy was measured at (a record; 0 = not said)
 
     bool has_speculation() const { return draft_loops > 0 || draft_ahead > 0 || tree_draft_ahead > 0 || branches > 0; }
-    bool has_early_exit() const { return early_exit_patience > 0; }
+    bool has_early_exit() const { return early_exit.enabled(); }
 };
 
 // What the loaded file recommends (an empty Recommendation when its metadata has none).
@@ -105,5 +112,43 @@ DecodeMode config_mode(const GenerateConfig& config);
 
 GenerateResult run_decode(Model* model, const int32_t* prompt, int prompt_len, const RunSpec& spec,
                           const GenerateOptions& options = {});
+
+// ---------------------------------------------------------------------------------------------
+// The resolver: what a user set + the model's recommendation -> a complete run
+// ---------------------------------------------------------------------------------------------
+//
+// Every front end (CLI, Python binding, server, workbench) asks here instead of restating the
+// rules, and shows `messages`.
+//
+//   ResolvedRun resolve_run(const Model* model, const RunSpec& given,
+//                           const std::vector<std::string>& user_keys);
+//
+// `given` is the run as the user described it; `user_keys` names the fields the user set, by the
+// codec's names: config keys ("temperature", "beam_size", "loops", "early_exit_patience", ...,
+// config_fields()) and speculation keys prefixed "speculation." ("speculation.draft_loops").
+// A field not named is the resolver's to decide. The rules, each once:
+//   depth        config.loops 0 -> the model's default_loops ("model")
+//   Greedy       temperature 0, beam_size 0, early exit off ("mode"); a user temperature > 0.01
+//                is refused ("temperature: ...")
+//   Sample       temperature 0.8 unless the user set it ("built-in"); a user temperature in
+//                [0, 0.01] is refused; beam_size 0, early exit off
+//   EarlyExit    the early-exit fields as resolve_early_exit gives them (user > model > built-in);
+//                beam_size 0
+//   Beam         beam_size 4 unless the user set it ("built-in"); < 2 is refused; early exit off
+//   Speculative, Tree, DraftModel: the speculation policy as resolved_speculation gives it (user >
+//                model > built-in; kind from the mode); Tree is greedy only (a user temperature
+//                > 0.01 is refused, else temperature 0); other modes' conflicts: the run refuses
+// then the knob ranges: validate_speculation, validate_early_exit (InvalidArgument naming the
+// field and its range). run_decode(model, ..., resolve_run(model, spec, keys).spec) runs what
+// run_decode(model, ..., spec) runs, with every default written out.
+struct ResolvedRun {
+    RunSpec spec;  // complete: config.loops >= 1, the mode's rules applied, every knob resolved
+    // (key, source) per field the resolver decided or kept; source: "user", "model", "built-in"
+    // or "mode" (forced by the mode's rules).
+    std::vector<std::pair<std::string, std::string>> source;
+    // One line per field in `source`, "key: value (source)", for a front end to show.
+    std::vector<std::string> messages;
+};
+ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vector<std::string>& user_keys);
 
 }  // namespace tinyloop

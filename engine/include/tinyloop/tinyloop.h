@@ -68,6 +68,42 @@ enum class EarlyExitCriterion {
 };
 bool is_gate_criterion(EarlyExitCriterion c);
 
+// The early-exit policy: one value for decoding (GenerateConfig::early_exit), the model's
+// recommendation (Recommendation::early_exit), exit calibration (tinyloop_analysis) and every
+// front end. Its JSON form is the codec's early_exit_policy_to_json / _from_json (tinyloop/json.h);
+// inside a config's JSON the same fields are the flat keys early_exit_patience, ... (the seed's).
+struct EarlyExitPolicy {
+    int patience = 0;        // >= 0; 0 disables early exit; n: exit after n stable probes in a row
+                             // (a model's recommendation: 1 .. 16)
+    int min_L = 2;           // first probed pass, 1 .. max_loops (the depth run)
+    int peek_every = 1;      // probe cadence past min_L, 1 .. max_loops
+    EarlyExitCriterion criterion = EarlyExitCriterion::HiddenL2;
+    float threshold = 0.05f; // > 0; logit_margin: the margin to reach; gates: the cumulative probability q in (0, 1]
+    // The seed's shorthand, kept for its configs: > 0 means criterion logit_margin at this threshold
+    // (effective_exit_policy folds it in). >= 0; 0 = unused.
+    float logit_margin = 0.0f;
+    bool enabled() const { return patience > 0; }
+};
+// The policy as decoding and calibration apply it: logit_margin > 0 folded into criterion
+// LogitMargin with that threshold (and logit_margin then 0).
+EarlyExitPolicy effective_exit_policy(const EarlyExitPolicy& p);
+// Throws InvalidArgument naming the field ("early_exit_min_L: 9 is outside [1, 8]") when a field
+// is out of range; `loops` bounds min_L (the model's max_loops for a config, the depth run for
+// calibration). `prefix` is put before each
+// field name ("early_exit_" for a config's flat keys, "" for the policy's own JSON names).
+void validate_early_exit(const EarlyExitPolicy& p, int loops, const std::string& prefix = "early_exit_");
+
+// The exit rule, the one decoding (decode_step_adaptive) and exit calibration
+// (tinyloop_analysis::rescore_calibration) both apply, on an effective policy:
+//   a pass is probed from min_L on, every peek_every passes, never at the last pass `loops`;
+//   a probe is stable when the criterion's signal says so (exit_stable);
+//   the token exits at the probe that makes `patience` stable probes in a row.
+// exit_signal's units: smaller = more stable; LogitMargin gives -margin, ArgmaxStable 0 or 1.
+bool exit_stable(const EarlyExitPolicy& p, float signal);
+bool exit_probe_at(const EarlyExitPolicy& p, int pass, int loops);
+// One probe: updates the run of stable probes `stable` with `signal`; true when the token exits here.
+bool exit_after_probe(const EarlyExitPolicy& p, float signal, int& stable);
+
 // How the KV cache stores keys and values. Int8: symmetric INT8 codes with one f32 scale per
 // (position, layer, kv head), scale = max|x| / 127 (Hugging Face's quantized cache, without its
 // f32 residual window): about 3.6x less memory at head_dim 64, logits within ~1e-2 of f32.
@@ -127,12 +163,7 @@ struct GenerateConfig {
     // entry is a list of alternatives (token sequences), any one of which fulfils it: one
     // alternative is HF's PhrasalConstraint, several its DisjunctiveConstraint. Beam only.
     std::vector<std::vector<std::vector<int32_t>>> force_words;
-    int early_exit_patience = 0;      // 0 disables early exit; > 0: exit after this many stable probes
-    int early_exit_min_L = 2;
-    int early_exit_peek_every = 1;
-    float early_exit_logit_margin = 0.0f;
-    EarlyExitCriterion early_exit_criterion = EarlyExitCriterion::HiddenL2;
-    float early_exit_threshold = 0.05f;
+    EarlyExitPolicy early_exit;       // adaptive depth per token; patience 0 (the default) = off
     uint64_t sample_seed = 0;         // deterministic given seed + config + model
     Grammar* grammar = nullptr;       // constrained decoding (see parse_grammar); not owned
     KVCacheType kv_cache = KVCacheType::F32;  // f32 or int8 (plain decode, beam, batch engine;

@@ -314,18 +314,18 @@ void register_config(py::module_& m) {
             [](C& c, const py::object& v) { tl::set_config_field(c, "force_words", py_to_json(v)); },
             "list[list[int] | list[list[int]]]: beam only; HF's force_words_ids, each entry a word or its "
             "alternatives, all in the output (default [])")
-        .def_readwrite("early_exit_patience", &C::early_exit_patience,
+        .def_property("early_exit_patience", [](const C& c) { return c.early_exit.patience; }, [](C& c, decltype(tl::EarlyExitPolicy::patience) v) { c.early_exit.patience = v; },
                        "int: 0 disables early exit; > 0 consecutive stable probes before exiting (default 0)")
-        .def_readwrite("early_exit_min_L", &C::early_exit_min_L, "int: first depth probed, 1..max_loops (default 2)")
-        .def_readwrite("early_exit_peek_every", &C::early_exit_peek_every, "int: probe cadence, >= 1 (default 1)")
-        .def_readwrite("early_exit_logit_margin", &C::early_exit_logit_margin,
+        .def_property("early_exit_min_L", [](const C& c) { return c.early_exit.min_L; }, [](C& c, decltype(tl::EarlyExitPolicy::min_L) v) { c.early_exit.min_L = v; }, "int: first depth probed, 1..max_loops (default 2)")
+        .def_property("early_exit_peek_every", [](const C& c) { return c.early_exit.peek_every; }, [](C& c, decltype(tl::EarlyExitPolicy::peek_every) v) { c.early_exit.peek_every = v; }, "int: probe cadence, >= 1 (default 1)")
+        .def_property("early_exit_logit_margin", [](const C& c) { return c.early_exit.logit_margin; }, [](C& c, decltype(tl::EarlyExitPolicy::logit_margin) v) { c.early_exit.logit_margin = v; },
                        "float: > 0 switches to logit-margin stability (default 0)")
         .def_property(
-            "early_exit_criterion", [](const C& c) { return std::string(tl::criterion_name(c.early_exit_criterion)); },
-            [](C& c, const std::string& s) { c.early_exit_criterion = parse_criterion(s); },
+            "early_exit_criterion", [](const C& c) { return std::string(tl::criterion_name(c.early_exit.criterion)); },
+            [](C& c, const std::string& s) { c.early_exit.criterion = parse_criterion(s); },
             "str: hidden_l2 | logit_margin | kl | entropy_delta | argmax_stable | gate_stop | gate_select | "
             "reverse_kl | minp_kl (default hidden_l2)")
-        .def_readwrite("early_exit_threshold", &C::early_exit_threshold, "float: stability threshold > 0 (default 0.05)")
+        .def_property("early_exit_threshold", [](const C& c) { return c.early_exit.threshold; }, [](C& c, decltype(tl::EarlyExitPolicy::threshold) v) { c.early_exit.threshold = v; }, "float: stability threshold > 0 (default 0.05)")
         .def_readwrite("sample_seed", &C::sample_seed, "int: RNG seed, 0..2^64-1 (default 0)")
         .def_property(
             "kv_cache", [](const C& c) { return std::string(tl::kv_cache_type_name(c.kv_cache)); },

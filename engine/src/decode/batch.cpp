@@ -35,7 +35,7 @@ struct Seq {
     BatchRequest req;
     int prompt_len = 0;
     int loops = 1;
-    ExitPolicy policy;
+    EarlyExitPolicy policy;
     int need_pages = 0;
     KVCache kv;
     int prefilled = 0;            // prompt tokens run so far
@@ -137,7 +137,7 @@ uint64_t batch_submit(BatchEngine* engine, BatchRequest request) {
     auto s = std::make_unique<Seq>();
     s->prompt_len = n;
     s->loops = request.config.loops > 0 ? request.config.loops : m.hp.default_loops;
-    s->policy = ExitPolicy::from(request.config);
+    s->policy = effective_exit_policy(request.config.early_exit);
     const int positions = n + request.config.max_tokens;
     s->need_pages = request.config.max_tokens > 0
                         ? pages_needed(exec_layers(m.hp, s->loops), positions, engine->opt.page_size)
@@ -372,7 +372,7 @@ int batch_step(BatchEngine* engine) {
             en.b.pos0 = s.prefilled;
             entries.push_back(en);
             s.prefilled += k;
-        } else if (s.policy.enabled) {
+        } else if (s.policy.enabled()) {
             adaptive.push_back(&s);
         } else {
             Entry en{&s, {}, true};

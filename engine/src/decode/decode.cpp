@@ -90,11 +90,11 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     const bool reuses = start && start->kv;
     if (reuses && config.num_return_sequences > 1)
         throw Error(ErrorCode::NotSupported, "num_return_sequences: several outputs do not run from a cache yet (use 1)");
-    const ExitPolicy policy = ExitPolicy::from(config);
+    const EarlyExitPolicy policy = effective_exit_policy(config.early_exit);
     // The call's one back end (executor.h, the rule of auto), from every op it needs.
     std::vector<ExecOp> needs{ExecOp::Decode};
     if (config.beam_size >= 2) needs.push_back(ExecOp::BeamSearch);
-    if (policy.enabled) needs.push_back(ExecOp::EarlyExit);
+    if (policy.enabled()) needs.push_back(ExecOp::EarlyExit);
     if (options.lens) needs.push_back(ExecOp::PassReadouts);
     if (options.kv_provenance) needs.push_back(ExecOp::KVProvenance);
     if (config.kv_cache != KVCacheType::F32) needs.push_back(ExecOp::Int8Cache);
@@ -193,7 +193,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         const int32_t tok = res.tokens.back();
 
         // Advance: run the new token at its position.
-        if (policy.enabled) {
+        if (policy.enabled()) {
             KVCache& kv = host->kv;
             depth = decode_step_adaptive(m, kv, host->ws, tok, position, loops, config.cache_window, policy, host->h,
                                          options.lens ? &hook : nullptr);

@@ -10,17 +10,12 @@
 
 namespace tinyloop {
 
-ExitPolicy ExitPolicy::from(const GenerateConfig& c) {
-    ExitPolicy p;
-    p.enabled = c.early_exit_patience > 0;
-    p.patience = std::max(1, c.early_exit_patience);
-    p.min_L = c.early_exit_min_L;
-    p.peek_every = c.early_exit_peek_every;
-    p.criterion = c.early_exit_criterion;
-    p.threshold = c.early_exit_threshold;
-    if (c.early_exit_logit_margin > 0) {  // the seed: a margin > 0 switches to logit-margin stability
+EarlyExitPolicy effective_exit_policy(const EarlyExitPolicy& c) {
+    EarlyExitPolicy p = c;
+    if (c.logit_margin > 0) {  // the seed: a margin > 0 switches to logit-margin stability
         p.criterion = EarlyExitCriterion::LogitMargin;
-        p.threshold = c.early_exit_logit_margin;
+        p.threshold = c.logit_margin;
+        p.logit_margin = 0.0f;
     }
     return p;
 }
@@ -140,12 +135,21 @@ float exit_signal(EarlyExitCriterion c, const float* prev_h, const float* cur_h,
     return std::numeric_limits<float>::infinity();
 }
 
-bool exit_stable(const ExitPolicy& p, float signal) {
+bool exit_stable(const EarlyExitPolicy& p, float signal) {
     switch (p.criterion) {
         case EarlyExitCriterion::LogitMargin: return -signal >= p.threshold;
         case EarlyExitCriterion::ArgmaxStable: return signal == 0.0f;
         default: return signal < p.threshold;
     }
+}
+
+bool exit_probe_at(const EarlyExitPolicy& p, int pass, int loops) {
+    return pass < loops && pass >= p.min_L && (pass - p.min_L) % p.peek_every == 0;
+}
+
+bool exit_after_probe(const EarlyExitPolicy& p, float signal, int& stable) {
+    stable = exit_stable(p, signal) ? stable + 1 : 0;
+    return stable >= p.patience;
 }
 
 void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
@@ -172,7 +176,7 @@ void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const fl
 }
 
 int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t token, int pos, int loops, int window,
-                         const ExitPolicy& policy, std::vector<float>& h, const PassHook* on_pass) {
+                         const EarlyExitPolicy& policy, std::vector<float>& h, const PassHook* on_pass) {
     const HParams& hp = m.hp;
     const int d = hp.d_model;
     const int V = hp.vocab_size;
@@ -232,8 +236,7 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
         run_pass(m, kv, ws, pass, h.data(), input.data(), 1);
         if (on_pass && *on_pass) (*on_pass)(pass, 0, readout(h.data()), 1);
         if (pass == loops) break;
-        const bool probe = pass >= policy.min_L && (pass - policy.min_L) % policy.peek_every == 0;
-        if (!probe) {
+        if (!exit_probe_at(policy, pass, loops)) {
             prev_logits_valid = false;
             continue;
         }
@@ -242,12 +245,12 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
             compute_logits(m, readout(h.data()), 1, cur_logits.data(), ws);
         }
         const float s = exit_signal(policy.criterion, prev.data(), h.data(), d, prev_logits.data(), cur_logits.data(), V);
-        stable = exit_stable(policy, s) ? stable + 1 : 0;
+        const bool exits = exit_after_probe(policy, s, stable);
         if (need_logits) {
             std::swap(prev_logits, cur_logits);
             prev_logits_valid = true;
         }
-        if (stable >= policy.patience) {
+        if (exits) {
             // rows must be set again: compute_logits may not touch them, but keep it explicit
             set_rows(ws, pos, 1, window);
             propagate_exited_state(m, kv, ws, h.data(), input.data(), pos, pass, loops);
@@ -272,7 +275,7 @@ ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const G
     check_score_tokens(m, tokens, n, 2);
     validate_config(model, 1, config);
     const int L = config.loops > 0 ? config.loops : m.hp.default_loops;
-    const ExitPolicy policy = ExitPolicy::from(config);
+    const EarlyExitPolicy policy = effective_exit_policy(config.early_exit);
     const int V = m.hp.vocab_size;
     KVCache kv;
     kv.allocate(exec_layers(m.hp, L), n, m.hp.n_kv_heads * m.hp.head_dim);
@@ -283,7 +286,7 @@ ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const G
     if (depth_used) depth_used->clear();
     for (int p = 0; p < n; ++p) {
         int e = L;
-        if (policy.enabled) {
+        if (policy.enabled()) {
             e = decode_step_adaptive(m, kv, ws, tokens[p], p, L, config.cache_window, policy, h, nullptr);
         } else {
             ForwardArgs fa;

@@ -7,32 +7,21 @@
 
 namespace tinyloop {
 
-struct ExitPolicy {
-    bool enabled = false;
-    EarlyExitCriterion criterion = EarlyExitCriterion::HiddenL2;
-    float threshold = 0.05f;
-    int patience = 1;
-    int min_L = 2;
-    int peek_every = 1;
-    static ExitPolicy from(const GenerateConfig& c);
-};
-
 // The criterion's value between two successive passes (smaller = more stable for every
 // criterion; LogitMargin reports -margin, ArgmaxStable 0 or 1). prev/cur are the states
 // h_{l-1}, h_l; prev_logits/cur_logits their lens logits (only read by logit criteria).
 float exit_signal(EarlyExitCriterion c, const float* prev_h, const float* cur_h, int d,
                   const float* prev_logits, const float* cur_logits, int vocab);
-// Whether `signal` counts as stable under the policy.
-bool exit_stable(const ExitPolicy& p, float signal);
+// The exit rule itself (exit_stable, exit_probe_at, exit_after_probe) is public: tinyloop.h.
 bool criterion_needs_logits(EarlyExitCriterion c);
 
 // Runs one token at position `pos` through the prelude and up to `loops` passes, exiting early
-// when the policy says so. Leaves in `h` ([d]) what compute_logits reads at depth e — the state
+// when the policy (an effective_exit_policy) says so. Leaves in `h` ([d]) what compute_logits reads at depth e — the state
 // h_e, or with a coda (FORMAT.md §1b) the coda's output over h_e, the coda's keys/values of the
 // position then being those of depth e — and returns e. Keys/values of the passes after e are
 // written by state propagation. `on_pass` sees the readout input (as `h`) of every pass that ran.
 int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t token, int pos, int loops,
-                         int window, const ExitPolicy& policy, std::vector<float>& h, const PassHook* on_pass);
+                         int window, const EarlyExitPolicy& policy, std::vector<float>& h, const PassHook* on_pass);
 
 // Writes the keys/values of loop layers for passes e+1 .. loops at position `pos` from the
 // frozen state h_e (one row); with input injection (FORMAT.md §1a) from h_e + input, `input`

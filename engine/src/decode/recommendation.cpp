@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/model.h"
+#include "tinyloop/json.h"
 
 namespace tinyloop {
 
@@ -18,11 +19,11 @@ const Recommendation& model_recommendation(const Model* model) { return checked(
 
 Recommendation builtin_early_exit() {
     Recommendation r;
-    r.early_exit_patience = 1;
-    r.early_exit_criterion = EarlyExitCriterion::HiddenL2;
-    r.early_exit_threshold = 0.05f;
-    r.early_exit_min_L = 2;
-    r.early_exit_peek_every = 1;
+    r.early_exit.patience = 1;
+    r.early_exit.criterion = EarlyExitCriterion::HiddenL2;
+    r.early_exit.threshold = 0.05f;
+    r.early_exit.min_L = 2;
+    r.early_exit.peek_every = 1;
     return r;
 }
 
@@ -33,7 +34,7 @@ GenerateConfig resolve_early_exit(const Model* model, const GenerateConfig& conf
     GenerateConfig c = config;
     const bool user_criterion = user_set(user_keys, "early_exit_criterion");
     // The model's policy holds for its own criterion only: its threshold means nothing for another.
-    const bool model_applies = rec.has_early_exit() && (!user_criterion || c.early_exit_criterion == rec.early_exit_criterion);
+    const bool model_applies = rec.has_early_exit() && (!user_criterion || c.early_exit.criterion == rec.early_exit.criterion);
     const Recommendation& from = model_applies ? rec : builtin_early_exit();
     const char* origin = model_applies ? "model" : "built-in";
     auto pick = [&](const char* key, auto& field, auto value) {
@@ -41,24 +42,119 @@ GenerateConfig resolve_early_exit(const Model* model, const GenerateConfig& conf
         if (!mine) field = value;
         if (source) source->emplace_back(key, mine ? "user" : origin);
     };
-    pick("early_exit_criterion", c.early_exit_criterion, from.early_exit_criterion);
-    pick("early_exit_threshold", c.early_exit_threshold, from.early_exit_threshold);
-    pick("early_exit_patience", c.early_exit_patience, from.early_exit_patience);
-    pick("early_exit_min_L", c.early_exit_min_L, from.early_exit_min_L);
-    pick("early_exit_peek_every", c.early_exit_peek_every, from.early_exit_peek_every);
+    pick("early_exit_criterion", c.early_exit.criterion, from.early_exit.criterion);
+    pick("early_exit_threshold", c.early_exit.threshold, from.early_exit.threshold);
+    pick("early_exit_patience", c.early_exit.patience, from.early_exit.patience);
+    pick("early_exit_min_L", c.early_exit.min_L, from.early_exit.min_L);
+    pick("early_exit_peek_every", c.early_exit.peek_every, from.early_exit.peek_every);
     // A logit margin > 0 switches any criterion to logit_margin (the seed's knob): keep it in step
     // with the threshold for that criterion and off for the others, unless the user set it.
     if (!user_set(user_keys, "early_exit_logit_margin"))
-        c.early_exit_logit_margin =
-            c.early_exit_criterion == EarlyExitCriterion::LogitMargin ? c.early_exit_threshold : 0.0f;
+        c.early_exit.logit_margin =
+            c.early_exit.criterion == EarlyExitCriterion::LogitMargin ? c.early_exit.threshold : 0.0f;
     return c;
 }
 
 GenerateConfig recommended_config(const Model* model) {
     GenerateConfig c = resolve_early_exit(model, GenerateConfig{}, {});
-    c.early_exit_patience = 0;  // the policy is ready; early exit stays off until asked for
-    c.early_exit_logit_margin = 0.0f;
+    c.early_exit.patience = 0;  // the policy is ready; early exit stays off until asked for
+    c.early_exit.logit_margin = 0.0f;
     return c;
+}
+
+ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vector<std::string>& user_keys) {
+    const HParams& hp = checked(model).hp;
+    ResolvedRun out;
+    out.spec = given;
+    RunSpec& spec = out.spec;
+    GenerateConfig& c = spec.config;
+    auto mine = [&](const std::string& key) { return user_set(user_keys, key.c_str()); };
+    auto note = [&](const std::string& key, const char* decided) {
+        out.source.emplace_back(key, mine(key) ? "user" : decided);
+    };
+    auto refuse = [](const std::string& m) -> void { throw Error(ErrorCode::InvalidArgument, m); };
+    auto num = [](float x) { return nlohmann::json(json_float(x)).dump(); };
+    const DecodeMode mode = spec.mode;
+    const char* mode_name = decode_mode_name(mode);
+
+    if (c.loops < 0 || c.loops > hp.max_loops)
+        refuse("loops: " + std::to_string(c.loops) + " is outside [1, " + std::to_string(hp.max_loops) +
+               "] (0 = the model's default_loops, " + std::to_string(hp.default_loops) + ")");
+    if (c.loops == 0) c.loops = hp.default_loops;
+    out.source.emplace_back("loops", mine("loops") && given.config.loops > 0 ? "user" : "model");
+
+    const bool greedy_only = mode == DecodeMode::Greedy || mode == DecodeMode::Tree;
+    if (greedy_only) {
+        if (mine("temperature") && !(c.temperature >= 0.0f && c.temperature <= 0.01f))
+            refuse("temperature: " + num(c.temperature) + " conflicts with mode " + mode_name + " (" + mode_name +
+                   (mode == DecodeMode::Tree ? " is greedy only; use speculative to sample with self-speculation)"
+                                             : " decoding is temperature 0)"));
+        c.temperature = 0.0f;
+        note("temperature", "mode");
+    } else if (mode == DecodeMode::Sample) {
+        if (!mine("temperature")) c.temperature = 0.8f;
+        else if (c.temperature >= 0.0f && c.temperature <= 0.01f)
+            refuse("temperature: " + num(c.temperature) + " is outside (0.01, inf) for mode sample (use greedy for argmax)");
+        note("temperature", "built-in");
+    }
+    if (mode == DecodeMode::Beam) {
+        if (!mine("beam_size")) c.beam_size = 4;
+        if (c.beam_size < 2) refuse("beam_size: " + std::to_string(c.beam_size) + " is outside [2, 64] for mode beam");
+        note("beam_size", "built-in");
+    } else if (c.beam_size != 0 && (greedy_only || mode == DecodeMode::Sample || mode == DecodeMode::EarlyExit)) {
+        // run_decode's rule for these modes; the others leave it for the run to refuse
+        c.beam_size = 0;
+        note("beam_size", "mode");
+    }
+    if (mode == DecodeMode::EarlyExit) {
+        std::vector<std::pair<std::string, std::string>> ee;
+        const bool patience_given = mine("early_exit_patience") && c.early_exit.patience > 0;
+        std::vector<std::string> keys = user_keys;
+        if (!patience_given) keys.erase(std::remove(keys.begin(), keys.end(), "early_exit_patience"), keys.end());
+        c = resolve_early_exit(model, c, keys, &ee);
+        out.source.insert(out.source.end(), ee.begin(), ee.end());
+        validate_early_exit(c.early_exit, hp.max_loops);
+    } else if (c.early_exit.enabled() && (mode == DecodeMode::Greedy || mode == DecodeMode::Sample)) {
+        // run_decode's rule; beam and draft-model runs refuse early exit (validate_config)
+        c.early_exit.patience = 0;
+        c.early_exit.logit_margin = 0.0f;
+        out.source.emplace_back("early_exit_patience", "mode");
+    }
+    if (mode == DecodeMode::Speculative || mode == DecodeMode::Tree || mode == DecodeMode::DraftModel) {
+        spec.speculation = resolved_speculation(model, spec);
+        ConfigLimits limits;
+        limits.max_loops = hp.max_loops;
+        validate_speculation(spec.speculation, limits);
+        const Recommendation& rec = model_recommendation(model);
+        const bool tree = mode == DecodeMode::Tree;
+        const char* draft_from = mode == DecodeMode::DraftModel ? "model"
+                                 : rec.draft_loops > 0 && rec.draft_loops == spec.speculation.draft_loops ? "model"
+                                                                                                           : "built-in";
+        if (mode != DecodeMode::DraftModel)  // verify_loops 0 = the config's depth, resolved above
+            out.source.emplace_back("speculation.verify_loops", given.speculation.verify_loops > 0 ? "user" : "built-in");
+        if (!mine("speculation.draft_loops") && given.speculation.draft_loops == 0) note("speculation.draft_loops", draft_from);
+        else out.source.emplace_back("speculation.draft_loops", "user");
+        if (mode != DecodeMode::DraftModel) {
+            const int rec_ahead = tree ? rec.tree_draft_ahead : rec.draft_ahead;
+            out.source.emplace_back("speculation.draft_ahead", given.speculation.draft_ahead > 0 ? "user"
+                                                               : rec_ahead > 0                 ? "model"
+                                                                                               : "built-in");
+            if (tree)
+                out.source.emplace_back("speculation.branches", given.speculation.branches > 0 ? "user"
+                                                                : rec.branches > 0            ? "model"
+                                                                                              : "built-in");
+        }
+    }
+    // The lines a front end shows, with the resolved values in the codec's JSON.
+    const nlohmann::json cj = config_to_json(c);
+    const nlohmann::json sj = speculation_to_json(spec.speculation);
+    for (const auto& [key, from] : out.source) {
+        const bool sp = key.rfind("speculation.", 0) == 0;
+        const std::string k = sp ? key.substr(12) : key;
+        const nlohmann::json& j = sp ? sj : cj;
+        out.messages.push_back(key + ": " + (j.contains(k) ? j[k].dump() : std::string("?")) + " (" + from + ")");
+    }
+    return out;
 }
 
 }  // namespace tinyloop

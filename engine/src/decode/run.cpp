@@ -10,14 +10,14 @@ namespace {
 
 [[noreturn]] void bad(const std::string& m) { throw Error(ErrorCode::InvalidArgument, m); }
 
-SpeculativeConfig chain_config(const GenerateConfig& c, const SpeculationKnobs& k) {
+SpeculativeConfig chain_config(const GenerateConfig& c, const SpeculationPolicy& k) {
     // Sampling filters as plain sampling's: the config's top_k (greedy: unused, so off) and top_p.
     return {.max_tokens = c.max_tokens, .draft_loops = k.draft_loops, .verify_loops = k.verify_loops,
             .draft_ahead = k.draft_ahead, .temperature = c.temperature, .seed = c.sample_seed,
             .top_k = is_greedy(c.temperature) ? 0 : c.top_k, .top_p = c.top_p, .ignore_eos = c.ignore_eos};
 }
 
-TreeSpeculativeConfig tree_config(const GenerateConfig& c, const SpeculationKnobs& k) {
+TreeSpeculativeConfig tree_config(const GenerateConfig& c, const SpeculationPolicy& k) {
     return {.max_tokens = c.max_tokens, .draft_loops = k.draft_loops, .verify_loops = k.verify_loops,
             .draft_ahead = k.draft_ahead, .K_branches = k.branches, .temperature = c.temperature,
             .seed = c.sample_seed, .ignore_eos = c.ignore_eos};
@@ -38,9 +38,13 @@ const char* decode_mode_name(DecodeMode mode) {
     return "?";
 }
 
-SpeculationKnobs resolved_speculation(const Model* model, const RunSpec& spec) {
+SpeculationPolicy resolved_speculation(const Model* model, const RunSpec& spec) {
     const HParams& hp = checked(model).hp;
-    SpeculationKnobs k = spec.speculation;
+    SpeculationPolicy k = spec.speculation;
+    k.kind = spec.mode == DecodeMode::Speculative ? SpeculationKind::Chain
+             : spec.mode == DecodeMode::Tree      ? SpeculationKind::Tree
+             : spec.mode == DecodeMode::DraftModel ? SpeculationKind::DraftModel
+                                                   : SpeculationKind::None;
     if (spec.mode == DecodeMode::DraftModel) {
         if (k.draft_loops == 0 && k.draft_model) k.draft_loops = checked(k.draft_model).hp.default_loops;
         return k;
@@ -61,7 +65,7 @@ SpeculationKnobs resolved_speculation(const Model* model, const RunSpec& spec) {
 
 DecodeMode config_mode(const GenerateConfig& c) {
     if (c.beam_size >= 2) return DecodeMode::Beam;
-    if (c.early_exit_patience > 0) return DecodeMode::EarlyExit;
+    if (c.early_exit.patience > 0) return DecodeMode::EarlyExit;
     // A temperature outside [0, 0.01] (negative, NaN) is Sample's, whose validation refuses it;
     // Greedy would set it to 0.
     return c.temperature >= 0.0f && is_greedy(c.temperature) ? DecodeMode::Greedy : DecodeMode::Sample;
@@ -80,14 +84,14 @@ GenerateResult run_decode(Model* model, const int32_t* prompt, int prompt_len, c
         case DecodeMode::Greedy:
             c.temperature = 0.0f;
             c.beam_size = 0;
-            c.early_exit_patience = 0;
+            c.early_exit.patience = 0;
             return generate_ex(model, prompt, prompt_len, c, options);
         case DecodeMode::Sample:
             c.beam_size = 0;
-            c.early_exit_patience = 0;
+            c.early_exit.patience = 0;
             return generate_ex(model, prompt, prompt_len, c, options);
         case DecodeMode::EarlyExit:
-            if (c.early_exit_patience <= 0)
+            if (c.early_exit.patience <= 0)
                 bad("early_exit_patience: must be >= 1 in early-exit mode (0 disables early exit)");
             c.beam_size = 0;
             return generate_ex(model, prompt, prompt_len, c, options);

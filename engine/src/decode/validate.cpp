@@ -20,8 +20,8 @@ std::string num(double x) {
     return s;
 }
 
-void finite(const char* field, float x) {
-    if (!std::isfinite(x)) bad(std::string(field) + ": must be a finite number");
+void finite(const std::string& field, float x) {
+    if (!std::isfinite(x)) bad(field + ": must be a finite number");
 }
 
 // Ids a ban lists, each in the vocabulary, and not all of it (nothing could be emitted).
@@ -149,9 +149,9 @@ void validate_config(const Model* model, int prompt_len, const GenerateConfig& c
         bad("loops: " + std::to_string(c.loops) + " is outside [1, " + std::to_string(m.hp.max_loops) +
             "] (0 = the model's default_loops, " + std::to_string(m.hp.default_loops) + ")");
     validate_config_fields(c, config_limits(model));
-    if (c.early_exit_patience > 0 && c.early_exit_logit_margin <= 0 && is_gate_criterion(c.early_exit_criterion) &&
+    if (c.early_exit.patience > 0 && c.early_exit.logit_margin <= 0 && is_gate_criterion(c.early_exit.criterion) &&
         !m.hp.exit_gate)
-        bad(std::string("early_exit_criterion: ") + criterion_name(c.early_exit_criterion) +
+        bad(std::string("early_exit_criterion: ") + criterion_name(c.early_exit.criterion) +
             " needs a model with an exit gate (hparams.exit_gate is false; FORMAT.md §1b)");
     for (size_t i = 0; i < c.force_words.size(); ++i)
         for (const auto& w : c.force_words[i])
@@ -242,29 +242,30 @@ void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
             " only applies to beam search; set beam_size >= 2 or leave length_penalty at 1");
     validate_several_outputs(c);
     validate_force_words(c, hp);
-    if (c.beam_size >= 2 && c.early_exit_patience > 0)
+    if (c.beam_size >= 2 && c.early_exit.patience > 0)
         bad("beam_size: beam search and early exit cannot be combined (set early_exit_patience to 0)");
     if (c.beam_size >= 2 && c.grammar != nullptr)
         bad("beam_size: beam search and a grammar cannot be combined yet (set grammar to null)");
 
-    // Early exit knobs.
-    if (c.early_exit_patience < 0) bad("early_exit_patience: " + std::to_string(c.early_exit_patience) + " must be >= 0 (0 disables)");
-    if (c.early_exit_min_L < 1 || c.early_exit_min_L > hp.max_loops)
-        bad("early_exit_min_L: " + std::to_string(c.early_exit_min_L) + " is outside [1, " + std::to_string(hp.max_loops) + "]");
-    if (c.early_exit_peek_every < 1) bad("early_exit_peek_every: " + std::to_string(c.early_exit_peek_every) + " must be >= 1");
-    finite("early_exit_logit_margin", c.early_exit_logit_margin);
-    if (c.early_exit_logit_margin < 0) bad("early_exit_logit_margin: " + num(c.early_exit_logit_margin) + " must be >= 0");
-    finite("early_exit_threshold", c.early_exit_threshold);
-    if (c.early_exit_threshold <= 0) bad("early_exit_threshold: " + num(c.early_exit_threshold) + " must be > 0");
-    if (static_cast<int>(c.early_exit_criterion) < 0 ||
-        static_cast<int>(c.early_exit_criterion) > static_cast<int>(EarlyExitCriterion::MinPKL))
-        bad("early_exit_criterion: " + std::to_string(static_cast<int>(c.early_exit_criterion)) + " is not a criterion");
+    validate_early_exit(c.early_exit, hp.max_loops);
+}
+
+void validate_early_exit(const EarlyExitPolicy& p, int loops, const std::string& f) {
+    if (p.patience < 0) bad(f + "patience: " + std::to_string(p.patience) + " must be >= 0 (0 disables)");
+    if (p.min_L < 1 || p.min_L > loops)
+        bad(f + "min_L: " + std::to_string(p.min_L) + " is outside [1, " + std::to_string(loops) + "]");
+    if (p.peek_every < 1) bad(f + "peek_every: " + std::to_string(p.peek_every) + " must be >= 1");
+    finite(f + "logit_margin", p.logit_margin);
+    if (p.logit_margin < 0) bad(f + "logit_margin: " + num(p.logit_margin) + " must be >= 0");
+    finite(f + "threshold", p.threshold);
+    if (p.threshold <= 0) bad(f + "threshold: " + num(p.threshold) + " must be > 0");
+    if (static_cast<int>(p.criterion) < 0 || static_cast<int>(p.criterion) > static_cast<int>(EarlyExitCriterion::MinPKL))
+        bad(f + "criterion: " + std::to_string(static_cast<int>(p.criterion)) + " is not a criterion");
     // The gate's q is a cumulative probability (FORMAT.md, early exit): only (0, 1] can be reached.
     // Checked when the policy is on (a logit margin > 0 switches the criterion to logit_margin).
-    if (c.early_exit_patience > 0 && c.early_exit_logit_margin <= 0 && is_gate_criterion(c.early_exit_criterion) &&
-        c.early_exit_threshold > 1)
-        bad("early_exit_threshold: " + num(c.early_exit_threshold) + " is outside (0, 1] (the " +
-            criterion_name(c.early_exit_criterion) + " criterion's cumulative exit probability q)");
+    if (p.patience > 0 && p.logit_margin <= 0 && is_gate_criterion(p.criterion) && p.threshold > 1)
+        bad(f + "threshold: " + num(p.threshold) + " is outside (0, 1] (the " + criterion_name(p.criterion) +
+            " criterion's cumulative exit probability q)");
 }
 
 }  // namespace tinyloop

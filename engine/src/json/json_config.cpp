@@ -187,6 +187,14 @@ FieldCodec field(const char* key, ConfigFieldKind kind, const char* range, const
             [](GenerateConfig& c, const json& v, const std::string& f) { from_j(v, c.*Member, f); }};
 }
 
+// A field of the config's early-exit policy, under its flat key ("early_exit_patience").
+template <auto Member>
+FieldCodec exit_field(const char* key, ConfigFieldKind kind, const char* range, const char* help) {
+    return {{key, kind, range, help},
+            [](const GenerateConfig& c) { return to_j(c.early_exit.*Member); },
+            [](GenerateConfig& c, const json& v, const std::string& f) { from_j(v, c.early_exit.*Member, f); }};
+}
+
 using K = ConfigFieldKind;
 using C = GenerateConfig;
 
@@ -227,12 +235,12 @@ const std::vector<FieldCodec>& codecs() {
         field<&C::num_beam_groups>("num_beam_groups", K::Int, "1 .. beam_size, dividing it (beam only)", "Diverse beam search (Hugging Face's num_beam_groups): the beams split into groups of beam_size / num_beam_groups, each a beam search of its own. 1 = plain beam search."),
         field<&C::diversity_penalty>("diversity_penalty", K::Float, "[0, 100] (needs num_beam_groups >= 2)", "Group beam search only: a group's score for an id loses diversity_penalty times how many beams of the earlier groups chose it at this step (Hugging Face's Hamming diversity). 0 disables."),
         field<&C::force_words>("force_words", K::WordLists, "ids; ids | ids; ... (beam only)", "Constrained beam search (Hugging Face's force_words_ids): each entry must appear in the output; \"a | b\" is fulfilled by either alternative. Format: \"259; 44 269 | 312\"."),
-        field<&C::early_exit_patience>("early_exit_patience", K::Int, ">= 0 (0 disables)", "0 disables adaptive-depth early exit. >0 enables: exit after patience consecutive stable probes past min_L."),
-        field<&C::early_exit_min_L>("early_exit_min_L", K::Int, "1 .. max_loops", "First-probe floor for early exit."),
-        field<&C::early_exit_peek_every>("early_exit_peek_every", K::Int, ">= 1", "Probe cadence past min_L."),
-        field<&C::early_exit_logit_margin>("early_exit_logit_margin", K::Float, ">= 0", ">0 switches from hidden-L2 to logit-margin stability. Empirically the right signal for high-beta models."),
-        field<&C::early_exit_criterion>("early_exit_criterion", K::Criterion, "", "Stability signal for early exit: hidden-state L2 change (the seed's default), logit margin, KL, entropy change or argmax stability."),
-        field<&C::early_exit_threshold>("early_exit_threshold", K::Float, "> 0", "Threshold the chosen early-exit criterion is compared with."),
+        exit_field<&EarlyExitPolicy::patience>("early_exit_patience", K::Int, ">= 0 (0 disables)", "0 disables adaptive-depth early exit. >0 enables: exit after patience consecutive stable probes past min_L."),
+        exit_field<&EarlyExitPolicy::min_L>("early_exit_min_L", K::Int, "1 .. max_loops", "First-probe floor for early exit."),
+        exit_field<&EarlyExitPolicy::peek_every>("early_exit_peek_every", K::Int, ">= 1", "Probe cadence past min_L."),
+        exit_field<&EarlyExitPolicy::logit_margin>("early_exit_logit_margin", K::Float, ">= 0", ">0 switches from hidden-L2 to logit-margin stability. Empirically the right signal for high-beta models."),
+        exit_field<&EarlyExitPolicy::criterion>("early_exit_criterion", K::Criterion, "", "Stability signal for early exit: hidden-state L2 change (the seed's default), logit margin, KL, entropy change or argmax stability."),
+        exit_field<&EarlyExitPolicy::threshold>("early_exit_threshold", K::Float, "> 0", "Threshold the chosen early-exit criterion is compared with."),
         field<&C::sample_seed>("sample_seed", K::U64, "0 .. 2^64-1", "RNG seed for stochastic sampling. Deterministic given seed + config + model."),
         field<&C::kv_cache>("kv_cache", K::KvCache, "f32 | int8", "Layout of the KV cache: f32 (exact) or int8 (one byte per element plus a scale per row and head: about 3.8x less KV memory, logits within about 1% of their span of f32's). Used by plain decode, beam search, early exit and draft-model speculation; chain and tree self-speculation keep f32."),
         field<&C::grammar>("grammar", K::Grammar, "a .gbnf file, or empty", "Optional constrained-decoding grammar (GBNF: rules name ::= ..., start rule root). A token is allowed when its bytes keep the output inside the grammar; when nothing is allowed the run stops with GRAMMAR_DEAD_END."),
@@ -332,9 +340,50 @@ GenerateConfig config_from_json(const json& j, const ConfigLimits& limits, const
     return c;
 }
 
+// ---- the early-exit policy ----
+
+namespace {
+// One key of the policy's JSON form into `p`; false for a key that is not the policy's.
+bool read_early_exit_key(EarlyExitPolicy& p, const std::string& key, const json& v, const std::string& f,
+                         const ConfigLimits& limits, int min_patience) {
+    if (key == "criterion") from_j(v, p.criterion, f);
+    else if (key == "patience") p.patience = int_value(v, f, min_patience, 16);
+    else if (key == "min_L") p.min_L = int_value(v, f, 1, limits.max_loops);
+    else if (key == "peek_every") p.peek_every = int_value(v, f, 1, limits.max_loops);
+    else if (key == "threshold") {
+        p.threshold = float_value(v, f);
+        if (!(p.threshold > 0.0f)) bad(f, v.dump() + " is outside (0, 3.4e38]");
+    } else if (key == "logit_margin") {
+        p.logit_margin = float_value(v, f);
+        if (!(p.logit_margin >= 0.0f)) bad(f, v.dump() + " is outside [0, 3.4e38]");
+    } else return false;
+    return true;
+}
+}  // namespace
+
+json early_exit_policy_to_json(const EarlyExitPolicy& p) {
+    json j{{"criterion", criterion_name(p.criterion)},
+           {"threshold", json_float(p.threshold)},
+           {"patience", p.patience},
+           {"min_L", p.min_L},
+           {"peek_every", p.peek_every}};
+    if (p.logit_margin > 0) j["logit_margin"] = json_float(p.logit_margin);  // the seed's shorthand, when used
+    return j;
+}
+
+EarlyExitPolicy early_exit_policy_from_json(const json& j, const ConfigLimits& limits, const std::string& where) {
+    if (!j.is_object()) bad(object_name(where, "early_exit"), "expected a JSON object");
+    EarlyExitPolicy p;
+    for (auto it = j.begin(); it != j.end(); ++it)
+        if (!read_early_exit_key(p, it.key(), it.value(), where + it.key(), limits, 0))
+            bad(where + it.key(), "unknown key (allowed: criterion, threshold, patience, min_L, peek_every, logit_margin)");
+    validate_early_exit(p, limits.max_loops, where);
+    return p;
+}
+
 // ---- speculation knobs and the run specification ----
 
-void validate_speculation(const SpeculationKnobs& k, const ConfigLimits& limits) {
+void validate_speculation(const SpeculationPolicy& k, const ConfigLimits& limits) {
     auto in = [](const char* f, int x, int lo, int hi, const char* note) {
         if (x < lo || x > hi)
             bad(f, std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" + note);
@@ -346,16 +395,16 @@ void validate_speculation(const SpeculationKnobs& k, const ConfigLimits& limits)
     in("gamma", k.gamma, 1, 32, "");
 }
 
-json speculation_to_json(const SpeculationKnobs& k) {
+json speculation_to_json(const SpeculationPolicy& k) {
     json j{{"verify_loops", k.verify_loops}, {"draft_loops", k.draft_loops}, {"gamma", k.gamma}};
     if (k.draft_ahead > 0) j["draft_ahead"] = k.draft_ahead;  // unset: left out, read back as unset
     if (k.branches > 0) j["branches"] = k.branches;
     return j;
 }
 
-SpeculationKnobs speculation_from_json(const json& j, const ConfigLimits& limits, const std::string& where) {
+SpeculationPolicy speculation_from_json(const json& j, const ConfigLimits& limits, const std::string& where) {
     if (!j.is_object()) bad(object_name(where, "speculation"), "expected a JSON object");
-    SpeculationKnobs k;
+    SpeculationPolicy k;
     for (auto it = j.begin(); it != j.end(); ++it) {
         const std::string& key = it.key();
         int* slot = key == "verify_loops" ? &k.verify_loops
@@ -382,7 +431,28 @@ bool parse_decode_mode(const std::string& name, DecodeMode* out) {
             *out = m;
             return true;
         }
+    // The aliases, accepted on input only (every writer uses decode_mode_name's names).
+    static const std::pair<const char*, DecodeMode> kAliases[] = {
+        {"sampling", DecodeMode::Sample},         {"early_exit", DecodeMode::EarlyExit},
+        {"chain", DecodeMode::Speculative},       {"draft_model", DecodeMode::DraftModel},
+        {"draft", DecodeMode::DraftModel},
+    };
+    for (const auto& [alias, m] : kAliases)
+        if (name == alias) {
+            *out = m;
+            return true;
+        }
     return false;
+}
+
+const char* speculation_kind_name(SpeculationKind kind) {
+    switch (kind) {
+        case SpeculationKind::None: return "none";
+        case SpeculationKind::Chain: return "chain";
+        case SpeculationKind::Tree: return "tree";
+        case SpeculationKind::DraftModel: return "draft-model";
+    }
+    return "?";
 }
 
 json run_spec_to_json(const RunSpec& spec) {
@@ -422,13 +492,8 @@ json recommendation_to_json(const Recommendation& r) {
         if (r.branches > 0) sp["branches"] = r.branches;
         j["speculation"] = std::move(sp);
     }
-    if (r.has_early_exit())
-    {
-        j["early_exit"] = json{{"criterion", criterion_name(r.early_exit_criterion)},
-                               {"threshold", json_float(r.early_exit_threshold)},
-                               {"patience", r.early_exit_patience},
-                               {"min_L", r.early_exit_min_L},
-                               {"peek_every", r.early_exit_peek_every}};
+    if (r.has_early_exit()) {
+        j["early_exit"] = early_exit_policy_to_json(r.early_exit);
         if (r.early_exit_loops > 0) j["early_exit"]["loops"] = r.early_exit_loops;
     }
     return j;
@@ -458,27 +523,22 @@ Recommendation recommendation_from_json(const json& j, const ConfigLimits& limit
     std::optional<EarlyExitCriterion> cli_criterion;
     read_part("early_exit", [&](const std::string& key, const json& v, const std::string& f) {
         has_early_exit = true;
-        if (key == "criterion") from_j(v, r.early_exit_criterion, f);
-        else if (key == "patience") r.early_exit_patience = int_value(v, f, 1, 16);
-        else if (key == "min_L") r.early_exit_min_L = int_value(v, f, 1, limits.max_loops);
-        else if (key == "peek_every") r.early_exit_peek_every = int_value(v, f, 1, limits.max_loops);
-        else if (key == "loops") r.early_exit_loops = int_value(v, f, 1, limits.max_loops);
+        // the policy's own form (early_exit_policy_to_json) but the seed's shorthand, plus two records
+        if (key != "logit_margin" && read_early_exit_key(r.early_exit, key, v, f, limits, 1)) return;
+        if (key == "loops") r.early_exit_loops = int_value(v, f, 1, limits.max_loops);
         else if (key == "cli") {  // the CLI's name of the criterion, as a record: it must name the same one
             EarlyExitCriterion c{};
             if (!v.is_string() || !parse_criterion(v.get<std::string>(), &c)) bad(f, v.dump() + " is not a criterion name");
             cli_criterion = c;
-        } else if (key == "threshold") {
-            r.early_exit_threshold = float_value(v, f);
-            if (!(r.early_exit_threshold > 0.0f)) bad(f, v.dump() + " is outside (0, 3.4e38]");
         } else {
             bad(f, "unknown key (allowed: criterion, threshold, patience, min_L, peek_every, loops, cli)");
         }
     });
-    if (cli_criterion && *cli_criterion != r.early_exit_criterion)
+    if (cli_criterion && *cli_criterion != r.early_exit.criterion)
         bad(where + "early_exit.cli", std::string("names another criterion than early_exit.criterion (") +
-                                          criterion_name(r.early_exit_criterion) + ")");
+                                          criterion_name(r.early_exit.criterion) + ")");
     // A policy without a patience is still a policy: exit after one stable probe.
-    if (has_early_exit && r.early_exit_patience == 0) r.early_exit_patience = 1;
+    if (has_early_exit && r.early_exit.patience == 0) r.early_exit.patience = 1;
     return r;
 }
 

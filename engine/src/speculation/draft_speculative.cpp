@@ -95,7 +95,7 @@ void check_draft_run(const Model& tm, const Model* draft, const int32_t* prompt,
         throw Error(ErrorCode::NotSupported, "beam_size: draft-model speculation decodes one sequence (0 or 1)");
     if (c.num_return_sequences > 1)
         throw Error(ErrorCode::NotSupported, "num_return_sequences: draft-model speculation returns one output (use 1)");
-    if (c.early_exit_patience > 0)
+    if (c.early_exit.patience > 0)
         throw Error(ErrorCode::NotSupported,
                     "early_exit_patience: early exit does not combine with draft-model speculation (0)");
     check_prompt_ids(tm, prompt, prompt_len);

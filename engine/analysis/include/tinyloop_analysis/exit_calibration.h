@@ -39,19 +39,13 @@ struct CalibData {
 CalibData collect_calibration(tinyloop::Model* model, const std::vector<int32_t>& prompt, int max_tokens,
                               int loops, const std::atomic<bool>* cancel = nullptr);
 
-struct CalibPolicy {
-    tinyloop::EarlyExitCriterion criterion = tinyloop::EarlyExitCriterion::HiddenL2;
-    float threshold = 0.05f;  // > 0 (LogitMargin: the margin to reach; ArgmaxStable: unused)
-    int patience = 1;         // >= 1
-    int min_L = 2;            // 1 .. loops
-    int peek_every = 1;       // >= 1
-};
+// A calibration re-scores a tinyloop::EarlyExitPolicy (patience >= 1) with the engine's exit
+// rule (tinyloop::exit_probe_at, exit_after_probe): the one decoding applies.
+using tinyloop::EarlyExitPolicy;
 
 // The value shown on the criterion's axis: the margin itself for LogitMargin (the engine keeps
 // -margin so that smaller is more stable), the signal otherwise.
 float display_signal(tinyloop::EarlyExitCriterion c, float engine_signal);
-// Whether the engine counts `engine_signal` as stable under `p` (as exit_stable does).
-bool calib_stable(const CalibPolicy& p, float engine_signal);
 const char* criterion_label(tinyloop::EarlyExitCriterion c);  // "hidden_l2", "logit_margin", ...
 
 struct CalibToken {
@@ -65,9 +59,9 @@ struct CalibToken {
 
 // Re-scores every emitted token but the first (which comes from the prompt, prefilled at full
 // depth) under the policy. Throws tinyloop::Error for a policy field out of range.
-std::vector<CalibToken> rescore_calibration(const CalibData& data, const CalibPolicy& policy);
+std::vector<CalibToken> rescore_calibration(const CalibData& data, const EarlyExitPolicy& policy);
 
-nlohmann::json calibration_json(const CalibData& data, const CalibPolicy& policy,
+nlohmann::json calibration_json(const CalibData& data, const EarlyExitPolicy& policy,
                                 const std::vector<CalibToken>& scored);
 
 }  // namespace tinyloop::analysis

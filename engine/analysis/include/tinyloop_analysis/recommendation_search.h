@@ -25,9 +25,7 @@
 namespace tinyloop::analysis {
 
 struct ExitCandidate {
-    tinyloop::EarlyExitCriterion criterion = tinyloop::EarlyExitCriterion::HiddenL2;
-    float threshold = 0.05f;
-    int patience = 1, min_L = 2;
+    tinyloop::EarlyExitPolicy policy;  // the policy measured (patience >= 1, peek_every 1)
     double nll = 0;                  // per token
     double mean_depth = 0;           // over positions
     double relative_cost = 1;        // modelled multiply-adds per token over the fixed depth's
