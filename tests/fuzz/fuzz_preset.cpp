@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "main/preset_store.h"
+#include "base/preset_store.h"
 
 using nlohmann::json;
 

@@ -16,7 +16,7 @@
 #include "main/config_panel.h"
 #include "main/main_window.h"
 #include "main/model_paths.h"
-#include "main/preset_store.h"
+#include "base/preset_store.h"
 #include "main/presets_panel.h"
 #include "main/prompt_editor.h"
 #include "ui_test_util.h"

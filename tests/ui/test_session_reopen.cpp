@@ -9,7 +9,7 @@
 
 #include "main/config_panel.h"
 #include "main/main_window.h"
-#include "main/session_file.h"
+#include "record/session_file.h"
 #include "main/token_view.h"
 #include "plots/lens_heatmap.h"
 #include "window_test_util.h"

@@ -67,3 +67,9 @@ set_tests_properties(ui.tour_step_cli_refuses PROPERTIES
   ENVIRONMENT "QT_QPA_PLATFORM=offscreen"
   PASS_REGULAR_EXPRESSION "--tour-step: 9 is outside \\[1, 5\\]"
   TIMEOUT 60 LABELS ui)
+
+# No ui/ room includes a room above it (the floors: TL_UI_FLOORS in ui/CMakeLists.txt).
+add_test(NAME ui.room_floors
+  COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR}/ui "-DFLOORS=$<JOIN:${TL_UI_FLOORS},|>"
+          -P ${PROJECT_SOURCE_DIR}/tests/ui/room_floors_check.cmake)
+set_tests_properties(ui.room_floors PROPERTIES TIMEOUT 60 LABELS "ui;walls")

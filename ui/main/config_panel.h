@@ -10,7 +10,7 @@
 
 #include <QWidget>
 
-#include "main/config_json.h"
+#include "base/config_json.h"
 
 class QComboBox;
 class QLabel;

@@ -165,7 +165,7 @@ std::vector<TourStep> makeSteps() {
                      });
                  },
                  [](MainWindow& w) {
-                     auto* v = qobject_cast<ScrubberView*>(w.analysisViews()->window("scrubber"));
+                     auto* v = qobject_cast<DepthScrubberView*>(w.analysisViews()->window("scrubber"));
                      if (!v || !v->isVisible()) return QString("the depth scrubber is not open");
                      return v->history().size() >= 4 ? QString() : QString("the scrubber answered at fewer than 4 depths");
                  }});

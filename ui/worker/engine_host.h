@@ -18,7 +18,7 @@
 
 #include <tinyloop/tinyloop.h>
 
-#include "main/config_json.h"
+#include "base/config_json.h"
 
 namespace tlui {
 

@@ -1,4 +1,4 @@
-#include "main/session.h"
+#include "record/session.h"
 
 #include <QDateTime>
 

@@ -1,4 +1,4 @@
-#include "main/session_file.h"
+#include "record/session_file.h"
 
 #include <algorithm>
 #include <climits>

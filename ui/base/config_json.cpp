@@ -1,4 +1,4 @@
-#include "main/config_json.h"
+#include "base/config_json.h"
 
 #include <algorithm>
 #include <charconv>

@@ -8,7 +8,7 @@
 #include <QStringList>
 #include <nlohmann/json.hpp>
 
-#include "main/config_json.h"
+#include "base/config_json.h"
 
 namespace tlui {
 

@@ -1,4 +1,4 @@
-#include "main/preset_store.h"
+#include "base/preset_store.h"
 
 #include <QCryptographicHash>
 #include <QDir>
