@@ -119,11 +119,11 @@ private slots:
         // the JSON form used by presets and exports round-trips too
         QVERIFY(configsEqual(configFromJson(configToJson(c)), c));
 
-        SpeculativeKnobs k{3, 6, 5, 3};
+        tinyloop::SpeculationKnobs k{.verify_loops = 6, .draft_loops = 3, .draft_ahead = 5, .branches = 3};
         p.setMode(DecodeMode::Tree);
         p.setKnobs(k);
         QVERIFY(p.knobs().has_value());
-        QVERIFY(*p.knobs() == k);
+        QVERIFY(knobsEqual(*p.knobs(), k));
         QCOMPARE(p.mode(), DecodeMode::Tree);
     }
 
@@ -268,11 +268,11 @@ private slots:
         emit m->activated(ee);
         QVERIFY(p.config()->early_exit_patience >= 1);
         QCOMPARE(p.config()->beam_size, 0);
-        const int s = m->findData("sampling");
+        const int s = m->findData("sample");
         m->setCurrentIndex(s);
         emit m->activated(s);
         QVERIFY(p.config()->temperature > 0.01f);
-        QCOMPARE(p.mode(), DecodeMode::Sampling);
+        QCOMPARE(p.mode(), DecodeMode::Sample);
     }
 
     void engineHasTheFinalWord() {

@@ -1,6 +1,9 @@
-// The workbench's side of the engine's JSON codec (tinyloop/json.h): the decode modes it offers,
-// the speculative knobs of its presets, the config panel's field list (the engine's GenerateConfig
-// field table plus the knobs) and the panel's text forms. Ranges are the engine's own
+// The config adapter: the workbench's one door to the engine's run description and its rules.
+// The run is the engine's tinyloop::RunSpec (mode, GenerateConfig, speculation knobs); this file
+// holds the decode modes the workbench offers, the config panel's field list (the engine's
+// GenerateConfig field table plus the knobs), the panel's text forms, and the only calls in ui/ to
+// the engine's resolvers and mode rules (modeConfig, validateModeSpeculation, resolvedRun), so a
+// change of the engine's resolver is one edit here. Ranges are the engine's own
 // (validate_config_fields, validate_speculation): nothing here repeats them. No Qt widgets.
 #pragma once
 
@@ -14,22 +17,15 @@
 
 namespace tlui {
 
-// The decode modes the workbench offers; see EngineHost::generate for the dispatch.
-enum class DecodeMode { Greedy, Sampling, Speculative, Tree, Beam, EarlyExit };
-const char* modeName(DecodeMode m);            // "greedy", "sampling", "speculative", ...
-const char* modeLabel(DecodeMode m);           // "Greedy", "Sampling", ... for a person
-bool parseMode(const std::string& name, DecodeMode* out);
+// The engine's decode modes (the workbench has no mode type of its own).
+using tinyloop::DecodeMode;
+// The modes the workbench offers, in the selector's order (DraftModel needs a second model file:
+// not offered).
 const std::vector<DecodeMode>& allModes();
-
-// The knobs of the seed's SpeculativeConfig / TreeSpeculativeConfig that GenerateConfig lacks
-// (max_tokens, temperature and seed come from GenerateConfig).
-struct SpeculativeKnobs {
-    int draft_loops = 2;    // 1..max_loops, below verify_loops
-    int verify_loops = 0;   // 0 = the model's default_loops; else 1..max_loops
-    int draft_ahead = 4;    // 1..32 (tree: 1..8)
-    int K_branches = 2;     // 1..8 (tree only)
-    bool operator==(const SpeculativeKnobs&) const = default;
-};
+const char* modeName(DecodeMode m);            // the engine's name: "greedy", "sample", "speculative", ...
+const char* modeLabel(DecodeMode m);           // "Greedy", "Sampling", ... for a person
+// The engine's names, and "sampling" (sample mode as presets and sessions wrote it before).
+bool parseMode(const std::string& name, DecodeMode* out);
 
 // Model-dependent bounds; the defaults are loose so a config can be checked without a model.
 using ConfigLimits = tinyloop::ConfigLimits;
@@ -55,7 +51,7 @@ struct FieldInfo {
     FieldKind kind;
     const char* range;    // shown beside the field
     const char* tooltip;  // the seed's description
-    bool speculative;     // a SpeculativeKnobs field
+    bool speculative;     // a speculation knob (tinyloop::SpeculationKnobs)
 };
 // Every GenerateConfig field (the engine's table, tinyloop::config_fields), then the speculative
 // knobs, in panel order.
@@ -67,10 +63,39 @@ const FieldInfo* findField(const std::string& key);
 nlohmann::json configToJson(const tinyloop::GenerateConfig& c);
 tinyloop::GenerateConfig configFromJson(const nlohmann::json& j, const ConfigLimits& lim = {},
                                         const std::string& where = "");
-nlohmann::json knobsToJson(const SpeculativeKnobs& k);
-// Ranges are the engine's validate_speculation.
-SpeculativeKnobs knobsFromJson(const nlohmann::json& j, const ConfigLimits& lim = {},
-                               const std::string& where = "");
+// The engine codec's speculation_to_json / speculation_from_json (canonical keys: "branches";
+// the old "K_branches" still read). Ranges are the engine's validate_speculation.
+nlohmann::json knobsToJson(const tinyloop::SpeculationKnobs& k);
+tinyloop::SpeculationKnobs knobsFromJson(const nlohmann::json& j, const ConfigLimits& lim = {},
+                                         const std::string& where = "");
+bool knobsEqual(const tinyloop::SpeculationKnobs& a, const tinyloop::SpeculationKnobs& b);
+
+// ---- the engine's rules and resolvers: ui/ asks them here and nowhere else ----------------
+
+// `config` made ready for `mode` (tinyloop::mode_config: greedy temperature 0, sample 0.8, beam
+// width 4, early exit the model's patience else the built-in one). `rec`: the loaded model's
+// recommendation (empty before a model is open).
+tinyloop::GenerateConfig modeConfig(DecodeMode mode, const tinyloop::GenerateConfig& config,
+                                    const tinyloop::Recommendation& rec);
+// The speculation knobs' cross-field rules (tinyloop::validate_mode_speculation); throws
+// ConfigError naming the field.
+void validateModeSpeculation(const tinyloop::RunSpec& spec);
+// The run as the engine will decode it: the speculation knobs left at 0 resolved
+// (tinyloop::resolved_speculation: the user's, else the model's recommendation, else the
+// built-in; the verify depth config.loops first, else the model's default_loops). On the thread
+// that holds `model` (the worker, a test).
+tinyloop::RunSpec resolvedRun(const tinyloop::Model* model, const tinyloop::RunSpec& spec);
+// The config a front end shows before the user sets anything (tinyloop::recommended_config).
+tinyloop::GenerateConfig defaultConfig(const tinyloop::Model* model);
+// What the loaded file recommends (tinyloop::model_recommendation) and the built-in early-exit
+// policy (tinyloop::builtin_early_exit).
+const tinyloop::Recommendation& modelRecommendation(const tinyloop::Model* model);
+tinyloop::Recommendation builtinEarlyExit();
+// Early exit switched on with the user's fields, else the model's, else the built-in ones
+// (tinyloop::resolve_early_exit; `source` says which per key).
+tinyloop::GenerateConfig resolveEarlyExit(const tinyloop::Model* model, const tinyloop::GenerateConfig& config,
+                                          const std::vector<std::string>& userKeys,
+                                          std::vector<std::pair<std::string, std::string>>* source = nullptr);
 
 const char* criterionName(tinyloop::EarlyExitCriterion c);
 bool parseCriterion(const std::string& s, tinyloop::EarlyExitCriterion* out);

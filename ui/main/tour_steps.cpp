@@ -139,7 +139,7 @@ std::vector<TourStep> makeSteps() {
                  "[[acceptance]]. The text is exactly the greedy text of step 1; only the work differs.",
                  "tinyloop-kjv",
                  [](MainWindow& w, Done done) {
-                     SpeculativeKnobs k;
+                     tinyloop::SpeculationKnobs k;
                      k.draft_loops = 1;
                      k.verify_loops = 0;
                      k.draft_ahead = 4;

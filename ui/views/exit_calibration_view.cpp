@@ -1,5 +1,7 @@
 #include "views/exit_calibration_view.h"
 
+#include "base/config_json.h"
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -64,8 +66,8 @@ tinyloop::GenerateConfig resolvedPolicy(const tinyloop::Model* model, std::optio
         c.early_exit_criterion = *criterion;
         user.push_back("early_exit_criterion");
     }
-    if (model) return tinyloop::resolve_early_exit(model, c, user);
-    const tinyloop::Recommendation b = tinyloop::builtin_early_exit();
+    if (model) return resolveEarlyExit(model, c, user);
+    const tinyloop::Recommendation b = builtinEarlyExit();
     c.early_exit_criterion = criterion.value_or(b.early_exit_criterion);
     c.early_exit_threshold = b.early_exit_threshold;
     c.early_exit_patience = b.early_exit_patience;
@@ -81,11 +83,11 @@ double startThreshold(const tinyloop::Model* model, C criterion) {
     tinyloop::GenerateConfig c;
     c.early_exit_criterion = criterion;
     if (model) {
-        const tinyloop::GenerateConfig r = tinyloop::resolve_early_exit(model, c, {"early_exit_criterion"}, &source);
+        const tinyloop::GenerateConfig r = resolveEarlyExit(model, c, {"early_exit_criterion"}, &source);
         for (const auto& [key, from] : source)
             if (key == "early_exit_threshold" && from == "model") return r.early_exit_threshold;
     }
-    if (criterion == tinyloop::builtin_early_exit().early_exit_criterion) return tinyloop::builtin_early_exit().early_exit_threshold;
+    if (criterion == builtinEarlyExit().early_exit_criterion) return builtinEarlyExit().early_exit_threshold;
     return default_threshold(criterion);
 }
 

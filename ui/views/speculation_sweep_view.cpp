@@ -34,12 +34,7 @@ Preset bestPreset(const SweepResult& r) {
     if (b < 0) return p;
     const SweepCell& c = r.cells[static_cast<size_t>(b)];
     const ModeSpec best = r.best_spec();
-    p.mode = workbenchMode(best.run.mode);
-    p.config = best.run.config;
-    p.knobs.draft_loops = best.run.speculation.draft_loops;
-    p.knobs.verify_loops = best.run.speculation.verify_loops;
-    p.knobs.draft_ahead = best.run.speculation.draft_ahead;
-    p.knobs.K_branches = best.run.speculation.branches;
+    static_cast<tinyloop::RunSpec&>(p) = best.run;
     p.name = QString::fromStdString(best.label);
     p.name[0] = p.name[0].toUpper();
     const Speedup sp = c.speedup();
