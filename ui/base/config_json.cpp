@@ -63,7 +63,7 @@ const std::vector<FieldInfo>& configFields() {
         for (const auto& f : tinyloop::config_fields()) out.push_back({f.key, f.kind, f.range, f.help, false});
         const std::vector<FieldInfo> knobs = {
             // 0 in a knob is the engine's "the default" (tinyloop::resolved_speculation).
-            {"draft_loops", FieldKind::Int, "0 .. verify_loops - 1 (0 = the model's recommendation, else 2)", "Cheap draft-pass loop depth. Lower = faster drafts, more rejections.", true},
+            {"draft_loops", FieldKind::Int, "0 .. verify_loops - 1 (0 = the model's recommendation, else min(2, verify_loops - 1))", "Cheap draft-pass loop depth. Lower = faster drafts, more rejections.", true},
             {"verify_loops", FieldKind::Int, "0 .. max_loops (0 = loops, else the model's default)", "Verify-pass loop depth (0 = the config's loops, else the model's default_loops).", true},
             {"draft_ahead", FieldKind::Int, "0 .. 32, tree: 0 .. 8 (0 = the model's recommendation, else 4)", "Number of tokens drafted per verify cycle (tree: nodes run per cycle). Larger = more parallelism per verify, more wasted work on miss.", true},
             {"branches", FieldKind::Int, "0 .. 8 (0 = the model's recommendation, else 2)", "Tree only: number of candidate tokens kept per draft step. The tree grows best-first: draft_ahead nodes run per cycle, each keeping its branches best children as candidates.", true},
