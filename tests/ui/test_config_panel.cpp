@@ -127,6 +127,39 @@ private slots:
         QCOMPARE(p.mode(), DecodeMode::Tree);
     }
 
+    // The speculative modes' cross-field rules are the engine's (validate_mode_speculation): the
+    // draft depth below the verify depth (verify_loops, else loops), the tree at most 8 deep; a
+    // knob at 0 is the engine's default, accepted.
+    void speculativeCrossFieldRules() {
+        ConfigPanel p;
+        p.setMode(DecodeMode::Speculative);
+        p.setKnobs(tinyloop::SpeculationKnobs{});
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        p.setKnobs(tinyloop::SpeculationKnobs{.verify_loops = 4, .draft_loops = 4});
+        QVERIFY(!p.isValid());
+        QVERIFY2(p.invalidFields().contains("draft_loops"), qPrintable(p.message()));
+        p.setKnobs(tinyloop::SpeculationKnobs{.verify_loops = 4, .draft_loops = 3});
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        // verify_loops 0: the config's loops is the verify depth
+        p.setKnobs(tinyloop::SpeculationKnobs{.draft_loops = 3});
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        setText(p, "loops", "3");
+        QVERIFY(!p.isValid());
+        QVERIFY2(p.message().contains("draft_loops"), qPrintable(p.message()));
+        setText(p, "loops", "0");
+        p.setKnobs(tinyloop::SpeculationKnobs{.draft_ahead = 9});
+        QVERIFY2(p.isValid(), qPrintable(p.message()));  // chain: up to 32
+        p.setMode(DecodeMode::Tree);
+        QVERIFY(!p.isValid());
+        QVERIFY2(p.invalidFields().contains("draft_ahead"), qPrintable(p.message()));
+        p.setKnobs(tinyloop::SpeculationKnobs{.draft_ahead = 8});
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        // outside a speculative mode the knobs are not checked against each other
+        p.setKnobs(tinyloop::SpeculationKnobs{.verify_loops = 2, .draft_loops = 5});
+        p.setMode(DecodeMode::Greedy);
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+    }
+
     void everyFieldHasRangeAndTooltip() {
         ConfigPanel p;
         for (const FieldInfo& f : configFields()) {
