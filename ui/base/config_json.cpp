@@ -129,6 +129,10 @@ tinyloop::RunSpec resolvedRun(const tinyloop::Model* model, const tinyloop::RunS
     return r;
 }
 
+int configDepth(const tinyloop::GenerateConfig& config, const tinyloop::HParams& hp) {
+    return config.loops > 0 ? config.loops : hp.default_loops;
+}
+
 tinyloop::GenerateConfig defaultConfig(const tinyloop::Model* model) { return tinyloop::recommended_config(model); }
 
 const tinyloop::Recommendation& modelRecommendation(const tinyloop::Model* model) {

@@ -85,6 +85,9 @@ void validateModeSpeculation(const tinyloop::RunSpec& spec);
 // built-in; the verify depth config.loops first, else the model's default_loops). On the thread
 // that holds `model` (the worker, a test).
 tinyloop::RunSpec resolvedRun(const tinyloop::Model* model, const tinyloop::RunSpec& spec);
+// The depth a plain run of `config` decodes at: config.loops, else the model's default_loops
+// (the engine's "0 = the default depth"; the one place ui/ says it).
+int configDepth(const tinyloop::GenerateConfig& config, const tinyloop::HParams& hp);
 // The config a front end shows before the user sets anything (tinyloop::recommended_config).
 tinyloop::GenerateConfig defaultConfig(const tinyloop::Model* model);
 // What the loaded file recommends (tinyloop::model_recommendation) and the built-in early-exit

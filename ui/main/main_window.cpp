@@ -555,7 +555,7 @@ void MainWindow::startShowingRun() {
     m_session.run.speculation = req.speculation;
     m_session.run.grammarFile = req.grammarFile;
     m_session.run.promptLen = m_pendingPromptLen;
-    const int loops = req.config.loops > 0 ? req.config.loops : m_hp.default_loops;
+    const int loops = configDepth(req.config, m_hp);
     m_output->clearTokens(req.prompt);
     m_heatmap->clear(loops);
     m_depth->clear(loops);
@@ -702,7 +702,7 @@ void MainWindow::onRunFinished(const RunResult& r) {
                        .arg(r.stats.prefill_ms, 0, 'f', 1)
                        .arg(s.tokensPerSecond, 0, 'f', 1);
     if (r.mode == DecodeMode::EarlyExit)
-        done += ". Early exit: " + earlyExitSummary(m_session.events, r.config.loops > 0 ? r.config.loops : m_hp.default_loops,
+        done += ". Early exit: " + earlyExitSummary(m_session.events, configDepth(r.config, m_hp),
                                                     r.config, r.stats.stop_reason == tinyloop::StopReason::EOS);
     m_stateLabel->setText(done);
     m_stateLabel->setToolTip(done);

@@ -133,7 +133,7 @@ void EngineHost::generate(const RunRequest& req) {
             grammar.reset(tinyloop::load_grammar_file(req.grammarFile.toStdString()));
             cfg.grammar = grammar.get();
         }
-        res.loops = cfg.loops > 0 ? cfg.loops : hp.default_loops;
+        res.loops = configDepth(cfg, hp);
         emit runStarted(req.id, static_cast<int>(prompt.size()));
 
         using clock = std::chrono::steady_clock;
