@@ -28,9 +28,9 @@
 #include "main/model_paths.h"
 #include "main/presets_panel.h"
 #include "main/tour.h"
-#include "main/screen_fit.h"
-#include "main/theme.h"
-#include "main/zoom.h"
+#include "base/screen_fit.h"
+#include "base/theme.h"
+#include "base/zoom.h"
 #include "views/analysis_views.h"
 #include "views/analysis_window.h"
 

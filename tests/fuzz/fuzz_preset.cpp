@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "main/preset_store.h"
+#include "base/preset_store.h"
 
 using nlohmann::json;
 
@@ -44,8 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 std::abort();
             }
         } else {
-            const tlui::SpeculativeKnobs k = tlui::knobsFromJson(j, lim, "speculative.");
-            if (!(tlui::knobsFromJson(tlui::knobsToJson(k), lim) == k)) {
+            const tinyloop::SpeculationPolicy k = tlui::knobsFromJson(j, lim, "speculative.");
+            if (!(tlui::knobsEqual(tlui::knobsFromJson(tlui::knobsToJson(k), lim), k))) {
                 std::fprintf(stderr, "knobs round trip differs\n");
                 std::abort();
             }

@@ -156,7 +156,7 @@ private slots:
     void decodeViewsFromTheMenu() {
         MainWindow& w = *m_window;
         w.setPrompt("In the beginning");
-        auto* cmp = qobject_cast<CompareView*>(trigger("compare"));
+        auto* cmp = qobject_cast<CompareModesView*>(trigger("compare"));
         QVERIFY(cmp && cmp->isVisible());
         cmp->setPrompt("In the beginning");
         cmp->setMaxTokens(8);
@@ -216,7 +216,7 @@ private slots:
         QCOMPARE(cmp->result()->divergence[1], first_divergence(cmp->result()->runs[1].tokens, cmp->result()->runs[0].tokens));
         exportAll(cmp, "compare");
 
-        auto* scr = qobject_cast<ScrubberView*>(trigger("scrubber"));
+        auto* scr = qobject_cast<DepthScrubberView*>(trigger("scrubber"));
         QVERIFY(scr);
         scr->setPrompt("In the beginning");
         scr->setMaxTokens(8);
@@ -233,7 +233,7 @@ private slots:
         QCOMPARE(scr->history().back().answer.handle_loops_after, 9);
         exportAll(scr, "scrubber");
 
-        auto* agr = qobject_cast<AgreementView*>(trigger("agreement"));
+        auto* agr = qobject_cast<AgreementMapView*>(trigger("agreement"));
         QVERIFY(agr);
         agr->setPrompt("In the beginning");
         agr->setMaxTokens(12);
@@ -248,7 +248,7 @@ private slots:
         }
         exportAll(agr, "agreement");
 
-        auto* swp = qobject_cast<SweepView*>(trigger("sweep"));
+        auto* swp = qobject_cast<SpeculationSweepView*>(trigger("sweep"));
         QVERIFY(swp);
         swp->setPrompts({"In the beginning"});
         swp->setMaxTokens(8);
@@ -291,7 +291,7 @@ private slots:
             QVERIFY(runs < swp->result()->cells_planned * 2);
         }
 
-        auto* stp = qobject_cast<StepView*>(trigger("step"));
+        auto* stp = qobject_cast<StepModeView*>(trigger("step"));
         QVERIFY(stp);
         stp->setPrompt("In the beginning");
         stp->setConfig(4, 0.0, 1, 6);
@@ -320,7 +320,7 @@ private slots:
         w.setPrompt(kPrompt);
         const auto prompt = tinyloop::tokenize(m, kPrompt);
 
-        auto* calib = qobject_cast<CalibView*>(trigger("calibration"));
+        auto* calib = qobject_cast<ExitCalibrationView*>(trigger("calibration"));
         QVERIFY(calib);
         calib->setMaxTokens(12);
         calib->setLoops(8);
@@ -350,7 +350,7 @@ private slots:
                 calib->plot()->axisRect()->height());
         exportAll(calib, "calibration");
 
-        auto* comp = qobject_cast<ComputeView*>(trigger("compute"));
+        auto* comp = qobject_cast<ComputeQualityView*>(trigger("compute"));
         QVERIFY(comp);
         ComputeSettings s;
         s.depths = {1, 4};
@@ -366,7 +366,7 @@ private slots:
         comp->setTimeAxis(true);
         exportAll(comp, "compute");
 
-        auto* kv = qobject_cast<KvView*>(trigger("kv"));
+        auto* kv = qobject_cast<KvProvenanceView*>(trigger("kv"));
         QVERIFY(kv);
         kv->setSetup(KvSetup::EarlyExit);
         kv->setMaxTokens(12);
@@ -393,7 +393,7 @@ private slots:
         }
         exportAll(kv, "kv");
 
-        auto* quant = qobject_cast<QuantView*>(trigger("quant"));
+        auto* quant = qobject_cast<QuantAcrossDepthView*>(trigger("quant"));
         QVERIFY(quant);
         QCOMPARE(QFileInfo(quant->secondPath()).fileName(), QString("model-q4.tinyloop"));
         quant->setMaxTokens(0);

@@ -11,11 +11,11 @@
 #include <QTest>
 #include <qcustomplot.h>
 
-#include "main/config_json.h"
-#include "main/glossary.h"
-#include "main/glossary_dialog.h"
+#include "base/config_json.h"
+#include "base/glossary.h"
+#include "base/glossary_dialog.h"
 #include "main/main_window.h"
-#include "main/plain_status.h"
+#include "record/plain_status.h"
 #include "main/tour.h"
 #include "plots/lens_heatmap.h"
 #include "plots/plot_caption.h"

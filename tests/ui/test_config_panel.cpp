@@ -119,12 +119,45 @@ private slots:
         // the JSON form used by presets and exports round-trips too
         QVERIFY(configsEqual(configFromJson(configToJson(c)), c));
 
-        SpeculativeKnobs k{3, 6, 5, 3};
+        tinyloop::SpeculationPolicy k{.verify_loops = 6, .draft_loops = 3, .draft_ahead = 5, .branches = 3};
         p.setMode(DecodeMode::Tree);
         p.setKnobs(k);
         QVERIFY(p.knobs().has_value());
-        QVERIFY(*p.knobs() == k);
+        QVERIFY(knobsEqual(*p.knobs(), k));
         QCOMPARE(p.mode(), DecodeMode::Tree);
+    }
+
+    // The speculative modes' cross-field rules are the engine's (validate_mode_speculation): the
+    // draft depth below the verify depth (verify_loops, else loops), the tree at most 8 deep; a
+    // knob at 0 is the engine's default, accepted.
+    void speculativeCrossFieldRules() {
+        ConfigPanel p;
+        p.setMode(DecodeMode::Speculative);
+        p.setKnobs(tinyloop::SpeculationPolicy{});
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        p.setKnobs(tinyloop::SpeculationPolicy{.verify_loops = 4, .draft_loops = 4});
+        QVERIFY(!p.isValid());
+        QVERIFY2(p.invalidFields().contains("draft_loops"), qPrintable(p.message()));
+        p.setKnobs(tinyloop::SpeculationPolicy{.verify_loops = 4, .draft_loops = 3});
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        // verify_loops 0: the config's loops is the verify depth
+        p.setKnobs(tinyloop::SpeculationPolicy{.draft_loops = 3});
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        setText(p, "loops", "3");
+        QVERIFY(!p.isValid());
+        QVERIFY2(p.message().contains("draft_loops"), qPrintable(p.message()));
+        setText(p, "loops", "0");
+        p.setKnobs(tinyloop::SpeculationPolicy{.draft_ahead = 9});
+        QVERIFY2(p.isValid(), qPrintable(p.message()));  // chain: up to 32
+        p.setMode(DecodeMode::Tree);
+        QVERIFY(!p.isValid());
+        QVERIFY2(p.invalidFields().contains("draft_ahead"), qPrintable(p.message()));
+        p.setKnobs(tinyloop::SpeculationPolicy{.draft_ahead = 8});
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
+        // outside a speculative mode the knobs are not checked against each other
+        p.setKnobs(tinyloop::SpeculationPolicy{.verify_loops = 2, .draft_loops = 5});
+        p.setMode(DecodeMode::Greedy);
+        QVERIFY2(p.isValid(), qPrintable(p.message()));
     }
 
     void everyFieldHasRangeAndTooltip() {
@@ -268,11 +301,11 @@ private slots:
         emit m->activated(ee);
         QVERIFY(p.config()->early_exit.patience >= 1);
         QCOMPARE(p.config()->beam_size, 0);
-        const int s = m->findData("sampling");
+        const int s = m->findData("sample");
         m->setCurrentIndex(s);
         emit m->activated(s);
         QVERIFY(p.config()->temperature > 0.01f);
-        QCOMPARE(p.mode(), DecodeMode::Sampling);
+        QCOMPARE(p.mode(), DecodeMode::Sample);
     }
 
     void engineHasTheFinalWord() {

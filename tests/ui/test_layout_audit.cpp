@@ -10,7 +10,7 @@
 #include <qcustomplot.h>
 
 #include "main/main_window.h"
-#include "main/zoom.h"
+#include "base/zoom.h"
 #include "plots/layout_audit.h"
 #include "plots/plot_caption.h"
 #include "plots/plot_layout.h"

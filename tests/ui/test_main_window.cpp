@@ -16,7 +16,7 @@
 #include "main/main_window.h"
 #include "main/model_panel.h"
 #include "main/model_paths.h"
-#include "main/session.h"
+#include "record/session.h"
 #include "main/token_view.h"
 #include "ui_test_util.h"
 #include "window_test_util.h"

@@ -145,7 +145,7 @@ private slots:
 
     void calibrationSavesIntoTheFileKeepingEveryTensorByte() {
         m_window->setPrompt("In the beginning");
-        auto* calib = qobject_cast<CalibView*>(m_window->analysisViews()->open("calibration"));
+        auto* calib = qobject_cast<ExitCalibrationView*>(m_window->analysisViews()->open("calibration"));
         QVERIFY(calib);
         // it starts at the policy the engine resolves for this model, the one Compare and the panel use
         const tinyloop::GenerateConfig want = tinyloop::resolve_early_exit(m_window->loadedModel().get(), {}, {});
@@ -199,7 +199,7 @@ private slots:
     }
 
     void sweepSavesOnlyASettingBeyondTheNoise() {
-        auto* v = qobject_cast<SweepView*>(m_window->analysisViews()->open("sweep"));
+        auto* v = qobject_cast<SpeculationSweepView*>(m_window->analysisViews()->open("sweep"));
         QVERIFY(v);
         SweepResult r;
         r.spec.prompts = {"In the beginning"};

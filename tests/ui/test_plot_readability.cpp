@@ -126,8 +126,8 @@ private slots:
             }
         }
         // no diagonal "threshold line" over the calibration's empty axes
-        for (int i = 0; i < qobject_cast<CalibView*>(open("calibration"))->plot()->itemCount(); ++i) {
-            QCPAbstractItem* it = qobject_cast<CalibView*>(open("calibration"))->plot()->item(i);
+        for (int i = 0; i < qobject_cast<ExitCalibrationView*>(open("calibration"))->plot()->itemCount(); ++i) {
+            QCPAbstractItem* it = qobject_cast<ExitCalibrationView*>(open("calibration"))->plot()->item(i);
             if (qobject_cast<QCPItemStraightLine*>(it)) QVERIFY(!it->visible());
         }
     }
@@ -244,7 +244,7 @@ private slots:
     }
 
     void computeLabelsNeverPileUp() {
-        auto* v = qobject_cast<ComputeView*>(open("compute"));
+        auto* v = qobject_cast<ComputeQualityView*>(open("compute"));
         QVERIFY(v);
         std::vector<ComputePoint> pts;
         for (int i = 0; i < 24; ++i) {  // a crowd: near-equal cost and quality
@@ -278,7 +278,7 @@ private slots:
     }
 
     void sweepDrawsValidRowsAndRefusesANoisyBest() {
-        auto* v = qobject_cast<SweepView*>(open("sweep"));
+        auto* v = qobject_cast<SpeculationSweepView*>(open("sweep"));
         QVERIFY(v);
         SweepResult r;
         r.spec.prompts = {"In the beginning"};

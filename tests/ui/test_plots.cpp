@@ -56,7 +56,7 @@ private slots:
         const std::vector<int32_t> greedy = w.session().run.tokens;
 
         w.configPanel()->setMode(DecodeMode::Speculative);
-        w.configPanel()->setKnobs(SpeculativeKnobs{1, 0, 3, 2});
+        w.configPanel()->setKnobs(tinyloop::SpeculationPolicy{.verify_loops = 0, .draft_loops = 1, .draft_ahead = 3, .branches = 2});
         QVERIFY2(run(w), qPrintable(w.lastError()));
         const auto& s = w.session();
         QVERIFY2(s.run.tokens == greedy, "greedy speculation must reproduce greedy decoding");
@@ -73,7 +73,7 @@ private slots:
 
         // tree: same text, too
         w.configPanel()->setMode(DecodeMode::Tree);
-        w.configPanel()->setKnobs(SpeculativeKnobs{1, 0, 2, 2});
+        w.configPanel()->setKnobs(tinyloop::SpeculationPolicy{.verify_loops = 0, .draft_loops = 1, .draft_ahead = 2, .branches = 2});
         QVERIFY2(run(w), qPrintable(w.lastError()));
         QVERIFY(w.session().run.tokens == greedy);
         QVERIFY(spec->hasData());

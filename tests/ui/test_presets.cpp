@@ -16,13 +16,14 @@
 #include "main/config_panel.h"
 #include "main/main_window.h"
 #include "main/model_paths.h"
-#include "main/preset_store.h"
+#include "base/preset_store.h"
 #include "main/presets_panel.h"
 #include "main/prompt_editor.h"
 #include "ui_test_util.h"
 #include "window_test_util.h"
 
 using namespace tlui;
+using nlohmann::json;
 
 class TestPresets : public QObject {
     Q_OBJECT
@@ -57,7 +58,7 @@ private slots:
         p.config.logit_bias = {{3, 1.5f}};
         p.config.early_exit.criterion = tinyloop::EarlyExitCriterion::ArgmaxStable;
         p.config.sample_seed = 123456789012345ull;
-        p.knobs = SpeculativeKnobs{1, 4, 3, 2};
+        p.speculation = tinyloop::SpeculationPolicy{.verify_loops = 4, .draft_loops = 1, .draft_ahead = 3, .branches = 2};
         p.grammarFile = "/tmp/answer.gbnf";
         p.config.bad_words = {{7}};
         p.config.max_time = 1.5;
@@ -84,6 +85,37 @@ private slots:
         QVERIFY(store.names().contains(p.name));
     }
 
+
+    // Presets are written in the engine codec's names ({"mode": "sample", "speculation":
+    // {"branches"}}, as the compare view exports a run); a file written before ("sampling",
+    // "speculative": {"K_branches"}) reads to the same preset.
+    void writtenCanonicalOldFormatStillReads() {
+        Preset p;
+        p.name = "Canonical";
+        p.mode = DecodeMode::Sample;
+        p.config.temperature = 0.6f;
+        p.speculation = tinyloop::SpeculationPolicy{.verify_loops = 4, .draft_loops = 1, .draft_ahead = 3, .branches = 5};
+        const json j = presetToJson(p);
+        QCOMPARE(QString::fromStdString(j["mode"].get<std::string>()), QString("sample"));
+        QVERIFY(j.contains("speculation") && !j.contains("speculative"));
+        QCOMPARE(j["speculation"]["branches"].get<int>(), 5);
+        QVERIFY(!j["speculation"].contains("K_branches"));
+        // the run part is the engine's own run_spec_to_json
+        QVERIFY(j["speculation"] == tinyloop::run_spec_to_json(p)["speculation"]);
+        QVERIFY(j["mode"] == tinyloop::run_spec_to_json(p)["mode"]);
+
+        const QString old = m_dir.filePath("old-format.json");
+        writeText(old, R"({"format": "tinyloop-preset", "version": 1, "name": "Canonical", "description": "",
+                           "mode": "sampling", "config": {"temperature": 0.6}, "grammar_file": "",
+                           "speculative": {"draft_loops": 1, "verify_loops": 4, "draft_ahead": 3, "K_branches": 5}})");
+        QString err;
+        const auto back = PresetStore::readFile(old, &err);
+        QVERIFY2(back.has_value(), qPrintable(err));
+        QCOMPARE(back->mode, DecodeMode::Sample);
+        QCOMPARE(back->speculation.branches, 5);
+        QVERIFY(presetsEqual(*back, p));
+        QVERIFY(presetToJson(*back) == j);  // saved again: the canonical form
+    }
     void panelRoundTripThroughTheEditors() {
         ConfigPanel cfg;
         PresetsPanel panel(&cfg, m_dir.filePath("store2"));
@@ -93,14 +125,14 @@ private slots:
         c.top_k = 12;
         c.repetition_penalty = 1.3f;
         c.stop_strings = {"\n\n"};
-        cfg.setMode(DecodeMode::Sampling);
+        cfg.setMode(DecodeMode::Sample);
         cfg.setConfig(c);
         QString err;
         QVERIFY2(panel.saveCurrent("sampler", &err), qPrintable(err));
         cfg.setMode(DecodeMode::Greedy);
         cfg.setConfig(tinyloop::GenerateConfig{});
         QVERIFY2(panel.applyPreset("sampler", &err), qPrintable(err));
-        QCOMPARE(cfg.mode(), DecodeMode::Sampling);
+        QCOMPARE(cfg.mode(), DecodeMode::Sample);
         QVERIFY(configsEqual(*cfg.config(), c));
         // the shipped presets are installed and valid
         for (const char* shipped : {"Greedy", "Sampling", "Early exit"}) {
@@ -132,12 +164,13 @@ private slots:
             {R"({"name": "a", "config": {"max_tokens": 1.5}})", "config.max_tokens"},
             {R"({"name": "a", "config": {"stop_sequences": [[1, -4]]}})", "config.stop_sequences"},
             {R"({"name": "a", "config": {"logit_bias": [[1]]}})", "config.logit_bias"},
-            {R"({"name": "a", "config": {"early_exit_criterion": "vibes"}})", "config.early_exit_criterion"},
+            {R"({"name": "a", "config": {"early_exit_criterion": "vibes"}})", "config.early_exit.criterion"},
             {R"({"name": "a", "config": {"kv_cache": "int4"}})", "config.kv_cache"},
             {R"({"name": "a", "mode": "warp"})", "mode"},
             {R"({"name": "", "mode": "greedy"})", "name"},
             {R"({"mode": "greedy"})", "name"},
             {R"({"name": "a", "speculative": {"draft_ahead": 0}})", "speculative.draft_ahead"},
+            {R"({"name": "a", "speculation": {"branches": 9}})", "speculation.branches"},
             {R"({"name": "a", "colour": "red"})", "colour"},
             {R"({"name": "a", "config": []})", "config"},
             {R"({"name": "a", "prompt": 3})", "prompt"},
@@ -173,7 +206,7 @@ private slots:
         panel.reload();
         QVERIFY(panel.names().contains("By hand"));
         QVERIFY2(panel.applyPreset("By hand", &err), qPrintable(err));
-        QCOMPARE(cfg.mode(), DecodeMode::Sampling);
+        QCOMPARE(cfg.mode(), DecodeMode::Sample);
         QCOMPARE(cfg.config()->temperature, 0.5f);
         // a broken file in the preset directory is refused on load, and the editors keep their values
         writeText(PresetStore(m_dir.filePath("store4")).pathFor("Hand edited"),

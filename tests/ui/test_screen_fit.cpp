@@ -26,12 +26,12 @@
 #include <QSignalSpy>
 #include <QTest>
 
-#include "main/config_json.h"
+#include "base/config_json.h"
 #include "main/config_panel.h"
 #include "main/main_window.h"
-#include "main/screen_fit.h"
+#include "base/screen_fit.h"
 #include "main/tour.h"
-#include "main/zoom.h"
+#include "base/zoom.h"
 #include "plots/layout_audit.h"
 #include "plots/plot_caption.h"
 #include "plots/plot_deck.h"

@@ -40,7 +40,7 @@ private slots:
         c.ignore_eos = true;
         c.temperature = 0.9f;
         c.sample_seed = 5;
-        w.configPanel()->setMode(DecodeMode::Sampling);
+        w.configPanel()->setMode(DecodeMode::Sample);
         w.configPanel()->setConfig(c);
         w.setPrompt("Let there be");
         QSignalSpy settled(&w, &MainWindow::sessionSettled);
@@ -60,7 +60,7 @@ private slots:
         QVERIFY(!j.is_discarded());
         QCOMPARE(j["format"].get<std::string>(), std::string("tinyloop-workbench-session"));
         QCOMPARE(QString::fromStdString(j["prompt"].get<std::string>()), QString("Let there be"));
-        QCOMPARE(j["mode"].get<std::string>(), std::string("sampling"));
+        QCOMPARE(j["mode"].get<std::string>(), std::string("sample"));
         QVERIFY(configsEqual(configFromJson(j["config"]), c));
         QCOMPARE(QString::fromStdString(j["model"]["path"].get<std::string>()), w.modelPath());
         const auto promptIds = j["prompt_ids"].get<std::vector<int32_t>>();

@@ -9,7 +9,7 @@
 
 #include "main/config_panel.h"
 #include "main/main_window.h"
-#include "main/session_file.h"
+#include "record/session_file.h"
 #include "main/token_view.h"
 #include "plots/lens_heatmap.h"
 #include "window_test_util.h"
@@ -59,7 +59,7 @@ private slots:
         c.temperature = 0.7f;
         c.sample_seed = 11;
         c.loops = 5;
-        a.configPanel()->setMode(DecodeMode::Sampling);
+        a.configPanel()->setMode(DecodeMode::Sample);
         a.configPanel()->setConfig(c);
         a.setPrompt("a b c");
         QSignalSpy settled(&a, &MainWindow::sessionSettled);
@@ -76,7 +76,7 @@ private slots:
         const Session& r = b.session();
         QCOMPARE(r.run.prompt, QString("a b c"));
         QCOMPARE(b.promptText(), QString("a b c"));
-        QCOMPARE(b.configPanel()->mode(), DecodeMode::Sampling);
+        QCOMPARE(b.configPanel()->mode(), DecodeMode::Sample);
         QVERIFY(configsEqual(*b.configPanel()->config(), c));
         QVERIFY(configsEqual(r.run.config, c));
         QVERIFY(r.run.tokens == s.run.tokens);
@@ -115,6 +115,23 @@ private slots:
         j1.erase("exported_at");
         j2.erase("exported_at");
         QCOMPARE(QString::fromStdString(j2.dump()), QString::fromStdString(j1.dump()));
+
+        // written in the engine codec's names; a file written before ("sampling", "speculative":
+        // {"K_branches"}) still reads, to the same session
+        QCOMPARE(QString::fromStdString(j1["mode"].get<std::string>()), QString("sample"));
+        QVERIFY(j1.contains("speculation") && !j1.contains("speculative"));
+        json old = j1;
+        old["mode"] = "sampling";
+        old["speculative"] = json{{"draft_loops", 1}, {"verify_loops", 4}, {"draft_ahead", 3}, {"K_branches", 5}};
+        old.erase("speculation");
+        const QString oldPath = m_dir.filePath("old-format.json");
+        writeBytes(oldPath, QByteArray::fromStdString(old.dump()));
+        Session fromOld;
+        QVERIFY2(readSessionFile(oldPath, &fromOld, &err), qPrintable(err));
+        QCOMPARE(fromOld.run.mode, DecodeMode::Sample);
+        QCOMPARE(fromOld.run.speculation.branches, 5);
+        QCOMPARE(fromOld.run.speculation.draft_ahead, 3);
+        QVERIFY(fromOld.run.tokens == r.run.tokens);
 
         // a model loaded after the session keeps the session's config, not the model's default preset
         QVERIFY(tltest::loadModel(b, m_model));

@@ -96,7 +96,7 @@ private slots:
 
         QTest::mouseClick(button("tourNext"), Qt::LeftButton);
         QVERIFY(settled(4));
-        auto* scrubber = qobject_cast<ScrubberView*>(m_window->analysisViews()->window("scrubber"));
+        auto* scrubber = qobject_cast<DepthScrubberView*>(m_window->analysisViews()->window("scrubber"));
         QVERIFY(scrubber && scrubber->isVisible());
         QVERIFY(scrubber->history().size() >= 4);
         QCOMPARE(scrubber->depth(), 6);
@@ -113,7 +113,7 @@ private slots:
         // forward again: the scrubber demonstrated a second time starts from a fresh prefill
         m_tour->next();
         QVERIFY(settled(4));
-        QCOMPARE(qobject_cast<ScrubberView*>(m_window->analysisViews()->window("scrubber"))->history().size(), size_t(4));
+        QCOMPARE(qobject_cast<DepthScrubberView*>(m_window->analysisViews()->window("scrubber"))->history().size(), size_t(4));
     }
 
     void stepsAskedForWhileRunningAreFollowed() {

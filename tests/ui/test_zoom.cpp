@@ -14,9 +14,9 @@
 
 #include "main/config_panel.h"
 #include "main/main_window.h"
-#include "main/theme.h"
+#include "base/theme.h"
 #include "main/token_view.h"
-#include "main/zoom.h"
+#include "base/zoom.h"
 #include "plots/depth_plot.h"
 #include "plots/plot_look.h"
 #include "views/analysis_views.h"

@@ -20,7 +20,8 @@ set(TL_UI_TESTS
   test_layout_audit
 
   test_plot_readability
-  test_model_recommendation)
+  test_model_recommendation
+  test_front_end_runs)
 set(TL_UI_TESTS_BUILT)
 foreach(t IN LISTS TL_UI_TESTS)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)
@@ -40,6 +41,11 @@ foreach(t IN LISTS TL_UI_TESTS)
     # no failure (a failure still fails: the expression needs "0 failed").
     SKIP_REGULAR_EXPRESSION "Totals: [0-9]+ passed, 0 failed, [1-9][0-9]* skipped")
 endforeach()
+# test_front_end_runs runs the command line (tinyloop generate --json) beside the workbench.
+if(TARGET test_front_end_runs)
+  target_compile_definitions(test_front_end_runs PRIVATE TL_CLI="$<TARGET_FILE:tinyloop_cli>")
+  add_dependencies(test_front_end_runs tinyloop_cli)
+endif()
 add_custom_target(tinyloop_ui_tests DEPENDS ${TL_UI_TESTS_BUILT})
 
 # The program itself (target tinyloop_workbench, app/workbench/CMakeLists.txt) with no display at
@@ -67,3 +73,9 @@ set_tests_properties(ui.tour_step_cli_refuses PROPERTIES
   ENVIRONMENT "QT_QPA_PLATFORM=offscreen"
   PASS_REGULAR_EXPRESSION "--tour-step: 9 is outside \\[1, 5\\]"
   TIMEOUT 60 LABELS ui)
+
+# No ui/ room includes a room above it (the floors: TL_UI_FLOORS in ui/CMakeLists.txt).
+add_test(NAME ui.room_floors
+  COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR}/ui "-DFLOORS=$<JOIN:${TL_UI_FLOORS},|>"
+          -P ${PROJECT_SOURCE_DIR}/tests/ui/room_floors_check.cmake)
+set_tests_properties(ui.room_floors PROPERTIES TIMEOUT 60 LABELS "ui;walls")

@@ -186,7 +186,7 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
         revalidate();
     });
     setConfig(tinyloop::GenerateConfig{});
-    setKnobs(SpeculativeKnobs{});
+    setKnobs(tinyloop::SpeculationPolicy{});
     setMode(DecodeMode::Greedy);
     m_specBox->setEnabled(false);
 }
@@ -258,11 +258,11 @@ void ConfigPanel::setConfig(const tinyloop::GenerateConfig& c) {
     revalidate();
 }
 
-void ConfigPanel::setKnobs(const SpeculativeKnobs& k) {
+void ConfigPanel::setKnobs(const tinyloop::SpeculationPolicy& k) {
     setFieldText("draft_loops", QString::number(k.draft_loops));
     setFieldText("verify_loops", QString::number(k.verify_loops));
     setFieldText("draft_ahead", QString::number(k.draft_ahead));
-    setFieldText("K_branches", QString::number(k.K_branches));
+    setFieldText("branches", QString::number(k.branches));
     revalidate();
 }
 
@@ -277,38 +277,25 @@ DecodeMode ConfigPanel::mode() const {
     return m;
 }
 
-void ConfigPanel::applyModeDefaults(DecodeMode m) {
-    // Picking a mode puts the fields it depends on into a state where it can run.
+tinyloop::GenerateConfig ConfigPanel::modeFieldsFor(DecodeMode m) const {
     auto text = [&](const char* k) { return qobject_cast<QLineEdit*>(m_rows.at(k).editor)->text(); };
-    switch (m) {
-    case DecodeMode::Greedy:
-        setFieldText("temperature", "0");
-        setFieldText("beam_size", "0");
-        setFieldText("early_exit_patience", "0");
-        break;
-    case DecodeMode::Sampling:
-        if (text("temperature").toDouble() <= 0.01) setFieldText("temperature", "0.8");
-        setFieldText("beam_size", "0");
-        setFieldText("early_exit_patience", "0");
-        break;
-    case DecodeMode::Beam:
-        if (text("beam_size").toInt() < 2) setFieldText("beam_size", "4");
-        break;
-    case DecodeMode::EarlyExit:
-        if (text("early_exit_patience").toInt() < 1)
-            setFieldText("early_exit_patience", QString::number(earlyExitPatienceDefault()));
-        setFieldText("beam_size", "0");
-        break;
-    case DecodeMode::Speculative:
-    case DecodeMode::Tree:
-        setFieldText("beam_size", "0");
-        setFieldText("early_exit_patience", "0");
-        break;
-    }
+    tinyloop::GenerateConfig now;
+    now.temperature = text("temperature").toFloat();
+    now.beam_size = text("beam_size").toInt();
+    now.early_exit.patience = text("early_exit_patience").toInt();
+    return modeConfig(m, now, m_rec);
 }
 
-int ConfigPanel::earlyExitPatienceDefault() const {
-    return m_rec.has_early_exit() ? m_rec.early_exit.patience : 2;
+void ConfigPanel::applyModeDefaults(DecodeMode m) {
+    // Picking a mode puts the fields it depends on into a state where it can run: the engine's
+    // mode rules (tinyloop::mode_config), only the fields they change rewritten.
+    const tinyloop::GenerateConfig want = modeFieldsFor(m);
+    auto text = [&](const char* k) { return qobject_cast<QLineEdit*>(m_rows.at(k).editor)->text(); };
+    if (want.temperature != text("temperature").toFloat())
+        setFieldText("temperature", QString::fromStdString(floatText(want.temperature)));
+    if (want.beam_size != text("beam_size").toInt()) setFieldText("beam_size", QString::number(want.beam_size));
+    if (want.early_exit.patience != text("early_exit_patience").toInt())
+        setFieldText("early_exit_patience", QString::number(want.early_exit.patience));
 }
 
 void ConfigPanel::setModelDefaults(const tinyloop::GenerateConfig& defaults, const tinyloop::Recommendation& rec) {
@@ -320,10 +307,10 @@ void ConfigPanel::setModelDefaults(const tinyloop::GenerateConfig& defaults, con
 }
 
 void ConfigPanel::applyModelDefaults(const QStringList& keep) {
-    // Early-exit mode needs a patience: the model's, else 2 (no model open yet: the built-in one).
+    // Early-exit mode needs a patience: the model's, else the built-in one (modeConfig).
     auto* patience = qobject_cast<QLineEdit*>(m_rows.at("early_exit_patience").editor);
     if (mode() == DecodeMode::EarlyExit && !keep.contains("early_exit_patience") && patience->text().toInt() < 1)
-        patience->setText(QString::number(earlyExitPatienceDefault()));
+        patience->setText(QString::number(modeConfig(DecodeMode::EarlyExit, {}, m_rec).early_exit.patience));
     if (!m_haveModelDefaults) return revalidate();
     const tinyloop::GenerateConfig& d = m_modelDefaults;
     auto* criterion = qobject_cast<QComboBox*>(m_rows.at("early_exit_criterion").editor);
@@ -337,14 +324,9 @@ void ConfigPanel::applyModelDefaults(const QStringList& keep) {
         set("early_exit_threshold", QString::fromStdString(floatText(d.early_exit.threshold)));
         set("early_exit_min_L", QString::number(d.early_exit.min_L));
         set("early_exit_peek_every", QString::number(d.early_exit.peek_every));
-        if (mode() == DecodeMode::EarlyExit) set("early_exit_patience", QString::number(earlyExitPatienceDefault()));
+        if (mode() == DecodeMode::EarlyExit)
+            set("early_exit_patience", QString::number(modeConfig(DecodeMode::EarlyExit, {}, m_rec).early_exit.patience));
     }
-    auto knob = [&](const char* key, int value) {
-        if (value > 0 && !keep.contains(key)) setFieldText(key, QString::number(value));
-    };
-    knob("draft_loops", m_rec.draft_loops);
-    knob("draft_ahead", mode() == DecodeMode::Tree ? m_rec.tree_draft_ahead : m_rec.draft_ahead);
-    knob("K_branches", m_rec.branches);
     revalidate();
 }
 
@@ -368,9 +350,9 @@ void ConfigPanel::showRecommendation() {
     if (r.draft_loops > 0) spec << QString("draft_loops %1").arg(r.draft_loops);
     if (r.draft_ahead > 0) spec << QString("draft_ahead %1 (chain)").arg(r.draft_ahead);
     if (r.tree_draft_ahead > 0) spec << QString("draft_ahead %1 (tree)").arg(r.tree_draft_ahead);
-    if (r.branches > 0) spec << QString("K_branches %1").arg(r.branches);
-    m_recSpecNote->setText(spec.isEmpty() ? QString("This model recommends no speculation setting: built-in defaults.")
-                                          : "Recommended by the model: " + spec.join(", ") + ".");
+    if (r.branches > 0) spec << QString("branches %1").arg(r.branches);
+    m_recSpecNote->setText(spec.isEmpty() ? QString("This model recommends no speculation setting: a knob at 0 is the built-in default.")
+                                          : "Recommended by the model (a knob at 0 takes it): " + spec.join(", ") + ".");
     m_recSpecNote->setVisible(m_haveModelDefaults);
 }
 
@@ -441,6 +423,14 @@ std::string reasonAfter(const std::string& key, const std::string& message) {
     return rest;
 }
 
+// The knobs as the codec reads them: a knob at 0 in the panel is "the default", which a file
+// says by leaving the knob out (the codec refuses a written draft_ahead or branches of 0).
+json withoutDefaults(json knobs) {
+    for (const char* k : {"draft_ahead", "branches"})
+        if (knobs.contains(k) && knobs[k].is_number_integer() && knobs[k].get<long long>() == 0) knobs.erase(k);
+    return knobs;
+}
+
 // The field an engine message names ("logit_bias[0]: ..." -> "logit_bias").
 std::string fieldOf(const std::string& message) {
     const std::string head = message.substr(0, message.find(':'));
@@ -492,18 +482,20 @@ void ConfigPanel::revalidate() {
             mark(fieldOf(e.what()), reasonAfter(fieldOf(e.what()), e.what()));
         }
         try {
-            knobsFromJson(knobs, m_limits);
+            knobsFromJson(withoutDefaults(knobs), m_limits);
         } catch (const ConfigError& e) {
             mark(e.field(), reasonAfter(e.field(), e.what()));
         }
     }
-    // The speculative modes' depth rules, checked before a run (the engine refuses them too).
-    const bool speculative = mode() == DecodeMode::Speculative || mode() == DecodeMode::Tree;
-    if (m_invalid.isEmpty() && speculative) {
-        const int draft = knobs.value("draft_loops", 0), verify = knobs.value("verify_loops", 0);
-        if (verify > 0 && draft >= verify) mark("draft_loops", "must be below verify_loops");
-        if (mode() == DecodeMode::Tree && knobs.value("draft_ahead", 0) > 8)
-            mark("draft_ahead", "the tree is at most 8 deep (1 .. 8)");
+    // The speculative modes' cross-field rules, the engine's (validate_mode_speculation), checked
+    // before a run (run_decode refuses them too).
+    if (m_invalid.isEmpty()) {
+        try {
+            tinyloop::RunSpec spec{mode(), c, knobsFromJson(withoutDefaults(knobs), m_limits)};
+            validateModeSpeculation(spec);
+        } catch (const ConfigError& e) {
+            mark(e.field(), reasonAfter(e.field(), e.what()));
+        }
     }
     if (!first.isEmpty() && m_invalid.size() > 1) first += QString("  (and %1 more)").arg(m_invalid.size() - 1);
     m_localError = first;
@@ -581,8 +573,8 @@ std::optional<tinyloop::GenerateConfig> ConfigPanel::config(QString* error) cons
     return fromRows<tinyloop::GenerateConfig>(false, error, [this](const json& j) { return configFromJson(j, m_limits); });
 }
 
-std::optional<SpeculativeKnobs> ConfigPanel::knobs(QString* error) const {
-    return fromRows<SpeculativeKnobs>(true, error, [this](const json& j) { return knobsFromJson(j, m_limits); });
+std::optional<tinyloop::SpeculationPolicy> ConfigPanel::knobs(QString* error) const {
+    return fromRows<tinyloop::SpeculationPolicy>(true, error, [this](const json& j) { return knobsFromJson(withoutDefaults(j), m_limits); });
 }
 
 void ConfigPanel::setLimits(const ConfigLimits& lim) {

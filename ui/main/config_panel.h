@@ -10,7 +10,7 @@
 
 #include <QWidget>
 
-#include "main/config_json.h"
+#include "base/config_json.h"
 
 class QComboBox;
 class QLabel;
@@ -31,7 +31,7 @@ public:
     ConfigLimits limits() const { return m_limits; }
 
     void setConfig(const tinyloop::GenerateConfig& c);
-    void setKnobs(const SpeculativeKnobs& k);
+    void setKnobs(const tinyloop::SpeculationPolicy& k);  // 0 = the engine resolves the knob
     void setMode(DecodeMode m);  // programmatic: no field is touched
 
     // The loaded model's recommended settings as the panel's defaults (ModelLoaded::defaults and
@@ -39,16 +39,16 @@ public:
     // early-exit fields ("recommended by the model", or the built-in defaults when it has none).
     void setModelDefaults(const tinyloop::GenerateConfig& defaults, const tinyloop::Recommendation& rec);
     // Puts the model's defaults into the early-exit fields (criterion, threshold, min_L,
-    // peek_every; patience in early-exit mode) and the speculative knobs it recommends
-    // (draft_loops, draft_ahead, K_branches), except the keys in `keep` (a preset's own). As in
+    // peek_every; patience in early-exit mode), except the keys in `keep` (a preset's own). As in
     // the engine's resolve_early_exit, a kept criterion other than the model's keeps the other
-    // early-exit fields as they are.
+    // early-exit fields as they are. The speculation knobs are not filled: a knob at 0 is the
+    // model's recommendation when the engine resolves the run (the note says what it is).
     void applyModelDefaults(const QStringList& keep = {});
     QString recommendationNote() const;  // the note's text
 
     // The config in the editors, or nullopt (and the reason) when a field is refused.
     std::optional<tinyloop::GenerateConfig> config(QString* error = nullptr) const;
-    std::optional<SpeculativeKnobs> knobs(QString* error = nullptr) const;
+    std::optional<tinyloop::SpeculationPolicy> knobs(QString* error = nullptr) const;
     DecodeMode mode() const;
     // The grammar file for constrained decoding ("" = none); the worker parses it for each run.
     QString grammarFile() const;
@@ -85,7 +85,9 @@ private:
     void showMessage();  // message() on the refusal line
     void applyModeDefaults(DecodeMode m);
     void setFieldText(const std::string& key, const QString& text);
-    int earlyExitPatienceDefault() const;  // the model's recommended patience, else 2
+    // The fields a mode depends on (temperature, beam_size, early_exit_patience) as the engine's
+    // mode_config sets them (modeConfig).
+    tinyloop::GenerateConfig modeFieldsFor(DecodeMode m) const;
     void showRecommendation();
 
     tinyloop::GenerateConfig m_modelDefaults;

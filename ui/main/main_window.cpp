@@ -26,15 +26,15 @@
 #include <qcustomplot.h>
 
 #include "main/config_panel.h"
-#include "main/glossary_dialog.h"
+#include "base/glossary_dialog.h"
 #include "main/model_paths.h"
 #include "main/tour.h"
 #include "main/model_panel.h"
-#include "main/plain_status.h"
+#include "record/plain_status.h"
 #include "main/presets_panel.h"
 #include "main/prompt_editor.h"
-#include "main/session_file.h"
-#include "main/screen_fit.h"
+#include "record/session_file.h"
+#include "base/screen_fit.h"
 #include "main/token_view.h"
 #include "main/view_menu.h"
 #include "plots/depth_plot.h"
@@ -138,7 +138,7 @@ std::optional<tinyloop::analysis::ModeSpec> MainWindow::configuredRun(QString* e
     }
     tinyloop::analysis::ModeSpec m;
     m.label = QString("workbench: %1").arg(modeLabel(m_config->mode())).toStdString();
-    m.run = toRunSpec(m_config->mode(), *cfg, *knobs, m_hp);
+    m.run = tinyloop::RunSpec{m_config->mode(), *cfg, *knobs};
     return m;
 }
 
@@ -456,7 +456,7 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
     if (m_sessionConfig) {  // an opened session shows the config it was run with
         m_config->setMode(m_session.run.mode);
         m_config->setConfig(m_session.run.config);
-        m_config->setKnobs(m_session.run.knobs);
+        m_config->setKnobs(m_session.run.speculation);
         m_prompt->setPlainText(m_session.run.prompt);
     }
     addRecent(m_modelPath);
@@ -497,7 +497,7 @@ std::optional<RunRequest> MainWindow::makeRequest(QString* error) {
     r.prompt = m_prompt->toPlainText();
     r.mode = m_config->mode();
     r.config = *cfg;
-    r.knobs = *knobs;
+    r.speculation = *knobs;
     r.grammarFile = m_config->grammarFile();
     return r;
 }
@@ -552,10 +552,10 @@ void MainWindow::startShowingRun() {
     m_session.run.prompt = req.prompt;
     m_session.run.mode = req.mode;
     m_session.run.config = req.config;
-    m_session.run.knobs = req.knobs;
+    m_session.run.speculation = req.speculation;
     m_session.run.grammarFile = req.grammarFile;
     m_session.run.promptLen = m_pendingPromptLen;
-    const int loops = req.config.loops > 0 ? req.config.loops : m_hp.default_loops;
+    const int loops = configDepth(req.config, m_hp);
     m_output->clearTokens(req.prompt);
     m_heatmap->clear(loops);
     m_depth->clear(loops);
@@ -596,7 +596,7 @@ void MainWindow::showSession() {
     m_prompt->setPlainText(s.run.prompt);
     m_config->setMode(s.run.mode);
     m_config->setConfig(s.run.config);
-    m_config->setKnobs(s.run.knobs);
+    m_config->setKnobs(s.run.speculation);
     m_config->setGrammarFile(s.run.grammarFile);
     const int loops = std::max(1, s.lens ? s.lens->loops : s.run.loops);
     m_output->clearTokens(s.run.prompt);
@@ -702,7 +702,7 @@ void MainWindow::onRunFinished(const RunResult& r) {
                        .arg(r.stats.prefill_ms, 0, 'f', 1)
                        .arg(s.tokensPerSecond, 0, 'f', 1);
     if (r.mode == DecodeMode::EarlyExit)
-        done += ". Early exit: " + earlyExitSummary(m_session.events, r.config.loops > 0 ? r.config.loops : m_hp.default_loops,
+        done += ". Early exit: " + earlyExitSummary(m_session.events, configDepth(r.config, m_hp),
                                                     r.config, r.stats.stop_reason == tinyloop::StopReason::EOS);
     m_stateLabel->setText(done);
     m_stateLabel->setToolTip(done);

@@ -5,7 +5,7 @@
 #include <QMainWindow>
 #include <QPointer>
 
-#include "main/session.h"
+#include "record/session.h"
 #include "views/workbench_access.h"
 #include "worker/engine_host.h"
 

@@ -96,7 +96,7 @@ Preset PresetsPanel::currentAsPreset(const QString& name, QString* error) const 
     auto c = m_config->config(&err);
     auto k = m_config->knobs(err.isEmpty() ? &err : nullptr);
     if (c) p.config = *c;
-    if (k) p.knobs = *k;
+    if (k) p.speculation = *k;
     if (!m_modelPath.isEmpty()) {  // the model it is made on: loading it elsewhere asks first
         p.modelFile = modelDisplayName(m_modelPath);
         p.modelSha256 = modelSha256(m_modelPath);
@@ -153,7 +153,7 @@ bool PresetsPanel::applyPreset(const QString& name, QString* error) {
     }
     m_config->setMode(p->mode);
     m_config->setConfig(p->config);
-    m_config->setKnobs(p->knobs);
+    m_config->setKnobs(p->speculation);
     m_config->applyModelDefaults(p->namedKeys);  // what the preset leaves out: the model's recommendation
     m_config->setGrammarFile(p->grammarFile);
     if (!p->prompt.isEmpty()) emit promptRequested(p->prompt);

@@ -6,7 +6,7 @@
 
 #include <QWidget>
 
-#include "main/preset_store.h"
+#include "base/preset_store.h"
 
 class QListWidget;
 class QLabel;

@@ -11,7 +11,7 @@
 
 #include "main/main_window.h"
 #include "main/model_paths.h"
-#include "main/screen_fit.h"
+#include "base/screen_fit.h"
 #include "plots/plot_caption.h"
 #include "views/analysis_views.h"
 #include "views/analysis_window.h"

@@ -139,7 +139,7 @@ std::vector<TourStep> makeSteps() {
                  "[[acceptance]]. The text is exactly the greedy text of step 1; only the work differs.",
                  "tinyloop-kjv",
                  [](MainWindow& w, Done done) {
-                     SpeculativeKnobs k;
+                     tinyloop::SpeculationPolicy k;
                      k.draft_loops = 1;
                      k.verify_loops = 0;
                      k.draft_ahead = 4;
@@ -165,7 +165,7 @@ std::vector<TourStep> makeSteps() {
                      });
                  },
                  [](MainWindow& w) {
-                     auto* v = qobject_cast<ScrubberView*>(w.analysisViews()->window("scrubber"));
+                     auto* v = qobject_cast<DepthScrubberView*>(w.analysisViews()->window("scrubber"));
                      if (!v || !v->isVisible()) return QString("the depth scrubber is not open");
                      return v->history().size() >= 4 ? QString() : QString("the scrubber answered at fewer than 4 depths");
                  }});

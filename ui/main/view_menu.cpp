@@ -6,8 +6,8 @@
 #include <QMenu>
 #include <QToolBar>
 
-#include "main/theme.h"
-#include "main/zoom.h"
+#include "base/theme.h"
+#include "base/zoom.h"
 
 namespace tlui {
 

@@ -5,7 +5,7 @@
 #include <QRegularExpression>
 #include <QVBoxLayout>
 
-#include "main/glossary_dialog.h"
+#include "base/glossary_dialog.h"
 
 namespace tlui {
 

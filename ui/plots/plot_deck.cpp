@@ -5,7 +5,7 @@
 #include <QStackedLayout>
 #include <QTabWidget>
 
-#include "main/zoom.h"
+#include "base/zoom.h"
 #include "plots/wrapped_label.h"
 
 namespace tlui {

@@ -7,7 +7,7 @@
 #include <QPalette>
 #include <qcustomplot.h>
 
-#include "main/zoom.h"
+#include "base/zoom.h"
 
 namespace tlui {
 

@@ -1,5 +1,5 @@
-// Every plot follows the workbench's zoom (main/zoom.h: fonts, pen widths, markers, tick lengths,
-// legend icons) and theme (main/theme.h: neutral colours, i.e. axes, grid, text, legend and the
+// Every plot follows the workbench's zoom (base/zoom.h: fonts, pen widths, markers, tick lengths,
+// legend icons) and theme (base/theme.h: neutral colours, i.e. axes, grid, text, legend and the
 // background, are mapped to the palette). The plot code keeps setting values as drawn at zoom 1
 // on a light background; before each replot the look is laid over what it set, so a plot rebuilt
 // after a change, or one opened later, looks the same as the ones already open.

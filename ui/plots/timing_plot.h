@@ -6,7 +6,7 @@
 
 #include <QWidget>
 
-#include "main/session.h"
+#include "record/session.h"
 
 class QCustomPlot;
 class QCPBars;

@@ -60,7 +60,7 @@ QString acceptanceGapText(const AgreementData& d) {
 
 }  // namespace
 
-AgreementView::AgreementView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Draft-agreement map", parent) {
+AgreementMapView::AgreementMapView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Draft-agreement map", parent) {
     QVBoxLayout* v = body();
     auto* form = new QFormLayout;
     m_prompt = newPromptField();
@@ -98,12 +98,12 @@ AgreementView::AgreementView(WorkbenchAccess* workbench, QWidget* parent) : Anal
     v->addWidget(deck, 1);
 }
 
-void AgreementView::setPrompt(const QString& text) { m_prompt->setText(text); }
-void AgreementView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
-void AgreementView::setFinalDepth(int d) { m_final->setValue(d); }
-void AgreementView::setDraftAhead(int k) { m_ahead->setValue(k); }
+void AgreementMapView::setPrompt(const QString& text) { m_prompt->setText(text); }
+void AgreementMapView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void AgreementMapView::setFinalDepth(int d) { m_final->setValue(d); }
+void AgreementMapView::setDraftAhead(int k) { m_ahead->setValue(k); }
 
-void AgreementView::run() {
+void AgreementMapView::run() {
     if (isBusy()) return;
     const std::string prompt = m_prompt->text().toStdString();
     const int max_tokens = m_maxTokens->value();
@@ -154,7 +154,7 @@ void AgreementView::run() {
     });
 }
 
-void AgreementView::show_() {
+void AgreementMapView::show_() {
     const AgreementData& d = *m_data;
     const AgreementMap& m = d.map;
     clearEmptyState(m_map);
@@ -229,7 +229,7 @@ void AgreementView::show_() {
               rows);
 }
 
-nlohmann::json AgreementView::data() const {
+nlohmann::json AgreementMapView::data() const {
     if (!m_data) return {{"view", "agreement"}};
     nlohmann::json rows = nlohmann::json::array();
     for (const AgreementRow& r : m_data->rows)

@@ -32,10 +32,10 @@ struct AgreementData {
     std::vector<AgreementRow> rows;
 };
 
-class AgreementView : public AnalysisWindow {
+class AgreementMapView : public AnalysisWindow {
     Q_OBJECT
 public:
-    AgreementView(WorkbenchAccess* workbench, QWidget* parent);
+    AgreementMapView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

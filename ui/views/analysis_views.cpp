@@ -9,7 +9,7 @@
 #include <QTimer>
 #include <QWidget>
 
-#include "main/screen_fit.h"
+#include "base/screen_fit.h"
 #include "views/agreement_map_view.h"
 #include "views/compare_modes_view.h"
 #include "views/compute_quality_view.h"
@@ -43,15 +43,15 @@ const ViewEntry kEntries[] = {
 };
 
 AnalysisWindow* create(const QString& kind, WorkbenchAccess* wb, QWidget* parent) {
-    if (kind == "compare") return new CompareView(wb, parent);
-    if (kind == "scrubber") return new ScrubberView(wb, parent);
-    if (kind == "agreement") return new AgreementView(wb, parent);
-    if (kind == "sweep") return new SweepView(wb, parent);
-    if (kind == "step") return new StepView(wb, parent);
-    if (kind == "calibration") return new CalibView(wb, parent);
-    if (kind == "compute") return new ComputeView(wb, parent);
-    if (kind == "kv") return new KvView(wb, parent);
-    if (kind == "quant") return new QuantView(wb, parent);
+    if (kind == "compare") return new CompareModesView(wb, parent);
+    if (kind == "scrubber") return new DepthScrubberView(wb, parent);
+    if (kind == "agreement") return new AgreementMapView(wb, parent);
+    if (kind == "sweep") return new SpeculationSweepView(wb, parent);
+    if (kind == "step") return new StepModeView(wb, parent);
+    if (kind == "calibration") return new ExitCalibrationView(wb, parent);
+    if (kind == "compute") return new ComputeQualityView(wb, parent);
+    if (kind == "kv") return new KvProvenanceView(wb, parent);
+    if (kind == "quant") return new QuantAcrossDepthView(wb, parent);
     return nullptr;
 }
 
@@ -133,7 +133,7 @@ void AnalysisViews::demo(const QString& kind, const QString& prompt, int max_tok
         if (!ok) return finish(false);
         if (v->isBusy()) return;
         ++*stage;
-        if (auto* s = qobject_cast<ScrubberView*>(v)) {
+        if (auto* s = qobject_cast<DepthScrubberView*>(v)) {
             // 1 -> 2 -> 4 -> 6: each move deeper runs only the new passes over the prompt
             static const int path[] = {1, 2, 4, 6};
             const size_t n = s->history().size();
@@ -141,26 +141,26 @@ void AnalysisViews::demo(const QString& kind, const QString& prompt, int max_tok
             if (n >= 4) return finish(true);
             return;  // the prefill; its answer comes next
         }
-        if (auto* st = qobject_cast<StepView*>(v)) {
+        if (auto* st = qobject_cast<StepModeView*>(v)) {
             // (the start job's end is busy: its first proposal is already queued)
             if (*stage == 1) return st->takeProposals(std::max(1, max_tokens / 2));
             return finish(true);
         }
         finish(true);
     });
-    if (auto* c = qobject_cast<CompareView*>(v)) {
+    if (auto* c = qobject_cast<CompareModesView*>(v)) {
         c->setPrompt(prompt);
         c->setMaxTokens(max_tokens);
-    } else if (auto* s = qobject_cast<ScrubberView*>(v)) {
+    } else if (auto* s = qobject_cast<DepthScrubberView*>(v)) {
         s->setPrompt(prompt);
         s->setMaxTokens(max_tokens);
         s->setStartDepth(1);  // a window demonstrated before starts again from a fresh prefill
-    } else if (auto* a = qobject_cast<AgreementView*>(v)) {
+    } else if (auto* a = qobject_cast<AgreementMapView*>(v)) {
         a->setPrompt(prompt);
         a->setMaxTokens(max_tokens);
-    } else if (auto* w = qobject_cast<SweepView*>(v)) {
+    } else if (auto* w = qobject_cast<SpeculationSweepView*>(v)) {
         w->setMaxTokens(max_tokens);
-    } else if (auto* st = qobject_cast<StepView*>(v)) {
+    } else if (auto* st = qobject_cast<StepModeView*>(v)) {
         st->setPrompt(prompt);
         st->setConfig(0, 0.8, 7, max_tokens);
     }

@@ -71,7 +71,7 @@ QString compareVerdict(const CompareResult& r) {
     return s + ".";
 }
 
-CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Compare decode modes", parent) {
+CompareModesView::CompareModesView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Compare decode modes", parent) {
     QVBoxLayout* v = body();
     auto* top = new QHBoxLayout;
     auto* form = new QFormLayout;
@@ -174,7 +174,7 @@ CompareView::CompareView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     });
 }
 
-void CompareView::addMode(const ModeSpec& m, bool checked) {
+void CompareModesView::addMode(const ModeSpec& m, bool checked) {
     m_specs.push_back(m);
     auto* item = new QListWidgetItem(QString::fromStdString(m.label), m_modes);
     item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
@@ -182,21 +182,21 @@ void CompareView::addMode(const ModeSpec& m, bool checked) {
     item->setToolTip(QString::fromStdString(mode_spec_to_json(m).dump()));
 }
 
-void CompareView::setPrompt(const QString& text) { m_prompt->setText(text); }
-void CompareView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
-void CompareView::setConcurrent(bool on) { m_concurrent->setChecked(on); }
-void CompareView::setRepeats(int n) { m_repeats->setValue(n); }
-bool CompareView::concurrent() const { return m_concurrent->isChecked(); }
-int CompareView::repeats() const { return m_repeats->value(); }
-void CompareView::setBaseline(int index) { m_baseline->setCurrentIndex(index); }
+void CompareModesView::setPrompt(const QString& text) { m_prompt->setText(text); }
+void CompareModesView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void CompareModesView::setConcurrent(bool on) { m_concurrent->setChecked(on); }
+void CompareModesView::setRepeats(int n) { m_repeats->setValue(n); }
+bool CompareModesView::concurrent() const { return m_concurrent->isChecked(); }
+int CompareModesView::repeats() const { return m_repeats->value(); }
+void CompareModesView::setBaseline(int index) { m_baseline->setCurrentIndex(index); }
 
-void CompareView::setModes(const std::vector<ModeSpec>& modes) {
+void CompareModesView::setModes(const std::vector<ModeSpec>& modes) {
     m_specs.clear();
     m_modes->clear();
     for (const ModeSpec& m : modes) addMode(m, true);
 }
 
-std::vector<ModeSpec> CompareView::checkedModes() const {
+std::vector<ModeSpec> CompareModesView::checkedModes() const {
     std::vector<ModeSpec> out;
     for (int i = 0; i < m_modes->count(); ++i)
         if (m_modes->item(i)->checkState() == Qt::Checked) {
@@ -207,7 +207,7 @@ std::vector<ModeSpec> CompareView::checkedModes() const {
     return out;
 }
 
-void CompareView::run() {
+void CompareModesView::run() {
     if (isBusy()) return;
     const std::vector<ModeSpec> modes = checkedModes();
     if (modes.empty()) return setStatus("check at least one mode", true);
@@ -257,7 +257,7 @@ void CompareView::run() {
              });
 }
 
-void CompareView::showResult() {
+void CompareModesView::showResult() {
     const CompareResult& r = *m_result;
     // Texts, aligned by token: the part shared with the baseline plain, from the first divergence on highlighted.
     QString html = "<table cellspacing='0' cellpadding='4' style='font-family:monospace'>";
@@ -360,7 +360,7 @@ void CompareView::showResult() {
                      true, "ms");
 }
 
-nlohmann::json CompareView::data() const {
+nlohmann::json CompareModesView::data() const {
     if (!m_result) return {{"view", "compare"}, {"runs", nlohmann::json::array()}};
     return compare_to_json(*m_result);
 }

@@ -30,10 +30,10 @@ namespace tlui {
 // to call: ...". Empty when the baseline has no timing.
 QString compareVerdict(const tinyloop::analysis::CompareResult& r);
 
-class CompareView : public AnalysisWindow {
+class CompareModesView : public AnalysisWindow {
     Q_OBJECT
 public:
-    CompareView(WorkbenchAccess* workbench, QWidget* parent);
+    CompareModesView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

@@ -28,7 +28,7 @@ const char* kDefaultText =
 
 }  // namespace
 
-ComputeView::ComputeView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Compute against quality", parent) {
+ComputeQualityView::ComputeQualityView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Compute against quality", parent) {
     m_axis = new QComboBox;
     m_axis->setObjectName("xAxis");
     m_axis->addItem("loop passes per token");
@@ -66,17 +66,17 @@ ComputeView::ComputeView(WorkbenchAccess* workbench, QWidget* parent) : Analysis
     connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { layoutLabels(); });
     connect(m_plot->yAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { layoutLabels(); });
     connect(m_plot, &QCustomPlot::afterLayout, this, [this] { layoutLabels(); });
-    connect(m_plot, &QCustomPlot::mouseMove, this, &ComputeView::onMouseMove);
+    connect(m_plot, &QCustomPlot::mouseMove, this, &ComputeQualityView::onMouseMove);
 }
 
-void ComputeView::setText(const QString& text) { m_text->setPlainText(text); }
-void ComputeView::setSettings(const ComputeSettings& s) {
+void ComputeQualityView::setText(const QString& text) { m_text->setPlainText(text); }
+void ComputeQualityView::setSettings(const ComputeSettings& s) {
     m_settings = s;
     m_customSettings = true;
 }
-void ComputeView::setTimeAxis(bool time) { m_axis->setCurrentIndex(time ? 1 : 0); }
+void ComputeQualityView::setTimeAxis(bool time) { m_axis->setCurrentIndex(time ? 1 : 0); }
 
-void ComputeView::run() {
+void ComputeQualityView::run() {
     const QString path = modelPath();
     const std::string text = m_text->toPlainText().toStdString();
     const bool custom = m_customSettings;
@@ -102,7 +102,7 @@ void ComputeView::run() {
     });
 }
 
-void ComputeView::showPoints(const std::vector<ComputePoint>& points, int textTokens) {
+void ComputeQualityView::showPoints(const std::vector<ComputePoint>& points, int textTokens) {
     m_points = points;
     m_textTokens = textTokens;
     setStatus(QString("%1 settings on %2 tokens; times: median of %3 decodes each")
@@ -112,7 +112,7 @@ void ComputeView::showPoints(const std::vector<ComputePoint>& points, int textTo
     redraw();
 }
 
-void ComputeView::layoutLabels() {
+void ComputeQualityView::layoutLabels() {
     if (m_labels.size() != m_points.size() || m_labels.empty()) return;
     const bool time = m_axis->currentIndex() == 1;
     std::vector<QPointF> px;
@@ -131,7 +131,7 @@ void ComputeView::layoutLabels() {
     }
 }
 
-QString ComputeView::hoverText(const QPointF& pixel) const {
+QString ComputeQualityView::hoverText(const QPointF& pixel) const {
     const bool time = m_axis->currentIndex() == 1;
     int best = -1;
     double bestD = 8.0 * 8.0;
@@ -155,13 +155,13 @@ QString ComputeView::hoverText(const QPointF& pixel) const {
         .arg(p.ms.max, 0, 'f', 3);
 }
 
-void ComputeView::onMouseMove(QMouseEvent* e) {
+void ComputeQualityView::onMouseMove(QMouseEvent* e) {
     const QString tip = hoverText(e->position());
     if (tip.isEmpty()) QToolTip::hideText();
     else QToolTip::showText(e->globalPosition().toPoint(), tip, m_plot);
 }
 
-void ComputeView::redraw() {
+void ComputeQualityView::redraw() {
     clearEmptyState(m_plot);
     m_plot->clearPlottables();
     m_plot->clearItems();
@@ -248,6 +248,6 @@ void ComputeView::redraw() {
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
 }
 
-nlohmann::json ComputeView::data() const { return compute_json(m_points, m_textTokens); }
+nlohmann::json ComputeQualityView::data() const { return compute_json(m_points, m_textTokens); }
 
 }  // namespace tlui

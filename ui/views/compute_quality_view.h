@@ -18,10 +18,10 @@ class QTableWidget;
 
 namespace tlui {
 
-class ComputeView : public AnalysisWindow {
+class ComputeQualityView : public AnalysisWindow {
     Q_OBJECT
 public:
-    ComputeView(WorkbenchAccess* workbench, QWidget* parent);
+    ComputeQualityView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

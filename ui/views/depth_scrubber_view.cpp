@@ -14,14 +14,14 @@
 
 #include <tinyloop_analysis/compare_modes.h>
 #include <tinyloop/json.h>
-#include "main/plain_status.h"
+#include "record/plain_status.h"
 #include "plots/plot_caption.h"
 #include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
 
-struct ScrubberView::State {
+struct DepthScrubberView::State {
     std::unique_ptr<DepthScrubber> scrubber;
     tinyloop::Model* model = nullptr;
     std::string prompt;
@@ -30,7 +30,7 @@ struct ScrubberView::State {
     bool hasPrevious = false;
 };
 
-ScrubberView::ScrubberView(WorkbenchAccess* workbench, QWidget* parent)
+DepthScrubberView::DepthScrubberView(WorkbenchAccess* workbench, QWidget* parent)
     : AnalysisWindow(workbench, "Depth scrubber", parent), m_state(std::make_shared<State>()) {
     QVBoxLayout* v = body();
     auto* form = new QFormLayout;
@@ -102,18 +102,18 @@ ScrubberView::ScrubberView(WorkbenchAccess* workbench, QWidget* parent)
     });
 }
 
-ScrubberView::~ScrubberView() = default;
+DepthScrubberView::~DepthScrubberView() = default;
 
-void ScrubberView::setPrompt(const QString& text) { m_prompt->setText(text); }
-void ScrubberView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
-void ScrubberView::setDepth(int depth) { m_slider->setValue(depth); }
-void ScrubberView::setStartDepth(int depth) {
+void DepthScrubberView::setPrompt(const QString& text) { m_prompt->setText(text); }
+void DepthScrubberView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void DepthScrubberView::setDepth(int depth) { m_slider->setValue(depth); }
+void DepthScrubberView::setStartDepth(int depth) {
     m_prefilled = false;
     m_slider->setValue(depth);
 }
-int ScrubberView::depth() const { return m_slider->value(); }
+int DepthScrubberView::depth() const { return m_slider->value(); }
 
-void ScrubberView::run() {
+void DepthScrubberView::run() {
     if (isBusy()) return;
     m_history.clear();
     m_prefilled = false;
@@ -144,7 +144,7 @@ void ScrubberView::run() {
     });
 }
 
-void ScrubberView::answer(int depth) {
+void DepthScrubberView::answer(int depth) {
     if (m_inFlight) {  // coalesce moves made while an answer is being computed
         m_pendingDepth = depth;
         return;
@@ -179,7 +179,7 @@ void ScrubberView::answer(int depth) {
     });
 }
 
-void ScrubberView::showStep(const Step& s) {
+void DepthScrubberView::showStep(const Step& s) {
     const ScrubAnswer& a = s.answer;
     m_answer->setPlainText(QString::fromStdString(a.text));
     QString html = "<div style='font-family:monospace'>";
@@ -248,7 +248,7 @@ void ScrubberView::showStep(const Step& s) {
     m_plot->replot();
 }
 
-nlohmann::json ScrubberView::data() const {
+nlohmann::json DepthScrubberView::data() const {
     nlohmann::json steps = nlohmann::json::array();
     for (const Step& s : m_history) {
         nlohmann::json diff = nlohmann::json::array();

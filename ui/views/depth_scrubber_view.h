@@ -19,11 +19,11 @@ class QLabel;
 
 namespace tlui {
 
-class ScrubberView : public AnalysisWindow {
+class DepthScrubberView : public AnalysisWindow {
     Q_OBJECT
 public:
-    ScrubberView(WorkbenchAccess* workbench, QWidget* parent);
-    ~ScrubberView() override;
+    DepthScrubberView(WorkbenchAccess* workbench, QWidget* parent);
+    ~DepthScrubberView() override;
 
     nlohmann::json data() const override;
     void run() override;  // (re)prefills the prompt and answers at the slider's depth

@@ -1,5 +1,7 @@
 #include "views/exit_calibration_view.h"
 
+#include "base/config_json.h"
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -64,13 +66,10 @@ tinyloop::GenerateConfig resolvedPolicy(const tinyloop::Model* model, std::optio
         c.early_exit.criterion = *criterion;
         user.push_back("early_exit_criterion");
     }
-    if (model) return tinyloop::resolve_early_exit(model, c, user);
-    const tinyloop::Recommendation b = tinyloop::builtin_early_exit();
+    if (model) return resolveEarlyExit(model, c, user);
+    const tinyloop::Recommendation b = builtinEarlyExit();
+    c.early_exit = b.early_exit;  // the engine's built-in policy, one value
     c.early_exit.criterion = criterion.value_or(b.early_exit.criterion);
-    c.early_exit.threshold = b.early_exit.threshold;
-    c.early_exit.patience = b.early_exit.patience;
-    c.early_exit.min_L = b.early_exit.min_L;
-    c.early_exit.peek_every = b.early_exit.peek_every;
     return c;
 }
 
@@ -81,17 +80,17 @@ double startThreshold(const tinyloop::Model* model, C criterion) {
     tinyloop::GenerateConfig c;
     c.early_exit.criterion = criterion;
     if (model) {
-        const tinyloop::GenerateConfig r = tinyloop::resolve_early_exit(model, c, {"early_exit_criterion"}, &source);
+        const tinyloop::GenerateConfig r = resolveEarlyExit(model, c, {"early_exit_criterion"}, &source);
         for (const auto& [key, from] : source)
             if (key == "early_exit_threshold" && from == "model") return r.early_exit.threshold;
     }
-    if (criterion == tinyloop::builtin_early_exit().early_exit.criterion) return tinyloop::builtin_early_exit().early_exit.threshold;
+    if (criterion == builtinEarlyExit().early_exit.criterion) return builtinEarlyExit().early_exit.threshold;
     return default_threshold(criterion);
 }
 
 }  // namespace
 
-CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Early-exit calibration", parent) {
+ExitCalibrationView::ExitCalibrationView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Early-exit calibration", parent) {
     m_criterion = new QComboBox;
     m_criterion->setObjectName("criterion");
     for (int c = 0; c < 5; ++c) m_criterion->addItem(criterion_label(static_cast<C>(c)), c);
@@ -183,12 +182,12 @@ CalibView::CalibView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     });
     for (QSpinBox* s : {m_patience, m_minL, m_peek}) connect(s, &QSpinBox::valueChanged, this, [this] { rescore(); });
     connect(m_threshold, &QDoubleSpinBox::valueChanged, this, [this] { rescore(); });
-    connect(m_plot, &QCustomPlot::mousePress, this, &CalibView::onMousePress);
-    connect(m_plot, &QCustomPlot::mouseMove, this, &CalibView::onMouseMove);
-    connect(m_plot, &QCustomPlot::mouseRelease, this, &CalibView::onMouseRelease);
+    connect(m_plot, &QCustomPlot::mousePress, this, &ExitCalibrationView::onMousePress);
+    connect(m_plot, &QCustomPlot::mouseMove, this, &ExitCalibrationView::onMouseMove);
+    connect(m_plot, &QCustomPlot::mouseRelease, this, &ExitCalibrationView::onMouseRelease);
 }
 
-EarlyExitPolicy CalibView::policy() const {
+EarlyExitPolicy ExitCalibrationView::policy() const {
     EarlyExitPolicy p;
     p.criterion = static_cast<C>(m_criterion->currentData().toInt());
     p.threshold = static_cast<float>(m_threshold->value());
@@ -198,12 +197,12 @@ EarlyExitPolicy CalibView::policy() const {
     return p;
 }
 
-void CalibView::setCriterion(C c) { m_criterion->setCurrentIndex(m_criterion->findData(static_cast<int>(c))); }
-void CalibView::setThreshold(double t) { m_threshold->setValue(t); }
-void CalibView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
-void CalibView::setLoops(int loops) { m_loops->setValue(loops); }
+void ExitCalibrationView::setCriterion(C c) { m_criterion->setCurrentIndex(m_criterion->findData(static_cast<int>(c))); }
+void ExitCalibrationView::setThreshold(double t) { m_threshold->setValue(t); }
+void ExitCalibrationView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void ExitCalibrationView::setLoops(int loops) { m_loops->setValue(loops); }
 
-void CalibView::run() {
+void ExitCalibrationView::run() {
     const QString path = modelPath();
     const std::string prompt = workbenchPrompt().toStdString();
     const int max_tokens = m_maxTokens->value();
@@ -226,7 +225,7 @@ void CalibView::run() {
     });
 }
 
-bool CalibView::saveRecommendation(const QString& outPath, QString* error) {
+bool ExitCalibrationView::saveRecommendation(const QString& outPath, QString* error) {
     QString why;
     if (!m_data) why = "run the calibration first: a policy is saved with the run it was judged on";
     else if (m_scored.empty()) why = "the run emitted no token to judge the policy by";
@@ -263,7 +262,7 @@ bool CalibView::saveRecommendation(const QString& outPath, QString* error) {
     return true;
 }
 
-void CalibView::rescore() {
+void ExitCalibrationView::rescore() {
     if (!m_data) return;
     try {
         m_scored = rescore_calibration(*m_data, policy());
@@ -274,7 +273,7 @@ void CalibView::rescore() {
     redraw();
 }
 
-void CalibView::redraw() {
+void ExitCalibrationView::redraw() {
     if (!m_data) return;
     const EarlyExitPolicy p = policy();
     clearEmptyState(m_plot);
@@ -345,7 +344,7 @@ void CalibView::redraw() {
                            .arg(d.loops));
 }
 
-void CalibView::onMousePress(QMouseEvent* e) {
+void ExitCalibrationView::onMousePress(QMouseEvent* e) {
     if (!m_data || !m_line->visible()) return;
     const double y = m_plot->yAxis->coordToPixel(m_threshold->value());
     if (std::abs(e->position().y() - y) <= 6) {
@@ -354,19 +353,19 @@ void CalibView::onMousePress(QMouseEvent* e) {
     }
 }
 
-void CalibView::onMouseMove(QMouseEvent* e) {
+void ExitCalibrationView::onMouseMove(QMouseEvent* e) {
     if (!m_dragging) return;
     const double v = m_plot->yAxis->pixelToCoord(e->position().y());
     m_threshold->setValue(std::max(v, m_threshold->minimum()));
 }
 
-void CalibView::onMouseRelease(QMouseEvent*) {
+void ExitCalibrationView::onMouseRelease(QMouseEvent*) {
     if (!m_dragging) return;
     m_dragging = false;
     m_plot->setInteraction(QCP::iRangeDrag, true);
 }
 
-nlohmann::json CalibView::data() const {
+nlohmann::json ExitCalibrationView::data() const {
     if (!m_data) return {{"view", "early-exit calibration"}, {"empty", true}};
     return calibration_json(*m_data, policy(), m_scored);
 }

@@ -22,10 +22,10 @@ class QTextBrowser;
 
 namespace tlui {
 
-class CalibView : public AnalysisWindow {
+class ExitCalibrationView : public AnalysisWindow {
     Q_OBJECT
 public:
-    CalibView(WorkbenchAccess* workbench, QWidget* parent);
+    ExitCalibrationView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

@@ -10,14 +10,14 @@
 #include <QSplitter>
 #include <qcustomplot.h>
 
-#include "main/plain_status.h"
+#include "record/plain_status.h"
 #include "plots/plot_caption.h"
 #include "plots/plot_layout.h"
 #include "plots/plot_utils.h"
 
 namespace tlui {
 
-KvView::KvView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "KV provenance", parent) {
+KvProvenanceView::KvProvenanceView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "KV provenance", parent) {
     m_setup = new QComboBox;
     m_setup->setObjectName("setup");
     for (KvSetup s : {KvSetup::Plain, KvSetup::EarlyExit, KvSetup::PrefixCache})
@@ -76,13 +76,13 @@ KvView::KvView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(wor
     body()->addWidget(split, 1);
 }
 
-void KvView::setSetup(KvSetup s) { m_setup->setCurrentIndex(m_setup->findData(static_cast<int>(s))); }
-void KvView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
-void KvView::setLoops(int loops) { m_loops->setValue(loops); }
-void KvView::setThreshold(double t) { m_threshold->setValue(t); }
-void KvView::setPrefixLen(int n) { m_prefix->setValue(n); }
+void KvProvenanceView::setSetup(KvSetup s) { m_setup->setCurrentIndex(m_setup->findData(static_cast<int>(s))); }
+void KvProvenanceView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void KvProvenanceView::setLoops(int loops) { m_loops->setValue(loops); }
+void KvProvenanceView::setThreshold(double t) { m_threshold->setValue(t); }
+void KvProvenanceView::setPrefixLen(int n) { m_prefix->setValue(n); }
 
-void KvView::run() {
+void KvProvenanceView::run() {
     const QString path = modelPath();
     const std::string prompt = workbenchPrompt().toStdString();
     const KvSetup setup = static_cast<KvSetup>(m_setup->currentData().toInt());
@@ -108,7 +108,7 @@ void KvView::run() {
     });
 }
 
-void KvView::redraw() {
+void KvProvenanceView::redraw() {
     const tinyloop::KVProvenance& p = m_run.prov;
     clearEmptyState(m_map);
     clearEmptyState(m_mem);
@@ -186,7 +186,7 @@ void KvView::redraw() {
     m_summary->setText(text);
 }
 
-nlohmann::json KvView::data() const {
+nlohmann::json KvProvenanceView::data() const {
     if (!m_has) return {{"view", "kv provenance"}, {"empty", true}};
     return kv_json(m_run);
 }

@@ -15,10 +15,10 @@ class QSpinBox;
 
 namespace tlui {
 
-class KvView : public AnalysisWindow {
+class KvProvenanceView : public AnalysisWindow {
     Q_OBJECT
 public:
-    KvView(WorkbenchAccess* workbench, QWidget* parent);
+    KvProvenanceView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

@@ -12,6 +12,7 @@
 #include <QSpinBox>
 #include <QSplitter>
 #include <qcustomplot.h>
+#include <tinyloop_analysis/quant_continuation.h>
 
 #include "plots/layout_audit.h"
 #include "plots/plot_caption.h"
@@ -34,7 +35,7 @@ QString suggestedSecondModel(const QString& path) {
     return QString();
 }
 
-QuantView::QuantView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Quantization across depth", parent) {
+QuantAcrossDepthView::QuantAcrossDepthView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Quantization across depth", parent) {
     m_second = new QLineEdit(suggestedSecondModel(modelPath()));
     m_second->setObjectName("secondModel");
     m_second->setPlaceholderText("second file of the same model (e.g. model-q4.tinyloop)");
@@ -108,12 +109,12 @@ QuantView::QuantView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     body()->addWidget(split);
 }
 
-void QuantView::setSecondPath(const QString& path) { m_second->setText(path); }
-QString QuantView::secondPath() const { return m_second->text(); }
-void QuantView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
-void QuantView::setLoops(int loops) { m_loops->setValue(loops); }
+void QuantAcrossDepthView::setSecondPath(const QString& path) { m_second->setText(path); }
+QString QuantAcrossDepthView::secondPath() const { return m_second->text(); }
+void QuantAcrossDepthView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void QuantAcrossDepthView::setLoops(int loops) { m_loops->setValue(loops); }
 
-void QuantView::run() {
+void QuantAcrossDepthView::run() {
     const QString pathA = modelPath();
     if (m_second->text().isEmpty()) m_second->setText(suggestedSecondModel(pathA));
     const QString pathB = m_second->text();
@@ -128,17 +129,10 @@ void QuantView::run() {
         ctx.progress(0, 3, "loading the second model");
         tinyloop::Model* b = ctx.modelAt(pathB);
         check_same_model(a, b);
-        std::vector<int32_t> ids = tinyloop::tokenize(a, prompt);
-        if (ids.empty())
-            throw tinyloop::Error(tinyloop::ErrorCode::InvalidArgument, "prompt: empty (type one in the workbench)");
         ctx.checkCancel();
-        if (max_tokens > 0) {  // the first model's greedy continuation, read by both
-            ctx.progress(1, 3, "continuation");
-            tinyloop::GenerateConfig c;
-            c.max_tokens = max_tokens;
-            c.loops = loops;
-            ids = tinyloop::generate_ex(a, ids.data(), static_cast<int>(ids.size()), c).tokens;
-        }
+        if (max_tokens > 0) ctx.progress(1, 3, "continuation");
+        // The first model's greedy continuation (through run_decode), read by both.
+        const std::vector<int32_t> ids = quant_comparison_tokens(a, prompt, max_tokens, loops);
         ctx.checkCancel();
         ctx.progress(2, 3, "lens of both");
         *out = compare_quantized(a, b, ids, loops);
@@ -153,7 +147,7 @@ void QuantView::run() {
     });
 }
 
-void QuantView::clearPlots() {
+void QuantAcrossDepthView::clearPlots() {
     m_has = false;
     m_data = QuantData{};
     for (QCustomPlot* p : {m_traj, m_div, m_heat}) {
@@ -162,7 +156,7 @@ void QuantView::clearPlots() {
     }
 }
 
-void QuantView::redraw() {
+void QuantAcrossDepthView::redraw() {
     const QuantData& q = m_data;
     QVector<double> xs, pa, pb, agree, kl, diff;
     for (int l = 1; l <= q.loops; ++l) {
@@ -213,7 +207,7 @@ void QuantView::redraw() {
     m_heat->replot();
 }
 
-nlohmann::json QuantView::data() const {
+nlohmann::json QuantAcrossDepthView::data() const {
     if (!m_has) return {{"view", "quantization across depth"}, {"empty", true}};
     return quant_json(m_data);
 }

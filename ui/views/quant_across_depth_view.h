@@ -15,10 +15,10 @@ class QSpinBox;
 
 namespace tlui {
 
-class QuantView : public AnalysisWindow {
+class QuantAcrossDepthView : public AnalysisWindow {
     Q_OBJECT
 public:
-    QuantView(WorkbenchAccess* workbench, QWidget* parent);
+    QuantAcrossDepthView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

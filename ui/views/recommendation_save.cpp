@@ -1,5 +1,7 @@
 #include "views/recommendation_save.h"
 
+#include "base/config_json.h"
+
 #include <QFileInfo>
 #include <QMessageBox>
 #include <tinyloop_analysis/recommendation_search.h>
@@ -10,7 +12,7 @@ void writeRecommendation(const QString& modelPath, const QString& outPath, Recom
                          const tinyloop::Recommendation& measured_rec, const nlohmann::json& measured) {
     const tinyloop::ModelHandle now = tinyloop::load_model_handle(modelPath.toStdString());
     tinyloop::Model* model = now.get();
-    tinyloop::Recommendation rec = tinyloop::model_recommendation(model);
+    tinyloop::Recommendation rec = modelRecommendation(model);
     const tinyloop::Recommendation& m = measured_rec;
     if (part == RecommendationPart::EarlyExit) {
         rec.early_exit.patience = m.early_exit.patience;

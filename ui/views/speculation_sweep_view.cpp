@@ -18,7 +18,7 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
-#include "main/preset_store.h"
+#include "base/preset_store.h"
 #include "worker/engine_host.h"
 #include "plots/plot_caption.h"
 #include "plots/plot_deck.h"
@@ -34,12 +34,7 @@ Preset bestPreset(const SweepResult& r) {
     if (b < 0) return p;
     const SweepCell& c = r.cells[static_cast<size_t>(b)];
     const ModeSpec best = r.best_spec();
-    p.mode = workbenchMode(best.run.mode);
-    p.config = best.run.config;
-    p.knobs.draft_loops = best.run.speculation.draft_loops;
-    p.knobs.verify_loops = best.run.speculation.verify_loops;
-    p.knobs.draft_ahead = best.run.speculation.draft_ahead;
-    p.knobs.K_branches = best.run.speculation.branches;
+    static_cast<tinyloop::RunSpec&>(p) = best.run;
     p.name = QString::fromStdString(best.label);
     p.name[0] = p.name[0].toUpper();
     const Speedup sp = c.speedup();
@@ -79,7 +74,7 @@ std::optional<std::vector<int>> parseList(const QString& field, const QString& t
 
 }  // namespace
 
-SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Speculation tuning sweep", parent) {
+SpeculationSweepView::SpeculationSweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWindow(workbench, "Speculation tuning sweep", parent) {
     QVBoxLayout* v = body();
     auto* top = new QHBoxLayout;
     m_prompts = new QPlainTextEdit;
@@ -185,18 +180,18 @@ SweepView::SweepView(WorkbenchAccess* workbench, QWidget* parent) : AnalysisWind
     });
 }
 
-void SweepView::setPrompts(const QStringList& prompts) { m_prompts->setPlainText(prompts.join('\n')); }
-void SweepView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
-void SweepView::setVerifyLoops(int v) { m_verify->setValue(v); }
-void SweepView::setRepeats(int n) { m_repeats->setValue(n); }
+void SpeculationSweepView::setPrompts(const QStringList& prompts) { m_prompts->setPlainText(prompts.join('\n')); }
+void SpeculationSweepView::setMaxTokens(int n) { m_maxTokens->setValue(n); }
+void SpeculationSweepView::setVerifyLoops(int v) { m_verify->setValue(v); }
+void SpeculationSweepView::setRepeats(int n) { m_repeats->setValue(n); }
 
-void SweepView::setGrid(const QString& d, const QString& k, const QString& b) {
+void SpeculationSweepView::setGrid(const QString& d, const QString& k, const QString& b) {
     m_draftLoops->setText(d);
     m_draftAhead->setText(k);
     m_branches->setText(b);
 }
 
-std::optional<SweepSpec> SweepView::spec(QString* error) const {
+std::optional<SweepSpec> SpeculationSweepView::spec(QString* error) const {
     SweepSpec s;
     for (const QString& line : m_prompts->toPlainText().split('\n'))
         if (!line.trimmed().isEmpty()) s.prompts.push_back(line.toStdString());
@@ -217,7 +212,7 @@ std::optional<SweepSpec> SweepView::spec(QString* error) const {
     return s;
 }
 
-void SweepView::run() {
+void SpeculationSweepView::run() {
     if (isBusy()) return;
     QString err;
     const auto sp = spec(&err);
@@ -241,7 +236,7 @@ void SweepView::run() {
     });
 }
 
-void SweepView::showSweep(const SweepResult& r) {
+void SpeculationSweepView::showSweep(const SweepResult& r) {
     m_result = std::make_shared<SweepResult>(r);
     std::set<int> ks;
     for (const SweepCell& c : r.cells) ks.insert(c.branches);
@@ -252,9 +247,9 @@ void SweepView::showSweep(const SweepResult& r) {
     showResult();
 }
 
-QString SweepView::bestText() const { return m_best->text(); }
+QString SpeculationSweepView::bestText() const { return m_best->text(); }
 
-void SweepView::fitCellLabels(QCustomPlot* plot) {
+void SpeculationSweepView::fitCellLabels(QCustomPlot* plot) {
     // A cell's words stay inside the cell: all its lines when they fit, else the first (the
     // median), else none (the colour and the table still say it). Called after each layout, before
     // drawing, so a resized window refits them.
@@ -280,7 +275,7 @@ void SweepView::fitCellLabels(QCustomPlot* plot) {
     }
 }
 
-void SweepView::showResult() {
+void SpeculationSweepView::showResult() {
     const SweepResult& r = *m_result;
     const int K = m_kPick->currentData().toInt();
     // Rows only for draft depths below the verify depth: the others are not valid settings.
@@ -414,7 +409,7 @@ void SweepView::showResult() {
     }
 }
 
-QString SweepView::saveBestPreset(QString* error) {
+QString SpeculationSweepView::saveBestPreset(QString* error) {
     if (!m_result) {
         if (error) *error = "run the sweep first: there is no result to save";
         return QString();
@@ -428,7 +423,7 @@ QString SweepView::saveBestPreset(QString* error) {
     return p.name;
 }
 
-bool SweepView::saveRecommendation(const QString& outPath, QString* error) {
+bool SpeculationSweepView::saveRecommendation(const QString& outPath, QString* error) {
     QString why;
     if (!m_result) why = "run the sweep first: there is no result to save";
     else if (m_result->best_cell() < 0)
@@ -468,7 +463,7 @@ bool SweepView::saveRecommendation(const QString& outPath, QString* error) {
     return true;
 }
 
-nlohmann::json SweepView::data() const {
+nlohmann::json SpeculationSweepView::data() const {
     if (!m_result) return {{"view", "sweep"}};
     nlohmann::json j = sweep_to_json(*m_result);
     if (m_result->best_cell() >= 0) j["best_preset"] = presetToJson(bestPreset(*m_result));

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include <tinyloop_analysis/speculation_sweep.h>
-#include "main/preset_store.h"
+#include "base/preset_store.h"
 #include "views/analysis_window.h"
 
 class QComboBox;
@@ -26,10 +26,10 @@ namespace tlui {
 // described by its measurement); an empty preset when no cell finished.
 Preset bestPreset(const SweepResult& r);
 
-class SweepView : public AnalysisWindow {
+class SpeculationSweepView : public AnalysisWindow {
     Q_OBJECT
 public:
-    SweepView(WorkbenchAccess* workbench, QWidget* parent);
+    SpeculationSweepView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;

@@ -15,17 +15,17 @@
 
 #include <tinyloop_analysis/compare_modes.h>
 
-#include "main/plain_status.h"
+#include "record/plain_status.h"
 #include "plots/plot_caption.h"
 
 namespace tlui {
 
-struct StepView::State {
+struct StepModeView::State {
     std::unique_ptr<Stepper> stepper;
     tinyloop::Model* model = nullptr;
 };
 
-StepView::StepView(WorkbenchAccess* workbench, QWidget* parent)
+StepModeView::StepModeView(WorkbenchAccess* workbench, QWidget* parent)
     : AnalysisWindow(workbench, "Step mode", parent), m_state(std::make_shared<State>()) {
     QVBoxLayout* v = body();
     auto* form = new QFormLayout;
@@ -105,15 +105,15 @@ StepView::StepView(WorkbenchAccess* workbench, QWidget* parent)
     for (QPushButton* b : {m_accept, m_takeSel, m_run10, m_takeId}) b->setEnabled(false);
 }
 
-void StepView::setPrompt(const QString& text) { m_prompt->setText(text); }
-void StepView::setConfig(int loops, double temperature, quint64 seed, int max_tokens) {
+void StepModeView::setPrompt(const QString& text) { m_prompt->setText(text); }
+void StepModeView::setConfig(int loops, double temperature, quint64 seed, int max_tokens) {
     m_loops->setValue(loops);
     m_temp->setValue(temperature);
     m_seed->setValue(static_cast<int>(seed));
     m_maxTokens->setValue(max_tokens);
 }
 
-void StepView::run() {
+void StepModeView::run() {
     if (isBusy()) return;
     auto st = m_state;
     const std::string prompt = m_prompt->text().toStdString();
@@ -131,14 +131,14 @@ void StepView::run() {
     });
 }
 
-void StepView::take(int32_t token) {
+void StepModeView::take(int32_t token) {
     if (token < 0) return submitSteps({}, 1);
     submitSteps({token}, 0);
 }
 
-void StepView::takeProposals(int n) { submitSteps({}, n); }
+void StepModeView::takeProposals(int n) { submitSteps({}, n); }
 
-void StepView::submitSteps(std::vector<int32_t> tokens, int proposals) {
+void StepModeView::submitSteps(std::vector<int32_t> tokens, int proposals) {
     if (isBusy()) return;
     auto st = m_state;
     auto snap = std::make_shared<Snapshot>();
@@ -176,7 +176,7 @@ void StepView::submitSteps(std::vector<int32_t> tokens, int proposals) {
     });
 }
 
-void StepView::showSnapshot() {
+void StepModeView::showSnapshot() {
     const Snapshot& s = m_snap;
     QString html = "<div style='font-family:monospace'><span style='color:#666'>" +
                    tokenHtml(QString::fromStdString(s.json.value("prompt_text", std::string()))) + "</span>";
@@ -233,7 +233,7 @@ void StepView::showSnapshot() {
     for (QPushButton* b : {m_accept, m_takeSel, m_run10, m_takeId}) b->setEnabled(!s.finished);
 }
 
-nlohmann::json StepView::data() const {
+nlohmann::json StepModeView::data() const {
     if (m_snap.json.is_null()) return {{"view", "step"}};
     nlohmann::json j = m_snap.json;
     j["prompt"] = m_prompt->text().toStdString();

@@ -19,10 +19,10 @@ class QPushButton;
 
 namespace tlui {
 
-class StepView : public AnalysisWindow {
+class StepModeView : public AnalysisWindow {
     Q_OBJECT
 public:
-    StepView(WorkbenchAccess* workbench, QWidget* parent);
+    StepModeView(WorkbenchAccess* workbench, QWidget* parent);
 
     nlohmann::json data() const override;
     void run() override;  // starts (or restarts) step mode on the prompt

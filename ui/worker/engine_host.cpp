@@ -9,41 +9,6 @@
 
 namespace tlui {
 
-namespace {
-
-// The workbench's decode modes as the engine's.
-tinyloop::DecodeMode engineMode(DecodeMode m) {
-    switch (m) {
-        case DecodeMode::Greedy: return tinyloop::DecodeMode::Greedy;
-        case DecodeMode::Sampling: return tinyloop::DecodeMode::Sample;
-        case DecodeMode::Speculative: return tinyloop::DecodeMode::Speculative;
-        case DecodeMode::Tree: return tinyloop::DecodeMode::Tree;
-        case DecodeMode::Beam: return tinyloop::DecodeMode::Beam;
-        case DecodeMode::EarlyExit: return tinyloop::DecodeMode::EarlyExit;
-    }
-    return tinyloop::DecodeMode::Greedy;
-}
-
-}  // namespace
-
-DecodeMode workbenchMode(tinyloop::DecodeMode m) {
-    for (DecodeMode w : allModes())
-        if (engineMode(w) == m) return w;
-    return DecodeMode::Speculative;  // DraftModel
-}
-
-tinyloop::RunSpec toRunSpec(DecodeMode mode, const tinyloop::GenerateConfig& config, const SpeculativeKnobs& knobs,
-                            const tinyloop::HParams& hp) {
-    tinyloop::RunSpec spec;
-    spec.mode = engineMode(mode);
-    spec.config = config;
-    spec.speculation = {.verify_loops = knobs.verify_loops > 0 ? knobs.verify_loops : hp.default_loops,
-                        .draft_loops = knobs.draft_loops,
-                        .draft_ahead = knobs.draft_ahead,
-                        .branches = knobs.K_branches};
-    return spec;
-}
-
 void registerEngineMetaTypes() {
     static std::once_flag once;
     std::call_once(once, [] {
@@ -91,8 +56,8 @@ void EngineHost::loadModel(const QString& path, const QString& backend) {
         ModelLoaded m;
         m.info = tinyloop::model_info(fresh);
         m.vramBytes = tinyloop::vram_usage_bytes(fresh);
-        m.recommended = tinyloop::model_recommendation(fresh);
-        m.defaults = tinyloop::recommended_config(fresh);
+        m.recommended = modelRecommendation(fresh);
+        m.defaults = defaultConfig(fresh);
         const int n = m.info.tokenizer_vocab;
         m.vocab.reserve(n);
         for (int id = 0; id < n; ++id) {
@@ -149,10 +114,8 @@ void EngineHost::generate(const RunRequest& req) {
         return;
     }
     RunResult res;
+    static_cast<tinyloop::RunSpec&>(res) = req;
     res.id = req.id;
-    res.mode = req.mode;
-    res.config = req.config;
-    res.knobs = req.knobs;
     res.grammarFile = req.grammarFile;
     res.prompt = req.prompt;
     try {
@@ -170,7 +133,7 @@ void EngineHost::generate(const RunRequest& req) {
             grammar.reset(tinyloop::load_grammar_file(req.grammarFile.toStdString()));
             cfg.grammar = grammar.get();
         }
-        res.loops = cfg.loops > 0 ? cfg.loops : hp.default_loops;
+        res.loops = configDepth(cfg, hp);
         emit runStarted(req.id, static_cast<int>(prompt.size()));
 
         using clock = std::chrono::steady_clock;
@@ -198,10 +161,12 @@ void EngineHost::generate(const RunRequest& req) {
         };
 
         // The mode becomes an engine call in one place: tinyloop::run_decode applies the mode's
-        // rules (beam_size >= 2, early-exit patience >= 1, tree greedy-only) and its defaults.
-        const tinyloop::RunSpec spec = toRunSpec(req.mode, cfg, req.knobs, hp);
+        // rules (beam_size >= 2, early-exit patience >= 1, tree greedy-only) and resolves the knobs
+        // left at 0 (the verify depth: config.loops, else the model's default_loops).
+        tinyloop::RunSpec spec = req;
+        spec.config = cfg;
         if (req.mode == DecodeMode::Speculative || req.mode == DecodeMode::Tree) {
-            res.loops = spec.speculation.verify_loops;
+            res.loops = resolvedRun(model, spec).speculation.verify_loops;  // the depth the lens reads
             res.hasSpeculative = true;
         }
         tinyloop::GenerateResult out =

@@ -18,16 +18,15 @@
 
 #include <tinyloop/tinyloop.h>
 
-#include "main/config_json.h"
+#include "base/config_json.h"
 
 namespace tlui {
 
-struct RunRequest {
+// A run is the engine's RunSpec (mode, config, speculation knobs: 0 = the engine resolves them)
+// plus what the workbench asks around it.
+struct RunRequest : tinyloop::RunSpec {
     quint64 id = 0;
     QString prompt;
-    DecodeMode mode = DecodeMode::Greedy;
-    tinyloop::GenerateConfig config;
-    SpeculativeKnobs knobs;
     QString grammarFile;     // "" = none; parsed on the worker for this run
     bool lens = true;        // per-token lens rows in the TokenEvents
     int lensTopK = 5;
@@ -40,11 +39,8 @@ struct SpecCycle {
     int accepted = 0;
 };
 
-struct RunResult {
+struct RunResult : tinyloop::RunSpec {  // the run as asked (knobs left at 0 stay 0)
     quint64 id = 0;
-    DecodeMode mode = DecodeMode::Greedy;
-    tinyloop::GenerateConfig config;
-    SpeculativeKnobs knobs;
     QString grammarFile;
     QString prompt;
     std::vector<int32_t> tokens;  // prompt followed by the continuation
@@ -74,13 +70,6 @@ struct LensReady {
 };
 
 void registerEngineMetaTypes();  // idempotent
-
-// The workbench's mode, config and knobs as the engine's run specification (verify_loops 0 is the
-// model's default_loops, as the config panel says); tinyloop::run_decode applies the mode's rules.
-tinyloop::RunSpec toRunSpec(DecodeMode mode, const tinyloop::GenerateConfig& config, const SpeculativeKnobs& knobs,
-                            const tinyloop::HParams& hp);
-// The engine's mode as the workbench's (DraftModel, which the workbench does not offer, as Speculative).
-DecodeMode workbenchMode(tinyloop::DecodeMode mode);
 
 class EngineHost : public QObject {
     Q_OBJECT

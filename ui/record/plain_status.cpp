@@ -1,11 +1,11 @@
-#include "main/plain_status.h"
+#include "record/plain_status.h"
 
 #include <algorithm>
 #include <map>
 
 #include <QStringList>
 
-#include "main/session.h"
+#include "record/session.h"
 
 namespace tlui {
 

@@ -1,4 +1,4 @@
-// Help -> Glossary: the glossary (main/glossary.h) as a searchable window: a search field, the
+// Help -> Glossary: the glossary (base/glossary.h) as a searchable window: a search field, the
 // matching terms, and the chosen term's explanation, whose mentions of other terms are links.
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "main/session_file.h"
+#include "record/session_file.h"
 
 #include <algorithm>
 #include <climits>
@@ -184,7 +184,9 @@ void readRun(const json& j, RunResult& run) {
         refuse("mode", "'" + mode + "' is not a decode mode (" + names + ")");
     }
     run.config = configFromJson(member(j, "", "config"), {}, "session.config.");
-    if (const json* k = optional(j, "speculative")) run.knobs = knobsFromJson(*k, {}, "session.speculative.");
+    if (const json* k = optional(j, "speculation")) run.speculation = knobsFromJson(*k, {}, "session.speculation.");
+    else if (const json* old = optional(j, "speculative"))  // sessions written before the codec's name
+        run.speculation = knobsFromJson(*old, {}, "session.speculative.");
     if (const json* g = optional(j, "grammar_file")) run.grammarFile = QString::fromStdString(text(*g, "grammar_file", 4096));
     const auto promptIds = ids(member(j, "", "prompt_ids"), "prompt_ids", SessionBounds::tokens);
     const auto outIds = ids(member(j, "", "output_ids"), "output_ids", SessionBounds::tokens - promptIds.size());

@@ -1,4 +1,4 @@
-// Status lines in words a teacher understands, beside stopReasonText (main/session.h): what a run
+// Status lines in words a teacher understands, beside stopReasonText (record/session.h): what a run
 // did and why, with no internal names ("exited at pass 2 because the hidden state changed less
 // than 0.05 for 2 checks in a row", "70 KB of memory", "passes 5 to 8 were run on the prompt").
 #pragma once

@@ -1,4 +1,4 @@
-#include "main/preset_store.h"
+#include "base/preset_store.h"
 
 #include <QCryptographicHash>
 #include <QDir>
@@ -15,7 +15,7 @@ using nlohmann::json;
 
 bool presetsEqual(const Preset& a, const Preset& b) {
     return a.name == b.name && a.description == b.description && a.mode == b.mode &&
-           configsEqual(a.config, b.config) && a.knobs == b.knobs && a.grammarFile == b.grammarFile &&
+           configsEqual(a.config, b.config) && knobsEqual(a.speculation, b.speculation) && a.grammarFile == b.grammarFile &&
            a.prompt == b.prompt && a.modelFile == b.modelFile && a.modelSha256 == b.modelSha256;
 }
 
@@ -26,7 +26,7 @@ json presetToJson(const Preset& p) {
                 {"description", p.description.toStdString()},
                 {"mode", modeName(p.mode)},
                 {"config", configToJson(p.config)},
-                {"speculative", knobsToJson(p.knobs)},
+                {"speculation", knobsToJson(p.speculation)},
                 {"grammar_file", p.grammarFile.toStdString()}};
     if (!p.prompt.isEmpty()) j["prompt"] = p.prompt.toStdString();
     if (!p.modelSha256.isEmpty())
@@ -57,7 +57,7 @@ Preset presetFromJson(const json& j, const ConfigLimits& lim) {
             p.description = QString::fromStdString(v.get<std::string>());
         } else if (k == "mode") {
             if (!v.is_string() || !parseMode(v.get<std::string>(), &p.mode))
-                throw ConfigError("mode", "expected one of greedy, sampling, speculative, tree, beam, early-exit");
+                throw ConfigError("mode", "expected one of greedy, sample, speculative, tree, beam, early-exit");
         } else if (k == "config") {
             p.config = configFromJson(v, lim, "config.");
             for (auto f = v.begin(); f != v.end(); ++f) p.namedKeys << QString::fromStdString(f.key());
@@ -86,8 +86,8 @@ Preset presetFromJson(const json& j, const ConfigLimits& lim) {
             }
             if (p.modelFile.isEmpty() || p.modelSha256.isEmpty())
                 throw ConfigError(p.modelFile.isEmpty() ? "model.file" : "model.sha256", "missing");
-        } else if (k == "speculative") {
-            p.knobs = knobsFromJson(v, lim, "speculative.");
+        } else if (k == "speculation" || k == "speculative") {  // "speculative": files written before the codec's name
+            p.speculation = knobsFromJson(v, lim, k + ".");
             for (auto f = v.begin(); f != v.end(); ++f) p.namedKeys << QString::fromStdString(f.key());
         } else {
             throw ConfigError(k, "unknown field");

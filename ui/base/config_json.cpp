@@ -1,4 +1,4 @@
-#include "main/config_json.h"
+#include "base/config_json.h"
 
 #include <algorithm>
 #include <charconv>
@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 
+#include <tinyloop/mode_rules.h>
+
 namespace tlui {
 
 using nlohmann::json;
@@ -14,44 +16,34 @@ using tinyloop::EarlyExitCriterion;
 using tinyloop::EarlyStopping;
 using tinyloop::GenerateConfig;
 
-const char* modeName(DecodeMode m) {
-    switch (m) {
-    case DecodeMode::Greedy: return "greedy";
-    case DecodeMode::Sampling: return "sampling";
-    case DecodeMode::Speculative: return "speculative";
-    case DecodeMode::Tree: return "tree";
-    case DecodeMode::Beam: return "beam";
-    case DecodeMode::EarlyExit: return "early-exit";
-    }
-    return "greedy";
-}
-
-const char* modeLabel(DecodeMode m) {
-    switch (m) {
-    case DecodeMode::Greedy: return "Greedy";
-    case DecodeMode::Sampling: return "Sampling";
-    case DecodeMode::Speculative: return "Speculative (chain)";
-    case DecodeMode::Tree: return "Speculative (tree)";
-    case DecodeMode::Beam: return "Beam search";
-    case DecodeMode::EarlyExit: return "Early exit";
-    }
-    return "Greedy";
-}
-
 const std::vector<DecodeMode>& allModes() {
-    static const std::vector<DecodeMode> v = {DecodeMode::Greedy, DecodeMode::Sampling,
+    static const std::vector<DecodeMode> v = {DecodeMode::Greedy, DecodeMode::Sample,
                                               DecodeMode::Speculative, DecodeMode::Tree,
                                               DecodeMode::Beam, DecodeMode::EarlyExit};
     return v;
 }
 
+const char* modeName(DecodeMode m) { return tinyloop::decode_mode_name(m); }
+
+const char* modeLabel(DecodeMode m) {
+    switch (m) {
+    case DecodeMode::Greedy: return "Greedy";
+    case DecodeMode::Sample: return "Sampling";
+    case DecodeMode::Speculative: return "Speculative (chain)";
+    case DecodeMode::Tree: return "Speculative (tree)";
+    case DecodeMode::Beam: return "Beam search";
+    case DecodeMode::EarlyExit: return "Early exit";
+    case DecodeMode::DraftModel: return "Draft model";
+    }
+    return "Greedy";
+}
+
 bool parseMode(const std::string& name, DecodeMode* out) {
-    for (DecodeMode m : allModes())
-        if (name == modeName(m)) {
-            *out = m;
-            return true;
-        }
-    return false;
+    if (name == "sampling") {  // presets and sessions written before the engine's names
+        *out = DecodeMode::Sample;
+        return true;
+    }
+    return tinyloop::parse_decode_mode(name, out);
 }
 
 const char* criterionName(EarlyExitCriterion c) { return tinyloop::criterion_name(c); }
@@ -70,10 +62,11 @@ const std::vector<FieldInfo>& configFields() {
         std::vector<FieldInfo> out;
         for (const auto& f : tinyloop::config_fields()) out.push_back({f.key, f.kind, f.range, f.help, false});
         const std::vector<FieldInfo> knobs = {
-            {"draft_loops", FieldKind::Int, "1 .. verify_loops - 1", "Cheap draft-pass loop depth. Lower = faster drafts, more rejections.", true},
-            {"verify_loops", FieldKind::Int, "0 .. max_loops (0 = model default)", "Verify-pass loop depth. Typically equal to model.default_loops (0 = the model's default_loops).", true},
-            {"draft_ahead", FieldKind::Int, "1 .. 32 (tree: 1 .. 8)", "Number of tokens drafted per verify cycle (tree: nodes run per cycle). Larger = more parallelism per verify, more wasted work on miss.", true},
-            {"K_branches", FieldKind::Int, "1 .. 8", "Tree only: number of candidate tokens kept per draft step. The tree grows best-first: draft_ahead nodes run per cycle, each keeping its K_branches best children as candidates.", true},
+            // 0 in a knob is the engine's "the default" (tinyloop::resolved_speculation).
+            {"draft_loops", FieldKind::Int, "0 .. verify_loops - 1 (0 = the model's recommendation, else min(2, verify_loops - 1))", "Cheap draft-pass loop depth. Lower = faster drafts, more rejections.", true},
+            {"verify_loops", FieldKind::Int, "0 .. max_loops (0 = loops, else the model's default)", "Verify-pass loop depth (0 = the config's loops, else the model's default_loops).", true},
+            {"draft_ahead", FieldKind::Int, "0 .. 32, tree: 0 .. 8 (0 = the model's recommendation, else 4)", "Number of tokens drafted per verify cycle (tree: nodes run per cycle). Larger = more parallelism per verify, more wasted work on miss.", true},
+            {"branches", FieldKind::Int, "0 .. 8 (0 = the model's recommendation, else 2)", "Tree only: number of candidate tokens kept per draft step. The tree grows best-first: draft_ahead nodes run per cycle, each keeping its branches best children as candidates.", true},
         };
         out.insert(out.end(), knobs.begin(), knobs.end());
         return out;
@@ -103,30 +96,55 @@ GenerateConfig configFromJson(const json& j, const ConfigLimits& lim, const std:
     }
 }
 
-json knobsToJson(const SpeculativeKnobs& k) {
-    return json{{"draft_loops", k.draft_loops}, {"verify_loops", k.verify_loops},
-                {"draft_ahead", k.draft_ahead}, {"K_branches", k.K_branches}};
-}
+json knobsToJson(const tinyloop::SpeculationPolicy& k) { return tinyloop::speculation_to_json(k); }
 
-SpeculativeKnobs knobsFromJson(const json& j, const ConfigLimits& lim, const std::string& where) {
-    if (j.is_object())
-        for (auto it = j.begin(); it != j.end(); ++it) {
-            const FieldInfo* f = findField(it.key());
-            if (!f || !f->speculative) throw ConfigError(where + it.key(), "unknown field");
-        }
-    tinyloop::SpeculationPolicy e;
+tinyloop::SpeculationPolicy knobsFromJson(const json& j, const ConfigLimits& lim, const std::string& where) {
     try {
-        e = tinyloop::speculation_from_json(j, lim, where);
+        return tinyloop::speculation_from_json(j, lim, where);
     } catch (const tinyloop::Error& err) {
         throw ConfigError::fromEngine(err);
     }
-    // The workbench's defaults for the knobs a file leaves out.
-    SpeculativeKnobs k;
-    if (j.contains("draft_loops")) k.draft_loops = e.draft_loops;
-    if (j.contains("verify_loops")) k.verify_loops = e.verify_loops;
-    if (j.contains("draft_ahead")) k.draft_ahead = e.draft_ahead;
-    if (j.contains("K_branches")) k.K_branches = e.branches;
-    return k;
+}
+
+bool knobsEqual(const tinyloop::SpeculationPolicy& a, const tinyloop::SpeculationPolicy& b) {
+    return knobsToJson(a) == knobsToJson(b) && a.draft_model == b.draft_model;
+}
+
+tinyloop::GenerateConfig modeConfig(DecodeMode mode, const tinyloop::GenerateConfig& config,
+                                    const tinyloop::Recommendation& rec) {
+    return tinyloop::mode_config(mode, config, rec);
+}
+
+void validateModeSpeculation(const tinyloop::RunSpec& spec) {
+    try {
+        tinyloop::validate_mode_speculation(spec);
+    } catch (const tinyloop::Error& err) {
+        throw ConfigError::fromEngine(err);
+    }
+}
+
+tinyloop::RunSpec resolvedRun(const tinyloop::Model* model, const tinyloop::RunSpec& spec) {
+    tinyloop::RunSpec r = spec;
+    r.speculation = tinyloop::resolved_speculation(model, spec);
+    return r;
+}
+
+int configDepth(const tinyloop::GenerateConfig& config, const tinyloop::HParams& hp) {
+    return config.loops > 0 ? config.loops : hp.default_loops;
+}
+
+tinyloop::GenerateConfig defaultConfig(const tinyloop::Model* model) { return tinyloop::recommended_config(model); }
+
+const tinyloop::Recommendation& modelRecommendation(const tinyloop::Model* model) {
+    return tinyloop::model_recommendation(model);
+}
+
+tinyloop::Recommendation builtinEarlyExit() { return tinyloop::builtin_early_exit(); }
+
+tinyloop::GenerateConfig resolveEarlyExit(const tinyloop::Model* model, const tinyloop::GenerateConfig& config,
+                                          const std::vector<std::string>& userKeys,
+                                          std::vector<std::pair<std::string, std::string>>* source) {
+    return tinyloop::resolve_early_exit(model, config, userKeys, source);
 }
 
 std::string idListsToText(const std::vector<std::vector<int32_t>>& v) {

@@ -1,4 +1,4 @@
-#include "main/glossary_dialog.h"
+#include "base/glossary_dialog.h"
 
 #include <QHBoxLayout>
 #include <QLabel>
@@ -8,7 +8,7 @@
 #include <QTextBrowser>
 #include <QVBoxLayout>
 
-#include "main/glossary.h"
+#include "base/glossary.h"
 
 namespace tlui {
 

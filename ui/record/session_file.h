@@ -7,7 +7,7 @@
 #include <QString>
 #include <nlohmann/json.hpp>
 
-#include "main/session.h"
+#include "record/session.h"
 
 namespace tlui {
 

@@ -1,4 +1,4 @@
-#include "main/session.h"
+#include "record/session.h"
 
 #include <QDateTime>
 
@@ -17,7 +17,7 @@ json sessionToJson(const Session& s) {
     j["prompt"] = s.run.prompt.toStdString();
     j["mode"] = modeName(s.run.mode);
     j["config"] = configToJson(s.run.config);
-    j["speculative"] = knobsToJson(s.run.knobs);
+    j["speculation"] = knobsToJson(s.run.speculation);
     j["grammar_file"] = s.run.grammarFile.toStdString();
     j["loops"] = s.run.loops;
     std::vector<int32_t> promptIds(s.run.tokens.begin(),

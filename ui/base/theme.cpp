@@ -1,4 +1,4 @@
-#include "main/theme.h"
+#include "base/theme.h"
 
 #include <QApplication>
 #include <QPalette>

@@ -8,23 +8,23 @@
 #include <QStringList>
 #include <nlohmann/json.hpp>
 
-#include "main/config_json.h"
+#include "base/config_json.h"
 
 namespace tlui {
 
-struct Preset {
+// A preset is the engine's RunSpec (mode, config, speculation knobs), named, written in the
+// engine codec's names ({"mode": "sample", "speculation": {"branches"}}); files written before
+// ("sampling", "speculative": {"K_branches"}) still read.
+struct Preset : tinyloop::RunSpec {
     QString name;
     QString description;
-    DecodeMode mode = DecodeMode::Greedy;
-    tinyloop::GenerateConfig config;
-    SpeculativeKnobs knobs;
     QString grammarFile;  // "" = none
     QString prompt;       // "" = leave the editor's prompt; else the prompt the preset opens on
     // The model it was made for ("model": {"file", "sha256"}): its folder and file name
     // (model_paths.h modelDisplayName) and the SHA-256 of its bytes; both empty = any model.
     QString modelFile;
     QString modelSha256;
-    // The "config" and "speculative" keys the file names. Applying a preset, the early-exit and
+    // The "config" and "speculation" keys the file names. Applying a preset, the early-exit and
     // speculation fields it leaves out take the loaded model's recommendation (the bundled
     // "Early exit" and "Speculative" presets leave them out); a preset saved from the panel names
     // every field, so its own values hold. Not part of presetsEqual.

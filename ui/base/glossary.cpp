@@ -1,4 +1,4 @@
-#include "main/glossary.h"
+#include "base/glossary.h"
 
 #include <algorithm>
 

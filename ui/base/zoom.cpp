@@ -1,4 +1,4 @@
-#include "main/zoom.h"
+#include "base/zoom.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,34 @@
+// TinyLoop public API, the decode modes' rules as a front end shows them before a run: what
+// picking a mode puts into a config (greedy: temperature 0; sample: 0.8; beam: width 4; early
+// exit: the model's patience, else the built-in one) and the speculation knobs' cross-field rules
+// (draft depth below verify depth, the tree at most 8 deep). The workbench asks these instead of
+// restating them; run_decode (run_spec.h) keeps the final word at run time.
+#pragma once
+
+#include "tinyloop/tinyloop.h"
+
+namespace tinyloop {
+
+// The temperature sample mode starts from when the config's is greedy (<= 0.01), and the beam
+// width beam mode starts from when the config's is below 2 (the CLI's --mode sample default too).
+inline constexpr float kSampleModeTemperature = 0.8f;
+inline constexpr int kBeamModeWidth = 4;
+
+// `config` made ready for `mode`, the fields a user set kept where the mode allows them:
+//   Greedy       temperature 0, beam_size 0, early exit off
+//   Sample       temperature kSampleModeTemperature when <= 0.01, beam_size 0, early exit off
+//   Beam         beam_size kBeamModeWidth when < 2
+//   EarlyExit    early_exit_patience `rec`'s when it recommends a policy, else builtin_early_exit()'s,
+//                when < 1; beam_size 0
+//   Speculative, Tree, DraftModel   beam_size 0, early exit off
+// `rec` is the model's recommendation (model_recommendation; empty = none, as before a model is open).
+GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const Recommendation& rec = {});
+
+// The speculation knobs' rules that tie two fields, as run_decode will apply them, checked before
+// a run: in Speculative and Tree mode a draft_loops set (> 0) must be below the verify depth
+// (verify_loops, else config.loops when set); Tree's draft_ahead is at most 8 (nodes run per
+// cycle). Throws InvalidArgument naming the field ("draft_loops: ..."). Ranges of single knobs are
+// validate_speculation's (json.h).
+void validate_mode_speculation(const RunSpec& spec);
+
+}  // namespace tinyloop
