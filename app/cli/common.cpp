@@ -393,7 +393,21 @@ ResolvedRun resolve_cli_run(const Model* model, const RunSpec& spec, const Specu
     if (given.draft_loops) keys.push_back("speculation.draft_loops");
     if (given.draft_ahead) keys.push_back("speculation.draft_ahead");
     if (given.branches) keys.push_back("speculation.branches");
-    return resolve_run(model, spec, keys);
+    try {
+        return resolve_run(model, spec, keys);
+    } catch (const Error& e) {
+        // The resolver names the knob ("branches: 9 is outside [0, 8] ..."); on the command line
+        // the user typed a flag, so the message names it too.
+        const std::string msg = e.what();
+        static const std::pair<const char*, const char*> flags[] = {{"branches:", "--branches"},
+                                                                   {"draft_ahead:", "--draft-ahead"},
+                                                                   {"draft_loops:", "--draft-loops"},
+                                                                   {"verify_loops:", "--verify-loops"}};
+        for (const auto& [knob, flag] : flags)
+            if (e.code() == ErrorCode::InvalidArgument && msg.rfind(knob, 0) == 0)
+                throw UsageError(std::string(flag) + ": " + msg);
+        throw;
+    }
 }
 
 std::string speculation_used_line(const ResolvedRun& run) {

@@ -164,7 +164,7 @@ private slots:
             {R"({"name": "a", "config": {"max_tokens": 1.5}})", "config.max_tokens"},
             {R"({"name": "a", "config": {"stop_sequences": [[1, -4]]}})", "config.stop_sequences"},
             {R"({"name": "a", "config": {"logit_bias": [[1]]}})", "config.logit_bias"},
-            {R"({"name": "a", "config": {"early_exit_criterion": "vibes"}})", "config.early_exit.criterion"},
+            {R"({"name": "a", "config": {"early_exit_criterion": "vibes"}})", "config.early_exit_criterion"},
             {R"({"name": "a", "config": {"kv_cache": "int4"}})", "config.kv_cache"},
             {R"({"name": "a", "mode": "warp"})", "mode"},
             {R"({"name": "", "mode": "greedy"})", "name"},
