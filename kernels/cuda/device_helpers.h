@@ -5,6 +5,8 @@
 //   weight_at / weight_pack8  vs kern::dequant_row (FORMAT.md §2: w = scale * (q - zero))
 //   better                    vs the engine's argmax (larger first, lower id on ties, NaN never)
 //   rope_cos_sin              vs the CPU's RoPE table (kern::rope_ref's angle, cos and sin)
+//   split_range, attn_combine vs kern::attention_ref (flash-decoding: partial softmax per
+//                             split of the row list, then the max/sum rescaling combine)
 // The device code compiles to what it did before (the same loads through __ldg, the same
 // intrinsics); only the host branch is new.
 #pragma once
@@ -197,6 +199,39 @@ inline std::vector<float> rope_table(int n_pos, int head_dim, float theta) {
             rope_cos_sin(p, i, head_dim, theta, &t[at], &t[at + 1]);
         }
     return t;
+}
+
+// ---- flash-decoding attention (decode_fast.cu's attention_split) ---------------------------
+//
+// A query's row list (its range, then its tree extras) of n entries is cut into n_splits
+// consecutive pieces of ceil(n / n_splits) entries; the last ones may be short or empty (n <
+// n_splits), and nothing bounds a piece's length (a long context makes long pieces, never an
+// overflow). Split s holds entries [*b, *e).
+TL_HD void split_range(int n, int n_splits, int s, int* b, int* e) {
+    const int per = n_splits > 0 ? (n + n_splits - 1) / n_splits : n;
+    const int lo = s * per < n ? s * per : n;
+    *b = lo;
+    *e = lo + per < n ? lo + per : n;
+}
+
+// The combine of the splits' partial softmax states, for one output dimension: split s saw the
+// scores of its rows with running max m[s], l[s] = sum e^(score - m[s]) and acc[s * stride] =
+// sum e^(score - m[s]) v[dim]; every state is rescaled to the global max M:
+//   out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M)
+// A split with no rows (l[s] == 0, m[s] == -inf) is skipped; a query with no rows at all gets 0
+// (as the reference kernel's empty list). Fixed order s = 0, 1, ... (deterministic).
+TL_HD float attn_combine(const float* m, const float* l, const float* acc, int n_splits, int stride) {
+    float mx = -INFINITY;
+    for (int s = 0; s < n_splits; ++s)
+        if (l[s] > 0.0f && m[s] > mx) mx = m[s];
+    float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < n_splits; ++s) {
+        if (!(l[s] > 0.0f)) continue;
+        const float c = expf(m[s] - mx);
+        den += l[s] * c;
+        num += acc[static_cast<size_t>(s) * stride] * c;
+    }
+    return den > 0.0f ? num * (1.0f / den) : 0.0f;
 }
 
 }  // namespace tinyloop::kern::cuda

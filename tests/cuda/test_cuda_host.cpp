@@ -167,6 +167,116 @@ TEST(CudaHostHelpers, RopeCosSinEqualTheCpuRope) {
     }
 }
 
+// ---- flash-decoding: split ranges and the combine against the CPU's attention --------------
+
+TEST(CudaHostHelpers, SplitRangesCoverTheRowListOnceInOrder) {
+    for (int S : {1, 3, 16, 64})
+        for (int n : {0, 1, 2, 5, 15, 16, 17, 127, 128, 129, 2048, 100003}) {
+            int next = 0;
+            for (int s = 0; s < S; ++s) {
+                int b, e;
+                kc::split_range(n, S, s, &b, &e);
+                ASSERT_EQ(b, next) << "n " << n << " S " << S << " split " << s;
+                ASSERT_LE(b, e);
+                ASSERT_LE(e - b, (n + S - 1) / S) << "a split longer than ceil(n / S)";
+                next = e;
+            }
+            ASSERT_EQ(next, n) << "n " << n << " S " << S << ": the splits do not end at the list's end";
+        }
+}
+
+// The device's split attention, step by step on the host: each split's partial softmax state
+// (max, sum of exponentials, weighted values) over its piece of each query's row list, then
+// attn_combine per output dimension; against kern::attention_ref on the same rows (GQA, ranges
+// shorter than the number of splits, empty queries, tree extras, a 2,000-row context).
+std::vector<float> split_attention_on_host(const tinyloop::kern::AttentionArgs& a, int S) {
+    const int hd = a.head_dim, group = a.n_heads / a.n_kv_heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    std::vector<float> out(size_t(a.n_tok) * a.n_heads * hd);
+    for (int t = 0; t < a.n_tok; ++t) {
+        std::vector<int> list;
+        for (int p = a.kv_begin[t]; p < a.kv_end[t]; ++p) list.push_back(p);
+        if (a.extra_offsets)
+            for (int i = a.extra_offsets[t]; i < a.extra_offsets[t + 1]; ++i) list.push_back(a.extra_rows[i]);
+        const int n = static_cast<int>(list.size());
+        for (int h = 0; h < a.n_heads; ++h) {
+            const float* q = a.q + (size_t(t) * a.n_heads + h) * hd;
+            const size_t koff = size_t(h / group) * hd;
+            std::vector<float> m(S, -INFINITY), l(S, 0.0f), acc(size_t(S) * hd, 0.0f);
+            for (int s = 0; s < S; ++s) {
+                int b, e;
+                kc::split_range(n, S, s, &b, &e);
+                for (int i = b; i < e; ++i) {
+                    const float* k = a.k + size_t(list[i]) * a.kv_stride + koff;
+                    float dot = 0.0f;
+                    for (int d = 0; d < hd; ++d) dot += q[d] * k[d];
+                    m[s] = std::max(m[s], dot * scale);
+                }
+                for (int i = b; i < e; ++i) {
+                    const float* k = a.k + size_t(list[i]) * a.kv_stride + koff;
+                    const float* v = a.v + size_t(list[i]) * a.kv_stride + koff;
+                    float dot = 0.0f;
+                    for (int d = 0; d < hd; ++d) dot += q[d] * k[d];
+                    const float w = std::exp(dot * scale - m[s]);
+                    l[s] += w;
+                    for (int d = 0; d < hd; ++d) acc[size_t(s) * hd + d] += w * v[d];
+                }
+            }
+            for (int d = 0; d < hd; ++d)
+                out[(size_t(t) * a.n_heads + h) * hd + d] = kc::attn_combine(m.data(), l.data(), acc.data() + d, S, hd);
+        }
+    }
+    return out;
+}
+
+TEST(CudaHostHelpers, SplitAttentionCombineEqualsTheCpuAttention) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    struct Shape { int n_heads, n_kv_heads, hd, rows; };
+    for (const Shape sh : {Shape{8, 8, 64, 40}, Shape{4, 2, 32, 2000}, Shape{6, 3, 128, 9}}) {
+        const int kv_row = sh.n_kv_heads * sh.hd;
+        std::vector<float> k(size_t(sh.rows) * kv_row), v(k.size());
+        for (float& x : k) x = 2.0f * u(rng);  // scores of a few units: the max shift matters
+        for (float& x : v) x = u(rng);
+        // queries: the whole cache, one row, a range shorter than the splits, none, a window
+        const std::vector<int> kb = {0, 0, 3, 5, sh.rows > 20 ? sh.rows - 20 : 0};
+        const std::vector<int> ke = {sh.rows, 1, 8, 5, sh.rows};
+        const int n_tok = static_cast<int>(kb.size());
+        std::vector<float> q(size_t(n_tok) * sh.n_heads * sh.hd);
+        for (float& x : q) x = u(rng);
+        // tree extras on the third query: two rows after its range
+        std::vector<int> extra_rows = {sh.rows - 1, 0}, extra_offsets = {0, 0, 0, 2, 2, 2};
+        for (bool tree : {false, true}) {
+            tinyloop::kern::AttentionArgs a;
+            a.q = q.data();
+            a.n_tok = n_tok;
+            a.n_heads = sh.n_heads;
+            a.n_kv_heads = sh.n_kv_heads;
+            a.head_dim = sh.hd;
+            a.k = k.data();
+            a.v = v.data();
+            a.kv_stride = kv_row;
+            a.kv_begin = kb.data();
+            a.kv_end = ke.data();
+            if (tree) {
+                a.extra_rows = extra_rows.data();
+                a.extra_offsets = extra_offsets.data();
+            }
+            std::vector<float> ref(q.size(), -1.0f);
+            a.out = ref.data();
+            tinyloop::kern::attention_ref(a);
+            for (int S : {1, 16, 64}) {
+                const std::vector<float> got = split_attention_on_host(a, S);
+                for (size_t i = 0; i < ref.size(); ++i)
+                    ASSERT_NEAR(got[i], ref[i], 2e-5f + 2e-5f * std::fabs(ref[i]))
+                        << "heads " << sh.n_heads << "/" << sh.n_kv_heads << " hd " << sh.hd << " rows " << sh.rows
+                        << " splits " << S << (tree ? " tree" : "") << " at " << i << " (query "
+                        << i / (size_t(sh.n_heads) * sh.hd) << ")";
+            }
+        }
+    }
+}
+
 // ---- the capture rules on a strict fake context ---------------------------------------------
 
 // Context's interface on host memory: "kernels" are host closures, run at once or recorded
