@@ -223,4 +223,55 @@ void rope_store(Context& ctx, float* q, float* k, const float* v, int n_tok, int
 // pos[0] += 1; kv_end[0] = pos[0] + 1; kv_begin[0] = window ? max(0, pos[0] + 1 - window) : 0.
 void advance(Context& ctx, const int* chosen, int* ids, int* pos, int* kv_begin, int* kv_end, int window);
 
+// ---- the fast decode step (decode_fast.cu): one row, fewer and fuller launches --------------
+//
+// Each op below replaces a sequence of the reference ops above for one row (n_tok = 1) and,
+// except attention_split, gives its bits: the CUDA session's fast step (CudaSessionOptions's
+// fast switches, cuda_forward.h) runs them; the reference ops stay the default and the
+// comparison. pdl: launch with programmatic dependent launch (sm_90+; the kernel waits for its
+// predecessor at its top, so the launch itself overlaps the predecessor's tail).
+
+// A product's input row as the fused kernels read it: rmsnorm(x, g, eps) when g is set (the
+// norm folded into its consumer, rmsnorm's bits), else x. out (optional): block 0 writes the
+// normalized row there too, so memory holds what the unfused rmsnorm would have left.
+struct FoldedNorm {
+    const float* g = nullptr;
+    float eps = 0.0f;
+    float* out = nullptr;
+};
+// The fused products keep their input row in shared memory: at most this many columns.
+constexpr int kFastMaxCols = 8192;
+
+// y = W in (+ y when accumulate: the residual add), one row. matmul's bits. W.cols <= kFastMaxCols.
+void fast_matmul(Context& ctx, const FoldedNorm& norm, const WeightView& W, const float* x, float* y, bool accumulate,
+                 bool pdl);
+// out = silu(gate in) * (up in), one row: matmul_swiglu's bits.
+void fast_matmul_swiglu(Context& ctx, const FoldedNorm& norm, const WeightView& gate, const WeightView& up,
+                        const float* x, float* out, bool pdl);
+// Whether fast_qkv_rope_store takes these weights: q/k/v rows n_heads*hd / n_kv_heads*hd, one
+// column count <= kFastMaxCols, hd even, and the same vector/scalar read path for the three.
+bool fast_qkv_fits(const WeightView& Wq, const WeightView& Wk, const WeightView& Wv, int n_heads, int n_kv_heads,
+                   int head_dim);
+// q, k, v = W in for one row, RoPE on q and k from `table` (rope_table) at position[0], k and v
+// into the layer's cache at row cache_row[0] (and into k, v): matmul3 then rope_store, the same
+// bits, in one launch.
+void fast_qkv_rope_store(Context& ctx, const FoldedNorm& norm, const WeightView& Wq, const WeightView& Wk,
+                         const WeightView& Wv, const float* x, int n_heads, int n_kv_heads, int head_dim,
+                         const int* position, const float* table, float* q, float* k, float* v, float* k_cache,
+                         float* v_cache, const int* cache_row, bool pdl);
+
+// Flash-decoding attention: as attention() (any n_tok, ranges and tree extras; f32 cache), each
+// (query, head)'s row list cut into n_splits pieces (split_range), one block per piece with its
+// partial softmax state in `partial`, then one combine launch (attn_combine). Equal to
+// attention() within float rounding (another summation order); batch-invariant like it (a
+// row's bits depend only on its row list and n_splits). partial: attention_split_floats(...)
+// floats of device memory.
+constexpr int kAttentionMinBlocks = 128;  // blocks a single-row decode should spread over
+constexpr int kAttentionMaxSplits = 64;
+// ceil(kAttentionMinBlocks / n_heads), within [1, kAttentionMaxSplits].
+int attention_splits(int n_heads);
+size_t attention_split_floats(int n_tok, int n_heads, int head_dim, int n_splits);
+void attention_split(Context& ctx, const AttentionArgs& a, int n_splits, float* partial, size_t partial_floats,
+                     bool pdl);
+
 }  // namespace tinyloop::kern::cuda

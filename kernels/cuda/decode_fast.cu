@@ -1,0 +1,390 @@
+// The fast decode step's kernels (cuda_kernels.h, "the fast decode step"): fewer, fuller
+// launches for one row, each a drop-in for a sequence of the reference ops.
+//
+//   fast_matmul          [rmsnorm ->] W x [+ y]           (the norm folded into its consumer;
+//                                                           the residual into wo / down)
+//   fast_matmul_swiglu   [rmsnorm ->] silu(G x) * (U x)
+//   fast_qkv_rope_store  [rmsnorm ->] q, k, v = W x; RoPE on q and k; k, v into the cache
+//   attention_split      flash-decoding: the row list cut into n_splits pieces, one block per
+//                        (query, head, piece) with its partial softmax state, then a combine
+//                        kernel (device_helpers.h's attn_combine) per (query, head)
+//
+// Bits: a folded norm computes rmsnorm_kernel's sequence (256 threads, the same strided sums
+// and block_sum tree) into shared memory, and the products run matmul_rows.cuh's row_partials
+// on it, so fast_matmul / fast_matmul_swiglu / fast_qkv_rope_store give the reference ops' bits
+// (the op tests assert equality); RoPE reads the same host-computed cos/sin table as
+// rope_store with the same rounded products. attention_split sums in another order than the
+// reference attention: equal within float rounding, not bit for bit (compared to a tolerance).
+//
+// Programmatic dependent launch (pdl = true, sm_90 and later): the kernel is launched with
+// cudaLaunchKernelEx and cudaLaunchAttributeProgrammaticStreamSerialization, so it may start
+// while the previous kernel finishes; it waits at its top (cudaGridDependencySynchronize)
+// before touching memory, and lets its own successor launch at once
+// (cudaTriggerProgrammaticLaunchCompletion): the successor's wait still covers this kernel's
+// completion and its writes. Captured into a graph, the attribute becomes a programmatic edge.
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/matmul_rows.cuh"
+
+namespace tinyloop::kern::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;               // output rows per block, as matmul.cu
+constexpr int kThreads = 32 * kWarps;   // 256: rmsnorm_kernel's block, so the norm's bits match
+constexpr int kAttWarps = 4;            // attention_split: warps per (query, head, split) block
+
+__device__ __forceinline__ void pdl_wait_and_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
+// The product's input row in shared memory: x itself, or rmsnorm(x, g) computed as
+// rmsnorm_kernel does (blockDim.x == 256). Block 0 also writes the normalized row to norm_out
+// (when set), so the fused op leaves memory as the unfused pair would.
+__device__ __forceinline__ void load_input(const float* x, const float* g, float eps, int d, float* norm_out,
+                                           float* xs, float* red) {
+    if (g) {
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
+        ss = block_sum(ss, red);
+        const float inv = rsqrtf(ss / static_cast<float>(d) + eps);
+        const bool write = norm_out && blockIdx.x == 0 && blockIdx.y == 0;
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            const float v = x[i] * inv * g[i];
+            xs[i] = v;
+            if (write) norm_out[i] = v;
+        }
+    } else {
+        for (int i = threadIdx.x; i < d; i += blockDim.x) xs[i] = x[i];
+    }
+    __syncthreads();
+}
+
+enum Mode { kStore, kAccumulate, kSwiglu };
+
+// One row (n_tok = 1): y[r] = (W x)[r], += for kAccumulate, silu(W x) * (U x) for kSwiglu.
+template <bool kPack, int kMode>
+__global__ void __launch_bounds__(kThreads) fast_matmul_kernel(WeightView W, WeightView U, const float* x,
+                                                               const float* g, float eps, float* norm_out, float* y) {
+    extern __shared__ float4 smem4[];
+    __shared__ float red[32];
+    float* xs = reinterpret_cast<float*>(smem4);
+    pdl_wait_and_release();
+    load_input(x, g, eps, W.cols, norm_out, xs, red);
+    const int lane = threadIdx.x & 31;
+    const int r = blockIdx.x * kWarps + (threadIdx.x >> 5);
+    if (r >= W.rows) return;
+    float acc[1], acc_u[1];
+    row_partials<1, kPack>(W, r, xs, 0, 1, lane, acc);
+    if (kMode == kSwiglu) row_partials<1, kPack>(U, r, xs, 0, 1, lane, acc_u);
+    const float s = warp_sum(acc[0]);
+    float u = 0.0f;
+    if (kMode == kSwiglu) u = warp_sum(acc_u[0]);
+    if (lane == 0) {
+        if (kMode == kStore) y[r] = s;
+        else if (kMode == kAccumulate) y[r] = y[r] + s;
+        else y[r] = s * u / (1.0f + expf(-s));
+    }
+}
+
+// q, k, v of one row with RoPE and the cache writes in the epilogue. Warp items, in order:
+// q pairs (head h, i < hd/2: rows h*hd + i and h*hd + i + hd/2, both computed by the warp, then
+// rotated), k pairs likewise (rotated, written to k and to the cache row), v rows (to v and
+// to the cache row). RoPE is rope_store_kernel's: table (cos, sin) at [pos * hd/2 + i].
+struct QkvArgs {
+    WeightView wq, wk, wv;
+    const float* x;
+    const float* g;
+    float eps;
+    float* norm_out;
+    int n_heads, n_kv_heads, head_dim;
+    const int* position;  // [1], device
+    const float2* table;
+    float *q, *k, *v;
+    float *k_cache, *v_cache;  // the layer's cache; the row goes to cache_row[0]
+    const int* cache_row;
+};
+
+// __launch_bounds__(256, 2): without a minimum of blocks ptxas capped the vector path at 40
+// registers and spilled (the audit's 8-byte stack); a decode step has ~1 block per SM anyway.
+template <bool kPack>
+__global__ void __launch_bounds__(kThreads, 2) fast_qkv_rope_store_kernel(QkvArgs a) {
+    extern __shared__ float4 smem4[];
+    __shared__ float red[32];
+    float* xs = reinterpret_cast<float*>(smem4);
+    pdl_wait_and_release();
+    load_input(a.x, a.g, a.eps, a.wq.cols, a.norm_out, xs, red);
+    const int lane = threadIdx.x & 31;
+    const int item = blockIdx.x * kWarps + (threadIdx.x >> 5);
+    const int hd = a.head_dim, half = hd / 2;
+    const int nq = a.n_heads * half, nk = a.n_kv_heads * half, kv_row = a.n_kv_heads * hd;
+    if (item >= nq + nk + kv_row) return;
+    if (item < nq + nk) {
+        const bool is_q = item < nq;
+        const int j = is_q ? item : item - nq;
+        const int h = j / half, i = j % half;
+        const int r0 = h * hd + i, r1 = r0 + half;
+        // one call per weight, not a selected copy of the view (which ptxas put on the stack)
+        float acc0[1], acc1[1];
+        if (is_q) {
+            row_partials<1, kPack>(a.wq, r0, xs, 0, 1, lane, acc0);
+            row_partials<1, kPack>(a.wq, r1, xs, 0, 1, lane, acc1);
+        } else {
+            row_partials<1, kPack>(a.wk, r0, xs, 0, 1, lane, acc0);
+            row_partials<1, kPack>(a.wk, r1, xs, 0, 1, lane, acc1);
+        }
+        const float x0 = warp_sum(acc0[0]), x1 = warp_sum(acc1[0]);
+        if (lane == 0) {
+            const float2 cs = a.table[static_cast<size_t>(a.position[0]) * half + i];
+            const float y0 = __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
+            const float y1 = __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
+            float* out = is_q ? a.q : a.k;
+            out[r0] = y0;
+            out[r1] = y1;
+            if (!is_q) {
+                const size_t crow = static_cast<size_t>(a.cache_row[0]) * kv_row;
+                a.k_cache[crow + r0] = y0;
+                a.k_cache[crow + r1] = y1;
+            }
+        }
+    } else {
+        const int r = item - nq - nk;
+        float acc[1];
+        row_partials<1, kPack>(a.wv, r, xs, 0, 1, lane, acc);
+        const float s = warp_sum(acc[0]);
+        if (lane == 0) {
+            a.v[r] = s;
+            a.v_cache[static_cast<size_t>(a.cache_row[0]) * kv_row + r] = s;
+        }
+    }
+}
+
+// One block per (query t, head h, split s) of grid (n_tok * n_heads, n_splits): the split's
+// entries of the row list, warp w taking entries b + w, b + w + 4, ... with an online softmax
+// (the reference kernel's per-warp loop), the four warp states merged, and the split's state
+// (max, sum, weighted values) written for the combine. An empty split writes (-inf, 0, 0).
+template <int DPL>
+__global__ void __launch_bounds__(32 * kAttWarps) attention_split_kernel(AttentionArgs a, float scale, int n_splits,
+                                                                         float* pm, float* pl, float* pacc) {
+    __shared__ float s_m[kAttWarps], s_l[kAttWarps];
+    __shared__ float s_acc[kAttWarps][32 * DPL];
+    pdl_wait_and_release();
+    const int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads, sp = blockIdx.y;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int hd = a.head_dim;
+    const int kh = h / (a.n_heads / a.n_kv_heads);
+    const size_t koff = static_cast<size_t>(kh) * hd;
+    const float* q = a.q + (static_cast<size_t>(t) * a.n_heads + h) * hd;
+    const int b0 = a.kv_begin[t], e0 = a.kv_end[t];
+    const int nr = e0 > b0 ? e0 - b0 : 0;
+    const int* extra = nullptr;
+    int n_extra = 0;
+    if (a.extra_offsets) {
+        extra = a.extra_rows + a.extra_offsets[t];
+        n_extra = a.extra_offsets[t + 1] - a.extra_offsets[t];
+    }
+    int b, e;
+    split_range(nr + n_extra, n_splits, sp, &b, &e);
+
+    float qv[DPL], acc[DPL];
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) {
+        const int d = lane + 32 * j;
+        qv[j] = d < hd ? q[d] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int i = b + warp; i < e; i += kAttWarps) {
+        const int p = i < nr ? b0 + i : extra[i - nr];
+        const float* kp = a.k + static_cast<size_t>(p) * a.kv_stride + koff;
+        const float* vp = a.v + static_cast<size_t>(p) * a.kv_stride + koff;
+        float part = 0.0f;
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) {
+            const int d = lane + 32 * j;
+            if (d < hd) part = fmaf(qv[j], kp[d], part);
+        }
+        const float s = warp_sum(part) * scale;
+        const float m_new = fmaxf(m, s);
+        const float corr = expf(m - m_new), w = expf(s - m_new);
+        l = l * corr + w;
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) {
+            const int d = lane + 32 * j;
+            acc[j] = acc[j] * corr + (d < hd ? w * vp[d] : 0.0f);
+        }
+        m = m_new;
+    }
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) s_acc[warp][lane + 32 * j] = acc[j];
+    __syncthreads();
+    if (warp != 0) return;
+    float mx = -INFINITY;
+    for (int w = 0; w < kAttWarps; ++w)
+        if (s_l[w] > 0.0f) mx = fmaxf(mx, s_m[w]);
+    float sum = 0.0f;
+    float o[DPL];
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) o[j] = 0.0f;
+    for (int w = 0; w < kAttWarps; ++w) {
+        if (!(s_l[w] > 0.0f)) continue;  // a warp that saw no rows
+        const float c = expf(s_m[w] - mx);
+        sum += s_l[w] * c;
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) o[j] += s_acc[w][lane + 32 * j] * c;
+    }
+    const size_t slot = static_cast<size_t>(blockIdx.x) * n_splits + sp;
+    if (lane == 0) {
+        pm[slot] = mx;
+        pl[slot] = sum;
+    }
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) {
+        const int d = lane + 32 * j;
+        if (d < hd) pacc[slot * hd + d] = o[j];
+    }
+}
+
+// One block per (query, head), one thread per output dimension: device_helpers.h's combine.
+__global__ void __launch_bounds__(256) attention_combine_kernel(int n_splits, int head_dim, const float* pm,
+                                                                const float* pl, const float* pacc, float* out) {
+    pdl_wait_and_release();
+    const int d = threadIdx.x;
+    if (d >= head_dim) return;
+    const size_t base = static_cast<size_t>(blockIdx.x) * n_splits;
+    out[static_cast<size_t>(blockIdx.x) * head_dim + d] =
+        attn_combine(pm + base, pl + base, pacc + base * head_dim + d, n_splits, head_dim);
+}
+
+// A launch with or without the programmatic-dependent-launch attribute.
+template <class... KArgs, class... Args>
+void launch_ex(Context& ctx, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream_of(ctx);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = pdl ? attr : nullptr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    TL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
+}
+
+bool vector_ok(const WeightView& W) { return pack8_ok(W) && reinterpret_cast<uintptr_t>(W.data) % 16 == 0; }
+
+void check_cols(const char* op, int cols) {
+    if (cols < 1 || cols > kFastMaxCols)
+        throw CudaError(std::string(op) + ": " + std::to_string(cols) + " columns is outside [1, " +
+                            std::to_string(kFastMaxCols) + "] (the fast step's shared-memory input row)",
+                        false);
+}
+
+template <int kMode>
+void fast_product(Context& ctx, const FoldedNorm& norm, const WeightView& W, const WeightView& U, const float* x,
+                  float* y, bool pdl) {
+    if (W.rows <= 0) return;
+    check_cols("fast_matmul", W.cols);
+    const dim3 grid(blocks_for(static_cast<size_t>(W.rows), kWarps)), block(kThreads);
+    const size_t smem = static_cast<size_t>(W.cols) * sizeof(float);
+    // the vector path exactly when matmul would take it (x is the shared row here, aligned)
+    const bool pack = vector_ok(W) && (kMode != kSwiglu || vector_ok(U)) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    if (pack)
+        launch_ex(ctx, pdl, fast_matmul_kernel<true, kMode>, grid, block, smem, W, U, x, norm.g, norm.eps, norm.out, y);
+    else
+        launch_ex(ctx, pdl, fast_matmul_kernel<false, kMode>, grid, block, smem, W, U, x, norm.g, norm.eps, norm.out, y);
+}
+
+}  // namespace
+
+void fast_matmul(Context& ctx, const FoldedNorm& norm, const WeightView& W, const float* x, float* y, bool accumulate,
+                 bool pdl) {
+    if (accumulate) fast_product<kAccumulate>(ctx, norm, W, W, x, y, pdl);
+    else fast_product<kStore>(ctx, norm, W, W, x, y, pdl);
+}
+
+void fast_matmul_swiglu(Context& ctx, const FoldedNorm& norm, const WeightView& gate, const WeightView& up,
+                        const float* x, float* out, bool pdl) {
+    if (gate.rows != up.rows || gate.cols != up.cols)
+        throw CudaError("fast_matmul_swiglu: gate and up differ in shape", false);
+    fast_product<kSwiglu>(ctx, norm, gate, up, x, out, pdl);
+}
+
+bool fast_qkv_fits(const WeightView& Wq, const WeightView& Wk, const WeightView& Wv, int n_heads, int n_kv_heads,
+                   int head_dim) {
+    const bool shapes = head_dim >= 2 && head_dim % 2 == 0 && Wq.rows == n_heads * head_dim &&
+                        Wk.rows == n_kv_heads * head_dim && Wv.rows == n_kv_heads * head_dim && Wq.cols == Wk.cols &&
+                        Wq.cols == Wv.cols && Wq.cols >= 1 && Wq.cols <= kFastMaxCols;
+    // one template for the three: the same vector/scalar choice matmul3 makes for each
+    return shapes && (vector_ok(Wq) == vector_ok(Wk)) && (vector_ok(Wq) == vector_ok(Wv));
+}
+
+void fast_qkv_rope_store(Context& ctx, const FoldedNorm& norm, const WeightView& Wq, const WeightView& Wk,
+                         const WeightView& Wv, const float* x, int n_heads, int n_kv_heads, int head_dim,
+                         const int* position, const float* table, float* q, float* k, float* v, float* k_cache,
+                         float* v_cache, const int* cache_row, bool pdl) {
+    if (!fast_qkv_fits(Wq, Wk, Wv, n_heads, n_kv_heads, head_dim))
+        throw CudaError("fast_qkv_rope_store: the q/k/v weights do not fit the fused kernel (fast_qkv_fits)", false);
+    QkvArgs a{Wq, Wk, Wv, x, norm.g, norm.eps, norm.out, n_heads, n_kv_heads, head_dim, position,
+              reinterpret_cast<const float2*>(table), q, k, v, k_cache, v_cache, cache_row};
+    const size_t items = static_cast<size_t>(n_heads + n_kv_heads) * (head_dim / 2) +
+                         static_cast<size_t>(n_kv_heads) * head_dim;
+    const dim3 grid(blocks_for(items, kWarps)), block(kThreads);
+    const size_t smem = static_cast<size_t>(Wq.cols) * sizeof(float);
+    const bool pack = vector_ok(Wq) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    if (pack) launch_ex(ctx, pdl, fast_qkv_rope_store_kernel<true>, grid, block, smem, a);
+    else launch_ex(ctx, pdl, fast_qkv_rope_store_kernel<false>, grid, block, smem, a);
+}
+
+int attention_splits(int n_heads) {
+    if (n_heads < 1) return 1;
+    const int s = (kAttentionMinBlocks + n_heads - 1) / n_heads;
+    return s < 1 ? 1 : (s > kAttentionMaxSplits ? kAttentionMaxSplits : s);
+}
+
+size_t attention_split_floats(int n_tok, int n_heads, int head_dim, int n_splits) {
+    return static_cast<size_t>(n_tok) * n_heads * n_splits * (static_cast<size_t>(head_dim) + 2);
+}
+
+void attention_split(Context& ctx, const AttentionArgs& a, int n_splits, float* partial, size_t partial_floats,
+                     bool pdl) {
+    if (a.n_tok <= 0 || a.n_heads <= 0) return;
+    if (a.head_dim < 1 || a.head_dim > 256)
+        throw CudaError("attention_split: head_dim " + std::to_string(a.head_dim) +
+                            " is outside [1, 256] (the CUDA back end's limit)", false);
+    if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
+        throw CudaError("attention_split: n_heads must be a multiple of n_kv_heads", false);
+    if (a.kq) throw CudaError("attention_split: the INT8 cache is not supported on the device", false);
+    if (n_splits < 1 || n_splits > kAttentionMaxSplits)
+        throw CudaError("attention_split: n_splits " + std::to_string(n_splits) + " is outside [1, " +
+                            std::to_string(kAttentionMaxSplits) + "]", false);
+    const size_t need = attention_split_floats(a.n_tok, a.n_heads, a.head_dim, n_splits);
+    if (partial_floats < need)
+        throw CudaError("attention_split: the partial buffer holds " + std::to_string(partial_floats) +
+                            " floats, the call needs " + std::to_string(need), false);
+    const size_t heads = static_cast<size_t>(a.n_tok) * a.n_heads;
+    float* pm = partial;
+    float* pl = pm + heads * n_splits;
+    float* pacc = pl + heads * n_splits;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+    const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>(n_splits)), block(32 * kAttWarps);
+    if (a.head_dim <= 32) launch_ex(ctx, pdl, attention_split_kernel<1>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
+    else if (a.head_dim <= 64) launch_ex(ctx, pdl, attention_split_kernel<2>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
+    else if (a.head_dim <= 128) launch_ex(ctx, pdl, attention_split_kernel<4>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
+    else launch_ex(ctx, pdl, attention_split_kernel<8>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
+    const unsigned threads = static_cast<unsigned>((a.head_dim + 31) / 32 * 32);
+    launch_ex(ctx, pdl, attention_combine_kernel, dim3(static_cast<unsigned>(heads)), dim3(threads), 0, n_splits,
+              a.head_dim, static_cast<const float*>(pm), static_cast<const float*>(pl), static_cast<const float*>(pacc),
+              a.out);
+}
+
+}  // namespace tinyloop::kern::cuda
