@@ -55,6 +55,8 @@ struct Context::Impl {
     size_t cublas_bytes = 0;          // device memory cublasCreate took (measured), + the workspace
     DeviceBuffer cublas_workspace;    // cuBLAS's workspace, ours so that it is counted
     int* pinned = nullptr;            // 64 ints of page-locked staging for stage_ints
+    float* pinned_floats = nullptr;   // page-locked staging for stage_floats (reserve_staged_floats)
+    size_t pinned_floats_n = 0;
     CaptureRules<CudaError> rules;
     bool capturing() const { return rules.capturing(); }
 };

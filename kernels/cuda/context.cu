@@ -295,11 +295,19 @@ Context::~Context() {
     }
     impl_->cublas_workspace = DeviceBuffer();
     if (impl_->pinned) cudaFreeHost(impl_->pinned);
+    if (impl_->pinned_floats) cudaFreeHost(impl_->pinned_floats);
     cudaStreamDestroy(impl_->stream);
     (void)cudaGetLastError();
 }
 
 int Context::device() const { return impl_->device; }
+
+int Context::compute_capability() const {
+    int major = 0, minor = 0;
+    TL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, impl_->device));
+    TL_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, impl_->device));
+    return major * 10 + minor;
+}
 
 void Context::upload(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;
@@ -332,6 +340,30 @@ void Context::stage_ints(const int* src, int n) {
 }
 
 const int* Context::staged() const { return impl_->pinned; }
+
+void Context::reserve_staged_floats(size_t n) {
+    if (n <= impl_->pinned_floats_n) return;
+    impl_->rules.check(StreamOp::Alloc);
+    float* p = nullptr;
+    TL_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), n * sizeof(float)));
+    if (impl_->pinned_floats) {
+        TL_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));  // a copy into the old one may be in flight
+        cudaFreeHost(impl_->pinned_floats);
+    }
+    impl_->pinned_floats = p;
+    impl_->pinned_floats_n = n;
+}
+
+void Context::stage_floats(const float* src, size_t n) {
+    if (n > impl_->pinned_floats_n)
+        throw CudaError("stage_floats: " + std::to_string(n) + " floats, the staging holds " +
+                            std::to_string(impl_->pinned_floats_n) + " (reserve_staged_floats first)", false);
+    impl_->rules.check(StreamOp::Stage);
+    if (n == 0) return;
+    TL_CUDA_CHECK(cudaMemcpyAsync(impl_->pinned_floats, src, n * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
+}
+
+const float* Context::staged_floats() const { return impl_->pinned_floats; }
 
 void Context::synchronize() {
     impl_->rules.check(StreamOp::Sync);

@@ -118,6 +118,8 @@ public:
     Context& operator=(const Context&) = delete;
 
     int device() const;
+    // The device's compute capability, major * 10 + minor (90 on an H100/H200).
+    int compute_capability() const;
     // Device memory this context holds outside DeviceBuffers it was given: cuBLAS's handle
     // (measured with cudaMemGetInfo around cublasCreate) and its workspace; 0 until the first
     // gemm. Part of device_bytes_in_use().
@@ -133,6 +135,13 @@ public:
     // captured); read them with staged() after synchronize(). n <= 64.
     void stage_ints(const int* src, int n);
     const int* staged() const;
+    // Page-locked host memory for n floats (grown, never shrunk; not during capture: it
+    // allocates), then stage_floats copies n <= that many floats from the device into it
+    // asynchronously (may be captured: the fast step's logits, read with staged_floats() after
+    // synchronize() without a second download).
+    void reserve_staged_floats(size_t n);
+    void stage_floats(const float* src, size_t n);
+    const float* staged_floats() const;
     // Waits for every launch so far; throws the first asynchronous error.
     void synchronize();
 

@@ -20,6 +20,7 @@
 
 #include "cuda/greedy_agreement.h"
 #include "decode/sampling.h"
+#include "forward/cuda_fast_path.h"
 #include "kernels/cuda/byte_share.h"
 #include "kernels/cuda/capture_rules.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -273,6 +274,31 @@ TEST(CudaHostHelpers, SplitAttentionCombineEqualsTheCpuAttention) {
                         << " splits " << S << (tree ? " tree" : "") << " at " << i << " (query "
                         << i / (size_t(sh.n_heads) * sh.hd) << ")";
             }
+        }
+    }
+}
+
+// ---- the fast step's switch (TINYLOOP_CUDA_FAST) -----------------------------------------------
+
+TEST(CudaFastSwitch, PartsParseAndABadPartIsNamed) {
+    using tinyloop::CudaFastPath;
+    using tinyloop::parse_cuda_fast;
+    EXPECT_FALSE(parse_cuda_fast("").any());
+    EXPECT_FALSE(parse_cuda_fast("0").any());
+    EXPECT_EQ(parse_cuda_fast("1"), CudaFastPath::all());
+    EXPECT_EQ(parse_cuda_fast("all"), CudaFastPath::all());
+    const CudaFastPath f = parse_cuda_fast("fuse,pdl");
+    EXPECT_TRUE(f.fuse && f.pdl && !f.split_attention && !f.pinned_logits);
+    EXPECT_EQ(tinyloop::describe(parse_cuda_fast("split,pinned")), "split+pinned");
+    EXPECT_EQ(tinyloop::describe(CudaFastPath{}), "reference");
+    for (const char* bad : {"fuse,", "2", "fuse,splat", "FUSE"}) {
+        try {
+            parse_cuda_fast(bad);
+            ADD_FAILURE() << "'" << bad << "' was accepted";
+        } catch (const tinyloop::Error& e) {
+            EXPECT_EQ(e.code(), tinyloop::ErrorCode::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("TINYLOOP_CUDA_FAST"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("fuse, split, pdl, pinned"), std::string::npos) << e.what();
         }
     }
 }

@@ -10,6 +10,10 @@
 //
 // Adding an op means adding a case here. The CUDA rows (suite BackendOpsCuda, CTest label cuda)
 // report "skipped: no CUDA device (<reason>)" without one. TL_TEST_SEED=<n> replays a run.
+// "cuda-fast" is the CUDA back end with the fast decode step's ops (CudaOps::set_fast: one-row
+// products through decode_fast.cu's kernels, norms folded into them, split attention), held to
+// the same cases, so the table compares the fast path with the reference op by op; the
+// folded_norm cases check that a norm folded into its product gives the unfused bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -269,6 +273,54 @@ void add_matmul_cases(std::vector<OpCase>& v) {
                              for (int rows : {1, 7, 33, 257}) check_matmul(dev, rng, s.type, s.gs, rows, cols);
                          }});
         }
+    // A norm followed by the product that reads it (one row: the fast step folds the norm into
+    // the product, "cuda-fast") gives the bits of the norm run alone and then the product, and
+    // leaves the normalized row in memory as the norm alone does; for matmul, matmul_add,
+    // matmul_swiglu and matmul_qkv, at d_model-like and d_ff-like widths.
+    for (WType t : {WType::F32, WType::F16, WType::Q8, WType::Q4}) {
+        for (int cols : {128, 1408}) {
+            v.push_back({std::string("folded_norm_") + type_name(t) + "_c" + std::to_string(cols), [t, cols](Dev& dev, Rng& rng) {
+                             const int rows = 45, kr = 16;
+                             const Weights G(t, rows, cols, 32, rng), U(t, rows, cols, 32, rng), K(t, kr, cols, 32, rng);
+                             const WeightView dg = dev.weights(G), du = dev.weights(U), dk = dev.weights(K);
+                             const auto x = rng.normals(cols, 3.0f), gain = rng.normals(cols), y0 = rng.normals(rows);
+                             float *dx = dev.up(x), *dgain = dev.up(gain);
+                             // the unfused sequence: the norm's row downloaded (launched alone) first
+                             float* a = dev.poisoned<float>(cols);
+                             dev.be.rmsnorm(dx, dgain, 1, cols, 1e-5f, a);
+                             const auto a_ref = dev.down(a, cols);
+                             float *y = dev.poisoned<float>(rows), *acc = dev.up(y0), *sw = dev.poisoned<float>(rows);
+                             float *q = dev.poisoned<float>(rows), *k = dev.poisoned<float>(kr), *v = dev.poisoned<float>(rows);
+                             float* tmp = dev.poisoned<float>(rows);
+                             dev.be.matmul(dg, a, 1, y);
+                             dev.be.matmul_add(dg, a, 1, acc, tmp);
+                             dev.be.matmul_swiglu(dg, du, a, 1, sw, tmp);
+                             dev.be.matmul_qkv(dg, dk, du, a, 1, q, k, v);
+                             const auto y_ref = dev.down(y, rows), acc_ref = dev.down(acc, rows), sw_ref = dev.down(sw, rows);
+                             const auto q_ref = dev.down(q, rows), k_ref = dev.down(k, kr), v_ref = dev.down(v, rows);
+                             // each product straight after its norm (every buffer made before: an
+                             // upload between the two would launch the norm alone)
+                             float *y2 = dev.poisoned<float>(rows), *acc2 = dev.up(y0), *sw2 = dev.poisoned<float>(rows);
+                             float *q2 = dev.poisoned<float>(rows), *k2 = dev.poisoned<float>(kr), *v2 = dev.poisoned<float>(rows);
+                             float* a2 = dev.poisoned<float>(cols);
+                             dev.be.rmsnorm(dx, dgain, 1, cols, 1e-5f, a2);
+                             dev.be.matmul(dg, a2, 1, y2);
+                             dev.be.rmsnorm(dx, dgain, 1, cols, 1e-5f, a2);
+                             dev.be.matmul_add(dg, a2, 1, acc2, tmp);
+                             dev.be.rmsnorm(dx, dgain, 1, cols, 1e-5f, a2);
+                             dev.be.matmul_swiglu(dg, du, a2, 1, sw2, tmp);
+                             dev.be.rmsnorm(dx, dgain, 1, cols, 1e-5f, a2);
+                             dev.be.matmul_qkv(dg, dk, du, a2, 1, q2, k2, v2);  // deferred: the download launches it
+                             EXPECT_EQ(dev.down(y2, rows), y_ref) << "norm + matmul";
+                             EXPECT_EQ(dev.down(acc2, rows), acc_ref) << "norm + matmul_add";
+                             EXPECT_EQ(dev.down(sw2, rows), sw_ref) << "norm + matmul_swiglu";
+                             EXPECT_EQ(dev.down(q2, rows), q_ref) << "norm + matmul_qkv q";
+                             EXPECT_EQ(dev.down(k2, kr), k_ref) << "norm + matmul_qkv k";
+                             EXPECT_EQ(dev.down(v2, rows), v_ref) << "norm + matmul_qkv v";
+                             EXPECT_EQ(dev.down(a2, cols), a_ref) << "the norm's row after a deferred q/k/v product";
+                         }});
+        }
+    }
     // The fused forms give the unfused ops' bits: y += W x, q/k/v at once, silu(G x) * (U x).
     for (WType t : {WType::F32, WType::F16, WType::BF16, WType::Q8, WType::Q4}) {
         v.push_back({std::string("matmul_fused_") + type_name(t), [t](Dev& dev, Rng& rng) {
@@ -433,7 +485,7 @@ std::vector<std::string> backend_names(bool cuda) {
     // Every entry, run or not: a level this CPU (or TINYLOOP_SIMD) rules out is listed as skipped
     // with the reason, so the count of cases is the same on every machine.
     for (const BackendEntry& e : entries())
-        if ((e.name == "cuda") == cuda) out.push_back(e.name);
+        if ((e.name.rfind("cuda", 0) == 0) == cuda) out.push_back(e.name);  // "cuda" and "cuda-fast"
     return out;
 }
 
@@ -447,7 +499,7 @@ void run_case(const Param& p) {
     static ThreadPool pool(3);
     const std::string saved = simd_level();
     std::unique_ptr<BackendOps> be = e.make(e.name, &pool);
-    Dev dev{*be, name != "cuda", {}};
+    Dev dev{*be, name.rfind("cuda", 0) != 0, {}};
     Rng rng(std::hash<std::string>{}(op.name));
     op.run(dev, rng);
     dev.held.clear();

@@ -45,6 +45,18 @@ BackendEntry cuda_backend_entry() {
     return e;
 }
 
+BackendEntry cuda_fast_backend_entry() {
+    BackendEntry e = cuda_backend_entry();
+    e.name = "cuda-fast";
+    if (e.make)
+        e.make = [](const std::string&, kern::ThreadPool*) -> std::unique_ptr<BackendOps> {
+            auto ops = std::make_unique<CudaOps>(cached_probe().device);
+            ops->set_fast(true, true, ops->context().compute_capability() >= 90);
+            return ops;
+        };
+    return e;
+}
+
 // ---- CudaOps ---------------------------------------------------------------------------------
 
 namespace {
@@ -76,27 +88,144 @@ std::unique_ptr<BackendBuffer> CudaOps::alloc(size_t bytes) {
         return std::make_unique<DeviceMemory>(*ctx_, bytes);
     });
 }
-void CudaOps::upload(void* dst, const void* src, size_t bytes) { ctx_->upload(dst, src, bytes); }
-void CudaOps::download(void* dst, const void* src, size_t bytes) { ctx_->download(dst, src, bytes); }
-void CudaOps::copy(void* dst, const void* src, size_t bytes) { ctx_->copy(dst, src, bytes); }
-void CudaOps::synchronize() { ctx_->synchronize(); }
+void CudaOps::upload(void* dst, const void* src, size_t bytes) {
+    flush();
+    ctx_->upload(dst, src, bytes);
+}
+void CudaOps::download(void* dst, const void* src, size_t bytes) {
+    flush();
+    ctx_->download(dst, src, bytes);
+}
+void CudaOps::copy(void* dst, const void* src, size_t bytes) {
+    flush();
+    ctx_->copy(dst, src, bytes);
+}
+void CudaOps::synchronize() {
+    flush();
+    ctx_->synchronize();
+}
+
+// ---- the fast step's deferral (set_fast) ----
+//
+// A deferred op is launched by the next op unless that op is its fusing consumer; every method
+// of CudaOps starts with flush() or a consumer's check, so the stream sees the reference order
+// of effects. The fused kernels write what the unfused ops would have written (the normalized
+// row, k and v), so a later reader of those buffers sees the same memory.
+
+void CudaOps::set_fast(bool fuse, bool split_attention, bool pdl) {
+    flush();
+    fuse_ = fuse;
+    split_ = split_attention;
+    pdl_ = pdl;
+}
+
+void CudaOps::flush() {
+    if (norm_.on) {
+        norm_.on = false;
+        kc::rmsnorm(*ctx_, norm_.x, norm_.g, 1, norm_.d, norm_.eps, norm_.y);
+    }
+    if (qkv_.on) {
+        qkv_.on = false;
+        const PendingQkv& p = qkv_.p;
+        const float* x = p.x;
+        if (p.norm.g) {
+            kc::rmsnorm(*ctx_, p.x, p.norm.g, 1, p.wq.cols, p.norm.eps, p.norm.out);
+            x = p.norm.out;
+        }
+        kc::matmul3(*ctx_, p.wq, p.wk, p.wv, x, 1, qkv_.q, qkv_.k, qkv_.v);
+    }
+}
+
+bool CudaOps::fast_row(int n, const kern::WeightView& W) const {
+    return fuse_ && n == 1 && !gemm(n) && W.cols >= 1 && W.cols <= kc::kFastMaxCols;
+}
+
+// The norm deferred for the product reading x (cols columns, writing out), folded: x becomes the
+// norm's input. Anything else deferred is launched first; a product that would overwrite the
+// norm's input while other blocks still read it is not fused.
+kc::FoldedNorm CudaOps::fold(const float*& x, int cols, const float* out) {
+    kc::FoldedNorm f;
+    if (norm_.on && !qkv_.on && norm_.y == x && norm_.d == cols && out != norm_.x) {
+        norm_.on = false;
+        f.g = norm_.g;
+        f.eps = norm_.eps;
+        f.out = norm_.y;
+        x = norm_.x;
+        return f;
+    }
+    flush();
+    return f;
+}
+
+bool CudaOps::take_qkv(const float* q, const float* k, const float* v, int n_heads, int n_kv_heads, int head_dim,
+                       PendingQkv* out) {
+    if (qkv_.on && !norm_.on && qkv_.q == q && qkv_.k == k && qkv_.v == v &&
+        kc::fast_qkv_fits(qkv_.p.wq, qkv_.p.wk, qkv_.p.wv, n_heads, n_kv_heads, head_dim)) {
+        qkv_.on = false;
+        *out = qkv_.p;
+        return true;
+    }
+    flush();
+    return false;
+}
 
 void CudaOps::embedding(const kern::WeightView& E, const int32_t* ids, int n, float* out) {
+    flush();
     kc::embedding(*ctx_, E, ids, n, out);
 }
 void CudaOps::rmsnorm(const float* x, const float* g, int n, int d, float eps, float* y) {
+    flush();
+    if (fuse_ && n == 1 && d >= 1 && d <= kc::kFastMaxCols && y != x) {
+        norm_ = PendingNorm{true, x, g, d, eps, y};
+        return;
+    }
     kc::rmsnorm(*ctx_, x, g, n, d, eps, y);
 }
 void CudaOps::matmul(const kern::WeightView& W, const float* x, int n, float* y) {
+    if (fast_row(n, W)) {
+        const kc::FoldedNorm f = fold(x, W.cols, y);
+        kc::fast_matmul(*ctx_, f, W, x, y, false, pdl_);
+        return;
+    }
+    flush();
     if (gemm(n)) kc::gemm(*ctx_, W, x, n, y, gemm_scratch_, false, false);
     else kc::matmul(*ctx_, W, x, n, y);
 }
 void CudaOps::matmul_add(const kern::WeightView& W, const float* x, int n, float* y, float*) {
+    if (fast_row(n, W)) {
+        const kc::FoldedNorm f = fold(x, W.cols, y);
+        kc::fast_matmul(*ctx_, f, W, x, y, true, pdl_);
+        return;
+    }
+    flush();
     if (gemm(n)) kc::gemm(*ctx_, W, x, n, y, gemm_scratch_, false, true);
     else kc::matmul(*ctx_, W, x, n, y, true);
 }
 void CudaOps::matmul_qkv(const kern::WeightView& Wq, const kern::WeightView& Wk, const kern::WeightView& Wv,
                          const float* x, int n, float* q, float* k, float* v) {
+    if (fast_row(n, Wq) && Wk.cols == Wq.cols && Wv.cols == Wq.cols) {
+        // deferred whole: the session's cache side takes it (take_qkv) to fuse RoPE and the
+        // cache writes; any other next op launches it as matmul3
+        const float* in = x;
+        const kc::FoldedNorm f = fold(in, Wq.cols, nullptr);
+        if (f.g && (f.out == q || f.out == k || f.out == v)) {  // the norm's row must survive to the flush
+            norm_ = PendingNorm{true, in, f.g, Wq.cols, f.eps, f.out};
+            flush();
+        } else {
+            qkv_.on = true;
+            qkv_.p.wq = Wq;
+            qkv_.p.wk = Wk;
+            qkv_.p.wv = Wv;
+            qkv_.p.x = in;
+            qkv_.p.norm = f;
+            qkv_.q = q;
+            qkv_.k = k;
+            qkv_.v = v;
+            return;
+        }
+    } else {
+        flush();
+    }
     if (gemm(n)) {
         matmul(Wq, x, n, q);
         matmul(Wk, x, n, k);
@@ -107,6 +236,12 @@ void CudaOps::matmul_qkv(const kern::WeightView& Wq, const kern::WeightView& Wk,
 }
 void CudaOps::matmul_swiglu(const kern::WeightView& Wg, const kern::WeightView& Wu, const float* x, int n, float* out,
                             float* tmp) {
+    if (fast_row(n, Wg) && Wu.rows == Wg.rows && Wu.cols == Wg.cols) {
+        const kc::FoldedNorm f = fold(x, Wg.cols, out);
+        kc::fast_matmul_swiglu(*ctx_, f, Wg, Wu, x, out, pdl_);
+        return;
+    }
+    flush();
     if (gemm(n)) {
         matmul(Wg, x, n, out);
         matmul(Wu, x, n, tmp);
@@ -116,19 +251,42 @@ void CudaOps::matmul_swiglu(const kern::WeightView& Wg, const kern::WeightView& 
     }
 }
 void CudaOps::rope(float* x, int n, int n_heads, int head_dim, const int* positions, float theta) {
+    flush();
     kc::rope(*ctx_, x, n, n_heads, head_dim, positions, theta);
 }
 void CudaOps::silu_mul(const float* gate, const float* up, float* out, size_t n) {
+    flush();
     kc::silu_mul(*ctx_, gate, up, out, n);
 }
-void CudaOps::add_inplace(float* y, const float* x, size_t n) { kc::add_inplace(*ctx_, y, x, n); }
-void CudaOps::add_rows(float* y, const float* b, int n, int cols) { kc::add_rows(*ctx_, y, b, n, cols); }
-void CudaOps::scale(float* y, float s, size_t n) { kc::scale(*ctx_, y, s, n); }
+void CudaOps::add_inplace(float* y, const float* x, size_t n) {
+    flush();
+    kc::add_inplace(*ctx_, y, x, n);
+}
+void CudaOps::add_rows(float* y, const float* b, int n, int cols) {
+    flush();
+    kc::add_rows(*ctx_, y, b, n, cols);
+}
+void CudaOps::scale(float* y, float s, size_t n) {
+    flush();
+    kc::scale(*ctx_, y, s, n);
+}
 void CudaOps::concat_rows(float* out, const float* a, const float* b, int n, int da, int db) {
+    flush();
     kc::concat_rows(*ctx_, out, a, b, n, da, db);
 }
-void CudaOps::attention(const kern::AttentionArgs& a) { kc::attention(*ctx_, a); }
+void CudaOps::attention(const kern::AttentionArgs& a) {
+    flush();
+    if (!split_ || a.kq) {
+        kc::attention(*ctx_, a);
+        return;
+    }
+    const int splits = kc::attention_splits(a.n_heads);
+    const size_t need = kc::attention_split_floats(a.n_tok, a.n_heads, a.head_dim, splits);
+    if (partial_.size() < need * sizeof(float)) partial_ = kc::DeviceBuffer(*ctx_, need * sizeof(float));
+    kc::attention_split(*ctx_, a, splits, partial_.f32(), partial_.size() / sizeof(float), pdl_);
+}
 void CudaOps::argmax(const float* logits, int n_rows, int vocab, int n_valid, int* out) {
+    flush();
     kc::argmax(*ctx_, logits, n_rows, vocab, n_valid, out);
 }
 
@@ -163,6 +321,12 @@ BackendEntry cuda_backend_entry() {
     BackendEntry e;
     e.name = "cuda";
     e.unavailable = "no CUDA back end in this build";
+    return e;
+}
+
+BackendEntry cuda_fast_backend_entry() {
+    BackendEntry e = cuda_backend_entry();
+    e.name = "cuda-fast";
     return e;
 }
 

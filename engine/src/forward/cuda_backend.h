@@ -37,6 +37,9 @@ std::string cuda_device_summary();
 // The CUDA entry of backend_entries(): available when this build has the CUDA back end and
 // the machine a usable device; else the reason ("no CUDA back end in this build", the probe's).
 BackendEntry cuda_backend_entry();
+// "cuda-fast": the same device with the fast decode step's ops on (CudaOps::set_fast with fuse,
+// split and pdl), for the op table to compare with "cuda".
+BackendEntry cuda_fast_backend_entry();
 
 // Runs fn and rethrows a kern::cuda::CudaError as Error(OutOfMemory) when the device ran out of
 // memory, else Error(Backend), with `what` in front of the message.
@@ -76,6 +79,26 @@ public:
     void force_kernels(bool on) { force_kernels_ = on; }
     kern::cuda::Context& context() { return *ctx_; }
 
+    // The fast step's product side (cuda_fast_path.h: fuse, split, pdl). With fuse, one-row
+    // calls run decode_fast.cu's kernels: an rmsnorm is deferred and folded into the product
+    // that reads its output (any other op launches it first), and a one-row q/k/v product is
+    // deferred for the session's cache side to fuse with RoPE and the cache writes
+    // (take_qkv); the bits are the reference ops'. With split, attention() is flash-decoding.
+    void set_fast(bool fuse, bool split_attention, bool pdl);
+    // Launches whatever is deferred (a norm, a q/k/v product) as the reference ops would.
+    void flush();
+    struct PendingQkv {
+        kern::WeightView wq, wk, wv;
+        const float* x = nullptr;       // the product's input (the norm's input when folded)
+        kern::cuda::FoldedNorm norm;    // g == nullptr: no norm folded
+    };
+    // The deferred one-row q/k/v product writing q, k, v, handed over (true) for the caller to
+    // launch fused (kern::cuda::fast_qkv_rope_store); false (after launching it as the
+    // reference ops) when none matches or the weights do not fit the fused kernel.
+    bool take_qkv(const float* q, const float* k, const float* v, int n_heads, int n_kv_heads, int head_dim,
+                  PendingQkv* out);
+    bool pdl() const { return pdl_; }
+
     std::string name() const override;
     std::unique_ptr<BackendBuffer> alloc(size_t bytes) override;
     void upload(void* dst, const void* src, size_t bytes) override;
@@ -108,6 +131,24 @@ private:
     float* gemm_scratch_ = nullptr;  // null when every weight is f32 (cuBLAS reads those in place)
     int gemm_min_rows_ = 0;
     bool force_kernels_ = false;
+    // the fast step (set_fast)
+    bool fuse_ = false, split_ = false, pdl_ = false;
+    struct PendingNorm {
+        bool on = false;
+        const float* x = nullptr;
+        const float* g = nullptr;
+        int d = 0;
+        float eps = 0;
+        float* y = nullptr;
+    } norm_;
+    struct {
+        bool on = false;
+        PendingQkv p;
+        float *q = nullptr, *k = nullptr, *v = nullptr;
+    } qkv_;
+    kern::cuda::DeviceBuffer partial_;  // attention()'s split states (the op table's calls)
+    bool fast_row(int n, const kern::WeightView& W) const;
+    kern::cuda::FoldedNorm fold(const float*& x, int cols, const float* out);
 };
 #endif
 

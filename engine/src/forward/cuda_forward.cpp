@@ -89,6 +89,10 @@ struct CudaSession::Impl {
     kc::DeviceBuffer ids, pos, kvb, kve, chosen;          // [rows] ints (chosen: [1])
     kc::DeviceBuffer crow, extra_rows, extra_offsets;      // forward_rows only
     kc::DeviceBuffer rope_tab;                            // RoPE cos/sin [max_seq_len, head_dim/2, 2]
+    kc::DeviceBuffer partial;                             // fast.split_attention: the splits' states
+    int splits = 0;                                       // attention splits per (row, head)
+    bool pdl = false;                                     // fast.pdl on a device that has it (sm_90+)
+    bool logits_pinned = false;  // the context's staged floats hold the last row's logits (last_logits)
     const int* store_at = nullptr;     // cache rows of the current rows (nullptr: their positions)
     const int* d_extra_rows = nullptr; // tree extras of the current rows (nullptr: none)
     const int* d_extra_offsets = nullptr;
@@ -131,6 +135,13 @@ struct CudaSession::Impl {
             rope_tab = kc::DeviceBuffer(ctx, tab.size() * sizeof(float));
             ctx.upload(rope_tab.get(), tab.data(), tab.size() * sizeof(float));
         }
+        pdl = o.fast.pdl && ctx.compute_capability() >= 90;
+        ops.set_fast(o.fast.fuse, false, pdl);  // the session's cache side runs the split attention
+        if (o.fast.split_attention) {
+            splits = kc::attention_splits(hp.n_heads);
+            partial = kc::DeviceBuffer(ctx, kc::attention_split_floats(rows, hp.n_heads, hp.head_dim, splits) * F);
+        }
+        if (o.fast.pinned_logits) ctx.reserve_staged_floats(V);
         if (o.gemm_min_tokens <= rows) {  // cuBLAS needs f32 operands: scratch for the largest
             size_t s = 0;
             auto need = [&](const kern::WeightView& W) { s = std::max(s, kc::gemm_scratch_bytes(W)); };
@@ -150,6 +161,14 @@ struct CudaSession::Impl {
         explicit Cache(Impl& s) : s_(s) {}
         void rope_store(int layer, float* q, float* k, const float* v, int n) override {
             const HParams& hp = s_.hp;
+            CudaOps::PendingQkv p;
+            if (s_.ops.take_qkv(q, k, v, hp.n_heads, hp.n_kv_heads, hp.head_dim, &p)) {  // fast.fuse, one row
+                kc::fast_qkv_rope_store(s_.ctx, p.norm, p.wq, p.wk, p.wv, p.x, hp.n_heads, hp.n_kv_heads, hp.head_dim,
+                                        // v: the session's own buffer, which the deferred product writes
+                                        s_.pos.i32(), s_.rope_tab.f32(), q, k, const_cast<float*>(v), s_.k_layer(layer),
+                                        s_.v_layer(layer), s_.store_at ? s_.store_at : s_.pos.i32(), s_.pdl);
+                return;
+            }
             kc::rope_store(s_.ctx, q, k, v, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, s_.pos.i32(), s_.rope_tab.f32(),
                            s_.k_layer(layer), s_.v_layer(layer), s_.store_at ? s_.store_at : s_.pos.i32());
         }
@@ -169,7 +188,11 @@ struct CudaSession::Impl {
             at.out = out;
             at.extra_rows = s_.d_extra_rows;
             at.extra_offsets = s_.d_extra_offsets;
-            kc::attention(s_.ctx, at);
+            s_.ops.flush();
+            if (s_.o.fast.split_attention)
+                kc::attention_split(s_.ctx, at, s_.splits, s_.partial.f32(), s_.partial.size() / sizeof(float), s_.pdl);
+            else
+                kc::attention(s_.ctx, at);
         }
 
     private:
@@ -216,6 +239,9 @@ struct CudaSession::Impl {
     void issue_step() {
         rows_forward(1);
         head_rows(0, 1);
+        // fast.pinned_logits: the row's logits to pinned host memory inside the step, so the host
+        // pipeline reads them after the step's one synchronisation
+        if (o.fast.pinned_logits) ctx.stage_floats(logits.f32(), size_t(hp.vocab_size));
         ctx.stage_ints(chosen.i32(), 1);
         kc::advance(ctx, chosen.i32(), ids.i32(), pos.i32(), kvb.i32(), kve.i32(), o.window);
     }
@@ -248,7 +274,7 @@ size_t CudaSession::device_bytes() const {
     size_t n = 0;
     for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.h, &s.a, &s.q, &s.kk, &s.vv, &s.att, &s.o_, &s.g, &s.u, &s.logits,
                                       &s.e_in, &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
-                                      &s.extra_offsets, &s.rope_tab})
+                                      &s.extra_offsets, &s.rope_tab, &s.partial})
         n += b->size();
     return n + s.ctx.device_bytes();
 }
@@ -277,6 +303,7 @@ int32_t CudaSession::prefill(const int32_t* tokens, int n, std::vector<float>* l
         s.ctx.synchronize();
         pos_ += n;
         s.primed = false;
+        s.logits_pinned = false;
         account();  // the first cuBLAS chunk created the context's handle
         return static_cast<int32_t>(s.ctx.staged()[0]);
     });
@@ -310,6 +337,7 @@ int32_t CudaSession::decode(int32_t token) {
         s.ctx.synchronize();
         const int32_t next = s.ctx.staged()[0];
         s.last_row = 0;  // a replayed graph ran head_rows(0, 1) without the host seeing it
+        s.logits_pinned = s.o.fast.pinned_logits;
         pos_ += 1;
         s.primed = true;
         s.primed_token = next;
@@ -320,6 +348,11 @@ int32_t CudaSession::decode(int32_t token) {
 std::vector<float> CudaSession::last_logits() {
     Impl& s = *impl_;
     std::vector<float> out(size_t(s.hp.vocab_size));
+    if (s.logits_pinned) {  // the decode step copied them inside its graph, and the host synced since
+        const float* p = s.ctx.staged_floats();
+        std::copy(p, p + out.size(), out.begin());
+        return out;
+    }
     with_cuda_errors("cuda logits", [&] {
         s.ctx.download(out.data(), s.logits.f32() + size_t(s.last_row) * out.size(), out.size() * sizeof(float));
     });
@@ -333,6 +366,7 @@ void CudaSession::set_pos(int p) {
                                                     std::to_string(s.o.capacity) + "]");
     pos_ = p;
     s.primed = false;
+    s.logits_pinned = false;
 }
 
 void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
@@ -398,6 +432,7 @@ void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
         s.head_rows(0, n);
         s.ctx.download(logits.data(), s.logits.get(), logits.size() * sizeof(float));
         s.primed = false;
+        s.logits_pinned = false;
     });
     account();  // the verification buffers may have grown
 }
@@ -413,7 +448,7 @@ CudaSessionLease::CudaSessionLease(const CudaWeights& w, const CudaSessionOption
         if (w.idle_) {
             const CudaSessionOptions& k = w.idle_->options();
             if (k.loops == o.loops && k.window == o.window && k.gemm_min_tokens == o.gemm_min_tokens &&
-                k.use_graph == o.use_graph && k.capacity >= o.capacity) {
+                k.use_graph == o.use_graph && k.fast == o.fast && k.capacity >= o.capacity) {
                 s_ = std::move(w.idle_);
                 reused_ = true;
             } else {
@@ -471,6 +506,7 @@ private:
         o.loops = spec.loops;
         o.capacity = spec.capacity;
         o.window = spec.window;
+        o.fast = cuda_fast_from_env();
         return o;
     }
     const HParams& hp_;
@@ -492,6 +528,7 @@ public:
         CudaSessionOptions o;
         o.loops = loops;
         o.capacity = n;
+        o.fast = cuda_fast_from_env();
         CudaSessionLease s(*m_.cuda, o);
         std::vector<float> logits;
         s->prefill(tokens, n, &logits);

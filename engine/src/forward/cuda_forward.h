@@ -17,6 +17,7 @@
 #include <mutex>
 #include <vector>
 
+#include "forward/cuda_fast_path.h"
 #include "kernels/cuda/byte_share.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/model.h"
@@ -65,6 +66,9 @@ struct CudaSessionOptions {
     int window = 0;           // cache_window (0 = attend to every earlier position)
     int gemm_min_tokens = 64; // prefill chunks with at least this many rows use cuBLAS
     bool use_graph = true;    // capture the decode step once and replay it
+    // The fast decode step's parts (cuda_fast_path.h); all off: the reference step. The engine's
+    // calls (the CUDA executor) take them from TINYLOOP_CUDA_FAST.
+    CudaFastPath fast;
 };
 
 // Rows with explicit positions and attention ranges: speculative verification (a chain of
@@ -95,7 +99,8 @@ public:
     int32_t prefill(const int32_t* tokens, int n, std::vector<float>* logits = nullptr);
     // Feeds `token` at pos() and returns the greedy choice after it (one graph replay).
     int32_t decode(int32_t token);
-    // Logits of the most recent row (downloaded).
+    // Logits of the most recent row (downloaded; after a decode step with fast.pinned_logits,
+    // read from the pinned copy the step made, without a download).
     std::vector<float> last_logits();
     // Runs the rows through every layer (writing their K/V at their cache rows) and returns
     // their logits [n, vocab]. Always the batch-invariant kernels (never cuBLAS), so a row's
