@@ -18,11 +18,14 @@
 # still fits the 15-minute budget):
 #   1. names the machine (nvidia-smi) and unpacks the archive to /tmp/devcheck,
 #   2. runs each test program once with a --gtest_filter group (not one process per test):
-#      the op tests under compute-sanitizer memcheck where it works (else plainly, saying so),
-#      the op table's CUDA rows, whole-model parity, the public API on the device without the
+#      the op tests under compute-sanitizer memcheck where it works (else plainly, saying so;
+#      the fast step's kernels, CudaFastOps, included), the fast step's kernels again plainly
+#      (fast-ops), the op table's CUDA rows ("cuda" and "cuda-fast"), whole-model parity, the
+#      fast step against the reference step (fast-step: the same bits with fuse/pdl/pinned,
+#      the near-tie rule with split attention), the public API on the device without the
 #      VRAM test, then the VRAM test alone (it reads the device's free memory, so nothing else
 #      may run beside it), the golden forward's CUDA case, the fallback tests,
-#   3. runs bench_cuda (JSON line) and `tinyloop bench --backend cuda` (plain prefill and
+#   3. runs bench_cuda (JSON line: the reference and the fast step, launches per token of each) and `tinyloop bench --backend cuda` (plain prefill and
 #      single-stream decode) on the bundled model and on the d512 shape at f32, q8 and q4, and
 #      the CPU's two threads on the bundled model beside it; the batch engine is left out (it
 #      is refused with NotSupported on CUDA until it is routed),
@@ -99,10 +102,11 @@ if [ "${1:-}" = "--rehearse" ]; then
   check "one file under \$OUT (found $n_files)" '[ "$n_files" = 1 ] && [ -s "$work/out/devcheck.log" ]'
   check "the hung step was stopped by its timeout and reported" 'grep -qE "^TIMEOUT forward after|^\| test +\| forward +\| TIMEOUT" "$work/stdout.txt"'
   check "the exit status says a group failed (the hung one): $rc" '[ "$rc" = 1 ]'
-  check "every test group has a row" 'for g in ops ops-table forward engine vram golden fallback; do grep -qE "^\| test +\| $g " "$work/stdout.txt" || exit 1; done'
+  check "every test group has a row" 'for g in ops fast-ops ops-table forward fast-step engine vram golden fallback; do grep -qE "^\| test +\| $g " "$work/stdout.txt" || exit 1; done'
   check "the sanitizer row says how the op tests ran" 'grep -qE "^\| test +\| ops .*(memcheck|plain)" "$work/stdout.txt"'
   check "bench_cuda rows for kjv and d512 at f32/q8/q4" 'for c in kjv-f32 kjv-q8 kjv-q4 d512-f32 d512-q8 d512-q4; do grep -qE "^\| bench_cuda +\| $c " "$work/stdout.txt" || exit 1; done'
-  check "tinyloop bench rows (cuda and the CPU beside it)" 'for c in kjv-cuda d512-cuda kjv-cpu2; do grep -qE "^\| tinyloop bench +\| $c " "$work/stdout.txt" || exit 1; done'
+  check "bench_cuda rows show the fast step beside the reference" 'grep -qE "^\| bench_cuda +\| d512-q4 .*fast 4000.0 .*103 launches" "$work/stdout.txt"'
+  check "tinyloop bench rows (cuda, the CPU beside it, the fast step)" 'for c in kjv-cuda d512-cuda kjv-cpu2 d512-fast; do grep -qE "^\| tinyloop bench +\| $c " "$work/stdout.txt" || exit 1; done'
   check "the log holds every step and the table" 'grep -q "== table" "$work/out/devcheck.log" && grep -q "== bench_cuda" "$work/out/devcheck.log"'
   check "the budget line" 'grep -qE "^device time: [0-9]+ s of [0-9]+ s budget" "$work/stdout.txt"'
   echo "rehearsal wall time $wall s"
@@ -129,7 +133,7 @@ if [ "${1:-}" = "--stub" ]; then
   case $prog in
     bench_cuda)
       m=$(basename "$1" .tinyloop)
-      echo "{\"model\":\"$1\",\"device\":\"stub\",\"loops\":4,\"prompt\":512,\"tokens\":128,\"prefill_tok_s\":1000.0,\"prefill_kernel_tok_s\":500.0,\"cublas_only_tok_s\":1500.0,\"prefill_vs_cublas\":0.667,\"decode_graph_tok_s\":2000.0,\"decode_direct_tok_s\":1000.0,\"bytes_per_token\":1000000,\"decode_gb_s\":2.0,\"launches_per_token\":134,\"weights_device_bytes\":1,\"session_device_bytes\":1}" ;;
+      echo "{\"model\":\"$1\",\"device\":\"stub\",\"loops\":4,\"prompt\":512,\"tokens\":128,\"prefill_tok_s\":1000.0,\"prefill_kernel_tok_s\":500.0,\"cublas_only_tok_s\":1500.0,\"prefill_vs_cublas\":0.667,\"decode_graph_tok_s\":2000.0,\"decode_direct_tok_s\":1000.0,\"bytes_per_token\":1000000,\"decode_gb_s\":2.0,\"launches_per_token\":134,\"decode_fast_tok_s\":4000.0,\"fast_gb_s\":4.0,\"fast_launches_per_token\":103,\"decode_logits_tok_s\":1500.0,\"decode_fast_logits_tok_s\":3500.0,\"weights_device_bytes\":1,\"session_device_bytes\":1}" ;;
     tinyloop)
       if [ "$1" = make-random ]; then echo "(stub) wrote $2"; exit 0; fi
       echo "dtype thr mode         depth  prefill/s  decode/s  speedup    GB/s   %bw  bound/s  GFLOP/s  %peak  accept  acc/cyc  same"
@@ -267,8 +271,10 @@ else
   if [ $step_rc -eq 0 ]; then res="pass: $res"; elif [ $step_rc -eq 124 ]; then res=TIMEOUT; fails=$((fails + 1)); else res="FAIL (exit $step_rc): $res"; fails=$((fails + 1)); fi
   rows+=("$(printf '| test           | %-10s | %-68s | %4ss memcheck |' ops "$res" "$step_s")")
 fi
+test_group fast-ops 60 test_cuda_ops '*CudaFastOps*'
 test_group ops-table 60 test_backend_ops '*Cuda*'
-test_group forward 120 test_cuda_forward '*'
+test_group forward 120 test_cuda_forward '*-*CudaFastStep*:*CudaFastSwitchOnDevice*'
+test_group fast-step 120 test_cuda_forward '*CudaFastStep*:*CudaFastSwitchOnDevice*'
 test_group engine 120 test_cuda_engine '-*Vram*'
 test_group vram 45 test_cuda_engine '*Vram*'          # alone: it reads the device's free memory
 test_group golden 45 test_golden_forward '*Cuda*'
@@ -284,11 +290,17 @@ for dt in f32 q8 q4; do
 done
 bench_cuda_case() {  # NAME MODEL
   local before; before=$(( $(wc -l < "$log") + 1 ))
-  run_prog 45 "bench_cuda $1" bench_cuda "$2" --prompt 512 --tokens 256 --reps 3
+  run_prog 45 "bench_cuda $1" bench_cuda "$2" --prompt 512 --tokens 256 --reps 2
   local j; j=$(tail -n +"$before" "$log" | grep -m1 '^{"model"')
   if [ -n "$j" ]; then
     local f
-    f=$(echo "$j" | sed -E 's/.*"prefill_tok_s":([0-9.]+).*"cublas_only_tok_s":([0-9.]+),"prefill_vs_cublas":([0-9.]+),"decode_graph_tok_s":([0-9.]+),"decode_direct_tok_s":([0-9.]+).*"decode_gb_s":([0-9.]+),"launches_per_token":([0-9]+).*/prefill \1 | cuBLAS-only \2 | ratio \3 | decode graph \4 | direct \5 | \6 GB\/s | \7 launches/' )
+    f=$(echo "$j" | sed -E 's/.*"prefill_tok_s":([0-9.]+).*"cublas_only_tok_s":([0-9.]+),"prefill_vs_cublas":([0-9.]+),"decode_graph_tok_s":([0-9.]+),"decode_direct_tok_s":([0-9.]+).*"decode_gb_s":([0-9.]+),"launches_per_token":([0-9]+),"decode_fast_tok_s":([0-9.]+),"fast_gb_s":([0-9.]+),"fast_launches_per_token":([0-9]+),"decode_logits_tok_s":([0-9.]+),"decode_fast_logits_tok_s":([0-9.]+).*/prefill \1 | cuBLAS-only \2 | ratio \3 | decode graph \4 | direct \5 | \6 GB\/s | \7 launches | fast \8 | \9 GB\/s | FASTL launches | +logits ref LREF fast LFAST/' )
+    # sed -E has nine groups: the last three fields by name
+    local fl lr lf
+    fl=$(echo "$j" | sed -nE 's/.*"fast_launches_per_token":([0-9]+).*/\1/p')
+    lr=$(echo "$j" | sed -nE 's/.*"decode_logits_tok_s":([0-9.]+).*/\1/p')
+    lf=$(echo "$j" | sed -nE 's/.*"decode_fast_logits_tok_s":([0-9.]+).*/\1/p')
+    f=${f/FASTL/$fl}; f=${f/LREF/$lr}; f=${f/LFAST/$lf}
     rows+=("$(printf '| bench_cuda     | %-10s | %-68s | %4ss |' "$1" "$f" "$step_s")")
   else
     rows+=("$(printf '| bench_cuda     | %-10s | %-68s | %4ss |' "$1" "$( [ $step_rc -eq 124 ] && echo TIMEOUT || echo "no result (exit $step_rc): see log")" "$step_s")")
@@ -301,7 +313,7 @@ say "tinyloop bench"
 tl_bench() {  # NAME ARGS...: plain rows: dtype, prefill tok/s, decode tok/s
   local name=$1; shift
   local before; before=$(( $(wc -l < "$log") + 1 ))
-  run_prog 75 "tinyloop bench $name" tinyloop bench "$@" --modes plain --tokens 256 --prompt-tokens 256 --repeat 3 --no-machine
+  run_prog 75 "tinyloop bench $name" tinyloop bench "$@" --modes plain --tokens 256 --prompt-tokens 256 --repeat 2 --no-machine
   local r
   r=$(tail -n +"$before" "$log" | awk '$3 == "plain" && $1 ~ /^(f32|f16|bf16|q8|q4|q2)$/ { printf "%s prefill %s decode %s; ", $1, $5, $6 }')
   [ -n "$r" ] || r=$( [ $step_rc -eq 124 ] && echo TIMEOUT || echo "no rows (exit $step_rc): see log")
@@ -310,6 +322,9 @@ tl_bench() {  # NAME ARGS...: plain rows: dtype, prefill tok/s, decode tok/s
 tl_bench kjv-cuda "$models/model-f32.tinyloop" --backend cuda --dtypes f32,q8,q4
 tl_bench d512-cuda --random "d_model=512,n_heads=8,d_ff=1408,vocab=4096,n_pre=2,n_loop=2,loops=7" --backend cuda --dtypes f32,q8,q4
 tl_bench kjv-cpu2 "$models/model-f32.tinyloop" --backend cpu --threads 2 --dtypes f32,q8,q4
+# the engine's decode with the fast step (the executor reads TINYLOOP_CUDA_FAST): last, so a
+# spent budget skips only this row
+TINYLOOP_CUDA_FAST=1 tl_bench d512-fast --random "d_model=512,n_heads=8,d_ff=1408,vocab=4096,n_pre=2,n_loop=2,loops=7" --backend cuda --dtypes f32,q8,q4
 
 say "table"
 {

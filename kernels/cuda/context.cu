@@ -230,6 +230,12 @@ Graph& Graph::operator=(Graph&& o) noexcept {
     return *this;
 }
 bool Graph::empty() const { return !impl || !impl->exec; }
+size_t Graph::nodes() const {
+    if (!impl || !impl->graph) return 0;
+    size_t n = 0;
+    TL_CUDA_CHECK(cudaGraphGetNodes(impl->graph, nullptr, &n));
+    return n;
+}
 
 // ---- Context ---------------------------------------------------------------------------------
 

@@ -105,6 +105,8 @@ public:
     Graph(Graph&&) noexcept;
     Graph& operator=(Graph&&) noexcept;
     bool empty() const;
+    // The recording's nodes (kernels, copies): a decode step's launches per token.
+    size_t nodes() const;
     struct Impl;
     std::unique_ptr<Impl> impl;
 };

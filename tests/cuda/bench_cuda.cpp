@@ -3,8 +3,11 @@
 // Speed of the CUDA forward (engine/src/forward/cuda_forward.cpp) on one model, as one JSON line:
 // prefill tok/s of an N-token prompt (cuBLAS for 64-row chunks and the batch-invariant kernel),
 // cuBLAS alone on the same products (the prefill target's yardstick), decode tok/s with the
-// graph-captured step and with direct launches, the weight bytes one decode token reads and the
-// effective bandwidth that makes, kernel launches per token, device memory held.
+// graph-captured step and with direct launches, the fast step (CudaFastPath::all: fused kernels,
+// split attention, PDL, pinned logits) graph-captured, each of the graph runs again reading the
+// logits after every step (the engine's host pipeline), the weight bytes one decode token reads
+// and the effective bandwidth that makes, the captured steps' nodes (launches and copies per
+// token), device memory held.
 // Used by kernels/cuda/check_on_gpu.sh until `tinyloop bench --backend cuda` runs on the GPU;
 // not a test (speed is never asserted).
 #include <chrono>
@@ -111,24 +114,37 @@ int main(int argc, char** argv) {
             }
         }
 
-        // decode, graph and direct
-        double dec_graph = 0, dec_direct = 0;
+        // decode: the reference step graph-replayed and direct, the fast step (every part,
+        // TINYLOOP_CUDA_FAST=1) graph-replayed; then each with the logits read after every
+        // step, as the engine's host pipeline does (a download, or the fast step's pinned copy)
+        struct Run {
+            bool graph, fast, logits;
+            double tok_s = 0;
+            size_t nodes = 0;
+        };
+        Run runs[] = {{true, false, false}, {false, false, false}, {true, true, false}, {true, false, true}, {true, true, true}};
         size_t session_bytes = 0;
-        for (bool graph : {true, false}) {
+        for (Run& r : runs) {
             tinyloop::CudaSessionOptions o;
             o.loops = L;
             o.capacity = n_prompt + n_tok;
-            o.use_graph = graph;
+            o.use_graph = r.graph;
+            if (r.fast) o.fast = tinyloop::CudaFastPath::all();
             tinyloop::CudaSession s(w, o);
-            session_bytes = s.device_bytes();
+            if (!r.fast) session_bytes = s.device_bytes();
             int32_t t = s.prefill(prompt.data(), n_prompt);
             t = s.decode(t);  // captures the graph
+            r.nodes = s.step_nodes();
             const int n = n_tok - 2;
+            std::vector<float> z;
             const double t0 = now();
-            for (int i = 0; i < n; ++i) t = s.decode(t);
-            const double dt = now() - t0;
-            (graph ? dec_graph : dec_direct) = n / dt;
+            for (int i = 0; i < n; ++i) {
+                t = s.decode(t);
+                if (r.logits) z = s.last_logits();
+            }
+            r.tok_s = n / (now() - t0);
         }
+        const double dec_graph = runs[0].tok_s, dec_direct = runs[1].tok_s, dec_fast = runs[2].tok_s;
 
         // bytes one decode token reads: every matrix of the pre blocks once, the loop block L
         // times, the head, one embedding row
@@ -139,18 +155,21 @@ int main(int argc, char** argv) {
             else if (t.name == "head" || (t.name == "embed" && hp.tie_embeddings)) per_token += t.bytes;
             else if (t.name == "embed") per_token += double(t.bytes) / hp.vocab_size;
         }
-        const int layers = hp.n_pre_blocks + L * hp.n_loop_layers;
-        const int launches = 1 + 8 * layers + 3 + 2;  // embedding, blocks (cuda_forward.cpp), head+argmax, stage+advance
+        // the captured steps' nodes: kernels and copies per token
+        const size_t launches = runs[0].nodes, fast_launches = runs[2].nodes;
 
         std::printf(
             "{\"model\":\"%s\",\"device\":\"%s\",\"loops\":%d,\"prompt\":%d,\"tokens\":%d,"
             "\"prefill_tok_s\":%.1f,\"prefill_kernel_tok_s\":%.1f,\"cublas_only_tok_s\":%.1f,"
             "\"prefill_vs_cublas\":%.3f,\"decode_graph_tok_s\":%.1f,\"decode_direct_tok_s\":%.1f,"
-            "\"bytes_per_token\":%.0f,\"decode_gb_s\":%.1f,\"launches_per_token\":%d,"
+            "\"bytes_per_token\":%.0f,\"decode_gb_s\":%.1f,\"launches_per_token\":%zu,"
+            "\"decode_fast_tok_s\":%.1f,\"fast_gb_s\":%.1f,\"fast_launches_per_token\":%zu,"
+            "\"decode_logits_tok_s\":%.1f,\"decode_fast_logits_tok_s\":%.1f,"
             "\"weights_device_bytes\":%zu,\"session_device_bytes\":%zu}\n",
             argv[1], kc::describe(p).c_str(), L, n_prompt, n_tok, n_prompt / best_gemm, n_prompt / best_kernel,
             n_prompt / best_blas, best_blas / best_gemm, dec_graph, dec_direct, per_token, per_token * dec_graph / 1e9,
-            launches, w.device_bytes(), session_bytes);
+            launches, dec_fast, per_token * dec_fast / 1e9, fast_launches, runs[3].tok_s, runs[4].tok_s,
+            w.device_bytes(), session_bytes);
         tinyloop::free_model(m);
         return 0;
     } catch (const std::exception& e) {

@@ -6,7 +6,12 @@
 //     (prefill, then graph-replayed decode steps) and again without the graph;
 //   * prefill logits within a stated tolerance of forward_logits, through both product paths
 //     (the batch-invariant kernel for short chunks, cuBLAS for 64-row chunks);
-//   * random models (f32, q4, q2, GQA) at every depth: logits of a prefill and of a decode step.
+//   * random models (f32, q4, q2, GQA) at every depth: logits of a prefill and of a decode step;
+//   * the fast decode step (CudaSessionOptions::fast, suite CudaFastStep) against the reference
+//     step: fuse + pdl + pinned logits give the reference's bits token for token; with split
+//     attention, greedy agreement by the near-tie rule and log-probabilities within tolerance,
+//     on the bundled model (f32/q8/q4) and the d512 bench shape (f32/q8/q4); verification rows
+//     still equal decode steps bit for bit.
 // Skipped, saying so, without a usable CUDA device.
 #include <gtest/gtest.h>
 
@@ -151,8 +156,12 @@ TEST_P(BundledModel, VerificationRowsEqualDecodeSteps) {
     const std::vector<int32_t> prompt = tinyloop::tokenize(m.get(), "And the evening and the morning were");
     const int p = int(prompt.size());
     tinyloop::CudaWeights w(*m.get(), probe().device);
+    // the reference step, and the fast one (split attention in decode and verification alike)
+    for (const tinyloop::CudaFastPath fast : {tinyloop::CudaFastPath{}, tinyloop::CudaFastPath::all()}) {
+    SCOPED_TRACE("fast path: " + tinyloop::describe(fast));
     tinyloop::CudaSessionOptions o;
     o.capacity = p + 2 * k + 4;
+    o.fast = fast;
 
     // decode steps: inputs x[0..k), logits after each
     std::vector<int32_t> x;
@@ -217,6 +226,7 @@ TEST_P(BundledModel, VerificationRowsEqualDecodeSteps) {
         EXPECT_EQ(0, std::memcmp(tree.data() + size_t(2 + i) * V, branch_b.data() + size_t(i) * V, size_t(V) * 4))
             << "tree branch B row " << i;
     }
+    }  // fast
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, BundledModel,
@@ -267,6 +277,144 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, RandomModel,
                                            RandomCase{"q2", tinyloop::DType::Q2, 32}, RandomCase{"f16", tinyloop::DType::F16, 32},
                                            RandomCase{"f32_inject", tinyloop::DType::F32, 32, tinyloop::LoopInput::Add}),
                          [](const ::testing::TestParamInfo<RandomCase>& i) { return std::string(i.param.name); });
+
+// ---- the fast decode step against the reference step ---------------------------------------
+
+// A greedy run on one session: the prefill's pick, then n - 1 decode steps, each token with the
+// logits it was chosen from (last_logits: the pinned copy when the fast step makes one).
+tltest::GreedyTrace session_trace(const tinyloop::CudaWeights& w, tinyloop::CudaSessionOptions o,
+                                  const std::vector<int32_t>& prompt, int n) {
+    o.capacity = int(prompt.size()) + n;
+    tinyloop::CudaSession s(w, o);
+    tltest::GreedyTrace t;
+    t.tokens = {s.prefill(prompt.data(), int(prompt.size()))};
+    for (;;) {
+        const std::vector<float> row = s.last_logits();
+        t.logits.insert(t.logits.end(), row.begin(), row.end());
+        if (int(t.tokens.size()) == n) break;
+        t.tokens.push_back(s.decode(t.tokens.back()));
+    }
+    return t;
+}
+
+struct FastCase {
+    const char* name;
+    std::string path;  // empty: the d512 bench shape written at dtype
+    tinyloop::DType dt = tinyloop::DType::F32;
+};
+
+std::string fast_case_model(const FastCase& c) {
+    if (!c.path.empty()) return c.path;
+    // the bench's random shape (check_on_gpu.sh: d_model=512, n_heads=8, d_ff=1408, vocab=4096,
+    // n_pre=2, n_loop=2, loops=7)
+    tinyloop::HParams hp = tltest::small_hparams();
+    hp.d_model = 512;
+    hp.n_heads = 8;
+    hp.n_kv_heads = 8;
+    hp.head_dim = 64;
+    hp.d_ff = 1408;
+    hp.vocab_size = 4096;
+    hp.n_pre_blocks = 2;
+    hp.n_loop_layers = 2;
+    hp.default_loops = 7;
+    hp.max_loops = 7;
+    hp.max_seq_len = 1024;
+    return tltest::write_random_model(std::string("fast_") + c.name + ".tinyloop", hp, 5, c.dt);
+}
+
+class CudaFastStep : public ::testing::TestWithParam<FastCase> {};
+
+// fuse (norms folded, q/k/v + RoPE + KV store in one launch, SwiGLU and residual epilogues),
+// pdl and pinned logits change no bit: the same tokens and logits as the reference step, step
+// for step, graph-replayed and direct, after a prompt longer than a prefill chunk.
+TEST_P(CudaFastStep, FusedStepGivesTheReferenceBits) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(fast_case_model(GetParam()), cpu());
+    const tinyloop::HParams& hp = tinyloop::model_hparams(m.get());
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 70; ++i) prompt.push_back((i * 53 + 5) % 256);
+    tinyloop::CudaWeights w(*m.get(), probe().device);
+    tinyloop::CudaSessionOptions ref;
+    ref.loops = hp.default_loops;
+    const tltest::GreedyTrace want = session_trace(w, ref, prompt, 32);
+    for (bool graph : {true, false}) {
+        tinyloop::CudaSessionOptions o = ref;
+        o.use_graph = graph;
+        o.fast.fuse = o.fast.pdl = o.fast.pinned_logits = true;
+        const tltest::GreedyTrace got = session_trace(w, o, prompt, 32);
+        EXPECT_EQ(got.tokens, want.tokens) << (graph ? "graph" : "direct");
+        ASSERT_EQ(got.logits.size(), want.logits.size());
+        for (size_t i = 0; i < want.tokens.size(); ++i)
+            ASSERT_EQ(0, std::memcmp(got.logits.data() + i * hp.vocab_size, want.logits.data() + i * hp.vocab_size,
+                                     size_t(hp.vocab_size) * 4))
+                << (graph ? "graph" : "direct") << ": step " << i << "'s logits differ from the reference step's";
+    }
+}
+
+// The whole fast step (split attention too): greedy tokens by the near-tie rule and
+// log-probabilities within tolerance of the reference step, at the shallowest and deepest depth,
+// over 96 tokens after a 300-token prompt (each of the 16 splits then holds ~25 rows).
+TEST_P(CudaFastStep, WholeFastStepAgreesWithTheReferenceUpToANearTie) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(fast_case_model(GetParam()), cpu());
+    const tinyloop::HParams& hp = tinyloop::model_hparams(m.get());
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 300; ++i) prompt.push_back((i * 131 + 7) % 256);
+    tinyloop::CudaWeights w(*m.get(), probe().device);
+    for (int L : {1, hp.max_loops}) {
+        SCOPED_TRACE("loops " + std::to_string(L));
+        tinyloop::CudaSessionOptions ref;
+        ref.loops = L;
+        const tltest::GreedyTrace want = session_trace(w, ref, prompt, 96);
+        tinyloop::CudaSessionOptions o = ref;
+        o.fast = tinyloop::CudaFastPath::all();
+        const tltest::GreedyTrace got = session_trace(w, o, prompt, 96);
+        const tltest::GreedyAgreement a = tltest::compare_greedy(want, got, hp.vocab_size);
+        EXPECT_TRUE(a.ok) << a.why;
+        EXPECT_GT(a.compared, 0);
+        if (a.diverged_at >= 0)
+            std::printf("[ NOTE     ] %s loops %d: the fast step parted from the reference at a near tie, step %d\n",
+                        GetParam().name, L, a.diverged_at);
+        EXPECT_LE(a.max_logprob_diff, 1e-3);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaFastStep,
+                         ::testing::Values(FastCase{"kjv_f32", kDir + "model-f32.tinyloop"},
+                                           FastCase{"kjv_q8", kDir + "model-q8.tinyloop"},
+                                           FastCase{"kjv_q4", kDir + "model-q4.tinyloop"},
+                                           FastCase{"d512_f32", "", tinyloop::DType::F32},
+                                           FastCase{"d512_q8", "", tinyloop::DType::Q8},
+                                           FastCase{"d512_q4", "", tinyloop::DType::Q4}),
+                         [](const ::testing::TestParamInfo<FastCase>& i) { return std::string(i.param.name); });
+
+// The engine's calls take the fast step from TINYLOOP_CUDA_FAST; a value that names no part is
+// refused with the variable named, never ignored.
+TEST(CudaFastSwitchOnDevice, TheEnvironmentSwitchReachesGenerate) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::LoadOptions lo;
+    lo.backend = Backend::Cuda;
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(kDir + "model-q4.tinyloop", lo);
+    const std::vector<int32_t> prompt = tinyloop::tokenize(m.get(), "And God said");
+    tinyloop::GenerateConfig g;
+    g.max_tokens = 16;
+    g.temperature = 0.0f;
+    g.ignore_eos = true;
+    ::setenv("TINYLOOP_CUDA_FAST", "fuse,pinned", 1);
+    const std::vector<int32_t> fused = tinyloop::generate(m.get(), prompt.data(), int(prompt.size()), g);
+    ::setenv("TINYLOOP_CUDA_FAST", "0", 1);
+    const std::vector<int32_t> plain = tinyloop::generate(m.get(), prompt.data(), int(prompt.size()), g);
+    EXPECT_EQ(fused, plain) << "fuse and pinned change no bit, so not the greedy tokens";
+    ::setenv("TINYLOOP_CUDA_FAST", "fuse,warp", 1);
+    try {
+        tinyloop::generate(m.get(), prompt.data(), int(prompt.size()), g);
+        ADD_FAILURE() << "TINYLOOP_CUDA_FAST=fuse,warp was accepted";
+    } catch (const tinyloop::Error& e) {
+        EXPECT_EQ(e.code(), tinyloop::ErrorCode::InvalidArgument) << e.what();
+        EXPECT_NE(std::string(e.what()).find("TINYLOOP_CUDA_FAST"), std::string::npos) << e.what();
+    }
+    ::unsetenv("TINYLOOP_CUDA_FAST");
+}
 
 // The capture rules (kernels/cuda/capture_rules.h, tested on a strict fake in test_cuda_host)
 // hold on the real Context: an allocation, an upload or a synchronisation while a step is being

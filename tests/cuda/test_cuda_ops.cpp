@@ -2,6 +2,9 @@
 // device session uses, cuBLAS gemm for large prefills, the lens on the device, out-of-memory as
 // an error and graph replay. Every op of the back-end interface (backend.h) is in the op table,
 // tests/kernels/test_backend_ops.cpp, which runs it on every back end, CUDA included.
+// The fast decode step's kernels (decode_fast.cu, suite CudaFastOps) against the reference ops
+// they replace: the same bits for the fused products and q/k/v + RoPE + KV store, a rounding
+// bound for the split attention, with and without programmatic dependent launch.
 //
 // Without a usable device every test reports "skipped: no CUDA device (<reason>)" and CTest
 // counts it as skipped (tests/cuda/cuda.cmake). TL_TEST_SEED=<n> replays one run.
@@ -226,6 +229,190 @@ TEST_P(CudaOps, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(All, CudaOps, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<OpCase>& i) { return i.param.name; });
+
+// ---- the fast decode step's kernels against the reference ops --------------------------------
+
+bool pdl_here() { return ctx().compute_capability() >= 90; }
+
+// rmsnorm then matmul / matmul(accumulate) / matmul_swiglu (the reference ops, separate
+// launches) against fast_matmul / fast_matmul_swiglu with the norm folded in or not: the same
+// bits, and the folded norm's row written as rmsnorm writes it.
+TEST(CudaFastOps, FoldedProductsEqualTheReferenceOps) {
+    TL_REQUIRE_DEVICE();
+    Rng rng(41);
+    struct Shape { WType t; int gs, rows, cols; };
+    for (const Shape sh : {Shape{WType::F32, 32, 512, 512}, Shape{WType::Q8, 32, 1408, 512}, Shape{WType::Q4, 32, 512, 1408},
+                           Shape{WType::Q4, 64, 4096, 512}, Shape{WType::BF16, 32, 77, 100}, Shape{WType::Q2, 32, 45, 96},
+                           Shape{WType::F32, 32, 33, 17}}) {
+        for (bool pdl : {false, true}) {
+            if (pdl && !pdl_here()) continue;
+            SCOPED_TRACE(std::string(type_name(sh.t)) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols) +
+                         (pdl ? " pdl" : ""));
+            DevWeights W(sh.t, sh.rows, sh.cols, sh.gs, rng), U(sh.t, sh.rows, sh.cols, sh.gs, rng);
+            const auto x = rng.normals(sh.cols, 3.0f), g = rng.normals(sh.cols), y0 = rng.normals(sh.rows);
+            auto dx = up(x), dg = up(g);
+            auto a = poisoned(sh.cols * 4ul), y = poisoned(sh.rows * 4ul), acc = up(y0), sw = poisoned(sh.rows * 4ul);
+            kc::rmsnorm(ctx(), dx.f32(), dg.f32(), 1, sh.cols, 1e-5f, a.f32());
+            kc::matmul(ctx(), W.dev, a.f32(), 1, y.f32());
+            kc::matmul(ctx(), W.dev, a.f32(), 1, acc.f32(), true);
+            kc::matmul_swiglu(ctx(), W.dev, U.dev, a.f32(), 1, sw.f32());
+            const auto a_ref = down<float>(a, sh.cols), y_ref = down<float>(y, sh.rows);
+            const auto acc_ref = down<float>(acc, sh.rows), sw_ref = down<float>(sw, sh.rows);
+            for (bool folded : {false, true}) {
+                kc::FoldedNorm f;
+                auto a2 = poisoned(sh.cols * 4ul);
+                if (folded) f = kc::FoldedNorm{dg.f32(), 1e-5f, a2.f32()};
+                const float* in = folded ? dx.f32() : a.f32();
+                auto y2 = poisoned(sh.rows * 4ul), acc2 = up(y0), sw2 = poisoned(sh.rows * 4ul);
+                kc::fast_matmul(ctx(), f, W.dev, in, y2.f32(), false, pdl);
+                kc::fast_matmul(ctx(), f, W.dev, in, acc2.f32(), true, pdl);
+                kc::fast_matmul_swiglu(ctx(), f, W.dev, U.dev, in, sw2.f32(), pdl);
+                const char* how = folded ? "norm folded" : "plain";
+                EXPECT_EQ(down<float>(y2, sh.rows), y_ref) << how << ": fast_matmul";
+                EXPECT_EQ(down<float>(acc2, sh.rows), acc_ref) << how << ": fast_matmul accumulate";
+                EXPECT_EQ(down<float>(sw2, sh.rows), sw_ref) << how << ": fast_matmul_swiglu";
+                if (folded) {
+                    EXPECT_EQ(down<float>(a2, sh.cols), a_ref) << "the folded norm's row";
+                }
+            }
+        }
+    }
+}
+
+// rmsnorm + matmul3 + rope_store against fast_qkv_rope_store: the same q, k, v and cache rows,
+// bit for bit, for MHA (the d512 shape: 8 heads of 64) and GQA, f32 and the packed types.
+TEST(CudaFastOps, QkvRopeStoreEqualsTheReferenceOps) {
+    TL_REQUIRE_DEVICE();
+    Rng rng(42);
+    struct Shape { WType t; int d, heads, kv_heads, hd; };
+    for (const Shape sh : {Shape{WType::F32, 512, 8, 8, 64}, Shape{WType::Q8, 512, 8, 8, 64}, Shape{WType::Q4, 512, 8, 8, 64},
+                           Shape{WType::Q4, 96, 6, 2, 16}, Shape{WType::F16, 256, 2, 1, 128}, Shape{WType::Q2, 96, 3, 3, 32}}) {
+        for (bool pdl : {false, true}) {
+            if (pdl && !pdl_here()) continue;
+            SCOPED_TRACE(std::string(type_name(sh.t)) + " d " + std::to_string(sh.d) + " heads " + std::to_string(sh.heads) +
+                         "/" + std::to_string(sh.kv_heads) + " hd " + std::to_string(sh.hd) + (pdl ? " pdl" : ""));
+            const int cap = 50, kvr = sh.kv_heads * sh.hd, nq = sh.heads * sh.hd;
+            DevWeights A(sh.t, nq, sh.d, 32, rng), B(sh.t, kvr, sh.d, 32, rng), C(sh.t, kvr, sh.d, 32, rng);
+            ASSERT_TRUE(kc::fast_qkv_fits(A.dev, B.dev, C.dev, sh.heads, sh.kv_heads, sh.hd));
+            const auto x = rng.normals(sh.d, 3.0f), g = rng.normals(sh.d);
+            const std::vector<int> pos = {rng.integer(0, 2999)}, row = {rng.integer(0, cap - 1)};
+            auto dx = up(x), dg = up(g), dp = up(pos), dr = up(row);
+            auto table = up(kc::rope_table(3000, sh.hd, 10000.0f));
+            const size_t cache = size_t(cap) * kvr;
+            // the reference: four launches
+            auto a = poisoned(sh.d * 4ul), q = poisoned(nq * 4ul), k = poisoned(kvr * 4ul), v = poisoned(kvr * 4ul);
+            auto kc1 = poisoned(cache * 4), vc1 = poisoned(cache * 4);
+            kc::rmsnorm(ctx(), dx.f32(), dg.f32(), 1, sh.d, 1e-5f, a.f32());
+            kc::matmul3(ctx(), A.dev, B.dev, C.dev, a.f32(), 1, q.f32(), k.f32(), v.f32());
+            kc::rope_store(ctx(), q.f32(), k.f32(), v.f32(), 1, sh.heads, sh.kv_heads, sh.hd, dp.i32(), table.f32(), kc1.f32(),
+                           vc1.f32(), dr.i32());
+            // the fused launch
+            auto a2 = poisoned(sh.d * 4ul), q2 = poisoned(nq * 4ul), k2 = poisoned(kvr * 4ul), v2 = poisoned(kvr * 4ul);
+            auto kc2 = poisoned(cache * 4), vc2 = poisoned(cache * 4);
+            kc::fast_qkv_rope_store(ctx(), kc::FoldedNorm{dg.f32(), 1e-5f, a2.f32()}, A.dev, B.dev, C.dev, dx.f32(), sh.heads,
+                                    sh.kv_heads, sh.hd, dp.i32(), table.f32(), q2.f32(), k2.f32(), v2.f32(), kc2.f32(),
+                                    vc2.f32(), dr.i32(), pdl);
+            EXPECT_EQ(down<float>(q2, nq), down<float>(q, nq)) << "q";
+            EXPECT_EQ(down<float>(k2, kvr), down<float>(k, kvr)) << "k";
+            EXPECT_EQ(down<float>(v2, kvr), down<float>(v, kvr)) << "v";
+            EXPECT_EQ(down<float>(a2, sh.d), down<float>(a, sh.d)) << "the folded norm's row";
+            // whole caches: the row written, every other row untouched (still the poison's NaN bits)
+            const auto k1h = down<float>(kc1, cache), k2h = down<float>(kc2, cache);
+            const auto v1h = down<float>(vc1, cache), v2h = down<float>(vc2, cache);
+            EXPECT_EQ(0, std::memcmp(k1h.data(), k2h.data(), cache * 4)) << "k cache";
+            EXPECT_EQ(0, std::memcmp(v1h.data(), v2h.data(), cache * 4)) << "v cache";
+        }
+    }
+}
+
+// Flash-decoding attention against the reference attention kernel: within float rounding for
+// contexts far longer than a split (2,048 rows over 16 splits), shorter than the number of
+// splits, windows, GQA, tree extras and a query with no rows (zeros); a query alone gives its
+// bits in the batch (batch invariance), at the default and extreme split counts.
+TEST(CudaFastOps, SplitAttentionWithinRoundingOfTheReference) {
+    TL_REQUIRE_DEVICE();
+    Rng rng(43);
+    struct Shape { int n_tok, heads, kv_heads, hd, ctx_len, window; bool tree; };
+    for (const Shape c : {Shape{1, 8, 8, 64, 2048, 0, false}, Shape{1, 8, 8, 64, 3, 0, false}, Shape{1, 6, 2, 128, 700, 0, false},
+                          Shape{1, 4, 4, 256, 300, 64, false}, Shape{5, 8, 8, 64, 200, 0, false},
+                          Shape{4, 4, 2, 32, 50, 0, true}, Shape{1, 3, 1, 18, 33, 0, false}}) {
+        const int kv_row = c.kv_heads * c.hd, cap = c.ctx_len + c.n_tok + 4;
+        const auto k = rng.normals(size_t(cap) * kv_row, 2.0f), vv = rng.normals(size_t(cap) * kv_row);
+        const auto q = rng.normals(size_t(c.n_tok) * c.heads * c.hd, 2.0f);
+        std::vector<int> b(c.n_tok), e(c.n_tok), extra, offs;
+        for (int t = 0; t < c.n_tok; ++t) {
+            e[t] = c.ctx_len + t + 1;
+            b[t] = c.window ? std::max(0, e[t] - c.window) : 0;
+        }
+        if (c.tree) {
+            offs.push_back(0);
+            for (int t = 0; t < c.n_tok; ++t) {
+                e[t] = c.ctx_len;
+                for (int r = c.ctx_len; r < c.ctx_len + c.n_tok; ++r)
+                    if (r == c.ctx_len + t || rng.integer(0, 1)) extra.push_back(r);
+                offs.push_back(int(extra.size()));
+            }
+        }
+        if (c.n_tok == 5) b[2] = e[2] = 7;  // a query with no rows
+        auto dq = up(q), dk = up(k), dv = up(vv), db = up(b), de = up(e);
+        kc::DeviceBuffer dextra, doffs;
+        AttentionArgs a;
+        a.q = dq.f32();
+        a.n_tok = c.n_tok;
+        a.n_heads = c.heads;
+        a.n_kv_heads = c.kv_heads;
+        a.head_dim = c.hd;
+        a.k = dk.f32();
+        a.v = dv.f32();
+        a.kv_stride = kv_row;
+        a.kv_begin = db.i32();
+        a.kv_end = de.i32();
+        if (c.tree) {
+            dextra = up(extra);
+            doffs = up(offs);
+            a.extra_rows = dextra.i32();
+            a.extra_offsets = doffs.i32();
+        }
+        const size_t out_n = size_t(c.n_tok) * c.heads * c.hd, row = size_t(c.heads) * c.hd;
+        auto ref = poisoned(out_n * 4);
+        a.out = ref.f32();
+        kc::attention(ctx(), a);
+        const auto want = down<float>(ref, out_n);
+        for (int splits : {kc::attention_splits(c.heads), 1, kc::kAttentionMaxSplits}) {
+            for (bool pdl : {false, true}) {
+                if (pdl && !pdl_here()) continue;
+                SCOPED_TRACE("ctx " + std::to_string(c.ctx_len) + " heads " + std::to_string(c.heads) + "/" +
+                             std::to_string(c.kv_heads) + " hd " + std::to_string(c.hd) + " n " + std::to_string(c.n_tok) +
+                             (c.tree ? " tree" : "") + " splits " + std::to_string(splits) + (pdl ? " pdl" : ""));
+                const size_t pf = kc::attention_split_floats(c.n_tok, c.heads, c.hd, splits);
+                kc::DeviceBuffer partial = poisoned(pf * 4);
+                auto out = poisoned(out_n * 4);
+                AttentionArgs s = a;
+                s.out = out.f32();
+                kc::attention_split(ctx(), s, splits, partial.f32(), pf, pdl);
+                const auto got = down<float>(out, out_n);
+                expect_close(got, want, 2e-5, "split attention");
+                if (c.n_tok == 5) {
+                    for (size_t i = 2 * row; i < 3 * row; ++i) ASSERT_EQ(got[i], 0.0f) << "the query with no rows";
+                }
+                for (int t = 0; t < c.n_tok; ++t) {  // each query alone: its bits in the batch
+                    AttentionArgs one = s;
+                    one.n_tok = 1;
+                    one.q = s.q + t * row;
+                    one.kv_begin = s.kv_begin + t;
+                    one.kv_end = s.kv_end + t;
+                    if (c.tree) one.extra_offsets = s.extra_offsets + t;
+                    auto o1 = poisoned(row * 4);
+                    one.out = o1.f32();
+                    kc::attention_split(ctx(), one, splits, partial.f32(), pf, pdl);
+                    ASSERT_EQ(0, std::memcmp(down<float>(o1, row).data(), got.data() + t * row, row * 4)) << "query " << t << " alone";
+                }
+            }
+        }
+        // a partial buffer too small is refused, naming the sizes
+        EXPECT_THROW(kc::attention_split(ctx(), a, kc::attention_splits(c.heads), ref.f32(), 1, false), kc::CudaError);
+    }
+}
 
 // Out of device memory is an error the caller can catch, and the context stays usable.
 TEST(CudaDevice, OutOfMemoryIsAnError) {

@@ -269,6 +269,10 @@ void CudaSession::account() { impl_->share.hold(device_bytes()); }
 
 const CudaSessionOptions& CudaSession::options() const { return impl_->o; }
 
+size_t CudaSession::step_nodes() const {
+    return with_cuda_errors("cuda step nodes", [&] { return impl_->step.nodes(); });
+}
+
 size_t CudaSession::device_bytes() const {
     const Impl& s = *impl_;
     size_t n = 0;

@@ -112,6 +112,9 @@ public:
     int pos() const { return pos_; }
     // The session's device memory: its buffers and its context's (cuBLAS, once a prefill used it).
     size_t device_bytes() const;
+    // Nodes of the captured decode step (its launches and copies per token); 0 before the first
+    // graph-replayed decode.
+    size_t step_nodes() const;
     // The options as resolved (loops and capacity never 0).
     const CudaSessionOptions& options() const;
 
