@@ -3,7 +3,10 @@
 // model's math is forward.cpp's run_layers / block_forward on CudaOps (cuda_backend.h), whose
 // fused ops (q/k/v in one launch, the residual adds in the products, SwiGLU in the gate/up
 // product) and this file's cache side (RoPE + the cache writes in one launch) make 8 launches
-// per layer in the decode step.
+// per layer in the decode step. The fast step (CudaSessionOptions::fast, cuda_fast_path.h) makes
+// 5 (fuse: the norms folded into their products, q/k/v + RoPE + the cache writes in one launch)
+// or 6 (with split attention's combine), the same run_layers issuing them: CudaOps defers what
+// it can fuse and this file's cache side takes the deferred q/k/v product.
 #ifdef TINYLOOP_HAVE_CUDA
 
 #include "forward/cuda_forward.h"
