@@ -282,6 +282,13 @@ void launch_ex(Context& ctx, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3
 
 bool vector_ok(const WeightView& W) { return pack8_ok(W) && reinterpret_cast<uintptr_t>(W.data) % 16 == 0; }
 
+// Whether the unfused product's input (x, or the folded norm's output row) is 16-byte aligned:
+// matmul's vector path needs it, and the fused kernel takes the path matmul would (its bits).
+bool reference_input_aligned(const FoldedNorm& norm, const float* x) {
+    const float* in = norm.g && norm.out ? norm.out : x;
+    return reinterpret_cast<uintptr_t>(in) % 16 == 0;
+}
+
 void check_cols(const char* op, int cols) {
     if (cols < 1 || cols > kFastMaxCols)
         throw CudaError(std::string(op) + ": " + std::to_string(cols) + " columns is outside [1, " +
@@ -296,8 +303,9 @@ void fast_product(Context& ctx, const FoldedNorm& norm, const WeightView& W, con
     check_cols("fast_matmul", W.cols);
     const dim3 grid(blocks_for(static_cast<size_t>(W.rows), kWarps)), block(kThreads);
     const size_t smem = static_cast<size_t>(W.cols) * sizeof(float);
-    // the vector path exactly when matmul would take it (x is the shared row here, aligned)
-    const bool pack = vector_ok(W) && (kMode != kSwiglu || vector_ok(U)) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    // the vector path exactly when matmul would take it on the unfused op's input (the norm's
+    // output row when folded); the kernel itself reads its shared copy, always aligned
+    const bool pack = vector_ok(W) && (kMode != kSwiglu || vector_ok(U)) && reference_input_aligned(norm, x);
     if (pack)
         launch_ex(ctx, pdl, fast_matmul_kernel<true, kMode>, grid, block, smem, W, U, x, norm.g, norm.eps, norm.out, y);
     else
@@ -340,7 +348,7 @@ void fast_qkv_rope_store(Context& ctx, const FoldedNorm& norm, const WeightView&
                          static_cast<size_t>(n_kv_heads) * head_dim;
     const dim3 grid(blocks_for(items, kWarps)), block(kThreads);
     const size_t smem = static_cast<size_t>(Wq.cols) * sizeof(float);
-    const bool pack = vector_ok(Wq) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    const bool pack = vector_ok(Wq) && reference_input_aligned(norm, x);
     if (pack) launch_ex(ctx, pdl, fast_qkv_rope_store_kernel<true>, grid, block, smem, a);
     else launch_ex(ctx, pdl, fast_qkv_rope_store_kernel<false>, grid, block, smem, a);
 }
