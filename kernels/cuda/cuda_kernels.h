@@ -284,5 +284,22 @@ int attention_splits(int n_heads);
 size_t attention_split_floats(int n_tok, int n_heads, int head_dim, int n_splits);
 void attention_split(Context& ctx, const AttentionArgs& a, int n_splits, float* partial, size_t partial_floats,
                      bool pdl);
+// attention_split's two halves, so that the fast step can fold the combine into the product that
+// reads the attention (wo): the splits' states (device pointers into `partial`) ...
+struct SplitPartials {
+    const float* m = nullptr;    // [n_tok * n_heads, n_splits]
+    const float* l = nullptr;    // [n_tok * n_heads, n_splits]
+    const float* acc = nullptr;  // [n_tok * n_heads, n_splits, head_dim]
+    int n_splits = 0, n_heads = 0, head_dim = 0;
+};
+SplitPartials attention_split_partials(Context& ctx, const AttentionArgs& a, int n_splits, float* partial,
+                                       size_t partial_floats, bool pdl);
+// ... then the combine launch (out [n_tok, n_heads * head_dim]) ...
+void attention_combine(Context& ctx, const SplitPartials& p, int n_tok, float* out, bool pdl);
+// ... or, for one row, y (+)= W combine(p) in one launch: the combined row (attention_combine's
+// bits, written to att_out as well when set) as the product's input; the bits of
+// attention_combine then fast_matmul. W.cols == n_heads * head_dim <= kFastMaxCols.
+void fast_matmul_combined(Context& ctx, const SplitPartials& p, float* att_out, const WeightView& W, float* y,
+                          bool accumulate, bool pdl);
 
 }  // namespace tinyloop::kern::cuda

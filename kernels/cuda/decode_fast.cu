@@ -8,6 +8,8 @@
 //   attention_split      flash-decoding: the row list cut into n_splits pieces, one block per
 //                        (query, head, piece) with its partial softmax state, then a combine
 //                        kernel (device_helpers.h's attn_combine) per (query, head)
+//   fast_matmul_combined the combine folded into the product reading the attention (wo + the
+//                        residual): each block combines the row into shared memory itself
 //
 // Bits: a folded norm computes rmsnorm_kernel's sequence (256 threads, the same strided sums
 // and block_sum tree) into shared memory, and the products run matmul_rows.cuh's row_partials
@@ -64,17 +66,27 @@ __device__ __forceinline__ void load_input(const float* x, const float* g, float
     __syncthreads();
 }
 
+// The product's input row combined from the split attention's states (one row: query 0), as
+// attention_combine_kernel computes each element; block 0 writes it to out (when set).
+__device__ __forceinline__ void load_combined(const float* pm, const float* pl, const float* pacc, int n_splits,
+                                              int head_dim, int cols, float* out, float* xs) {
+    const bool write = out && blockIdx.x == 0;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        const int h = i / head_dim, d = i - h * head_dim;
+        const size_t base = static_cast<size_t>(h) * n_splits;
+        const float v = attn_combine(pm + base, pl + base, pacc + base * head_dim + d, n_splits, head_dim);
+        xs[i] = v;
+        if (write) out[i] = v;
+    }
+    __syncthreads();
+}
+
 enum Mode { kStore, kAccumulate, kSwiglu };
 
-// One row (n_tok = 1): y[r] = (W x)[r], += for kAccumulate, silu(W x) * (U x) for kSwiglu.
+// One row (n_tok = 1) from the shared input row xs: y[r] = (W x)[r], += for kAccumulate,
+// silu(W x) * (U x) for kSwiglu; warp w of the block computes row blockIdx.x * 8 + w.
 template <bool kPack, int kMode>
-__global__ void __launch_bounds__(kThreads) fast_matmul_kernel(WeightView W, WeightView U, const float* x,
-                                                               const float* g, float eps, float* norm_out, float* y) {
-    extern __shared__ float4 smem4[];
-    __shared__ float red[32];
-    float* xs = reinterpret_cast<float*>(smem4);
-    pdl_wait_and_release();
-    load_input(x, g, eps, W.cols, norm_out, xs, red);
+__device__ __forceinline__ void product_epilogue(const WeightView& W, const WeightView& U, const float* xs, float* y) {
     const int lane = threadIdx.x & 31;
     const int r = blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (r >= W.rows) return;
@@ -89,6 +101,30 @@ __global__ void __launch_bounds__(kThreads) fast_matmul_kernel(WeightView W, Wei
         else if (kMode == kAccumulate) y[r] = y[r] + s;
         else y[r] = s * u / (1.0f + expf(-s));
     }
+}
+
+// One row (n_tok = 1): y[r] = (W x)[r], += for kAccumulate, silu(W x) * (U x) for kSwiglu.
+template <bool kPack, int kMode>
+__global__ void __launch_bounds__(kThreads) fast_matmul_kernel(WeightView W, WeightView U, const float* x,
+                                                               const float* g, float eps, float* norm_out, float* y) {
+    extern __shared__ float4 smem4[];
+    __shared__ float red[32];
+    float* xs = reinterpret_cast<float*>(smem4);
+    pdl_wait_and_release();
+    load_input(x, g, eps, W.cols, norm_out, xs, red);
+    product_epilogue<kPack, kMode>(W, U, xs, y);
+}
+
+// fast_matmul_kernel with the split attention's combine as its input (kStore or kAccumulate).
+template <bool kPack, int kMode>
+__global__ void __launch_bounds__(kThreads) fast_combined_matmul_kernel(WeightView W, const float* pm, const float* pl,
+                                                                        const float* pacc, int n_splits, int head_dim,
+                                                                        float* att_out, float* y) {
+    extern __shared__ float4 smem4[];
+    float* xs = reinterpret_cast<float*>(smem4);
+    pdl_wait_and_release();
+    load_combined(pm, pl, pacc, n_splits, head_dim, W.cols, att_out, xs);
+    product_epilogue<kPack, kMode>(W, W, xs, y);
 }
 
 // q, k, v of one row with RoPE and the cache writes in the epilogue. Warp items, in order:
@@ -363,9 +399,13 @@ size_t attention_split_floats(int n_tok, int n_heads, int head_dim, int n_splits
     return static_cast<size_t>(n_tok) * n_heads * n_splits * (static_cast<size_t>(head_dim) + 2);
 }
 
-void attention_split(Context& ctx, const AttentionArgs& a, int n_splits, float* partial, size_t partial_floats,
-                     bool pdl) {
-    if (a.n_tok <= 0 || a.n_heads <= 0) return;
+SplitPartials attention_split_partials(Context& ctx, const AttentionArgs& a, int n_splits, float* partial,
+                                       size_t partial_floats, bool pdl) {
+    SplitPartials p;
+    p.n_splits = n_splits;
+    p.n_heads = a.n_heads;
+    p.head_dim = a.head_dim;
+    if (a.n_tok <= 0 || a.n_heads <= 0) return p;
     if (a.head_dim < 1 || a.head_dim > 256)
         throw CudaError("attention_split: head_dim " + std::to_string(a.head_dim) +
                             " is outside [1, 256] (the CUDA back end's limit)", false);
@@ -383,16 +423,52 @@ void attention_split(Context& ctx, const AttentionArgs& a, int n_splits, float* 
     float* pm = partial;
     float* pl = pm + heads * n_splits;
     float* pacc = pl + heads * n_splits;
+    p.m = pm;
+    p.l = pl;
+    p.acc = pacc;
     const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
     const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>(n_splits)), block(32 * kAttWarps);
     if (a.head_dim <= 32) launch_ex(ctx, pdl, attention_split_kernel<1>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
     else if (a.head_dim <= 64) launch_ex(ctx, pdl, attention_split_kernel<2>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
     else if (a.head_dim <= 128) launch_ex(ctx, pdl, attention_split_kernel<4>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
     else launch_ex(ctx, pdl, attention_split_kernel<8>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
-    const unsigned threads = static_cast<unsigned>((a.head_dim + 31) / 32 * 32);
-    launch_ex(ctx, pdl, attention_combine_kernel, dim3(static_cast<unsigned>(heads)), dim3(threads), 0, n_splits,
-              a.head_dim, static_cast<const float*>(pm), static_cast<const float*>(pl), static_cast<const float*>(pacc),
-              a.out);
+    return p;
+}
+
+void attention_combine(Context& ctx, const SplitPartials& p, int n_tok, float* out, bool pdl) {
+    if (n_tok <= 0 || p.n_heads <= 0 || !p.m) return;
+    const unsigned threads = static_cast<unsigned>((p.head_dim + 31) / 32 * 32);
+    launch_ex(ctx, pdl, attention_combine_kernel, dim3(static_cast<unsigned>(n_tok) * p.n_heads), dim3(threads), 0,
+              p.n_splits, p.head_dim, p.m, p.l, p.acc, out);
+}
+
+void attention_split(Context& ctx, const AttentionArgs& a, int n_splits, float* partial, size_t partial_floats,
+                     bool pdl) {
+    const SplitPartials p = attention_split_partials(ctx, a, n_splits, partial, partial_floats, pdl);
+    attention_combine(ctx, p, a.n_tok, a.out, pdl);
+}
+
+void fast_matmul_combined(Context& ctx, const SplitPartials& p, float* att_out, const WeightView& W, float* y,
+                          bool accumulate, bool pdl) {
+    if (W.rows <= 0) return;
+    check_cols("fast_matmul_combined", W.cols);
+    if (!p.m || W.cols != p.n_heads * p.head_dim)
+        throw CudaError("fast_matmul_combined: " + std::to_string(W.cols) + " columns, the attention row has " +
+                            std::to_string(p.n_heads * p.head_dim), false);
+    const dim3 grid(blocks_for(static_cast<size_t>(W.rows), kWarps)), block(kThreads);
+    const size_t smem = static_cast<size_t>(W.cols) * sizeof(float);
+    // matmul's path on the unfused input (the attention row, att_out)
+    const bool pack = vector_ok(W) && (!att_out || reinterpret_cast<uintptr_t>(att_out) % 16 == 0);
+    auto go = [&](auto kernel) {
+        launch_ex(ctx, pdl, kernel, grid, block, smem, W, p.m, p.l, p.acc, p.n_splits, p.head_dim, att_out, y);
+    };
+    if (accumulate) {
+        if (pack) go(fast_combined_matmul_kernel<true, kAccumulate>);
+        else go(fast_combined_matmul_kernel<false, kAccumulate>);
+    } else {
+        if (pack) go(fast_combined_matmul_kernel<true, kStore>);
+        else go(fast_combined_matmul_kernel<false, kStore>);
+    }
 }
 
 }  // namespace tinyloop::kern::cuda

@@ -228,8 +228,10 @@ TL_HD float attn_combine(const float* m, const float* l, const float* acc, int n
     for (int s = 0; s < n_splits; ++s) {
         if (!(l[s] > 0.0f)) continue;
         const float c = expf(m[s] - mx);
-        den += l[s] * c;
-        num += acc[static_cast<size_t>(s) * stride] * c;
+        // explicit fmas: the same bits wherever nvcc inlines it (the combine kernel and the
+        // product that folds the combine in), not left to contraction
+        den = fmaf(l[s], c, den);
+        num = fmaf(acc[static_cast<size_t>(s) * stride], c, num);
     }
     return den > 0.0f ? num * (1.0f / den) : 0.0f;
 }

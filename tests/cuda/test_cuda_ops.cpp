@@ -414,6 +414,55 @@ TEST(CudaFastOps, SplitAttentionWithinRoundingOfTheReference) {
     }
 }
 
+// The combine folded into the product reading the attention (the fast step's wo + residual):
+// the bits of attention_split then fast_matmul (accumulate and store), and the attention row
+// written as the combine launch writes it; at the d512 shape (8 heads of 64, 16 splits) and a
+// GQA one, f32 and q4.
+TEST(CudaFastOps, CombineFoldedIntoTheProductEqualsTheSeparateLaunches) {
+    TL_REQUIRE_DEVICE();
+    Rng rng(44);
+    struct Shape { WType t; int heads, kv_heads, hd, ctx_len, d; };
+    for (const Shape c : {Shape{WType::F32, 8, 8, 64, 900, 512}, Shape{WType::Q4, 8, 8, 64, 40, 512},
+                          Shape{WType::Q8, 6, 2, 32, 300, 160}}) {
+        for (bool pdl : {false, true}) {
+            if (pdl && !pdl_here()) continue;
+            SCOPED_TRACE(std::string(type_name(c.t)) + " heads " + std::to_string(c.heads) + " ctx " +
+                         std::to_string(c.ctx_len) + (pdl ? " pdl" : ""));
+            const int kv_row = c.kv_heads * c.hd, H = c.heads * c.hd, splits = kc::attention_splits(c.heads);
+            const auto k = rng.normals(size_t(c.ctx_len) * kv_row, 2.0f), vv = rng.normals(size_t(c.ctx_len) * kv_row);
+            const auto q = rng.normals(H, 2.0f), y0 = rng.normals(c.d);
+            DevWeights Wo(c.t, c.d, H, 32, rng);
+            const std::vector<int> b = {0}, e = {c.ctx_len};
+            auto dq = up(q), dk = up(k), dv = up(vv), db = up(b), de = up(e);
+            AttentionArgs a;
+            a.q = dq.f32();
+            a.n_tok = 1;
+            a.n_heads = c.heads;
+            a.n_kv_heads = c.kv_heads;
+            a.head_dim = c.hd;
+            a.k = dk.f32();
+            a.v = dv.f32();
+            a.kv_stride = kv_row;
+            a.kv_begin = db.i32();
+            a.kv_end = de.i32();
+            const size_t pf = kc::attention_split_floats(1, c.heads, c.hd, splits);
+            auto partial = poisoned(pf * 4), att = poisoned(H * 4ul), y = up(y0), ys = poisoned(c.d * 4ul);
+            a.out = att.f32();
+            kc::attention_split(ctx(), a, splits, partial.f32(), pf, pdl);
+            kc::fast_matmul(ctx(), kc::FoldedNorm{}, Wo.dev, att.f32(), y.f32(), true, pdl);
+            kc::fast_matmul(ctx(), kc::FoldedNorm{}, Wo.dev, att.f32(), ys.f32(), false, pdl);
+            const auto att_ref = down<float>(att, H), y_ref = down<float>(y, c.d), ys_ref = down<float>(ys, c.d);
+            auto att2 = poisoned(H * 4ul), y2 = up(y0), ys2 = poisoned(c.d * 4ul);
+            const kc::SplitPartials p = kc::attention_split_partials(ctx(), a, splits, partial.f32(), pf, pdl);
+            kc::fast_matmul_combined(ctx(), p, att2.f32(), Wo.dev, y2.f32(), true, pdl);
+            kc::fast_matmul_combined(ctx(), p, nullptr, Wo.dev, ys2.f32(), false, pdl);
+            EXPECT_EQ(down<float>(y2, c.d), y_ref) << "combine + wo + residual";
+            EXPECT_EQ(down<float>(ys2, c.d), ys_ref) << "combine + wo";
+            EXPECT_EQ(down<float>(att2, H), att_ref) << "the combined attention row";
+        }
+    }
+}
+
 // Out of device memory is an error the caller can catch, and the context stays usable.
 TEST(CudaDevice, OutOfMemoryIsAnError) {
     TL_REQUIRE_DEVICE();

@@ -120,6 +120,10 @@ void CudaOps::set_fast(bool fuse, bool split_attention, bool pdl) {
 }
 
 void CudaOps::flush() {
+    if (comb_.on) {
+        comb_.on = false;
+        kc::attention_combine(*ctx_, comb_.p, 1, comb_.out, pdl_);
+    }
     if (norm_.on) {
         norm_.on = false;
         kc::rmsnorm(*ctx_, norm_.x, norm_.g, 1, norm_.d, norm_.eps, norm_.y);
@@ -157,6 +161,28 @@ kc::FoldedNorm CudaOps::fold(const float*& x, int cols, const float* out) {
     return f;
 }
 
+void CudaOps::defer_combine(const kc::SplitPartials& p, float* out) {
+    flush();
+    if (!fuse_) {
+        kc::attention_combine(*ctx_, p, 1, out, pdl_);
+        return;
+    }
+    comb_.on = true;
+    comb_.p = p;
+    comb_.out = out;
+}
+
+// Whether the product reading x (cols columns) into y takes the deferred combine as its input
+// (then launched by the caller with fast_matmul_combined).
+bool CudaOps::take_combine(const float* x, int cols, const float* y) {
+    if (comb_.on && !norm_.on && !qkv_.on && x == comb_.out && cols == comb_.p.n_heads * comb_.p.head_dim &&
+        y != comb_.out) {
+        comb_.on = false;
+        return true;
+    }
+    return false;
+}
+
 bool CudaOps::take_qkv(const float* q, const float* k, const float* v, int n_heads, int n_kv_heads, int head_dim,
                        PendingQkv* out) {
     if (qkv_.on && !norm_.on && qkv_.q == q && qkv_.k == k && qkv_.v == v &&
@@ -182,6 +208,10 @@ void CudaOps::rmsnorm(const float* x, const float* g, int n, int d, float eps, f
     kc::rmsnorm(*ctx_, x, g, n, d, eps, y);
 }
 void CudaOps::matmul(const kern::WeightView& W, const float* x, int n, float* y) {
+    if (fast_row(n, W) && take_combine(x, W.cols, y)) {
+        kc::fast_matmul_combined(*ctx_, comb_.p, comb_.out, W, y, false, pdl_);
+        return;
+    }
     if (fast_row(n, W)) {
         const kc::FoldedNorm f = fold(x, W.cols, y);
         kc::fast_matmul(*ctx_, f, W, x, y, false, pdl_);
@@ -192,6 +222,10 @@ void CudaOps::matmul(const kern::WeightView& W, const float* x, int n, float* y)
     else kc::matmul(*ctx_, W, x, n, y);
 }
 void CudaOps::matmul_add(const kern::WeightView& W, const float* x, int n, float* y, float*) {
+    if (fast_row(n, W) && take_combine(x, W.cols, y)) {
+        kc::fast_matmul_combined(*ctx_, comb_.p, comb_.out, W, y, true, pdl_);
+        return;
+    }
     if (fast_row(n, W)) {
         const kc::FoldedNorm f = fold(x, W.cols, y);
         kc::fast_matmul(*ctx_, f, W, x, y, true, pdl_);

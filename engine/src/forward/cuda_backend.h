@@ -97,6 +97,10 @@ public:
     // reference ops) when none matches or the weights do not fit the fused kernel.
     bool take_qkv(const float* q, const float* k, const float* v, int n_heads, int n_kv_heads, int head_dim,
                   PendingQkv* out);
+    // The combine of a one-row split attention (its partial states launched), deferred into the
+    // product that reads `out` (wo: kern::cuda::fast_matmul_combined); any other next op
+    // launches it as attention_combine. Only with fuse.
+    void defer_combine(const kern::cuda::SplitPartials& p, float* out);
     bool pdl() const { return pdl_; }
 
     std::string name() const override;
@@ -146,7 +150,13 @@ private:
         PendingQkv p;
         float *q = nullptr, *k = nullptr, *v = nullptr;
     } qkv_;
+    struct {
+        bool on = false;
+        kern::cuda::SplitPartials p;
+        float* out = nullptr;
+    } comb_;
     kern::cuda::DeviceBuffer partial_;  // attention()'s split states (the op table's calls)
+    bool take_combine(const float* x, int cols, const float* y);
     bool fast_row(int n, const kern::WeightView& W) const;
     kern::cuda::FoldedNorm fold(const float*& x, int cols, const float* out);
 };

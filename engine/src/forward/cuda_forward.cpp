@@ -4,9 +4,10 @@
 // fused ops (q/k/v in one launch, the residual adds in the products, SwiGLU in the gate/up
 // product) and this file's cache side (RoPE + the cache writes in one launch) make 8 launches
 // per layer in the decode step. The fast step (CudaSessionOptions::fast, cuda_fast_path.h) makes
-// 5 (fuse: the norms folded into their products, q/k/v + RoPE + the cache writes in one launch)
-// or 6 (with split attention's combine), the same run_layers issuing them: CudaOps defers what
-// it can fuse and this file's cache side takes the deferred q/k/v product.
+// 5 (fuse: the norms folded into their products, q/k/v + RoPE + the cache writes in one launch;
+// with split attention too, its combine folded into the wo product), the same run_layers
+// issuing them: CudaOps defers what it can fuse and this file's cache side takes the deferred
+// q/k/v product and defers the attention's combine.
 #ifdef TINYLOOP_HAVE_CUDA
 
 #include "forward/cuda_forward.h"
@@ -192,10 +193,16 @@ struct CudaSession::Impl {
             at.extra_rows = s_.d_extra_rows;
             at.extra_offsets = s_.d_extra_offsets;
             s_.ops.flush();
-            if (s_.o.fast.split_attention)
+            if (s_.o.fast.split_attention && s_.o.fast.fuse && n == 1) {
+                // the combine deferred into the wo product that reads `out` (one launch less)
+                const kc::SplitPartials p = kc::attention_split_partials(
+                    s_.ctx, at, s_.splits, s_.partial.f32(), s_.partial.size() / sizeof(float), s_.pdl);
+                s_.ops.defer_combine(p, out);
+            } else if (s_.o.fast.split_attention) {
                 kc::attention_split(s_.ctx, at, s_.splits, s_.partial.f32(), s_.partial.size() / sizeof(float), s_.pdl);
-            else
+            } else {
                 kc::attention(s_.ctx, at);
+            }
         }
 
     private:
