@@ -83,7 +83,7 @@ struct SequenceSpec {
 };
 
 // The CPU sequence's host state: the algorithms not yet written over the executor's primitives
-// (early exit's step that stops between passes, a cache imported from a prefix) run on it once
+// (tree and draft-model speculation, beam, the batch engine, the prefix caches) run on it once
 // the run's executor is the CPU's.
 struct HostSequence {
     KVCache kv;
@@ -92,7 +92,54 @@ struct HostSequence {
     int last_row = 0;      // the row of h whose logits last_logits gives
 };
 
-// One sequence on a back end: its KV cache and buffers.
+// Passes first..last of the model over n rows at positions pos0.. (ExecSequence::run_passes).
+// With first = 1 the rows start from their tokens (embedding, prelude); with first > 1 they
+// resume from their states after pass first - 1 (h_in, and e_in for a model that injects its
+// input, FORMAT.md §1a/§1b), e.g. kept by an earlier call's out_h / out_e: self-speculation's
+// verify continues the draft's passes. The cache must already hold every earlier layer's keys
+// and values of those positions. All state pointers are host memory, [n, d], sized by the caller.
+struct PassRun {
+    const int32_t* tokens = nullptr;
+    int n = 0;
+    int pos0 = 0;
+    int first = 1;
+    int last = 0;  // 0: the sequence's loops (at most its loops: the cache holds that many passes)
+    const float* h_in = nullptr;
+    const float* e_in = nullptr;
+    float* out_h = nullptr;  // receives the rows' states h_last (before a coda's readout, §1b)
+    float* out_e = nullptr;  // receives the rows' prelude outputs (first = 1, injecting models)
+    const PassHook* on_readout = nullptr;
+};
+
+// One row, one pass at a time (early exit asks its criterion between passes): the row's state is
+// held by the back end; state() brings it to host memory for the criterion.
+class ExecRow {
+public:
+    virtual ~ExecRow() = default;
+    // The row of `token` at `pos` through the embedding and the prelude: the state h_0.
+    virtual void begin(int32_t token, int pos) = 0;
+    // Pass `pass` over the row's state (h_{pass-1} -> h_pass), its keys/values into the cache.
+    virtual void pass(int pass) = 0;
+    // The row's state ([d], host memory; valid until the next call on the row).
+    virtual const float* state() = 0;
+    virtual void set_state(const float* h) = 0;
+    // The readout input of a state h ([d]): h itself, or with a coda (§1b) the coda's output over
+    // h, whose keys/values go into the cache (the last readout of a row is what later positions
+    // read). Valid until the next call on the row.
+    virtual const float* readout(const float* h) = 0;
+    // logits [vocab] of a readout input.
+    virtual void logits(const float* r, float* out) = 0;
+    // Keys/values of the passes after `exited` (.. loops) from the row's frozen state (early
+    // exit's state propagation, FORMAT.md §1).
+    virtual void propagate(int exited, int loops) = 0;
+    // Ends the row: its readout at the current state becomes the sequence's last row (what
+    // last_logits reads).
+    virtual void finish() = 0;
+};
+
+// One sequence on a back end: its KV cache and buffers. The primitives beyond run/last_logits
+// have defaults that throw Internal: a back end that lacks them says so in exec_supports, so
+// choose_executor never gives it a call that needs them.
 class ExecSequence {
 public:
     virtual ~ExecSequence() = default;
@@ -103,6 +150,17 @@ public:
     virtual void run(const int32_t* tokens, int n, int pos0, const PassHook* on_readout) = 0;
     // The logits of the last row run ([vocab], host memory).
     virtual void last_logits(float* out) = 0;
+    // Passes first..last over rows (PassRun); the rows' readouts are then what logits() reads.
+    virtual void run_passes(const PassRun& r);
+    // The logits of rows row0 .. row0+n-1 of the last run_passes/run ([n, vocab], host memory).
+    virtual void logits(int row0, int n, float* out);
+    // The sequence's one-row stepper (early exit); its finish() sets the last row.
+    virtual ExecRow& row(int window);
+    // Copies positions [0, n) of every layer of a kept f32 cache (prefix caches, resume handles).
+    virtual void import_prefix(const KVCache& src, int n);
+    // A kept state ([d], the readout input of the row) as the last row, for last_logits (a
+    // resume whose prompt is wholly cached: nothing runs).
+    virtual void set_last_state(const float* h);
     // The CPU sequence's host state; nullptr on other back ends.
     virtual HostSequence* host() { return nullptr; }
 };
@@ -125,11 +183,15 @@ public:
 // The executor of a call on `m` that needs `needs`: choose_executor's back end.
 std::unique_ptr<Executor> run_executor(const Model& m, const std::vector<ExecOp>& needs);
 
-// For a call written on the host forward so far (speculation, batch, beam, caches, the early-exit
-// scoring): chooses the executor for `needs` and checks it is the CPU's (with backend auto on a
+// For a call written on the host forward so far (tree and draft-model speculation, batch, beam,
+// the prefix caches): chooses the executor for `needs` and checks it is the CPU's (with backend auto on a
 // device, the whole call then runs on the CPU; with backend cuda, unsupported() refuses it).
 void require_host(const Model& m, const std::vector<ExecOp>& needs);
 
 std::unique_ptr<Executor> make_cpu_executor(const Model& m);
+
+// The CPU's one-row stepper over a host cache (what CpuSequence::row gives), for the batch engine,
+// whose sequences live in its page pool: h receives the row's state, window is its cache window.
+std::unique_ptr<ExecRow> make_cpu_row(const Model& m, KVCache& kv, Workspace& ws, std::vector<float>& h, int window);
 
 }  // namespace tinyloop
