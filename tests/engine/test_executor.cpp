@@ -293,3 +293,59 @@ TEST(ExecutorPrimitives, AnImportedPrefixThenTheRestEqualsAFreshRun) {
         EXPECT_EQ(got, want) << name;
     }
 }
+
+TEST(ExecutorPrimitives, RowsWithTheirOwnPositionsAndVisibilityEqualTheSequenceTheyStandFor) {
+    // A tree after a prefix of p + 1 committed rows: a chain a -> b at positions p+1, p+2 in
+    // scratch rows S, S+1, and a sibling c of a at p+1 in row S+2 that must not see a or b. Run
+    // through passes 1..D and then D+1..L from the kept states, the rows' logits are those of
+    // the plain sequences prefix+a+b and prefix+c; the chain's rows copied to their positions
+    // then serve a next token as if it had run there.
+    for (const auto& [name, mp] : models()) {
+        const Model& m = *mp;
+        const int L = 4, D = 2, p = 5, d = m.hp.d_model, V = m.hp.vocab_size;
+        const int S = 20;  // scratch rows past the positions used
+        const std::vector<int32_t> tok = some_tokens(m, p + 4);  // prefix 0..p, a, b, then the next token
+        const int32_t c_tok = static_cast<int32_t>((tok[static_cast<size_t>(p + 1)] + 1) % 256);
+        const auto ex = make_cpu_executor(m);
+
+        const auto tree = ex->sequence({.loops = L, .capacity = S + 3});
+        tree->run(tok.data(), p + 1, 0, nullptr);
+        RowLayout lay;
+        lay.pos = {p + 1, p + 2, p + 1};
+        lay.cache_row = {S, S + 1, S + 2};
+        lay.visible_end = {p + 1, p + 1, p + 1};
+        lay.extra_rows = {S, S, S + 1, S + 2};
+        lay.extra_offsets = {0, 1, 3, 4};
+        const int32_t rows_tok[3] = {tok[static_cast<size_t>(p + 1)], tok[static_cast<size_t>(p + 2)], c_tok};
+        std::vector<float> h(3 * static_cast<size_t>(d)), e(injects_input(m.hp) ? 3 * static_cast<size_t>(d) : 0);
+        tree->run_passes({.tokens = rows_tok, .n = 3, .first = 1, .last = D, .out_h = h.data(),
+                          .out_e = e.empty() ? nullptr : e.data(), .layout = &lay});
+        tree->run_passes({.n = 3, .first = D + 1, .last = L, .h_in = h.data(), .e_in = e.empty() ? nullptr : e.data(),
+                          .layout = &lay});
+        std::vector<float> got(3 * static_cast<size_t>(V));
+        tree->logits(0, 3, got.data());
+
+        const auto chain = ex->sequence({.loops = L, .capacity = S + 3});
+        chain->run(tok.data(), p + 1, 0, nullptr);
+        chain->run_passes({.tokens = tok.data() + p + 1, .n = 2, .pos0 = p + 1});
+        std::vector<float> want(2 * static_cast<size_t>(V));
+        chain->logits(0, 2, want.data());
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin())) << name << ": the chain a -> b";
+        const auto sib = ex->sequence({.loops = L, .capacity = S + 3});
+        sib->run(tok.data(), p + 1, 0, nullptr);
+        sib->run(&c_tok, 1, p + 1, nullptr);
+        std::vector<float> one(static_cast<size_t>(V));
+        sib->last_logits(one.data());
+        EXPECT_TRUE(std::equal(one.begin(), one.end(), got.begin() + 2 * V)) << name << ": the sibling c";
+
+        // The chain's scratch rows copied to positions p+1, p+2: the next token reads them there.
+        tree->copy_position(S, p + 1);
+        tree->copy_position(S + 1, p + 2);
+        tree->run(&tok[static_cast<size_t>(p + 3)], 1, p + 3, nullptr);
+        chain->run(&tok[static_cast<size_t>(p + 3)], 1, p + 3, nullptr);
+        std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
+        tree->last_logits(a.data());
+        chain->last_logits(b.data());
+        EXPECT_EQ(a, b) << name << ": after copy_position";
+    }
+}

@@ -92,6 +92,16 @@ struct HostSequence {
     int last_row = 0;      // the row of h whose logits last_logits gives
 };
 
+// Rows with explicit positions and visibility (tree verification): row t sits at position pos[t],
+// writes its keys/values to cache row cache_row[t] (a scratch row past the committed ones for a
+// candidate), and attends the cache rows [0, visible_end[t]) and then
+// extra_rows[extra_offsets[t] .. extra_offsets[t + 1]) (its ancestors, then itself), in that
+// order. The sequence's cache window does not apply (the ranges are the rows').
+struct RowLayout {
+    std::vector<int> pos, cache_row, visible_end;
+    std::vector<int> extra_rows, extra_offsets;  // extra_offsets: n + 1 entries, from 0
+};
+
 // Passes first..last of the model over n rows at positions pos0.. (ExecSequence::run_passes).
 // With first = 1 the rows start from their tokens (embedding, prelude); with first > 1 they
 // resume from their states after pass first - 1 (h_in, and e_in for a model that injects its
@@ -109,6 +119,9 @@ struct PassRun {
     float* out_h = nullptr;  // receives the rows' states h_last (before a coda's readout, §1b)
     float* out_e = nullptr;  // receives the rows' prelude outputs (first = 1, injecting models)
     const PassHook* on_readout = nullptr;
+    // When set, the rows' positions and visibility (pos0 is then unused). With a layout the
+    // readouts are not reported (on_readout must be null).
+    const RowLayout* layout = nullptr;
 };
 
 // One row, one pass at a time (early exit asks its criterion between passes): the row's state is
@@ -156,6 +169,9 @@ public:
     virtual void logits(int row0, int n, float* out);
     // The sequence's one-row stepper (early exit); its finish() sets the last row.
     virtual ExecRow& row(int window);
+    // Copies the keys/values of cache row `from` to row `to` in every layer (an accepted tree
+    // node's scratch row to its real position).
+    virtual void copy_position(int from, int to);
     // Copies positions [0, n) of every layer of a kept f32 cache (prefix caches, resume handles).
     virtual void import_prefix(const KVCache& src, int n);
     // A kept state ([d], the readout input of the row) as the last row, for last_logits (a

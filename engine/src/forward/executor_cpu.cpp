@@ -105,6 +105,7 @@ void ExecSequence::run_passes(const PassRun&) { lacks("run_passes"); }
 void ExecSequence::logits(int, int, float*) { lacks("logits"); }
 ExecRow& ExecSequence::row(int) { lacks("row"); }
 void ExecSequence::import_prefix(const KVCache&, int) { lacks("import_prefix"); }
+void ExecSequence::copy_position(int, int) { lacks("copy_position"); }
 void ExecSequence::set_last_state(const float*) { lacks("set_last_state"); }
 
 void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
@@ -203,6 +204,10 @@ public:
             throw Error(ErrorCode::Internal, "run_passes: passes " + std::to_string(r.first) + ".." +
                                                  std::to_string(last) + " of a sequence of depth " +
                                                  std::to_string(spec_.loops));
+        if (r.layout) {
+            run_laid_out(r, last);
+            return;
+        }
         ForwardArgs fa;
         fa.tokens = r.tokens;
         fa.n = r.n;
@@ -224,6 +229,15 @@ public:
     }
     void logits(int row0, int n, float* out) override {
         compute_logits(m_, st_.h.data() + static_cast<size_t>(row0) * m_.hp.d_model, n, out, st_.ws);
+    }
+    void copy_position(int from, int to) override {
+        KVCache& kv = st_.kv;
+        if (kv.type() != KVCacheType::F32) throw Error(ErrorCode::Internal, "copy_position: an f32 cache only");
+        const size_t row_bytes = static_cast<size_t>(kv.row) * sizeof(float);
+        for (int e = 0; e < kv.n_layers; ++e) {
+            std::memcpy(kv.k_at(e, to), kv.k_at(e, from), row_bytes);
+            std::memcpy(kv.v_at(e, to), kv.v_at(e, from), row_bytes);
+        }
     }
     ExecRow& row(int window) override {
         row_ = std::make_unique<CpuRow>(m_, st_.kv, st_.ws, st_.h, window);
@@ -247,9 +261,49 @@ public:
     HostSequence* host() override { return &st_; }
 
 private:
+    // run_passes over rows with their own positions and visibility (RowLayout): the prelude and
+    // the passes one by one (run_prelude / run_pass) with the rows' attention set from the layout,
+    // then the readout while it is still set (a node's coda reads its ancestors', §1b).
+    void run_laid_out(const PassRun& r, int last) {
+        const HParams& hp = m_.hp;
+        const RowLayout& lay = *r.layout;
+        const int n = r.n, d = hp.d_model;
+        const size_t floats = static_cast<size_t>(n) * d;
+        if (r.on_readout || static_cast<int>(lay.pos.size()) != n || static_cast<int>(lay.cache_row.size()) != n ||
+            static_cast<int>(lay.visible_end.size()) != n || static_cast<int>(lay.extra_offsets.size()) != n + 1)
+            throw Error(ErrorCode::Internal, "run_passes: a row layout needs n positions, rows, ends and n + 1 offsets");
+        Workspace& ws = st_.ws;
+        ws.reserve(hp, n);
+        for (int t = 0; t < n; ++t) {
+            ws.pos[t] = lay.pos[t];
+            ws.row[t] = lay.cache_row[t];
+            ws.kv_begin[t] = 0;
+            ws.kv_end[t] = lay.visible_end[t];
+        }
+        ws.extra_rows = lay.extra_rows;
+        ws.extra_offsets = lay.extra_offsets;
+        const bool inject = injects_input(hp);
+        x_.resize(floats);
+        e_.resize(inject ? floats : 0);
+        if (r.first <= 1) {
+            run_prelude(m_, st_.kv, ws, r.tokens, n, x_.data(), e_.data());
+            if (inject && r.out_e) std::copy(e_.begin(), e_.end(), r.out_e);
+        } else {
+            std::copy(r.h_in, r.h_in + floats, x_.begin());
+            if (inject) std::copy(r.e_in, r.e_in + floats, e_.begin());
+        }
+        for (int pass = std::max(1, r.first); pass <= last; ++pass) run_pass(m_, st_.kv, ws, pass, x_.data(), e_.data(), n);
+        if (r.out_h) std::copy(x_.begin(), x_.end(), r.out_h);
+        const float* out = readout_rows(m_, st_.kv, ws, x_.data(), n, rbuf_);
+        st_.h.assign(out, out + floats);
+        st_.last_row = n - 1;
+        ws.extra_offsets.clear();
+    }
+
     const Model& m_;
     SequenceSpec spec_;
     HostSequence st_;
+    std::vector<float> x_, e_, rbuf_;  // a laid-out run's rows: states, prelude outputs, readouts
     std::unique_ptr<CpuRow> row_;
 };
 
