@@ -349,3 +349,33 @@ TEST(ExecutorPrimitives, RowsWithTheirOwnPositionsAndVisibilityEqualTheSequenceT
         EXPECT_EQ(a, b) << name << ": after copy_position";
     }
 }
+
+TEST(ExecutorPrimitives, AForkedSequenceGoesOnAsAFreshRunOfItsOwnTokens) {
+    // Beam search's divergence: the parent and its fork take different next tokens; each then
+    // equals a sequence that ran its own tokens from the start.
+    for (const auto& [name, mp] : models()) {
+        const Model& m = *mp;
+        const int L = 3, n = 6, V = m.hp.vocab_size;
+        const std::vector<int32_t> tok = some_tokens(m, n);
+        const int32_t other = static_cast<int32_t>((tok[static_cast<size_t>(n - 1)] + 7) % 256);
+        const auto ex = make_cpu_executor(m);
+        const auto parent = ex->sequence({.loops = L, .capacity = n + 1});
+        parent->run(tok.data(), n - 1, 0, nullptr);
+        const std::unique_ptr<ExecSequence> child = parent->fork();
+        std::vector<float> got(static_cast<size_t>(V)), want(static_cast<size_t>(V));
+        child->last_logits(got.data());
+        parent->last_logits(want.data());
+        EXPECT_EQ(got, want) << name << ": the fork's last row";
+        parent->run(&tok[static_cast<size_t>(n - 1)], 1, n - 1, nullptr);
+        child->run(&other, 1, n - 1, nullptr);
+        for (const bool own : {true, false}) {
+            std::vector<int32_t> ids(tok.begin(), tok.end());
+            if (!own) ids.back() = other;
+            const auto fresh = ex->sequence({.loops = L, .capacity = n + 1});
+            fresh->run(ids.data(), n, 0, nullptr);
+            fresh->last_logits(want.data());
+            (own ? parent : child)->last_logits(got.data());
+            EXPECT_EQ(got, want) << name << (own ? ": the parent" : ": the fork");
+        }
+    }
+}

@@ -104,8 +104,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         if (reuses) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
         if (options.kv_provenance)
             throw Error(ErrorCode::NotSupported, "kv_provenance: not reported by beam search (beam_size >= 2)");
-        require_host(m, needs);
-        return decode_beam(m, prompt, prompt_len, config, options);
+        return decode_beam(*run_executor(m, needs), m, prompt, prompt_len, config, options);
     }
     const std::unique_ptr<Executor> ex = run_executor(m, needs);
 

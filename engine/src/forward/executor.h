@@ -169,6 +169,9 @@ public:
     virtual void logits(int row0, int n, float* out);
     // The sequence's one-row stepper (early exit); its finish() sets the last row.
     virtual ExecRow& row(int window);
+    // A second sequence holding a copy of this one's cache and last rows (a beam whose cache
+    // diverges from its parent's).
+    virtual std::unique_ptr<ExecSequence> fork() const;
     // Copies the keys/values of cache row `from` to row `to` in every layer (an accepted tree
     // node's scratch row to its real position).
     virtual void copy_position(int from, int to);

@@ -106,6 +106,7 @@ void ExecSequence::logits(int, int, float*) { lacks("logits"); }
 ExecRow& ExecSequence::row(int) { lacks("row"); }
 void ExecSequence::import_prefix(const KVCache&, int) { lacks("import_prefix"); }
 void ExecSequence::copy_position(int, int) { lacks("copy_position"); }
+std::unique_ptr<ExecSequence> ExecSequence::fork() const { lacks("fork"); }
 void ExecSequence::set_last_state(const float*) { lacks("set_last_state"); }
 
 void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
@@ -182,6 +183,8 @@ public:
     CpuSequence(const Model& m, const SequenceSpec& s) : m_(m), spec_(s) {
         st_.kv.allocate(m.hp, exec_layers(m.hp, s.loops), s.capacity, s.kv_cache);
     }
+    struct NoCache {};  // fork(): the cache is copied in
+    CpuSequence(const Model& m, const SequenceSpec& s, NoCache) : m_(m), spec_(s) {}
     size_t cache_bytes() const override { return st_.kv.bytes(); }
     int capacity() const override { return spec_.capacity; }
     void run(const int32_t* tokens, int n, int pos0, const PassHook* on_readout) override {
@@ -229,6 +232,14 @@ public:
     }
     void logits(int row0, int n, float* out) override {
         compute_logits(m_, st_.h.data() + static_cast<size_t>(row0) * m_.hp.d_model, n, out, st_.ws);
+    }
+    std::unique_ptr<ExecSequence> fork() const override {
+        // the cache and the last rows; the workspace is scratch, a fresh one serves
+        auto f = std::make_unique<CpuSequence>(m_, spec_, NoCache{});
+        f->st_.kv = st_.kv;
+        f->st_.h = st_.h;
+        f->st_.last_row = st_.last_row;
+        return f;
     }
     void copy_position(int from, int to) override {
         KVCache& kv = st_.kv;
