@@ -278,7 +278,7 @@ TEST(ExecutorPrimitives, AnImportedPrefixThenTheRestEqualsAFreshRun) {
         fresh->last_logits(want.data());
         for (int cached : {1, 5, n - 1}) {
             const auto resumed = ex->sequence({.loops = L, .capacity = n});
-            resumed->import_prefix(fresh->host()->kv, cached);
+            resumed->import_prefix(*fresh, cached);
             resumed->run(tok.data() + cached, n - cached, cached, nullptr);
             resumed->last_logits(got.data());
             EXPECT_EQ(got, want) << name << ": " << cached << " positions imported";

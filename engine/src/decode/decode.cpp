@@ -88,7 +88,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         throw Error(ErrorCode::InvalidArgument,
                     "lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
 
-    const bool reuses = start && start->kv;
+    const bool reuses = start && start->from;
     if (reuses && config.num_return_sequences > 1)
         throw Error(ErrorCode::NotSupported, "num_return_sequences: several outputs do not run from a cache yet (use 1)");
     const EarlyExitPolicy policy = effective_exit_policy(config.early_exit);
@@ -143,9 +143,9 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
 
     if (config.max_tokens > 0) {
         int cached = 0;
-        if (start && start->kv) {
+        if (start && start->from) {
             cached = std::min(start->n_cached, prompt_len);
-            seq->import_prefix(*start->kv, cached);
+            seq->import_prefix(*start->from, cached);
             prov.mark(0, n_layers, 0, cached, KVOrigin::Reused);
         }
         if (start && cached == prompt_len && start->last_pass_states) {

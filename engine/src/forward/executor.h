@@ -175,8 +175,9 @@ public:
     // Copies the keys/values of cache row `from` to row `to` in every layer (an accepted tree
     // node's scratch row to its real position).
     virtual void copy_position(int from, int to);
-    // Copies positions [0, n) of every layer of a kept f32 cache (prefix caches, resume handles).
-    virtual void import_prefix(const KVCache& src, int n);
+    // Copies positions [0, n) of every layer of another sequence of this back end (a prefix
+    // cache's, a resume handle's: f32 caches of at least this one's layers).
+    virtual void import_prefix(const ExecSequence& src, int n);
     // A kept state ([d], the readout input of the row) as the last row, for last_logits (a
     // resume whose prompt is wholly cached: nothing runs).
     virtual void set_last_state(const float* h);

@@ -104,7 +104,7 @@ namespace {
 void ExecSequence::run_passes(const PassRun&) { lacks("run_passes"); }
 void ExecSequence::logits(int, int, float*) { lacks("logits"); }
 ExecRow& ExecSequence::row(int) { lacks("row"); }
-void ExecSequence::import_prefix(const KVCache&, int) { lacks("import_prefix"); }
+void ExecSequence::import_prefix(const ExecSequence&, int) { lacks("import_prefix"); }
 void ExecSequence::copy_position(int, int) { lacks("copy_position"); }
 std::unique_ptr<ExecSequence> ExecSequence::fork() const { lacks("fork"); }
 void ExecSequence::set_last_state(const float*) { lacks("set_last_state"); }
@@ -255,9 +255,13 @@ public:
         st_.last_row = 0;
         return *row_;
     }
-    void import_prefix(const KVCache& src, int n) override {
+    void import_prefix(const ExecSequence& from, int n) override {
+        const auto* other = dynamic_cast<const CpuSequence*>(&from);
+        if (!other) throw Error(ErrorCode::Internal, "import_prefix: the kept sequence is not the CPU's");
+        const KVCache& src = other->st_.kv;
         KVCache& kv = st_.kv;
-        if (kv.type() != KVCacheType::F32 || src.n_layers < kv.n_layers || n > src.capacity || n > kv.capacity)
+        if (kv.type() != KVCacheType::F32 || src.type() != KVCacheType::F32 || src.n_layers < kv.n_layers ||
+            n > src.capacity || n > kv.capacity)
             throw Error(ErrorCode::Internal, "import_prefix: the kept cache does not fit the sequence");
         const size_t row_bytes = static_cast<size_t>(kv.row) * sizeof(float);
         for (int e = 0; e < kv.n_layers; ++e) {
