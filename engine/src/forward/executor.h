@@ -119,6 +119,7 @@ struct PassRun {
     float* out_h = nullptr;  // receives the rows' states h_last (before a coda's readout, §1b)
     float* out_e = nullptr;  // receives the rows' prelude outputs (first = 1, injecting models)
     const PassHook* on_readout = nullptr;
+    const PassHook* on_state = nullptr;  // sees the rows' states after every pass (PassStates)
     // When set, the rows' positions and visibility (pos0 is then unused). With a layout the
     // readouts are not reported (on_readout must be null).
     const RowLayout* layout = nullptr;

@@ -222,6 +222,7 @@ public:
         fa.e_in = r.e_in;
         fa.out_e = r.out_e;
         fa.on_readout = r.on_readout;
+        fa.on_pass = r.on_state;
         // Without a coda the rows' readouts are their states: copied out after the forward, as
         // forward's out_state would (one copy either way).
         const bool coda = m_.hp.n_coda_blocks > 0;
@@ -284,7 +285,7 @@ private:
         const RowLayout& lay = *r.layout;
         const int n = r.n, d = hp.d_model;
         const size_t floats = static_cast<size_t>(n) * d;
-        if (r.on_readout || static_cast<int>(lay.pos.size()) != n || static_cast<int>(lay.cache_row.size()) != n ||
+        if (r.on_readout || r.on_state || static_cast<int>(lay.pos.size()) != n || static_cast<int>(lay.cache_row.size()) != n ||
             static_cast<int>(lay.visible_end.size()) != n || static_cast<int>(lay.extra_offsets.size()) != n + 1)
             throw Error(ErrorCode::Internal, "run_passes: a row layout needs n positions, rows, ends and n + 1 offsets");
         Workspace& ws = st_.ws;
