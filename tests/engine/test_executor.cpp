@@ -107,7 +107,6 @@ TEST(ExecutorCpu, GreedyOverTheSequencePrimitivesEqualsGenerate) {
     const std::unique_ptr<Executor> ex = make_cpu_executor(m);
     const int n = static_cast<int>(prompt.size());
     const auto seq = ex->sequence({.loops = 3, .capacity = n + c.max_tokens});
-    ASSERT_NE(seq->host(), nullptr);
     std::vector<float> logits(static_cast<size_t>(m.hp.vocab_size));
     std::vector<int32_t> got;
     seq->run(prompt.data(), n, 0, nullptr);
@@ -283,12 +282,13 @@ TEST(ExecutorPrimitives, AnImportedPrefixThenTheRestEqualsAFreshRun) {
             resumed->last_logits(got.data());
             EXPECT_EQ(got, want) << name << ": " << cached << " positions imported";
         }
-        // A wholly cached prompt: the kept last state is the last row.
-        std::vector<float> h(static_cast<size_t>(n) * d);
+        // A wholly cached prompt: the kept last state (the last row's readout input) is the last row.
+        std::vector<float> r(static_cast<size_t>(L) * d);
+        const PassHook keep = last_row_hook(r, d);
         const auto states = ex->sequence({.loops = L, .capacity = n});
-        states->run_passes({.tokens = tok.data(), .n = n, .pos0 = 0});
+        states->run(tok.data(), n, 0, &keep);
         const auto kept = ex->sequence({.loops = L, .capacity = n});
-        kept->set_last_state(states->host()->h.data() + static_cast<size_t>(n - 1) * d);
+        kept->set_last_state(r.data() + static_cast<size_t>(L - 1) * d);
         kept->last_logits(got.data());
         EXPECT_EQ(got, want) << name;
     }

@@ -82,16 +82,6 @@ struct SequenceSpec {
     KVCacheType kv_cache = KVCacheType::F32;
 };
 
-// The CPU sequence's host state: the algorithms not yet written over the executor's primitives
-// (tree and draft-model speculation, beam, the batch engine, the prefix caches) run on it once
-// the run's executor is the CPU's.
-struct HostSequence {
-    KVCache kv;
-    Workspace ws;
-    std::vector<float> h;  // the states of the rows of the last run ([n, d])
-    int last_row = 0;      // the row of h whose logits last_logits gives
-};
-
 // Rows with explicit positions and visibility (tree verification): row t sits at position pos[t],
 // writes its keys/values to cache row cache_row[t] (a scratch row past the committed ones for a
 // candidate), and attends the cache rows [0, visible_end[t]) and then
@@ -182,8 +172,6 @@ public:
     // A kept state ([d], the readout input of the row) as the last row, for last_logits (a
     // resume whose prompt is wholly cached: nothing runs).
     virtual void set_last_state(const float* h);
-    // The CPU sequence's host state; nullptr on other back ends.
-    virtual HostSequence* host() { return nullptr; }
 };
 
 class Executor {
@@ -204,8 +192,7 @@ public:
 // The executor of a call on `m` that needs `needs`: choose_executor's back end.
 std::unique_ptr<Executor> run_executor(const Model& m, const std::vector<ExecOp>& needs);
 
-// For a call written on the host forward so far (tree and draft-model speculation, batch, beam,
-// the prefix caches): chooses the executor for `needs` and checks it is the CPU's (with backend auto on a
+// For a call written on the host forward so far (the batch engine's batched rows): chooses the executor for `needs` and checks it is the CPU's (with backend auto on a
 // device, the whole call then runs on the CPU; with backend cuda, unsupported() refuses it).
 void require_host(const Model& m, const std::vector<ExecOp>& needs);
 

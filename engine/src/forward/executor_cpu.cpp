@@ -178,6 +178,14 @@ private:
     std::vector<float> input_, rbuf_;
 };
 
+// The CPU sequence's host state.
+struct HostSequence {
+    KVCache kv;
+    Workspace ws;
+    std::vector<float> h;  // the readout inputs of the rows of the last run ([n, d])
+    int last_row = 0;      // the row of h whose logits last_logits gives
+};
+
 class CpuSequence final : public ExecSequence {
 public:
     CpuSequence(const Model& m, const SequenceSpec& s) : m_(m), spec_(s) {
@@ -274,7 +282,6 @@ public:
         st_.h.assign(h, h + m_.hp.d_model);
         st_.last_row = 0;
     }
-    HostSequence* host() override { return &st_; }
 
 private:
     // run_passes over rows with their own positions and visibility (RowLayout): the prelude and
