@@ -3,9 +3,13 @@
 // The ops of backend.h are the per-kernel layer; an executor is the per-sequence layer on top:
 // a sequence (its KV cache and rows on the back end), "run passes 1..L of the model's blocks
 // (forward.h: block_desc's table, run_layers) over these rows with this cache", the head on the
-// last row, and every row's logits of one sequence. The CPU executor (executor_cpu.cpp) runs
-// forward.cpp on CpuOps; the CUDA executor (cuda_forward.cpp) runs the same run_layers on CudaOps
-// in a device session with its captured decode step.
+// last row, and every row's logits of one sequence; beyond them the few primitives decoding needs
+// (ExecSequence: passes p..q from kept per-row states, rows with their own positions and
+// visibility, the logits of rows, a one-row stepper for early exit, a fork, a row copy, a
+// prefix import). Decode, early exit, chain / tree / draft-model speculation, beam search, the
+// prefix caches and the scoring family are written once over them. The CPU executor
+// (executor_cpu.cpp) runs forward.cpp on CpuOps; the CUDA executor (cuda_forward.cpp) runs the
+// same run_layers on CudaOps in a device session with its captured decode step.
 //
 // What a back end does not run yet is data (exec_supports' table) and is refused in one place
 // (unsupported(), naming the operation and the back end). The rule of backend auto: a call states
