@@ -196,8 +196,10 @@ public:
 // The executor of a call on `m` that needs `needs`: choose_executor's back end.
 std::unique_ptr<Executor> run_executor(const Model& m, const std::vector<ExecOp>& needs);
 
-// For a call written on the host forward so far (the batch engine's batched rows): chooses the executor for `needs` and checks it is the CPU's (with backend auto on a
-// device, the whole call then runs on the CPU; with backend cuda, unsupported() refuses it).
+// For a call written on the host forward so far (the batch engine's batched rows of several
+// sequences over a shared page pool): chooses the executor for `needs` and checks it is the
+// CPU's (with backend auto on a device, the whole call then runs on the CPU; with backend cuda,
+// unsupported() refuses it).
 void require_host(const Model& m, const std::vector<ExecOp>& needs);
 
 std::unique_ptr<Executor> make_cpu_executor(const Model& m);
