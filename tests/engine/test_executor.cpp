@@ -107,7 +107,6 @@ TEST(ExecutorCpu, GreedyOverTheSequencePrimitivesEqualsGenerate) {
     const std::unique_ptr<Executor> ex = make_cpu_executor(m);
     const int n = static_cast<int>(prompt.size());
     const auto seq = ex->sequence({.loops = 3, .capacity = n + c.max_tokens});
-    ASSERT_NE(seq->host(), nullptr);
     std::vector<float> logits(static_cast<size_t>(m.hp.vocab_size));
     std::vector<int32_t> got;
     seq->run(prompt.data(), n, 0, nullptr);
@@ -121,4 +120,262 @@ TEST(ExecutorCpu, GreedyOverTheSequencePrimitivesEqualsGenerate) {
     // Every row's logits of a sequence: forward_logits' bits.
     const std::vector<float> rows = ex->sequence_logits(prompt.data(), n, 3, KVCacheType::F32);
     EXPECT_EQ(rows, forward_logits(mp, prompt.data(), n, 3));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sequence primitives the algorithms above the executor are written over (run_passes,
+// logits, row, import_prefix, set_last_state), on the bundled model and on random models whose
+// passes carry state beyond h: input injection ("add", §1a) and Huginn's adapter with a coda (§1b).
+
+namespace {
+
+struct Variant {
+    const char* name;
+    HParams hp;
+};
+
+std::vector<Variant> variants() {
+    HParams add = tltest::small_hparams();
+    add.loop_input = LoopInput::Add;
+    HParams huginn = tltest::small_hparams();
+    huginn.block = BlockKind::SandwichSum;
+    huginn.qk_bias = true;
+    huginn.n_coda_blocks = 2;
+    huginn.loop_input = LoopInput::Adapter;
+    huginn.n_kv_heads = huginn.n_heads;
+    return {{"add", add}, {"huginn_coda", huginn}};
+}
+
+// The bundled model and each variant, loaded once.
+std::vector<std::pair<std::string, Model*>> models() {
+    static std::vector<std::pair<std::string, Model*>> all = [] {
+        std::vector<std::pair<std::string, Model*>> v{{"kjv", bundled()}};
+        for (const Variant& x : variants())
+            v.emplace_back(x.name, load_model(tltest::write_random_model(std::string("exec_") + x.name + ".tinyloop", x.hp, 5)));
+        return v;
+    }();
+    return all;
+}
+
+std::vector<int32_t> some_tokens(const Model& m, int n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>((37 * i + 11) % std::min(256, m.hp.vocab_size));
+    return t;
+}
+
+}  // namespace
+
+TEST(ExecutorPrimitives, PassesOneToPThenPPlusOneToLFromTheKeptStatesEqualOneRun) {
+    for (const auto& [name, mp] : models()) {
+        const Model& m = *mp;
+        const int L = 4, n = 7, d = m.hp.d_model, V = m.hp.vocab_size;
+        const std::vector<int32_t> tok = some_tokens(m, n);
+        const auto ex = make_cpu_executor(m);
+        const auto whole = ex->sequence({.loops = L, .capacity = n});
+        whole->run_passes({.tokens = tok.data(), .n = n, .pos0 = 0});
+        std::vector<float> want(static_cast<size_t>(n) * V);
+        whole->logits(0, n, want.data());
+        for (int p = 1; p < L; ++p) {
+            const auto split = ex->sequence({.loops = L, .capacity = n});
+            std::vector<float> h(static_cast<size_t>(n) * d), e(injects_input(m.hp) ? static_cast<size_t>(n) * d : 0);
+            split->run_passes({.tokens = tok.data(), .n = n, .pos0 = 0, .first = 1, .last = p, .out_h = h.data(),
+                               .out_e = e.empty() ? nullptr : e.data()});
+            split->run_passes({.tokens = tok.data(), .n = n, .pos0 = 0, .first = p + 1, .last = L, .h_in = h.data(),
+                               .e_in = e.empty() ? nullptr : e.data()});
+            std::vector<float> got(static_cast<size_t>(n) * V);
+            split->logits(0, n, got.data());
+            EXPECT_EQ(got, want) << name << ": passes 1.." << p << " then " << p + 1 << ".." << L;
+        }
+        // The rows' logits are sequence_logits' (forward_logits') bits, and run()'s last row.
+        EXPECT_EQ(want, ex->sequence_logits(tok.data(), n, L, KVCacheType::F32)) << name;
+        const auto plain = ex->sequence({.loops = L, .capacity = n});
+        plain->run(tok.data(), n, 0, nullptr);
+        std::vector<float> last(static_cast<size_t>(V));
+        plain->last_logits(last.data());
+        EXPECT_TRUE(std::equal(last.begin(), last.end(), want.end() - V)) << name;
+    }
+}
+
+TEST(ExecutorPrimitives, ARowRunPassByPassEqualsTheFullDepthStep) {
+    for (const auto& [name, mp] : models()) {
+        const Model& m = *mp;
+        const int L = 4, n = 6, V = m.hp.vocab_size;
+        const std::vector<int32_t> tok = some_tokens(m, n);
+        const auto ex = make_cpu_executor(m);
+        const auto ref = ex->sequence({.loops = L, .capacity = n});
+        const auto rows = ex->sequence({.loops = L, .capacity = n});
+        std::vector<float> want(static_cast<size_t>(V)), got(static_cast<size_t>(V));
+        for (int p = 0; p < n; ++p) {
+            ref->run(&tok[static_cast<size_t>(p)], 1, p, nullptr);
+            ref->last_logits(want.data());
+            ExecRow& row = rows->row(0);
+            row.begin(tok[static_cast<size_t>(p)], p);
+            for (int pass = 1; pass <= L; ++pass) row.pass(pass);
+            row.finish();
+            rows->last_logits(got.data());
+            ASSERT_EQ(got, want) << name << " position " << p;
+        }
+    }
+}
+
+TEST(ExecutorPrimitives, AnExitedRowsPropagatedKeysAreThoseOfItsFrozenStateInEveryDeeperPass) {
+    // A row that exits at e < L writes, for every loop layer of passes e+1..L, the keys/values of
+    // its frozen state h_e (as those passes take it in, §1a). With one loop layer per pass that is
+    // what running each deeper pass from h_e writes, so a later position, which reads those
+    // rows, sees the same logits either way.
+    for (const bool add : {false, true}) {
+        HParams hp = tltest::small_hparams();
+        hp.n_loop_layers = 1;
+        if (add) hp.loop_input = LoopInput::Add;
+        ModelHandle h = load_model_handle(tltest::write_random_model(add ? "exec_prop_add.tinyloop" : "exec_prop.tinyloop", hp, 9));
+        const Model& m = *h.get();
+        const int L = 4, e = 2, d = m.hp.d_model, V = m.hp.vocab_size;
+        const std::vector<int32_t> tok = some_tokens(m, 2);
+        const auto ex = make_cpu_executor(m);
+        const auto a = ex->sequence({.loops = L, .capacity = 2});
+        const auto b = ex->sequence({.loops = L, .capacity = 2});
+        ExecRow& ra = a->row(0);
+        ra.begin(tok[0], 0);
+        for (int pass = 1; pass <= e; ++pass) ra.pass(pass);
+        ra.propagate(e, L);
+        ra.finish();
+        ExecRow& rb = b->row(0);
+        rb.begin(tok[0], 0);
+        for (int pass = 1; pass <= e; ++pass) rb.pass(pass);
+        const std::vector<float> h_e(rb.state(), rb.state() + d);
+        for (int pass = e + 1; pass <= L; ++pass) {
+            rb.set_state(h_e.data());  // every deeper pass takes the frozen state in
+            rb.pass(pass);
+        }
+        std::vector<float> la(static_cast<size_t>(V)), lb(static_cast<size_t>(V));
+        a->run(&tok[1], 1, 1, nullptr);
+        b->run(&tok[1], 1, 1, nullptr);
+        a->last_logits(la.data());
+        b->last_logits(lb.data());
+        EXPECT_EQ(la, lb) << (add ? "add" : "plain");
+        // Without the propagation the deeper layers hold nothing: the next position reads otherwise.
+        const auto c = ex->sequence({.loops = L, .capacity = 2});
+        ExecRow& rc = c->row(0);
+        rc.begin(tok[0], 0);
+        for (int pass = 1; pass <= e; ++pass) rc.pass(pass);
+        rc.finish();
+        c->run(&tok[1], 1, 1, nullptr);
+        c->last_logits(lb.data());
+        EXPECT_NE(la, lb);
+    }
+}
+
+TEST(ExecutorPrimitives, AnImportedPrefixThenTheRestEqualsAFreshRun) {
+    for (const auto& [name, mp] : models()) {
+        const Model& m = *mp;
+        const int L = 3, n = 9, d = m.hp.d_model, V = m.hp.vocab_size;
+        const std::vector<int32_t> tok = some_tokens(m, n);
+        const auto ex = make_cpu_executor(m);
+        const auto fresh = ex->sequence({.loops = L, .capacity = n});
+        fresh->run(tok.data(), n, 0, nullptr);
+        std::vector<float> want(static_cast<size_t>(V)), got(static_cast<size_t>(V));
+        fresh->last_logits(want.data());
+        for (int cached : {1, 5, n - 1}) {
+            const auto resumed = ex->sequence({.loops = L, .capacity = n});
+            resumed->import_prefix(*fresh, cached);
+            resumed->run(tok.data() + cached, n - cached, cached, nullptr);
+            resumed->last_logits(got.data());
+            EXPECT_EQ(got, want) << name << ": " << cached << " positions imported";
+        }
+        // A wholly cached prompt: the kept last state (the last row's readout input) is the last row.
+        std::vector<float> r(static_cast<size_t>(L) * d);
+        const PassHook keep = last_row_hook(r, d);
+        const auto states = ex->sequence({.loops = L, .capacity = n});
+        states->run(tok.data(), n, 0, &keep);
+        const auto kept = ex->sequence({.loops = L, .capacity = n});
+        kept->set_last_state(r.data() + static_cast<size_t>(L - 1) * d);
+        kept->last_logits(got.data());
+        EXPECT_EQ(got, want) << name;
+    }
+}
+
+TEST(ExecutorPrimitives, RowsWithTheirOwnPositionsAndVisibilityEqualTheSequenceTheyStandFor) {
+    // A tree after a prefix of p + 1 committed rows: a chain a -> b at positions p+1, p+2 in
+    // scratch rows S, S+1, and a sibling c of a at p+1 in row S+2 that must not see a or b. Run
+    // through passes 1..D and then D+1..L from the kept states, the rows' logits are those of
+    // the plain sequences prefix+a+b and prefix+c; the chain's rows copied to their positions
+    // then serve a next token as if it had run there.
+    for (const auto& [name, mp] : models()) {
+        const Model& m = *mp;
+        const int L = 4, D = 2, p = 5, d = m.hp.d_model, V = m.hp.vocab_size;
+        const int S = 20;  // scratch rows past the positions used
+        const std::vector<int32_t> tok = some_tokens(m, p + 4);  // prefix 0..p, a, b, then the next token
+        const int32_t c_tok = static_cast<int32_t>((tok[static_cast<size_t>(p + 1)] + 1) % 256);
+        const auto ex = make_cpu_executor(m);
+
+        const auto tree = ex->sequence({.loops = L, .capacity = S + 3});
+        tree->run(tok.data(), p + 1, 0, nullptr);
+        RowLayout lay;
+        lay.pos = {p + 1, p + 2, p + 1};
+        lay.cache_row = {S, S + 1, S + 2};
+        lay.visible_end = {p + 1, p + 1, p + 1};
+        lay.extra_rows = {S, S, S + 1, S + 2};
+        lay.extra_offsets = {0, 1, 3, 4};
+        const int32_t rows_tok[3] = {tok[static_cast<size_t>(p + 1)], tok[static_cast<size_t>(p + 2)], c_tok};
+        std::vector<float> h(3 * static_cast<size_t>(d)), e(injects_input(m.hp) ? 3 * static_cast<size_t>(d) : 0);
+        tree->run_passes({.tokens = rows_tok, .n = 3, .first = 1, .last = D, .out_h = h.data(),
+                          .out_e = e.empty() ? nullptr : e.data(), .layout = &lay});
+        tree->run_passes({.n = 3, .first = D + 1, .last = L, .h_in = h.data(), .e_in = e.empty() ? nullptr : e.data(),
+                          .layout = &lay});
+        std::vector<float> got(3 * static_cast<size_t>(V));
+        tree->logits(0, 3, got.data());
+
+        const auto chain = ex->sequence({.loops = L, .capacity = S + 3});
+        chain->run(tok.data(), p + 1, 0, nullptr);
+        chain->run_passes({.tokens = tok.data() + p + 1, .n = 2, .pos0 = p + 1});
+        std::vector<float> want(2 * static_cast<size_t>(V));
+        chain->logits(0, 2, want.data());
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin())) << name << ": the chain a -> b";
+        const auto sib = ex->sequence({.loops = L, .capacity = S + 3});
+        sib->run(tok.data(), p + 1, 0, nullptr);
+        sib->run(&c_tok, 1, p + 1, nullptr);
+        std::vector<float> one(static_cast<size_t>(V));
+        sib->last_logits(one.data());
+        EXPECT_TRUE(std::equal(one.begin(), one.end(), got.begin() + 2 * V)) << name << ": the sibling c";
+
+        // The chain's scratch rows copied to positions p+1, p+2: the next token reads them there.
+        tree->copy_position(S, p + 1);
+        tree->copy_position(S + 1, p + 2);
+        tree->run(&tok[static_cast<size_t>(p + 3)], 1, p + 3, nullptr);
+        chain->run(&tok[static_cast<size_t>(p + 3)], 1, p + 3, nullptr);
+        std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
+        tree->last_logits(a.data());
+        chain->last_logits(b.data());
+        EXPECT_EQ(a, b) << name << ": after copy_position";
+    }
+}
+
+TEST(ExecutorPrimitives, AForkedSequenceGoesOnAsAFreshRunOfItsOwnTokens) {
+    // Beam search's divergence: the parent and its fork take different next tokens; each then
+    // equals a sequence that ran its own tokens from the start.
+    for (const auto& [name, mp] : models()) {
+        const Model& m = *mp;
+        const int L = 3, n = 6, V = m.hp.vocab_size;
+        const std::vector<int32_t> tok = some_tokens(m, n);
+        const int32_t other = static_cast<int32_t>((tok[static_cast<size_t>(n - 1)] + 7) % 256);
+        const auto ex = make_cpu_executor(m);
+        const auto parent = ex->sequence({.loops = L, .capacity = n + 1});
+        parent->run(tok.data(), n - 1, 0, nullptr);
+        const std::unique_ptr<ExecSequence> child = parent->fork();
+        std::vector<float> got(static_cast<size_t>(V)), want(static_cast<size_t>(V));
+        child->last_logits(got.data());
+        parent->last_logits(want.data());
+        EXPECT_EQ(got, want) << name << ": the fork's last row";
+        parent->run(&tok[static_cast<size_t>(n - 1)], 1, n - 1, nullptr);
+        child->run(&other, 1, n - 1, nullptr);
+        for (const bool own : {true, false}) {
+            std::vector<int32_t> ids(tok.begin(), tok.end());
+            if (!own) ids.back() = other;
+            const auto fresh = ex->sequence({.loops = L, .capacity = n + 1});
+            fresh->run(ids.data(), n, 0, nullptr);
+            fresh->last_logits(want.data());
+            (own ? parent : child)->last_logits(got.data());
+            EXPECT_EQ(got, want) << name << (own ? ": the parent" : ": the fork");
+        }
+    }
 }

@@ -428,8 +428,9 @@ int batch_step(BatchEngine* engine) {
         Seq& s = *sp;
         const int pos = static_cast<int>(s.res.tokens.size()) - 1;
         s.kv.pool->ensure(s.kv, pos + 1);
-        s.depth = decode_step_adaptive(m, s.kv, e.ws, s.res.tokens.back(), pos, s.loops, s.req.config.cache_window,
-                                       s.policy, e.h, nullptr);
+        // the early-exit step written once (early_exit_step) on the CPU's row over this sequence's pages
+        const std::unique_ptr<ExecRow> row = make_cpu_row(m, s.kv, e.ws, e.h, s.req.config.cache_window);
+        s.depth = early_exit_step(m, *row, s.res.tokens.back(), pos, s.loops, s.policy, nullptr);
         compute_logits(m, e.h.data(), 1, s.logits.data(), e.ws);
         s.has_logits = true;
         ready.push_back(&s);

@@ -70,22 +70,15 @@ std::vector<Cand> best_continuations(const Model& m, const LogitsPipeline& pipe,
     return cands;
 }
 
-void advance(const Model& m, std::vector<Beam>& beams, int prompt_len, int loops, int window, Workspace& ws,
-             std::vector<float>& h) {
+void advance(const Model& m, std::vector<Beam>& beams, int prompt_len) {
     for (size_t i = 0; i < beams.size(); ++i) {
         Beam& nb = beams[i];
         bool shared = false;
-        for (size_t j = i + 1; j < beams.size(); ++j) shared |= beams[j].kv == nb.kv;
-        if (shared) nb.kv = std::make_shared<KVCache>(*nb.kv);
-        ForwardArgs f1;
-        f1.tokens = &nb.tokens.back();
-        f1.n = 1;
-        f1.pos0 = prompt_len + static_cast<int>(nb.tokens.size()) - 1;
-        f1.loops = loops;
-        f1.window = window;
-        forward(m, *nb.kv, ws, f1, h);
+        for (size_t j = i + 1; j < beams.size(); ++j) shared |= beams[j].seq == nb.seq;
+        if (shared) nb.seq = nb.seq->fork();
+        nb.seq->run(&nb.tokens.back(), 1, prompt_len + static_cast<int>(nb.tokens.size()) - 1, nullptr);
         nb.logits.resize(static_cast<size_t>(m.hp.vocab_size));
-        compute_logits(m, h.data(), 1, nb.logits.data(), ws);
+        nb.seq->last_logits(nb.logits.data());
     }
 }
 
@@ -97,19 +90,14 @@ Search start_search(const Model& m, const int32_t* prompt, int prompt_len, const
     return s;
 }
 
-Beam prefill(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c, int loops, Workspace& ws,
-             std::vector<float>& h) {
+Beam prefill(const Executor& ex, const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c,
+             int loops) {
     Beam first;
-    first.kv = std::make_shared<KVCache>();
-    first.kv->allocate(m.hp, exec_layers(m.hp, loops), prompt_len + c.max_tokens, c.kv_cache);
-    ForwardArgs fa;
-    fa.tokens = prompt;
-    fa.n = prompt_len;
-    fa.loops = loops;
-    fa.window = c.cache_window;
-    forward(m, *first.kv, ws, fa, h);
+    first.seq = ex.sequence({.loops = loops, .capacity = prompt_len + c.max_tokens, .window = c.cache_window,
+                             .kv_cache = c.kv_cache});
+    first.seq->run(prompt, prompt_len, 0, nullptr);
     first.logits.resize(static_cast<size_t>(m.hp.vocab_size));
-    compute_logits(m, h.data() + static_cast<size_t>(prompt_len - 1) * m.hp.d_model, 1, first.logits.data(), ws);
+    first.seq->last_logits(first.logits.data());
     return first;
 }
 
@@ -159,10 +147,10 @@ bool improvement_possible(const GenerateConfig& c, const std::vector<Hyp>& finis
 
 }  // namespace
 
-GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c,
+GenerateResult decode_beam(const Executor& ex, const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c,
                            const GenerateOptions& options) {
-    if (c.num_beam_groups >= 2) return decode_group_beam(m, prompt, prompt_len, c, options);
-    if (!c.force_words.empty()) return decode_constrained_beam(m, prompt, prompt_len, c, options);
+    if (c.num_beam_groups >= 2) return decode_group_beam(ex, m, prompt, prompt_len, c, options);
+    if (!c.force_words.empty()) return decode_constrained_beam(ex, m, prompt, prompt_len, c, options);
     Search s = start_search(m, prompt, prompt_len, c);
     const auto t0 = s.t0;
     const int L = s.loops, B = c.beam_size;
@@ -173,9 +161,7 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
         return res;
     }
 
-    Workspace ws;
-    std::vector<float> h;
-    std::vector<Beam> beams{prefill(m, prompt, prompt_len, c, L, ws, h)};
+    std::vector<Beam> beams{prefill(ex, m, prompt, prompt_len, c, L)};
     res.stats.prefill_ms = ms_since(t0);
 
     std::vector<Hyp> finished;  // best first, at most B
@@ -203,7 +189,7 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
             Beam nb;
             nb.tokens = std::move(toks);
             nb.logp = cd.logp;
-            nb.kv = parent.kv;  // copied in advance() if another child takes it too
+            nb.seq = parent.seq;  // forked in advance() if another child takes it too
             next.push_back(std::move(nb));
         }
         std::stable_sort(finished.begin(), finished.end(), [](const Hyp& x, const Hyp& y) { return x.score > y.score; });
@@ -212,7 +198,7 @@ GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len
         may_improve = may_improve && improvement_possible(c, finished, beams, step + 1);
         const bool full = static_cast<int>(finished.size()) == B;
         if (!may_improve || (full && c.early_stopping == EarlyStopping::WhenFull) || all_end) break;
-        advance(m, beams, prompt_len, L, c.cache_window, ws, h);
+        advance(m, beams, prompt_len);
     }
     if (finished.empty() && !beams.empty())  // every continuation was banned: the best live beam
         finished.push_back({beams.front().tokens, beams.front().logp, 0.0});

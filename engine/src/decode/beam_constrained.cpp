@@ -141,15 +141,13 @@ std::vector<Cand> by_banks(const ForcedWords& words, const std::vector<int32_t>&
 
 }  // namespace
 
-GenerateResult decode_constrained_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c,
-                                       const GenerateOptions& options) {
+GenerateResult decode_constrained_beam(const Executor& ex, const Model& m, const int32_t* prompt, int prompt_len,
+                                       const GenerateConfig& c, const GenerateOptions& options) {
     Search s = start_search(m, prompt, prompt_len, c);
     const int L = s.loops, B = c.beam_size;
-    Workspace ws;
-    std::vector<float> h;
     std::vector<Beam> beams;  // none with max_tokens 0: the result is the prompt alone
     if (c.max_tokens > 0) {
-        beams.push_back(prefill(m, prompt, prompt_len, c, L, ws, h));
+        beams.push_back(prefill(ex, m, prompt, prompt_len, c, L));
         s.res.stats.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - s.t0).count();
     }
 
@@ -174,12 +172,12 @@ GenerateResult decode_constrained_beam(const Model& m, const int32_t* prompt, in
         std::vector<Beam> next;
         for (const Cand& cd : by_banks(words, prompt_ids, beams, rows, std::move(top), static_cast<size_t>(B))) {
             const Beam& parent = beams[static_cast<size_t>(cd.beam)];
-            next.push_back({extended(parent.tokens, cd.tok), cd.logp, parent.kv, {}});
+            next.push_back({extended(parent.tokens, cd.tok), cd.logp, parent.seq, {}});
         }
         beams = std::move(next);
         done = !cands.empty() && hyps.done(c, cands.front().logp, step + 1);
         if (done || step + 1 == c.max_tokens) break;
-        advance(m, beams, prompt_len, L, c.cache_window, ws, h);
+        advance(m, beams, prompt_len);
     }
     if (!done) {  // HF's finalize: the live beams that fulfil force_words, then (if too few) the others
         std::vector<bool> taken(beams.size(), false);

@@ -62,7 +62,7 @@ void step_group(const Model& m, const LogitsPipeline& pipe, const GenerateConfig
             continue;
         }
         chosen.push_back(cd.tok);
-        next.push_back({std::move(toks), cd.logp, parent.kv, {}});
+        next.push_back({std::move(toks), cd.logp, parent.seq, {}});
     }
     g.beams = std::move(next);
     g.done = g.beams.empty() || (!cands.empty() && group_done(c, g.hyps, size, cands.front().logp, step + 1));
@@ -70,8 +70,8 @@ void step_group(const Model& m, const LogitsPipeline& pipe, const GenerateConfig
 
 }  // namespace
 
-GenerateResult decode_group_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c,
-                                 const GenerateOptions& options) {
+GenerateResult decode_group_beam(const Executor& ex, const Model& m, const int32_t* prompt, int prompt_len,
+                                 const GenerateConfig& c, const GenerateOptions& options) {
     Search s = start_search(m, prompt, prompt_len, c);
     const auto t0 = s.t0;
     const int L = s.loops, G = c.num_beam_groups, size = c.beam_size / c.num_beam_groups, V = m.hp.vocab_size;
@@ -81,9 +81,7 @@ GenerateResult decode_group_beam(const Model& m, const int32_t* prompt, int prom
         return res;
     }
 
-    Workspace ws;
-    std::vector<float> h;
-    const Beam first = prefill(m, prompt, prompt_len, c, L, ws, h);
+    const Beam first = prefill(ex, m, prompt, prompt_len, c, L);
     res.stats.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     std::vector<Group> groups(static_cast<size_t>(G));
     for (Group& g : groups) g.beams = {first};  // every group starts from the prompt (HF: -1e9 on the copies)
@@ -114,7 +112,7 @@ GenerateResult decode_group_beam(const Model& m, const int32_t* prompt, int prom
         std::vector<Beam> live;
         for (Group& g : groups)
             if (!g.done) std::move(g.beams.begin(), g.beams.end(), std::back_inserter(live));
-        advance(m, live, prompt_len, L, c.cache_window, ws, h);
+        advance(m, live, prompt_len);
         auto it = live.begin();
         for (Group& g : groups)
             if (!g.done)

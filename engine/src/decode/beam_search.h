@@ -11,6 +11,7 @@
 
 #include "decode/decode.h"
 #include "decode/emit.h"
+#include "forward/executor.h"
 
 namespace tinyloop::beam {
 
@@ -19,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 struct Beam {
     std::vector<int32_t> tokens;  // emitted so far
     double logp = 0;
-    std::shared_ptr<KVCache> kv;  // shared until it has to diverge
+    std::shared_ptr<ExecSequence> seq;  // its cache, shared until it has to diverge
     std::vector<float> logits;    // next-token logits
 };
 
@@ -47,10 +48,9 @@ std::vector<Cand> best_continuations(const Model& m, const LogitsPipeline& pipe,
                                      const std::vector<float>* diversity = nullptr,
                                      std::vector<std::vector<float>>* rows = nullptr);
 
-// Advances every beam by its new token; a cache shared by several children is copied for all
+// Advances every beam by its new token; a cache shared by several children is forked for all
 // but the last one to take it.
-void advance(const Model& m, std::vector<Beam>& beams, int prompt_len, int loops, int window, Workspace& ws,
-             std::vector<float>& h);
+void advance(const Model& m, std::vector<Beam>& beams, int prompt_len);
 
 // What every search starts from: its clock, its depth, the result holding the prompt, and the
 // stop policy its hypotheses end by (without max_time: the search has no clock).
@@ -63,8 +63,8 @@ struct Search {
 Search start_search(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c);
 
 // The prompt's forward: one beam holding the prompt's cache and its next-token logits.
-Beam prefill(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c, int loops, Workspace& ws,
-             std::vector<float>& h);
+Beam prefill(const Executor& ex, const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c,
+             int loops);
 
 // Reports `best` (best first) into `res`: best[0] through the emitter like any decode (the
 // callbacks see it), and with num_return_sequences > 1 the first num_return_sequences of them

@@ -15,7 +15,7 @@ struct PrefixCache {
     std::vector<int32_t> prefix;
     int loops = 0;
     int window = 0;
-    KVCache kv;
+    std::unique_ptr<ExecSequence> seq;     // the prefix's cache on the back end the cache was made on
     std::vector<float> last_pass_states;  // [loops, d]: the last row's readout inputs (DecodeStart)
 };
 
@@ -23,7 +23,7 @@ struct ResumeHandle {
     Model* model = nullptr;
     std::vector<int32_t> prompt;
     int loops = 0;                        // deepest depth computed
-    KVCache kv;                           // all max_loops layers allocated
+    std::unique_ptr<ExecSequence> seq;    // all max_loops layers allocated
     std::vector<float> h;                 // [n, d] state at depth `loops`
     std::vector<float> e;                 // [n, d] prelude output (input injection, §1a; else empty)
     std::vector<float> last_pass_states;  // [max_loops, d] readout inputs; rows 0..loops-1 valid
@@ -57,40 +57,21 @@ void check_ids(const Model& m, const int32_t* ids, int n, const char* field) {
                                                         std::to_string(m.hp.vocab_size) + ")");
 }
 
-// Prefill `ids` at depth `loops` into `kv` (already allocated), keeping the states h_loops in `h`
-// and the last row's readout input per pass in last_pass_states. With input injection (FORMAT.md
-// §1a) `e` receives the prelude outputs ([n, d]) when start_pass is 1 and supplies them to a depth
-// upgrade; unused otherwise. With a coda (§1b) every pass's readout runs the coda over all rows
-// (the last row's readout at pass l reads the others' pass-l coda), the last at `loops`: the
-// cache keeps the coda keys/values of depth `loops`, recomputed from h_loops on a depth upgrade.
-void prefill(const Model& m, KVCache& kv, const int32_t* ids, int n, int loops, int window, int start_pass,
+// Prefill `ids` at depth `loops` into `seq`, keeping the states h_loops in `h` and the last
+// row's readout input per pass in last_pass_states. With input injection (FORMAT.md §1a) `e`
+// receives the prelude outputs ([n, d]) when start_pass is 1 and supplies them to a depth upgrade;
+// unused otherwise. With a coda (§1b) every pass's readout runs the coda over all rows (the last
+// row's readout at pass l reads the others' pass-l coda), the last at `loops`: the cache keeps
+// the coda keys/values of depth `loops`, recomputed from h_loops on a depth upgrade.
+void prefill(const Model& m, ExecSequence& seq, const int32_t* ids, int n, int loops, int start_pass,
              const float* h_in, std::vector<float>& h, std::vector<float>& e, std::vector<float>& last_pass_states) {
     PassHook hook = last_row_hook(last_pass_states, m.hp.d_model);
-    Workspace ws;
-    ForwardArgs fa;
-    fa.tokens = ids;
-    fa.n = n;
-    fa.loops = loops;
-    fa.window = window;
-    fa.on_readout = &hook;
-    fa.start_pass = start_pass;
-    fa.h_in = h_in;
-    if (injects_input(m.hp)) {
-        if (start_pass <= 1) {
-            e.resize(static_cast<size_t>(n) * m.hp.d_model);
-            fa.out_e = e.data();
-        } else {
-            fa.e_in = e.data();
-        }
-    }
-    if (m.hp.n_coda_blocks == 0) {
-        forward(m, kv, ws, fa, h);
-        return;
-    }
+    const bool inject = injects_input(m.hp);
+    if (inject && start_pass <= 1) e.resize(static_cast<size_t>(n) * m.hp.d_model);
     h.resize(static_cast<size_t>(n) * m.hp.d_model);
-    fa.out_state = h.data();
-    std::vector<float> readout;
-    forward(m, kv, ws, fa, readout);
+    seq.run_passes({.tokens = ids, .n = n, .pos0 = 0, .first = start_pass, .last = loops, .h_in = h_in,
+                    .e_in = inject && start_pass > 1 ? e.data() : nullptr, .out_h = h.data(),
+                    .out_e = inject && start_pass <= 1 ? e.data() : nullptr, .on_readout = &hook});
 }
 
 bool starts_with(const int32_t* prompt, int prompt_len, const std::vector<int32_t>& prefix) {
@@ -102,8 +83,8 @@ bool starts_with(const int32_t* prompt, int prompt_len, const std::vector<int32_
 // ---------------------------------------------------------------------------------------------
 
 PrefixCache* create_prefix_cache(Model* model, const int32_t* prefix, int n, int loops, int cache_window) {
-    require_host(checked(model), {ExecOp::CacheImport});
     const Model& m = checked(model);
+    const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::CacheImport});
     check_ids(m, prefix, n, "prefix");
     if (cache_window < 0) throw Error(ErrorCode::InvalidArgument, "cache_window: must be >= 0");
     auto c = std::make_unique<PrefixCache>();
@@ -111,10 +92,10 @@ PrefixCache* create_prefix_cache(Model* model, const int32_t* prefix, int n, int
     c->prefix.assign(prefix, prefix + n);
     c->loops = resolve_loops(m, loops);
     c->window = cache_window;
-    c->kv.allocate(exec_layers(m.hp, c->loops), n, m.hp.n_kv_heads * m.hp.head_dim);
+    c->seq = ex->sequence({.loops = c->loops, .capacity = n, .window = cache_window});
     c->last_pass_states.assign(static_cast<size_t>(c->loops) * m.hp.d_model, 0.0f);
     std::vector<float> h, e;
-    prefill(m, c->kv, prefix, n, c->loops, cache_window, 1, nullptr, h, e, c->last_pass_states);
+    prefill(m, *c->seq, prefix, n, c->loops, 1, nullptr, h, e, c->last_pass_states);
     return c.release();
 }
 
@@ -122,7 +103,7 @@ void free_prefix_cache(PrefixCache* cache) { delete cache; }
 
 size_t prefix_cache_bytes(const PrefixCache* cache) {
     const PrefixCache& c = checked_ptr(cache, "cache");
-    return c.kv.bytes() + c.last_pass_states.size() * sizeof(float) + c.prefix.size() * sizeof(int32_t);
+    return c.seq->cache_bytes() + c.last_pass_states.size() * sizeof(float) + c.prefix.size() * sizeof(int32_t);
 }
 
 int prefix_cache_length(const PrefixCache* cache) {
@@ -145,7 +126,7 @@ GenerateResult generate_with_prefix(Model* model, const PrefixCache* cache, cons
         throw Error(ErrorCode::InvalidArgument, "prompt: does not start with the prefix cache's " +
                                                     std::to_string(c.prefix.size()) + " tokens");
     DecodeStart start;
-    start.kv = &c.kv;
+    start.from = c.seq.get();
     start.n_cached = static_cast<int>(c.prefix.size());
     start.last_pass_states = c.last_pass_states.data();
     return decode(m, prompt, prompt_len, config, options, &start);
@@ -154,16 +135,16 @@ GenerateResult generate_with_prefix(Model* model, const PrefixCache* cache, cons
 // ---------------------------------------------------------------------------------------------
 
 ResumeHandle* create_resume_handle(Model* model, const int32_t* prompt, int prompt_len, int loops) {
-    require_host(checked(model), {ExecOp::CacheImport});
     const Model& m = checked(model);
+    const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::CacheImport});
     check_ids(m, prompt, prompt_len, "prompt");
     auto r = std::make_unique<ResumeHandle>();
     r->model = model;
     r->prompt.assign(prompt, prompt + prompt_len);
     r->loops = resolve_loops(m, loops);
-    r->kv.allocate(exec_layers(m.hp, m.hp.max_loops), prompt_len, m.hp.n_kv_heads * m.hp.head_dim);
+    r->seq = ex->sequence({.loops = m.hp.max_loops, .capacity = prompt_len});
     r->last_pass_states.assign(static_cast<size_t>(m.hp.max_loops) * m.hp.d_model, 0.0f);
-    prefill(m, r->kv, prompt, prompt_len, r->loops, 0, 1, nullptr, r->h, r->e, r->last_pass_states);
+    prefill(m, *r->seq, prompt, prompt_len, r->loops, 1, nullptr, r->h, r->e, r->last_pass_states);
     return r.release();
 }
 
@@ -173,7 +154,7 @@ int resume_handle_loops(const ResumeHandle* handle) { return checked_ptr(handle,
 
 size_t resume_handle_bytes(const ResumeHandle* handle) {
     const ResumeHandle& r = checked_ptr(handle, "handle");
-    return r.kv.bytes() + (r.h.size() + r.e.size() + r.last_pass_states.size()) * sizeof(float);
+    return r.seq->cache_bytes() + (r.h.size() + r.e.size() + r.last_pass_states.size()) * sizeof(float);
 }
 
 GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& config, const GenerateOptions& options) {
@@ -187,7 +168,7 @@ GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& confi
                                                     std::to_string(m.hp.max_loops) + "]");
     if (loops > r.loops) {  // deepen: only passes r.loops+1 .. loops run
         const std::vector<float> h_in = r.h;
-        prefill(m, r.kv, r.prompt.data(), static_cast<int>(r.prompt.size()), loops, 0, r.loops + 1, h_in.data(), r.h,
+        prefill(m, *r.seq, r.prompt.data(), static_cast<int>(r.prompt.size()), loops, r.loops + 1, h_in.data(), r.h,
                 r.e, r.last_pass_states);
         r.loops = loops;
     }
@@ -201,7 +182,7 @@ GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& confi
         return decode(m, r.prompt.data(), static_cast<int>(r.prompt.size()), c, options, &nothing);
     }
     DecodeStart start;
-    start.kv = &r.kv;
+    start.from = r.seq.get();
     start.n_cached = static_cast<int>(r.prompt.size());
     start.last_pass_states = r.last_pass_states.data();
     return decode(m, r.prompt.data(), static_cast<int>(r.prompt.size()), c, options, &start);
@@ -210,8 +191,8 @@ GenerateResult resume_generate(ResumeHandle* handle, const GenerateConfig& confi
 // ---------------------------------------------------------------------------------------------
 
 PrefixPool* create_prefix_pool(Model* model, int loops) {
-    require_host(checked(model), {ExecOp::CacheImport});
     const Model& m = checked(model);
+    run_executor(m, {ExecOp::CacheImport});  // refused here under backend cuda, not at the first add
     auto p = std::make_unique<PrefixPool>();
     p->model = model;
     p->loops = resolve_loops(m, loops);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <optional>
 
 #include "decode/early_exit.h"
 #include "decode/emit.h"
@@ -20,40 +19,42 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 // [layer][capacity] while decoding, trimmed to the positions the result holds at the end.
 class ProvenanceRecorder {
 public:
-    ProvenanceRecorder(KVProvenance* out, const HParams& hp, const KVCache& kv) : out_(out), kv_(kv) {
+    // The sequence's cache: n_layers execution layers of `capacity` positions, `bytes` in all.
+    ProvenanceRecorder(KVProvenance* out, const HParams& hp, int n_layers, int capacity, size_t bytes)
+        : out_(out), n_layers_(n_layers), capacity_(capacity) {
         if (!out_) return;
         *out_ = KVProvenance{};
-        out_->n_layers = kv.n_layers;
+        out_->n_layers = n_layers;
         out_->n_pre_blocks = hp.n_pre_blocks;
         out_->n_loop_layers = hp.n_loop_layers;
-        out_->kv_bytes_allocated = kv.bytes();
-        origin_.assign(static_cast<size_t>(kv.n_layers) * kv.capacity, KVOrigin::None);
+        out_->kv_bytes_allocated = bytes;
+        origin_.assign(static_cast<size_t>(n_layers) * capacity, KVOrigin::None);
     }
     // Layers [layer0, layer1) of positions [pos0, pos1).
     void mark(int layer0, int layer1, int pos0, int pos1, KVOrigin o) {
         if (!out_) return;
         for (int e = layer0; e < layer1; ++e)
-            for (int p = pos0; p < pos1; ++p) origin_[static_cast<size_t>(e) * kv_.capacity + p] = o;
+            for (int p = pos0; p < pos1; ++p) origin_[static_cast<size_t>(e) * capacity_ + p] = o;
     }
     void finish(int n_positions) {
         if (!out_) return;
         out_->n_positions = n_positions;
-        out_->origin.resize(static_cast<size_t>(kv_.n_layers) * n_positions);
+        out_->origin.resize(static_cast<size_t>(n_layers_) * n_positions);
         size_t written = 0;
-        for (int e = 0; e < kv_.n_layers; ++e)
+        for (int e = 0; e < n_layers_; ++e)
             for (int p = 0; p < n_positions; ++p) {
-                const KVOrigin o = origin_[static_cast<size_t>(e) * kv_.capacity + p];
+                const KVOrigin o = origin_[static_cast<size_t>(e) * capacity_ + p];
                 out_->origin[static_cast<size_t>(e) * n_positions + p] = o;
                 written += o != KVOrigin::None;
             }
         // per (layer, position) row: keys + values (+ scales for a quantized cache)
-        const size_t rows = static_cast<size_t>(kv_.n_layers) * kv_.capacity;
+        const size_t rows = static_cast<size_t>(n_layers_) * capacity_;
         out_->kv_bytes_written = rows > 0 ? written * (out_->kv_bytes_allocated / rows) : 0;
     }
 
 private:
     KVProvenance* out_;
-    const KVCache& kv_;
+    int n_layers_, capacity_;
     std::vector<KVOrigin> origin_;
 };
 
@@ -87,7 +88,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         throw Error(ErrorCode::InvalidArgument,
                     "lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
 
-    const bool reuses = start && start->kv;
+    const bool reuses = start && start->from;
     if (reuses && config.num_return_sequences > 1)
         throw Error(ErrorCode::NotSupported, "num_return_sequences: several outputs do not run from a cache yet (use 1)");
     const EarlyExitPolicy policy = effective_exit_policy(config.early_exit);
@@ -103,8 +104,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         if (reuses) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
         if (options.kv_provenance)
             throw Error(ErrorCode::NotSupported, "kv_provenance: not reported by beam search (beam_size >= 2)");
-        require_host(m, needs);
-        return decode_beam(m, prompt, prompt_len, config, options);
+        return decode_beam(*run_executor(m, needs), m, prompt, prompt_len, config, options);
     }
     const std::unique_ptr<Executor> ex = run_executor(m, needs);
 
@@ -128,11 +128,8 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     // On the device, prefill_ms is the prompt's forward alone: a new session's set-up (stream,
     // buffers, graph capture; a kept session has none) is not in it. The CPU's stays as it was.
     const auto t_prefill = ex->kind() == ExecKind::Cpu ? t0 : std::chrono::steady_clock::now();
-    // Early exit, the lens, provenance and cache import read the CPU sequence's host state
-    // (the executor above chose the CPU for them).
-    HostSequence* host = seq->host();
-    std::optional<ProvenanceRecorder> prov;
-    if (host) prov.emplace(options.kv_provenance, hp, host->kv);
+    const int n_layers = exec_layers(hp, loops);
+    ProvenanceRecorder prov(options.kv_provenance, hp, n_layers, capacity, seq->cache_bytes());
     std::vector<float> logits(static_cast<size_t>(V));
 
     // The readout inputs after every pass of the row that produces the next token (for the lens:
@@ -146,26 +143,19 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
 
     if (config.max_tokens > 0) {
         int cached = 0;
-        if (start && start->kv) {
-            KVCache& kv = host->kv;
+        if (start && start->from) {
             cached = std::min(start->n_cached, prompt_len);
-            const size_t row_bytes = static_cast<size_t>(kv.row) * sizeof(float);
-            for (int e = 0; e < kv.n_layers; ++e) {
-                std::memcpy(kv.k_at(e, 0), start->kv->k_layer(e), row_bytes * cached);
-                std::memcpy(kv.v_at(e, 0), start->kv->v_layer(e), row_bytes * cached);
-            }
-            prov->mark(0, kv.n_layers, 0, cached, KVOrigin::Reused);
+            seq->import_prefix(*start->from, cached);
+            prov.mark(0, n_layers, 0, cached, KVOrigin::Reused);
         }
         if (start && cached == prompt_len && start->last_pass_states) {
-            const float* last = start->last_pass_states + static_cast<size_t>(loops - 1) * d;
-            host->h.assign(last, last + d);
-            host->last_row = 0;
+            seq->set_last_state(start->last_pass_states + static_cast<size_t>(loops - 1) * d);
             if (options.lens)
                 std::copy(start->last_pass_states, start->last_pass_states + static_cast<size_t>(loops) * d,
                           pass_states.begin());
         } else {
             seq->run(prompt + cached, prompt_len - cached, cached, options.lens ? &hook : nullptr);
-            if (host) prov->mark(0, host->kv.n_layers, cached, prompt_len, KVOrigin::Computed);
+            prov.mark(0, n_layers, cached, prompt_len, KVOrigin::Computed);
         }
         seq->last_logits(logits.data());
     }
@@ -174,7 +164,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     TokenDecoder dec(m, config, res, options.on_token, options.observer, options.lens ? options.lens_top_k : 0, t0);
     auto finish = [&] {
         dec.out.finish(loops);
-        if (host) prov->finish(static_cast<int>(res.tokens.size()));
+        prov.finish(static_cast<int>(res.tokens.size()));
     };
     // Grammar: the mask for the next token is computed right after the previous one is taken,
     // so a dead end is known before that token is reported (its event then flushes the text).
@@ -194,18 +184,16 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
 
         // Advance: run the new token at its position.
         if (policy.enabled()) {
-            KVCache& kv = host->kv;
-            depth = decode_step_adaptive(m, kv, host->ws, tok, position, loops, config.cache_window, policy, host->h,
-                                         options.lens ? &hook : nullptr);
-            host->last_row = 0;
-            // passes 1..depth ran; propagate_exited_state wrote the layers of the passes after it
+            depth = early_exit_step(m, seq->row(config.cache_window), tok, position, loops, policy,
+                                    options.lens ? &hook : nullptr);
+            // passes 1..depth ran; the row's propagation wrote the layers of the passes after it
             // gate_select computes every pass (Hugging Face's Ouro semantics): nothing is propagated
-            const int ran = policy.criterion == EarlyExitCriterion::GateSelect ? kv.n_layers : exec_layers(hp, depth);
-            prov->mark(0, ran, position, position + 1, KVOrigin::Computed);
-            prov->mark(ran, kv.n_layers, position, position + 1, KVOrigin::Propagated);
+            const int ran = policy.criterion == EarlyExitCriterion::GateSelect ? n_layers : exec_layers(hp, depth);
+            prov.mark(0, ran, position, position + 1, KVOrigin::Computed);
+            prov.mark(ran, n_layers, position, position + 1, KVOrigin::Propagated);
         } else {
             seq->run(&res.tokens[static_cast<size_t>(position)], 1, position, options.lens ? &hook : nullptr);
-            if (host) prov->mark(0, host->kv.n_layers, position, position + 1, KVOrigin::Computed);
+            prov.mark(0, n_layers, position, position + 1, KVOrigin::Computed);
             depth = loops;
         }
         seq->last_logits(logits.data());

@@ -6,12 +6,17 @@
 
 namespace tinyloop {
 
+class Executor;  // forward/executor.h
+class ExecSequence;
+
 // State that a cache hands to the decoder so part (or all) of the prompt is not recomputed. A
 // start with kv null reuses nothing: a call of the caches' family (a pool without a matching
 // prefix, a resume that recomputes) that must still run on the executor the rest of the family
 // runs on (executor.h: CacheImport), never the device for some of its calls and the CPU for others.
 struct DecodeStart {
-    const KVCache* kv = nullptr;  // rows [0, n_cached) of every layer the depth needs are valid
+    // A kept sequence (a prefix cache's, a resume handle's) on the call's back end: its rows
+    // [0, n_cached) of every layer the depth needs are valid.
+    const ExecSequence* from = nullptr;
     int n_cached = 0;
     // When n_cached == prompt_len: the last prompt position's readout input after each pass
     // (its state, or with a coda the coda's output, FORMAT.md §1b), [loops, d] with pass l at
@@ -27,14 +32,14 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
 GenerateResult generate_from(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
                              const GenerateOptions& options, const DecodeStart* start);
 
-// Beam search (config.beam_size >= 2), reached through decode().
-GenerateResult decode_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+// Beam search (config.beam_size >= 2), reached through decode(), on the call's executor `ex`.
+GenerateResult decode_beam(const Executor& ex, const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
                            const GenerateOptions& options);
 // Diverse group beam search (config.num_beam_groups >= 2), reached through decode_beam().
-GenerateResult decode_group_beam(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
+GenerateResult decode_group_beam(const Executor& ex, const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,
                                  const GenerateOptions& options);
 // Constrained beam search (config.force_words non-empty), reached through decode_beam().
-GenerateResult decode_constrained_beam(const Model& m, const int32_t* prompt, int prompt_len,
+GenerateResult decode_constrained_beam(const Executor& ex, const Model& m, const int32_t* prompt, int prompt_len,
                                        const GenerateConfig& config, const GenerateOptions& options);
 
 void check_prompt_ids(const Model& m, const int32_t* prompt, int prompt_len);

@@ -152,39 +152,12 @@ bool exit_after_probe(const EarlyExitPolicy& p, float signal, int& stable) {
     return stable >= p.patience;
 }
 
-void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
-                            int e, int loops) {
-    if (e >= loops) return;
-    const HParams& hp = m.hp;
-    // FORMAT.md §1a/§1b: a deeper pass's input is the frozen state as that pass would take it in
-    // (h_e + e_p with "add", adapter·[h_e; e_p] with "adapter"): the same for every pass > e.
-    std::vector<float> injected;
-    if (injects_input(hp)) {
-        injected.assign(h_e, h_e + hp.d_model);
-        inject_input(m, e + 1, injected.data(), input, 1, ws);
-        h_e = injected.data();
-    }
-    for (int j = 0; j < hp.n_loop_layers; ++j) {
-        const LayerWeights& w = m.loop[static_cast<size_t>(j)];
-        kern::rmsnorm(h_e, w.attn_norm, 1, hp.d_model, hp.norm_eps, ws.a.data());
-        kern::matmul(w.wk, ws.a.data(), 1, ws.k.data(), m.pool.get());
-        kern::matmul(w.wv, ws.a.data(), 1, ws.v.data(), m.pool.get());
-        if (w.bk) kern::add_inplace(ws.k.data(), w.bk, static_cast<size_t>(w.wk.rows));  // qk_bias (§1b)
-        kern::rope(ws.k.data(), 1, hp.n_kv_heads, hp.head_dim, &pos, hp.rope_theta);
-        for (int l = e + 1; l <= loops; ++l) kv.store(loop_layer_index(hp, l, j), pos, ws.k.data(), ws.v.data());
-    }
-}
-
-int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t token, int pos, int loops, int window,
-                         const EarlyExitPolicy& policy, std::vector<float>& h, const PassHook* on_pass) {
+int early_exit_step(const Model& m, ExecRow& row, int32_t token, int pos, int loops, const EarlyExitPolicy& policy,
+                    const PassHook* on_pass) {
     const HParams& hp = m.hp;
     const int d = hp.d_model;
     const int V = hp.vocab_size;
-    ws.reserve(hp, 1);
-    set_rows(ws, pos, 1, window);
-    h.resize(static_cast<size_t>(d));
-    std::vector<float> input(injects_input(hp) ? static_cast<size_t>(d) : 0);  // §1a/§1b: the prelude output e
-    run_prelude(m, kv, ws, &token, 1, h.data(), input.data());
+    row.begin(token, pos);
 
     const bool need_logits = criterion_needs_logits(policy.criterion);
     std::vector<float> prev(static_cast<size_t>(d)), prev_logits, cur_logits;
@@ -194,16 +167,10 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
     }
     bool prev_logits_valid = false;
     int stable = 0;
-    // §1b: the readout input of a state (the coda's output with a coda, which also writes this
-    // position's coda keys/values from that state; the state itself otherwise). Every exit ends
-    // with the readout at the exit depth, so later positions read that depth's coda.
-    std::vector<float> rbuf;
-    auto readout = [&](const float* x) { return readout_rows(m, kv, ws, x, 1, rbuf); };
+    // §1b: every exit ends with the readout at the exit depth (row.finish), so later positions
+    // read that depth's coda.
     auto finish = [&](int e) {
-        if (hp.n_coda_blocks > 0) {
-            readout(h.data());
-            h.assign(rbuf.begin(), rbuf.end());
-        }
+        row.finish();
         return e;
     };
     if (is_gate_criterion(policy.criterion)) {
@@ -214,46 +181,46 @@ int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t tok
         int e = loops;
         std::vector<float> h_exit;
         for (int pass = 1; pass <= loops; ++pass) {
-            run_pass(m, kv, ws, pass, h.data(), input.data(), 1);
-            if (on_pass && *on_pass) (*on_pass)(pass, 0, readout(h.data()), 1);
+            row.pass(pass);
+            if (on_pass && *on_pass) (*on_pass)(pass, 0, row.readout(row.state()), 1);
             if (pass == loops || e < loops) continue;  // select: the passes after the exit still run
-            remaining *= 1.0 - exit_gate_lambda(m, h.data());
+            const float* h = row.state();
+            remaining *= 1.0 - exit_gate_lambda(m, h);
             if (1.0 - remaining < policy.threshold) continue;
             e = pass;
             if (!select) {
-                set_rows(ws, pos, 1, window);
-                propagate_exited_state(m, kv, ws, h.data(), input.data(), pos, pass, loops);
+                row.propagate(pass, loops);
                 return finish(e);
             }
-            h_exit = h;
+            h_exit.assign(h, h + d);
         }
         // select: every pass wrote its own keys/values from the full depth; the token is read at e
-        if (e < loops) h.swap(h_exit);
+        if (e < loops) row.set_state(h_exit.data());
         return finish(e);
     }
     for (int pass = 1; pass <= loops; ++pass) {
-        std::copy(h.begin(), h.end(), prev.begin());
-        run_pass(m, kv, ws, pass, h.data(), input.data(), 1);
-        if (on_pass && *on_pass) (*on_pass)(pass, 0, readout(h.data()), 1);
+        const float* h0 = row.state();
+        std::copy(h0, h0 + d, prev.begin());
+        row.pass(pass);
+        if (on_pass && *on_pass) (*on_pass)(pass, 0, row.readout(row.state()), 1);
         if (pass == loops) break;
         if (!exit_probe_at(policy, pass, loops)) {
             prev_logits_valid = false;
             continue;
         }
         if (need_logits) {
-            if (!prev_logits_valid) compute_logits(m, readout(prev.data()), 1, prev_logits.data(), ws);
-            compute_logits(m, readout(h.data()), 1, cur_logits.data(), ws);
+            if (!prev_logits_valid) row.logits(row.readout(prev.data()), prev_logits.data());
+            row.logits(row.readout(row.state()), cur_logits.data());
         }
-        const float s = exit_signal(policy.criterion, prev.data(), h.data(), d, prev_logits.data(), cur_logits.data(), V);
+        const float s =
+            exit_signal(policy.criterion, prev.data(), row.state(), d, prev_logits.data(), cur_logits.data(), V);
         const bool exits = exit_after_probe(policy, s, stable);
         if (need_logits) {
             std::swap(prev_logits, cur_logits);
             prev_logits_valid = true;
         }
         if (exits) {
-            // rows must be set again: compute_logits may not touch them, but keep it explicit
-            set_rows(ws, pos, 1, window);
-            propagate_exited_state(m, kv, ws, h.data(), input.data(), pos, pass, loops);
+            row.propagate(pass, loops);
             return finish(pass);
         }
     }
@@ -270,36 +237,27 @@ namespace tinyloop {
 
 ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const GenerateConfig& config,
                              std::vector<int>* depth_used) {
-    require_host(checked(model), {ExecOp::EarlyExit});
     const Model& m = checked(model);
+    const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::EarlyExit});
     check_score_tokens(m, tokens, n, 2);
     validate_config(model, 1, config);
     const int L = config.loops > 0 ? config.loops : m.hp.default_loops;
     const EarlyExitPolicy policy = effective_exit_policy(config.early_exit);
     const int V = m.hp.vocab_size;
-    KVCache kv;
-    kv.allocate(exec_layers(m.hp, L), n, m.hp.n_kv_heads * m.hp.head_dim);
-    Workspace ws;
-    std::vector<float> h, logits(static_cast<size_t>(V));
+    const std::unique_ptr<ExecSequence> seq = ex->sequence({.loops = L, .capacity = n, .window = config.cache_window});
+    std::vector<float> logits(static_cast<size_t>(V));
     ScoreResult r;
     r.loops = L;
     if (depth_used) depth_used->clear();
     for (int p = 0; p < n; ++p) {
         int e = L;
-        if (policy.enabled()) {
-            e = decode_step_adaptive(m, kv, ws, tokens[p], p, L, config.cache_window, policy, h, nullptr);
-        } else {
-            ForwardArgs fa;
-            fa.tokens = tokens + p;
-            fa.n = 1;
-            fa.pos0 = p;
-            fa.loops = L;
-            fa.window = config.cache_window;
-            forward(m, kv, ws, fa, h);
-        }
+        if (policy.enabled())
+            e = early_exit_step(m, seq->row(config.cache_window), tokens[p], p, L, policy, nullptr);
+        else
+            seq->run(tokens + p, 1, p, nullptr);
         if (depth_used) depth_used->push_back(e);
         if (p + 1 < n) {
-            compute_logits(m, h.data(), 1, logits.data(), ws);
+            seq->last_logits(logits.data());
             const double lp = row_logprob(logits.data(), V, tokens[p + 1]);
             r.token_logprobs.push_back(static_cast<float>(lp));
             r.total_nll -= lp;
@@ -316,8 +274,8 @@ ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const G
 namespace tinyloop {
 
 ExitSignals early_exit_signals(Model* model, const int32_t* tokens, int n, int loops) {
-    require_host(checked(model), {ExecOp::EarlyExit});
     const Model& m = checked(model);
+    const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::EarlyExit});
     check_score_tokens(m, tokens, n, 1);
     const int L = resolve_loops(m, loops);
     const HParams& hp = m.hp;
@@ -328,28 +286,24 @@ ExitSignals early_exit_signals(Model* model, const int32_t* tokens, int n, int l
     r.n_positions = n;
     r.loops = L;
     r.values.assign(static_cast<size_t>(n_criteria) * n * L, 0.0f);
-    KVCache kv;
-    kv.allocate(exec_layers(hp, L), n, hp.n_kv_heads * hp.head_dim);
-    Workspace ws;
-    std::vector<float> h(static_cast<size_t>(d)), prev(static_cast<size_t>(d)), input;
+    const std::unique_ptr<ExecSequence> seq = ex->sequence({.loops = L, .capacity = n});
+    ExecRow& row = seq->row(0);
+    std::vector<float> prev(static_cast<size_t>(d));
     std::vector<float> prev_logits(static_cast<size_t>(V)), cur_logits(static_cast<size_t>(V));
-    // One row at a time through the same calls decode_step_adaptive makes, so every value is
-    // the one the decode would compare with its threshold (with a coda, the readouts of §1b: the
-    // last one at L, what a decode that never exits leaves for later positions).
-    std::vector<float> rbuf;
-    input.resize(injects_input(hp) ? static_cast<size_t>(d) : 0);
+    // One row at a time through the same calls early_exit_step makes, so every value is the one
+    // the decode would compare with its threshold (with a coda, the readouts of §1b: the last one
+    // at L, what a decode that never exits leaves for later positions).
     for (int p = 0; p < n; ++p) {
-        ws.reserve(hp, 1);
-        set_rows(ws, p, 1, 0);
-        run_prelude(m, kv, ws, tokens + p, 1, h.data(), input.data());
-        compute_logits(m, readout_rows(m, kv, ws, h.data(), 1, rbuf), 1, prev_logits.data(), ws);
+        row.begin(tokens[p], p);
+        row.logits(row.readout(row.state()), prev_logits.data());
         for (int pass = 1; pass <= L; ++pass) {
-            std::copy(h.begin(), h.end(), prev.begin());
-            run_pass(m, kv, ws, pass, h.data(), input.data(), 1);
-            compute_logits(m, readout_rows(m, kv, ws, h.data(), 1, rbuf), 1, cur_logits.data(), ws);
+            const float* h0 = row.state();
+            std::copy(h0, h0 + d, prev.begin());
+            row.pass(pass);
+            row.logits(row.readout(row.state()), cur_logits.data());
             for (int c = 0; c < n_criteria; ++c)
                 r.values[(static_cast<size_t>(c) * n + p) * L + static_cast<size_t>(pass - 1)] =
-                    exit_signal(static_cast<EarlyExitCriterion>(c), prev.data(), h.data(), d, prev_logits.data(),
+                    exit_signal(static_cast<EarlyExitCriterion>(c), prev.data(), row.state(), d, prev_logits.data(),
                                 cur_logits.data(), V);
             std::swap(prev_logits, cur_logits);
         }

@@ -3,7 +3,7 @@
 // and values computed from its frozen state h_e (h_e + e_p with input injection, §1a).
 #pragma once
 
-#include "forward/forward.h"
+#include "forward/executor.h"
 
 namespace tinyloop {
 
@@ -15,18 +15,14 @@ float exit_signal(EarlyExitCriterion c, const float* prev_h, const float* cur_h,
 // The exit rule itself (exit_stable, exit_probe_at, exit_after_probe) is public: tinyloop.h.
 bool criterion_needs_logits(EarlyExitCriterion c);
 
-// Runs one token at position `pos` through the prelude and up to `loops` passes, exiting early
-// when the policy (an effective_exit_policy) says so. Leaves in `h` ([d]) what compute_logits reads at depth e — the state
-// h_e, or with a coda (FORMAT.md §1b) the coda's output over h_e, the coda's keys/values of the
-// position then being those of depth e — and returns e. Keys/values of the passes after e are
-// written by state propagation. `on_pass` sees the readout input (as `h`) of every pass that ran.
-int decode_step_adaptive(const Model& m, KVCache& kv, Workspace& ws, int32_t token, int pos, int loops,
-                         int window, const EarlyExitPolicy& policy, std::vector<float>& h, const PassHook* on_pass);
-
-// Writes the keys/values of loop layers for passes e+1 .. loops at position `pos` from the
-// frozen state h_e (one row); with input injection (FORMAT.md §1a) from h_e + input, `input`
-// the position's prelude output ([d]; unused, may be null, without injection).
-void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
-                            int e, int loops);
+// Runs one token at position `pos` through the prelude and up to `loops` passes of `row` (an
+// executor's one-row stepper, executor.h), exiting early when the policy (an
+// effective_exit_policy) says so, and returns the depth e it exits at. The row then holds what
+// the head reads at depth e (row.finish(): the state h_e, or with a coda, FORMAT.md §1b, the
+// coda's output over h_e, the coda's keys/values of the position then being those of depth e).
+// Keys/values of the passes after e are written by state propagation (row.propagate).
+// `on_pass` sees the readout input of every pass that ran.
+int early_exit_step(const Model& m, ExecRow& row, int32_t token, int pos, int loops, const EarlyExitPolicy& policy,
+                    const PassHook* on_pass);
 
 }  // namespace tinyloop

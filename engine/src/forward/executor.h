@@ -3,9 +3,13 @@
 // The ops of backend.h are the per-kernel layer; an executor is the per-sequence layer on top:
 // a sequence (its KV cache and rows on the back end), "run passes 1..L of the model's blocks
 // (forward.h: block_desc's table, run_layers) over these rows with this cache", the head on the
-// last row, and every row's logits of one sequence. The CPU executor (executor_cpu.cpp) runs
-// forward.cpp on CpuOps; the CUDA executor (cuda_forward.cpp) runs the same run_layers on CudaOps
-// in a device session with its captured decode step.
+// last row, and every row's logits of one sequence; beyond them the few primitives decoding needs
+// (ExecSequence: passes p..q from kept per-row states, rows with their own positions and
+// visibility, the logits of rows, a one-row stepper for early exit, a fork, a row copy, a
+// prefix import). Decode, early exit, chain / tree / draft-model speculation, beam search, the
+// prefix caches and the scoring family are written once over them. The CPU executor
+// (executor_cpu.cpp) runs forward.cpp on CpuOps; the CUDA executor (cuda_forward.cpp) runs the
+// same run_layers on CudaOps in a device session with its captured decode step.
 //
 // What a back end does not run yet is data (exec_supports' table) and is refused in one place
 // (unsupported(), naming the operation and the back end). The rule of backend auto: a call states
@@ -82,17 +86,68 @@ struct SequenceSpec {
     KVCacheType kv_cache = KVCacheType::F32;
 };
 
-// The CPU sequence's host state: the algorithms not yet written over the executor's primitives
-// (early exit's step that stops between passes, a cache imported from a prefix) run on it once
-// the run's executor is the CPU's.
-struct HostSequence {
-    KVCache kv;
-    Workspace ws;
-    std::vector<float> h;  // the states of the rows of the last run ([n, d])
-    int last_row = 0;      // the row of h whose logits last_logits gives
+// Rows with explicit positions and visibility (tree verification): row t sits at position pos[t],
+// writes its keys/values to cache row cache_row[t] (a scratch row past the committed ones for a
+// candidate), and attends the cache rows [0, visible_end[t]) and then
+// extra_rows[extra_offsets[t] .. extra_offsets[t + 1]) (its ancestors, then itself), in that
+// order. The sequence's cache window does not apply (the ranges are the rows').
+struct RowLayout {
+    std::vector<int> pos, cache_row, visible_end;
+    std::vector<int> extra_rows, extra_offsets;  // extra_offsets: n + 1 entries, from 0
 };
 
-// One sequence on a back end: its KV cache and buffers.
+// Passes first..last of the model over n rows at positions pos0.. (ExecSequence::run_passes).
+// With first = 1 the rows start from their tokens (embedding, prelude); with first > 1 they
+// resume from their states after pass first - 1 (h_in, and e_in for a model that injects its
+// input, FORMAT.md §1a/§1b), e.g. kept by an earlier call's out_h / out_e: self-speculation's
+// verify continues the draft's passes. The cache must already hold every earlier layer's keys
+// and values of those positions. All state pointers are host memory, [n, d], sized by the caller.
+struct PassRun {
+    const int32_t* tokens = nullptr;
+    int n = 0;
+    int pos0 = 0;
+    int first = 1;
+    int last = 0;  // 0: the sequence's loops (at most its loops: the cache holds that many passes)
+    const float* h_in = nullptr;
+    const float* e_in = nullptr;
+    float* out_h = nullptr;  // receives the rows' states h_last (before a coda's readout, §1b)
+    float* out_e = nullptr;  // receives the rows' prelude outputs (first = 1, injecting models)
+    const PassHook* on_readout = nullptr;
+    const PassHook* on_state = nullptr;  // sees the rows' states after every pass (PassStates)
+    // When set, the rows' positions and visibility (pos0 is then unused). With a layout the
+    // readouts are not reported (on_readout must be null).
+    const RowLayout* layout = nullptr;
+};
+
+// One row, one pass at a time (early exit asks its criterion between passes): the row's state is
+// held by the back end; state() brings it to host memory for the criterion.
+class ExecRow {
+public:
+    virtual ~ExecRow() = default;
+    // The row of `token` at `pos` through the embedding and the prelude: the state h_0.
+    virtual void begin(int32_t token, int pos) = 0;
+    // Pass `pass` over the row's state (h_{pass-1} -> h_pass), its keys/values into the cache.
+    virtual void pass(int pass) = 0;
+    // The row's state ([d], host memory; valid until the next call on the row).
+    virtual const float* state() = 0;
+    virtual void set_state(const float* h) = 0;
+    // The readout input of a state h ([d]): h itself, or with a coda (§1b) the coda's output over
+    // h, whose keys/values go into the cache (the last readout of a row is what later positions
+    // read). Valid until the next call on the row.
+    virtual const float* readout(const float* h) = 0;
+    // logits [vocab] of a readout input.
+    virtual void logits(const float* r, float* out) = 0;
+    // Keys/values of the passes after `exited` (.. loops) from the row's frozen state (early
+    // exit's state propagation, FORMAT.md §1).
+    virtual void propagate(int exited, int loops) = 0;
+    // Ends the row: its readout at the current state becomes the sequence's last row (what
+    // last_logits reads).
+    virtual void finish() = 0;
+};
+
+// One sequence on a back end: its KV cache and buffers. The primitives beyond run/last_logits
+// have defaults that throw Internal: a back end that lacks them says so in exec_supports, so
+// choose_executor never gives it a call that needs them.
 class ExecSequence {
 public:
     virtual ~ExecSequence() = default;
@@ -103,8 +158,24 @@ public:
     virtual void run(const int32_t* tokens, int n, int pos0, const PassHook* on_readout) = 0;
     // The logits of the last row run ([vocab], host memory).
     virtual void last_logits(float* out) = 0;
-    // The CPU sequence's host state; nullptr on other back ends.
-    virtual HostSequence* host() { return nullptr; }
+    // Passes first..last over rows (PassRun); the rows' readouts are then what logits() reads.
+    virtual void run_passes(const PassRun& r);
+    // The logits of rows row0 .. row0+n-1 of the last run_passes/run ([n, vocab], host memory).
+    virtual void logits(int row0, int n, float* out);
+    // The sequence's one-row stepper (early exit); its finish() sets the last row.
+    virtual ExecRow& row(int window);
+    // A second sequence holding a copy of this one's cache and last rows (a beam whose cache
+    // diverges from its parent's).
+    virtual std::unique_ptr<ExecSequence> fork() const;
+    // Copies the keys/values of cache row `from` to row `to` in every layer (an accepted tree
+    // node's scratch row to its real position).
+    virtual void copy_position(int from, int to);
+    // Copies positions [0, n) of every layer of another sequence of this back end (a prefix
+    // cache's, a resume handle's: f32 caches of at least this one's layers).
+    virtual void import_prefix(const ExecSequence& src, int n);
+    // A kept state ([d], the readout input of the row) as the last row, for last_logits (a
+    // resume whose prompt is wholly cached: nothing runs).
+    virtual void set_last_state(const float* h);
 };
 
 class Executor {
@@ -125,11 +196,16 @@ public:
 // The executor of a call on `m` that needs `needs`: choose_executor's back end.
 std::unique_ptr<Executor> run_executor(const Model& m, const std::vector<ExecOp>& needs);
 
-// For a call written on the host forward so far (speculation, batch, beam, caches, the early-exit
-// scoring): chooses the executor for `needs` and checks it is the CPU's (with backend auto on a
-// device, the whole call then runs on the CPU; with backend cuda, unsupported() refuses it).
+// For a call written on the host forward so far (the batch engine's batched rows of several
+// sequences over a shared page pool): chooses the executor for `needs` and checks it is the
+// CPU's (with backend auto on a device, the whole call then runs on the CPU; with backend cuda,
+// unsupported() refuses it).
 void require_host(const Model& m, const std::vector<ExecOp>& needs);
 
 std::unique_ptr<Executor> make_cpu_executor(const Model& m);
+
+// The CPU's one-row stepper over a host cache (what CpuSequence::row gives), for the batch engine,
+// whose sequences live in its page pool: h receives the row's state, window is its cache window.
+std::unique_ptr<ExecRow> make_cpu_row(const Model& m, KVCache& kv, Workspace& ws, std::vector<float>& h, int window);
 
 }  // namespace tinyloop

@@ -2,6 +2,8 @@
 // compute_logits on host memory, the numerics every CPU test and the golden transcript pin.
 #include "forward/executor.h"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #ifdef TINYLOOP_HAVE_CUDA
@@ -90,13 +92,107 @@ void require_host(const Model& m, const std::vector<ExecOp>& needs) {
         throw Error(ErrorCode::Internal, "require_host: the call's ops all run on the device; route it there");
 }
 
+// The defaults of the primitives beyond run/last_logits: unreachable on a back end whose
+// exec_supports row says it lacks the ops that need them (choose_executor routes such calls to the
+// CPU, or refuses them under backend cuda).
 namespace {
+[[noreturn]] void lacks(const char* primitive) {
+    throw Error(ErrorCode::Internal, std::string("ExecSequence::") + primitive +
+                                         ": this back end's sequence does not run it (exec_supports must say so)");
+}
+}  // namespace
+void ExecSequence::run_passes(const PassRun&) { lacks("run_passes"); }
+void ExecSequence::logits(int, int, float*) { lacks("logits"); }
+ExecRow& ExecSequence::row(int) { lacks("row"); }
+void ExecSequence::import_prefix(const ExecSequence&, int) { lacks("import_prefix"); }
+void ExecSequence::copy_position(int, int) { lacks("copy_position"); }
+std::unique_ptr<ExecSequence> ExecSequence::fork() const { lacks("fork"); }
+void ExecSequence::set_last_state(const float*) { lacks("set_last_state"); }
+
+void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
+                            int e, int loops) {
+    if (e >= loops) return;
+    const HParams& hp = m.hp;
+    // FORMAT.md §1a/§1b: a deeper pass's input is the frozen state as that pass would take it in
+    // (h_e + e_p with "add", adapter·[h_e; e_p] with "adapter"): the same for every pass > e.
+    std::vector<float> injected;
+    if (injects_input(hp)) {
+        injected.assign(h_e, h_e + hp.d_model);
+        inject_input(m, e + 1, injected.data(), input, 1, ws);
+        h_e = injected.data();
+    }
+    for (int j = 0; j < hp.n_loop_layers; ++j) {
+        const LayerWeights& w = m.loop[static_cast<size_t>(j)];
+        kern::rmsnorm(h_e, w.attn_norm, 1, hp.d_model, hp.norm_eps, ws.a.data());
+        kern::matmul(w.wk, ws.a.data(), 1, ws.k.data(), m.pool.get());
+        kern::matmul(w.wv, ws.a.data(), 1, ws.v.data(), m.pool.get());
+        if (w.bk) kern::add_inplace(ws.k.data(), w.bk, static_cast<size_t>(w.wk.rows));  // qk_bias (§1b)
+        kern::rope(ws.k.data(), 1, hp.n_kv_heads, hp.head_dim, &pos, hp.rope_theta);
+        for (int l = e + 1; l <= loops; ++l) kv.store(loop_layer_index(hp, l, j), pos, ws.k.data(), ws.v.data());
+    }
+}
+
+namespace {
+
+// One row on host memory: forward.cpp's run_prelude / run_pass / readout_rows / compute_logits,
+// the calls (and order) early exit has always made.
+class CpuRow final : public ExecRow {
+public:
+    CpuRow(const Model& m, KVCache& kv, Workspace& ws, std::vector<float>& h, int window)
+        : m_(m), kv_(kv), ws_(ws), h_(h), window_(window) {}
+    void begin(int32_t token, int pos) override {
+        const HParams& hp = m_.hp;
+        pos_ = pos;
+        ws_.reserve(hp, 1);
+        set_rows(ws_, pos, 1, window_);
+        h_.resize(static_cast<size_t>(hp.d_model));
+        input_.resize(injects_input(hp) ? static_cast<size_t>(hp.d_model) : 0);  // §1a/§1b: the prelude output e
+        run_prelude(m_, kv_, ws_, &token, 1, h_.data(), input_.data());
+    }
+    void pass(int pass) override { run_pass(m_, kv_, ws_, pass, h_.data(), input_.data(), 1); }
+    const float* state() override { return h_.data(); }
+    void set_state(const float* h) override {
+        if (h != h_.data()) std::copy(h, h + m_.hp.d_model, h_.begin());
+    }
+    const float* readout(const float* h) override { return readout_rows(m_, kv_, ws_, h, 1, rbuf_); }
+    void logits(const float* r, float* out) override { compute_logits(m_, r, 1, out, ws_); }
+    void propagate(int exited, int loops) override {
+        // rows set again: the readouts between passes may not touch them, but keep it explicit
+        set_rows(ws_, pos_, 1, window_);
+        propagate_exited_state(m_, kv_, ws_, h_.data(), input_.data(), pos_, exited, loops);
+    }
+    void finish() override {
+        if (m_.hp.n_coda_blocks > 0) {
+            readout(h_.data());
+            h_.assign(rbuf_.begin(), rbuf_.end());
+        }
+    }
+
+private:
+    const Model& m_;
+    KVCache& kv_;
+    Workspace& ws_;
+    std::vector<float>& h_;
+    int window_;
+    int pos_ = 0;
+    std::vector<float> input_, rbuf_;
+};
+
+// The CPU sequence's host state.
+struct HostSequence {
+    KVCache kv;
+    Workspace ws;
+    std::vector<float> h;  // the readout inputs of the rows of the last run ([n, d])
+    int last_row = 0;      // the row of h whose logits last_logits gives
+};
 
 class CpuSequence final : public ExecSequence {
 public:
     CpuSequence(const Model& m, const SequenceSpec& s) : m_(m), spec_(s) {
         st_.kv.allocate(m.hp, exec_layers(m.hp, s.loops), s.capacity, s.kv_cache);
     }
+    struct NoCache {};  // fork(): the cache is copied in
+    CpuSequence(const Model& m, const SequenceSpec& s, NoCache) : m_(m), spec_(s) {}
     size_t cache_bytes() const override { return st_.kv.bytes(); }
     int capacity() const override { return spec_.capacity; }
     void run(const int32_t* tokens, int n, int pos0, const PassHook* on_readout) override {
@@ -113,12 +209,125 @@ public:
     void last_logits(float* out) override {
         compute_logits(m_, st_.h.data() + static_cast<size_t>(st_.last_row) * m_.hp.d_model, 1, out, st_.ws);
     }
-    HostSequence* host() override { return &st_; }
+    void run_passes(const PassRun& r) override {
+        const int last = r.last > 0 ? r.last : spec_.loops;
+        if (r.first < 1 || last > spec_.loops || (r.first > 1 && r.out_e))
+            throw Error(ErrorCode::Internal, "run_passes: passes " + std::to_string(r.first) + ".." +
+                                                 std::to_string(last) + " of a sequence of depth " +
+                                                 std::to_string(spec_.loops));
+        if (r.layout) {
+            run_laid_out(r, last);
+            return;
+        }
+        ForwardArgs fa;
+        fa.tokens = r.tokens;
+        fa.n = r.n;
+        fa.pos0 = r.pos0;
+        fa.loops = last;
+        fa.window = spec_.window;
+        fa.start_pass = r.first;
+        fa.h_in = r.h_in;
+        fa.e_in = r.e_in;
+        fa.out_e = r.out_e;
+        fa.on_readout = r.on_readout;
+        fa.on_pass = r.on_state;
+        // Without a coda the rows' readouts are their states: copied out after the forward, as
+        // forward's out_state would (one copy either way).
+        const bool coda = m_.hp.n_coda_blocks > 0;
+        if (coda) fa.out_state = r.out_h;
+        forward(m_, st_.kv, st_.ws, fa, st_.h);
+        if (!coda && r.out_h) std::copy(st_.h.begin(), st_.h.begin() + static_cast<std::ptrdiff_t>(r.n) * m_.hp.d_model, r.out_h);
+        st_.last_row = r.n - 1;
+    }
+    void logits(int row0, int n, float* out) override {
+        compute_logits(m_, st_.h.data() + static_cast<size_t>(row0) * m_.hp.d_model, n, out, st_.ws);
+    }
+    std::unique_ptr<ExecSequence> fork() const override {
+        // the cache and the last rows; the workspace is scratch, a fresh one serves
+        auto f = std::make_unique<CpuSequence>(m_, spec_, NoCache{});
+        f->st_.kv = st_.kv;
+        f->st_.h = st_.h;
+        f->st_.last_row = st_.last_row;
+        return f;
+    }
+    void copy_position(int from, int to) override {
+        KVCache& kv = st_.kv;
+        if (kv.type() != KVCacheType::F32) throw Error(ErrorCode::Internal, "copy_position: an f32 cache only");
+        const size_t row_bytes = static_cast<size_t>(kv.row) * sizeof(float);
+        for (int e = 0; e < kv.n_layers; ++e) {
+            std::memcpy(kv.k_at(e, to), kv.k_at(e, from), row_bytes);
+            std::memcpy(kv.v_at(e, to), kv.v_at(e, from), row_bytes);
+        }
+    }
+    ExecRow& row(int window) override {
+        row_ = std::make_unique<CpuRow>(m_, st_.kv, st_.ws, st_.h, window);
+        st_.last_row = 0;
+        return *row_;
+    }
+    void import_prefix(const ExecSequence& from, int n) override {
+        const auto* other = dynamic_cast<const CpuSequence*>(&from);
+        if (!other) throw Error(ErrorCode::Internal, "import_prefix: the kept sequence is not the CPU's");
+        const KVCache& src = other->st_.kv;
+        KVCache& kv = st_.kv;
+        if (kv.type() != KVCacheType::F32 || src.type() != KVCacheType::F32 || src.n_layers < kv.n_layers ||
+            n > src.capacity || n > kv.capacity)
+            throw Error(ErrorCode::Internal, "import_prefix: the kept cache does not fit the sequence");
+        const size_t row_bytes = static_cast<size_t>(kv.row) * sizeof(float);
+        for (int e = 0; e < kv.n_layers; ++e) {
+            std::memcpy(kv.k_at(e, 0), src.k_layer(e), row_bytes * n);
+            std::memcpy(kv.v_at(e, 0), src.v_layer(e), row_bytes * n);
+        }
+    }
+    void set_last_state(const float* h) override {
+        st_.h.assign(h, h + m_.hp.d_model);
+        st_.last_row = 0;
+    }
 
 private:
+    // run_passes over rows with their own positions and visibility (RowLayout): the prelude and
+    // the passes one by one (run_prelude / run_pass) with the rows' attention set from the layout,
+    // then the readout while it is still set (a node's coda reads its ancestors', §1b).
+    void run_laid_out(const PassRun& r, int last) {
+        const HParams& hp = m_.hp;
+        const RowLayout& lay = *r.layout;
+        const int n = r.n, d = hp.d_model;
+        const size_t floats = static_cast<size_t>(n) * d;
+        if (r.on_readout || r.on_state || static_cast<int>(lay.pos.size()) != n || static_cast<int>(lay.cache_row.size()) != n ||
+            static_cast<int>(lay.visible_end.size()) != n || static_cast<int>(lay.extra_offsets.size()) != n + 1)
+            throw Error(ErrorCode::Internal, "run_passes: a row layout needs n positions, rows, ends and n + 1 offsets");
+        Workspace& ws = st_.ws;
+        ws.reserve(hp, n);
+        for (int t = 0; t < n; ++t) {
+            ws.pos[t] = lay.pos[t];
+            ws.row[t] = lay.cache_row[t];
+            ws.kv_begin[t] = 0;
+            ws.kv_end[t] = lay.visible_end[t];
+        }
+        ws.extra_rows = lay.extra_rows;
+        ws.extra_offsets = lay.extra_offsets;
+        const bool inject = injects_input(hp);
+        x_.resize(floats);
+        e_.resize(inject ? floats : 0);
+        if (r.first <= 1) {
+            run_prelude(m_, st_.kv, ws, r.tokens, n, x_.data(), e_.data());
+            if (inject && r.out_e) std::copy(e_.begin(), e_.end(), r.out_e);
+        } else {
+            std::copy(r.h_in, r.h_in + floats, x_.begin());
+            if (inject) std::copy(r.e_in, r.e_in + floats, e_.begin());
+        }
+        for (int pass = std::max(1, r.first); pass <= last; ++pass) run_pass(m_, st_.kv, ws, pass, x_.data(), e_.data(), n);
+        if (r.out_h) std::copy(x_.begin(), x_.end(), r.out_h);
+        const float* out = readout_rows(m_, st_.kv, ws, x_.data(), n, rbuf_);
+        st_.h.assign(out, out + floats);
+        st_.last_row = n - 1;
+        ws.extra_offsets.clear();
+    }
+
     const Model& m_;
     SequenceSpec spec_;
     HostSequence st_;
+    std::vector<float> x_, e_, rbuf_;  // a laid-out run's rows: states, prelude outputs, readouts
+    std::unique_ptr<CpuRow> row_;
 };
 
 class CpuExecutor final : public Executor {
@@ -150,6 +359,10 @@ private:
 }  // namespace
 
 std::unique_ptr<Executor> make_cpu_executor(const Model& m) { return std::make_unique<CpuExecutor>(m); }
+
+std::unique_ptr<ExecRow> make_cpu_row(const Model& m, KVCache& kv, Workspace& ws, std::vector<float>& h, int window) {
+    return std::make_unique<CpuRow>(m, kv, ws, h, window);
+}
 
 std::unique_ptr<Executor> run_executor(const Model& m, const std::vector<ExecOp>& needs) {
     const ExecKind k = choose_executor(m.cuda != nullptr, m.cuda_required, needs);

@@ -167,6 +167,12 @@ PassHook last_row_hook(std::vector<float>& states, int d);
 // layers, end_pass) over x.
 void run_prelude(const Model& m, KVCache& kv, Workspace& ws, const int32_t* ids, int n, float* x, float* e);
 void run_pass(const Model& m, KVCache& kv, Workspace& ws, int pass, float* x, const float* e, int n);
+// Early exit's state propagation (FORMAT.md §1; the CPU executor's ExecRow::propagate): writes the
+// keys/values of loop layers for passes e+1 .. loops at position `pos` from the frozen state h_e
+// (one row); with input injection (§1a/§1b) from h_e as those passes take it in, `input` the
+// position's prelude output ([d]; unused, may be null, without injection).
+void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
+                            int e, int loops);
 
 // The readout input of §1b for n rows whose positions and attention are set in ws (set_rows, or
 // a tree's rows): h itself without a coda; with one r = coda(RMSNorm(h, final_norm)) in `buf`

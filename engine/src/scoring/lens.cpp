@@ -70,7 +70,7 @@ class DepthLogits {
 public:
     DepthLogits(const Model& m, const int32_t* tokens, int n, int L)
         : m_(m), tokens_(tokens), n_(n), ex_(run_executor(m, {ExecOp::SequenceLogits})) {
-        if (ex_->supports(ExecOp::PassStates)) states_ = all_pass_states(m, tokens, n, L, /*readouts=*/true);
+        if (ex_->supports(ExecOp::PassStates)) states_ = all_pass_states(*ex_, m, tokens, n, L, /*readouts=*/true);
     }
     // out = the logits [n, vocab] at `depth`.
     void at(int depth, std::vector<float>& out) {
@@ -112,11 +112,11 @@ std::vector<float> exit_gate_per_pass(Model* model, const int32_t* tokens, int n
     if (!m.hp.exit_gate)
         throw Error(ErrorCode::InvalidArgument, "exit_gate_per_pass: this model has no exit gate (hparams.exit_gate "
                                                 "is false; FORMAT.md §1b)");
-    require_host(m, {ExecOp::PassStates});
+    const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::PassStates});
     const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
     const int d = m.hp.d_model;
-    const std::vector<float> states = all_pass_states(m, tokens, n, L);
+    const std::vector<float> states = all_pass_states(*ex, m, tokens, n, L);
     std::vector<float> out(static_cast<size_t>(L) * n);
     for (size_t r = 0; r < out.size(); ++r) {
         const float* h = states.data() + r * d;

@@ -19,30 +19,18 @@ void check_score_tokens(const Model& m, const int32_t* tokens, int n, int min_n)
                                                         " is outside the vocabulary [0, " + std::to_string(m.hp.vocab_size) + ")");
 }
 
-// The whole sequence in one prefill at depth `loops` through a fresh cache of `kv_cache`'s
-// layout: h receives the final states; `hook`, when given, sees every pass.
-static void whole_sequence_forward(const Model& m, const int32_t* tokens, int n, int loops, KVCacheType kv_cache,
-                                   const PassHook* hook, Workspace& ws, std::vector<float>& h, bool readouts = false) {
-    KVCache kv;
-    kv.allocate(m.hp, exec_layers(m.hp, loops), n, kv_cache);
-    ForwardArgs fa;
-    fa.tokens = tokens;
-    fa.n = n;
-    fa.loops = loops;
-    (readouts ? fa.on_readout : fa.on_pass) = hook;
-    forward(m, kv, ws, fa, h);
-}
-
-std::vector<float> all_pass_states(const Model& m, const int32_t* tokens, int n, int loops, bool readouts) {
+std::vector<float> all_pass_states(const Executor& ex, const Model& m, const int32_t* tokens, int n, int loops,
+                                   bool readouts) {
     const int d = m.hp.d_model;
     std::vector<float> states(static_cast<size_t>(loops) * n * d);
     PassHook hook = [&](int pass, int row0, const float* x, int rows) {
         std::copy(x, x + static_cast<size_t>(rows) * d,
                   states.begin() + (static_cast<size_t>(pass - 1) * n + row0) * d);
     };
-    Workspace ws;
-    std::vector<float> h;
-    whole_sequence_forward(m, tokens, n, loops, KVCacheType::F32, &hook, ws, h, readouts);
+    // The whole sequence in one prefill at depth `loops` through a fresh cache.
+    const std::unique_ptr<ExecSequence> seq = ex.sequence({.loops = loops, .capacity = n});
+    seq->run_passes({.tokens = tokens, .n = n, .pos0 = 0, .on_readout = readouts ? &hook : nullptr,
+                     .on_state = readouts ? nullptr : &hook});
     return states;
 }
 

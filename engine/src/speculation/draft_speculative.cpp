@@ -116,7 +116,7 @@ public:
           dec(tm, c, res, options.on_token, options.observer, options.lens ? options.lens_top_k : 0, t0) {}
 
     // Both models run the prompt; the target's last row gives the first token.
-    void prefill(const int32_t* prompt, int prompt_len);
+    void prefill(const Executor& tex, const Executor& dex, const int32_t* prompt, int prompt_len);
     // The first token, from the target's prefill. False when generation stops.
     bool first_token();
     // One cycle: draft, verify, accept, emit. False when generation stops.
@@ -144,48 +144,33 @@ private:
     Verdict accept(const std::vector<int32_t>& x, int drafted);
     bool emit(const std::vector<int32_t>& x, int drafted, const Verdict& v);
 
-    KVCache tkv, dkv;
-    Workspace tws, dws;
-    std::vector<float> h, logits, pass_states;  // pass_states: lens, the prefill's last row, [LT, d]
+    std::unique_ptr<ExecSequence> tseq, dseq;  // the target's and the draft's sequences
+    std::vector<float> logits, pass_states;  // pass_states: lens, the prefill's last row, [LT, d]
     PassHook hook;
     int d_valid = 0;  // draft cache rows [0, d_valid) hold res.tokens' keys/values
     std::vector<int32_t> ctx, em;  // what the pipeline sees: committed + drafted so far
     std::vector<float> z;
     std::vector<std::vector<float>> q;                  // sampling: the draft's distributions
     std::vector<std::vector<char>> masks;               // grammar: allowed after x1..xi
-    std::vector<float> tver_h, tver_logits, dlog;
+    std::vector<float> tver_logits, dlog;
     std::vector<std::vector<float>> row_states;  // lens: per verified row, [LT, d]
     int n_cycle = 0;
 };
 
-void DraftRun::prefill(const int32_t* prompt, int prompt_len) {
+void DraftRun::prefill(const Executor& tex, const Executor& dex, const int32_t* prompt, int prompt_len) {
     // Row capacity: the target's furthest row is x_k at p + k <= prompt_len + max_tokens - 2.
     const int cap = prompt_len + c.max_tokens;
-    const HParams& hp = tm.hp;
-    tkv.allocate(hp, exec_layers(hp, LT), cap, c.kv_cache);
-    dkv.allocate(dm.hp, exec_layers(dm.hp, LD), cap, c.kv_cache);
-    st.kv_cache_bytes = tkv.bytes() + dkv.bytes();
+    tseq = tex.sequence({.loops = LT, .capacity = cap, .window = c.cache_window, .kv_cache = c.kv_cache});
+    dseq = dex.sequence({.loops = LD, .capacity = cap, .window = c.cache_window, .kv_cache = c.kv_cache});
+    st.kv_cache_bytes = tseq->cache_bytes() + dseq->cache_bytes();
     logits.assign(static_cast<size_t>(V), 0.0f);
     if (options.lens) pass_states.assign(static_cast<size_t>(LT) * d, 0.0f);
     hook = options.lens ? last_row_hook(pass_states, d) : PassHook{};
 
     // Prefill both models; the target's last row gives the first token.
-    {
-        ForwardArgs fa;
-        fa.tokens = prompt;
-        fa.n = prompt_len;
-        fa.loops = LT;
-        fa.window = c.cache_window;
-        fa.on_readout = options.lens ? &hook : nullptr;
-        forward(tm, tkv, tws, fa, h);
-        compute_logits(tm, h.data() + static_cast<size_t>(prompt_len - 1) * d, 1, logits.data(), tws);
-        ForwardArgs da;
-        da.tokens = prompt;
-        da.n = prompt_len;
-        da.loops = LD;
-        da.window = c.cache_window;
-        forward(dm, dkv, dws, da, h);
-    }
+    tseq->run(prompt, prompt_len, 0, options.lens ? &hook : nullptr);
+    tseq->last_logits(logits.data());
+    dseq->run(prompt, prompt_len, 0, nullptr);
     d_valid = prompt_len;
     ctx = res.tokens;
     q.resize(static_cast<size_t>(G));
@@ -210,20 +195,11 @@ int DraftRun::draft(int p, int k, std::vector<int32_t>& x) {
     std::optional<GrammarMatcher> sgm;
     if (gm.active() && k > 0) sgm.emplace(*gm.matcher());
     for (int i = 0; i < k; ++i) {
-        ForwardArgs fa;
-        if (i == 0) {  // the pending tokens: res.tokens[d_valid .. p]
-            fa.tokens = res.tokens.data() + d_valid;
-            fa.n = p - d_valid + 1;
-            fa.pos0 = d_valid;
-        } else {
-            fa.tokens = &x[static_cast<size_t>(i)];
-            fa.n = 1;
-            fa.pos0 = p + i;
-        }
-        fa.loops = LD;
-        fa.window = c.cache_window;
-        forward(dm, dkv, dws, fa, h);
-        compute_logits(dm, h.data() + static_cast<size_t>(fa.n - 1) * dm.hp.d_model, 1, dlog.data(), dws);
+        if (i == 0)  // the pending tokens: res.tokens[d_valid .. p]
+            dseq->run(res.tokens.data() + d_valid, p - d_valid + 1, d_valid, nullptr);
+        else
+            dseq->run(&x[static_cast<size_t>(i)], 1, p + i, nullptr);
+        dseq->last_logits(dlog.data());
         dec.pipeline.process(dlog.data(), ctx, em, gm.active() ? &masks[static_cast<size_t>(i)] : nullptr, z);
         const int32_t t = dec.pipeline.pick(z, dec.rng, &q[static_cast<size_t>(i)]).token;
         x[static_cast<size_t>(i) + 1] = t;
@@ -245,12 +221,6 @@ int DraftRun::draft(int p, int k, std::vector<int32_t>& x) {
 void DraftRun::verify(int p, const std::vector<int32_t>& x, int rows) {
     if (options.lens) row_states.assign(static_cast<size_t>(rows), std::vector<float>(static_cast<size_t>(LT) * d));
     {
-        ForwardArgs fa;
-        fa.tokens = x.data();
-        fa.n = rows;
-        fa.pos0 = p;
-        fa.loops = LT;
-        fa.window = c.cache_window;
         PassHook rh;
         if (options.lens)
             rh = [&](int pass, int row0, const float* xs, int n) {
@@ -258,9 +228,8 @@ void DraftRun::verify(int p, const std::vector<int32_t>& x, int rows) {
                     std::copy(xs + static_cast<size_t>(r) * d, xs + static_cast<size_t>(r + 1) * d,
                               row_states[static_cast<size_t>(row0 + r)].begin() + static_cast<size_t>(pass - 1) * d);
             };
-        fa.on_readout = options.lens ? &rh : nullptr;
-        forward(tm, tkv, tws, fa, tver_h);
-        compute_logits(tm, tver_h.data(), rows, tver_logits.data(), tws);
+        tseq->run_passes({.tokens = x.data(), .n = rows, .pos0 = p, .on_readout = options.lens ? &rh : nullptr});
+        tseq->logits(0, rows, tver_logits.data());
     }
 }
 
@@ -366,10 +335,18 @@ bool DraftRun::cycle() {
 GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const int32_t* prompt, int prompt_len,
                                              const GenerateConfig& c, const DraftSpeculativeConfig& sc,
                                              const GenerateOptions& options) {
-    require_host(checked(target), {ExecOp::DraftSpeculation});
     const auto t0 = Clock::now();
     const Model& tm = checked(target);
+    std::vector<ExecOp> needs{ExecOp::DraftSpeculation};
+    if (c.kv_cache != KVCacheType::F32) needs.push_back(ExecOp::Int8Cache);
+    const std::unique_ptr<Executor> tex = run_executor(tm, needs);
     check_draft_run(tm, draft, prompt, prompt_len, c, sc, options);
+    // The draft model on the same kind of back end as the target: one back end for the call.
+    const std::unique_ptr<Executor> dex = run_executor(*draft, needs);
+    if (dex->kind() != tex->kind())
+        throw Error(ErrorCode::NotSupported, std::string("draft: the draft model runs on the ") + dex->name() +
+                                                 " back end and the target on the " + tex->name() +
+                                                 "; load both with the same backend");
 
     const int LT = c.loops > 0 ? c.loops : tm.hp.default_loops;
     GenerateResult res = speculative_result(prompt, prompt_len, c.max_tokens, LT, sc.gamma + 1);
@@ -386,7 +363,7 @@ GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const 
         return res;
     }
 
-    run.prefill(prompt, prompt_len);
+    run.prefill(*tex, *dex, prompt, prompt_len);
     st.prefill_ms = ms_since(t0);
     bool more = run.first_token();
     while (more) more = run.cycle();

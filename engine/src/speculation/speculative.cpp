@@ -129,9 +129,9 @@ GenerateResult speculative_result(const int32_t* prompt, int prompt_len, int max
 
 GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int prompt_len, const SpeculativeConfig& c,
                                        const GenerateOptions& options) {
-    require_host(checked(model), {ExecOp::ChainSpeculation});
     const auto t0 = Clock::now();
     const Model& m = checked(model);
+    const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::ChainSpeculation});
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, c.draft_ahead, c.temperature);
     const bool greedy = is_greedy(c.temperature);
     if (!greedy) {
@@ -153,24 +153,15 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
         return res;
     }
 
-    KVCache kv;
-    kv.allocate(exec_layers(hp, L), prompt_len + c.max_tokens + K, hp.n_kv_heads * hp.head_dim);
-    Workspace ws;
-    std::vector<float> h, logits(static_cast<size_t>(V));
+    const std::unique_ptr<ExecSequence> seq = ex->sequence({.loops = L, .capacity = prompt_len + c.max_tokens + K});
+    std::vector<float> logits(static_cast<size_t>(V));
     std::vector<float> pass_states;  // lens: [L, d] of one row
     if (options.lens) pass_states.assign(static_cast<size_t>(L) * d, 0.0f);
     PassHook hook = options.lens ? last_row_hook(pass_states, d) : PassHook{};
 
     // Prefill at the verify depth; its last row gives the first token.
-    {
-        ForwardArgs fa;
-        fa.tokens = prompt;
-        fa.n = prompt_len;
-        fa.loops = L;
-        fa.on_readout = options.lens ? &hook : nullptr;
-        forward(m, kv, ws, fa, h);
-        compute_logits(m, h.data() + static_cast<size_t>(prompt_len - 1) * d, 1, logits.data(), ws);
-    }
+    seq->run(prompt, prompt_len, 0, options.lens ? &hook : nullptr);
+    seq->last_logits(logits.data());
     st.prefill_ms = ms_since(t0);
 
     Rng rng(c.seed);
@@ -194,7 +185,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
     std::vector<float> draft_h(static_cast<size_t>(K) * d);       // states after pass D per drafted row
     std::vector<float> draft_e(injects_input(hp) ? static_cast<size_t>(K) * d : 0);  // their prelude outputs (§1a)
     std::vector<std::vector<float>> q_probs(static_cast<size_t>(K));  // stochastic: draft distributions
-    std::vector<float> ver_h, ver_logits(static_cast<size_t>(K) * V), one(static_cast<size_t>(V));
+    std::vector<float> ver_logits(static_cast<size_t>(K) * V), one(static_cast<size_t>(V));
     std::vector<std::vector<float>> row_states;  // lens: per verified row, its [L, d] readout inputs
     int cycle = 0;
     while (!done) {
@@ -209,20 +200,15 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
         auto td = Clock::now();
         int drafted = 0;
         for (int i = 0; i < k; ++i) {
-            ForwardArgs fa;
-            fa.tokens = &x[i];
-            fa.n = 1;
-            fa.pos0 = p + i;
-            fa.loops = D;
-            if (injects_input(hp)) fa.out_e = draft_e.data() + static_cast<size_t>(i) * d;
             PassHook rh = options.lens ? last_row_hook(row_states[i], d) : PassHook{};
-            fa.on_readout = options.lens ? &rh : nullptr;
-            // §1b: with a coda h is the draft's readout at D (its coda keys/values, of depth D, are
-            // rewritten at L by the verification) and the state to resume from comes apart.
-            if (hp.n_coda_blocks > 0) fa.out_state = draft_h.data() + static_cast<size_t>(i) * d;
-            forward(m, kv, ws, fa, h);
-            if (hp.n_coda_blocks == 0) std::copy(h.begin(), h.end(), draft_h.begin() + static_cast<size_t>(i) * d);
-            compute_logits(m, h.data(), 1, one.data(), ws);
+            // Passes 1..D; the row's state h_D (and prelude output) kept to resume from. §1b: with
+            // a coda the logits are the draft's readout at D (its coda keys/values, of depth D,
+            // are rewritten at L by the verification).
+            seq->run_passes({.tokens = &x[i], .n = 1, .pos0 = p + i, .first = 1, .last = D,
+                             .out_h = draft_h.data() + static_cast<size_t>(i) * d,
+                             .out_e = injects_input(hp) ? draft_e.data() + static_cast<size_t>(i) * d : nullptr,
+                             .on_readout = options.lens ? &rh : nullptr});
+            seq->logits(0, 1, one.data());
             x[i + 1] = choose(one.data(), &q_probs[i]).token;
             ++drafted;
             if (m.tokenizer.is_stop(x[i + 1]) && !c.ignore_eos) break;  // nothing to draft past EOS
@@ -232,14 +218,6 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
         // Verify rows p .. p+drafted-1 from their draft states.
         auto tv = Clock::now();
         {
-            ForwardArgs fa;
-            fa.tokens = x.data();
-            fa.n = drafted;
-            fa.pos0 = p;
-            fa.loops = L;
-            fa.start_pass = D + 1;
-            fa.h_in = draft_h.data();
-            fa.e_in = draft_e.data();
             PassHook rh;
             if (options.lens)
                 rh = [&](int pass, int row0, const float* xs, int n) {
@@ -247,9 +225,9 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
                         std::copy(xs + static_cast<size_t>(r) * d, xs + static_cast<size_t>(r + 1) * d,
                                   row_states[row0 + r].begin() + static_cast<size_t>(pass - 1) * d);
                 };
-            fa.on_readout = options.lens ? &rh : nullptr;
-            forward(m, kv, ws, fa, ver_h);
-            compute_logits(m, ver_h.data(), drafted, ver_logits.data(), ws);
+            seq->run_passes({.tokens = x.data(), .n = drafted, .pos0 = p, .first = D + 1, .last = L,
+                             .h_in = draft_h.data(), .e_in = draft_e.data(), .on_readout = options.lens ? &rh : nullptr});
+            seq->logits(0, drafted, ver_logits.data());
         }
         st.verify_ms += ms_since(tv);
 

@@ -72,42 +72,24 @@ private:
     double hits_[2][5] = {}, seen_[2][5] = {};
 };
 
-// Runs the given nodes through passes start_pass..loops (prelude too when start_pass == 1).
-// `input` holds the nodes' prelude outputs for input injection (FORMAT.md §1a): filled by a
-// call that runs the prelude, read by one that resumes (untouched without injection). Returns
-// what compute_logits reads for the nodes at `loops`: h, or with a coda (§1b) the coda's output
-// in `r`, run over the nodes while their tree rows are set (a node's coda reads its ancestors').
-const float* tree_forward(const Model& m, KVCache& kv, Workspace& ws, const std::vector<Node>& nodes,
-                          const std::vector<int>& which, int p, int start_pass, int loops, std::vector<float>& h,
-                          std::vector<float>& input, std::vector<float>& r) {
-    const HParams& hp = m.hp;
-    const int n = static_cast<int>(which.size()), d = hp.d_model;
-    ws.reserve(hp, n);
-    ws.extra_rows.clear();
-    ws.extra_offsets.assign(1, 0);
+// The rows of the given nodes for the executor (RowLayout): each at position p + its level, in
+// its cache row, attending the committed rows and the root's row p, then its ancestors' rows and
+// its own.
+RowLayout tree_rows(const std::vector<Node>& nodes, const std::vector<int>& which, int p) {
+    const int n = static_cast<int>(which.size());
+    RowLayout lay;
+    lay.extra_offsets.assign(1, 0);
     for (int t = 0; t < n; ++t) {
         const Node& nd = nodes[static_cast<size_t>(which[t])];
-        ws.pos[t] = p + nd.level;
-        ws.row[t] = nd.row;
-        ws.kv_begin[t] = 0;
-        ws.kv_end[t] = p + 1;  // committed rows and the root's row p
+        lay.pos.push_back(p + nd.level);
+        lay.cache_row.push_back(nd.row);
+        lay.visible_end.push_back(p + 1);  // committed rows and the root's row p
         std::vector<int> chain;
         for (int x = which[t]; x > 0; x = nodes[static_cast<size_t>(x)].parent) chain.push_back(nodes[static_cast<size_t>(x)].row);
-        if (which[t] == 0) ws.kv_end[t] = p + 1;  // the root: its own row closes the range
-        ws.extra_rows.insert(ws.extra_rows.end(), chain.rbegin(), chain.rend());
-        ws.extra_offsets.push_back(static_cast<int>(ws.extra_rows.size()));
+        lay.extra_rows.insert(lay.extra_rows.end(), chain.rbegin(), chain.rend());
+        lay.extra_offsets.push_back(static_cast<int>(lay.extra_rows.size()));
     }
-    if (start_pass <= 1) {
-        h.resize(static_cast<size_t>(n) * d);
-        std::vector<int32_t> ids(static_cast<size_t>(n));
-        for (int t = 0; t < n; ++t) ids[static_cast<size_t>(t)] = nodes[static_cast<size_t>(which[t])].token;
-        input.resize(injects_input(hp) ? static_cast<size_t>(n) * d : 0);
-        run_prelude(m, kv, ws, ids.data(), n, h.data(), input.data());
-    }
-    for (int pass = std::max(1, start_pass); pass <= loops; ++pass) run_pass(m, kv, ws, pass, h.data(), input.data(), n);
-    const float* out = readout_rows(m, kv, ws, h.data(), n, r);
-    ws.extra_offsets.clear();
-    return out;
+    return lay;
 }
 
 // The k best ids of one row of draft logits (ties: the lower id first, as argmax; a NaN ranks
@@ -133,9 +115,9 @@ void top_children(const Model& m, const float* logits, int k, std::vector<int32_
 
 GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
                                             const TreeSpeculativeConfig& c, const GenerateOptions& options) {
-    require_host(checked(model), {ExecOp::TreeSpeculation});
     const auto t0 = Clock::now();
     const Model& m = checked(model);
+    const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::TreeSpeculation});
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, 1, c.temperature);
     if (c.draft_ahead < 1 || c.draft_ahead > 8)
         throw Error(ErrorCode::InvalidArgument, "draft_ahead: " + std::to_string(c.draft_ahead) + " is outside [1, 8] (tree: nodes run per cycle)");
@@ -158,18 +140,11 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
     }
 
     const int capacity = prompt_len + c.max_tokens + 1;
-    KVCache kv;
-    kv.allocate(exec_layers(hp, L), capacity + tree_nodes, hp.n_kv_heads * hp.head_dim);
-    Workspace ws;
-    std::vector<float> h, logits(static_cast<size_t>(V));
-    {
-        ForwardArgs fa;
-        fa.tokens = prompt;
-        fa.n = prompt_len;
-        fa.loops = L;
-        forward(m, kv, ws, fa, h);
-        compute_logits(m, h.data() + static_cast<size_t>(prompt_len - 1) * d, 1, logits.data(), ws);
-    }
+    // Non-root nodes run in scratch rows after the sequence's own positions.
+    const std::unique_ptr<ExecSequence> seq = ex->sequence({.loops = L, .capacity = capacity + tree_nodes});
+    std::vector<float> logits(static_cast<size_t>(V));
+    seq->run(prompt, prompt_len, 0, nullptr);
+    seq->last_logits(logits.data());
     st.prefill_ms = ms_since(t0);
 
     TokenEmitter out(m, res, StopPolicy{c.max_tokens, c.ignore_eos, {}, {}, 0.0}, options.on_token,
@@ -177,11 +152,9 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
     const TokenChoice first = greedy_choice(m, logits.data());
     bool done = !out.emit(first.token, EmitInfo{.prob = first.prob, .depth = L, .from_verifier = true});
     std::vector<float> all_logits;
-    std::vector<float> rd;  // §1b: the coda's output of the nodes just run (unused without a coda)
     std::vector<int32_t> kids;
     std::vector<double> kid_p;
     AcceptanceEstimate estimate;
-    const size_t row_floats = static_cast<size_t>(kv.row);
     int cycle = 0;
     while (!done) {
         const int p = static_cast<int>(res.tokens.size()) - 1;
@@ -192,7 +165,8 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
         nodes[0].token = res.tokens.back();
         nodes[0].row = p;
         std::vector<float> hd;          // draft states of the run nodes, in run order
-        std::vector<float> ed, one_e;   // input injection: their prelude outputs, in the same order
+        std::vector<float> ed;          // input injection: their prelude outputs, in the same order
+        std::vector<float> one_h(static_cast<size_t>(d)), one_e(injects_input(hp) ? static_cast<size_t>(d) : 0);
         std::vector<int> runnable;      // the run nodes, in run order
         std::vector<int> frontier;      // candidates not run yet
 
@@ -208,10 +182,13 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
                 at = *best;
                 frontier.erase(best);
             }
-            const float* r = tree_forward(m, kv, ws, nodes, {at}, p, 1, D, h, one_e, rd);
+            const int32_t tok = nodes[static_cast<size_t>(at)].token;
+            const RowLayout lay = tree_rows(nodes, {at}, p);
+            seq->run_passes({.tokens = &tok, .n = 1, .first = 1, .last = D, .out_h = one_h.data(),
+                             .out_e = one_e.empty() ? nullptr : one_e.data(), .layout = &lay});
             ed.insert(ed.end(), one_e.begin(), one_e.end());
-            compute_logits(m, r, 1, logits.data(), ws);
-            hd.insert(hd.end(), h.begin(), h.begin() + d);
+            seq->logits(0, 1, logits.data());
+            hd.insert(hd.end(), one_h.begin(), one_h.end());
             runnable.push_back(at);
             top_children(m, logits.data(), K, kids, kid_p);
             for (size_t j = 0; j < kids.size(); ++j) {
@@ -231,9 +208,11 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
         st.draft_ms += ms_since(td);
 
         const auto tv = Clock::now();
-        const float* rv = tree_forward(m, kv, ws, nodes, runnable, p, D + 1, L, hd, ed, rd);
+        const RowLayout lay = tree_rows(nodes, runnable, p);
+        const int n_run = static_cast<int>(runnable.size());
+        seq->run_passes({.n = n_run, .first = D + 1, .last = L, .h_in = hd.data(), .e_in = ed.data(), .layout = &lay});
         all_logits.resize(runnable.size() * static_cast<size_t>(V));
-        compute_logits(m, rv, static_cast<int>(runnable.size()), all_logits.data(), ws);
+        seq->logits(0, n_run, all_logits.data());
         for (size_t i = 0; i < runnable.size(); ++i) {
             Node& nd = nodes[static_cast<size_t>(runnable[i])];
             nd.verify = argmax(all_logits.data() + i * V, std::min(V, m.tokenizer.n_ids()));
@@ -269,10 +248,7 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
         for (int i = 0; i < a; ++i) {
             const Node& nd = nodes[static_cast<size_t>(path[i])];
             if (nd.children.empty()) break;
-            for (int e = 0; e < kv.n_layers; ++e) {
-                std::memcpy(kv.k_at(e, p + nd.level), kv.k_at(e, nd.row), row_floats * sizeof(float));
-                std::memcpy(kv.v_at(e, p + nd.level), kv.v_at(e, nd.row), row_floats * sizeof(float));
-            }
+            seq->copy_position(nd.row, p + nd.level);
         }
         std::vector<int32_t> path_tokens;
         for (int x : path) path_tokens.push_back(nodes[static_cast<size_t>(x)].token);
