@@ -4,6 +4,7 @@
 
 #include "model/model.h"
 #include "tinyloop/json.h"
+#include "tinyloop/mode_rules.h"
 
 namespace tinyloop {
 
@@ -92,13 +93,13 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
         c.temperature = 0.0f;
         note("temperature", "mode");
     } else if (mode == DecodeMode::Sample) {
-        if (!mine("temperature")) c.temperature = 0.8f;
+        if (!mine("temperature")) c.temperature = kSampleModeTemperature;
         else if (c.temperature >= 0.0f && c.temperature <= 0.01f)
             refuse("temperature: " + num(c.temperature) + " is outside (0.01, inf) for mode sample (use greedy for argmax)");
         note("temperature", "built-in");
     }
     if (mode == DecodeMode::Beam) {
-        if (!mine("beam_size")) c.beam_size = 4;
+        if (!mine("beam_size")) c.beam_size = kBeamModeWidth;
         if (c.beam_size < 2) refuse("beam_size: " + std::to_string(c.beam_size) + " is outside [2, 64] for mode beam");
         note("beam_size", "built-in");
     } else if (c.beam_size != 0 && (greedy_only || mode == DecodeMode::Sample || mode == DecodeMode::EarlyExit)) {

@@ -310,6 +310,13 @@ const char* criterion_name(EarlyExitCriterion c) {
     return "?";
 }
 
+const char* criterion_short_name(EarlyExitCriterion c) {
+    const char* name = "?";
+    for (const auto& k : kCriteria)  // the short names follow the canonical ones: the last match
+        if (k.c == c) name = k.name;
+    return name;
+}
+
 bool parse_criterion(const std::string& name, EarlyExitCriterion* out) {
     for (const auto& k : kCriteria)
         if (name == k.name) {
@@ -325,8 +332,38 @@ json config_to_json(const GenerateConfig& c) {
     return j;
 }
 
+namespace {
+bool read_early_exit_key(EarlyExitPolicy& p, const std::string& key, const json& v, const std::string& f,
+                         const ConfigLimits& limits, int min_patience);
+
+// The other names a config's JSON may hold for a field, read on input only and never written
+// (README "JSON names"): the CLI flags' names, which its --json echo wrote beside the codec's
+// before it wrote each field once.
+const std::pair<const char*, const char*> kConfigAliases[] = {
+    {"seed", "sample_seed"},
+    {"stop", "stop_strings"},
+    {"stop_ids", "stop_sequences"},
+    {"no_repeat_ngram", "no_repeat_ngram_size"},
+};
+}  // namespace
+
 void set_config_field(GenerateConfig& c, const std::string& key, const json& value, const std::string& where) {
-    const FieldCodec* f = find_codec(key);
+    if (key == "early_exit") {
+        // the policy as an object (the old echo's form; its "min_l" too): each key sets its field;
+        // ranges are validate_config_fields'
+        if (!value.is_object()) bad(where + key, "expected a JSON object");
+        for (auto it = value.begin(); it != value.end(); ++it) {
+            const std::string k = it.key() == "min_l" ? "min_L" : it.key();
+            if (!read_early_exit_key(c.early_exit, k, it.value(), where + key + "." + it.key(), ConfigLimits{}, 0))
+                bad(where + key + "." + it.key(),
+                    "unknown key (allowed: criterion, threshold, patience, min_L, peek_every, logit_margin)");
+        }
+        return;
+    }
+    std::string name = key;
+    for (const auto& [alias, canonical] : kConfigAliases)
+        if (key == alias) name = canonical;
+    const FieldCodec* f = find_codec(name);
     if (!f) bad(where + key, "unknown field");
     f->set(c, value, where + key);
 }
