@@ -354,8 +354,8 @@ private slots:
         QVERIFY(comp);
         ComputeSettings s;
         s.depths = {1, 4};
-        s.exits = {{C::HiddenL2, 0.2f}};
-        s.specs = {{2, 4}};
+        s.exits = {exit_setting(C::HiddenL2, 0.2f)};
+        s.specs = {spec_setting(2, 4)};
         s.decode_tokens = 8;
         comp->setSettings(s);
         comp->setText(kPrompt);

@@ -15,11 +15,7 @@ void writeRecommendation(const QString& modelPath, const QString& outPath, Recom
     tinyloop::Recommendation rec = modelRecommendation(model);
     const tinyloop::Recommendation& m = measured_rec;
     if (part == RecommendationPart::EarlyExit) {
-        rec.early_exit.patience = m.early_exit.patience;
-        rec.early_exit.criterion = m.early_exit.criterion;
-        rec.early_exit.threshold = m.early_exit.threshold;
-        rec.early_exit.min_L = m.early_exit.min_L;
-        rec.early_exit.peek_every = m.early_exit.peek_every;
+        rec.early_exit = m.early_exit;  // the measured policy, one value
         rec.early_exit_loops = m.early_exit_loops;
     } else {
         // A chain and a tree recommendation share the draft depth; the kind measured sets its own

@@ -103,7 +103,7 @@ SpeculationSweepView::SpeculationSweepView(WorkbenchAccess* workbench, QWidget* 
     form->addRow("Verify depth", m_verify);
     form->addRow("draft_loops", m_draftLoops);
     form->addRow("draft_ahead", m_draftAhead);
-    form->addRow("K_branches (0 = chain)", m_branches);
+    form->addRow("Branches (0 = chain)", m_branches);
     form->addRow("Repeats", m_repeats);
     top->addLayout(form, 1);
     v->addLayout(top);
@@ -204,7 +204,7 @@ std::optional<SweepSpec> SpeculationSweepView::spec(QString* error) const {
     s.repeats = m_repeats->value();
     auto d = parseList("draft_loops", m_draftLoops->text(), error);
     auto k = parseList("draft_ahead", m_draftAhead->text(), error);
-    auto b = parseList("K_branches", m_branches->text(), error);
+    auto b = parseList("branches", m_branches->text(), error);
     if (!d || !k || !b) return std::nullopt;
     s.draft_loops = *d;
     s.draft_ahead = *k;

@@ -39,7 +39,7 @@ const char* decode_mode_name(DecodeMode mode) {
 }
 
 SpeculationPolicy resolved_speculation(const Model* model, const RunSpec& spec) {
-    const HParams& hp = checked(model).hp;
+    const Model& m = checked(model);
     SpeculationPolicy k = spec.speculation;
     k.kind = spec.mode == DecodeMode::Speculative ? SpeculationKind::Chain
              : spec.mode == DecodeMode::Tree      ? SpeculationKind::Tree
@@ -50,9 +50,9 @@ SpeculationPolicy resolved_speculation(const Model* model, const RunSpec& spec) 
         return k;
     }
     // The user's knob, else the model's recommendation (model_recommendation), else the built-in.
-    const Recommendation& rec = checked(model).recommended;
+    const Recommendation& rec = m.recommended;
     const bool tree = spec.mode == DecodeMode::Tree;
-    if (k.verify_loops == 0) k.verify_loops = spec.config.loops > 0 ? spec.config.loops : hp.default_loops;
+    if (k.verify_loops == 0) k.verify_loops = resolve_loops(m, spec.config.loops);
     if (k.draft_loops == 0)
         k.draft_loops = rec.draft_loops > 0 && rec.draft_loops < k.verify_loops
                             ? rec.draft_loops
