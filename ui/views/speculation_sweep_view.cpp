@@ -436,12 +436,12 @@ bool SpeculationSweepView::saveRecommendation(const QString& outPath, QString* e
     const SweepResult& r = *m_result;
     const SweepCell& c = r.cells[static_cast<size_t>(r.best_cell())];
     tinyloop::Recommendation rec;
-    rec.draft_loops = c.draft_loops;
+    rec.set_draft_loops(c.draft_loops);
     if (c.branches > 0) {
-        rec.tree_draft_ahead = c.draft_ahead;
-        rec.branches = c.branches;
+        rec.tree.draft_ahead = c.draft_ahead;
+        rec.tree.branches = c.branches;
     } else {
-        rec.draft_ahead = c.draft_ahead;
+        rec.chain.draft_ahead = c.draft_ahead;
     }
     const Speedup sp = c.speedup();
     const nlohmann::json measured = {{"found_by", "workbench: speculation sweep view"},

@@ -126,7 +126,8 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
         ConfigLimits limits;
         limits.max_loops = hp.max_loops;
         validate_speculation(spec.speculation, limits);
-        const Recommendation& rec = model_recommendation(model);
+        const Recommendation& recommended = model_recommendation(model);
+        const SpeculationPolicy& rec = recommended.speculation(spec.speculation.kind);
         const bool tree = mode == DecodeMode::Tree;
         const char* draft_from = mode == DecodeMode::DraftModel ? "model"
                                  : rec.draft_loops > 0 && rec.draft_loops == spec.speculation.draft_loops ? "model"
@@ -136,9 +137,8 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
         if (!mine("speculation.draft_loops") && given.speculation.draft_loops == 0) note("speculation.draft_loops", draft_from);
         else out.source.emplace_back("speculation.draft_loops", "user");
         if (mode != DecodeMode::DraftModel) {
-            const int rec_ahead = tree ? rec.tree_draft_ahead : rec.draft_ahead;
             out.source.emplace_back("speculation.draft_ahead", given.speculation.draft_ahead > 0 ? "user"
-                                                               : rec_ahead > 0                 ? "model"
+                                                               : rec.draft_ahead > 0           ? "model"
                                                                                                : "built-in");
             if (tree)
                 out.source.emplace_back("speculation.branches", given.speculation.branches > 0 ? "user"

@@ -522,11 +522,16 @@ RunSpec run_spec_from_json(const json& j, const ConfigLimits& limits) {
 json recommendation_to_json(const Recommendation& r) {
     json j = json::object();
     if (r.has_speculation()) {
+        // the file's form (FORMAT.md §2): one draft depth for both kinds
+        if (r.chain.draft_loops > 0 && r.tree.draft_loops > 0 && r.chain.draft_loops != r.tree.draft_loops)
+            bad("speculation.draft_loops", "chain's " + std::to_string(r.chain.draft_loops) + " and tree's " +
+                                               std::to_string(r.tree.draft_loops) + " differ (the file holds one draft depth)");
         json sp = json::object();
-        if (r.draft_loops > 0) sp["draft_loops"] = r.draft_loops;
-        if (r.draft_ahead > 0) sp["draft_ahead"] = r.draft_ahead;
-        if (r.tree_draft_ahead > 0) sp["tree_draft_ahead"] = r.tree_draft_ahead;
-        if (r.branches > 0) sp["branches"] = r.branches;
+        const int draft_loops = std::max(r.chain.draft_loops, r.tree.draft_loops);
+        if (draft_loops > 0) sp["draft_loops"] = draft_loops;
+        if (r.chain.draft_ahead > 0) sp["draft_ahead"] = r.chain.draft_ahead;
+        if (r.tree.draft_ahead > 0) sp["tree_draft_ahead"] = r.tree.draft_ahead;
+        if (r.tree.branches > 0) sp["branches"] = r.tree.branches;
         j["speculation"] = std::move(sp);
     }
     if (r.has_early_exit()) {
@@ -550,10 +555,10 @@ Recommendation recommendation_from_json(const json& j, const ConfigLimits& limit
         if (it.key() != "speculation" && it.key() != "early_exit" && it.key() != "measured" && it.key() != "found_by")
             bad(where + it.key(), "unknown key (allowed: speculation, early_exit, measured, found_by)");
     read_part("speculation", [&](const std::string& key, const json& v, const std::string& f) {
-        if (key == "draft_loops") r.draft_loops = int_value(v, f, 1, std::max(1, limits.max_loops - 1));
-        else if (key == "draft_ahead") r.draft_ahead = int_value(v, f, 1, 32);
-        else if (key == "tree_draft_ahead") r.tree_draft_ahead = int_value(v, f, 1, 8);
-        else if (key == "branches") r.branches = int_value(v, f, 1, 8);
+        if (key == "draft_loops") r.set_draft_loops(int_value(v, f, 1, std::max(1, limits.max_loops - 1)));
+        else if (key == "draft_ahead") r.chain.draft_ahead = int_value(v, f, 1, 32);
+        else if (key == "tree_draft_ahead") r.tree.draft_ahead = int_value(v, f, 1, 8);
+        else if (key == "branches") r.tree.branches = int_value(v, f, 1, 8);
         else bad(f, "unknown key (allowed: draft_loops, draft_ahead, tree_draft_ahead, branches)");
     });
     bool has_early_exit = false;
