@@ -654,10 +654,8 @@ nlohmann::json row_json(const Row& r, const Med& m, const Derived& d, const Runs
             {"draft_loops", spec ? nlohmann::json(r.mode == "tree" ? runs.tree.draft_loops : r.mode == "draft" ? runs.draft : runs.chain.draft_loops) : null},
             {"draft_ahead", spec ? nlohmann::json(r.mode == "draft" ? f.gamma : r.mode == "tree" ? runs.tree.draft_ahead : runs.chain.draft_ahead) : null},
             {"branches", r.mode == "tree" ? nlohmann::json(runs.tree.branches) : null},
-            {"early_exit", r.mode == "early-exit" ? nlohmann::json(criterion_flag_name(runs.early_exit.early_exit.criterion)) : null},
-            {"early_exit_threshold", r.mode == "early-exit" ? nlohmann::json(f2d(runs.early_exit.early_exit.threshold)) : null},
-            {"early_exit_patience", r.mode == "early-exit" ? nlohmann::json(runs.early_exit.early_exit.patience) : null},
-            {"early_exit_min_L", r.mode == "early-exit" ? nlohmann::json(runs.early_exit.early_exit.min_L) : null}};
+            // the policy in the codec's one form (early_exit_policy_to_json), as score --json writes it
+            {"early_exit", r.mode == "early-exit" ? early_exit_policy_to_json(runs.early_exit.early_exit) : null}};
 }
 
 std::string row_line(const Row& r, const Med& m, const Derived& d) {

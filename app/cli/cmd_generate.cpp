@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "common.h"
 #include "generate_output.h"
+#include "tinyloop/mode_rules.h"
 
 namespace tinyloop::cli {
 
@@ -443,12 +444,12 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
         if (temperature && *temperature > 0.01f)
             throw UsageError("--mode greedy conflicts with --temperature " + tstr() +
                              " (greedy decoding is temperature 0)");
-        cfg.temperature = 0.0f;
+        cfg = mode_config(DecodeMode::Greedy, cfg);  // the engine's mode rule: temperature 0
     } else if (mode == "sample") {
         if (temperature && *temperature >= 0.0f && *temperature <= 0.01f)
             throw UsageError("--mode sample needs --temperature > 0.01, got " + tstr() +
                              " (use --mode greedy for argmax decoding)");
-        cfg.temperature = temperature.value_or(0.8f);
+        cfg.temperature = temperature ? *temperature : mode_config(DecodeMode::Sample, cfg).temperature;
     } else if (temperature) {
         if (mode == "tree" && *temperature > 0.01f)
             throw UsageError("--temperature " + tstr() +
@@ -493,7 +494,7 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
         cfg.beam_size = *v;
     }
     if (mode == "beam") {
-        if (!args.has("--beam-size")) cfg.beam_size = 4;
+        if (!args.has("--beam-size")) cfg.beam_size = mode_config(DecodeMode::Beam, cfg).beam_size;
         if (cfg.beam_size < 2)
             throw UsageError("--mode beam needs --beam-size >= 2, got " +
                              std::to_string(cfg.beam_size));
@@ -550,24 +551,14 @@ void read_early_exit_flags(const Args& args, GenerateConfig& cfg) {
     }
 }
 
-// The settings used, for --json's "config": the engine codec's GenerateConfig (every field by its
-// engine name), with the depth resolved, the mode, the grammar file, and the CLI's names of the
-// flags (seed, stop, stop_ids, no_repeat_ngram, early_exit) kept for scripts that read them.
-nlohmann::json config_json(const GenerateConfig& cfg, const Args& args, const std::string& mode_used,
-                           int resolved_loops) {
+// The settings used, for --json's "config": the engine codec's GenerateConfig, every field once by
+// its codec name (sample_seed, stop_strings, stop_sequences, no_repeat_ngram_size, the flat
+// early_exit_* fields; the flags' names are input aliases only), with the depth resolved, the mode
+// the engine ran (decode_mode_name) and the grammar file.
+nlohmann::json config_json(const GenerateConfig& cfg, const Args& args, DecodeMode mode, int resolved_loops) {
     nlohmann::json j = config_to_json(cfg);
-    j["mode"] = mode_used;
+    j["mode"] = decode_mode_name(mode);
     j["loops"] = resolved_loops;
-    j["seed"] = cfg.sample_seed;
-    j["stop"] = cfg.stop_strings;
-    j["stop_ids"] = cfg.stop_sequences;
-    j["no_repeat_ngram"] = cfg.no_repeat_ngram_size;
-    j["early_exit"] = {{"criterion", criterion_flag_name(cfg.early_exit.criterion)},
-                       {"patience", cfg.early_exit.patience},
-                       {"min_l", cfg.early_exit.min_L},
-                       {"peek_every", cfg.early_exit.peek_every},
-                       {"threshold", f2d(cfg.early_exit.threshold)},
-                       {"logit_margin", f2d(cfg.early_exit.logit_margin)}};
     j["parse_special"] = args.has("--parse-special");
     j["grammar"] = args.has("--grammar") ? nlohmann::json(*args.value("--grammar")) : nlohmann::json(nullptr);
     return j;
@@ -687,9 +678,7 @@ int run_generate(const Args& args) {
     }
     const int exit_status = g_interrupted != 0 ? 130 : 0;
     const GenerateStats& st = result.stats;
-    const std::string mode_used =
-        !m.mode.empty() ? m.mode
-                        : (cfg.beam_size >= 2 ? "beam" : cfg.temperature > 0.01f ? "sample" : "greedy");
+    const std::string mode_used = decode_mode_name(run.mode);  // the mode the engine ran
 
     if (json) {
         const int resolved_loops = m.speculative ? run.speculation.verify_loops : run.config.loops;
@@ -702,7 +691,7 @@ int run_generate(const Args& args) {
         j["text"] = result.text;
         j["stats"] = stats_to_json(st);
         if (!result.sequences.empty()) j["sequences"] = sequences_to_json(result.sequences);
-        j["config"] = config_json(cfg, args, mode_used, resolved_loops);
+        j["config"] = config_json(run.config, args, run.mode, resolved_loops);
         for (const auto& [k, v] : spec_echo.items()) j["config"][k] = v;
         if (want_events) {
             nlohmann::json ev = nlohmann::json::array();

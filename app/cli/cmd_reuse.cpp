@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "tinyloop/mode_rules.h"
 
 namespace tinyloop::cli {
 
@@ -81,7 +82,7 @@ int run_reuse(const Args& args) {
                         display_text(r.text).c_str());
     }
     if (args.has("--json")) {
-        const int L = loops > 0 ? loops : model_hparams(model.get()).default_loops;
+        const int L = resolve_loops(model_hparams(model.get()), loops);
         print_json({{"model", model_path}, {"loops", L}, {"pool_bytes", prefix_pool_bytes(pool)}, {"answers", answers}});
     } else {
         std::fprintf(stderr, "tinyloop: pool holds %zu prefixes, %zu bytes\n", prefixes.size(), prefix_pool_bytes(pool));

@@ -260,7 +260,7 @@ nlohmann::json score_json(const std::string& model_path, Model* model,
             {"passes_full", o.passes_full}};
     }
     if (f.early)
-        j["early_exit"] = {{"criterion", f.crit_name},
+        j["early_exit"] = {{"criterion", criterion_name(f.ee.early_exit.criterion)},  // the codec's name
                            {"threshold", f2d(f.ee.early_exit.threshold)},
                            {"patience", f.ee.early_exit.patience},
                            {"min_L", f.ee.early_exit.min_L},

@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -328,28 +329,19 @@ std::string grouped(uint64_t n) {
 
 // ---- the model's recommendation as the default of early exit and speculation ----
 
-namespace {
-const std::pair<const char*, EarlyExitCriterion> kCriterionFlags[] = {
-    {"l2", EarlyExitCriterion::HiddenL2}, {"margin", EarlyExitCriterion::LogitMargin},
-    {"kl", EarlyExitCriterion::KL},       {"entropy", EarlyExitCriterion::EntropyDelta},
-    {"argmax", EarlyExitCriterion::ArgmaxStable}, {"gate", EarlyExitCriterion::GateStop},
-    {"gate-select", EarlyExitCriterion::GateSelect}, {"reverse-kl", EarlyExitCriterion::ReverseKL},
-    {"minp-kl", EarlyExitCriterion::MinPKL}};
-}  // namespace
-
-const char* criterion_flag_name(EarlyExitCriterion c) {
-    for (const auto& [name, k] : kCriterionFlags)
-        if (k == c) return name;
-    return "?";
+// The criteria's names on the command line are the codec's (parse_criterion: the short ones
+// l2, margin, kl, entropy, argmax, gate and the full names), with '-' for '_' (gate-select).
+std::string criterion_flag_name(EarlyExitCriterion c) {
+    std::string name = criterion_short_name(c);
+    std::replace(name.begin(), name.end(), '_', '-');
+    return name;
 }
 
 bool read_criterion_flag(const std::string& flag, const std::string& value, EarlyExitCriterion* out) {
     if (value == "model") return false;
-    for (const auto& [name, c] : kCriterionFlags)
-        if (value == name) {
-            *out = c;
-            return true;
-        }
+    std::string name = value;
+    std::replace(name.begin(), name.end(), '-', '_');
+    if (parse_criterion(name, out)) return true;
     throw UsageError(flag + ": expected one of l2, margin, kl, entropy, argmax, gate, gate-select, reverse-kl, minp-kl, "
                             "model, got '" + value + "'");
 }

@@ -111,8 +111,8 @@ GenerateConfig cli_early_exit(const Model* model, const Args& args, const Genera
 // --early-exit's value as a criterion: l2, margin, kl, entropy, argmax; "model" leaves `out`
 // unchanged and returns false; anything else is a UsageError naming `flag`.
 bool read_criterion_flag(const std::string& flag, const std::string& value, EarlyExitCriterion* out);
-// The flag's name of a criterion: l2, margin, kl, entropy, argmax.
-const char* criterion_flag_name(EarlyExitCriterion c);
+// The flag's name of a criterion: the codec's short name (l2, margin, kl, ...), '-' for '_'.
+std::string criterion_flag_name(EarlyExitCriterion c);
 // The run as the engine's resolver (resolve_run) completes it for the command line: the flags
 // already hold the user's choices and the mode rules the CLI refuses by flag name, so every config
 // field counts as set but a depth left at 0; a speculation knob counts as set when its flag was

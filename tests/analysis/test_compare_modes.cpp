@@ -170,11 +170,11 @@ TEST(CompareModes, DefaultsFollowTheModelsRecommendation) {
     EXPECT_EQ(m[1].label, "greedy L=" + std::to_string(D));  // the view's default baseline: what speculation verifies at
     EXPECT_EQ(m[2].run.mode, tinyloop::DecodeMode::Speculative);
     EXPECT_EQ(m[2].run.speculation.verify_loops, D);
-    EXPECT_EQ(m[2].run.speculation.draft_loops, rec.draft_loops);
-    EXPECT_EQ(m[2].run.speculation.draft_ahead, rec.draft_ahead);
+    EXPECT_EQ(m[2].run.speculation.draft_loops, rec.chain.draft_loops);
+    EXPECT_EQ(m[2].run.speculation.draft_ahead, rec.chain.draft_ahead);
     EXPECT_EQ(m[3].run.mode, tinyloop::DecodeMode::Tree);
-    EXPECT_EQ(m[3].run.speculation.draft_ahead, rec.tree_draft_ahead);
-    EXPECT_EQ(m[3].run.speculation.branches, rec.branches);
+    EXPECT_EQ(m[3].run.speculation.draft_ahead, rec.tree.draft_ahead);
+    EXPECT_EQ(m[3].run.speculation.branches, rec.tree.branches);
     EXPECT_EQ(m[4].run.mode, tinyloop::DecodeMode::EarlyExit);
     EXPECT_EQ(m[4].run.config.loops, D);
     EXPECT_EQ(m[4].run.config.early_exit.min_L, rec.early_exit.min_L);

@@ -18,9 +18,9 @@ TEST(ComputeQuality, PointsEqualScoringApi) {
     ComputeSettings s;
     s.depths = {1, 2, 4, 6};
     s.exit_loops = 6;
-    s.exits = {{C::HiddenL2, 0.2f}, {C::KL, 0.1f}, {C::LogitMargin, 2.0f}};
+    s.exits = {exit_setting(C::HiddenL2, 0.2f), exit_setting(C::KL, 0.1f), exit_setting(C::LogitMargin, 2.0f)};
     s.verify_loops = 4;
-    s.specs = {{1, 4}, {2, 3}};
+    s.specs = {spec_setting(1, 4), spec_setting(2, 3)};
     s.prompt_tokens = 6;
     s.decode_tokens = 12;
     int calls = 0;

@@ -58,9 +58,9 @@ TEST(RecommendationSearch, SpeculationCellsRankByMeasuredSpeedupAndMustPay) {
     EXPECT_EQ(best_paying_cell(sw, false), 1);
     EXPECT_EQ(best_paying_cell(sw, true), -1);
     const tinyloop::Recommendation r = recommendation_from(nullptr, &sw);
-    EXPECT_EQ(r.draft_loops, 1);
-    EXPECT_EQ(r.draft_ahead, 2);
-    EXPECT_EQ(r.branches, 0);
+    EXPECT_EQ(r.chain.draft_loops, 1);
+    EXPECT_EQ(r.chain.draft_ahead, 2);
+    EXPECT_EQ(r.tree.branches, 0);
     EXPECT_FALSE(r.has_early_exit());
     sw.cells[1].time = summarize({9.5, 9.6, 9.4});  // now the modelled-best cell is also measured faster
     EXPECT_EQ(best_paying_cell(sw, false), 4);
@@ -80,7 +80,7 @@ TEST(RecommendationSearch, SavingReplacesOnlyThePartMeasured) {
     EXPECT_EQ(after["recommended"]["measured"]["early_exit"]["chosen"], 1);
     EXPECT_FALSE(after["recommended"]["measured"]["early_exit"].contains("candidates"));  // the grid stays out
     const tinyloop::Recommendation back = tinyloop::recommendation_from_json(after["recommended"]);
-    EXPECT_EQ(back.draft_ahead, 3);
+    EXPECT_EQ(back.chain.draft_ahead, 3);
     EXPECT_EQ(back.early_exit.criterion, tinyloop::EarlyExitCriterion::KL);
 }
 

@@ -99,6 +99,12 @@ TEST(SpeculationSweep, CountsComeFromRealRuns) {
     const nlohmann::json j = sweep_to_json(r);
     EXPECT_EQ(j["cells"].size(), size_t(8));
     EXPECT_EQ(j["cells"][0]["drafted"].get<int>(), r.cells[0].drafted);
+    // one name per field: the codec's "branches" (K_branches is read on input only)
+    for (size_t i = 0; i < r.cells.size(); ++i) {
+        EXPECT_EQ(j["cells"][i]["branches"].get<int>(), r.cells[i].branches);
+        EXPECT_FALSE(j["cells"][i].contains("K_branches"));
+    }
+    EXPECT_FALSE(j.contains("K_branches"));
 }
 
 TEST(SpeculationSweep, CancelsAndRefusesBadGrids) {

@@ -63,7 +63,8 @@ TEST(CliDraft, GenerateWithDraftModelEqualsGreedyAndReportsAcceptance) {
         EXPECT_EQ(j["text"], p["text"]);
         EXPECT_EQ(j["config"]["draft_model"], kQ4);
         EXPECT_EQ(j["config"]["gamma"], std::stoi(gamma));
-        EXPECT_EQ(j["config"]["mode"], "greedy");
+        EXPECT_EQ(j["config"]["mode"], "draft-model");  // the mode the engine runs
+        EXPECT_EQ(j["config"]["temperature"], 0.0);
         const json& st = j["stats"];
         EXPECT_GT(st["spec_cycles"].get<int>(), 0);
         EXPECT_GT(st["spec_accepted"].get<int>(), 0);
@@ -82,7 +83,8 @@ TEST(CliDraft, GenerateWithDraftModelEqualsGreedyAndReportsAcceptance) {
     const CliRun s1 = run(s), s2 = run(s);
     ASSERT_EQ(s1.status, 0) << s1.err;
     EXPECT_EQ(parse(s1)["output_ids"], parse(s2)["output_ids"]);
-    EXPECT_EQ(parse(s1)["config"]["mode"], "sample");
+    EXPECT_EQ(parse(s1)["config"]["mode"], "draft-model");
+    EXPECT_NEAR(parse(s1)["config"]["temperature"].get<double>(), 0.8, 1e-6);
 }
 
 TEST(CliDraft, RefusesBadDraftFlags) {

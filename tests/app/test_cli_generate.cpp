@@ -96,7 +96,10 @@ TEST_F(CliTest, EverySamplingFlagIsAcceptedAndTheSeedDecides) {
     json ja = parse_json(a), jb = parse_json(b);
     EXPECT_EQ(ja["output_ids"], jb["output_ids"]);
     EXPECT_EQ(ja["text"], jb["text"]);
-    EXPECT_EQ(ja["config"]["seed"], 7);
+    // one name per field: the codec's sample_seed; the flag's name (seed) is not echoed again
+    EXPECT_EQ(ja["config"]["sample_seed"], 7);
+    for (const char* alias : {"seed", "stop", "stop_ids", "no_repeat_ngram", "early_exit"})
+        EXPECT_FALSE(ja["config"].contains(alias)) << alias;
     EXPECT_EQ(ja["config"]["loops"], 4);
     EXPECT_EQ(ja["config"]["logit_bias"], json({{65, 2.5}, {66, -100.0}}));
     EXPECT_EQ(ja["config"]["temperature"], 1.5);

@@ -69,25 +69,28 @@ TEST_F(CliRecommendTest, GenerateUsesTheModelsSpeculationUnlessAFlagSaysOtherwis
 TEST_F(CliRecommendTest, GenerateAndScoreUseTheModelsEarlyExitPolicy) {
     CliRun model = gen({"--early-exit", "model", "--json"});
     ASSERT_EQ(model.status, 0) << model.err;
-    json e = parse_json(model)["config"]["early_exit"];
-    EXPECT_EQ(e["criterion"], "kl");
-    EXPECT_EQ(e["patience"], 2);
-    EXPECT_EQ(e["min_l"], 1);
-    EXPECT_NEAR(e["threshold"].get<double>(), 0.3, 1e-6);
+    // The config echo holds the policy once, in the codec's flat config fields, and names the
+    // mode the engine runs.
+    json e = parse_json(model)["config"];
+    EXPECT_EQ(e["mode"], "early-exit");
+    EXPECT_EQ(e["early_exit_criterion"], "kl");
+    EXPECT_EQ(e["early_exit_patience"], 2);
+    EXPECT_EQ(e["early_exit_min_L"], 1);
+    EXPECT_NEAR(e["early_exit_threshold"].get<double>(), 0.3, 1e-6);
     // The same criterion named: still the model's policy; a flag given wins for its field.
     CliRun kl = gen({"--early-exit", "kl", "--early-exit-patience", "1", "--json"});
     ASSERT_EQ(kl.status, 0) << kl.err;
-    e = parse_json(kl)["config"]["early_exit"];
-    EXPECT_EQ(e["patience"], 1);
-    EXPECT_NEAR(e["threshold"].get<double>(), 0.3, 1e-6);
+    e = parse_json(kl)["config"];
+    EXPECT_EQ(e["early_exit_patience"], 1);
+    EXPECT_NEAR(e["early_exit_threshold"].get<double>(), 0.3, 1e-6);
     // Another criterion: the built-in policy, not the model's threshold.
     CliRun l2 = gen({"--early-exit", "l2", "--json"});
     ASSERT_EQ(l2.status, 0) << l2.err;
-    e = parse_json(l2)["config"]["early_exit"];
-    EXPECT_EQ(e["criterion"], "l2");
-    EXPECT_EQ(e["patience"], 1);
-    EXPECT_EQ(e["min_l"], 2);
-    EXPECT_NEAR(e["threshold"].get<double>(), 0.05, 1e-6);
+    e = parse_json(l2)["config"];
+    EXPECT_EQ(e["early_exit_criterion"], "hidden_l2");
+    EXPECT_EQ(e["early_exit_patience"], 1);
+    EXPECT_EQ(e["early_exit_min_L"], 2);
+    EXPECT_NEAR(e["early_exit_threshold"].get<double>(), 0.05, 1e-6);
     CliRun said = gen({"--early-exit", "model"});
     ASSERT_EQ(said.status, 0) << said.err;
     EXPECT_NE(said.err.find("early exit: kl, threshold 0.3, patience 2, first probe at depth 1 (recommended by the model)"),
@@ -118,16 +121,18 @@ TEST_F(CliRecommendTest, BenchRunsTheModelsSettings) {
         return by_mode;
     };
     json rows = rows_of({});
-    EXPECT_EQ(rows["early-exit"]["early_exit"], "kl");
-    EXPECT_EQ(rows["early-exit"]["early_exit_patience"], 2);
-    EXPECT_EQ(rows["early-exit"]["early_exit_min_L"], 1);
+    // the policy in the codec's form (early_exit_policy_to_json), as score --json writes it
+    EXPECT_EQ(rows["early-exit"]["early_exit"]["criterion"], "kl");
+    EXPECT_EQ(rows["early-exit"]["early_exit"]["patience"], 2);
+    EXPECT_EQ(rows["early-exit"]["early_exit"]["min_L"], 1);
+    EXPECT_TRUE(rows["speculative"]["early_exit"].is_null());
     EXPECT_EQ(rows["speculative"]["draft_loops"], 1);
     EXPECT_EQ(rows["speculative"]["draft_ahead"], 3);
     EXPECT_EQ(rows["tree"]["draft_ahead"], 2);
     EXPECT_EQ(rows["tree"]["branches"], 3);
     rows = rows_of({"--early-exit", "l2", "--draft-ahead", "4", "--branches", "2"});
-    EXPECT_EQ(rows["early-exit"]["early_exit"], "l2");
-    EXPECT_EQ(rows["early-exit"]["early_exit_patience"], 1);
+    EXPECT_EQ(rows["early-exit"]["early_exit"]["criterion"], "hidden_l2");
+    EXPECT_EQ(rows["early-exit"]["early_exit"]["patience"], 1);
     EXPECT_EQ(rows["speculative"]["draft_ahead"], 4);
     EXPECT_EQ(rows["tree"]["branches"], 2);
 }

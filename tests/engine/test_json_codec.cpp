@@ -54,6 +54,38 @@ TEST(JsonCodec, ConfigRoundTripsEveryField) {
     EXPECT_EQ(config_to_json(config_from_json(json::object())), config_to_json(GenerateConfig{}));
 }
 
+TEST(JsonCodec, ConfigAliasesAreReadAndNeverWritten) {
+    // the names the CLI's --json echo wrote beside the codec's (its flags' names, an early_exit
+    // object with the short criterion name and min_l): read as the codec's fields
+    const json old = {{"seed", 9},
+                      {"stop", {"\n\n"}},
+                      {"stop_ids", {{13}, {198, 198}}},
+                      {"no_repeat_ngram", 3},
+                      {"early_exit", {{"criterion", "margin"}, {"patience", 2}, {"min_l", 3}, {"peek_every", 2},
+                                      {"threshold", 0.5}, {"logit_margin", 0.5}}}};
+    const GenerateConfig c = config_from_json(old);
+    EXPECT_EQ(c.sample_seed, 9u);
+    EXPECT_EQ(c.stop_strings, std::vector<std::string>{"\n\n"});
+    EXPECT_EQ(c.stop_sequences, (std::vector<std::vector<int32_t>>{{13}, {198, 198}}));
+    EXPECT_EQ(c.no_repeat_ngram_size, 3);
+    EXPECT_EQ(c.early_exit.criterion, EarlyExitCriterion::LogitMargin);
+    EXPECT_EQ(c.early_exit.patience, 2);
+    EXPECT_EQ(c.early_exit.min_L, 3);
+    EXPECT_EQ(c.early_exit.peek_every, 2);
+    EXPECT_FLOAT_EQ(c.early_exit.threshold, 0.5f);
+    // written once, by the codec's names only
+    const json j = config_to_json(c);
+    for (const char* alias : {"seed", "stop", "stop_ids", "no_repeat_ngram", "early_exit"})
+        EXPECT_FALSE(j.contains(alias)) << alias;
+    EXPECT_EQ(j["sample_seed"], 9);
+    EXPECT_EQ(j["early_exit_min_L"], 3);
+    EXPECT_EQ(j["early_exit_criterion"], "logit_margin");
+    // an alias's value is checked as the field's, under the name the file used
+    EXPECT_TRUE(starts_with(refusal([] { config_from_json(json{{"no_repeat_ngram", -1}}); }), "no_repeat_ngram_size:"));
+    EXPECT_TRUE(starts_with(refusal([] { config_from_json(json{{"early_exit", {{"warp", 1}}}}); }), "early_exit.warp: unknown key"));
+    EXPECT_TRUE(starts_with(refusal([] { config_from_json(json{{"seed", "x"}}); }), "seed:"));
+}
+
 TEST(JsonCodec, ConfigRefusalsNameTheFieldAndRange) {
     ConfigLimits lim;
     lim.max_loops = 6;

@@ -88,7 +88,8 @@ TEST(Recommendation, AbsentMeansTheBuiltInDefaults) {
 TEST(Recommendation, UserThenModelThenBuiltIn) {
     ModelHandle m = load_model_handle(recommended_model());
     const Recommendation& rec = model_recommendation(m.get());
-    EXPECT_EQ(rec.draft_loops, 3);
+    EXPECT_EQ(rec.chain.draft_loops, 3);
+    EXPECT_EQ(rec.tree.draft_loops, 3);  // one draft depth in the file, both kinds
     EXPECT_EQ(rec.early_exit.criterion, EarlyExitCriterion::KL);
 
     // Speculation: 0 = the model's; a knob given wins; a draft depth not below verify falls back.
@@ -194,8 +195,8 @@ TEST(Recommendation, OutOfRangeIsRefusedNamingTheKey) {
 
 TEST(Recommendation, JsonRoundTrip) {
     Recommendation r;
-    r.draft_loops = 1;
-    r.branches = 3;
+    r.set_draft_loops(1);
+    r.tree.branches = 3;
     r.early_exit.patience = 1;
     r.early_exit.criterion = EarlyExitCriterion::HiddenL2;
     r.early_exit.threshold = 0.5f;
@@ -204,9 +205,17 @@ TEST(Recommendation, JsonRoundTrip) {
     EXPECT_EQ(j["early_exit"]["criterion"], "hidden_l2");
     EXPECT_FALSE(j["speculation"].contains("draft_ahead"));
     const Recommendation back = recommendation_from_json(j);
-    EXPECT_EQ(back.draft_loops, 1);
-    EXPECT_EQ(back.branches, 3);
-    EXPECT_EQ(back.draft_ahead, 0);
+    EXPECT_EQ(back.chain.draft_loops, 1);  // one draft depth on disk: both kinds read it
+    EXPECT_EQ(back.tree.draft_loops, 1);
+    EXPECT_EQ(back.tree.branches, 3);
+    EXPECT_EQ(back.chain.draft_ahead, 0);
+    EXPECT_EQ(back.chain.kind, SpeculationKind::Chain);
+    EXPECT_EQ(back.tree.kind, SpeculationKind::Tree);
+    EXPECT_EQ(j["speculation"]["draft_loops"], 1);
+    // two depths cannot be written: the file holds one
+    Recommendation two = r;
+    two.tree.draft_loops = 2;
+    EXPECT_THROW(recommendation_to_json(two), Error);
     EXPECT_FLOAT_EQ(back.early_exit.threshold, 0.5f);
     EXPECT_EQ(back.early_exit.min_L, 1);
     EXPECT_EQ(recommendation_to_json(Recommendation{}), nlohmann::json::object());
@@ -223,8 +232,8 @@ TEST(Recommendation, BundledModelsCarryTheirs) {
     EXPECT_EQ(k.early_exit.criterion, EarlyExitCriterion::HiddenL2);
     EXPECT_EQ(k.early_exit.min_L, 1);
     EXPECT_TRUE(k.has_speculation());
-    EXPECT_EQ(k.draft_loops, 1);
-    EXPECT_GE(k.branches, 2);
+    EXPECT_EQ(k.chain.draft_loops, 1);
+    EXPECT_GE(k.tree.branches, 2);
     ModelHandle kjv_q8 = load_model_handle(TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-q8.tinyloop");
     const Recommendation& q8 = model_recommendation(kjv_q8.get());
     EXPECT_EQ(q8.early_exit.criterion, EarlyExitCriterion::HiddenL2);

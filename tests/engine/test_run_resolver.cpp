@@ -20,10 +20,10 @@ std::string model_path(bool recommends) {
     const std::string path = tltest::write_random_model(recommends ? "resolver_rec.tinyloop" : "resolver.tinyloop", hp, 43);
     if (!recommends) return path;
     Recommendation r;
-    r.draft_loops = 3;
-    r.draft_ahead = 6;
-    r.tree_draft_ahead = 3;
-    r.branches = 3;
+    r.set_draft_loops(3);
+    r.chain.draft_ahead = 6;
+    r.tree.draft_ahead = 3;
+    r.tree.branches = 3;
     r.early_exit.patience = 2;
     r.early_exit.criterion = EarlyExitCriterion::KL;
     r.early_exit.threshold = 0.2f;

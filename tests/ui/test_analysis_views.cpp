@@ -172,10 +172,10 @@ private slots:
         const auto& runs = cmp->result()->runs;
         QCOMPARE(runs[1].spec.label, "greedy L=" + std::to_string(D));
         QCOMPARE(runs[2].spec.run.mode, tinyloop::DecodeMode::Speculative);
-        QCOMPARE(runs[2].spec.run.speculation.draft_loops, rec.draft_loops);
-        QCOMPARE(runs[2].spec.run.speculation.draft_ahead, rec.draft_ahead);
+        QCOMPARE(runs[2].spec.run.speculation.draft_loops, rec.chain.draft_loops);
+        QCOMPARE(runs[2].spec.run.speculation.draft_ahead, rec.chain.draft_ahead);
         QCOMPARE(runs[3].spec.run.mode, tinyloop::DecodeMode::Tree);
-        QCOMPARE(runs[3].spec.run.speculation.branches, rec.branches);
+        QCOMPARE(runs[3].spec.run.speculation.branches, rec.tree.branches);
         QCOMPARE(runs[4].spec.run.mode, tinyloop::DecodeMode::EarlyExit);
         QCOMPARE(runs[4].spec.run.config.early_exit.threshold, rec.early_exit.threshold);
         for (int i : {2, 3, 4}) QVERIFY(runs[size_t(i)].spec.label.find("(model's)") != std::string::npos);
@@ -354,8 +354,8 @@ private slots:
         QVERIFY(comp);
         ComputeSettings s;
         s.depths = {1, 4};
-        s.exits = {{C::HiddenL2, 0.2f}};
-        s.specs = {{2, 4}};
+        s.exits = {exit_setting(C::HiddenL2, 0.2f)};
+        s.specs = {spec_setting(2, 4)};
         s.decode_tokens = 8;
         comp->setSettings(s);
         comp->setText(kPrompt);

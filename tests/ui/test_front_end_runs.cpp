@@ -3,8 +3,9 @@
 // picked (nothing else set), resolved as the engine decodes it, equals the config the CLI's
 // `generate --json` echoes for the same mode with no other flag (its depth, temperature, beam
 // width, early-exit policy and speculation knobs); and again with the depth set (loops 3 in the
-// panel, --loops 3): the verify depth is the config's loops first. The Python binding is not driven from here
-// (its tests run under pytest, tests/python).
+// panel, --loops 3): the verify depth is the config's loops first; and the mode the CLI echoes is the
+// one the workbench runs. The Python binding is held to the same CLI echo under pytest
+// (tests/python/test_front_end_runs.py), so the three front ends agree.
 #include <QComboBox>
 #include <QDir>
 #include <QLineEdit>
@@ -33,7 +34,7 @@ QStringList cliFlags(DecodeMode m) {
 // model's policy there ready for early-exit mode, the CLI echoes the built-in one).
 json decided(const json& config, DecodeMode mode) {
     json out;
-    for (const char* k : {"loops", "temperature", "beam_size", "early_exit_patience"}) out[k] = config.at(k);
+    for (const char* k : {"mode", "loops", "temperature", "beam_size", "early_exit_patience"}) out[k] = config.at(k);
     if (config.at("early_exit_patience").get<int>() > 0)
         for (const char* k : {"early_exit_criterion", "early_exit_threshold", "early_exit_min_L", "early_exit_peek_every"})
             out[k] = config.at(k);
@@ -43,11 +44,12 @@ json decided(const json& config, DecodeMode mode) {
     return out;
 }
 
-// The workbench's run as the engine will decode it, in the shape of the CLI's echo: the config
-// (its depth resolved) and the resolved speculation knobs.
+// The workbench's run as the engine will decode it (the resolver its worker asks), in the shape
+// of the CLI's echo: the mode, the config (its depth resolved) and the resolved speculation knobs.
 json workbenchEcho(const tinyloop::Model* model, const tinyloop::RunSpec& spec) {
-    const tinyloop::RunSpec r = resolvedRun(model, spec);
+    const tinyloop::RunSpec r = resolvedRun(model, spec).spec;
     json c = configToJson(r.config);
+    c["mode"] = tinyloop::decode_mode_name(r.mode);
     if (r.config.loops == 0) c["loops"] = tinyloop::model_hparams(model).default_loops;
     c["draft_loops"] = r.speculation.draft_loops;
     c["verify_loops"] = r.speculation.verify_loops;

@@ -189,10 +189,10 @@ private slots:
         tinyloop::ModelHandle bundled = tinyloop::load_model_handle(m_bundled.toStdString());
         const tinyloop::Recommendation& before = tinyloop::model_recommendation(bundled.get());
         QCOMPARE(rec.has_speculation(), before.has_speculation());
-        QCOMPARE(rec.draft_loops, before.draft_loops);
-        QCOMPARE(rec.draft_ahead, before.draft_ahead);
-        QCOMPARE(rec.branches, before.branches);
-        QCOMPARE(rec.tree_draft_ahead, before.tree_draft_ahead);
+        QCOMPARE(rec.chain.draft_loops, before.chain.draft_loops);
+        QCOMPARE(rec.chain.draft_ahead, before.chain.draft_ahead);
+        QCOMPARE(rec.tree.branches, before.tree.branches);
+        QCOMPARE(rec.tree.draft_ahead, before.tree.draft_ahead);
         const auto meta = nlohmann::json::parse(tinyloop::model_info(written.get()).metadata_json);
         QCOMPARE(meta["recommended"]["measured"]["early_exit"]["found_by"].get<std::string>(),
                  std::string("workbench: early-exit calibration view"));
@@ -221,8 +221,8 @@ private slots:
         QVERIFY(sameTensors(m_bundled, m_copy));
         tinyloop::ModelHandle written = tinyloop::load_model_handle(m_copy.toStdString());
         const tinyloop::Recommendation& rec = tinyloop::model_recommendation(written.get());
-        QCOMPARE(rec.draft_loops, 2);
-        QCOMPARE(rec.draft_ahead, 3);
+        QCOMPARE(rec.chain.draft_loops, 2);
+        QCOMPARE(rec.chain.draft_ahead, 3);
         QCOMPARE(rec.early_exit.criterion, C::KL);  // the calibration's part kept
     }
 };

@@ -123,14 +123,35 @@ void validateModeSpeculation(const tinyloop::RunSpec& spec) {
     }
 }
 
-tinyloop::RunSpec resolvedRun(const tinyloop::Model* model, const tinyloop::RunSpec& spec) {
-    tinyloop::RunSpec r = spec;
-    r.speculation = tinyloop::resolved_speculation(model, spec);
-    return r;
+tinyloop::ResolvedRun resolveRun(const tinyloop::Model* model, const tinyloop::RunSpec& spec,
+                                 const std::vector<std::string>& userKeys) {
+    try {
+        return tinyloop::resolve_run(model, spec, userKeys);
+    } catch (const tinyloop::Error& err) {
+        throw ConfigError::fromEngine(err);
+    }
+}
+
+std::vector<std::string> workbenchUserKeys(const tinyloop::RunSpec& spec) {
+    std::vector<std::string> keys;
+    for (const tinyloop::ConfigField& f : tinyloop::config_fields())
+        if (std::string(f.key) != "loops" || spec.config.loops > 0) keys.push_back(f.key);
+    const tinyloop::SpeculationPolicy& k = spec.speculation;
+    const std::pair<const char*, int> knobs[] = {{"speculation.verify_loops", k.verify_loops},
+                                                 {"speculation.draft_loops", k.draft_loops},
+                                                 {"speculation.draft_ahead", k.draft_ahead},
+                                                 {"speculation.branches", k.branches}};
+    for (const auto& [key, value] : knobs)
+        if (value > 0) keys.push_back(key);
+    return keys;
+}
+
+tinyloop::ResolvedRun resolvedRun(const tinyloop::Model* model, const tinyloop::RunSpec& spec) {
+    return resolveRun(model, spec, workbenchUserKeys(spec));
 }
 
 int configDepth(const tinyloop::GenerateConfig& config, const tinyloop::HParams& hp) {
-    return config.loops > 0 ? config.loops : hp.default_loops;
+    return tinyloop::resolve_loops(hp, config.loops);
 }
 
 tinyloop::GenerateConfig defaultConfig(const tinyloop::Model* model) { return tinyloop::recommended_config(model); }
@@ -140,12 +161,6 @@ const tinyloop::Recommendation& modelRecommendation(const tinyloop::Model* model
 }
 
 tinyloop::Recommendation builtinEarlyExit() { return tinyloop::builtin_early_exit(); }
-
-tinyloop::GenerateConfig resolveEarlyExit(const tinyloop::Model* model, const tinyloop::GenerateConfig& config,
-                                          const std::vector<std::string>& userKeys,
-                                          std::vector<std::pair<std::string, std::string>>* source) {
-    return tinyloop::resolve_early_exit(model, config, userKeys, source);
-}
 
 std::string idListsToText(const std::vector<std::vector<int32_t>>& v) {
     std::string s;

@@ -70,7 +70,7 @@ tinyloop::SpeculationPolicy knobsFromJson(const nlohmann::json& j, const ConfigL
                                          const std::string& where = "");
 bool knobsEqual(const tinyloop::SpeculationPolicy& a, const tinyloop::SpeculationPolicy& b);
 
-// ---- the engine's rules and resolvers: ui/ asks them here and nowhere else ----------------
+// ---- the engine's rules and resolver: ui/ asks them here and nowhere else -----------------
 
 // `config` made ready for `mode` (tinyloop::mode_config: greedy temperature 0, sample 0.8, beam
 // width 4, early exit the model's patience else the built-in one). `rec`: the loaded model's
@@ -80,13 +80,23 @@ tinyloop::GenerateConfig modeConfig(DecodeMode mode, const tinyloop::GenerateCon
 // The speculation knobs' cross-field rules (tinyloop::validate_mode_speculation); throws
 // ConfigError naming the field.
 void validateModeSpeculation(const tinyloop::RunSpec& spec);
-// The run as the engine will decode it: the speculation knobs left at 0 resolved
-// (tinyloop::resolved_speculation: the user's, else the model's recommendation, else the
-// built-in; the verify depth config.loops first, else the model's default_loops). On the thread
-// that holds `model` (the worker, a test).
-tinyloop::RunSpec resolvedRun(const tinyloop::Model* model, const tinyloop::RunSpec& spec);
+// The run as the engine will decode it, and its messages (one line per field it decided, "key:
+// value (source)"): tinyloop::resolve_run, the one resolver every front end asks. `userKeys` names
+// the fields the user set (the codec's names, "speculation."-prefixed for the knobs). A broken
+// mode rule or a knob out of range throws ConfigError naming the field. On the thread that holds
+// `model` (the worker, a test).
+tinyloop::ResolvedRun resolveRun(const tinyloop::Model* model, const tinyloop::RunSpec& spec,
+                                 const std::vector<std::string>& userKeys);
+// The workbench's user keys for `spec`: every config field (the panel holds and shows them all,
+// as the CLI's flags do), the depth only when set (loops 0 is "the model's default_loops"), a
+// speculation knob when set (> 0; 0 is "the model's recommendation, else the built-in").
+std::vector<std::string> workbenchUserKeys(const tinyloop::RunSpec& spec);
+// resolveRun with the workbench's user keys.
+tinyloop::ResolvedRun resolvedRun(const tinyloop::Model* model, const tinyloop::RunSpec& spec);
 // The depth a plain run of `config` decodes at: config.loops, else the model's default_loops
-// (the engine's "0 = the default depth"; the one place ui/ says it).
+// (tinyloop::resolve_loops, the engine's "0 = the default depth"; ui/ asks it here). Called for
+// runs the engine accepted (loops within [0, max_loops]); another throws
+// tinyloop::Error naming "loops".
 int configDepth(const tinyloop::GenerateConfig& config, const tinyloop::HParams& hp);
 // The config a front end shows before the user sets anything (tinyloop::recommended_config).
 tinyloop::GenerateConfig defaultConfig(const tinyloop::Model* model);
@@ -94,12 +104,6 @@ tinyloop::GenerateConfig defaultConfig(const tinyloop::Model* model);
 // policy (tinyloop::builtin_early_exit).
 const tinyloop::Recommendation& modelRecommendation(const tinyloop::Model* model);
 tinyloop::Recommendation builtinEarlyExit();
-// Early exit switched on with the user's fields, else the model's, else the built-in ones
-// (tinyloop::resolve_early_exit; `source` says which per key).
-tinyloop::GenerateConfig resolveEarlyExit(const tinyloop::Model* model, const tinyloop::GenerateConfig& config,
-                                          const std::vector<std::string>& userKeys,
-                                          std::vector<std::pair<std::string, std::string>>* source = nullptr);
-
 const char* criterionName(tinyloop::EarlyExitCriterion c);
 bool parseCriterion(const std::string& s, tinyloop::EarlyExitCriterion* out);
 

@@ -347,10 +347,10 @@ void ConfigPanel::showRecommendation() {
         m_recNote->setText("Early exit: this model recommends no policy; the fields show the built-in defaults.");
     }
     QStringList spec;
-    if (r.draft_loops > 0) spec << QString("draft_loops %1").arg(r.draft_loops);
-    if (r.draft_ahead > 0) spec << QString("draft_ahead %1 (chain)").arg(r.draft_ahead);
-    if (r.tree_draft_ahead > 0) spec << QString("draft_ahead %1 (tree)").arg(r.tree_draft_ahead);
-    if (r.branches > 0) spec << QString("branches %1").arg(r.branches);
+    if (r.chain.draft_loops > 0) spec << QString("draft_loops %1").arg(r.chain.draft_loops);
+    if (r.chain.draft_ahead > 0) spec << QString("draft_ahead %1 (chain)").arg(r.chain.draft_ahead);
+    if (r.tree.draft_ahead > 0) spec << QString("draft_ahead %1 (tree)").arg(r.tree.draft_ahead);
+    if (r.tree.branches > 0) spec << QString("branches %1").arg(r.tree.branches);
     m_recSpecNote->setText(spec.isEmpty() ? QString("This model recommends no speculation setting: a knob at 0 is the built-in default.")
                                           : "Recommended by the model (a knob at 0 takes it): " + spec.join(", ") + ".");
     m_recSpecNote->setVisible(m_haveModelDefaults);

@@ -705,7 +705,9 @@ void MainWindow::onRunFinished(const RunResult& r) {
         done += ". Early exit: " + earlyExitSummary(m_session.events, configDepth(r.config, m_hp),
                                                     r.config, r.stats.stop_reason == tinyloop::StopReason::EOS);
     m_stateLabel->setText(done);
-    m_stateLabel->setToolTip(done);
+    // what the engine's resolver decided (resolve_run's messages), one line per field
+    m_stateLabel->setToolTip(r.resolvedNotes.isEmpty() ? done
+                                                       : done + "\n\nResolved by the engine:\n" + r.resolvedNotes.join('\n'));
     updateActions();
     emit runEnded(r.id, true);
 }

@@ -196,7 +196,7 @@ void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
         row(rec, "early exit", "none (built-in defaults)");
     if (r.has_speculation())
         row(rec, "speculation", QString("draft_loops %1, draft_ahead %2 (chain) / %3 (tree), branches %4 (0 = built-in)")
-                                    .arg(r.draft_loops).arg(r.draft_ahead).arg(r.tree_draft_ahead).arg(r.branches));
+                                    .arg(r.chain.draft_loops).arg(r.chain.draft_ahead).arg(r.tree.draft_ahead).arg(r.tree.branches));
     else
         row(rec, "speculation", "none (built-in defaults)");
     auto* mem = group(m_tree, "Memory");

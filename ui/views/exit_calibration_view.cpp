@@ -57,7 +57,7 @@ double default_threshold(C c) {
 }
 
 // The engine's early-exit policy for `model` (the model's recommendation, else the built-in one),
-// as resolve_early_exit gives it to generate, Compare and the config panel; with `criterion`, the
+// as the engine's resolver (resolve_run, early-exit mode) gives it to generate, Compare and the config panel; with `criterion`, the
 // one the user picked.
 tinyloop::GenerateConfig resolvedPolicy(const tinyloop::Model* model, std::optional<C> criterion = std::nullopt) {
     tinyloop::GenerateConfig c;
@@ -66,7 +66,7 @@ tinyloop::GenerateConfig resolvedPolicy(const tinyloop::Model* model, std::optio
         c.early_exit.criterion = *criterion;
         user.push_back("early_exit_criterion");
     }
-    if (model) return resolveEarlyExit(model, c, user);
+    if (model) return resolveRun(model, {.mode = DecodeMode::EarlyExit, .config = c}, user).spec.config;
     const tinyloop::Recommendation b = builtinEarlyExit();
     c.early_exit = b.early_exit;  // the engine's built-in policy, one value
     c.early_exit.criterion = criterion.value_or(b.early_exit.criterion);
@@ -76,13 +76,13 @@ tinyloop::GenerateConfig resolvedPolicy(const tinyloop::Model* model, std::optio
 // The threshold the view starts `criterion` at: the engine's (the model's recommendation for its
 // own criterion, the built-in one for the built-in criterion), else the view's starting value.
 double startThreshold(const tinyloop::Model* model, C criterion) {
-    std::vector<std::pair<std::string, std::string>> source;
     tinyloop::GenerateConfig c;
     c.early_exit.criterion = criterion;
     if (model) {
-        const tinyloop::GenerateConfig r = resolveEarlyExit(model, c, {"early_exit_criterion"}, &source);
-        for (const auto& [key, from] : source)
-            if (key == "early_exit_threshold" && from == "model") return r.early_exit.threshold;
+        const tinyloop::ResolvedRun r =
+            resolveRun(model, {.mode = DecodeMode::EarlyExit, .config = c}, {"early_exit_criterion"});
+        for (const auto& [key, from] : r.source)
+            if (key == "early_exit_threshold" && from == "model") return r.spec.config.early_exit.threshold;
     }
     if (criterion == builtinEarlyExit().early_exit.criterion) return builtinEarlyExit().early_exit.threshold;
     return default_threshold(criterion);
@@ -166,7 +166,7 @@ ExitCalibrationView::ExitCalibrationView(WorkbenchAccess* workbench, QWidget* pa
     split->setChildrenCollapsible(false);
     body()->addWidget(split);
 
-    // The policy the engine would run with (resolve_early_exit): the model's recommendation, so
+    // The policy the engine would run with (resolve_run): the model's recommendation, so
     // this view starts where Compare, generate and the config panel start.
     const tinyloop::GenerateConfig start = resolvedPolicy(workbench->loadedModel().get());
     m_criterion->setCurrentIndex(m_criterion->findData(static_cast<int>(start.early_exit.criterion)));
@@ -236,11 +236,8 @@ bool ExitCalibrationView::saveRecommendation(const QString& outPath, QString* er
     }
     const EarlyExitPolicy p = policy();
     tinyloop::Recommendation rec;
-    rec.early_exit.criterion = p.criterion;
-    rec.early_exit.threshold = p.threshold;
-    rec.early_exit.patience = p.patience;
-    rec.early_exit.min_L = p.min_L;
-    rec.early_exit.peek_every = p.peek_every;
+    rec.early_exit = p;  // the policy judged, one value (a recommendation has no logit_margin shorthand)
+    rec.early_exit.logit_margin = 0.0f;
     rec.early_exit_loops = m_data->loops;
     int changed = 0, early = 0;
     for (const CalibToken& t : m_scored) {

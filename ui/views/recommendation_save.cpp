@@ -15,19 +15,15 @@ void writeRecommendation(const QString& modelPath, const QString& outPath, Recom
     tinyloop::Recommendation rec = modelRecommendation(model);
     const tinyloop::Recommendation& m = measured_rec;
     if (part == RecommendationPart::EarlyExit) {
-        rec.early_exit.patience = m.early_exit.patience;
-        rec.early_exit.criterion = m.early_exit.criterion;
-        rec.early_exit.threshold = m.early_exit.threshold;
-        rec.early_exit.min_L = m.early_exit.min_L;
-        rec.early_exit.peek_every = m.early_exit.peek_every;
+        rec.early_exit = m.early_exit;  // the measured policy, one value
         rec.early_exit_loops = m.early_exit_loops;
     } else {
         // A chain and a tree recommendation share the draft depth; the kind measured sets its own
         // length (and width), the other kind's stored values stay.
-        rec.draft_loops = m.draft_loops;
-        if (m.draft_ahead > 0) rec.draft_ahead = m.draft_ahead;
-        if (m.tree_draft_ahead > 0) rec.tree_draft_ahead = m.tree_draft_ahead;
-        if (m.branches > 0) rec.branches = m.branches;
+        rec.set_draft_loops(m.chain.draft_loops);
+        if (m.chain.draft_ahead > 0) rec.chain.draft_ahead = m.chain.draft_ahead;
+        if (m.tree.draft_ahead > 0) rec.tree.draft_ahead = m.tree.draft_ahead;
+        if (m.tree.branches > 0) rec.tree.branches = m.tree.branches;
     }
     nlohmann::json only = nlohmann::json::object();
     const char* key = part == RecommendationPart::EarlyExit ? "early_exit" : "speculation";

@@ -103,7 +103,7 @@ SpeculationSweepView::SpeculationSweepView(WorkbenchAccess* workbench, QWidget* 
     form->addRow("Verify depth", m_verify);
     form->addRow("draft_loops", m_draftLoops);
     form->addRow("draft_ahead", m_draftAhead);
-    form->addRow("K_branches (0 = chain)", m_branches);
+    form->addRow("Branches (0 = chain)", m_branches);
     form->addRow("Repeats", m_repeats);
     top->addLayout(form, 1);
     v->addLayout(top);
@@ -204,7 +204,7 @@ std::optional<SweepSpec> SpeculationSweepView::spec(QString* error) const {
     s.repeats = m_repeats->value();
     auto d = parseList("draft_loops", m_draftLoops->text(), error);
     auto k = parseList("draft_ahead", m_draftAhead->text(), error);
-    auto b = parseList("K_branches", m_branches->text(), error);
+    auto b = parseList("branches", m_branches->text(), error);
     if (!d || !k || !b) return std::nullopt;
     s.draft_loops = *d;
     s.draft_ahead = *k;
@@ -436,12 +436,12 @@ bool SpeculationSweepView::saveRecommendation(const QString& outPath, QString* e
     const SweepResult& r = *m_result;
     const SweepCell& c = r.cells[static_cast<size_t>(r.best_cell())];
     tinyloop::Recommendation rec;
-    rec.draft_loops = c.draft_loops;
+    rec.set_draft_loops(c.draft_loops);
     if (c.branches > 0) {
-        rec.tree_draft_ahead = c.draft_ahead;
-        rec.branches = c.branches;
+        rec.tree.draft_ahead = c.draft_ahead;
+        rec.tree.branches = c.branches;
     } else {
-        rec.draft_ahead = c.draft_ahead;
+        rec.chain.draft_ahead = c.draft_ahead;
     }
     const Speedup sp = c.speedup();
     const nlohmann::json measured = {{"found_by", "workbench: speculation sweep view"},

@@ -1,4 +1,4 @@
-// View > Speculation tuning sweep: a grid draft_loops x draft_ahead (x K_branches for tree) on a
+// View > Speculation tuning sweep: a grid draft_loops x draft_ahead (x branches for tree) on a
 // prompt set, run one at a time and repeated, with progress and cancel; heatmaps of measured median
 // speedup (against greedy at the verify depth, same prompts, same repeats) and acceptance, rows only
 // for draft depths below the verify depth; predicted speedup (from the agreement maps' acceptance)

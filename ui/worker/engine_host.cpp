@@ -160,17 +160,20 @@ void EngineHost::generate(const RunRequest& req) {
             return !cancelled(req.id);
         };
 
-        // The mode becomes an engine call in one place: tinyloop::run_decode applies the mode's
-        // rules (beam_size >= 2, early-exit patience >= 1, tree greedy-only) and resolves the knobs
-        // left at 0 (the verify depth: config.loops, else the model's default_loops).
+        // The mode becomes an engine call in one place: the engine's resolver (resolve_run) applies
+        // the mode's rules (beam_size >= 2, early-exit patience >= 1, tree greedy-only) and
+        // resolves the knobs left at 0 (the verify depth: config.loops, else the model's
+        // default_loops); run_decode runs what it resolved, and its messages go with the result.
         tinyloop::RunSpec spec = req;
         spec.config = cfg;
+        const tinyloop::ResolvedRun resolved = resolvedRun(model, spec);
+        for (const std::string& line : resolved.messages) res.resolvedNotes << QString::fromStdString(line);
         if (req.mode == DecodeMode::Speculative || req.mode == DecodeMode::Tree) {
-            res.loops = resolvedRun(model, spec).speculation.verify_loops;  // the depth the lens reads
+            res.loops = resolved.spec.speculation.verify_loops;  // the depth the lens reads
             res.hasSpeculative = true;
         }
         tinyloop::GenerateResult out =
-            tinyloop::run_decode(model, prompt.data(), static_cast<int>(prompt.size()), spec, opts);
+            tinyloop::run_decode(model, prompt.data(), static_cast<int>(prompt.size()), resolved.spec, opts);
 
         res.tokens = std::move(out.tokens);
         res.promptLen = out.prompt_len;

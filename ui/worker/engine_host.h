@@ -50,6 +50,7 @@ struct RunResult : tinyloop::RunSpec {  // the run as asked (knobs left at 0 sta
     bool hasSpeculative = false;  // speculative counters below are meaningful
     std::vector<SpecCycle> cycles;
     int loops = 0;                // the depth the run asked for (config.loops resolved)
+    QStringList resolvedNotes;    // the engine resolver's messages: "key: value (source)" per field
 };
 
 struct ModelLoaded {

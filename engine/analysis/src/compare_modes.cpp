@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <tinyloop/json.h>
+#include <tinyloop/mode_rules.h>
 
 namespace tinyloop::analysis {
 
@@ -30,8 +31,10 @@ ModeSpec mode(const std::string& label, DecodeMode m, int max_tokens, int loops)
 }
 
 ModeSpec sampling_mode(int max_tokens, int loops) {
-    ModeSpec smp = mode("sampling T=0.8 seed=7", DecodeMode::Sample, max_tokens, loops);
-    smp.run.config.temperature = 0.8f;
+    // sample mode's own temperature (mode_config: kSampleModeTemperature)
+    ModeSpec smp = mode("", DecodeMode::Sample, max_tokens, loops);
+    smp.run.config = mode_config(DecodeMode::Sample, smp.run.config);
+    smp.label = format("sampling T=%g seed=7", static_cast<double>(smp.run.config.temperature));
     smp.run.config.top_k = 40;
     smp.run.config.sample_seed = 7;
     return smp;
@@ -154,7 +157,7 @@ ModeRun run_mode(Model* model, const std::vector<int32_t>& prompt, const ModeSpe
     if (run.speculative && rs.mode != DecodeMode::DraftModel)
         run.loops = resolved_speculation(model, rs).verify_loops;
     else
-        run.loops = rs.config.loops > 0 ? rs.config.loops : model_hparams(model).default_loops;
+        run.loops = tinyloop::resolve_loops(model_hparams(model), rs.config.loops);
     GenerateResult out = run_decode(model, prompt.data(), static_cast<int>(prompt.size()), rs, options);
     run.tokens.assign(out.tokens.begin() + out.prompt_len, out.tokens.end());
     run.text = std::move(out.text);

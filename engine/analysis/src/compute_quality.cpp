@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include <tinyloop_analysis/exit_calibration.h>
+#include "tinyloop/mode_rules.h"
 
 namespace tinyloop::analysis {
 
@@ -24,6 +25,22 @@ double ms_per_decoded(const tinyloop::GenerateStats& st) {
 
 }  // namespace
 
+tinyloop::EarlyExitPolicy exit_setting(tinyloop::EarlyExitCriterion criterion, float threshold) {
+    tinyloop::EarlyExitPolicy p;
+    p.patience = 1;
+    p.criterion = criterion;
+    p.threshold = threshold;
+    return p;
+}
+
+tinyloop::SpeculationPolicy spec_setting(int draft_loops, int draft_ahead) {
+    tinyloop::SpeculationPolicy k;
+    k.kind = tinyloop::SpeculationKind::Chain;
+    k.draft_loops = draft_loops;
+    k.draft_ahead = draft_ahead;
+    return k;
+}
+
 ComputeSettings default_compute_settings(const tinyloop::HParams& hp) {
     ComputeSettings s;
     const int top = std::min(hp.max_loops, std::max(hp.default_loops, 8));
@@ -31,10 +48,10 @@ ComputeSettings default_compute_settings(const tinyloop::HParams& hp) {
     s.exit_loops = hp.default_loops;
     s.verify_loops = hp.default_loops;
     using C = tinyloop::EarlyExitCriterion;
-    for (float t : {0.05f, 0.1f, 0.2f, 0.4f}) s.exits.push_back({C::HiddenL2, t});
-    for (float t : {0.01f, 0.05f, 0.2f, 0.5f}) s.exits.push_back({C::KL, t});
-    for (float t : {8.0f, 4.0f, 2.0f, 1.0f}) s.exits.push_back({C::LogitMargin, t});
-    for (int D = 1; D < s.verify_loops && D <= 3; ++D) s.specs.push_back({D, 4});
+    for (float t : {0.05f, 0.1f, 0.2f, 0.4f}) s.exits.push_back(exit_setting(C::HiddenL2, t));
+    for (float t : {0.01f, 0.05f, 0.2f, 0.5f}) s.exits.push_back(exit_setting(C::KL, t));
+    for (float t : {8.0f, 4.0f, 2.0f, 1.0f}) s.exits.push_back(exit_setting(C::LogitMargin, t));
+    for (int D = 1; D < s.verify_loops && D <= 3; ++D) s.specs.push_back(spec_setting(D, 4));
     return s;
 }
 
@@ -94,16 +111,14 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
         decode_ms(tinyloop::DecodeMode::Greedy, c, p);
         out.push_back(p);
     }
-    const int exit_loops = s.exit_loops > 0 ? s.exit_loops : hp.default_loops;
-    for (const ComputeSettings::Exit& e : s.exits) {
+    const int exit_loops = tinyloop::resolve_loops(hp, s.exit_loops);
+    for (const tinyloop::EarlyExitPolicy& e : s.exits) {
         const std::string crit = criterion_label(e.criterion);
         step("early exit " + crit + " " + num(e.threshold));
         tinyloop::GenerateConfig c;
         c.loops = exit_loops;
-        c.early_exit.patience = 1;
-        c.early_exit.min_L = std::min(2, exit_loops);
-        c.early_exit.criterion = e.criterion;
-        c.early_exit.threshold = e.threshold;
+        c.early_exit = e;
+        c.early_exit.min_L = std::min(e.min_L, exit_loops);  // a shallow exit depth probes from its first pass
         std::vector<int> depth;
         const tinyloop::ScoreResult r = tinyloop::score_early_exit(model, text.data(), n, c, &depth);
         ComputePoint p;
@@ -117,16 +132,15 @@ std::vector<ComputePoint> compute_vs_quality(tinyloop::Model* model, const std::
         decode_ms(tinyloop::DecodeMode::EarlyExit, c, p);
         out.push_back(p);
     }
-    const int V = s.verify_loops > 0 ? s.verify_loops : hp.default_loops;
+    const int V = tinyloop::resolve_loops(hp, s.verify_loops);
     if (!s.specs.empty()) {
         const tinyloop::ScoreResult r = tinyloop::score(model, text.data(), n, V);
-        for (const ComputeSettings::Spec& sp : s.specs) {
+        for (const tinyloop::SpeculationPolicy& sp : s.specs) {
             step("speculative D" + std::to_string(sp.draft_loops) + " K" + std::to_string(sp.draft_ahead));
             tinyloop::RunSpec spec;
             spec.mode = tinyloop::DecodeMode::Speculative;
-            spec.speculation.draft_loops = sp.draft_loops;
+            spec.speculation = sp;
             spec.speculation.verify_loops = V;
-            spec.speculation.draft_ahead = sp.draft_ahead;
             ComputePoint p;
             const tinyloop::GenerateResult g = timed(spec, p);
             p.series = "speculative";

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include <tinyloop/json.h>
+#include <tinyloop/mode_rules.h>
 
 namespace tinyloop::analysis {
 
@@ -23,7 +24,7 @@ CalibData collect_calibration(tinyloop::Model* model, const std::vector<int32_t>
     if (prompt.empty()) bad("prompt: must hold at least one token");
     const tinyloop::HParams& hp = tinyloop::model_hparams(model);
     CalibData d;
-    d.loops = loops > 0 ? loops : hp.default_loops;
+    d.loops = tinyloop::resolve_loops(hp, loops);
     tinyloop::RunSpec greedy;
     greedy.mode = tinyloop::DecodeMode::Greedy;
     greedy.config.max_tokens = max_tokens;
@@ -55,17 +56,7 @@ float display_signal(tinyloop::EarlyExitCriterion c, float s) {
     return c == tinyloop::EarlyExitCriterion::LogitMargin ? -s : s;
 }
 
-const char* criterion_label(tinyloop::EarlyExitCriterion c) {
-    switch (c) {
-        case tinyloop::EarlyExitCriterion::HiddenL2: return "hidden_l2";
-        case tinyloop::EarlyExitCriterion::LogitMargin: return "logit_margin";
-        case tinyloop::EarlyExitCriterion::KL: return "kl";
-        case tinyloop::EarlyExitCriterion::EntropyDelta: return "entropy_delta";
-        case tinyloop::EarlyExitCriterion::ArgmaxStable: return "argmax_stable";
-        default: return tinyloop::criterion_name(c);
-    }
-    return "?";
-}
+const char* criterion_label(tinyloop::EarlyExitCriterion c) { return tinyloop::criterion_name(c); }
 
 std::vector<CalibToken> rescore_calibration(const CalibData& d, const EarlyExitPolicy& given) {
     tinyloop::validate_early_exit(given, d.loops, "");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include "tinyloop/mode_rules.h"
 
 namespace tinyloop::analysis {
 
@@ -77,7 +78,7 @@ void check_same_model(const tinyloop::Model* a, const tinyloop::Model* b) {
 QuantData compare_quantized(tinyloop::Model* a, tinyloop::Model* b, const std::vector<int32_t>& tokens, int loops) {
     check_same_model(a, b);
     const tinyloop::HParams& hp = tinyloop::model_hparams(a);
-    const int L = loops > 0 ? loops : hp.default_loops;
+    const int L = tinyloop::resolve_loops(hp, loops);
     if (L < 1 || L > hp.max_loops)
         bad("loops: " + std::to_string(L) + " is outside [1, " + std::to_string(hp.max_loops) + "]");
     const int n = static_cast<int>(tokens.size());

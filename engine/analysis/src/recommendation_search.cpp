@@ -150,14 +150,15 @@ tinyloop::Recommendation recommendation_from(const ExitSearch* exits, const Swee
     if (sweep) {
         const int chain = best_paying_cell(*sweep, false);
         const int tree = best_paying_cell(*sweep, true);
+        // one draft depth for both kinds (the file holds one): the chain's when it pays, else the tree's
         if (chain >= 0) {
-            r.draft_loops = sweep->cells[static_cast<size_t>(chain)].draft_loops;
-            r.draft_ahead = sweep->cells[static_cast<size_t>(chain)].draft_ahead;
+            r.set_draft_loops(sweep->cells[static_cast<size_t>(chain)].draft_loops);
+            r.chain.draft_ahead = sweep->cells[static_cast<size_t>(chain)].draft_ahead;
         }
         if (tree >= 0) {
-            r.tree_draft_ahead = sweep->cells[static_cast<size_t>(tree)].draft_ahead;
-            r.branches = sweep->cells[static_cast<size_t>(tree)].branches;
-            if (chain < 0) r.draft_loops = sweep->cells[static_cast<size_t>(tree)].draft_loops;
+            r.tree.draft_ahead = sweep->cells[static_cast<size_t>(tree)].draft_ahead;
+            r.tree.branches = sweep->cells[static_cast<size_t>(tree)].branches;
+            if (chain < 0) r.set_draft_loops(sweep->cells[static_cast<size_t>(tree)].draft_loops);
         }
     }
     return r;

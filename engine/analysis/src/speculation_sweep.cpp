@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include "tinyloop/mode_rules.h"
 
 namespace tinyloop::analysis {
 
@@ -116,7 +117,7 @@ SweepResult run_sweep(tinyloop::Model* model, const SweepSpec& spec, const std::
         bad_arg("max_tokens: " + std::to_string(spec.max_tokens) + " is outside [1, 4096]");
     SweepResult r;
     r.spec = spec;
-    r.verify_loops = spec.verify_loops > 0 ? spec.verify_loops : hp.default_loops;
+    r.verify_loops = tinyloop::resolve_loops(hp, spec.verify_loops);
     if (r.verify_loops < 2 || r.verify_loops > hp.max_loops)
         bad_arg("verify_loops: " + std::to_string(r.verify_loops) + " is outside [2, " + std::to_string(hp.max_loops) + "]");
     for (int d : spec.draft_loops)
@@ -125,7 +126,7 @@ SweepResult run_sweep(tinyloop::Model* model, const SweepSpec& spec, const std::
         if (k < 1 || k > 32) bad_arg("draft_ahead: " + std::to_string(k) + " is outside [1, 32]");
     check_repeats(spec.repeats, "repeats");
     for (int b : spec.branches)
-        if (b < 0 || b > 8) bad_arg("K_branches: " + std::to_string(b) + " is outside [0, 8] (0 = chain)");
+        if (b < 0 || b > 8) bad_arg("branches: " + std::to_string(b) + " is outside [0, 8] (0 = chain)");
     for (int b : spec.branches)
         for (int k : spec.draft_ahead)
             if (b > 0 && k > 8) bad_arg("draft_ahead: " + std::to_string(k) + " is outside [1, 8] for tree cells");
@@ -240,7 +241,7 @@ nlohmann::json sweep_to_json(const SweepResult& r) {
         const Speedup sp = c.speedup();
         nlohmann::json j = {{"draft_loops", c.draft_loops},
                             {"draft_ahead", c.draft_ahead},
-                            {"K_branches", c.branches},
+                            {"branches", c.branches},
                             {"mode", c.branches > 0 ? "tree" : "speculative"},
                             {"runs", c.runs},
                             {"tokens", c.tokens},
@@ -271,7 +272,7 @@ nlohmann::json sweep_to_json(const SweepResult& r) {
             {"verify_loops", r.verify_loops},
             {"draft_loops", r.spec.draft_loops},
             {"draft_ahead", r.spec.draft_ahead},
-            {"K_branches", r.spec.branches},
+            {"branches", r.spec.branches},
             {"repeats", r.spec.repeats},
             {"baseline_ms", r.baseline_ms},
             {"baseline_time_ms", timing_to_json(r.baseline)},

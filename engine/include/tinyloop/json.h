@@ -57,6 +57,9 @@ const ConfigField* find_config_field(const std::string& key);
 const char* criterion_name(EarlyExitCriterion c);  // "hidden_l2", "logit_margin", "kl", ...
 // Accepts the names above and the CLI's short ones (l2, margin, entropy, argmax); false otherwise.
 bool parse_criterion(const std::string& name, EarlyExitCriterion* out);
+// The short name where the criterion has one (l2, margin, kl, entropy, argmax, gate), else
+// criterion_name's: the command line's spelling (with '-' for '_').
+const char* criterion_short_name(EarlyExitCriterion c);
 
 // ---- GenerateConfig, RunSpec ----------------------------------------------------------------
 

@@ -9,6 +9,12 @@
 
 namespace tinyloop {
 
+// A run's depth, the one "0 means the default depth" rule every front end and room asks: loops 0
+// -> hp.default_loops, else loops itself; outside [0, hp.max_loops] throws InvalidArgument naming
+// "loops" and the range. (Inside engine/src, model/model.h's resolve_loops(const Model&, int) is
+// this same function.)
+int resolve_loops(const HParams& hp, int loops);
+
 // The temperature sample mode starts from when the config's is greedy (<= 0.01), and the beam
 // width beam mode starts from when the config's is below 2 (the CLI's --mode sample default too).
 inline constexpr float kSampleModeTemperature = 0.8f;

@@ -71,17 +71,24 @@ SpeculationPolicy resolved_speculation(const Model* model, const RunSpec& spec);
 // 0 through them (resolved_speculation); resolve_early_exit fills the early-exit fields a user
 // left unset. A file without the object behaves as before (the built-in defaults).
 struct Recommendation {
-    // Self-speculation; 0 = none recommended (the built-in default).
-    int draft_loops = 0;       // draft depth, 1 .. max_loops - 1
-    int draft_ahead = 0;       // chain: tokens drafted per cycle, 1 .. 32
-    int tree_draft_ahead = 0;  // tree: nodes run per cycle, 1 .. 8
-    int branches = 0;          // tree: candidates per node, 1 .. 8
+    // Self-speculation, the engine's policy per kind; a knob at 0 = none recommended (the built-in
+    // default). The file holds one draft depth for both kinds (docs/FORMAT.md §2 "draft_loops",
+    // 1 .. max_loops - 1): set it with set_draft_loops, which keeps chain's and tree's equal.
+    SpeculationPolicy chain{.kind = SpeculationKind::Chain};  // draft_loops; draft_ahead: tokens per cycle, 1 .. 32
+    SpeculationPolicy tree{.kind = SpeculationKind::Tree};    // draft_loops; draft_ahead: nodes per cycle, 1 .. 8;
+                                                              // branches: candidates per node, 1 .. 8
     // Early exit; early_exit.patience 0 = no policy recommended (patience 1 .. 16, min_L and
     // peek_every 1 .. max_loops, threshold > 0; logit_margin unused).
     EarlyExitPolicy early_exit;
     int early_exit_loops = 0;            // the depth the policy was measured at (a record; 0 = not said)
 
-    bool has_speculation() const { return draft_loops > 0 || draft_ahead > 0 || tree_draft_ahead > 0 || branches > 0; }
+    void set_draft_loops(int d) { chain.draft_loops = tree.draft_loops = d; }
+    // The policy recommended for a kind of self-speculation (Tree: tree, else chain).
+    const SpeculationPolicy& speculation(SpeculationKind kind) const { return kind == SpeculationKind::Tree ? tree : chain; }
+    bool has_speculation() const {
+        return chain.draft_loops > 0 || tree.draft_loops > 0 || chain.draft_ahead > 0 || tree.draft_ahead > 0 ||
+               tree.branches > 0;
+    }
     bool has_early_exit() const { return early_exit.enabled(); }
 };
 

@@ -136,7 +136,7 @@ uint64_t batch_submit(BatchEngine* engine, BatchRequest request) {
                     "num_return_sequences: the batch engine returns one output per request (use generate, or 1)");
     auto s = std::make_unique<Seq>();
     s->prompt_len = n;
-    s->loops = request.config.loops > 0 ? request.config.loops : m.hp.default_loops;
+    s->loops = resolve_loops(m, request.config.loops);
     s->policy = effective_exit_policy(request.config.early_exit);
     const int positions = n + request.config.max_tokens;
     s->need_pages = request.config.max_tokens > 0

@@ -83,7 +83,7 @@ void advance(const Model& m, std::vector<Beam>& beams, int prompt_len) {
 }
 
 Search start_search(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& c) {
-    Search s{Clock::now(), c.loops > 0 ? c.loops : m.hp.default_loops, prompt_result(prompt, prompt_len, c.max_tokens),
+    Search s{Clock::now(), resolve_loops(m, c.loops), prompt_result(prompt, prompt_len, c.max_tokens),
              StopPolicy::from(c)};
     s.res.stats.loops_used = s.loops;
     s.stops.max_time = 0.0;

@@ -115,7 +115,7 @@ GenerateResult generate_with_prefix(Model* model, const PrefixCache* cache, cons
     const Model& m = checked(model);
     const PrefixCache& c = checked_ptr(cache, "cache");
     if (c.model != &m) throw Error(ErrorCode::InvalidArgument, "cache: was made for another model");
-    const int loops = config.loops > 0 ? config.loops : m.hp.default_loops;
+    const int loops = resolve_loops(m, config.loops);
     if (loops != c.loops)
         throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(loops) + " differs from the prefix cache's depth " +
                                                     std::to_string(c.loops));

@@ -111,7 +111,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     const HParams& hp = m.hp;
     const int V = hp.vocab_size;
     const int d = hp.d_model;
-    const int loops = config.loops > 0 ? config.loops : hp.default_loops;
+    const int loops = resolve_loops(m, config.loops);
 
     GenerateResult res = prompt_result(prompt, prompt_len, config.max_tokens);
     GenerateStats& st = res.stats;

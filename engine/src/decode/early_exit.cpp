@@ -241,7 +241,7 @@ ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const G
     const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::EarlyExit});
     check_score_tokens(m, tokens, n, 2);
     validate_config(model, 1, config);
-    const int L = config.loops > 0 ? config.loops : m.hp.default_loops;
+    const int L = resolve_loops(m, config.loops);
     const EarlyExitPolicy policy = effective_exit_policy(config.early_exit);
     const int V = m.hp.vocab_size;
     const std::unique_ptr<ExecSequence> seq = ex->sequence({.loops = L, .capacity = n, .window = config.cache_window});

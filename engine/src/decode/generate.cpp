@@ -140,7 +140,7 @@ std::vector<GenerateResult> generate_batch_ex(Model* model, const std::vector<st
     } else if (!prompts.empty()) {
         // All prompts (up to 64 at a time) in one engine whose pool holds the largest 64 at once.
         const HParams& hp = model_hparams(model);
-        const int loops = config.loops > 0 ? config.loops : hp.default_loops;
+        const int loops = resolve_loops(checked(model), config.loops);
         BatchEngineOptions opt;
         opt.max_batch = static_cast<int>(std::min<size_t>(prompts.size(), 64));
         std::vector<int> need;

@@ -4,6 +4,7 @@
 
 #include "model/model.h"
 #include "tinyloop/json.h"
+#include "tinyloop/mode_rules.h"
 
 namespace tinyloop {
 
@@ -92,13 +93,13 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
         c.temperature = 0.0f;
         note("temperature", "mode");
     } else if (mode == DecodeMode::Sample) {
-        if (!mine("temperature")) c.temperature = 0.8f;
+        if (!mine("temperature")) c.temperature = kSampleModeTemperature;
         else if (c.temperature >= 0.0f && c.temperature <= 0.01f)
             refuse("temperature: " + num(c.temperature) + " is outside (0.01, inf) for mode sample (use greedy for argmax)");
         note("temperature", "built-in");
     }
     if (mode == DecodeMode::Beam) {
-        if (!mine("beam_size")) c.beam_size = 4;
+        if (!mine("beam_size")) c.beam_size = kBeamModeWidth;
         if (c.beam_size < 2) refuse("beam_size: " + std::to_string(c.beam_size) + " is outside [2, 64] for mode beam");
         note("beam_size", "built-in");
     } else if (c.beam_size != 0 && (greedy_only || mode == DecodeMode::Sample || mode == DecodeMode::EarlyExit)) {
@@ -125,7 +126,8 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
         ConfigLimits limits;
         limits.max_loops = hp.max_loops;
         validate_speculation(spec.speculation, limits);
-        const Recommendation& rec = model_recommendation(model);
+        const Recommendation& recommended = model_recommendation(model);
+        const SpeculationPolicy& rec = recommended.speculation(spec.speculation.kind);
         const bool tree = mode == DecodeMode::Tree;
         const char* draft_from = mode == DecodeMode::DraftModel ? "model"
                                  : rec.draft_loops > 0 && rec.draft_loops == spec.speculation.draft_loops ? "model"
@@ -135,9 +137,8 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
         if (!mine("speculation.draft_loops") && given.speculation.draft_loops == 0) note("speculation.draft_loops", draft_from);
         else out.source.emplace_back("speculation.draft_loops", "user");
         if (mode != DecodeMode::DraftModel) {
-            const int rec_ahead = tree ? rec.tree_draft_ahead : rec.draft_ahead;
             out.source.emplace_back("speculation.draft_ahead", given.speculation.draft_ahead > 0 ? "user"
-                                                               : rec_ahead > 0                 ? "model"
+                                                               : rec.draft_ahead > 0           ? "model"
                                                                                                : "built-in");
             if (tree)
                 out.source.emplace_back("speculation.branches", given.speculation.branches > 0 ? "user"

@@ -39,7 +39,7 @@ const char* decode_mode_name(DecodeMode mode) {
 }
 
 SpeculationPolicy resolved_speculation(const Model* model, const RunSpec& spec) {
-    const HParams& hp = checked(model).hp;
+    const Model& m = checked(model);
     SpeculationPolicy k = spec.speculation;
     k.kind = spec.mode == DecodeMode::Speculative ? SpeculationKind::Chain
              : spec.mode == DecodeMode::Tree      ? SpeculationKind::Tree
@@ -50,16 +50,14 @@ SpeculationPolicy resolved_speculation(const Model* model, const RunSpec& spec) 
         return k;
     }
     // The user's knob, else the model's recommendation (model_recommendation), else the built-in.
-    const Recommendation& rec = checked(model).recommended;
-    const bool tree = spec.mode == DecodeMode::Tree;
-    if (k.verify_loops == 0) k.verify_loops = spec.config.loops > 0 ? spec.config.loops : hp.default_loops;
+    const SpeculationPolicy& rec = m.recommended.speculation(k.kind);
+    if (k.verify_loops == 0) k.verify_loops = resolve_loops(m, spec.config.loops);
     if (k.draft_loops == 0)
         k.draft_loops = rec.draft_loops > 0 && rec.draft_loops < k.verify_loops
                             ? rec.draft_loops
                             : std::max(1, std::min(2, k.verify_loops - 1));
-    const int rec_ahead = tree ? rec.tree_draft_ahead : rec.draft_ahead;
-    if (k.draft_ahead == 0) k.draft_ahead = rec_ahead > 0 ? rec_ahead : 4;
-    if (k.branches == 0) k.branches = rec.branches > 0 ? rec.branches : 2;
+    if (k.draft_ahead == 0) k.draft_ahead = rec.draft_ahead > 0 ? rec.draft_ahead : 4;
+    if (k.branches == 0) k.branches = m.recommended.tree.branches > 0 ? m.recommended.tree.branches : 2;
     return k;
 }
 

@@ -310,6 +310,13 @@ const char* criterion_name(EarlyExitCriterion c) {
     return "?";
 }
 
+const char* criterion_short_name(EarlyExitCriterion c) {
+    const char* name = "?";
+    for (const auto& k : kCriteria)  // the short names follow the canonical ones: the last match
+        if (k.c == c) name = k.name;
+    return name;
+}
+
 bool parse_criterion(const std::string& name, EarlyExitCriterion* out) {
     for (const auto& k : kCriteria)
         if (name == k.name) {
@@ -325,8 +332,38 @@ json config_to_json(const GenerateConfig& c) {
     return j;
 }
 
+namespace {
+bool read_early_exit_key(EarlyExitPolicy& p, const std::string& key, const json& v, const std::string& f,
+                         const ConfigLimits& limits, int min_patience);
+
+// The other names a config's JSON may hold for a field, read on input only and never written
+// (README "JSON names"): the CLI flags' names, which its --json echo wrote beside the codec's
+// before it wrote each field once.
+const std::pair<const char*, const char*> kConfigAliases[] = {
+    {"seed", "sample_seed"},
+    {"stop", "stop_strings"},
+    {"stop_ids", "stop_sequences"},
+    {"no_repeat_ngram", "no_repeat_ngram_size"},
+};
+}  // namespace
+
 void set_config_field(GenerateConfig& c, const std::string& key, const json& value, const std::string& where) {
-    const FieldCodec* f = find_codec(key);
+    if (key == "early_exit") {
+        // the policy as an object (the old echo's form; its "min_l" too): each key sets its field;
+        // ranges are validate_config_fields'
+        if (!value.is_object()) bad(where + key, "expected a JSON object");
+        for (auto it = value.begin(); it != value.end(); ++it) {
+            const std::string k = it.key() == "min_l" ? "min_L" : it.key();
+            if (!read_early_exit_key(c.early_exit, k, it.value(), where + key + "." + it.key(), ConfigLimits{}, 0))
+                bad(where + key + "." + it.key(),
+                    "unknown key (allowed: criterion, threshold, patience, min_L, peek_every, logit_margin)");
+        }
+        return;
+    }
+    std::string name = key;
+    for (const auto& [alias, canonical] : kConfigAliases)
+        if (key == alias) name = canonical;
+    const FieldCodec* f = find_codec(name);
     if (!f) bad(where + key, "unknown field");
     f->set(c, value, where + key);
 }
@@ -485,11 +522,16 @@ RunSpec run_spec_from_json(const json& j, const ConfigLimits& limits) {
 json recommendation_to_json(const Recommendation& r) {
     json j = json::object();
     if (r.has_speculation()) {
+        // the file's form (FORMAT.md §2): one draft depth for both kinds
+        if (r.chain.draft_loops > 0 && r.tree.draft_loops > 0 && r.chain.draft_loops != r.tree.draft_loops)
+            bad("speculation.draft_loops", "chain's " + std::to_string(r.chain.draft_loops) + " and tree's " +
+                                               std::to_string(r.tree.draft_loops) + " differ (the file holds one draft depth)");
         json sp = json::object();
-        if (r.draft_loops > 0) sp["draft_loops"] = r.draft_loops;
-        if (r.draft_ahead > 0) sp["draft_ahead"] = r.draft_ahead;
-        if (r.tree_draft_ahead > 0) sp["tree_draft_ahead"] = r.tree_draft_ahead;
-        if (r.branches > 0) sp["branches"] = r.branches;
+        const int draft_loops = std::max(r.chain.draft_loops, r.tree.draft_loops);
+        if (draft_loops > 0) sp["draft_loops"] = draft_loops;
+        if (r.chain.draft_ahead > 0) sp["draft_ahead"] = r.chain.draft_ahead;
+        if (r.tree.draft_ahead > 0) sp["tree_draft_ahead"] = r.tree.draft_ahead;
+        if (r.tree.branches > 0) sp["branches"] = r.tree.branches;
         j["speculation"] = std::move(sp);
     }
     if (r.has_early_exit()) {
@@ -513,10 +555,10 @@ Recommendation recommendation_from_json(const json& j, const ConfigLimits& limit
         if (it.key() != "speculation" && it.key() != "early_exit" && it.key() != "measured" && it.key() != "found_by")
             bad(where + it.key(), "unknown key (allowed: speculation, early_exit, measured, found_by)");
     read_part("speculation", [&](const std::string& key, const json& v, const std::string& f) {
-        if (key == "draft_loops") r.draft_loops = int_value(v, f, 1, std::max(1, limits.max_loops - 1));
-        else if (key == "draft_ahead") r.draft_ahead = int_value(v, f, 1, 32);
-        else if (key == "tree_draft_ahead") r.tree_draft_ahead = int_value(v, f, 1, 8);
-        else if (key == "branches") r.branches = int_value(v, f, 1, 8);
+        if (key == "draft_loops") r.set_draft_loops(int_value(v, f, 1, std::max(1, limits.max_loops - 1)));
+        else if (key == "draft_ahead") r.chain.draft_ahead = int_value(v, f, 1, 32);
+        else if (key == "tree_draft_ahead") r.tree.draft_ahead = int_value(v, f, 1, 8);
+        else if (key == "branches") r.tree.branches = int_value(v, f, 1, 8);
         else bad(f, "unknown key (allowed: draft_loops, draft_ahead, tree_draft_ahead, branches)");
     });
     bool has_early_exit = false;

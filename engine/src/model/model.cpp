@@ -1,5 +1,6 @@
 // The loaded model's owned memory and tensor lookup (model.h).
 #include "model/model.h"
+#include "tinyloop/mode_rules.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -41,12 +42,14 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
     return *this;
 }
 
-int resolve_loops(const Model& m, int loops) {
-    if (loops < 0 || loops > m.hp.max_loops)
+int resolve_loops(const HParams& hp, int loops) {
+    if (loops < 0 || loops > hp.max_loops)
         throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(loops) + " is outside [1, " +
-                                                    std::to_string(m.hp.max_loops) + "] (0 = default)");
-    return loops > 0 ? loops : m.hp.default_loops;
+                                                    std::to_string(hp.max_loops) + "] (0 = default)");
+    return loops > 0 ? loops : hp.default_loops;
 }
+
+int resolve_loops(const Model& m, int loops) { return resolve_loops(m.hp, loops); }
 
 
 const kern::WeightView* Model::find_tensor(const std::string& name) const {

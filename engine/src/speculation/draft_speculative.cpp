@@ -111,7 +111,7 @@ public:
     DraftRun(const Model& tm, const Model& dm, const GenerateConfig& c, const DraftSpeculativeConfig& sc,
              const GenerateOptions& options, GenerateResult& res, Clock::time_point t0)
         : tm(tm), dm(dm), c(c), options(options), res(res), st(res.stats),
-          LT(c.loops > 0 ? c.loops : tm.hp.default_loops), LD(sc.draft_loops > 0 ? sc.draft_loops : dm.hp.default_loops),
+          LT(resolve_loops(tm, c.loops)), LD(resolve_loops(dm, sc.draft_loops)),
           G(sc.gamma), V(tm.hp.vocab_size), d(tm.hp.d_model),
           dec(tm, c, res, options.on_token, options.observer, options.lens ? options.lens_top_k : 0, t0) {}
 
@@ -348,7 +348,7 @@ GenerateResult draft_speculative_generate_ex(Model* target, Model* draft, const 
                                                  " back end and the target on the " + tex->name() +
                                                  "; load both with the same backend");
 
-    const int LT = c.loops > 0 ? c.loops : tm.hp.default_loops;
+    const int LT = resolve_loops(tm, c.loops);
     GenerateResult res = speculative_result(prompt, prompt_len, c.max_tokens, LT, sc.gamma + 1);
     GenerateStats& st = res.stats;
     DraftRun run(tm, *draft, c, sc, options, res, t0);

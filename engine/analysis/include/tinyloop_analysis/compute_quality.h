@@ -27,21 +27,21 @@ namespace tinyloop::analysis {
 struct ComputeSettings {
     std::vector<int> depths;                  // fixed depths, each 1..max_loops
     int exit_loops = 0;                       // early exit's full depth (0 = default)
-    struct Exit {
-        tinyloop::EarlyExitCriterion criterion = tinyloop::EarlyExitCriterion::HiddenL2;
-        float threshold = 0.05f;
-    };
-    std::vector<Exit> exits;                  // patience 1, min_L 2, peek every pass
+    // early-exit runs at exit_loops, one engine policy each (exit_setting: patience 1, min_L 2
+    // capped at exit_loops, peek every pass)
+    std::vector<tinyloop::EarlyExitPolicy> exits;
     int verify_loops = 0;                     // speculative verify depth (0 = default)
-    struct Spec {
-        int draft_loops = 2;
-        int draft_ahead = 4;
-    };
-    std::vector<Spec> specs;
+    // chain self-speculation at verify_loops, one engine policy each (spec_setting: draft depth,
+    // draft_ahead; the verify depth is verify_loops)
+    std::vector<tinyloop::SpeculationPolicy> specs;
     int prompt_tokens = 8;   // decodes (time, speculation) start from the text's first tokens
     int decode_tokens = 32;  // ... and emit this many (2..1024)
     int repeats = kDefaultRepeats;  // timed decodes per setting, [kMinRepeats, kMaxRepeats]
 };
+
+// The policies the sweep runs, from the knobs it varies.
+tinyloop::EarlyExitPolicy exit_setting(tinyloop::EarlyExitCriterion criterion, float threshold);
+tinyloop::SpeculationPolicy spec_setting(int draft_loops, int draft_ahead);
 
 struct ComputePoint {
     std::string series;        // "fixed depth", "early exit <criterion>", "speculative"

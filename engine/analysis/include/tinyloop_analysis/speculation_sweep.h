@@ -1,4 +1,4 @@
-// Speculation tuning sweep: speculation over a grid draft_loops x draft_ahead (x K_branches) on a
+// Speculation tuning sweep: speculation over a grid draft_loops x draft_ahead (x branches) on a
 // prompt set, measured against greedy at the verify depth, next to what the agreement maps
 // predict. Every run goes through tinyloop::run_decode (compare_modes.h's run_mode). No Qt.
 #pragma once
