@@ -155,6 +155,7 @@ bool exit_after_probe(const EarlyExitPolicy& p, float signal, int& stable) {
 void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
                             int e, int loops) {
     if (e >= loops) return;
+    if (!kv.takes_propagation(pos, e)) return;  // kv_sharing latest-m4 / compress (FORMAT.md §1c)
     const HParams& hp = m.hp;
     // FORMAT.md §1a/§1b: a deeper pass's input is the frozen state as that pass would take it in
     // (h_e + e_p with "add", adapter·[h_e; e_p] with "adapter"): the same for every pass > e.

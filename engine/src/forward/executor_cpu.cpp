@@ -34,6 +34,7 @@ const char* exec_op_name(ExecOp op) {
         case ExecOp::Adapter: return "the loop_input adapter (FORMAT.md §1b)";
         case ExecOp::StateInit: return "a seeded state_init (FORMAT.md §1b)";
         case ExecOp::ExitGate: return "the exit gate (FORMAT.md §1b)";
+        case ExecOp::KVSharing: return "kv_sharing other than per-pass (FORMAT.md §1c)";
         case ExecOp::Count: break;
     }
     return "?";
@@ -95,7 +96,8 @@ namespace {
 class CpuSequence final : public ExecSequence {
 public:
     CpuSequence(const Model& m, const SequenceSpec& s) : m_(m), spec_(s) {
-        st_.kv.allocate(m.hp, exec_layers(m.hp, s.loops), s.capacity, s.kv_cache);
+        if (s.kv_sharing.exact()) st_.kv.allocate(m.hp, exec_layers(m.hp, s.loops), s.capacity, s.kv_cache);
+        else st_.kv.allocate_shared(m.hp, exec_layers(m.hp, s.loops), s.capacity, s.kv_cache, s.kv_sharing, s.prompt);
     }
     size_t cache_bytes() const override { return st_.kv.bytes(); }
     int capacity() const override { return spec_.capacity; }
