@@ -6,7 +6,8 @@
 // passes run (a last-pass slot or a compress ring slot is a variable that the next write
 // replaces, a prompt read exactly as the pass-synchronous prefill reads it), so the engine's row
 // arithmetic (KVShareLayout, fold_prompt) is checked against the literal rule, not against
-// itself. It includes only the public header (weights through tensor_as_f32).
+// itself. The reference reads the model through the public header only (tensor_as_f32); the
+// tests also ask the executor's table (executor.h) and the tokenizer's id count (model.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "model/model.h"
 #include "test_util.h"
 #include "tinyloop/json.h"
+#include "tinyloop/run_spec.h"
 #include "tinyloop/scoring.h"
 
 using namespace tinyloop;
@@ -406,4 +408,29 @@ TEST(KVSharing, OtherModesAndTheDeviceRefuseIt) {
     const std::vector<int32_t> ids = text(kN);
     EXPECT_THROW(score_kv_sharing(f.m, ids.data(), kN, s, 0), Error);
     EXPECT_THROW(score_kv_sharing(f.m, ids.data(), kN, s, kN), Error);
+    // A run spec that speculates refuses it (speculation keeps per-pass), as does the batch engine.
+    for (DecodeMode mode : {DecodeMode::Speculative, DecodeMode::Tree}) {
+        RunSpec spec;
+        spec.mode = mode;
+        spec.config = s;
+        spec.config.max_tokens = 4;
+        try {
+            run_decode(f.m, prompt.data(), kPrompt, spec);
+            ADD_FAILURE() << "speculation accepted kv_sharing";
+        } catch (const Error& e) {
+            EXPECT_EQ(std::string(e.what()).rfind("kv_sharing: last-pass", 0), 0u) << e.what();
+        }
+    }
+    // generate_batch_ex runs kv_sharing prompts one at a time (not in the batch engine, which keeps
+    // per-pass): each result is generate_ex's.
+    GenerateConfig b = s;
+    b.max_tokens = 4;
+    b.ignore_eos = true;
+    const std::vector<GenerateResult> batch = generate_batch_ex(f.m, {prompt, prompt}, b);
+    const GenerateResult one = generate_ex(f.m, prompt.data(), kPrompt, b);
+    ASSERT_EQ(batch.size(), 2u);
+    for (const GenerateResult& r : batch) {
+        EXPECT_EQ(r.tokens, one.tokens);
+        EXPECT_EQ(r.stats.kv_cache_bytes, one.stats.kv_cache_bytes);
+    }
 }
