@@ -86,6 +86,10 @@ CommandSpec generate_spec() {
          "an integer >= 0", false, D},
         {"--kv-cache", "T", "KV cache layout: f32 (default) | int8 (per-head, per-position scales)",
          "one of f32, int8", false, D},
+        {"--kv-sharing", "MODE",
+         "keys/values across passes (FORMAT.md §1c): per-pass (exact, default) | last-pass |\n"
+         "                              latest-m4 | compress-sK (K ring slots per position)",
+         "one of per-pass, last-pass, latest-m4, compress-sK with K in [1, 1024]", false, D},
 
         {"--stop", "TEXT", "stop when the output text contains TEXT; TEXT is left out (repeatable)",
          "a non-empty text", true, S},
@@ -230,6 +234,7 @@ const std::vector<std::pair<std::string, std::string>>& field_flags() {
         {"top_p", "--top-p"},
         {"min_p", "--min-p"},
         {"cache_window", "--cache-window"},
+        {"kv_sharing", "--kv-sharing"},
         {"repetition_penalty", "--repetition-penalty"},
         {"frequency_penalty", "--frequency-penalty"},
         {"presence_penalty", "--presence-penalty"},
@@ -294,7 +299,7 @@ struct SpeculativeFlags {
 void check_speculative_flags(const Args& args, const std::string& mode) {
     for (const char* f : {"--min-p", "--repetition-penalty", "--frequency-penalty",
                           "--presence-penalty", "--logit-bias", "--stop", "--stop-ids",
-                          "--cache-window", "--no-repeat-ngram", "--bad-words", "--max-time", "--kv-cache",
+                          "--cache-window", "--no-repeat-ngram", "--bad-words", "--max-time", "--kv-cache", "--kv-sharing",
                           "--beam-size", "--length-penalty", "--early-stopping", "--renormalize-logits",
                           "--num-beam-groups", "--diversity-penalty", "--num-return-sequences", "--force-words",
                           "--min-new-tokens", "--min-length", "--forced-eos-token-id",
@@ -389,6 +394,14 @@ GenerateConfig read_decoding_flags(const Args& args) {
     if (auto v = args.value("--kv-cache")) {
         if (*v != "f32" && *v != "int8") throw UsageError("--kv-cache: expected one of f32, int8, got '" + *v + "'");
         cfg.kv_cache = parse_kv_cache_type(*v);
+    }
+    if (auto v = args.value("--kv-sharing")) {
+        try {
+            cfg.kv_sharing = parse_kv_sharing(*v);
+        } catch (const Error& e) {
+            const std::string msg = e.what();
+            throw UsageError("--kv-sharing: " + msg.substr(msg.find(": ") + 2));
+        }
     }
     for (const auto& item : args.values("--logit-bias")) {
         const std::string expect = "ID:BIAS like 10:-100";

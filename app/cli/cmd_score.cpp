@@ -1,6 +1,7 @@
 // tinyloop score MODEL (--text TEXT | --file F | --ids 1,2,3): per-token log-probabilities,
 // total negative log-likelihood and perplexity at one loop depth; optionally the uncertainty
 // signals (entropy, margin, prediction depth) and consistency escalation over depth rungs.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -36,6 +37,12 @@ CommandSpec score_spec() {
          "one of f32, int8", false, O},
         {"--uncertainty", "", "add entropy, margin and prediction depth per position", "", false,
          O},
+        {"--kv-sharing", "MODES",
+         "also measure KV sharing across passes: per-pass | last-pass | latest-m4 | compress-sK,\n"
+         "                              a comma-separated list, or all (bytes/token and NLL change)",
+         "a comma-separated list of per-pass, last-pass, latest-m4, compress-sK (K in 1..1024), or all", false, O},
+        {"--prompt-tokens", "P", "--kv-sharing: tokens prefilled as the prompt, the rest fed one at a time\n"
+         "                              (default: half the text)", "an integer in [1, n - 1]", false, O},
         {"--escalate", "DEPTHS", "increasing depth rungs, e.g. 2,4,8 (replaces --loops)",
          "a comma-separated list of increasing depths like 2,4,8", false, E},
         {"--signal", "S",
@@ -75,7 +82,13 @@ CommandSpec score_spec() {
         "exact keys by state propagation); adds early_exit{criterion, threshold, patience, min_L,\n"
         "depth_used[n], mean_depth, n_exited (positions that stopped before loops)}. The text\n"
         "output says when no position exited (the threshold was never met).\n"
-        "--last-token K adds last_token{loops, top_ids, top_texts, top_probs}.\n";
+        "--last-token K adds last_token{loops, top_ids, top_texts, top_probs}.\n"
+        "--kv-sharing adds kv_sharing: one object per mode {mode, prompt, loops, total_nll,\n"
+        "exact_total_nll, delta_nll (nats per predicted token against per-pass), cache_bytes,\n"
+        "bytes_per_token, exact_bytes_per_token, depth_used[n]}: the text's first P tokens\n"
+        "prefilled, the rest fed one at a time as generate feeds its tokens (with --early-exit's\n"
+        "policy when given), FORMAT.md §1c. \"all\" = per-pass, last-pass, latest-m4, compress-s4,\n"
+        "compress-s8.\n";
     return s;
 }
 
@@ -95,6 +108,8 @@ struct ScoreFlags {
     std::string ee_used;  // where the policy came from (cli_early_exit)
     KVCacheType kv_cache = KVCacheType::F32;
     int last_k = 0;
+    std::vector<KVSharing> kv_sharing;  // --kv-sharing: the modes to measure
+    std::optional<int> prompt_tokens;
 };
 
 void read_escalation_flags(const Args& args, ScoreFlags& f) {
@@ -162,6 +177,22 @@ ScoreFlags read_score_flags(const Args& args) {
         f.kv_cache = parse_kv_cache_type(*k);
     }
     f.last_k = args.get_int("--last-token", 1, INT32_MAX).value_or(0);
+    if (auto v = args.value("--kv-sharing")) {
+        if (f.escalate) throw UsageError("--kv-sharing: not used with --escalate");
+        const std::string list = *v == "all" ? "per-pass,last-pass,latest-m4,compress-s4,compress-s8" : *v;
+        for (const auto& item : split_list("--kv-sharing", list)) {
+            try {
+                f.kv_sharing.push_back(parse_kv_sharing(item));
+            } catch (const Error& e) {
+                const std::string msg = e.what();
+                throw UsageError("--kv-sharing: " + msg.substr(msg.find(": ") + 2));
+            }
+        }
+    }
+    if (args.has("--prompt-tokens")) {
+        if (f.kv_sharing.empty()) throw UsageError("--prompt-tokens: only used with --kv-sharing");
+        f.prompt_tokens = static_cast<int>(*args.get_int("--prompt-tokens", 1, INT32_MAX));
+    }
     return f;
 }
 
@@ -177,6 +208,7 @@ struct ScoreOutputs {
     long long passes_full = 0;
     int n_exited = 0;          // --early-exit: positions that stopped before r.loops
     double ee_mean_depth = 0;  // --early-exit
+    std::vector<KVSharingScore> kvs;  // --kv-sharing, one per mode
 };
 
 ScoreOutputs run_scoring(Model* model, const std::vector<int32_t>& ids, const ScoreFlags& f) {
@@ -186,7 +218,8 @@ ScoreOutputs run_scoring(Model* model, const std::vector<int32_t>& ids, const Sc
         {"signal", "--signal"}, {"early_exit_threshold", "--early-exit-threshold"},
         {"early_exit_patience", "--early-exit-patience"}, {"early_exit_min_L", "--early-exit-min-l"},
         {"early_exit_peek_every", "--early-exit-peek-every"},
-        {"early_exit_logit_margin", "--early-exit-threshold"}};
+        {"early_exit_logit_margin", "--early-exit-threshold"}, {"prompt", "--prompt-tokens"},
+        {"kv_sharing", "--kv-sharing"}};
     ScoreOutputs o;
     with_engine_fields(fields, [&] {
         if (f.escalate) {
@@ -201,6 +234,12 @@ ScoreOutputs run_scoring(Model* model, const std::vector<int32_t>& ids, const Sc
             o.r = score(model, ids.data(), n, f.loops, f.kv_cache);
         }
         if (f.last_k > 0) o.last = score_last_token(model, ids.data(), n, f.loops, f.last_k);
+        for (const KVSharing& mode : f.kv_sharing) {
+            GenerateConfig c = f.early ? f.ee : GenerateConfig{};
+            c.loops = f.loops;
+            c.kv_sharing = mode;
+            o.kvs.push_back(score_kv_sharing(model, ids.data(), n, c, f.prompt_tokens.value_or(std::max(1, n / 2))));
+        }
         if (f.uncertainty) o.ur = score_with_uncertainty(model, ids.data(), n, f.loops);
         return 0;
     });
@@ -267,6 +306,20 @@ nlohmann::json score_json(const std::string& model_path, Model* model,
                            {"depth_used", o.ee_depth},
                            {"mean_depth", o.ee_mean_depth},
                            {"n_exited", o.n_exited}};
+    if (!o.kvs.empty()) {
+        j["kv_sharing"] = nlohmann::json::array();
+        for (const KVSharingScore& s : o.kvs)
+            j["kv_sharing"].push_back({{"mode", s.kv_sharing},
+                                       {"prompt", s.prompt},
+                                       {"loops", s.loops},
+                                       {"total_nll", s.score.total_nll},
+                                       {"exact_total_nll", s.exact_total_nll},
+                                       {"delta_nll", s.delta_nll},
+                                       {"cache_bytes", s.cache_bytes},
+                                       {"bytes_per_token", s.bytes_per_token},
+                                       {"exact_bytes_per_token", s.exact_bytes_per_token},
+                                       {"depth_used", s.depth_used}});
+    }
     return j;
 }
 
@@ -348,6 +401,15 @@ std::string score_summary(Model* model, const std::vector<int32_t>& ids, const S
             out << "early exit: no position exited before depth " << o.r.loops
                 << " (the criterion never met the threshold): every logprob above is the full "
                    "depth's; a looser --early-exit-threshold or another criterion exits earlier\n";
+    }
+    for (const KVSharingScore& s : o.kvs) {
+        std::snprintf(line, sizeof(line),
+                      "kv_sharing %-13s %9.0f bytes/token (per-pass %.0f, %.2fx less), NLL change %+.5f "
+                      "nats/token (total %.4f vs %.4f), prompt %d, loops %d\n",
+                      s.kv_sharing.c_str(), s.bytes_per_token, s.exact_bytes_per_token,
+                      s.exact_bytes_per_token / std::max(1.0, s.bytes_per_token), s.delta_nll, s.score.total_nll,
+                      s.exact_total_nll, s.prompt, s.loops);
+        out << line;
     }
     if (f.last_k > 0) {
         out << "next token after the last position (depth " << o.last.loops << "):";

@@ -38,7 +38,7 @@ PASSED_THROUGH = {
     "frequency_penalty", "logit_bias", "user", "seed",
     # extensions, as in /v1/completions
     "loops", "top_k", "min_p", "repetition_penalty", "ignore_eos", "early_exit", "no_repeat_ngram_size",
-    "max_time", "grammar", "kv_cache", "min_new_tokens", "min_length",
+    "max_time", "grammar", "kv_cache", "kv_sharing", "min_new_tokens", "min_length",
     "forced_eos_token_id", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
     "typical_p", "epsilon_cutoff", "eta_cutoff", "response_format",
 }
@@ -169,8 +169,9 @@ def chat_logprobs(lp: dict | None, n_top: int = 0) -> dict | None:
 
 def chat_body(completion: dict, n_top: int = 0) -> dict:
     """A /v1/completions response body as a chat.completion."""
-    choices = [{"index": c["index"], "message": {"role": "assistant", "content": c["text"]},
-                "logprobs": chat_logprobs(c["logprobs"], n_top), "finish_reason": c["finish_reason"]}
+    choices = [dict({"index": c["index"], "message": {"role": "assistant", "content": c["text"]},
+                     "logprobs": chat_logprobs(c["logprobs"], n_top), "finish_reason": c["finish_reason"]},
+                    **({"tinyloop_depth": c["tinyloop_depth"]} if "tinyloop_depth" in c else {}))
                for c in completion["choices"]]
     out = dict(completion, id="chatcmpl-" + completion["id"].split("-", 1)[-1], object="chat.completion",
                choices=choices)
@@ -201,9 +202,11 @@ class ChatChunks:
                 out.append(dict(base, choices=[{"index": i, "delta": {"role": "assistant", "content": ""},
                                                 "logprobs": None, "finish_reason": None}]))
             if c["text"] or c["logprobs"] is not None:
-                out.append(dict(base, choices=[{"index": i, "delta": {"content": c["text"]},
-                                                "logprobs": chat_logprobs(c["logprobs"], self.n_top),
-                                                "finish_reason": None}]))
+                out.append(dict(base, choices=[dict({"index": i, "delta": {"content": c["text"]},
+                                                     "logprobs": chat_logprobs(c["logprobs"], self.n_top),
+                                                     "finish_reason": None},
+                                                    **({"tinyloop_depth": c["tinyloop_depth"]}
+                                                       if c.get("tinyloop_depth") else {}))]))
             if c["finish_reason"] is not None:
                 last = dict(base, choices=[{"index": i, "delta": {}, "logprobs": None,
                                             "finish_reason": c["finish_reason"]}])

@@ -200,11 +200,25 @@ class Server:
                           "max_loops)" % (sp["draft_loops"], dmax))
             return dict(gamma=sp["gamma"], draft_loops=sp["draft_loops"])
         hp = self.model.hparams
-        # Knobs left out: the model's recommendation, else the built-in default (the engine's resolver).
-        knobs = tl.resolve_speculation(self.model, mode=sp["mode"], loops=cfg.get("loops") or 0,
-                                       verify_loops=sp["verify_loops"] or 0, draft_loops=sp["draft_loops"] or 0,
-                                       draft_ahead=sp["draft_ahead"] or 0, branches=sp.get("K_branches") or 0)
-        verify, draft = knobs["verify_loops"], knobs["draft_loops"]
+        # Knobs left out: the model's recommendation, else the built-in default. The engine's one
+        # resolver decides, as for the CLI and the workbench: it resolves the request exactly as
+        # `tinyloop generate --mode speculative|tree` with the same flags would.
+        given = {k: sp[k] for k in ("verify_loops", "draft_loops", "draft_ahead") if sp.get(k)}
+        if sp.get("K_branches"):
+            given["branches"] = sp["K_branches"]
+        try:
+            run = tl.resolve_run(self.model, "tree" if sp["mode"] == "tree" else "speculative",
+                                 speculation=given, **({"loops": cfg["loops"]} if cfg.get("loops") else {}))
+        except ValueError as exc:  # name the request's field: speculative.<knob> or loops
+            msg = str(exc)
+            head = msg.split(":", 1)[0].strip()
+            knob = head.split(".", 1)[-1]
+            if knob in ("verify_loops", "draft_loops", "draft_ahead", "branches"):
+                raise bad("speculative." + knob, msg if head.startswith("speculation.") else "speculative." + msg) from None
+            raise engine_error(exc) from None
+        knobs = run["speculation"]
+        verify = knobs["verify_loops"] or run["config"]["loops"]
+        draft = knobs["draft_loops"]
         if verify > hp["max_loops"]:
             raise bad("speculative.verify_loops", "speculative.verify_loops: %d is outside [2, %d]" % (verify, hp["max_loops"]))
         if verify < 2:
@@ -229,8 +243,11 @@ class Server:
         if not req.early_exit:
             return
         given = {k: v for k, v in req.config.items() if k.startswith("early_exit_")}
-        fields, _ = tl.resolve_early_exit(self.model, **given)
-        req.config.update(fields)
+        try:
+            run = tl.resolve_run(self.model, "early-exit", **given)
+        except ValueError as exc:
+            raise engine_error(exc) from None
+        req.config.update({k: v for k, v in run["config"].items() if k.startswith("early_exit_")})
 
     def validate(self, req: Completion, ids: list[list[int]]) -> None:
         if req.speculative is not None:
@@ -306,7 +323,8 @@ class Server:
         kw["seed"] = seed
         if req.grammar is not None:
             kw["grammar"] = req.grammar
-        if self.batch is not None and not lens and kw.get("beam_size", 0) < 2:
+        # The batch engine keeps per-pass keys/values: a kv_sharing request decodes on its own.
+        if self.batch is not None and not lens and kw.get("beam_size", 0) < 2 and kw.get("kv_sharing", "per-pass") == "per-pass":
             return self.batch.submit(ids, **kw)
         return tl.generate_stream(self.model, ids, queue_size=8, **kw, **lens)
 

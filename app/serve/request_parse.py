@@ -58,6 +58,7 @@ ENGINE_FIELDS = {
     "early_exit_criterion": "early_exit", "early_exit_threshold": "early_exit", "lens_top_k": "logprobs",
     "prompt": "prompt", "beam_size": "beam_size", "grammar": "grammar", "length_penalty": "length_penalty",
     "max_time": "max_time", "no_repeat_ngram_size": "no_repeat_ngram_size", "kv_cache": "kv_cache",
+    "kv_sharing": "kv_sharing",
     "early_stopping": "early_stopping", "renormalize_logits": "renormalize_logits",
     "min_new_tokens": "min_new_tokens", "min_length": "min_length",
     "forced_eos_token_id": "forced_eos_token_id",
@@ -104,7 +105,7 @@ COMPLETION_FIELDS: dict[str, tuple[str, ...]] = {
     # extensions
     "loops": (INT,), "top_k": (INT,), "min_p": (NUM,), "repetition_penalty": (NUM,), "ignore_eos": (BOOL,),
     "early_exit": (OBJ,), "speculative": (OBJ,), "no_repeat_ngram_size": (INT,), "max_time": (NUM,),
-    "beam_size": (INT,), "length_penalty": (NUM,), "grammar": (STR,), "kv_cache": (STR,),
+    "beam_size": (INT,), "length_penalty": (NUM,), "grammar": (STR,), "kv_cache": (STR,), "kv_sharing": (STR,),
     "early_stopping": (BOOL, STR), "renormalize_logits": (BOOL,), "min_new_tokens": (INT,), "min_length": (INT,),
     # Hugging Face's sampling-side GenerationConfig knobs
     "forced_eos_token_id": (INT,), "exponential_decay_length_penalty": (ARR,), "suppress_tokens": (ARR,),
@@ -404,6 +405,12 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
         if kv == "int8" and body.get("speculative") is not None:
             raise bad("kv_cache", "kv_cache: int8 is not used by speculative decoding (leave it out or use f32)")
         cfg["kv_cache"] = kv
+    ks = body.get("kv_sharing")
+    if ks is not None:  # FORMAT.md §1c; the value itself is the engine's to check (validate_config)
+        if body.get("speculative") is not None and ks != "per-pass":
+            raise bad("kv_sharing", "kv_sharing: %s runs with plain decoding; speculative decoding keeps per-pass "
+                      "(leave it out or use per-pass)" % json.dumps(ks))
+        cfg["kv_sharing"] = ks
     cfg["top_k"] = _int(body, "top_k", vocab_size, 1)
     cfg["min_p"] = _num(body, "min_p", 0.0, 0.0, 1.0)
     cfg["repetition_penalty"] = _num(body, "repetition_penalty", 1.0, 0.0, None, lo_open=True)

@@ -336,8 +336,9 @@ async def full_completion(srv: Server, req: Completion, ids: list[list[int]], re
             stats = result["stats"]
             completion_tokens += stats["tokens_emitted"]
             record["choices"].append({"stop_reason": stats["stop_reason"], "tokens": stats["tokens_emitted"]})
+            # tinyloop_depth, an extension field (OpenAI's client ignores it): each emitted token's depth
             choice = {"text": prefix + result["text"], "index": pi * req.n + j, "logprobs": None,
-                      "finish_reason": finish_reason(stats)}
+                      "finish_reason": finish_reason(stats), "tinyloop_depth": stats["depth_per_token"]}
             if req.logprobs is not None:  # with echo, the lens over the prompt: on the pool, not the loop
                 choice["logprobs"] = await asyncio.get_running_loop().run_in_executor(
                     srv.pool, choice_logprobs, srv, req, p, events, result, prefix)
@@ -378,9 +379,11 @@ async def stream_completion(srv: Server, req: Completion, ids: list[list[int]], 
     completion_tokens = 0
     finished = False
 
-    def chunk(index: int, text: str, logprobs, finish, extra=None) -> dict:
+    def chunk(index: int, text: str, logprobs, finish, extra=None, depths=None) -> dict:
         c = {"id": record["id"], "object": "text_completion", "created": created, "model": srv.name,
              "choices": [{"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}]}
+        if depths:  # the extension field: the loop depth of each token this chunk carries
+            c["choices"][0]["tinyloop_depth"] = depths
         if extra:
             c.update(extra)
         return c
@@ -408,6 +411,7 @@ async def stream_completion(srv: Server, req: Completion, ids: list[list[int]], 
                     # stop string when that matches, as the plain response's logprobs are.
                     pending: list[tuple[str, float, dict, int]] = []
                     lp_chars = 0
+                    depths: list[int] = []  # tokens' depths not yet sent (tinyloop_depth)
 
                     def flush(upto: int, everything: bool = False):
                         nonlocal lp_chars
@@ -434,10 +438,12 @@ async def stream_completion(srv: Server, req: Completion, ids: list[list[int]], 
                             break
                         if req.logprobs is not None and not hidden_eos(srv, ev):
                             pending.append((*srv.event_logprob(ev, req.logprobs), text_len(srv.model, ev["token"])))
+                        depths.append(ev["depth"])
                         sent += ev["piece"]
                         lp = flush(len(sent))
                         if ev["piece"] or lp is not None:
-                            yield chunk(index, ev["piece"], lp, None)
+                            yield chunk(index, ev["piece"], lp, None, depths=depths)
+                            depths = []
                         if srv.token_delay_s:
                             await asyncio.sleep(srv.token_delay_s)
                     result = stream.result
@@ -449,7 +455,7 @@ async def stream_completion(srv: Server, req: Completion, ids: list[list[int]], 
                     lp = flush(len(sent) + len(rest), everything=stats["stop_reason"] != "STOP_STRING")
                     # Usage only in the include_usage chunk (OpenAI's): a consumer that sums the
                     # usage it sees must count each token once.
-                    yield chunk(index, rest, lp, finish_reason(stats), {"tinyloop_stats": stats})
+                    yield chunk(index, rest, lp, finish_reason(stats), {"tinyloop_stats": stats}, depths=depths)
             if req.include_usage:
                 prompt_tokens = sum(len(p) for p in ids)
                 yield {"id": record["id"], "object": "text_completion", "created": created, "model": srv.name,

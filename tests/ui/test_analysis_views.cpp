@@ -382,6 +382,19 @@ private slots:
             const KvRun want = run_kv_provenance(m, prompt, c, KvSetup::EarlyExit);
             QCOMPARE(kv->kvRun().prov.origin, want.prov.origin);
             QCOMPARE(kv->kvRun().live_bytes, want.live_bytes);
+            // KV sharing across passes on the run's tokens: the engine's figures, shown in the view
+            QCOMPARE(kv->sharing().size(), size_t(4));
+            tinyloop::GenerateConfig sc = c;
+            sc.kv_sharing = tinyloop::parse_kv_sharing("last-pass");
+            const tinyloop::KVSharingScore last = tinyloop::score_kv_sharing(
+                m, want.tokens.data(), static_cast<int>(want.tokens.size()), sc, want.prompt_len);
+            QCOMPARE(kv->sharing()[0].kv_sharing, std::string("last-pass"));
+            QCOMPARE(kv->sharing()[0].delta_nll, last.delta_nll);
+            QCOMPARE(kv->sharing()[0].cache_bytes, last.cache_bytes);
+            QVERIFY(last.cache_bytes < last.exact_cache_bytes);
+            const QString shown = kv->findChild<QLabel*>("kvSharing")->text();
+            QVERIFY2(shown.contains("last-pass") && shown.contains(QString::number(last.bytes_per_token, 'f', 0)),
+                     qPrintable(shown));
         }
         {  // a legend for the origins' colours, and memory in the KiB its axis says
             QCustomPlot* map = kv->findChild<QCustomPlot*>("kvMap");

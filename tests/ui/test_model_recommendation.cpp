@@ -97,6 +97,20 @@ private slots:
         const auto rows = m_window->modelPanel()->tree()->findItems("early exit", Qt::MatchExactly | Qt::MatchRecursive, 0);
         QCOMPARE(rows.size(), 1);
         QVERIFY2(rows[0]->text(1).contains("hidden_l2 < 0.5"), qPrintable(rows[0]->text(1)));
+        // kv_sharing's KV per generated token: what one more generated token adds to a decode's cache
+        for (const char* mode : {"last-pass", "compress-s4"}) {
+            tinyloop::GenerateConfig c;
+            c.kv_sharing = tinyloop::parse_kv_sharing(mode);
+            c.ignore_eos = true;
+            const std::vector<int32_t> prompt = tinyloop::tokenize(m.get(), "In the beginning");
+            c.max_tokens = 2;
+            const size_t two = tinyloop::generate_ex(m.get(), prompt.data(), int(prompt.size()), c).stats.kv_cache_bytes;
+            c.max_tokens = 1;
+            const size_t one = tinyloop::generate_ex(m.get(), prompt.data(), int(prompt.size()), c).stats.kv_cache_bytes;
+            const auto share = m_window->modelPanel()->tree()->findItems(mode, Qt::MatchExactly | Qt::MatchRecursive, 0);
+            QCOMPARE(share.size(), 1);
+            QCOMPARE(share[0]->text(1), ModelPanel::humanBytes(two - one));
+        }
     }
 
     // Mode "Early exit" with the panel's defaults: tokens leave before the default depth 4.

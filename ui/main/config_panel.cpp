@@ -127,6 +127,14 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
             r.editor = c;
             break;
         }
+        case FieldKind::KvSharing: {  // editable: compress-s{k} takes any k in 1 .. 1024
+            auto* c = new QComboBox;
+            c->setEditable(true);
+            c->addItems({"per-pass", "last-pass", "latest-m4", "compress-s4", "compress-s8"});
+            connect(c, &QComboBox::currentTextChanged, this, [this] { revalidate(); emit changed(); });
+            r.editor = c;
+            break;
+        }
         case FieldKind::Grammar: {  // grammar: a .gbnf file the worker parses for the run
             auto* e = new QLineEdit;
             e->setPlaceholderText("no grammar (path to a .gbnf file)");
@@ -239,6 +247,7 @@ void ConfigPanel::setConfig(const tinyloop::GenerateConfig& c) {
         case FieldKind::Bool: qobject_cast<QCheckBox*>(r.editor)->setChecked(v.get<bool>()); break;
         case FieldKind::Criterion:
         case FieldKind::KvCache:
+        case FieldKind::KvSharing:
             qobject_cast<QComboBox*>(r.editor)->setCurrentText(QString::fromStdString(v.get<std::string>()));
             break;
         case FieldKind::EarlyStopping:  // true / false / "never", shown as their JSON spelling
@@ -364,7 +373,8 @@ json ConfigPanel::fieldValue(const Row& r, std::string* why) const {
         switch (r.info->kind) {
         case FieldKind::Bool: return qobject_cast<QCheckBox*>(r.editor)->isChecked();
         case FieldKind::Criterion:
-        case FieldKind::KvCache: return qobject_cast<QComboBox*>(r.editor)->currentText().toStdString();
+        case FieldKind::KvCache:
+        case FieldKind::KvSharing: return qobject_cast<QComboBox*>(r.editor)->currentText().trimmed().toStdString();
         case FieldKind::EarlyStopping: {
             const QString t = qobject_cast<QComboBox*>(r.editor)->currentText();
             return t == "never" ? json("never") : json(t == "true");

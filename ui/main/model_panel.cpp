@@ -205,6 +205,17 @@ void ModelPanel::setModel(const ModelLoaded& m, bool randomFallback) {
     row(mem, "device (VRAM)", humanBytes(m.vramBytes));
     const quint64 kvPerToken = quint64(hp.n_kv_heads) * hp.head_dim * 2 * 4 * quint64(hp.n_pre_blocks + hp.n_coda_blocks + hp.n_loop_layers * hp.default_loops);
     row(mem, "KV cache at max_seq_len (f32, default depth)", humanBytes(kvPerToken * quint64(hp.max_seq_len)));
+    {  // kv_sharing (FORMAT.md §1c): f32 rows a generated token keeps at the default depth
+        const quint64 rowBytes = quint64(hp.n_kv_heads) * hp.head_dim * 2 * 4;
+        const quint64 fixed = quint64(hp.n_pre_blocks + hp.n_coda_blocks);
+        const quint64 entries = quint64(hp.n_loop_layers) * quint64(hp.default_loops);
+        auto* share = new QTreeWidgetItem(mem, {"KV per generated token, by kv_sharing",
+                                                "the NLL change of each: the KV view (Analysis), tinyloop score --kv-sharing all"});
+        row(share, "per-pass (exact), latest-m4", humanBytes(rowBytes * (fixed + entries)));
+        row(share, "last-pass", humanBytes(rowBytes * (fixed + quint64(hp.n_loop_layers))));
+        for (quint64 k : {4ull, 8ull})
+            row(share, QString("compress-s%1").arg(k), humanBytes(rowBytes * (fixed + std::min(k, entries))));
+    }
     m_tree->expandAll();
     tensors->setExpanded(false);
 

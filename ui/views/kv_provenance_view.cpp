@@ -1,6 +1,7 @@
 #include "views/kv_provenance_view.h"
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 
 #include <QComboBox>
@@ -73,6 +74,10 @@ KvProvenanceView::KvProvenanceView(WorkbenchAccess* workbench, QWidget* parent) 
     m_summary->setObjectName("summary");
     m_summary->setWordWrap(true);
     body()->addWidget(m_summary);
+    m_sharingLabel = new QLabel;
+    m_sharingLabel->setObjectName("kvSharing");
+    m_sharingLabel->setWordWrap(true);
+    body()->addWidget(m_sharingLabel);
     body()->addWidget(split, 1);
 }
 
@@ -94,15 +99,29 @@ void KvProvenanceView::run() {
     c.early_exit.threshold = static_cast<float>(m_threshold->value());
     const int prefix = m_prefix->value();
     auto out = std::make_shared<KvRun>();
-    startJob("decoding with provenance", [path, prompt, setup, c, prefix, out](AnalysisJobContext& ctx) {
+    auto sharing = std::make_shared<std::vector<tinyloop::KVSharingScore>>();
+    startJob("decoding with provenance", [path, prompt, setup, c, prefix, out, sharing](AnalysisJobContext& ctx) {
         tinyloop::Model* m = ctx.modelAt(path);
         const std::vector<int32_t> ids = tinyloop::tokenize(m, prompt);
-        ctx.progress(0, 1, "decoding");
+        const char* modes[] = {"last-pass", "latest-m4", "compress-s4", "compress-s8"};
+        const int steps = 1 + static_cast<int>(std::size(modes));
+        ctx.progress(0, steps, "decoding");
         *out = run_kv_provenance(m, ids, c, setup, std::min(prefix, static_cast<int>(ids.size())));
-        ctx.progress(1, 1, "done");
-    }, [this, out](bool ok, const QString&) {
+        // Each kv_sharing mode on the same tokens and policy, against per-pass in the same call.
+        const int n = static_cast<int>(out->tokens.size());
+        if (out->prompt_len >= 1 && n > out->prompt_len)
+            for (int i = 0; i < static_cast<int>(std::size(modes)); ++i) {
+                ctx.checkCancel();
+                ctx.progress(1 + i, steps, QString("kv_sharing %1").arg(modes[i]));
+                tinyloop::GenerateConfig sc = c;
+                sc.kv_sharing = tinyloop::parse_kv_sharing(modes[i]);
+                sharing->push_back(tinyloop::score_kv_sharing(m, out->tokens.data(), n, sc, out->prompt_len));
+            }
+        ctx.progress(steps, steps, "done");
+    }, [this, out, sharing](bool ok, const QString&) {
         if (!ok) return;
         m_run = std::move(*out);
+        m_sharing = std::move(*sharing);
         m_has = true;
         redraw();
     });
@@ -184,11 +203,37 @@ void KvProvenanceView::redraw() {
     if (m_run.setup == KvSetup::PrefixCache)
         text += QString(" The prefix cache (%1 tokens) holds %2.").arg(m_run.prefix_len).arg(memoryText(m_run.prefix_cache_bytes));
     m_summary->setText(text);
+
+    QString rows;
+    for (const tinyloop::KVSharingScore& s : m_sharing)
+        rows += QString("<tr><td>%1</td><td align='right'>%2</td><td align='right'>%3</td><td align='right'>%4</td></tr>")
+                    .arg(QString::fromStdString(s.kv_sharing))
+                    .arg(s.bytes_per_token, 0, 'f', 0)
+                    .arg(s.exact_bytes_per_token / std::max(1.0, s.bytes_per_token), 0, 'f', 2)
+                    .arg(s.delta_nll, 0, 'f', 4);
+    m_sharingLabel->setText(
+        m_sharing.empty()
+            ? QString("KV sharing across passes: nothing was generated to measure it on.")
+            : QString("<b>KV sharing across passes</b> on these %1 tokens (the prompt prefilled, the output fed "
+                      "one at a time), against per-pass (%2 bytes/token):<table cellspacing='6'><tr><th>mode</th>"
+                      "<th>bytes/token</th><th>x less</th><th>NLL change (nats/token)</th></tr>%3</table>")
+                  .arg(m_run.tokens.size())
+                  .arg(m_sharing.front().exact_bytes_per_token, 0, 'f', 0)
+                  .arg(rows));
 }
 
 nlohmann::json KvProvenanceView::data() const {
     if (!m_has) return {{"view", "kv provenance"}, {"empty", true}};
-    return kv_json(m_run);
+    nlohmann::json j = kv_json(m_run);
+    j["kv_sharing"] = nlohmann::json::array();
+    for (const tinyloop::KVSharingScore& s : m_sharing)
+        j["kv_sharing"].push_back({{"mode", s.kv_sharing},
+                                   {"bytes_per_token", s.bytes_per_token},
+                                   {"exact_bytes_per_token", s.exact_bytes_per_token},
+                                   {"delta_nll", s.delta_nll},
+                                   {"total_nll", s.score.total_nll},
+                                   {"exact_total_nll", s.exact_total_nll}});
+    return j;
 }
 
 }  // namespace tlui

@@ -30,6 +30,9 @@ public:
     void setPrefixLen(int n);
     bool hasRun() const { return m_has; }
     const KvRun& kvRun() const { return m_run; }
+    // kv_sharing on the run's tokens (its prompt prefilled, its output fed one at a time), one per
+    // mode: bytes per token and the NLL change against per-pass (FORMAT.md §1c).
+    const std::vector<tinyloop::KVSharingScore>& sharing() const { return m_sharing; }
     QCustomPlot* mapPlot() const { return m_map; }
 
 private:
@@ -43,8 +46,10 @@ private:
     QCustomPlot* m_map;
     QCustomPlot* m_mem;
     QLabel* m_summary;
+    QLabel* m_sharingLabel;
     bool m_has = false;
     KvRun m_run;
+    std::vector<tinyloop::KVSharingScore> m_sharing;
 };
 
 }  // namespace tlui

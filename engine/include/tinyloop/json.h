@@ -40,7 +40,7 @@ void validate_config_fields(const GenerateConfig& config, const ConfigLimits& li
 // Ids: one list of token ids; LengthDecay: null or [start_index, decay_factor]; WordLists is
 // Hugging Face's force_words_ids: a list whose entries are a word ([ids]) or alternatives
 // ([[ids], [ids], ...]).
-enum class ConfigFieldKind { Int, Float, U64, Bool, Criterion, KvCache, IdLists, Strings, Bias, Grammar, EarlyStopping,
+enum class ConfigFieldKind { Int, Float, U64, Bool, Criterion, KvCache, KvSharing, IdLists, Strings, Bias, Grammar, EarlyStopping,
                              Ids, LengthDecay, WordLists };
 
 // One GenerateConfig field: its JSON key, kind, range (as shown beside an editor) and description.

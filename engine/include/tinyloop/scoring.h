@@ -32,6 +32,29 @@ ScoreResult score(Model* model, const int32_t* tokens, int n, int loops = 0,
 ScoreResult score_early_exit(Model* model, const int32_t* tokens, int n, const GenerateConfig& config,
                              std::vector<int>* depth_used = nullptr);
 
+// What kv_sharing (FORMAT.md §1c) costs and saves on a text. tokens[0..prompt) is the prompt,
+// prefilled at full depth as generate prefills it; every later token is fed one at a time as
+// generate feeds the tokens it emits (teacher forced, with config's early exit, loops and
+// cache_window), and log p(token[i+1] | tokens[..i]) is read after each. The same run with
+// per-pass keys/values is the exact reference (with early exit off it equals score() bit for
+// bit). bytes: what the cache for n positions holds once the prompt is in (compress has folded
+// it), the figure a generate of n - prompt tokens after that prompt reports as kv_cache_bytes.
+struct KVSharingScore {
+    std::string kv_sharing;       // kv_sharing_name
+    int prompt = 0;
+    int loops = 0;
+    ScoreResult score;            // with kv_sharing
+    std::vector<int> depth_used;  // per position (loops unless early exit stopped it)
+    double exact_total_nll = 0;   // per-pass
+    double delta_nll = 0;         // (score.total_nll - exact_total_nll) / (n - 1): nats per token
+    size_t cache_bytes = 0;
+    size_t exact_cache_bytes = 0;
+    double bytes_per_token = 0;        // cache_bytes / n
+    double exact_bytes_per_token = 0;  // exact_cache_bytes / n
+};
+// prompt: 1 .. n-1; InvalidArgument naming it otherwise (config's fields as validate_config).
+KVSharingScore score_kv_sharing(Model* model, const int32_t* tokens, int n, const GenerateConfig& config, int prompt);
+
 // Every early-exit criterion's signal at every position and pass, teacher-forced at full depth
 // `loops` (0 = default), computed exactly as the adaptive decode computes it for a row whose
 // earlier positions all ran every pass (one row at a time, window 0): the value at (position p,

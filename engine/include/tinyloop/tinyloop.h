@@ -110,6 +110,27 @@ bool exit_after_probe(const EarlyExitPolicy& p, float signal, int& stable);
 enum class KVCacheType { F32, Int8 };
 const char* kv_cache_type_name(KVCacheType t);              // "f32", "int8"
 KVCacheType parse_kv_cache_type(const std::string& name);   // throws InvalidArgument "kv_cache: ..."
+// How the KV cache keeps the keys and values of a position across passes (kv_sharing; FORMAT.md
+// §1c has the exact rules). PerPass: one entry per (pass, layer), exact (the default). LastPass
+// (Ouro's decode-time reuse): prompt positions keep per-pass entries, every generated position
+// keeps one entry per loop layer, written by each pass in turn (the last pass's stays) and read
+// by every pass of later tokens. LatestM4 (Huginn's cache_lookup_strategy "latest-m4"): a
+// position that exited early at pass e is read, at a deeper pass, at its pass-e entry of the same
+// loop layer (no state propagation; full-depth positions are read exactly). Compress
+// (Huginn's "compress-s{k}"): loop entry s = (pass-1)·n_loop_layers + layer goes to ring slot
+// s mod k of its position (Huginn's (s−2) mod k + 2 with its two prelude slots), a later write
+// replacing the slot's entry; the prompt is computed exactly and then folded into the slots.
+struct KVSharing {
+    enum class Mode { PerPass, LastPass, LatestM4, Compress };
+    Mode mode = Mode::PerPass;
+    int k = 0;  // Compress only: ring slots per position, 1..1024
+    bool operator==(const KVSharing&) const = default;
+    bool exact() const { return mode == Mode::PerPass; }
+};
+std::string kv_sharing_name(const KVSharing& s);  // "per-pass", "last-pass", "latest-m4", "compress-s8"
+// Throws InvalidArgument "kv_sharing: '...' is not one of per-pass, last-pass, latest-m4,
+// compress-s{k} with k in [1, 1024]".
+KVSharing parse_kv_sharing(const std::string& name);
 // Beam search's end (HF early_stopping): Heuristic = false (stop when the best live beam, scored at
 // its current length, cannot beat the worst of beam_size finished), WhenFull = true, Never.
 enum class EarlyStopping { Heuristic, WhenFull, Never };
@@ -168,6 +189,8 @@ struct GenerateConfig {
     Grammar* grammar = nullptr;       // constrained decoding (see parse_grammar); not owned
     KVCacheType kv_cache = KVCacheType::F32;  // f32 or int8 (plain decode, beam, batch engine;
                                               // not from prefix caches / resume handles / pools)
+    KVSharing kv_sharing;             // per-pass (exact, default), last-pass, latest-m4, compress-s{k};
+                                      // plain decode (greedy / sample, early exit) and score_kv_sharing
 };
 
 enum class StopReason {

@@ -332,6 +332,10 @@ void register_config(py::module_& m) {
             [](C& c, const std::string& s) { c.kv_cache = tl::parse_kv_cache_type(s); },
             "str: KV cache layout, f32 | int8 (per-head, per-position scales) (default f32)")
         .def_property(
+            "kv_sharing", [](const C& c) { return tl::kv_sharing_name(c.kv_sharing); },
+            [](C& c, const std::string& s) { c.kv_sharing = tl::parse_kv_sharing(s); },
+            "str: keys/values across passes, per-pass | last-pass | latest-m4 | compress-s{k} (default per-pass)")
+        .def_property(
             "seed", [](const C& c) { return c.sample_seed; }, [](C& c, uint64_t s) { c.sample_seed = s; },
             "int: alias of sample_seed")
         .def(

@@ -108,9 +108,36 @@ py::dict escalation_py(const PyModel& model, const py::object& tokens, std::vect
     return d;
 }
 
+// score_kv_sharing(model, tokens, prompt, **config): kv_sharing's bytes and NLL change (FORMAT.md §1c).
+py::dict kv_sharing_py(const PyModel& model, const py::object& tokens, int prompt, py::kwargs kw) {
+    const tl::GenerateConfig c = make_config(py::none(), kw, "score_kv_sharing");
+    auto r = with_ids(model, tokens,
+                      [&](tl::Model* m, const int32_t* p, int n) { return tl::score_kv_sharing(m, p, n, c, prompt); });
+    py::dict d;
+    d["kv_sharing"] = r.kv_sharing;
+    d["prompt"] = r.prompt;
+    d["loops"] = r.loops;
+    d["token_logprobs"] = r.score.token_logprobs;
+    d["total_nll"] = r.score.total_nll;
+    d["exact_total_nll"] = r.exact_total_nll;
+    d["delta_nll"] = r.delta_nll;
+    d["depth_used"] = r.depth_used;
+    d["cache_bytes"] = r.cache_bytes;
+    d["exact_cache_bytes"] = r.exact_cache_bytes;
+    d["bytes_per_token"] = r.bytes_per_token;
+    d["exact_bytes_per_token"] = r.exact_bytes_per_token;
+    return d;
+}
+
 }  // namespace
 
 void register_scoring(py::module_& m) {
+    m.def("score_kv_sharing", &kv_sharing_py, py::arg("model"), py::arg("tokens"), py::arg("prompt"),
+          "kv_sharing on a text (FORMAT.md §1c): tokens[:prompt] prefilled, the rest fed one at a time as\n"
+          "generate feeds them, with the config keywords (kv_sharing='last-pass', loops, early_exit_*).\n"
+          "Returns {kv_sharing, prompt, loops, token_logprobs, total_nll, exact_total_nll (per-pass),\n"
+          "delta_nll (nats per token), depth_used, cache_bytes, exact_cache_bytes, bytes_per_token,\n"
+          "exact_bytes_per_token}.");
     m.def("score", &score_py, py::arg("model"), py::arg("tokens"), py::arg("loops") = 0,
           "Log-probability of every next token of `tokens` (text or ids) at depth `loops` (0 = the\n"
           "model's default). Returns {token_logprobs (n-1), total_nll, perplexity, loops}.");

@@ -131,6 +131,9 @@ uint64_t batch_submit(BatchEngine* engine, BatchRequest request) {
     check_prompt_ids(m, request.prompt.data(), n);
     if (request.config.beam_size >= 2)
         throw Error(ErrorCode::NotSupported, "beam_size: the batch engine does not run beam search (use generate)");
+    if (!request.config.kv_sharing.exact())
+        throw Error(ErrorCode::NotSupported, "kv_sharing: the batch engine keeps per-pass keys and values (use generate "
+                                             "for " + kv_sharing_name(request.config.kv_sharing) + ")");
     if (request.config.num_return_sequences > 1)
         throw Error(ErrorCode::NotSupported,
                     "num_return_sequences: the batch engine returns one output per request (use generate, or 1)");

@@ -100,6 +100,13 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     if (options.kv_provenance) needs.push_back(ExecOp::KVProvenance);
     if (config.kv_cache != KVCacheType::F32) needs.push_back(ExecOp::Int8Cache);
     if (start) needs.push_back(ExecOp::CacheImport);
+    if (!config.kv_sharing.exact()) {
+        needs.push_back(ExecOp::KVSharing);
+        if (start)
+            throw Error(ErrorCode::NotSupported, "kv_sharing: " + kv_sharing_name(config.kv_sharing) +
+                                                     " needs its own prefill; prefix caches, resume handles and pools "
+                                                     "hold per-pass keys and values (use kv_sharing per-pass)");
+    }
     if (config.beam_size >= 2) {
         if (reuses) throw Error(ErrorCode::NotSupported, "beam_size: beam search does not run from a cache yet");
         if (options.kv_provenance)
@@ -123,7 +130,8 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     const int capacity = ex->kind() == ExecKind::Cpu ? prompt_len + config.max_tokens
                                                      : std::max(1, std::min(m.max_seq_len, prompt_len + config.max_tokens));
     const std::unique_ptr<ExecSequence> seq =
-        ex->sequence({.loops = loops, .capacity = capacity, .window = config.cache_window, .kv_cache = config.kv_cache});
+        ex->sequence({.loops = loops, .capacity = capacity, .window = config.cache_window, .kv_cache = config.kv_cache,
+                      .kv_sharing = config.kv_sharing, .prompt = prompt_len});
     st.kv_cache_bytes = seq->cache_bytes();
     // On the device, prefill_ms is the prompt's forward alone: a new session's set-up (stream,
     // buffers, graph capture; a kept session has none) is not in it. The CPU's stays as it was.
@@ -160,6 +168,9 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         seq->last_logits(logits.data());
     }
     st.prefill_ms = ms_since(t_prefill);
+    // kv_sharing compress folded the prompt's per-pass rows into its slots (FORMAT.md §1c): the
+    // cache the decode holds from here on.
+    st.kv_cache_bytes = seq->cache_bytes();
 
     TokenDecoder dec(m, config, res, options.on_token, options.observer, options.lens ? options.lens_top_k : 0, t0);
     auto finish = [&] {

@@ -127,7 +127,7 @@ std::vector<GenerateResult> generate_batch_ex(Model* model, const std::vector<st
         return [&options, i](const TokenEvent& ev) { return options.observer(i, ev); };
     };
     std::vector<GenerateResult> results;
-    if (config.beam_size >= 2 || config.num_return_sequences > 1 || options.lens) {
+    if (config.beam_size >= 2 || config.num_return_sequences > 1 || options.lens || !config.kv_sharing.exact()) {
         // The batch engine runs neither beam search, several outputs per prompt nor the logit
         // lens: one prompt after another.
         for (size_t i = 0; i < prompts.size(); ++i) {

@@ -78,6 +78,10 @@ GenerateResult run_decode(Model* model, const int32_t* prompt, int prompt_len, c
     if (one_output && c.num_return_sequences > 1)
         bad("num_return_sequences: " + std::to_string(c.num_return_sequences) + " needs sample or beam mode (" +
             decode_mode_name(spec.mode) + " returns one output; use 1)");
+    // Speculation keeps per-pass keys/values (its configs have no kv_sharing to drop it into).
+    if (!c.kv_sharing.exact() && (spec.mode == DecodeMode::Speculative || spec.mode == DecodeMode::Tree))
+        bad("kv_sharing: " + kv_sharing_name(c.kv_sharing) + " runs with plain decoding; mode " +
+            decode_mode_name(spec.mode) + " keeps per-pass (use per-pass)");
     switch (spec.mode) {
         case DecodeMode::Greedy:
             c.temperature = 0.0f;

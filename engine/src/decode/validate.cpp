@@ -236,6 +236,11 @@ void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
     if (c.beam_size < 0 || c.beam_size > 64) bad("beam_size: " + std::to_string(c.beam_size) + " is outside [0, 64]");
     if (c.kv_cache != KVCacheType::F32 && c.kv_cache != KVCacheType::Int8)
         bad("kv_cache: " + std::to_string(static_cast<int>(c.kv_cache)) + " is not one of f32 (0), int8 (1)");
+    if (c.kv_sharing.mode == KVSharing::Mode::Compress && (c.kv_sharing.k < 1 || c.kv_sharing.k > 1024))
+        bad("kv_sharing: compress-s" + std::to_string(c.kv_sharing.k) + ": k is outside [1, 1024]");
+    if (c.beam_size >= 2 && !c.kv_sharing.exact())
+        bad("kv_sharing: " + kv_sharing_name(c.kv_sharing) +
+            " runs with plain decoding (greedy, sampling, early exit); beam search keeps per-pass (beam_size >= 2)");
     finite("length_penalty", c.length_penalty);
     if (c.beam_size < 2 && c.length_penalty != 1.0f)
         bad("length_penalty: " + num(c.length_penalty) +

@@ -52,6 +52,7 @@ enum class ExecOp : int {
     Adapter,           // loop_input adapter over [state; prelude output]
     StateInit,         // a seeded initial state
     ExitGate,          // the exit gate's per-pass probability
+    KVSharing,         // kv_sharing other than per-pass (FORMAT.md §1c: the KV slot a pass reads and writes)
     Count
 };
 const char* exec_op_name(ExecOp op);
@@ -84,6 +85,8 @@ struct SequenceSpec {
     int capacity = 0;
     int window = 0;
     KVCacheType kv_cache = KVCacheType::F32;
+    KVSharing kv_sharing;  // other than per-pass: the CPU's (ExecOp::KVSharing)
+    int prompt = 0;        // positions kv_sharing computes exactly (the prompt)
 };
 
 // Rows with explicit positions and visibility (tree verification): row t sits at position pos[t],

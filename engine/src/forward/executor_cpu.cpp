@@ -36,6 +36,7 @@ const char* exec_op_name(ExecOp op) {
         case ExecOp::Adapter: return "the loop_input adapter (FORMAT.md §1b)";
         case ExecOp::StateInit: return "a seeded state_init (FORMAT.md §1b)";
         case ExecOp::ExitGate: return "the exit gate (FORMAT.md §1b)";
+        case ExecOp::KVSharing: return "kv_sharing other than per-pass (FORMAT.md §1c)";
         case ExecOp::Count: break;
     }
     return "?";
@@ -112,6 +113,7 @@ void ExecSequence::set_last_state(const float*) { lacks("set_last_state"); }
 void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
                             int e, int loops) {
     if (e >= loops) return;
+    if (!kv.takes_propagation(pos, e)) return;  // kv_sharing latest-m4 / compress (FORMAT.md §1c)
     const HParams& hp = m.hp;
     // FORMAT.md §1a/§1b: a deeper pass's input is the frozen state as that pass would take it in
     // (h_e + e_p with "add", adapter·[h_e; e_p] with "adapter"): the same for every pass > e.
@@ -189,7 +191,8 @@ struct HostSequence {
 class CpuSequence final : public ExecSequence {
 public:
     CpuSequence(const Model& m, const SequenceSpec& s) : m_(m), spec_(s) {
-        st_.kv.allocate(m.hp, exec_layers(m.hp, s.loops), s.capacity, s.kv_cache);
+        if (s.kv_sharing.exact()) st_.kv.allocate(m.hp, exec_layers(m.hp, s.loops), s.capacity, s.kv_cache);
+        else st_.kv.allocate_shared(m.hp, exec_layers(m.hp, s.loops), s.capacity, s.kv_cache, s.kv_sharing, s.prompt);
     }
     struct NoCache {};  // fork(): the cache is copied in
     CpuSequence(const Model& m, const SequenceSpec& s, NoCache) : m_(m), spec_(s) {}

@@ -152,7 +152,7 @@ void attend_rows(const Model& m, KVCache& kv, int layer, Workspace& ws, const fl
     base.n_heads = hp.n_heads;
     base.n_kv_heads = hp.n_kv_heads;
     base.head_dim = hp.head_dim;
-    if (ws.row_kv.empty() && !kv.paged()) {
+    if (ws.row_kv.empty() && !kv.paged() && !kv.shared()) {
         kern::AttentionArgs at = base;
         set_kv_source(at, kv.own, static_cast<size_t>(layer) * kv.capacity);
         at.q = q;
@@ -476,8 +476,13 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
     ws.reserve(hp, std::min(args.n, chunk));
     out_h.resize(static_cast<size_t>(args.n) * d);
     const bool readouts = args.on_readout && *args.on_readout;
+    // kv_sharing compress (FORMAT.md §1c): the prompt runs exactly, then folds into its slots.
+    auto fold = [&] {
+        if (kv.share.staged && args.pos0 + args.n >= kv.share.prompt) kv.fold_prompt();
+    };
     if (coda && readouts) {
         forward_pass_major(m, kv, ws, args, out_h, chunk);
+        fold();
         return;
     }
 
@@ -515,6 +520,7 @@ void forward(const Model& m, KVCache& kv, Workspace& ws, const ForwardArgs& args
         if (inject && args.start_pass <= 1 && args.out_e)
             std::memcpy(args.out_e + static_cast<size_t>(c0) * d, ws.e.data(), rows_bytes);
     }
+    fold();
 }
 
 void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& ws, std::vector<float>& out_h) {

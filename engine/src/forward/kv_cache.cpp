@@ -78,12 +78,30 @@ void KVStorage::copy_row(size_t dst, size_t src) {
     std::memcpy(vs.data() + dst * H, vs.data() + src * H, H * sizeof(float));
 }
 
+void KVStorage::truncate(size_t n_rows) {
+    if (n_rows >= rows) return;
+    const size_t R = static_cast<size_t>(row), H = static_cast<size_t>(kv_heads);
+    auto shrink = [](auto& vec, size_t n) {
+        if (vec.empty()) return;
+        vec.resize(n);
+        vec.shrink_to_fit();
+    };
+    shrink(k, n_rows * R);
+    shrink(v, n_rows * R);
+    shrink(kq, n_rows * R);
+    shrink(vq, n_rows * R);
+    shrink(ks, n_rows * H);
+    shrink(vs, n_rows * H);
+    rows = n_rows;
+}
+
 size_t KVStorage::row_bytes() const {
     if (type == KVCacheType::F32) return 2 * static_cast<size_t>(row) * sizeof(float);
     return 2 * (static_cast<size_t>(row) + static_cast<size_t>(kv_heads) * sizeof(float));
 }
 
 void KVCache::allocate(int layers, int positions, int row_floats) {
+    share = KVShareLayout{};
     n_layers = layers;
     capacity = positions;
     row = row_floats;
@@ -94,6 +112,7 @@ void KVCache::allocate(int layers, int positions, int row_floats) {
 }
 
 void KVCache::allocate(const HParams& hp, int layers, int positions, KVCacheType type) {
+    share = KVShareLayout{};
     n_layers = layers;
     capacity = positions;
     row = hp.n_kv_heads * hp.head_dim;
@@ -101,6 +120,140 @@ void KVCache::allocate(const HParams& hp, int layers, int positions, KVCacheType
     page_size = 0;
     pages.clear();
     own.allocate(type, static_cast<size_t>(layers) * static_cast<size_t>(positions), hp.n_kv_heads, hp.head_dim);
+}
+
+std::string kv_sharing_name(const KVSharing& s) {
+    switch (s.mode) {
+        case KVSharing::Mode::PerPass: return "per-pass";
+        case KVSharing::Mode::LastPass: return "last-pass";
+        case KVSharing::Mode::LatestM4: return "latest-m4";
+        case KVSharing::Mode::Compress: return "compress-s" + std::to_string(s.k);
+    }
+    return "?";
+}
+
+KVSharing parse_kv_sharing(const std::string& name) {
+    KVSharing s;
+    if (name == "per-pass") return s;
+    if (name == "last-pass") s.mode = KVSharing::Mode::LastPass;
+    else if (name == "latest-m4") s.mode = KVSharing::Mode::LatestM4;
+    else if (name.rfind("compress-s", 0) == 0 && name.size() > 10 && name.size() <= 14 &&
+             std::all_of(name.begin() + 10, name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        s.mode = KVSharing::Mode::Compress;
+        s.k = std::stoi(name.substr(10));
+        if (s.k < 1 || s.k > 1024)
+            throw Error(ErrorCode::InvalidArgument,
+                        "kv_sharing: compress-s" + name.substr(10) + ": k = " + std::to_string(s.k) + " is outside [1, 1024]");
+    } else
+        throw Error(ErrorCode::InvalidArgument, "kv_sharing: '" + name +
+                                                    "' is not one of per-pass, last-pass, latest-m4, compress-s{k} "
+                                                    "with k in [1, 1024]");
+    return s;
+}
+
+namespace {
+
+// The layout of a shared cache (KVShareLayout's comment), without its storage.
+KVShareLayout share_layout(const HParams& hp, int layers, int positions, const KVSharing& sharing, int prompt) {
+    KVShareLayout L;
+    L.mode = sharing.mode;
+    L.k = sharing.k;
+    L.fixed = hp.n_pre_blocks + hp.n_coda_blocks;
+    L.n_loop = hp.n_loop_layers;
+    const int loop_entries = layers - L.fixed;
+    L.prompt = std::clamp(prompt, 0, positions);
+    switch (sharing.mode) {
+        case KVSharing::Mode::PerPass:
+        case KVSharing::Mode::LatestM4:
+            L.prompt = 0;
+            break;
+        case KVSharing::Mode::LastPass:
+            L.compact_from = L.prompt;
+            L.compact = L.fixed + std::min(L.n_loop, loop_entries);
+            break;
+        case KVSharing::Mode::Compress:
+            L.compact_from = 0;
+            L.compact = L.fixed + std::min(sharing.k, loop_entries);
+            // k >= the loop entries: a slot per entry, nothing is overwritten, nothing to stage
+            if (sharing.k >= loop_entries) L.prompt = 0;
+            L.staged = L.prompt > 0;
+            break;
+    }
+    return L;
+}
+
+size_t layout_rows(const KVShareLayout& L, int layers, int positions) {
+    if (L.mode == KVSharing::Mode::PerPass || L.mode == KVSharing::Mode::LatestM4)
+        return static_cast<size_t>(layers) * static_cast<size_t>(positions);
+    const size_t compact = static_cast<size_t>(L.compact) * static_cast<size_t>(positions - L.compact_from);
+    const bool per_pass = L.mode == KVSharing::Mode::LastPass || L.staged;
+    return compact + (per_pass ? static_cast<size_t>(layers) * static_cast<size_t>(L.prompt) : 0);
+}
+
+}  // namespace
+
+void KVCache::allocate_shared(const HParams& hp, int layers, int positions, KVCacheType type, const KVSharing& sharing,
+                              int prompt) {
+    n_layers = layers;
+    capacity = positions;
+    row = hp.n_kv_heads * hp.head_dim;
+    pool = nullptr;
+    page_size = 0;
+    pages.clear();
+    share = share_layout(hp, layers, positions, sharing, prompt);
+    if (share.mode == KVSharing::Mode::LatestM4) share.depth.assign(static_cast<size_t>(positions), 0);
+    own.allocate(type, layout_rows(share, layers, positions), hp.n_kv_heads, hp.head_dim);
+}
+
+size_t KVCache::shared_phys(int layer, int pos) const {
+    const KVShareLayout& L = share;
+    if (L.mode == KVSharing::Mode::LatestM4) {
+        const int e = L.depth[static_cast<size_t>(pos)];
+        if (e > 0 && layer >= L.fixed) {
+            const int s = layer - L.fixed;
+            if (s / L.n_loop + 1 > e) layer = L.fixed + (e - 1) * L.n_loop + s % L.n_loop;  // pass e, same loop layer
+        }
+        return static_cast<size_t>(layer) * capacity + pos;
+    }
+    const size_t span = static_cast<size_t>(capacity - L.compact_from);
+    if (pos < L.prompt && (L.mode == KVSharing::Mode::LastPass || L.staged))
+        return static_cast<size_t>(L.compact) * span + static_cast<size_t>(layer) * L.prompt + pos;
+    int slot = layer;
+    if (layer >= L.fixed) {
+        const int s = layer - L.fixed;
+        slot = L.fixed + (L.mode == KVSharing::Mode::LastPass ? s % L.n_loop : s % L.k);
+    }
+    return static_cast<size_t>(slot) * span + static_cast<size_t>(pos - L.compact_from);
+}
+
+void KVCache::fold_prompt() {
+    if (!share.staged) return;
+    const int loop_entries = n_layers - share.fixed;
+    const size_t span = static_cast<size_t>(capacity);  // compact_from = 0
+    const size_t base = static_cast<size_t>(share.compact) * span;
+    for (int slot = 0; slot < share.compact; ++slot) {
+        // The slot's last writer: a fixed layer itself, else the latest loop entry s ≡ slot (mod k).
+        int layer = slot;
+        if (slot >= share.fixed) {
+            const int r = slot - share.fixed;
+            const int s = r + ((loop_entries - 1 - r) / share.k) * share.k;
+            layer = share.fixed + s;
+        }
+        for (int p = 0; p < share.prompt; ++p)
+            own.copy_row(static_cast<size_t>(slot) * span + p, base + static_cast<size_t>(layer) * share.prompt + p);
+    }
+    share.staged = false;
+    own.truncate(base);
+}
+
+bool KVCache::takes_propagation(int pos, int e) {
+    switch (share.mode) {
+        case KVSharing::Mode::LatestM4:
+            share.depth[static_cast<size_t>(pos)] = e;
+            return false;
+        case KVSharing::Mode::Compress: return false;
+        default: return true;
+    }
 }
 
 KVStorage& KVCache::storage() { return pool ? pool->storage : own; }

@@ -30,8 +30,31 @@ struct KVStorage {
     // Writes one row's key and value ([kv_heads, head_dim] each), quantizing for Int8.
     void store(size_t r, const float* key, const float* val);
     void copy_row(size_t dst, size_t src);
+    // Keeps rows [0, n_rows) and returns the memory of the rest.
+    void truncate(size_t n_rows);
     size_t row_bytes() const;  // both key and value, scales included
     size_t bytes() const { return rows * row_bytes(); }
+};
+
+// Where a KVCache with kv_sharing other than per-pass puts (layer, pos) (FORMAT.md §1c). Storage
+// rows: first the compact region, `compact` slots for positions compact_from .. capacity-1
+// (row = slot * (capacity - compact_from) + pos - compact_from), then the per-pass region,
+// n_layers rows for each position below `prompt` (row = compact rows + layer * prompt + pos):
+//   LastPass: compact_from = prompt; slot = layer below `fixed`, else fixed + loop layer j.
+//   Compress: compact_from = 0; slot = layer below `fixed`, else fixed + s mod k (s the loop
+//             entry (pass-1)*n_loop + j); the per-pass region is `staged` until fold_prompt().
+//   LatestM4: the per-pass layout (no compact region); `depth` holds each position's exit pass
+//             (0 = every pass), and a loop layer of a deeper pass maps to that pass's.
+struct KVShareLayout {
+    KVSharing::Mode mode = KVSharing::Mode::PerPass;
+    int k = 0;
+    int fixed = 0;         // prelude + coda layers: one entry each in every mode
+    int n_loop = 0;        // loop layers per pass
+    int prompt = 0;        // positions with a per-pass region
+    int compact_from = 0;  // first position of the compact region
+    int compact = 0;       // slots per compact position
+    bool staged = false;   // Compress: the prompt's per-pass rows are still in use
+    std::vector<int> depth;  // LatestM4: exit pass per position, 0 = every pass
 };
 
 struct KVCache {
@@ -46,17 +69,34 @@ struct KVCache {
     int blocks = 0;
     std::vector<int> pages;
 
+    KVShareLayout share;  // mode PerPass: the plain layouts above
+
     // Contiguous f32 cache (as before the INT8 and paged layouts). Throws Error(OutOfMemory).
     void allocate(int layers, int positions, int row_floats);
     // Contiguous cache of any type for the model's kv heads.
     void allocate(const HParams& hp, int layers, int positions, KVCacheType type);
+    // A cache whose loop entries are shared across passes as `sharing` says (FORMAT.md §1c);
+    // `prompt` positions are computed exactly (per-pass rows: kept by last-pass, folded by
+    // compress once the prompt is in). PerPass is the contiguous cache above.
+    void allocate_shared(const HParams& hp, int layers, int positions, KVCacheType type, const KVSharing& sharing,
+                         int prompt);
 
     bool paged() const { return page_size > 0; }
+    // Whether rows go through the sharing layout (attention then reads by storage-row lists).
+    bool shared() const { return share.mode != KVSharing::Mode::PerPass; }
+    // Compress: once every prompt position is in (their rows exact, per pass), moves each prompt
+    // position's latest entry of every ring slot into the slot and frees the per-pass rows.
+    void fold_prompt();
+    // Early exit at pass e of position pos (state propagation asks first): false when the layout
+    // does not take propagated entries (LatestM4 records e and reads pass e instead; Compress keeps
+    // the slots the position's computed passes wrote, as Huginn does), true to propagate.
+    bool takes_propagation(int pos, int e);
     KVStorage& storage();
     const KVStorage& storage() const;
     KVCacheType type() const { return storage().type; }
     // Storage row of (layer, pos).
     size_t phys(int layer, int pos) const {
+        if (share.mode != KVSharing::Mode::PerPass) return shared_phys(layer, pos);
         if (page_size == 0) return static_cast<size_t>(layer) * capacity + pos;
         const int pg = pages[static_cast<size_t>(layer) * blocks + pos / page_size];
         return static_cast<size_t>(pg) * page_size + pos % page_size;
@@ -71,7 +111,11 @@ struct KVCache {
     const float* v_layer(int layer) const { return own.v.data() + static_cast<size_t>(layer) * capacity * row; }
     // Bytes this cache holds: its storage, or its pages when paged.
     size_t bytes() const;
+
+private:
+    size_t shared_phys(int layer, int pos) const;
 };
+
 
 // A shared pool of KV pages for the continuous-batching engine: page p holds storage rows
 // [p * page_size, (p + 1) * page_size). Not thread-safe: one engine step at a time uses it.

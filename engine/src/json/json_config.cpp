@@ -75,6 +75,7 @@ json to_j(const std::vector<std::vector<std::vector<int32_t>>>& x) {
 }
 json to_j(EarlyExitCriterion x) { return criterion_name(x); }
 json to_j(KVCacheType x) { return kv_cache_type_name(x); }
+json to_j(const KVSharing& x) { return kv_sharing_name(x); }
 // Hugging Face's spelling: false (Heuristic), true (WhenFull) or "never".
 json to_j(EarlyStopping x) { return x == EarlyStopping::Never ? json("never") : json(x == EarlyStopping::WhenFull); }
 json to_j(Grammar*) { return nullptr; }
@@ -165,6 +166,16 @@ void from_j(const json& v, KVCacheType& x, const std::string& f) {
         bad(f, v.dump() + " is not one of f32, int8");
     x = parse_kv_cache_type(v.get<std::string>());
 }
+void from_j(const json& v, KVSharing& x, const std::string& f) {
+    if (!v.is_string()) bad(f, v.dump() + " is not one of per-pass, last-pass, latest-m4, compress-s{k} with k in [1, 1024]");
+    try {
+        x = parse_kv_sharing(v.get<std::string>());
+    } catch (const Error& e) {
+        // parse_kv_sharing names the field "kv_sharing: "; keep the caller's path (config.kv_sharing)
+        const std::string msg = e.what();
+        bad(f, msg.substr(msg.find(": ") + 2));
+    }
+}
 void from_j(const json& v, EarlyStopping& x, const std::string& f) {
     if (v.is_boolean()) x = v.get<bool>() ? EarlyStopping::WhenFull : EarlyStopping::Heuristic;
     else if (v == "never") x = EarlyStopping::Never;
@@ -243,6 +254,7 @@ const std::vector<FieldCodec>& codecs() {
         exit_field<&EarlyExitPolicy::threshold>("early_exit_threshold", K::Float, "> 0", "Threshold the chosen early-exit criterion is compared with."),
         field<&C::sample_seed>("sample_seed", K::U64, "0 .. 2^64-1", "RNG seed for stochastic sampling. Deterministic given seed + config + model."),
         field<&C::kv_cache>("kv_cache", K::KvCache, "f32 | int8", "Layout of the KV cache: f32 (exact) or int8 (one byte per element plus a scale per row and head: about 3.8x less KV memory, logits within about 1% of their span of f32's). Used by plain decode, beam search, early exit and draft-model speculation; chain and tree self-speculation keep f32."),
+        field<&C::kv_sharing>("kv_sharing", K::KvSharing, "per-pass | last-pass | latest-m4 | compress-s{k}, k 1 .. 1024", "How a position's keys and values are kept across passes (FORMAT.md §1c): per-pass (exact, one entry per pass and layer), last-pass (Ouro: generated tokens keep one entry per layer, the last pass's; the prompt stays per-pass), latest-m4 (Huginn: an early-exited token is read at its exit pass), compress-s{k} (Huginn: k ring slots per position). Plain decoding and early exit only."),
         field<&C::grammar>("grammar", K::Grammar, "a .gbnf file, or empty", "Optional constrained-decoding grammar (GBNF: rules name ::= ..., start rule root). A token is allowed when its bytes keep the output inside the grammar; when nothing is allowed the run stops with GRAMMAR_DEAD_END."),
     };
     return v;

@@ -82,6 +82,9 @@ void check_draft_run(const Model& tm, const Model* draft, const int32_t* prompt,
     if (!draft) bad("draft: the draft model must not be null");
     const Model& dm = *draft;
     validate_config(&tm, prompt_len, c);
+    if (!c.kv_sharing.exact())
+        throw Error(ErrorCode::NotSupported, "kv_sharing: draft-model speculation keeps per-pass keys and values "
+                                             "(use kv_sharing per-pass)");
     const std::string why = vocabulary_mismatch(tm, dm);
     if (!why.empty()) bad("draft: the draft model's vocabulary does not match the target's: " + why);
     if (sc.gamma < 1 || sc.gamma > 32) bad("gamma: " + std::to_string(sc.gamma) + " is outside [1, 32]");
