@@ -66,6 +66,30 @@ void check_file_readable(const std::string& flag, const std::string& path) {
 }
 
 ModelHandle open_model(const std::string& path, const LoadOptions& options) {
+    std::error_code dir_ec;
+    if (std::filesystem::is_directory(path, dir_ec)) {
+        // A Hugging Face checkpoint folder: imported once into the import cache (bf16, exact to
+        // a bf16 checkpoint), then opened from there; `tinyloop import` chooses other dtypes.
+        if (!std::filesystem::exists(std::filesystem::path(path) / "config.json", dir_ec))
+            throw UsageError("cannot open model '" + path +
+                             "': it is a directory without config.json (a .tinyloop file or a Hugging Face checkpoint folder)");
+        ImportOptions io;
+        const std::string cached = import_cache_path(path, io);
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(cached, ec)) {
+            std::fprintf(stderr, "importing %s into %s (once; later opens read the cache)\n", path.c_str(), cached.c_str());
+            int last_pct = -1;
+            io.progress = [&](const ImportProgress& p) {
+                const int pct = p.bytes_total ? static_cast<int>(100 * p.bytes_done / p.bytes_total) : 100;
+                if (pct / 10 != last_pct / 10 || p.index == p.count) {
+                    std::fprintf(stderr, "  %d/%d tensors, %d%%\n", p.index, p.count, pct);
+                    last_pct = pct;
+                }
+            };
+        }
+        const ImportReport rep = import_hf_cached(path, io);
+        return open_model(rep.path, options);
+    }
     check_readable("model", path);
     try {
         return load_model_handle(path, options);

@@ -21,7 +21,8 @@ set(TL_UI_TESTS
 
   test_plot_readability
   test_model_recommendation
-  test_front_end_runs)
+  test_front_end_runs
+  test_open_hf_folder)
 set(TL_UI_TESTS_BUILT)
 foreach(t IN LISTS TL_UI_TESTS)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tests/ui/${t}.cpp)
@@ -45,6 +46,10 @@ endforeach()
 if(TARGET test_front_end_runs)
   target_compile_definitions(test_front_end_runs PRIVATE TL_CLI="$<TARGET_FILE:tinyloop_cli>")
   add_dependencies(test_front_end_runs tinyloop_cli)
+endif()
+# test_open_hf_folder writes its Hugging Face folder with tests/import's fixture.
+if(TARGET test_open_hf_folder)
+  target_include_directories(test_open_hf_folder PRIVATE ${PROJECT_SOURCE_DIR}/tests/import)
 endif()
 add_custom_target(tinyloop_ui_tests DEPENDS ${TL_UI_TESTS_BUILT})
 

@@ -15,6 +15,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
+#include <QPushButton>
 #include <QSettings>
 #include <QSplitter>
 #include <QStatusBar>
@@ -85,6 +86,7 @@ MainWindow::MainWindow(const WindowOptions& opts, QWidget* parent) : QMainWindow
     connect(this, &MainWindow::requestGenerate, m_worker, &EngineHost::generate, Qt::QueuedConnection);
     connect(this, &MainWindow::requestValidate, m_worker, &EngineHost::validateConfig, Qt::QueuedConnection);
     connect(m_worker, &EngineHost::loadStarted, this, &MainWindow::onLoadStarted, Qt::QueuedConnection);
+    connect(m_worker, &EngineHost::importProgress, this, &MainWindow::onImportProgress, Qt::QueuedConnection);
     connect(m_worker, &EngineHost::modelLoaded, this, &MainWindow::onModelLoaded, Qt::QueuedConnection);
     connect(m_worker, &EngineHost::modelLoadFailed, this, &MainWindow::onModelLoadFailed, Qt::QueuedConnection);
     connect(m_worker, &EngineHost::runStarted, this, &MainWindow::onRunStarted, Qt::QueuedConnection);
@@ -267,6 +269,15 @@ void MainWindow::buildUi() {
     statusBar()->addPermanentWidget(m_noiseLabel);
     statusBar()->addPermanentWidget(m_speedLabel);
     statusBar()->addPermanentWidget(m_busy);
+    m_cancelImport = new QPushButton("Cancel import");
+    m_cancelImport->setObjectName("cancelImportButton");
+    m_cancelImport->hide();
+    connect(m_cancelImport, &QPushButton::clicked, this, [this] {
+        m_worker->cancelImport();
+        m_cancelImport->setEnabled(false);
+        m_stateLabel->setText("cancelling the import ...");
+    });
+    statusBar()->addPermanentWidget(m_cancelImport);
 }
 
 void MainWindow::buildMenus() {
@@ -277,6 +288,13 @@ void MainWindow::buildMenus() {
                                                        "TinyLoop models (*.tinyloop);;All files (*)");
         if (!p.isEmpty()) openModel(p);
     });
+    file->addAction("Open Hugging Face &folder...", this, [this] {
+        // Ouro (OuroForCausalLM) or Huginn-0125 (RavenForCausalLM): config.json, safetensors,
+        // tokenizer.json. Imported once (bf16, exact) into the import cache, then opened from it.
+        const QString p = QFileDialog::getExistingDirectory(this, "Open a Hugging Face checkpoint folder",
+                                                            QFileInfo(m_modelPath).absolutePath());
+        if (!p.isEmpty()) openModel(p);
+    })->setObjectName("openFolderAction");
     m_recentMenu = file->addMenu("Open &recent");
     rebuildRecentMenu();
     file->addSeparator();
@@ -425,8 +443,30 @@ void MainWindow::setBackend(const QString& name) {
 
 void MainWindow::onLoadStarted(const QString& path) { m_stateLabel->setText("loading " + path + " ..."); }
 
+void MainWindow::onImportProgress(const QString& folder, int done, int count, double fraction) {
+    if (!m_loading) return;  // a late report after the load ended
+    m_importing = true;
+    m_busy->setRange(0, 1000);
+    m_busy->setValue(static_cast<int>(fraction * 1000.0 + 0.5));
+    m_busy->setVisible(true);
+    m_cancelImport->setVisible(true);
+    m_stateLabel->setText(QString("importing %1: %2 of %3 tensors (%4%) - once; later opens read the cache")
+                              .arg(QFileInfo(folder).fileName())
+                              .arg(done)
+                              .arg(count)
+                              .arg(static_cast<int>(fraction * 100.0)));
+}
+
+void MainWindow::endImport() {
+    m_importing = false;
+    m_busy->setRange(0, 0);
+    m_cancelImport->hide();
+    m_cancelImport->setEnabled(true);
+}
+
 void MainWindow::onModelLoaded(const ModelLoaded& m) {
     m_loading = false;
+    endImport();
     m_hasModel = true;
     m_hp = m.info.hparams;
     m_modelPath = QString::fromStdString(m.info.path);
@@ -435,8 +475,12 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
     m_loadedBackend = m_pendingBackend;
     m_modelPanel->setBackendChoice(m_loadedBackend);
     QSettings().setValue("backend", m_loadedBackend);
-    m_modelName = modelDisplayName(m_modelPath);  // the folder too: the bundled models share file names
-    m_session.modelPath = m_modelPath;
+    // What the user opened: a Hugging Face folder is named, remembered and saved in sessions as the
+    // folder (reopening it reads the cache); m_modelPath stays the file the views read and write.
+    m_openedPath = m.sourceFolder.isEmpty() ? m_modelPath : m.sourceFolder;
+    m_modelName = m.sourceFolder.isEmpty() ? modelDisplayName(m_modelPath)  // the folder too: the bundled models share file names
+                                           : QFileInfo(m.sourceFolder).fileName() + " (Hugging Face folder)";
+    m_session.modelPath = m_openedPath;
     m_session.modelSummary = m_modelPanel->summaryLine();
     ConfigLimits lim;
     lim.max_loops = m_hp.max_loops;
@@ -459,8 +503,11 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
         m_config->setKnobs(m_session.run.speculation);
         m_prompt->setPlainText(m_session.run.prompt);
     }
-    addRecent(m_modelPath);
-    m_stateLabel->setText(QString("loaded %1%2").arg(m_modelPanel->summaryLine(),
+    addRecent(m_openedPath);
+    m_stateLabel->setText(QString("loaded %1%2%3").arg(m_modelPanel->summaryLine(),
+                                                       m.sourceFolder.isEmpty() ? QString()
+                                                       : m.importedNow ? QString("  -  imported from %1 into the cache").arg(m.sourceFolder)
+                                                                       : QString("  -  %1 read from the import cache").arg(m.sourceFolder),
                                                      m_randomFallback ? "  -  random model: text is noise" : ""));
     if (m_sessionConfig) m_stateLabel->setText(m_sessionNote + "; " + m_stateLabel->text());  // what is on screen
     updateTitle();
@@ -471,6 +518,7 @@ void MainWindow::onModelLoaded(const ModelLoaded& m) {
 
 void MainWindow::onModelLoadFailed(const QString& path, const QString& message) {
     m_loading = false;
+    endImport();
     m_presetAfterLoad.clear();
     updateActions();
     if (m_hasModel) {  // the loaded model keeps its back end; the next load asks for it again

@@ -15,6 +15,7 @@ class QLabel;
 class QMenu;
 class QMessageBox;
 class QProgressBar;
+class QPushButton;
 class QTabWidget;
 class QThread;
 class QTimer;
@@ -124,6 +125,8 @@ private:
     void showSession();      // m_session on every panel and plot
 
     void onLoadStarted(const QString& path);
+    void onImportProgress(const QString& folder, int done, int count, double fraction);
+    void endImport();
     void onModelLoaded(const tlui::ModelLoaded& m);
     void onModelLoadFailed(const QString& path, const QString& message);
     void onRunStarted(quint64 id, int promptLen);
@@ -157,6 +160,9 @@ private:
     QLabel* m_speedLabel = nullptr;
     QLabel* m_noiseLabel = nullptr;
     QProgressBar* m_busy = nullptr;
+    QPushButton* m_cancelImport = nullptr;  // shown while a Hugging Face folder is imported
+    bool m_importing = false;
+    QString m_openedPath;  // what the user opened: the file, or the Hugging Face folder it came from
     QAction* m_generateAct = nullptr;
     QAction* m_stopAct = nullptr;
     QAction* m_openAct = nullptr;

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include <QFileInfo>
 #include <QThread>
 
 namespace tlui {
@@ -47,14 +48,34 @@ void EngineHost::loadModel(const QString& path, const QString& backend) {
     emit loadStarted(path);
     tinyloop::Model* fresh = nullptr;
     try {
+        QString file = path;
+        QString folder;
+        bool importedNow = false;
+        if (QFileInfo(path).isDir()) {
+            folder = path;
+            m_importCancel.store(false);
+            tinyloop::ImportOptions io;
+            io.cancel = &m_importCancel;
+            io.progress = [this, &path](const tinyloop::ImportProgress& p) {
+                const double f = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
+                emit importProgress(path, p.index, p.count, f);
+            };
+            const tinyloop::ImportReport rep =
+                tinyloop::import_hf_cached(path.toStdString(), io, m_importCacheDir.toStdString());
+            if (rep.cancelled) throw std::runtime_error("import cancelled (nothing was written to the cache)");
+            file = QString::fromStdString(rep.path);
+            importedNow = !rep.cached;
+        }
         tinyloop::LoadOptions opt;
         if (backend == "cpu") opt.backend = tinyloop::Backend::Cpu;
         else if (backend == "cuda") opt.backend = tinyloop::Backend::Cuda;
         else if (backend != "auto")
             throw std::invalid_argument("back end: expected auto, cpu or cuda, got '" + backend.toStdString() + "'");
-        fresh = tinyloop::load_model(path.toStdString(), opt);
+        fresh = tinyloop::load_model(file.toStdString(), opt);
         ModelLoaded m;
         m.info = tinyloop::model_info(fresh);
+        m.sourceFolder = folder;
+        m.importedNow = importedNow;
         m.vramBytes = tinyloop::vram_usage_bytes(fresh);
         m.recommended = modelRecommendation(fresh);
         m.defaults = defaultConfig(fresh);
@@ -72,7 +93,7 @@ void EngineHost::loadModel(const QString& path, const QString& backend) {
         {
             std::lock_guard<std::mutex> lock(m_modelMutex);
             m_model.reset(fresh, tinyloop::free_model);
-            m_modelPath = path;
+            m_modelPath = file;  // the file the views may read or write (a folder's: the cached import)
         }
         emit modelLoaded(m);
     } catch (const std::exception& e) {

@@ -55,6 +55,10 @@ struct RunResult : tinyloop::RunSpec {  // the run as asked (knobs left at 0 sta
 
 struct ModelLoaded {
     tinyloop::ModelInfo info;
+    // What the user opened when it is not info.path: a Hugging Face checkpoint folder, imported
+    // into the import cache (info.path is the cached file). Empty for a .tinyloop file.
+    QString sourceFolder;
+    bool importedNow = false;  // the folder was converted by this load (false: read from the cache)
     quint64 vramBytes = 0;
     QStringList vocab;  // printable text of every id the tokenizer can decode (hover tooltips)
     // The file's recommended settings (metadata "recommended"; empty when it has none) and the
@@ -92,7 +96,14 @@ public slots:
     // Loads `path` on the back end named `backend`: "auto" (CUDA when a usable device exists,
     // else the CPU), "cpu" or "cuda" (refused with the engine's reason where no device is usable).
     // A refused load leaves the loaded model, and its back end, in place.
+    // A .tinyloop file, or a Hugging Face checkpoint folder: imported once into the import cache
+    // (tinyloop::import_hf_cached, reporting importProgress per tensor; cancelImport stops it and
+    // the load fails with "import cancelled", the loaded model staying), then loaded from there.
     void loadModel(const QString& path, const QString& backend = QStringLiteral("auto"));
+    // Thread-safe (an atomic): called directly from the GUI thread while loadModel imports.
+    void cancelImport() { m_importCancel.store(true); }
+    // Where imports are cached ("" = tinyloop::default_import_cache_dir()); set before loading.
+    void setImportCacheDir(const QString& dir) { m_importCacheDir = dir; }
     void generate(const tlui::RunRequest& req);
     // Checks req.config with tinyloop::validate_config on the loaded model (prompt tokenized);
     // answers with configChecked(ticket, "") or the engine's reason.
@@ -100,6 +111,8 @@ public slots:
 
 signals:
     void loadStarted(const QString& path);
+    // A folder's import: `done` of `count` tensors, `fraction` of the source bytes converted.
+    void importProgress(const QString& folder, int done, int count, double fraction);
     void modelLoaded(const tlui::ModelLoaded& m);
     void modelLoadFailed(const QString& path, const QString& message);
     void runStarted(quint64 id, int promptLen);
@@ -123,6 +136,8 @@ private:
     mutable std::mutex m_modelMutex;
     std::atomic<quint64> m_cancelUpTo{0};
     std::atomic<bool> m_shutdown{false};
+    std::atomic<bool> m_importCancel{false};
+    QString m_importCacheDir;
 };
 
 }  // namespace tlui

@@ -16,6 +16,7 @@
 // allowed ...", Error(Io) when a file cannot be read or written.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -43,6 +44,9 @@ struct ImportOptions {
     // the same bytes for every count.
     int threads = 0;
     std::function<void(const ImportProgress&)> progress;  // called on the calling thread
+    // Set (from any thread) to stop: the import stops before the next tensor, removes its partial
+    // output and returns a report with cancelled = true (nothing is written at out_path).
+    const std::atomic<bool>* cancel = nullptr;
 };
 
 struct ImportReport {
@@ -51,11 +55,30 @@ struct ImportReport {
     int tensors = 0;                  // tensors written
     uint64_t file_bytes = 0;          // size of the output
     uint64_t largest_tensor_bytes = 0;  // the largest source tensor (f32 bytes while converted)
+    bool cancelled = false;           // stopped through ImportOptions::cancel; nothing written
+    bool cached = false;              // import_hf_cached: the cache already held this import
+    std::string path;                 // the file written (or found in the cache)
 };
 
 // Imports the checkpoint folder `hf_dir` into `out_path` (through out_path.tmp, removed on any
 // failure). Throws Error naming the file and field on every refusal.
 ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& out_path,
                                   const ImportOptions& options = {});
+
+// The import cache: a folder opened again is not converted again (the workbench's File > Open,
+// `tinyloop generate FOLDER`). An import is kept as
+//   CACHE/<folder name>-<dtype>-<16 hex digits>.tinyloop
+// where the digits hash the folder's absolute path, the name, size and modification time of each
+// file in it, and the options that change the output's bytes (dtype, group_size, loops,
+// state_init; not threads, which never do). Changing any source file or option is a new entry;
+// a stale entry is never read. CACHE is `cache_dir` when given, else $TINYLOOP_CACHE_DIR, else
+// $XDG_CACHE_HOME/tinyloop/imports, else $HOME/.cache/tinyloop/imports (created when needed).
+std::string default_import_cache_dir();
+std::string import_cache_path(const std::string& hf_dir, const ImportOptions& options = {},
+                              const std::string& cache_dir = "");
+// The cached file when there is one (report.cached = true, nothing converted; progress is not
+// called), else import_hf_checkpoint into the cache (its refusals and cancel as there).
+ImportReport import_hf_cached(const std::string& hf_dir, const ImportOptions& options = {},
+                              const std::string& cache_dir = "");
 
 }  // namespace tinyloop

@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -294,6 +296,10 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
             pool = std::make_unique<kern::ThreadPool>(
                 o.threads ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
         for (const Placed& p : placed) {
+            if (o.cancel && o.cancel->load(std::memory_order_relaxed)) {
+                rep.cancelled = true;
+                break;
+            }
             const uint64_t n = static_cast<uint64_t>(p.rows) * p.cols;
             values.assign(n, 0.0f);
             p.t->fill(values.data());
@@ -336,6 +342,12 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
         // Large buffers go back before the next phase.
         std::vector<float>().swap(values);
         std::vector<uint16_t>().swap(half);
+        if (rep.cancelled) {
+            out.close();
+            std::error_code ec;
+            fs::remove(tmp, ec);
+            return rep;
+        }
         out.pad_to(align_up(out.pos()));
         out.close();
         std::error_code ec;
@@ -348,7 +360,81 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
     }
     rep.tensors = static_cast<int>(placed.size());
     rep.file_bytes = fs::file_size(out_path);
+    rep.path = out_path;
     return rep;
+}
+
+std::string default_import_cache_dir() {
+    auto env = [](const char* name) -> std::string {
+        const char* v = std::getenv(name);
+        return v && *v ? std::string(v) : std::string();
+    };
+    if (std::string d = env("TINYLOOP_CACHE_DIR"); !d.empty()) return d;
+    if (std::string d = env("XDG_CACHE_HOME"); !d.empty()) return (fs::path(d) / "tinyloop" / "imports").string();
+    if (std::string d = env("HOME"); !d.empty()) return (fs::path(d) / ".cache" / "tinyloop" / "imports").string();
+    throw Error(ErrorCode::Io, "import cache: none of TINYLOOP_CACHE_DIR, XDG_CACHE_HOME, HOME is set; give a cache folder");
+}
+
+namespace {
+
+// FNV-1a, 64 bits: a name for the cache entry, not a security boundary (the entry is a file the
+// user's own process wrote; a collision would need two folders whose listings hash alike).
+struct Fnv64 {
+    uint64_t h = 1469598103934665603ull;
+    void add(const std::string& s) {
+        for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+        h = (h ^ 0xff) * 1099511628211ull;  // a separator, so "ab"+"c" differs from "a"+"bc"
+    }
+};
+
+}  // namespace
+
+std::string import_cache_path(const std::string& hf_dir, const ImportOptions& o, const std::string& cache_dir) {
+    const fs::path dir(hf_dir);
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) throw Error(ErrorCode::Io, hf_dir + ": not a folder");
+    const fs::path abs = fs::weakly_canonical(fs::absolute(dir), ec);
+    Fnv64 f;
+    f.add("tinyloop-import-1");  // bump when the importer's output for the same input changes
+    f.add(abs.string());
+    std::vector<std::string> rows;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+        std::error_code e2;
+        if (!e.is_regular_file(e2)) continue;
+        const auto size = e.file_size(e2);
+        const auto mtime = fs::last_write_time(e.path(), e2).time_since_epoch().count();
+        rows.push_back(e.path().filename().string() + "\t" + std::to_string(size) + "\t" + std::to_string(mtime));
+    }
+    if (ec) throw Error(ErrorCode::Io, hf_dir + ": cannot list: " + ec.message());
+    std::sort(rows.begin(), rows.end());
+    for (const auto& r : rows) f.add(r);
+    f.add(o.dtype);
+    f.add(std::to_string(o.group_size));
+    f.add(std::to_string(o.loops));
+    f.add(o.state_init);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f.h));
+    std::string name = abs.filename().string();
+    if (name.empty()) name = "model";
+    for (char& c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+    const fs::path root = cache_dir.empty() ? fs::path(default_import_cache_dir()) : fs::path(cache_dir);
+    return (root / (name + "-" + o.dtype + "-" + hex + ".tinyloop")).string();
+}
+
+ImportReport import_hf_cached(const std::string& hf_dir, const ImportOptions& o, const std::string& cache_dir) {
+    const std::string path = import_cache_path(hf_dir, o, cache_dir);
+    std::error_code ec;
+    if (fs::is_regular_file(path, ec)) {
+        ImportReport rep;
+        rep.cached = true;
+        rep.path = path;
+        rep.file_bytes = fs::file_size(path, ec);
+        return rep;
+    }
+    fs::create_directories(fs::path(path).parent_path(), ec);
+    if (ec) throw Error(ErrorCode::Io, fs::path(path).parent_path().string() + ": cannot create the import cache: " + ec.message());
+    return import_hf_checkpoint(hf_dir, path, o);
 }
 
 }  // namespace tinyloop
