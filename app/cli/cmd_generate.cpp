@@ -629,12 +629,11 @@ int run_generate(const Args& args) {
     ModelHandle model = open_model(model_path, load);
     const HParams& hp = model_hparams(model.get());
     if (source == "--prompt-ids") {
-        for (int32_t id : prompt_ids)
-            if (id >= hp.vocab_size)
-                throw UsageError("--prompt-ids: token id " + std::to_string(id) +
-                                 " is outside the model's vocabulary (ids 0.." +
-                                 std::to_string(hp.vocab_size - 1) + ", vocab_size " +
-                                 std::to_string(hp.vocab_size) + ")");
+        try {
+            check_token_ids(prompt_ids.data(), prompt_ids.size(), hp.vocab_size, "--prompt-ids");
+        } catch (const Error& e) {
+            throw UsageError(e.what());
+        }
     } else {
         const bool parse_special = args.has("--parse-special");
         if (!parse_special) hint_special_tokens("tinyloop generate", source, model.get(), prompt_text);

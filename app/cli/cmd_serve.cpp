@@ -40,9 +40,10 @@ CommandSpec serve_spec() {
         "Runs the OpenAI-compatible HTTP server (app/serve/server.py) on MODEL. Every argument\n"
         "after 'serve' goes to the server unchanged; the server replaces this process, so Ctrl-C\n"
         "and signals reach it directly. A Hugging Face folder (config.json, safetensors,\n"
-        "tokenizer.json) is imported first (as `tinyloop import FOLDER OUT`, bf16) into the cache\n"
-        "$TINYLOOP_IMPORT_CACHE (else ~/.cache/tinyloop/imports); a second serve of the unchanged\n"
-        "folder reuses the cached file.";
+        "tokenizer.json) is imported first (as `tinyloop import FOLDER OUT`, bf16) into the import\n"
+        "cache $TINYLOOP_IMPORT_CACHE (else $XDG_CACHE_HOME/tinyloop/imports, else\n"
+        "~/.cache/tinyloop/imports), which every command that opens a folder shares; a later\n"
+        "serve or run of the unchanged folder reads the cached file.";
     const std::string S = "Server options (passed through)";
     s.options = {
         {"--host", "H", "address to listen on (default 127.0.0.1)", "", false, S},
@@ -132,53 +133,6 @@ bool python_imports_binding(const std::string& python) {
     return std::system(cmd.c_str()) == 0;
 }
 
-// The import cache of `serve FOLDER`: $TINYLOOP_IMPORT_CACHE, else $XDG_CACHE_HOME/tinyloop/imports,
-// else ~/.cache/tinyloop/imports.
-fs::path import_cache_dir() {
-    if (const char* env = std::getenv("TINYLOOP_IMPORT_CACHE"); env && *env) return env;
-    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "tinyloop/imports";
-    if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cache/tinyloop/imports";
-    return fs::temp_directory_path() / "tinyloop-imports";
-}
-
-// A Hugging Face folder given to serve is imported once: the cached file is named by the folder's
-// path and the names, sizes and modification times of its files (FNV-1a), so an unchanged folder
-// is served from the cache and a changed one is imported again.
-std::string imported_model(const fs::path& folder) {
-    std::error_code ec;
-    const fs::path abs = fs::weakly_canonical(folder, ec);
-    uint64_t h = 1469598103934665603ull;
-    auto mix = [&h](const std::string& s) {
-        for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-        h = (h ^ 0xff) * 1099511628211ull;
-    };
-    mix(abs.string());
-    std::vector<std::string> entries;
-    for (const auto& e : fs::directory_iterator(abs, ec)) {
-        if (!e.is_regular_file(ec)) continue;
-        const auto t = fs::last_write_time(e.path(), ec).time_since_epoch().count();
-        entries.push_back(e.path().filename().string() + "|" + std::to_string(e.file_size(ec)) + "|" + std::to_string(t));
-    }
-    std::sort(entries.begin(), entries.end());
-    for (const auto& s : entries) mix(s);
-    char hex[17];
-    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
-    const fs::path dir = import_cache_dir();
-    const fs::path out = dir / (abs.filename().string() + "-" + hex + ".tinyloop");
-    if (is_file(out)) {
-        std::fprintf(stderr, "serve: %s was imported before: serving %s\n", folder.c_str(), out.c_str());
-        return out.string();
-    }
-    fs::create_directories(dir, ec);
-    if (ec) throw UsageError("serve: cannot create the import cache " + dir.string() + ": " + ec.message() +
-                             " (set TINYLOOP_IMPORT_CACHE to a writable folder)");
-    std::fprintf(stderr, "serve: importing %s into %s\n", folder.c_str(), out.c_str());
-    const ImportReport r = import_hf_checkpoint(abs.string(), out.string());
-    std::fprintf(stderr, "serve: imported %s (%d tensors, %llu bytes)\n", r.source_architecture.c_str(), r.tensors,
-                 static_cast<unsigned long long>(r.file_bytes));
-    return out.string();
-}
-
 }  // namespace
 
 int run_serve(int argc, char** argv, int first) {
@@ -220,7 +174,7 @@ int run_serve(int argc, char** argv, int first) {
         std::error_code ec;
         if (i == first && !arg.empty() && arg[0] != '-' && fs::is_directory(arg, ec) &&
             fs::exists(fs::path(arg) / "config.json", ec))
-            arg = imported_model(arg);
+            arg = imported_folder(arg);
         a.push_back(arg == "--server-help" ? "--help" : arg);
     }
     std::vector<char*> cargv;

@@ -65,31 +65,38 @@ void check_file_readable(const std::string& flag, const std::string& path) {
     }
 }
 
+std::string imported_folder(const std::string& path) {
+    // A Hugging Face checkpoint folder: imported once into the import cache (the importer's
+    // defaults: bf16, exact to a bf16 checkpoint), then read from there; `tinyloop import`
+    // chooses other dtypes.
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::path(path) / "config.json", ec))
+        throw UsageError("cannot open model '" + path +
+                         "': it is a directory without config.json (a .tinyloop file or a Hugging Face checkpoint folder)");
+    ImportOptions io;
+    const std::string cached = import_cache_path(path, io);
+    if (std::filesystem::is_regular_file(cached, ec)) {
+        std::fprintf(stderr, "%s was imported before: reading %s\n", path.c_str(), cached.c_str());
+        return cached;
+    }
+    std::fprintf(stderr, "importing %s into %s (once; later opens read the cache)\n", path.c_str(), cached.c_str());
+    int last_pct = -1;
+    io.progress = [&](const ImportProgress& p) {
+        const int pct = p.bytes_total ? static_cast<int>(100 * p.bytes_done / p.bytes_total) : 100;
+        if (pct / 10 != last_pct / 10 || p.index == p.count) {
+            std::fprintf(stderr, "  %d/%d tensors, %d%%\n", p.index, p.count, pct);
+            last_pct = pct;
+        }
+    };
+    const ImportReport rep = import_hf_cached(path, io);
+    std::fprintf(stderr, "imported %s (%d tensors, %llu bytes)\n", rep.source_architecture.c_str(), rep.tensors,
+                 static_cast<unsigned long long>(rep.file_bytes));
+    return rep.path;
+}
+
 ModelHandle open_model(const std::string& path, const LoadOptions& options) {
     std::error_code dir_ec;
-    if (std::filesystem::is_directory(path, dir_ec)) {
-        // A Hugging Face checkpoint folder: imported once into the import cache (bf16, exact to
-        // a bf16 checkpoint), then opened from there; `tinyloop import` chooses other dtypes.
-        if (!std::filesystem::exists(std::filesystem::path(path) / "config.json", dir_ec))
-            throw UsageError("cannot open model '" + path +
-                             "': it is a directory without config.json (a .tinyloop file or a Hugging Face checkpoint folder)");
-        ImportOptions io;
-        const std::string cached = import_cache_path(path, io);
-        std::error_code ec;
-        if (!std::filesystem::is_regular_file(cached, ec)) {
-            std::fprintf(stderr, "importing %s into %s (once; later opens read the cache)\n", path.c_str(), cached.c_str());
-            int last_pct = -1;
-            io.progress = [&](const ImportProgress& p) {
-                const int pct = p.bytes_total ? static_cast<int>(100 * p.bytes_done / p.bytes_total) : 100;
-                if (pct / 10 != last_pct / 10 || p.index == p.count) {
-                    std::fprintf(stderr, "  %d/%d tensors, %d%%\n", p.index, p.count, pct);
-                    last_pct = pct;
-                }
-            };
-        }
-        const ImportReport rep = import_hf_cached(path, io);
-        return open_model(rep.path, options);
-    }
+    if (std::filesystem::is_directory(path, dir_ec)) return open_model(imported_folder(path), options);
     check_readable("model", path);
     try {
         return load_model_handle(path, options);
@@ -238,11 +245,11 @@ std::vector<int32_t> input_tokens(const TokenInput& in, Model* model, size_t min
     const HParams& hp = model_hparams(model);
     std::vector<int32_t> ids = in.ids;
     if (in.source == "--ids") {
-        for (int32_t id : ids)
-            if (id >= hp.vocab_size)
-                throw UsageError("--ids: token id " + std::to_string(id) +
-                                 " is outside the model's vocabulary (ids 0.." +
-                                 std::to_string(hp.vocab_size - 1) + ")");
+        try {
+            check_token_ids(ids.data(), ids.size(), hp.vocab_size, "--ids");
+        } catch (const Error& e) {
+            throw UsageError(e.what());
+        }
     } else {
         if (!in.parse_special) hint_special_tokens("tinyloop " + in.command, in.source, model, in.text);
         ids = tokenize(model, in.text, in.parse_special);

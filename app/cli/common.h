@@ -27,8 +27,14 @@ std::optional<int> loops_flag(const Args& args);
 // A list of depths (--depths, --escalate) against the model: each in [1, max_loops].
 void check_depths(const std::string& flag, const std::vector<int>& depths, const HParams& hp);
 
-// Loads MODEL. A path that does not exist or is not a readable file is a UsageError naming it;
-// engine errors are rethrown with the path in the message.
+// A Hugging Face checkpoint folder's file in the import cache (import.h's import_cache_path;
+// $TINYLOOP_IMPORT_CACHE, else $XDG_CACHE_HOME/tinyloop/imports, else ~/.cache/tinyloop/imports):
+// imported on first use with progress on stderr, read from the cache while the folder is unchanged.
+std::string imported_folder(const std::string& path);
+
+// Loads MODEL (a .tinyloop file, or a Hugging Face folder through imported_folder). A path that
+// does not exist or is not a readable file is a UsageError naming it; engine errors are rethrown
+// with the path in the message.
 ModelHandle open_model(const std::string& path, const LoadOptions& options);
 
 // UsageError "FLAG: cannot open file 'path': reason" unless path is a readable regular file.

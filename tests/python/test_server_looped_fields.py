@@ -4,6 +4,7 @@ openai client, which keeps it as an extra field and otherwise ignores it), and
 `tinyloop serve HF_FOLDER` importing the folder once into a cache."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -162,3 +163,35 @@ def test_serve_a_hugging_face_folder_imports_once(cli, imported_ouro, tmp_path):
         out = stop(p)
     assert "imported before" in out and "importing" not in out, out
     assert list(cache.glob("*.tinyloop")) == files and files[0].stat().st_mtime_ns == mtime
+
+
+def test_a_command_opens_a_hugging_face_folder_through_the_same_cache(cli, imported_ouro, tmp_path):
+    """`tinyloop generate FOLDER` imports the folder once into the import cache serve uses (the
+    entry serve made is the one generate reads), and its output equals the imported file's."""
+    folder = imported_ouro[0]
+    cache = tmp_path / "cache"
+    env = dict(os.environ, TINYLOOP_IMPORT_CACHE=str(cache))
+    args = ["generate", "--prompt", "hello", "--max-tokens", "6", "--ignore-eos", "--json"]
+    first = subprocess.run([str(cli), args[0], str(folder), *args[1:]], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert "importing" in first.stderr and "imported before" not in first.stderr, first.stderr
+    files = list(cache.glob("*.tinyloop"))
+    assert len(files) == 1
+    second = subprocess.run([str(cli), args[0], str(folder), *args[1:]], env=env, capture_output=True, text=True)
+    assert second.returncode == 0 and "imported before" in second.stderr and "importing" not in second.stderr, second.stderr
+    assert list(cache.glob("*.tinyloop")) == files
+    imported = tmp_path / "ref.tinyloop"  # what `tinyloop import` writes with its defaults
+    subprocess.run([str(cli), "import", str(folder), str(imported)], check=True, capture_output=True)
+    ref = subprocess.run([str(cli), args[0], str(imported), *args[1:]], capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr
+    assert json.loads(second.stdout)["output_ids"] == json.loads(ref.stdout)["output_ids"]
+    assert json.loads(first.stdout)["output_ids"] == json.loads(ref.stdout)["output_ids"]
+    # the same entry serves: serve finds it imported before
+    p, base, _ = serve_folder(cli, folder, cache)
+    out = stop(p)
+    assert "imported before" in out and "importing" not in out, out
+    # a folder without config.json is refused by name, exit status 2
+    bad = tmp_path / "not-a-checkpoint"
+    bad.mkdir()
+    r = subprocess.run([str(cli), "generate", str(bad), "--prompt", "x"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "without config.json" in r.stderr, r.stderr

@@ -179,7 +179,7 @@ private slots:
     // The window: File > Open Hugging Face folder exists; opening a folder shows the import, names
     // the folder in the title, the architecture in the model panel, and remembers the folder.
     void mainWindowOpensAFolder() {
-        qputenv("TINYLOOP_CACHE_DIR", (m_dir.path() + "/window-cache").toUtf8());
+        qputenv("TINYLOOP_IMPORT_CACHE", (m_dir.path() + "/window-cache").toUtf8());
         MainWindow w(tltest::quietWindow(m_dir));
         QVERIFY(w.findChild<QAction*>("openFolderAction") != nullptr);
         QSignalSpy ready(&w, &MainWindow::modelReady);
@@ -199,7 +199,7 @@ private slots:
         auto* cancel = w.findChild<QPushButton*>("cancelImportButton");
         QVERIFY(cancel && cancel->isHidden());
         QVERIFY(bar->maximum() == 0);  // back to the busy indicator for runs
-        qunsetenv("TINYLOOP_CACHE_DIR");
+        qunsetenv("TINYLOOP_IMPORT_CACHE");
     }
 };
 

@@ -173,6 +173,12 @@ const GlossaryEntry kEntries[] = {
     {"KV cache", {"kv", "keys and values", "keys/values", "kv_cache", "kv cache", "KV bytes"},
      "The keys and values the model computed for earlier positions, kept so each new token does "
      "not recompute them. A looped model keeps one set per pass and layer."},
+    {"kv_sharing", {"kv sharing", "KV sharing", "per-pass", "last-pass", "latest-m4", "compress"},
+     "How a looped model keeps keys and values across its passes. per-pass (exact, the default) "
+     "keeps one set per pass and layer; last-pass keeps only the last pass's (Ouro's decode-time "
+     "reuse); latest-m4 and compress-s{k} are Huginn's ways of sharing slots between passes. The "
+     "shared ways use less memory and change the output a little: the model panel and the KV "
+     "view show the bytes per token and the measured change in NLL."},
     {"KV provenance", {"provenance"},
      "A view that shows which pass computed each position's keys and values: a normal pass, "
      "propagated from an early exit, or taken from a prefix cache."},

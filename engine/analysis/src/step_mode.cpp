@@ -83,8 +83,7 @@ const tinyloop::TokenEvent& Stepper::propose() {
 void Stepper::commit(int32_t token) {
     if (m_finished) fail("step: the run is finished (" + m_stopReason + ")");
     const auto& hp = tinyloop::model_hparams(m_model);
-    if (token < 0 || token >= hp.vocab_size)
-        fail("token: id " + std::to_string(token) + " is outside the vocabulary [0, " + std::to_string(hp.vocab_size) + ")");
+    tinyloop::check_token_id(token, hp.vocab_size, "token");
     propose();
     StepRecord rec;
     rec.proposal = *m_pending;

@@ -71,7 +71,7 @@ ImportReport import_hf_checkpoint(const std::string& hf_dir, const std::string& 
 // where the digits hash the folder's absolute path, the name, size and modification time of each
 // file in it, and the options that change the output's bytes (dtype, group_size, loops,
 // state_init; not threads, which never do). Changing any source file or option is a new entry;
-// a stale entry is never read. CACHE is `cache_dir` when given, else $TINYLOOP_CACHE_DIR, else
+// a stale entry is never read. CACHE is `cache_dir` when given, else $TINYLOOP_IMPORT_CACHE, else
 // $XDG_CACHE_HOME/tinyloop/imports, else $HOME/.cache/tinyloop/imports (created when needed).
 std::string default_import_cache_dir();
 std::string import_cache_path(const std::string& hf_dir, const ImportOptions& options = {},

@@ -52,8 +52,8 @@ struct SpeculationPolicy {
 
 struct RunSpec {
     DecodeMode mode = DecodeMode::Greedy;
-    GenerateConfig config;
-    SpeculationPolicy speculation;
+    GenerateConfig config{};
+    SpeculationPolicy speculation{};
 };
 
 // The policy as run_decode uses it, kind set from spec.mode and every 0 ("the default")

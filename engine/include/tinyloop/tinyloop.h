@@ -355,6 +355,13 @@ std::vector<GenerateResult> generate_batch_ex(Model* model, const std::vector<st
 std::vector<std::vector<int32_t>> split_batch_output(const std::vector<int32_t>& flat,
                                                      const std::vector<int>& output_lengths);
 
+// The one token-id range rule: throws InvalidArgument "FIELD: token id X is outside the
+// vocabulary [0, V)" when id is not in [0, vocab_size); check_token_ids names the first bad
+// entry as FIELD[i]. Every room that takes ids (decode, caches, scoring, config validation, the
+// analysis stepper, the CLI's --ids flags) asks it.
+void check_token_id(int32_t id, int vocab_size, const std::string& field);
+void check_token_ids(const int32_t* ids, size_t n, int vocab_size, const std::string& field);
+
 // Validates a config against a model (every rule generate applies), throwing InvalidArgument.
 void validate_config(const Model* model, int prompt_len, const GenerateConfig& config);
 

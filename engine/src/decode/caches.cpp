@@ -50,11 +50,7 @@ void check_ids(const Model& m, const int32_t* ids, int n, const char* field) {
         throw Error(ErrorCode::InvalidArgument, std::string(field) + ": length " + std::to_string(n) +
                                                     " exceeds max_seq_len " + std::to_string(m.max_seq_len));
     if (!ids) throw Error(ErrorCode::InvalidArgument, std::string(field) + ": must not be null");
-    for (int i = 0; i < n; ++i)
-        if (ids[i] < 0 || ids[i] >= m.hp.vocab_size)
-            throw Error(ErrorCode::InvalidArgument, std::string(field) + "[" + std::to_string(i) + "]: token id " +
-                                                        std::to_string(ids[i]) + " is outside the vocabulary [0, " +
-                                                        std::to_string(m.hp.vocab_size) + ")");
+    check_token_ids(ids, static_cast<size_t>(n), m.hp.vocab_size, field);
 }
 
 // Prefill `ids` at depth `loops` into `seq`, keeping the states h_loops in `h` and the last

@@ -71,12 +71,7 @@ const char* kv_origin_name(KVOrigin o) {
 }
 
 void check_prompt_ids(const Model& m, const int32_t* prompt, int prompt_len) {
-    if (prompt_len > 0 && prompt == nullptr) throw Error(ErrorCode::InvalidArgument, "prompt: must not be null");
-    for (int i = 0; i < prompt_len; ++i)
-        if (prompt[i] < 0 || prompt[i] >= m.hp.vocab_size)
-            throw Error(ErrorCode::InvalidArgument,
-                        "prompt[" + std::to_string(i) + "]: token id " + std::to_string(prompt[i]) +
-                            " is outside the vocabulary [0, " + std::to_string(m.hp.vocab_size) + ")");
+    check_token_ids(prompt, static_cast<size_t>(std::max(prompt_len, 0)), m.hp.vocab_size, "prompt");
 }
 
 GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, const GenerateConfig& config,

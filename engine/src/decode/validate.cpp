@@ -9,6 +9,18 @@
 
 namespace tinyloop {
 
+void check_token_id(int32_t id, int vocab_size, const std::string& field) {
+    if (id < 0 || id >= vocab_size)
+        throw Error(ErrorCode::InvalidArgument, field + ": token id " + std::to_string(id) +
+                                                    " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+}
+
+void check_token_ids(const int32_t* ids, size_t n, int vocab_size, const std::string& field) {
+    if (n > 0 && ids == nullptr) throw Error(ErrorCode::InvalidArgument, field + ": must not be null");
+    for (size_t i = 0; i < n; ++i)
+        if (ids[i] < 0 || ids[i] >= vocab_size) check_token_id(ids[i], vocab_size, field + "[" + std::to_string(i) + "]");
+}
+
 namespace {
 
 [[noreturn]] void bad(const std::string& msg) { throw Error(ErrorCode::InvalidArgument, msg); }
@@ -26,10 +38,7 @@ void finite(const std::string& field, float x) {
 
 // Ids a ban lists, each in the vocabulary, and not all of it (nothing could be emitted).
 void banned_ids(const std::string& field, const std::vector<int32_t>& ids, int vocab) {
-    for (size_t i = 0; i < ids.size(); ++i)
-        if (ids[i] < 0 || ids[i] >= vocab)
-            bad(field + "[" + std::to_string(i) + "]: token id " + std::to_string(ids[i]) +
-                " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    check_token_ids(ids.data(), ids.size(), vocab, field);
     std::vector<int32_t> distinct = ids;
     std::sort(distinct.begin(), distinct.end());
     if (std::unique(distinct.begin(), distinct.end()) - distinct.begin() >= vocab)
@@ -90,8 +99,6 @@ void validate_several_outputs(const GenerateConfig& c) {
             " needs num_beam_groups >= 2 (it penalises a group for the ids earlier groups chose)");
 }
 
-std::string vocab_range(const ConfigLimits& hp) { return "[0, " + std::to_string(hp.vocab_size) + ")"; }
-
 // force_words (HF's force_words_ids): beam only, not with groups; bounded counts and lengths;
 // each alternative non-empty, in the vocabulary, and no alternative a prefix of another of its
 // entry (HF's DisjunctiveConstraint refuses those too).
@@ -118,10 +125,7 @@ void validate_force_words(const GenerateConfig& c, const ConfigLimits& hp) {
             if (w.empty()) bad(fa + ": must not be empty");
             if (w.size() > kMaxWordTokens)
                 bad(fa + ": " + std::to_string(w.size()) + " tokens is outside [1, " + std::to_string(kMaxWordTokens) + "]");
-            for (size_t j = 0; j < w.size(); ++j)
-                if (w[j] < 0 || w[j] >= hp.vocab_size)
-                    bad(fa + "[" + std::to_string(j) + "]: token id " + std::to_string(w[j]) + " is outside the vocabulary " +
-                        vocab_range(hp));
+            check_token_ids(w.data(), w.size(), hp.vocab_size, fa);
             for (size_t b = 0; b < alts.size(); ++b)
                 if (b != a && alts[b].size() >= w.size() && std::equal(w.begin(), w.end(), alts[b].begin()))
                     bad(fa + ": is " + (alts[b].size() == w.size() ? "the same as" : "a prefix of") + " alternative " +
@@ -188,18 +192,14 @@ void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
     for (size_t i = 0; i < c.logit_bias.size(); ++i) {
         const auto& [id, b] = c.logit_bias[i];
         const std::string f = "logit_bias[" + std::to_string(i) + "]";
-        if (id < 0 || id >= hp.vocab_size)
-            bad(f + ": token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(hp.vocab_size) + ")");
+        check_token_id(id, hp.vocab_size, f);
         if (!std::isfinite(b) || b < -100.0f || b > 100.0f) bad(f + ": bias " + num(b) + " is outside [-100, 100]");
     }
     for (size_t i = 0; i < c.stop_sequences.size(); ++i) {
         const auto& s = c.stop_sequences[i];
         const std::string f = "stop_sequences[" + std::to_string(i) + "]";
         if (s.empty()) bad(f + ": must not be empty");
-        for (size_t j = 0; j < s.size(); ++j)
-            if (s[j] < 0 || s[j] >= hp.vocab_size)
-                bad(f + "[" + std::to_string(j) + "]: token id " + std::to_string(s[j]) +
-                    " is outside the vocabulary [0, " + std::to_string(hp.vocab_size) + ")");
+        check_token_ids(s.data(), s.size(), hp.vocab_size, f);
     }
     for (size_t i = 0; i < c.stop_strings.size(); ++i)
         if (c.stop_strings[i].empty()) bad("stop_strings[" + std::to_string(i) + "]: must not be empty");
@@ -210,10 +210,7 @@ void validate_config_fields(const GenerateConfig& c, const ConfigLimits& hp) {
         const auto& s = c.bad_words[i];
         const std::string f = "bad_words[" + std::to_string(i) + "]";
         if (s.empty()) bad(f + ": must not be empty");
-        for (size_t j = 0; j < s.size(); ++j)
-            if (s[j] < 0 || s[j] >= hp.vocab_size)
-                bad(f + "[" + std::to_string(j) + "]: token id " + std::to_string(s[j]) +
-                    " is outside the vocabulary [0, " + std::to_string(hp.vocab_size) + ")");
+        check_token_ids(s.data(), s.size(), hp.vocab_size, f);
     }
 
     if (c.min_new_tokens < 0 || c.min_new_tokens > hp.max_seq_len)

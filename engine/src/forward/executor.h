@@ -85,7 +85,7 @@ struct SequenceSpec {
     int capacity = 0;
     int window = 0;
     KVCacheType kv_cache = KVCacheType::F32;
-    KVSharing kv_sharing;  // other than per-pass: the CPU's (ExecOp::KVSharing)
+    KVSharing kv_sharing{};  // other than per-pass: the CPU's (ExecOp::KVSharing)
     int prompt = 0;        // positions kv_sharing computes exactly (the prompt)
 };
 

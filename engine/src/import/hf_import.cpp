@@ -369,10 +369,10 @@ std::string default_import_cache_dir() {
         const char* v = std::getenv(name);
         return v && *v ? std::string(v) : std::string();
     };
-    if (std::string d = env("TINYLOOP_CACHE_DIR"); !d.empty()) return d;
+    if (std::string d = env("TINYLOOP_IMPORT_CACHE"); !d.empty()) return d;
     if (std::string d = env("XDG_CACHE_HOME"); !d.empty()) return (fs::path(d) / "tinyloop" / "imports").string();
     if (std::string d = env("HOME"); !d.empty()) return (fs::path(d) / ".cache" / "tinyloop" / "imports").string();
-    throw Error(ErrorCode::Io, "import cache: none of TINYLOOP_CACHE_DIR, XDG_CACHE_HOME, HOME is set; give a cache folder");
+    throw Error(ErrorCode::Io, "import cache: none of TINYLOOP_IMPORT_CACHE, XDG_CACHE_HOME, HOME is set; give a cache folder");
 }
 
 namespace {

@@ -13,10 +13,7 @@ void check_score_tokens(const Model& m, const int32_t* tokens, int n, int min_n)
     if (n > m.max_seq_len)
         throw Error(ErrorCode::InvalidArgument, "n: " + std::to_string(n) + " tokens exceed max_seq_len " + std::to_string(m.max_seq_len));
     if (!tokens) throw Error(ErrorCode::InvalidArgument, "tokens: must not be null");
-    for (int i = 0; i < n; ++i)
-        if (tokens[i] < 0 || tokens[i] >= m.hp.vocab_size)
-            throw Error(ErrorCode::InvalidArgument, "tokens[" + std::to_string(i) + "]: token id " + std::to_string(tokens[i]) +
-                                                        " is outside the vocabulary [0, " + std::to_string(m.hp.vocab_size) + ")");
+    check_token_ids(tokens, static_cast<size_t>(n), m.hp.vocab_size, "tokens");
 }
 
 std::vector<float> all_pass_states(const Executor& ex, const Model& m, const int32_t* tokens, int n, int loops,
