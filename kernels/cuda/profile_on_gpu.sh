@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Where a decode token's time goes on the GPU: the carried bench_cuda (check_on_gpu.sh --pack)
+# under Nsight Systems (per-kernel totals of the graph's nodes) and, for a few kernels, Nsight
+# Compute's speed-of-light section. One log, $OUT/profile.log, everything under `timeout`.
+#   kernels/cuda/profile_on_gpu.sh            # on the device (build-devcheck/bins.tar.xz carried)
+#   TL_DEVICE_STUB=1 kernels/cuda/profile_on_gpu.sh   # here: the steps named, nothing run
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-/tmp/profile-out}; mkdir -p "$out"; log=$out/profile.log; : > "$log"
+stub=${TL_DEVICE_STUB:-0}
+t0=$(date +%s)
+say() { printf '== %s (t=%ss)\n' "$*" "$(( $(date +%s) - t0 ))" | tee -a "$log"; }
+step() {  # CAP CMD...
+  local cap=$1; shift
+  printf -- '-- (timeout %ss) %s\n' "$cap" "$*" >> "$log"
+  if [ "$stub" = 1 ]; then echo "(stub) $*" >> "$log"; return 0; fi
+  timeout -k 5 "$cap" "$@" >> "$log" 2>&1; echo "-- exit $?" >> "$log"
+}
+dc=/tmp/devcheck/devcheck
+say machine
+step 10 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv
+for t in nsys ncu; do echo "$t: $(command -v $t || ls /usr/local/cuda*/bin/$t /opt/nvidia/*/bin/$t 2>/dev/null | head -1)" >> "$log"; done
+nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if [ "$stub" != 1 ]; then
+  rm -rf /tmp/devcheck && mkdir -p /tmp/devcheck && tar -C /tmp/devcheck -xJf "$root/build-devcheck/bins.tar.xz"
+  cat "$dc/COMMIT" >> "$log"
+fi
+runner=()
+if [ "$stub" != 1 ] && ! "$dc/bin/tinyloop" --help > /dev/null 2>&1; then
+  runner=("$(ls "$dc"/lib/ld-linux-x86-64.so.* | head -1)" --library-path "$dc/lib")
+fi
+B=(${runner[@]+"${runner[@]}"} "$dc/bin/bench_cuda")
+kjv=$root/resources/models/tinyloop-kjv
+say models
+for dt in f32 q4; do step 30 ${runner[@]+"${runner[@]}"} "$dc/bin/tinyloop" make-random /tmp/d512-$dt.tinyloop --dtype $dt; done
+say "bench_cuda plain (baseline)"
+step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 256 --reps 1
+step 40 "${B[@]}" "$kjv/model-q4.tinyloop" --prompt 256 --tokens 256 --reps 1
+say "context sweep d512-q4 (attention's share: prompt 16 vs 512 vs 1536)"
+step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 16 --tokens 256 --reps 1
+step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 1536 --tokens 256 --reps 1
+say "the fast step's parts (tinyloop bench, TINYLOOP_CUDA_FAST)"
+for parts in 0 fuse fuse,split fuse,split,pdl all; do
+  echo "parts $parts" >> "$log"
+  TINYLOOP_CUDA_FAST=$parts step 40 ${runner[@]+"${runner[@]}"} "$dc/bin/tinyloop" bench --random d_model=512,n_heads=8,d_ff=1408,vocab=4096,n_pre=2,n_loop=2,loops=7 --backend cuda --dtypes q4 --modes plain --tokens 256 --prompt-tokens 256 --repeat 2 --no-machine
+done
+if [ -n "$nsys" ]; then
+  say "nsys d512-q4"
+  step 90 "$nsys" profile --cuda-graph-trace=node --stats=false -f true -o /tmp/p512 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 128 --reps 1
+  step 40 "$nsys" stats -q --report cuda_gpu_kern_sum --format table /tmp/p512.nsys-rep
+  say "nsys kjv-q4"
+  step 60 "$nsys" profile --cuda-graph-trace=node --stats=false -f true -o /tmp/pkjv "${B[@]}" "$kjv/model-q4.tinyloop" --prompt 256 --tokens 128 --reps 1
+  step 30 "$nsys" stats -q --report cuda_gpu_kern_sum --format table /tmp/pkjv.nsys-rep
+fi
+if [ -n "$ncu" ]; then
+  say "ncu d512-q4: fast kernels, speed of light + launch stats"
+  step 60 "$ncu" --graph-profiling node -k 'regex:fast_|attention_split' --launch-skip 400 --launch-count 12 \
+    --section SpeedOfLight --section LaunchStats --section Occupancy "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 8 --reps 1
+fi
+say done
+tail -c 12000 "$log" | grep -v '^$' | tail -150
