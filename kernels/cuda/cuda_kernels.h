@@ -301,5 +301,8 @@ void attention_combine(Context& ctx, const SplitPartials& p, int n_tok, float* o
 // attention_combine then fast_matmul. W.cols == n_heads * head_dim <= kFastMaxCols.
 void fast_matmul_combined(Context& ctx, const SplitPartials& p, float* att_out, const WeightView& W, float* y,
                           bool accumulate, bool pdl);
+// Whether fast_matmul_combined's shared memory (the row, then n_heads x (n_splits + 1) factors)
+// fits the 48 KiB a launch gets without opting in; else the combine is launched on its own.
+bool fast_combined_fits(const SplitPartials& p, int cols);
 
 }  // namespace tinyloop::kern::cuda

@@ -37,11 +37,13 @@ for dt in f32 q4; do step 30 ${runner[@]+"${runner[@]}"} "$dc/bin/tinyloop" make
 say "bench_cuda plain (baseline)"
 step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 256 --reps 1
 step 40 "${B[@]}" "$kjv/model-q4.tinyloop" --prompt 256 --tokens 256 --reps 1
+step 40 "${B[@]}" /tmp/d512-f32.tinyloop --prompt 512 --tokens 256 --reps 1
+step 40 "${B[@]}" "$kjv/model-f32.tinyloop" --prompt 256 --tokens 256 --reps 1
 say "context sweep d512-q4 (attention's share: prompt 16 vs 512 vs 1536)"
 step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 16 --tokens 256 --reps 1
 step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 1536 --tokens 256 --reps 1
 say "the fast step's parts (tinyloop bench, TINYLOOP_CUDA_FAST)"
-for parts in 0 fuse fuse,split fuse,split,pdl all; do
+for parts in ${TL_PROFILE_PARTS:-0 all}; do
   echo "parts $parts" >> "$log"
   TINYLOOP_CUDA_FAST=$parts step 40 ${runner[@]+"${runner[@]}"} "$dc/bin/tinyloop" bench --random d_model=512,n_heads=8,d_ff=1408,vocab=4096,n_pre=2,n_loop=2,loops=7 --backend cuda --dtypes q4 --modes plain --tokens 256 --prompt-tokens 256 --repeat 2 --no-machine
 done
@@ -54,9 +56,20 @@ if [ -n "$nsys" ]; then
   step 30 "$nsys" stats -q --report cuda_gpu_kern_sum --format table /tmp/pkjv.nsys-rep
 fi
 if [ -n "$ncu" ]; then
-  say "ncu d512-q4: fast kernels, speed of light + launch stats"
-  step 60 "$ncu" --graph-profiling node -k 'regex:fast_|attention_split' --launch-skip 400 --launch-count 12 \
+  say "ncu d512-q4: fast kernels, speed of light + launch stats (caches flushed, base clock)"
+  step 60 "$ncu" --graph-profiling node -k 'regex:fast_|attention_split' --launch-skip 400 --launch-count 6 \
     --section SpeedOfLight --section LaunchStats --section Occupancy "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 8 --reps 1
+  say "ncu d512-q4: every fast kernel of two tokens, warm caches, the device's clocks (duration only)"
+  step 90 "$ncu" --graph-profiling node -k 'regex:fast_|attention_split' --launch-skip 400 --launch-count 162 \
+    --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --print-kernel-base function \
+    "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 8 --reps 1 > /tmp/ncu.csv 2>&1
+  grep -c gpu__time_duration /tmp/ncu.csv >> "$log"
+  # per kernel: count, total us, mean us (the CSV's columns: ... "Kernel Name" ... "Metric Value")
+  awk -F'","' '/gpu__time_duration.sum/ { n = $0; sub(/\(.*/, "", $5); v = $NF; gsub(/[",]/, "", v); k = $5 " " $9;
+      c[k]++; t[k] += v } END { for (k in c) printf "  %-48s n %4d total %10.1f us mean %7.2f us\n", k, c[k], t[k] / 1000, t[k] / c[k] / 1000;
+      }' /tmp/ncu.csv | sort -k5 -nr >> "$log"
+  awk -F'","' '/gpu__time_duration.sum/ { v = $NF; gsub(/[",]/, "", v); s += v; n++ } END { printf "  all: %d kernels, %.1f us, per token (81 kernels at d512) %.1f us\n", n, s / 1000, s / 1000 / n * 81 }' /tmp/ncu.csv >> "$log"
+  head -5 /tmp/ncu.csv >> "$log"
 fi
 say done
 tail -c 12000 "$log" | grep -v '^$' | tail -150
