@@ -277,7 +277,10 @@ void fast_qkv_rope_store(Context& ctx, const FoldedNorm& norm, const WeightView&
 // attention() within float rounding (another summation order); batch-invariant like it (a
 // row's bits depend only on its row list and n_splits). partial: attention_split_floats(...)
 // floats of device memory.
-constexpr int kAttentionMinBlocks = 128;  // blocks a single-row decode should spread over
+// blocks a single-row decode should spread over: two per SM of a 132-SM H200, so each warp of a
+// split walks ~4 rows of a 512-row context at d512 (the second H200 profile: attention_split, 8
+// us at 16 splits, was the step's slowest kernel)
+constexpr int kAttentionMinBlocks = 256;
 constexpr int kAttentionMaxSplits = 64;
 // ceil(kAttentionMinBlocks / n_heads), within [1, kAttentionMaxSplits].
 int attention_splits(int n_heads);

@@ -31,17 +31,36 @@ if [ "$stub" != 1 ] && ! "$dc/bin/tinyloop" --help > /dev/null 2>&1; then
   runner=("$(ls "$dc"/lib/ld-linux-x86-64.so.* | head -1)" --library-path "$dc/lib")
 fi
 B=(${runner[@]+"${runner[@]}"} "$dc/bin/bench_cuda")
+if [ "$stub" != 1 ]; then  # the tests find the bundled models under the source path they were built with
+  src_dir=$(sed -n 1p "$dc/PATHS")
+  if [ -n "$src_dir" ] && [ ! -e "$src_dir/resources/models" ]; then
+    mkdir -p "$(dirname "$src_dir")" && rm -rf "$src_dir" && ln -s "$root" "$src_dir"
+  fi
+fi
+say "the fast step's bits: its op tests and the step against the reference"
+step 60 ${runner[@]+"${runner[@]}"} "$dc/bin/test_cuda_ops" --gtest_filter='*CudaFastOps*:*Matmul*:*Attention*' --gtest_brief=1
+step 90 ${runner[@]+"${runner[@]}"} "$dc/bin/test_cuda_forward" --gtest_filter='*CudaFastStep*' --gtest_brief=1
 kjv=$root/resources/models/tinyloop-kjv
 say models
 for dt in f32 q4; do step 30 ${runner[@]+"${runner[@]}"} "$dc/bin/tinyloop" make-random /tmp/d512-$dt.tinyloop --dtype $dt; done
-say "bench_cuda plain (baseline)"
+say "bench_cuda plain (baseline), the SM clock sampled every 50 ms meanwhile"
+if [ "$stub" != 1 ]; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu,power.draw,clocks_throttle_reasons.active --format=csv -lms 50 > /tmp/clocks.csv 2>&1 &
+  smi=$!
+fi
 step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 256 --reps 1
+if [ "$stub" != 1 ]; then
+  kill "$smi" 2> /dev/null; wait "$smi" 2> /dev/null
+  echo "SM clock samples (MHz: count), during the bench above:" >> "$log"
+  awk -F', ' 'NR > 1 { c[$2]++ } END { for (k in c) print "  " k ": " c[k] }' /tmp/clocks.csv | sort -k2 -nr | head -12 >> "$log"
+  head -2 /tmp/clocks.csv >> "$log"; awk 'NR % 20 == 0' /tmp/clocks.csv | head -12 >> "$log"
+fi
 step 40 "${B[@]}" "$kjv/model-q4.tinyloop" --prompt 256 --tokens 256 --reps 1
 step 40 "${B[@]}" /tmp/d512-f32.tinyloop --prompt 512 --tokens 256 --reps 1
 step 40 "${B[@]}" "$kjv/model-f32.tinyloop" --prompt 256 --tokens 256 --reps 1
 say "context sweep d512-q4 (attention's share: prompt 16 vs 512 vs 1536)"
 step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 16 --tokens 256 --reps 1
-step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 1536 --tokens 256 --reps 1
+step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 1024 --tokens 256 --reps 1
 say "the fast step's parts (tinyloop bench, TINYLOOP_CUDA_FAST)"
 for parts in ${TL_PROFILE_PARTS:-0 all}; do
   echo "parts $parts" >> "$log"
@@ -56,11 +75,13 @@ if [ -n "$nsys" ]; then
   step 30 "$nsys" stats -q --report cuda_gpu_kern_sum --format table /tmp/pkjv.nsys-rep
 fi
 if [ -n "$ncu" ]; then
-  say "ncu d512-q4: fast kernels, speed of light + launch stats (caches flushed, base clock)"
-  step 60 "$ncu" --graph-profiling node -k 'regex:fast_|attention_split' --launch-skip 400 --launch-count 6 \
-    --section SpeedOfLight --section LaunchStats --section Occupancy "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 8 --reps 1
+  if [ "${TL_PROFILE_SOL:-0}" = 1 ]; then
+    say "ncu d512-q4: fast kernels, speed of light + launch stats (caches flushed, base clock)"
+    step 60 "$ncu" --graph-profiling node -k 'regex:fast_|attention_split' --launch-skip 400 --launch-count 6 \
+      --section SpeedOfLight --section LaunchStats --section Occupancy "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 8 --reps 1
+  fi
   say "ncu d512-q4: every fast kernel of two tokens, warm caches, the device's clocks (duration only)"
-  step 90 "$ncu" --graph-profiling node -k 'regex:fast_|attention_split' --launch-skip 400 --launch-count 162 \
+  [ "$stub" = 1 ] || timeout -k 5 90 "$ncu" --graph-profiling node -k 'regex:fast_|attention_split' --launch-skip 400 --launch-count 162 \
     --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --print-kernel-base function \
     "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 8 --reps 1 > /tmp/ncu.csv 2>&1
   grep -c gpu__time_duration /tmp/ncu.csv >> "$log"
