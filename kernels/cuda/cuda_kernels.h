@@ -277,10 +277,9 @@ void fast_qkv_rope_store(Context& ctx, const FoldedNorm& norm, const WeightView&
 // attention() within float rounding (another summation order); batch-invariant like it (a
 // row's bits depend only on its row list and n_splits). partial: attention_split_floats(...)
 // floats of device memory.
-// blocks a single-row decode should spread over: two per SM of a 132-SM H200, so each warp of a
-// split walks ~4 rows of a 512-row context at d512 (the second H200 profile: attention_split, 8
-// us at 16 splits, was the step's slowest kernel)
-constexpr int kAttentionMinBlocks = 256;
+// blocks a single-row decode should spread over (256 was tried on the H200: attention_split
+// 8.3 -> 6.4 us, but the combine folded into wo 7.4 -> 9.5 us and short contexts slower: a loss)
+constexpr int kAttentionMinBlocks = 128;
 constexpr int kAttentionMaxSplits = 64;
 // ceil(kAttentionMinBlocks / n_heads), within [1, kAttentionMaxSplits].
 int attention_splits(int n_heads);

@@ -58,9 +58,11 @@ fi
 step 40 "${B[@]}" "$kjv/model-q4.tinyloop" --prompt 256 --tokens 256 --reps 1
 step 40 "${B[@]}" /tmp/d512-f32.tinyloop --prompt 512 --tokens 256 --reps 1
 step 40 "${B[@]}" "$kjv/model-f32.tinyloop" --prompt 256 --tokens 256 --reps 1
+[ "${TL_PROFILE_SWEEP:-1}" = 1 ] && {
 say "context sweep d512-q4 (attention's share: prompt 16 vs 512 vs 1536)"
 step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 16 --tokens 256 --reps 1
 step 40 "${B[@]}" /tmp/d512-q4.tinyloop --prompt 1024 --tokens 256 --reps 1
+}
 say "the fast step's parts (tinyloop bench, TINYLOOP_CUDA_FAST)"
 for parts in ${TL_PROFILE_PARTS:-0 all}; do
   echo "parts $parts" >> "$log"
@@ -79,6 +81,12 @@ if [ -n "$ncu" ]; then
     say "ncu d512-q4: fast kernels, speed of light + launch stats (caches flushed, base clock)"
     step 60 "$ncu" --graph-profiling node -k 'regex:fast_|attention_split' --launch-skip 400 --launch-count 6 \
       --section SpeedOfLight --section LaunchStats --section Occupancy "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 8 --reps 1
+  fi
+  if [ "${TL_PROFILE_STALLS:-0}" = 1 ]; then
+    say "ncu d512-q4: where the fast kernels' warps wait (warm caches, the device's clocks)"
+    step 60 "$ncu" --graph-profiling node -k 'regex:fast_|attention_split' --launch-skip 400 --launch-count 5 \
+      --cache-control none --clock-control none --section WarpStateStats --section SchedulerStats --section SpeedOfLight \
+      "${B[@]}" /tmp/d512-q4.tinyloop --prompt 512 --tokens 8 --reps 1
   fi
   say "ncu d512-q4: every fast kernel of two tokens, warm caches, the device's clocks (duration only)"
   [ "$stub" = 1 ] || timeout -k 5 90 "$ncu" --graph-profiling node -k 'regex:fast_|attention_split' --launch-skip 400 --launch-count 162 \
