@@ -277,7 +277,9 @@ void fast_qkv_rope_store(Context& ctx, const FoldedNorm& norm, const WeightView&
 // attention() within float rounding (another summation order); batch-invariant like it (a
 // row's bits depend only on its row list and n_splits). partial: attention_split_floats(...)
 // floats of device memory.
-constexpr int kAttentionMinBlocks = 128;  // blocks a single-row decode should spread over
+// blocks a single-row decode should spread over (256 was tried on the H200: attention_split
+// 8.3 -> 6.4 us, but the combine folded into wo 7.4 -> 9.5 us and short contexts slower: a loss)
+constexpr int kAttentionMinBlocks = 128;
 constexpr int kAttentionMaxSplits = 64;
 // ceil(kAttentionMinBlocks / n_heads), within [1, kAttentionMaxSplits].
 int attention_splits(int n_heads);
@@ -301,5 +303,8 @@ void attention_combine(Context& ctx, const SplitPartials& p, int n_tok, float* o
 // attention_combine then fast_matmul. W.cols == n_heads * head_dim <= kFastMaxCols.
 void fast_matmul_combined(Context& ctx, const SplitPartials& p, float* att_out, const WeightView& W, float* y,
                           bool accumulate, bool pdl);
+// Whether fast_matmul_combined's shared memory (the row, then n_heads x (n_splits + 1) factors)
+// fits the 48 KiB a launch gets without opting in; else the combine is launched on its own.
+bool fast_combined_fits(const SplitPartials& p, int cols);
 
 }  // namespace tinyloop::kern::cuda

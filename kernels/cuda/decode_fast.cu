@@ -44,6 +44,26 @@ __device__ __forceinline__ void pdl_wait_and_release() {
 #endif
 }
 
+// Row r of W into this SM's L1 ahead of its use: the weights never change during a step, so a
+// kernel fetches its rows before it waits for its predecessor (PDL), and the loads after the
+// wait hit L1 instead of paying an L2 or DRAM latency per pack (the first H200 profile: the
+// products ran at 2-16% of the memory system). A hint only: no value depends on it.
+__device__ __forceinline__ void prefetch_row(const WeightView& W, int r, int lane) {
+#if defined(__CUDA_ARCH__)
+    if (r < 0 || r >= W.rows) return;
+    const int bits = W.type == WType::F32 ? 32 : (W.type == WType::F16 || W.type == WType::BF16) ? 16 : bits_of(W.type);
+    const size_t row_bytes = static_cast<size_t>(W.cols) * bits / 8;
+    const uint8_t* row = W.data + static_cast<size_t>(r) * row_bytes;
+    for (size_t off = static_cast<size_t>(lane) * 128; off < row_bytes; off += 32 * 128)
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(row + off));
+    if (bits < 16 && lane == 0 && W.group_size > 0) {
+        const size_t g0 = static_cast<size_t>(r) * (W.cols / W.group_size);
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(W.scales + g0));
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(W.zeros + g0));
+    }
+#endif
+}
+
 // The product's input row in shared memory: x itself, or rmsnorm(x, g) computed as
 // rmsnorm_kernel does (blockDim.x == 256). Block 0 also writes the normalized row to norm_out
 // (when set), so the fused op leaves memory as the unfused pair would.
@@ -67,14 +87,47 @@ __device__ __forceinline__ void load_input(const float* x, const float* g, float
 }
 
 // The product's input row combined from the split attention's states (one row: query 0), as
-// attention_combine_kernel computes each element; block 0 writes it to out (when set).
+// attention_combine_kernel computes each element (device_helpers.h attn_combine); block 0
+// writes it to out (when set). The per-(head, split) factors c = e^(m_s - M) and each head's
+// denominator are the same for every element of the head: computed once into shared memory
+// (cf, den) instead of per element, the numerators in attn_combine's order, the same bits (the
+// maximum is exact in any order; a skipped split is marked c = -1, which e^x never gives).
 __device__ __forceinline__ void load_combined(const float* pm, const float* pl, const float* pacc, int n_splits,
-                                              int head_dim, int cols, float* out, float* xs) {
+                                              int head_dim, int cols, float* out, float* xs, float* cf, float* den) {
+    const int n_heads = cols / head_dim;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int h = warp; h < n_heads; h += warps) {
+        const size_t base = static_cast<size_t>(h) * n_splits;
+        float mx = -INFINITY;
+        for (int s = lane; s < n_splits; s += 32)
+            if (pl[base + s] > 0.0f && pm[base + s] > mx) mx = pm[base + s];
+        mx = warp_max(mx);
+        for (int s = lane; s < n_splits; s += 32)
+            cf[base + s] = pl[base + s] > 0.0f ? expf(pm[base + s] - mx) : -1.0f;
+        __syncwarp();
+        if (lane == 0) {
+            float d = 0.0f;
+            for (int s = 0; s < n_splits; ++s) {
+                if (!(pl[base + s] > 0.0f)) continue;
+                d = fmaf(pl[base + s], cf[base + s], d);
+            }
+            den[h] = d;
+        }
+    }
+    __syncthreads();
     const bool write = out && blockIdx.x == 0;
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
         const int h = i / head_dim, d = i - h * head_dim;
         const size_t base = static_cast<size_t>(h) * n_splits;
-        const float v = attn_combine(pm + base, pl + base, pacc + base * head_dim + d, n_splits, head_dim);
+        const float* acc = pacc + base * head_dim + d;
+        float num = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < n_splits; ++s) {
+            const float c = cf[base + s];
+            if (c == -1.0f) continue;
+            num = fmaf(acc[static_cast<size_t>(s) * head_dim], c, num);
+        }
+        const float v = den[h] > 0.0f ? num * (1.0f / den[h]) : 0.0f;
         xs[i] = v;
         if (write) out[i] = v;
     }
@@ -85,8 +138,9 @@ enum Mode { kStore, kAccumulate, kSwiglu };
 
 // One row (n_tok = 1) from the shared input row xs: y[r] = (W x)[r], += for kAccumulate,
 // silu(W x) * (U x) for kSwiglu; warp w of the block computes row blockIdx.x * 8 + w.
-template <bool kPack, int kMode>
-__device__ __forceinline__ void product_epilogue(const WeightView& W, const WeightView& U, const float* xs, float* y) {
+template <bool kPack, int kMode, bool kEarlyY>
+__device__ __forceinline__ void product_epilogue(const WeightView& W, const WeightView& U, const float* xs, float* y,
+                                                 float y_old) {
     const int lane = threadIdx.x & 31;
     const int r = blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (r >= W.rows) return;
@@ -98,7 +152,7 @@ __device__ __forceinline__ void product_epilogue(const WeightView& W, const Weig
     if (kMode == kSwiglu) u = warp_sum(acc_u[0]);
     if (lane == 0) {
         if (kMode == kStore) y[r] = s;
-        else if (kMode == kAccumulate) y[r] = y[r] + s;
+        else if (kMode == kAccumulate) y[r] = (kEarlyY ? y_old : y[r]) + s;
         else y[r] = s * u / (1.0f + expf(-s));
     }
 }
@@ -110,9 +164,14 @@ __global__ void __launch_bounds__(kThreads) fast_matmul_kernel(WeightView W, Wei
     extern __shared__ float4 smem4[];
     __shared__ float red[32];
     float* xs = reinterpret_cast<float*>(smem4);
+    const int r = blockIdx.x * kWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    prefetch_row(W, r, lane);
+    if (kMode == kSwiglu) prefetch_row(U, r, lane);
     pdl_wait_and_release();
+    // the residual read beside the input row's (one cache latency, not one after the product)
+    const float y_old = kMode == kAccumulate && lane == 0 && r < W.rows ? y[r] : 0.0f;
     load_input(x, g, eps, W.cols, norm_out, xs, red);
-    product_epilogue<kPack, kMode>(W, U, xs, y);
+    product_epilogue<kPack, kMode, true>(W, U, xs, y, y_old);
 }
 
 // fast_matmul_kernel with the split attention's combine as its input (kStore or kAccumulate).
@@ -122,9 +181,13 @@ __global__ void __launch_bounds__(kThreads) fast_combined_matmul_kernel(WeightVi
                                                                         float* att_out, float* y) {
     extern __shared__ float4 smem4[];
     float* xs = reinterpret_cast<float*>(smem4);
+    float* cf = xs + W.cols;                                   // [n_heads * n_splits]
+    float* den = cf + static_cast<size_t>(W.cols / head_dim) * n_splits;  // [n_heads]
+    prefetch_row(W, blockIdx.x * kWarps + (threadIdx.x >> 5), threadIdx.x & 31);
     pdl_wait_and_release();
-    load_combined(pm, pl, pacc, n_splits, head_dim, W.cols, att_out, xs);
-    product_epilogue<kPack, kMode>(W, W, xs, y);
+    load_combined(pm, pl, pacc, n_splits, head_dim, W.cols, att_out, xs, cf, den);
+    // the residual read at the end here: read early, ptxas spilled it (the audit's 16 bytes)
+    product_epilogue<kPack, kMode, false>(W, W, xs, y, 0.0f);
 }
 
 // q, k, v of one row with RoPE and the cache writes in the epilogue. Warp items, in order:
@@ -152,12 +215,21 @@ __global__ void __launch_bounds__(kThreads, 2) fast_qkv_rope_store_kernel(QkvArg
     extern __shared__ float4 smem4[];
     __shared__ float red[32];
     float* xs = reinterpret_cast<float*>(smem4);
-    pdl_wait_and_release();
-    load_input(a.x, a.g, a.eps, a.wq.cols, a.norm_out, xs, red);
     const int lane = threadIdx.x & 31;
     const int item = blockIdx.x * kWarps + (threadIdx.x >> 5);
     const int hd = a.head_dim, half = hd / 2;
     const int nq = a.n_heads * half, nk = a.n_kv_heads * half, kv_row = a.n_kv_heads * hd;
+    if (item < nq) {
+        prefetch_row(a.wq, (item / half) * hd + item % half, lane);
+        prefetch_row(a.wq, (item / half) * hd + item % half + half, lane);
+    } else if (item < nq + nk) {
+        prefetch_row(a.wk, ((item - nq) / half) * hd + (item - nq) % half, lane);
+        prefetch_row(a.wk, ((item - nq) / half) * hd + (item - nq) % half + half, lane);
+    } else {
+        prefetch_row(a.wv, item - nq - nk, lane);
+    }
+    pdl_wait_and_release();
+    load_input(a.x, a.g, a.eps, a.wq.cols, a.norm_out, xs, red);
     if (item >= nq + nk + kv_row) return;
     if (item < nq + nk) {
         const bool is_q = item < nq;
@@ -234,6 +306,9 @@ __global__ void __launch_bounds__(32 * kAttWarps) attention_split_kernel(Attenti
         acc[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
+    // unrolled: the next entry's K and V loads are issued beside this one's softmax step (the
+    // same operations in the same order: the same bits)
+#pragma unroll 2
     for (int i = b + warp; i < e; i += kAttWarps) {
         const int p = i < nr ? b0 + i : extra[i - nr];
         const float* kp = a.k + static_cast<size_t>(p) * a.kv_stride + koff;
@@ -448,6 +523,14 @@ void attention_split(Context& ctx, const AttentionArgs& a, int n_splits, float* 
     attention_combine(ctx, p, a.n_tok, a.out, pdl);
 }
 
+namespace {
+size_t combined_smem(const SplitPartials& p, int cols) {
+    return (static_cast<size_t>(cols) + static_cast<size_t>(p.n_heads) * (p.n_splits + 1)) * sizeof(float);
+}
+}  // namespace
+
+bool fast_combined_fits(const SplitPartials& p, int cols) { return combined_smem(p, cols) <= 48 * 1024; }
+
 void fast_matmul_combined(Context& ctx, const SplitPartials& p, float* att_out, const WeightView& W, float* y,
                           bool accumulate, bool pdl) {
     if (W.rows <= 0) return;
@@ -456,7 +539,12 @@ void fast_matmul_combined(Context& ctx, const SplitPartials& p, float* att_out, 
         throw CudaError("fast_matmul_combined: " + std::to_string(W.cols) + " columns, the attention row has " +
                             std::to_string(p.n_heads * p.head_dim), false);
     const dim3 grid(blocks_for(static_cast<size_t>(W.rows), kWarps)), block(kThreads);
-    const size_t smem = static_cast<size_t>(W.cols) * sizeof(float);
+    // the row, then the combine's factors (n_heads x n_splits) and denominators (n_heads)
+    const size_t smem = combined_smem(p, W.cols);
+    if (!fast_combined_fits(p, W.cols))
+        throw CudaError("fast_matmul_combined: " + std::to_string(smem) + " bytes of shared memory exceed 48 KiB (" +
+                            std::to_string(W.cols) + " columns, " + std::to_string(p.n_heads) + " heads x " +
+                            std::to_string(p.n_splits) + " splits)", false);
     // matmul's path on the unfused input (the attention row, att_out)
     const bool pack = vector_ok(W) && (!att_out || reinterpret_cast<uintptr_t>(att_out) % 16 == 0);
     auto go = [&](auto kernel) {

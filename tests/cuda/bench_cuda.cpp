@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_shape.h"
 #include "forward/cuda_forward.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "tinyloop/tinyloop.h"
@@ -56,10 +57,19 @@ int main(int argc, char** argv) {
         const tinyloop::ModelInfo info = tinyloop::model_info(m);
         const int L = arg_int(argc, argv, "--loops", hp.default_loops);
         const int reps = std::max(1, arg_int(argc, argv, "--reps", 3));
-        int n_prompt = arg_int(argc, argv, "--prompt", 2048);
-        int n_tok = arg_int(argc, argv, "--tokens", 256);
-        n_prompt = std::min(n_prompt, hp.max_seq_len - 1);
-        n_tok = std::min(n_tok, hp.max_seq_len - n_prompt);
+        const int asked_prompt = arg_int(argc, argv, "--prompt", 2048);
+        const int asked_tokens = arg_int(argc, argv, "--tokens", 256);
+        // a context shorter than prompt + tokens shortens the prompt, not the decode (the
+        // first H200 run: kjv's 512 left 1 token and negative rates)
+        const tltest::BenchShape shape = tltest::bench_shape(asked_prompt, asked_tokens, hp.max_seq_len);
+        const int n_prompt = shape.prompt, n_tok = shape.tokens;
+        std::string note;
+        if (shape.prompt_shrunk)
+            note = "prompt " + std::to_string(asked_prompt) + " shrunk to " + std::to_string(n_prompt) +
+                   ": the model's context is " + std::to_string(hp.max_seq_len);
+        if (shape.tokens_cut) note += "; tokens cut to " + std::to_string(n_tok);
+        if (n_tok <= tltest::kBenchUntimedTokens)
+            note += std::string(note.empty() ? "" : "; ") + "no decode step timed (tokens <= 2): decode rates 0";
         std::vector<int32_t> prompt(n_prompt);
         for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 131 + 7) % 256;
 
@@ -135,14 +145,14 @@ int main(int argc, char** argv) {
             int32_t t = s.prefill(prompt.data(), n_prompt);
             t = s.decode(t);  // captures the graph
             r.nodes = s.step_nodes();
-            const int n = n_tok - 2;
+            const int n = n_tok - tltest::kBenchUntimedTokens;
             std::vector<float> z;
             const double t0 = now();
             for (int i = 0; i < n; ++i) {
                 t = s.decode(t);
                 if (r.logits) z = s.last_logits();
             }
-            r.tok_s = n / (now() - t0);
+            r.tok_s = tltest::bench_rate(n, now() - t0);
         }
         const double dec_graph = runs[0].tok_s, dec_direct = runs[1].tok_s, dec_fast = runs[2].tok_s;
 
@@ -159,14 +169,14 @@ int main(int argc, char** argv) {
         const size_t launches = runs[0].nodes, fast_launches = runs[2].nodes;
 
         std::printf(
-            "{\"model\":\"%s\",\"device\":\"%s\",\"loops\":%d,\"prompt\":%d,\"tokens\":%d,"
+            "{\"model\":\"%s\",\"device\":\"%s\",\"loops\":%d,\"prompt\":%d,\"tokens\":%d,\"note\":\"%s\","
             "\"prefill_tok_s\":%.1f,\"prefill_kernel_tok_s\":%.1f,\"cublas_only_tok_s\":%.1f,"
             "\"prefill_vs_cublas\":%.3f,\"decode_graph_tok_s\":%.1f,\"decode_direct_tok_s\":%.1f,"
             "\"bytes_per_token\":%.0f,\"decode_gb_s\":%.1f,\"launches_per_token\":%zu,"
             "\"decode_fast_tok_s\":%.1f,\"fast_gb_s\":%.1f,\"fast_launches_per_token\":%zu,"
             "\"decode_logits_tok_s\":%.1f,\"decode_fast_logits_tok_s\":%.1f,"
             "\"weights_device_bytes\":%zu,\"session_device_bytes\":%zu}\n",
-            argv[1], kc::describe(p).c_str(), L, n_prompt, n_tok, n_prompt / best_gemm, n_prompt / best_kernel,
+            argv[1], kc::describe(p).c_str(), L, n_prompt, n_tok, note.c_str(), n_prompt / best_gemm, n_prompt / best_kernel,
             n_prompt / best_blas, best_blas / best_gemm, dec_graph, dec_direct, per_token, per_token * dec_graph / 1e9,
             launches, dec_fast, per_token * dec_fast / 1e9, fast_launches, runs[3].tok_s, runs[4].tok_s,
             w.device_bytes(), session_bytes);

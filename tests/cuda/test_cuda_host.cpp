@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/bench_shape.h"
 #include "cuda/greedy_agreement.h"
 #include "decode/sampling.h"
 #include "forward/cuda_fast_path.h"
@@ -553,3 +554,42 @@ TEST(CudaGreedyAgreement, TheRuleOnTheCpusLogits) {
 }
 
 }  // namespace
+
+// ---- bench_cuda's shape on a short-context model ---------------------------------------------
+
+TEST(CudaBenchShape, AShortContextShrinksThePromptAndKeepsTheTokens) {
+    // the first H200 run: kjv's context is 512, bench asked prompt 512 + 256 tokens
+    const tltest::BenchShape a = tltest::bench_shape(512, 256, 512);
+    EXPECT_EQ(a.prompt, 256);
+    EXPECT_EQ(a.tokens, 256);
+    EXPECT_TRUE(a.prompt_shrunk);
+    EXPECT_FALSE(a.tokens_cut);
+    const tltest::BenchShape b = tltest::bench_shape(512, 256, 4096);  // fits: unchanged
+    EXPECT_EQ(b.prompt, 512);
+    EXPECT_EQ(b.tokens, 256);
+    EXPECT_FALSE(b.prompt_shrunk);
+    const tltest::BenchShape c = tltest::bench_shape(100, 1000, 512);  // more tokens than context
+    EXPECT_EQ(c.prompt, 1);
+    EXPECT_EQ(c.tokens, 511);
+    EXPECT_TRUE(c.tokens_cut);
+    EXPECT_TRUE(c.prompt_shrunk);
+    for (int ctx : {2, 3, 64, 512})
+        for (int p : {1, 7, 512, 5000})
+            for (int t : {1, 3, 256, 5000}) {
+                const tltest::BenchShape s = tltest::bench_shape(p, t, ctx);
+                EXPECT_GE(s.prompt, 1);
+                EXPECT_GE(s.tokens, 1);
+                EXPECT_LE(s.prompt + s.tokens, ctx) << p << " " << t << " " << ctx;
+            }
+    EXPECT_THROW(tltest::bench_shape(0, 256, 512), std::invalid_argument);
+    EXPECT_THROW(tltest::bench_shape(512, 0, 512), std::invalid_argument);
+}
+
+TEST(CudaBenchShape, ARateWithNothingTimedIsZeroNeverNegativeOrInfinite) {
+    EXPECT_DOUBLE_EQ(tltest::bench_rate(254, 0.5), 508.0);
+    EXPECT_EQ(tltest::bench_rate(-1, 0.001), 0.0);  // 1 token - 2 untimed: the run's negative rates
+    EXPECT_EQ(tltest::bench_rate(0, 0.001), 0.0);
+    EXPECT_EQ(tltest::bench_rate(10, 0.0), 0.0);
+    EXPECT_EQ(tltest::bench_rate(10, -1.0), 0.0);
+    EXPECT_EQ(tltest::bench_rate(10, std::nan("")), 0.0);
+}

@@ -176,7 +176,7 @@ void CudaOps::defer_combine(const kc::SplitPartials& p, float* out) {
 // (then launched by the caller with fast_matmul_combined).
 bool CudaOps::take_combine(const float* x, int cols, const float* y) {
     if (comb_.on && !norm_.on && !qkv_.on && x == comb_.out && cols == comb_.p.n_heads * comb_.p.head_dim &&
-        y != comb_.out) {
+        y != comb_.out && kc::fast_combined_fits(comb_.p, cols)) {
         comb_.on = false;
         return true;
     }
