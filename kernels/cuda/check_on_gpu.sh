@@ -55,7 +55,9 @@ if [ "${1:-}" = "--pack" ]; then
   stage=$(mktemp -d)
   mkdir -p "$stage/devcheck/bin" "$stage/devcheck/lib"
   for p in $programs; do
-    f=$(find "$build" -type f -name "$(basename "$p")" -perm -u+x 2>/dev/null | head -1)
+    # the build's own program first: a build also holds staged copies (packaging/deb/root/usr/bin)
+    f="$build/$p"
+    [ -f "$f" ] && [ -x "$f" ] || f=$(find "$build" -type f -name "$(basename "$p")" -perm -u+x -not -path "*/packaging/*" 2>/dev/null | head -1)
     if [ -z "$f" ]; then
       echo "pack: $(basename "$p") is not built in $build (cmake --build $build --target $(basename "$p"))" >&2
       rm -rf "$stage"
@@ -70,7 +72,10 @@ if [ "${1:-}" = "--pack" ]; then
   # the tests find the bundled models under the source directory and the CLI at the path they
   # were compiled with (TL_SOURCE_DIR, TL_CLI_PATH): the device recreates those paths
   src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
-  cli_path=$(find "$build" -type f -name tinyloop -perm -u+x | head -1)
+  # the path the tests were compiled with (TL_CLI_PATH): the build's bin/tinyloop, never a staged
+  # copy such as packaging/deb/root/usr/bin/tinyloop (a device run's fallback tests found no CLI)
+  cli_path=$build/bin/tinyloop
+  [ -x "$cli_path" ] || cli_path=$(find "$build" -type f -name tinyloop -perm -u+x -not -path "*/packaging/*" | head -1)
   printf '%s\n%s\n' "${src_dir:-$root}" "$(cd "$(dirname "$cli_path")" && pwd)/tinyloop" > "$stage/devcheck/PATHS"
   (cd "$stage/devcheck/bin" && ls -l) | awk 'NR > 1 { printf "  %-22s %6.1f MiB stripped\n", $9, $5 / 1048576 }'
   mkdir -p "$root/build-devcheck"
