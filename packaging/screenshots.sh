@@ -4,11 +4,15 @@
 # every window of the Analysis menu after a real run of that view, and every step of the tour, at
 # zoom 1 and in presentation mode. Each picture is one `shot` line below (a name and the
 # workbench's arguments); the window size is the screen's, and a picture larger than the screen
-# fails the run, as does any layout defect the workbench's audit prints.
+# fails the run, as does any layout defect the workbench's audit prints. A `shot_model` line names
+# its own model: the random Ouro- and Huginn-shaped checkpoints (Hugging Face folders, written by
+# tools/make_hf_checkpoint.py when one of their shots is selected, opened as folders: the
+# workbench imports them into a temporary cache).
 # Usage:
 #   bash packaging/screenshots.sh [BUILD_DIR] [MODEL]
 #   TINYLOOP_SCREENSHOT_SIZES="1280x720" TINYLOOP_SCREENSHOT_ONLY="compare scrubber" bash packaging/screenshots.sh
-# Needs: Xvfb, a built tinyloop-workbench.
+# Needs: Xvfb, a built tinyloop-workbench; for the shaped models, a Python with numpy, safetensors
+# and tokenizers ($TINYLOOP_PYTHON, else build/pyenv/bin/python, else python3).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-${TINYLOOP_BUILD_DIR:-$root/build}}
@@ -24,12 +28,21 @@ work=$(mktemp -d)  # a saved session, between the shot that saves it and the one
 # ---- the pictures: shot NAME ARGS... -----------------------------------------------------------
 names=()
 argv=()
+models=()  # "" = MODEL (the bundled one by default); else a key of shaped_model below
 shot() {
   names+=("$1")
+  models+=("")
   shift
   local q
   printf -v q '%q ' "$@"
   argv+=("$q")
+}
+# shot_model KEY NAME ARGS...: the picture of a shaped model (the key: ouro-24x4, huginn-4x32)
+shot_model() {
+  local key=$1
+  shift
+  shot "$@"
+  models[${#models[@]}-1]=$key
 }
 # The main window, one per plot tab, after a generation on the bundled model.
 shot workbench-lens        --demo-run "In the beginning God created" --max-tokens 48 --tab lens --lens-metric emitted
@@ -64,6 +77,19 @@ shot presentation-tour-5-depth-scrubber    --tour-step 5 --presentation
 shot presentation-lens    --demo-run "In the beginning God created" --max-tokens 32 --tab lens --presentation
 shot presentation-compare --view compare --prompt "In the beginning God created" --max-tokens 16 --presentation
 shot dark-theme-lens      --demo-run "In the beginning God created" --max-tokens 32 --tab lens --theme dark
+# Random checkpoints with the published models' depth structure at a small width (issue 36 item 7:
+# readable at these shapes): Ouro-1.4B's 24 layers x 4 steps, with its learned exit gate (preset
+# "Exit gate", written below); Huginn-0125's prelude 2, core 4 x 32 steps, coda 2 (no gate: its
+# latent-difference exit, preset "Latent exit"). Their lens shows KL to the final pass: a random
+# model's emitted-token probabilities are all near 1/vocab, a dark map.
+shot_model ouro-24x4   ouro-lens         --demo-run "In the beginning God created" --max-tokens 32 --tab lens --lens-metric kl
+shot_model ouro-24x4   ouro-depth-gate   --demo-run "In the beginning God created" --preset "Exit gate" --max-tokens 48 --tab depth
+shot_model ouro-24x4   ouro-kv           --view kv      --prompt "In the beginning" --max-tokens 24
+shot_model ouro-24x4   ouro-compare      --view compare --prompt "In the beginning God created" --max-tokens 24
+shot_model huginn-4x32 huginn-lens       --demo-run "In the beginning God created" --max-tokens 32 --tab lens --lens-metric kl
+shot_model huginn-4x32 huginn-depth-exit --demo-run "In the beginning God created" --preset "Latent exit" --max-tokens 48 --tab depth
+shot_model huginn-4x32 huginn-kv         --view kv      --prompt "In the beginning" --max-tokens 24
+shot_model huginn-4x32 huginn-compare    --view compare --prompt "In the beginning God created" --max-tokens 24
 
 # ---- taking them -------------------------------------------------------------------------------
 # Fresh settings, so a developer's presets and recent files do not leak into the pictures.
@@ -75,6 +101,46 @@ cleanup() {
   rm -rf "$XDG_CONFIG_HOME" "$work"
 }
 trap cleanup EXIT
+
+# The early-exit presets of the shaped models' depth shots, in settings of their own (the other
+# pictures' preset lists stay as a new user sees them). q = 0.5 for the gate: on the random gate
+# it spreads the exits over passes 1 to 4 (the config's 1.0 would run every step).
+shaped_config=$work/shaped-config
+presets="$shaped_config/TinyLoop/tinyloop-workbench/presets"
+mkdir -p "$presets"
+cat >"$presets/exit-gate.json" <<'JSON'
+{"format": "tinyloop-preset", "version": 1, "name": "Exit gate",
+ "description": "Ouro's learned exit gate (gate_stop): a token stops at the first pass whose cumulative exit probability reaches 0.5.",
+ "mode": "early-exit",
+ "config": {"max_tokens": 48, "temperature": 0.0, "early_exit_criterion": "gate_stop", "early_exit_threshold": 0.5,
+            "early_exit_min_L": 1, "early_exit_patience": 1, "early_exit_peek_every": 1}}
+JSON
+cat >"$presets/latent-exit.json" <<'JSON'
+{"format": "tinyloop-preset", "version": 1, "name": "Latent exit",
+ "description": "Huginn's latent difference (hidden_l2): a token stops once its state changes by less than 5% in a step.",
+ "mode": "early-exit",
+ "config": {"max_tokens": 48, "temperature": 0.0, "early_exit_criterion": "hidden_l2", "early_exit_threshold": 0.05,
+            "early_exit_min_L": 2, "early_exit_patience": 1, "early_exit_peek_every": 1}}
+JSON
+
+# The shaped models, written once, when a shot of theirs is taken (a seeded writer: the same bytes
+# every time). Huginn's --state-gain 0.7: the recurrence settles within the 32 steps at different
+# depths per token, as a trained one does, instead of amplifying rounding (gain 1) or settling at
+# once (0.3).
+python=${TINYLOOP_PYTHON:-}
+[ -n "$python" ] || { [ -x "$root/build/pyenv/bin/python" ] && python=$root/build/pyenv/bin/python; } || python=python3
+export TINYLOOP_IMPORT_CACHE=$work/import-cache
+shaped_model() {
+  local dir=$work/$1
+  if [ ! -d "$dir" ]; then
+    case $1 in
+      ouro-24x4)   "$python" "$root/tools/make_hf_checkpoint.py" ouro "$dir" --layers 24 --steps 4 >&2 ;;
+      huginn-4x32) "$python" "$root/tools/make_hf_checkpoint.py" huginn "$dir" --core 4 --steps 32 --state-gain 0.7 >&2 ;;
+      *) echo "no shaped model $1" >&2; return 1 ;;
+    esac
+  fi
+  echo "$dir"
+}
 
 # Width and height of a PNG, from its header (bytes 16..23 of the IHDR chunk).
 png_size() { od -An -tu1 -j16 -N8 "$1" | awk '{print $1*16777216+$2*65536+$3*256+$4, $5*16777216+$6*65536+$7*256+$8}'; }
@@ -94,7 +160,17 @@ for size in $sizes; do
     if [ -n "$only" ] && [[ " $only " != *" $name "* ]] && [[ " $only " != *" ${name#*-} "* ]]; then continue; fi
     eval "args=(${argv[$i]})"
     echo "== $size $name"
-    if ! DISPLAY=":$d" QT_QPA_PLATFORM=xcb timeout 600 "$bin" ${model:+"$model"} --size "$size" "${args[@]}" \
+    m=$model
+    cfg=$XDG_CONFIG_HOME
+    if [ -n "${models[$i]}" ]; then
+      cfg=$shaped_config
+      if ! m=$(shaped_model "${models[$i]}"); then
+        echo "!! $size $name failed: its model could not be written" >&2
+        failed=1
+        continue
+      fi
+    fi
+    if ! XDG_CONFIG_HOME=$cfg DISPLAY=":$d" QT_QPA_PLATFORM=xcb timeout 600 "$bin" ${m:+"$m"} --size "$size" "${args[@]}" \
          --screenshot "$out/$name.png"; then
       echo "!! $size $name failed" >&2
       failed=1

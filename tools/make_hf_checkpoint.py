@@ -10,6 +10,11 @@ package, tokenizer_config.json (a chat template) and generation_config.json.
   make_hf_checkpoint.py ouro OUT_DIR --full-size ouro-1.4b
                                                   Ouro-1.4B's shapes (1.4 B parameters, BF16,
                                                   49,152-token tokenizer)
+  make_hf_checkpoint.py ouro OUT_DIR --layers 24 --steps 4
+  make_hf_checkpoint.py huginn OUT_DIR --core 4 --steps 32
+                                                  the small width with a published model's depth
+                                                  structure (Ouro-1.4B; Huginn-0125), e.g. for the
+                                                  workbench's screenshots at those shapes
 
 Used by tests/import (what `tinyloop import` must map exactly) and by the README's size
 measurement. Needs numpy, safetensors, tokenizers (tests/python/requirements.txt). The weights
@@ -314,10 +319,25 @@ def main():
                     help="huginn: scale of the adapter's columns that read the previous state. Below ~0.3 the "
                          "recurrence contracts towards a fixed point, as the trained model's does; at 1 a random "
                          "core amplifies float32 rounding ~40x over 32 steps")
+    ap.add_argument("--layers", type=int, help="ouro: the shared block's layers (num_hidden_layers), 1 to 64")
+    ap.add_argument("--core", type=int, help="huginn: the core block's layers (n_layers_in_recurrent_block), 1 to 64")
+    ap.add_argument("--steps", type=int,
+                    help="the loop count: total_ut_steps (ouro) or mean_recurrence (huginn), 1 to 128")
     a = ap.parse_args()
     if a.full_size and a.arch != "ouro":
         ap.error("--full-size ouro-1.4b goes with arch ouro")
     c = dict(FULL[a.full_size] if a.full_size else SMALL[a.arch])
+    # Depth overrides: absent, the presets (and so their bytes) are unchanged.
+    for opt, key, arch, hi in (("layers", "layers", "ouro", 64), ("core", "core", "huginn", 64),
+                               ("steps", "steps", None, 128)):
+        v = getattr(a, opt)
+        if v is None:
+            continue
+        if arch is not None and a.arch != arch:
+            ap.error(f"--{opt}: for arch {arch}")
+        if not 1 <= v <= hi:
+            ap.error(f"--{opt}: {v} is outside 1 to {hi}")
+        c[key] = v
     if a.state_gain != 1.0:
         if a.arch != "huginn" or not 0.0 < a.state_gain <= 1.0:
             ap.error("--state-gain: a value in (0, 1], for arch huginn")

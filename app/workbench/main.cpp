@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
         autorun = true;
     }
     if (!prompt.isEmpty()) w.setPrompt(prompt);
-    if (cli.isSet(presetOpt)) w.presetsPanel()->applyPreset(cli.value(presetOpt));
+    if (cli.isSet(presetOpt)) w.applyPreset(cli.value(presetOpt));  // again once the model is in
     const QString tab = cli.value(tabOpt).toLower();
     const QStringList tabs = {"lens", "depth", "speculative", "timing"};
     if (tabs.contains(tab)) w.plotTabs()->setCurrentIndex(tabs.indexOf(tab));

@@ -368,6 +368,15 @@ private slots:
 
         auto* kv = qobject_cast<KvProvenanceView*>(trigger("kv"));
         QVERIFY(kv);
+        {  // opened, it runs at the model's default depth: its map has that many passes' rows
+            kv->setMaxTokens(4);
+            QVERIFY2(runAndFinish(kv), qPrintable(kv->lastError()));
+            tinyloop::GenerateConfig c;
+            c.max_tokens = 4;
+            c.loops = tinyloop::model_hparams(m).default_loops;
+            QVERIFY(c.loops != 8);  // the bundled model's 4: tells the default apart from a fixed depth
+            QCOMPARE(kv->kvRun().prov.n_layers, run_kv_provenance(m, prompt, c, KvSetup::Plain).prov.n_layers);
+        }
         kv->setSetup(KvSetup::EarlyExit);
         kv->setMaxTokens(12);
         kv->setLoops(8);

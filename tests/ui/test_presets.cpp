@@ -3,7 +3,8 @@
 // its default preset; a preset that carries a prompt puts it in the editor (the shipped "Digit
 // sum" opens on a held-out problem of the bundled reasoner); a preset records the model it was
 // made on (folder and file name, SHA-256) and, loaded with another model open, asks whether to
-// open that model or run anyway, naming both; the window's title names the model's folder too.
+// open that model or run anyway, naming both; the window's title names the model's folder too; a
+// preset applied before the model is in (--preset) keeps its early-exit fields once it loads.
 #include <QCryptographicHash>
 #include <QDir>
 #include <QFile>
@@ -267,6 +268,32 @@ private slots:
         QCOMPARE(w.configPanel()->config()->max_tokens, 5);
         QCOMPARE(w.configPanel()->config()->loops, 2);
         PresetStore::setDefaultPresetFor(model, QString());
+    }
+
+    void presetAppliedBeforeTheModelKeepsItsEarlyExitFields() {
+        // The workbench's --preset is applied at start, before the model loads; loading sets the
+        // model's early-exit defaults, which must not replace the criterion the preset names.
+        const QString model = tltest::writeTinyModel(m_dir.path());
+        WindowOptions o;
+        o.presetDir = m_dir.filePath("store8");
+        o.errorDialogs = false;
+        QDir().mkpath(o.presetDir);
+        writeText(o.presetDir + "/kl-exit.json", R"({"format": "tinyloop-preset", "version": 1, "name": "KL exit",
+            "mode": "early-exit", "config": {"early_exit_criterion": "kl", "early_exit_threshold": 0.25,
+            "early_exit_min_L": 1, "early_exit_patience": 1}})");
+        MainWindow w(o);
+        QString err;
+        QVERIFY2(w.applyPreset("KL exit", &err), qPrintable(err));
+        QSignalSpy ready(&w, &MainWindow::modelReady);
+        w.openModel(model);
+        QVERIFY(tltest::waitFor([&] { return ready.count() == 1; }));
+        const auto c = w.configPanel()->config();
+        QVERIFY(c);
+        QCOMPARE(w.configPanel()->mode(), DecodeMode::EarlyExit);
+        QCOMPARE(c->early_exit.criterion, tinyloop::EarlyExitCriterion::KL);
+        QCOMPARE(c->early_exit.threshold, 0.25f);
+        QCOMPARE(c->early_exit.min_L, 1);
+        QVERIFY(!w.applyPreset("no such preset", &err));
     }
 
     void presetRemembersTheModelItWasMadeFor() {

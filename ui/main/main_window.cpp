@@ -430,6 +430,12 @@ void MainWindow::openModel(const QString& path, bool randomFallback) {
     emit requestLoad(path, m_backend);
 }
 
+bool MainWindow::applyPreset(const QString& name, QString* error) {
+    if (!m_presets->applyPreset(name, error)) return false;
+    if (!m_hasModel || m_loading) m_presetAfterLoad = name;
+    return true;
+}
+
 void MainWindow::setBackend(const QString& name) {
     if (name != "auto" && name != "cpu" && name != "cuda") return;
     m_backend = name;

@@ -54,6 +54,10 @@ public:
     void setBackend(const QString& name);
     QString backend() const { return m_backend; }
     void setPrompt(const QString& text);
+    // Applies preset `name` now and, while no model is in yet (or one is loading), again once it
+    // is: the model's defaults, set on load, would otherwise replace the early-exit fields the
+    // preset names (the workbench's --preset). False, with the reason, for a preset it cannot apply.
+    bool applyPreset(const QString& name, QString* error = nullptr);
     bool generate();  // false (and the reason in the status bar) when it cannot start
     void stop();
 

@@ -26,7 +26,9 @@ KvProvenanceView::KvProvenanceView(WorkbenchAccess* workbench, QWidget* parent) 
     m_maxTokens = newCountField(1, 512, 32);
     m_loops = new QSpinBox;
     m_loops->setRange(0, 64);
-    m_loops->setValue(8);
+    // "default": the model's own depth (Ouro's 4 steps, Huginn's 32), so the map opens at the
+    // shape the model runs at rather than a fixed 8.
+    m_loops->setValue(0);
     m_loops->setSpecialValueText("default");
     m_threshold = new QDoubleSpinBox;
     m_threshold->setDecimals(3);
