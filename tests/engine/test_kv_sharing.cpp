@@ -18,6 +18,7 @@
 
 #include "forward/executor.h"
 #include "model/model.h"
+#include "engine/reference_f64.h"
 #include "test_util.h"
 #include "tinyloop/json.h"
 #include "tinyloop/run_spec.h"
@@ -27,50 +28,17 @@ using namespace tinyloop;
 
 namespace {
 
-using Vec = std::vector<double>;
+using namespace tlref;  // Vec, RMat, fetch, mv, rms, rope (reference_f64.h)
 
-struct RMat {
-    int rows = 0, cols = 0;
-    Vec w;
-};
 struct RBlock {
     Vec attn_norm, mlp_norm;
     RMat wq, wk, wv, wo, wg, wu, wd;
 };
 
-Vec fetch(Model* m, const std::string& name) {
-    const auto f = tensor_as_f32(m, name);
-    return Vec(f.begin(), f.end());
-}
 RMat mat(Model* m, const std::string& name, int rows, int cols) {
     RMat r{rows, cols, fetch(m, name)};
     EXPECT_EQ(r.w.size(), static_cast<size_t>(rows) * cols) << name;
     return r;
-}
-Vec mv(const RMat& W, const Vec& x) {
-    Vec y(static_cast<size_t>(W.rows), 0.0);
-    for (int r = 0; r < W.rows; ++r)
-        for (int c = 0; c < W.cols; ++c) y[r] += W.w[static_cast<size_t>(r) * W.cols + c] * x[c];
-    return y;
-}
-Vec rms(const Vec& x, const Vec& g, double eps) {
-    double ss = 0;
-    for (double v : x) ss += v * v;
-    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
-    Vec y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
-    return y;
-}
-void rope(Vec& v, int heads, int hd, int pos, double theta) {
-    for (int h = 0; h < heads; ++h)
-        for (int i = 0; i < hd / 2; ++i) {
-            const double a = pos * std::pow(theta, -2.0 * i / hd);
-            double& x0 = v[static_cast<size_t>(h * hd + i)];
-            double& x1 = v[static_cast<size_t>(h * hd + i + hd / 2)];
-            const double r0 = x0 * std::cos(a) - x1 * std::sin(a), r1 = x0 * std::sin(a) + x1 * std::cos(a);
-            x0 = r0;
-            x1 = r1;
-        }
 }
 
 struct KV {

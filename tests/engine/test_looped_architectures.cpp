@@ -25,6 +25,7 @@
 
 #include "forward/forward.h"
 #include "forward/kv_cache.h"
+#include "engine/reference_f64.h"
 #include "scoring/scoring.h"
 #include "test_util.h"
 #include "tinyloop/batch.h"
@@ -112,12 +113,8 @@ std::vector<int32_t> tokens_of(int n, uint64_t seed) {
 // The reference (FORMAT.md §1, §1a, §1b), double precision.
 // ---------------------------------------------------------------------------------------------
 
-using Vec = std::vector<double>;
+using namespace tlref;  // Vec, RMat, fetch, mv, rms, rope, add (reference_f64.h)
 
-struct RMat {
-    int rows = 0, cols = 0;
-    Vec w;
-};
 struct RBlock {
     Vec attn_norm, mlp_norm, attn_post, mlp_post, bq, bk;
     RMat wq, wk, wv, wo, wg, wu, wd;
@@ -129,10 +126,6 @@ struct RModel {
     std::vector<RBlock> pre, loop, coda;
 };
 
-Vec fetch(Model* m, const std::string& name) {
-    const auto f = tensor_as_f32(m, name);
-    return Vec(f.begin(), f.end());
-}
 RMat fetch_mat(Model* m, const std::string& name, int rows, int cols) {
     RMat r;
     r.rows = rows;
@@ -179,38 +172,6 @@ RModel fetch_model(Model* m) {
     for (int j = 0; j < hp.n_loop_layers; ++j) r.loop.push_back(fetch_block(m, hp, "loop." + std::to_string(j)));
     for (int j = 0; j < hp.n_coda_blocks; ++j) r.coda.push_back(fetch_block(m, hp, "coda." + std::to_string(j)));
     return r;
-}
-
-Vec mv(const RMat& W, const Vec& x) {
-    Vec y(static_cast<size_t>(W.rows), 0.0);
-    for (int r = 0; r < W.rows; ++r) {
-        double s = 0;
-        for (int c = 0; c < W.cols; ++c) s += W.w[static_cast<size_t>(r) * W.cols + c] * x[static_cast<size_t>(c)];
-        y[static_cast<size_t>(r)] = s;
-    }
-    return y;
-}
-Vec rms(const Vec& x, const Vec& g, double eps) {
-    double ss = 0;
-    for (double v : x) ss += v * v;
-    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
-    Vec y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
-    return y;
-}
-void rope(Vec& v, int heads, int hd, int pos, double theta) {
-    for (int h = 0; h < heads; ++h)
-        for (int i = 0; i < hd / 2; ++i) {
-            const double a = pos * std::pow(theta, -2.0 * i / hd);
-            double& x0 = v[static_cast<size_t>(h * hd + i)];
-            double& x1 = v[static_cast<size_t>(h * hd + i + hd / 2)];
-            const double r0 = x0 * std::cos(a) - x1 * std::sin(a), r1 = x0 * std::sin(a) + x1 * std::cos(a);
-            x0 = r0;
-            x1 = r1;
-        }
-}
-void add(Vec& y, const Vec& x) {
-    for (size_t i = 0; i < y.size(); ++i) y[i] += x[i];
 }
 
 // One block over the sequence. Rows with active[t] false are frozen (early exit): they keep h

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "kernels/kernels.h"
 
@@ -100,25 +101,29 @@ size_t KVStorage::row_bytes() const {
     return 2 * (static_cast<size_t>(row) + static_cast<size_t>(kv_heads) * sizeof(float));
 }
 
+namespace {
+
+// A cache's geometry with its own contiguous storage (not paged) and the given layout: what every
+// allocate form sets before it sizes `own`.
+void own_geometry(KVCache& c, int layers, int positions, int row, KVShareLayout share) {
+    c.share = std::move(share);
+    c.n_layers = layers;
+    c.capacity = positions;
+    c.row = row;
+    c.pool = nullptr;
+    c.page_size = 0;
+    c.pages.clear();
+}
+
+}  // namespace
+
 void KVCache::allocate(int layers, int positions, int row_floats) {
-    share = KVShareLayout{};
-    n_layers = layers;
-    capacity = positions;
-    row = row_floats;
-    pool = nullptr;
-    page_size = 0;
-    pages.clear();
+    own_geometry(*this, layers, positions, row_floats, KVShareLayout{});
     own.allocate(KVCacheType::F32, static_cast<size_t>(layers) * static_cast<size_t>(positions), 1, row_floats);
 }
 
 void KVCache::allocate(const HParams& hp, int layers, int positions, KVCacheType type) {
-    share = KVShareLayout{};
-    n_layers = layers;
-    capacity = positions;
-    row = hp.n_kv_heads * hp.head_dim;
-    pool = nullptr;
-    page_size = 0;
-    pages.clear();
+    own_geometry(*this, layers, positions, hp.n_kv_heads * hp.head_dim, KVShareLayout{});
     own.allocate(type, static_cast<size_t>(layers) * static_cast<size_t>(positions), hp.n_kv_heads, hp.head_dim);
 }
 
@@ -194,13 +199,7 @@ size_t layout_rows(const KVShareLayout& L, int layers, int positions) {
 
 void KVCache::allocate_shared(const HParams& hp, int layers, int positions, KVCacheType type, const KVSharing& sharing,
                               int prompt) {
-    n_layers = layers;
-    capacity = positions;
-    row = hp.n_kv_heads * hp.head_dim;
-    pool = nullptr;
-    page_size = 0;
-    pages.clear();
-    share = share_layout(hp, layers, positions, sharing, prompt);
+    own_geometry(*this, layers, positions, hp.n_kv_heads * hp.head_dim, share_layout(hp, layers, positions, sharing, prompt));
     if (share.mode == KVSharing::Mode::LatestM4) share.depth.assign(static_cast<size_t>(positions), 0);
     own.allocate(type, layout_rows(share, layers, positions), hp.n_kv_heads, hp.head_dim);
 }
