@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/capture_rules.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/phases.cuh"
 
 namespace tinyloop::kern::cuda {
 
@@ -58,6 +59,7 @@ struct Context::Impl {
     float* pinned_floats = nullptr;   // page-locked staging for stage_floats (reserve_staged_floats)
     size_t pinned_floats_n = 0;
     CaptureRules<CudaError> rules;
+    PhaseQueue phases;                // the persistent step's recording (set_persist)
     bool capturing() const { return rules.capturing(); }
 };
 
@@ -71,7 +73,15 @@ struct Graph::Impl {
     cudaGraphExec_t exec = nullptr;
 };
 
-inline cudaStream_t stream_of(Context& ctx) { return ctx.impl().stream; }
+// Launches the recorded phases (decode_fast.cu), if any, in cooperative launches on the stream.
+void flush_phases(Context& ctx);
+
+// The context's stream for a launch or a copy: the persistent step's recorded phases go first,
+// so the stream sees every op in the order it was issued.
+inline cudaStream_t stream_of(Context& ctx) {
+    if (!ctx.impl().phases.pending.empty()) flush_phases(ctx);
+    return ctx.impl().stream;
+}
 
 inline unsigned blocks_for(size_t n, unsigned threads) {
     return static_cast<unsigned>((n + threads - 1) / threads);

@@ -252,6 +252,7 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
 
 cublasHandle_t cublas_handle(Context& ctx) {
     Context::Impl& c = ctx.impl();
+    if (!c.phases.pending.empty()) flush_phases(ctx);  // the gemm that follows is stream work
     if (c.cublas) return c.cublas;
     c.rules.check(StreamOp::CublasCreate);
     const Cublas& lib = cublas();
@@ -302,6 +303,7 @@ Context::~Context() {
     impl_->cublas_workspace = DeviceBuffer();
     if (impl_->pinned) cudaFreeHost(impl_->pinned);
     if (impl_->pinned_floats) cudaFreeHost(impl_->pinned_floats);
+    if (impl_->phases.barrier) cudaFree(impl_->phases.barrier);
     cudaStreamDestroy(impl_->stream);
     (void)cudaGetLastError();
 }
@@ -318,31 +320,31 @@ int Context::compute_capability() const {
 void Context::upload(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;
     impl_->rules.check(StreamOp::Upload);
-    TL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_->stream));
-    TL_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    TL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(*this)));
+    TL_CUDA_CHECK(cudaStreamSynchronize(stream_of(*this)));
 }
 
 void Context::download(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;
     impl_->rules.check(StreamOp::Download);
-    TL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, impl_->stream));
-    TL_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    TL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(*this)));
+    TL_CUDA_CHECK(cudaStreamSynchronize(stream_of(*this)));
 }
 
 void Context::memset(void* dst, int byte, size_t bytes) {
     if (bytes == 0) return;
-    TL_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, impl_->stream));
+    TL_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, stream_of(*this)));
 }
 
 void Context::copy(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;
-    TL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream));
+    TL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(*this)));
 }
 
 void Context::stage_ints(const int* src, int n) {
     if (n < 1 || n > 64) throw CudaError("stage_ints: n = " + std::to_string(n) + " is outside [1, 64]", false);
     TL_CUDA_CHECK(cudaMemcpyAsync(impl_->pinned, src, static_cast<size_t>(n) * sizeof(int), cudaMemcpyDeviceToHost,
-                                  impl_->stream));
+                                  stream_of(*this)));
 }
 
 const int* Context::staged() const { return impl_->pinned; }
@@ -366,14 +368,14 @@ void Context::stage_floats(const float* src, size_t n) {
                             std::to_string(impl_->pinned_floats_n) + " (reserve_staged_floats first)", false);
     impl_->rules.check(StreamOp::Stage);
     if (n == 0) return;
-    TL_CUDA_CHECK(cudaMemcpyAsync(impl_->pinned_floats, src, n * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
+    TL_CUDA_CHECK(cudaMemcpyAsync(impl_->pinned_floats, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_of(*this)));
 }
 
 const float* Context::staged_floats() const { return impl_->pinned_floats; }
 
 void Context::synchronize() {
     impl_->rules.check(StreamOp::Sync);
-    TL_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    TL_CUDA_CHECK(cudaStreamSynchronize(stream_of(*this)));
 }
 
 void Context::begin_capture() {
@@ -383,6 +385,7 @@ void Context::begin_capture() {
 }
 
 Graph Context::end_capture() {
+    if (impl_->capturing() && !impl_->phases.pending.empty()) flush_phases(*this);  // into the recording
     cudaGraph_t g = nullptr;
     impl_->rules.end();
     TL_CUDA_CHECK(cudaStreamEndCapture(impl_->stream, &g));
@@ -395,7 +398,7 @@ Graph Context::end_capture() {
 void Context::launch(const Graph& g) {
     impl_->rules.check(StreamOp::GraphLaunch);
     if (g.empty()) throw CudaError("launch: the graph is empty (capture failed or moved from)", false);
-    TL_CUDA_CHECK(cudaGraphLaunch(g.impl->exec, impl_->stream));
+    TL_CUDA_CHECK(cudaGraphLaunch(g.impl->exec, stream_of(*this)));
 }
 
 }  // namespace tinyloop::kern::cuda

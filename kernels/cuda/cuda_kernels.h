@@ -307,4 +307,14 @@ void fast_matmul_combined(Context& ctx, const SplitPartials& p, float* att_out, 
 // fits the 48 KiB a launch gets without opting in; else the combine is launched on its own.
 bool fast_combined_fits(const SplitPartials& p, int cols);
 
+// The persistent step (phases.cuh): with it on, the five fast launches above are recorded as
+// phases of one cooperative kernel, launched at the next other use of the context's stream (a
+// launch, a copy, a synchronisation, the end of a capture), each phase the same block body as
+// its kernel (the same bits), a grid barrier between phases. Turning it on allocates (not
+// during capture) and throws CudaError on a device without cooperative launches; off flushes.
+void set_persist(Context& ctx, bool on);
+bool persist_on(const Context& ctx);
+// Cooperative launches issued by the context so far.
+size_t persist_launches(const Context& ctx);
+
 }  // namespace tinyloop::kern::cuda

@@ -24,7 +24,11 @@
 // before touching memory, and lets its own successor launch at once
 // (cudaTriggerProgrammaticLaunchCompletion): the successor's wait still covers this kernel's
 // completion and its writes. Captured into a graph, the attribute becomes a programmatic edge.
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <string>
 
 #include "kernels/cuda/matmul_rows.cuh"
@@ -68,13 +72,13 @@ __device__ __forceinline__ void prefetch_row(const WeightView& W, int r, int lan
 // rmsnorm_kernel does (blockDim.x == 256). Block 0 also writes the normalized row to norm_out
 // (when set), so the fused op leaves memory as the unfused pair would.
 __device__ __forceinline__ void load_input(const float* x, const float* g, float eps, int d, float* norm_out,
-                                           float* xs, float* red) {
+                                           float* xs, float* red, int bx) {
     if (g) {
         float ss = 0.0f;
         for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
         ss = block_sum(ss, red);
         const float inv = rsqrtf(ss / static_cast<float>(d) + eps);
-        const bool write = norm_out && blockIdx.x == 0 && blockIdx.y == 0;
+        const bool write = norm_out && bx == 0;
         for (int i = threadIdx.x; i < d; i += blockDim.x) {
             const float v = x[i] * inv * g[i];
             xs[i] = v;
@@ -93,7 +97,8 @@ __device__ __forceinline__ void load_input(const float* x, const float* g, float
 // (cf, den) instead of per element, the numerators in attn_combine's order, the same bits (the
 // maximum is exact in any order; a skipped split is marked c = -1, which e^x never gives).
 __device__ __forceinline__ void load_combined(const float* pm, const float* pl, const float* pacc, int n_splits,
-                                              int head_dim, int cols, float* out, float* xs, float* cf, float* den) {
+                                              int head_dim, int cols, float* out, float* xs, float* cf, float* den,
+                                              int bx) {
     const int n_heads = cols / head_dim;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     for (int h = warp; h < n_heads; h += warps) {
@@ -115,7 +120,7 @@ __device__ __forceinline__ void load_combined(const float* pm, const float* pl, 
         }
     }
     __syncthreads();
-    const bool write = out && blockIdx.x == 0;
+    const bool write = out && bx == 0;
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
         const int h = i / head_dim, d = i - h * head_dim;
         const size_t base = static_cast<size_t>(h) * n_splits;
@@ -140,9 +145,9 @@ enum Mode { kStore, kAccumulate, kSwiglu };
 // silu(W x) * (U x) for kSwiglu; warp w of the block computes row blockIdx.x * 8 + w.
 template <bool kPack, int kMode, bool kEarlyY>
 __device__ __forceinline__ void product_epilogue(const WeightView& W, const WeightView& U, const float* xs, float* y,
-                                                 float y_old) {
+                                                 float y_old, int bx) {
     const int lane = threadIdx.x & 31;
-    const int r = blockIdx.x * kWarps + (threadIdx.x >> 5);
+    const int r = bx * kWarps + (threadIdx.x >> 5);
     if (r >= W.rows) return;
     float acc[1], acc_u[1];
     row_partials<1, kPack>(W, r, xs, 0, 1, lane, acc);
@@ -157,68 +162,47 @@ __device__ __forceinline__ void product_epilogue(const WeightView& W, const Weig
     }
 }
 
+// ---- the block bodies: each kernel below is one of these on blockIdx; the persistent step
+// (persistent_step_kernel) runs the same bodies on virtual block indices (the same bits) ----
+
 // One row (n_tok = 1): y[r] = (W x)[r], += for kAccumulate, silu(W x) * (U x) for kSwiglu.
+// Virtual block bx computes rows bx * 8 + w.
 template <bool kPack, int kMode>
-__global__ void __launch_bounds__(kThreads) fast_matmul_kernel(WeightView W, WeightView U, const float* x,
-                                                               const float* g, float eps, float* norm_out, float* y) {
-    extern __shared__ float4 smem4[];
-    __shared__ float red[32];
-    float* xs = reinterpret_cast<float*>(smem4);
-    const int r = blockIdx.x * kWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    prefetch_row(W, r, lane);
-    if (kMode == kSwiglu) prefetch_row(U, r, lane);
-    pdl_wait_and_release();
+__device__ __forceinline__ void matmul_body(const MatArgs& m, float* xs, float* red, int bx) {
+    const int r = bx * kWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     // the residual read beside the input row's (one cache latency, not one after the product)
-    const float y_old = kMode == kAccumulate && lane == 0 && r < W.rows ? y[r] : 0.0f;
-    load_input(x, g, eps, W.cols, norm_out, xs, red);
-    product_epilogue<kPack, kMode, true>(W, U, xs, y, y_old);
+    const float y_old = kMode == kAccumulate && lane == 0 && r < m.W.rows ? m.y[r] : 0.0f;
+    load_input(m.x, m.g, m.eps, m.W.cols, m.norm_out, xs, red, bx);
+    product_epilogue<kPack, kMode, true>(m.W, m.U, xs, m.y, y_old, bx);
 }
 
-// fast_matmul_kernel with the split attention's combine as its input (kStore or kAccumulate).
+__device__ __forceinline__ void matmul_prefetch(const MatArgs& m, bool swiglu, int bx) {
+    const int r = bx * kWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    prefetch_row(m.W, r, lane);
+    if (swiglu) prefetch_row(m.U, r, lane);
+}
+
+// The split attention's combine as the product's input (kStore or kAccumulate). smem: the row
+// (W.cols floats), then the combine's factors and denominators.
 template <bool kPack, int kMode>
-__global__ void __launch_bounds__(kThreads) fast_combined_matmul_kernel(WeightView W, const float* pm, const float* pl,
-                                                                        const float* pacc, int n_splits, int head_dim,
-                                                                        float* att_out, float* y) {
-    extern __shared__ float4 smem4[];
-    float* xs = reinterpret_cast<float*>(smem4);
-    float* cf = xs + W.cols;                                   // [n_heads * n_splits]
-    float* den = cf + static_cast<size_t>(W.cols / head_dim) * n_splits;  // [n_heads]
-    prefetch_row(W, blockIdx.x * kWarps + (threadIdx.x >> 5), threadIdx.x & 31);
-    pdl_wait_and_release();
-    load_combined(pm, pl, pacc, n_splits, head_dim, W.cols, att_out, xs, cf, den);
+__device__ __forceinline__ void combined_body(const CombArgs& c, float* smem, int bx) {
+    float* xs = smem;
+    float* cf = xs + c.W.cols;                                                // [n_heads * n_splits]
+    float* den = cf + static_cast<size_t>(c.W.cols / c.head_dim) * c.n_splits;  // [n_heads]
+    load_combined(c.pm, c.pl, c.pacc, c.n_splits, c.head_dim, c.W.cols, c.att_out, xs, cf, den, bx);
     // the residual read at the end here: read early, ptxas spilled it (the audit's 16 bytes)
-    product_epilogue<kPack, kMode, false>(W, W, xs, y, 0.0f);
+    product_epilogue<kPack, kMode, false>(c.W, c.W, xs, c.y, 0.0f, bx);
 }
 
 // q, k, v of one row with RoPE and the cache writes in the epilogue. Warp items, in order:
 // q pairs (head h, i < hd/2: rows h*hd + i and h*hd + i + hd/2, both computed by the warp, then
 // rotated), k pairs likewise (rotated, written to k and to the cache row), v rows (to v and
 // to the cache row). RoPE is rope_store_kernel's: table (cos, sin) at [pos * hd/2 + i].
-struct QkvArgs {
-    WeightView wq, wk, wv;
-    const float* x;
-    const float* g;
-    float eps;
-    float* norm_out;
-    int n_heads, n_kv_heads, head_dim;
-    const int* position;  // [1], device
-    const float2* table;
-    float *q, *k, *v;
-    float *k_cache, *v_cache;  // the layer's cache; the row goes to cache_row[0]
-    const int* cache_row;
-};
-
-// __launch_bounds__(256, 2): without a minimum of blocks ptxas capped the vector path at 40
-// registers and spilled (the audit's 8-byte stack); a decode step has ~1 block per SM anyway.
-template <bool kPack>
-__global__ void __launch_bounds__(kThreads, 2) fast_qkv_rope_store_kernel(QkvArgs a) {
-    extern __shared__ float4 smem4[];
-    __shared__ float red[32];
-    float* xs = reinterpret_cast<float*>(smem4);
+__device__ __forceinline__ void qkv_prefetch(const QkvArgs& a, int bx) {
     const int lane = threadIdx.x & 31;
-    const int item = blockIdx.x * kWarps + (threadIdx.x >> 5);
+    const int item = bx * kWarps + (threadIdx.x >> 5);
     const int hd = a.head_dim, half = hd / 2;
-    const int nq = a.n_heads * half, nk = a.n_kv_heads * half, kv_row = a.n_kv_heads * hd;
+    const int nq = a.n_heads * half, nk = a.n_kv_heads * half;
     if (item < nq) {
         prefetch_row(a.wq, (item / half) * hd + item % half, lane);
         prefetch_row(a.wq, (item / half) * hd + item % half + half, lane);
@@ -228,8 +212,15 @@ __global__ void __launch_bounds__(kThreads, 2) fast_qkv_rope_store_kernel(QkvArg
     } else {
         prefetch_row(a.wv, item - nq - nk, lane);
     }
-    pdl_wait_and_release();
-    load_input(a.x, a.g, a.eps, a.wq.cols, a.norm_out, xs, red);
+}
+
+template <bool kPack>
+__device__ __forceinline__ void qkv_body(const QkvArgs& a, float* xs, float* red, int bx) {
+    const int lane = threadIdx.x & 31;
+    const int item = bx * kWarps + (threadIdx.x >> 5);
+    const int hd = a.head_dim, half = hd / 2;
+    const int nq = a.n_heads * half, nk = a.n_kv_heads * half, kv_row = a.n_kv_heads * hd;
+    load_input(a.x, a.g, a.eps, a.wq.cols, a.norm_out, xs, red, bx);
     if (item >= nq + nk + kv_row) return;
     if (item < nq + nk) {
         const bool is_q = item < nq;
@@ -271,18 +262,29 @@ __global__ void __launch_bounds__(kThreads, 2) fast_qkv_rope_store_kernel(QkvArg
     }
 }
 
-// One block per (query t, head h, split s) of grid (n_tok * n_heads, n_splits): the split's
-// entries of the row list, warp w taking entries b + w, b + w + 4, ... with an online softmax
-// (the reference kernel's per-warp loop), the four warp states merged, and the split's state
-// (max, sum, weighted values) written for the combine. An empty split writes (-inf, 0, 0).
+// The attention body's shared memory (per 128-thread group).
 template <int DPL>
-__global__ void __launch_bounds__(32 * kAttWarps) attention_split_kernel(AttentionArgs a, float scale, int n_splits,
-                                                                         float* pm, float* pl, float* pacc) {
-    __shared__ float s_m[kAttWarps], s_l[kAttWarps];
-    __shared__ float s_acc[kAttWarps][32 * DPL];
-    pdl_wait_and_release();
-    const int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads, sp = blockIdx.y;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+struct AttShared {
+    float m[kAttWarps], l[kAttWarps];
+    float acc[kAttWarps][32 * DPL];
+};
+
+// 128 threads (tid 0..127, four warps) of named barrier `bar` (bar.sync bar, 128: the whole
+// block in attention_split_kernel, one half of the persistent step's 256-thread block).
+__device__ __forceinline__ void group_sync(int bar) { asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory"); }
+
+// Virtual block (bx, by) = (query t * n_heads + head h, split s): the split's entries of the
+// row list, warp w taking entries b + w, b + w + 4, ... with an online softmax (the reference
+// kernel's per-warp loop), the four warp states merged, and the split's state (max, sum,
+// weighted values) written for the combine. An empty split writes (-inf, 0, 0).
+template <int DPL>
+__device__ __forceinline__ void attention_body(const AttArgs& x, AttShared<DPL>& sh, int tid, int bar, int bx,
+                                               int by) {
+    const AttentionArgs& a = x.a;
+    const int n_splits = x.n_splits;
+    const float scale = x.scale;
+    const int t = bx / a.n_heads, h = bx % a.n_heads, sp = by;
+    const int lane = tid & 31, warp = tid >> 5;
     const int hd = a.head_dim;
     const int kh = h / (a.n_heads / a.n_kv_heads);
     const size_t koff = static_cast<size_t>(kh) * hd;
@@ -331,36 +333,198 @@ __global__ void __launch_bounds__(32 * kAttWarps) attention_split_kernel(Attenti
         m = m_new;
     }
     if (lane == 0) {
-        s_m[warp] = m;
-        s_l[warp] = l;
+        sh.m[warp] = m;
+        sh.l[warp] = l;
     }
 #pragma unroll
-    for (int j = 0; j < DPL; ++j) s_acc[warp][lane + 32 * j] = acc[j];
+    for (int j = 0; j < DPL; ++j) sh.acc[warp][lane + 32 * j] = acc[j];
+    group_sync(bar);
+    if (warp == 0) {
+        float mx = -INFINITY;
+        for (int w = 0; w < kAttWarps; ++w)
+            if (sh.l[w] > 0.0f) mx = fmaxf(mx, sh.m[w]);
+        float sum = 0.0f;
+        float o[DPL];
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) o[j] = 0.0f;
+        for (int w = 0; w < kAttWarps; ++w) {
+            if (!(sh.l[w] > 0.0f)) continue;  // a warp that saw no rows
+            const float c = expf(sh.m[w] - mx);
+            sum += sh.l[w] * c;
+#pragma unroll
+            for (int j = 0; j < DPL; ++j) o[j] += sh.acc[w][lane + 32 * j] * c;
+        }
+        const size_t slot = static_cast<size_t>(bx) * n_splits + sp;
+        if (lane == 0) {
+            x.pm[slot] = mx;
+            x.pl[slot] = sum;
+        }
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) {
+            const int d = lane + 32 * j;
+            if (d < hd) x.pacc[slot * hd + d] = o[j];
+        }
+    }
+    group_sync(bar);  // the shared state is free for the group's next block
+}
+
+// ---- the kernels ----
+
+// One row (n_tok = 1): y[r] = (W x)[r], += for kAccumulate, silu(W x) * (U x) for kSwiglu.
+template <bool kPack, int kMode>
+__global__ void __launch_bounds__(kThreads) fast_matmul_kernel(const __grid_constant__ MatArgs m) {
+    extern __shared__ float4 smem4[];
+    __shared__ float red[32];
+    matmul_prefetch(m, kMode == kSwiglu, blockIdx.x);
+    pdl_wait_and_release();
+    matmul_body<kPack, kMode>(m, reinterpret_cast<float*>(smem4), red, blockIdx.x);
+}
+
+// fast_matmul_kernel with the split attention's combine as its input (kStore or kAccumulate).
+template <bool kPack, int kMode>
+__global__ void __launch_bounds__(kThreads) fast_combined_matmul_kernel(const __grid_constant__ CombArgs c) {
+    extern __shared__ float4 smem4[];
+    prefetch_row(c.W, blockIdx.x * kWarps + (threadIdx.x >> 5), threadIdx.x & 31);
+    pdl_wait_and_release();
+    combined_body<kPack, kMode>(c, reinterpret_cast<float*>(smem4), blockIdx.x);
+}
+
+// __launch_bounds__(256, 2): without a minimum of blocks ptxas capped the vector path at 40
+// registers and spilled (the audit's 8-byte stack); a decode step has ~1 block per SM anyway.
+template <bool kPack>
+__global__ void __launch_bounds__(kThreads, 2) fast_qkv_rope_store_kernel(const __grid_constant__ QkvArgs a) {
+    extern __shared__ float4 smem4[];
+    __shared__ float red[32];
+    qkv_prefetch(a, blockIdx.x);
+    pdl_wait_and_release();
+    qkv_body<kPack>(a, reinterpret_cast<float*>(smem4), red, blockIdx.x);
+}
+
+// One block of four warps per (query t, head h, split s) of grid (n_tok * n_heads, n_splits).
+template <int DPL>
+__global__ void __launch_bounds__(32 * kAttWarps) attention_split_kernel(const __grid_constant__ AttArgs x) {
+    __shared__ AttShared<DPL> sh;
+    pdl_wait_and_release();
+    attention_body<DPL>(x, sh, threadIdx.x, 1, blockIdx.x, blockIdx.y);
+}
+
+// ---- the persistent step ----
+
+// All blocks of the cooperative grid meet here: arrivals counted at barrier[0], the last to
+// arrive resets the count and advances the generation barrier[1] that the others wait on
+// (acquire loads, bounded: a grid that is not co-resident traps instead of hanging). The
+// fences make each block's writes before the barrier visible to every block after it.
+__device__ __forceinline__ void grid_barrier(unsigned* barrier) {
     __syncthreads();
-    if (warp != 0) return;
-    float mx = -INFINITY;
-    for (int w = 0; w < kAttWarps; ++w)
-        if (s_l[w] > 0.0f) mx = fmaxf(mx, s_m[w]);
-    float sum = 0.0f;
-    float o[DPL];
-#pragma unroll
-    for (int j = 0; j < DPL; ++j) o[j] = 0.0f;
-    for (int w = 0; w < kAttWarps; ++w) {
-        if (!(s_l[w] > 0.0f)) continue;  // a warp that saw no rows
-        const float c = expf(s_m[w] - mx);
-        sum += s_l[w] * c;
-#pragma unroll
-        for (int j = 0; j < DPL; ++j) o[j] += s_acc[w][lane + 32 * j] * c;
+    if (threadIdx.x == 0) {
+        unsigned gen;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(gen) : "l"(barrier + 1) : "memory");
+        __threadfence();
+        if (atomicAdd(barrier, 1u) == gridDim.x - 1) {
+            atomicExch(barrier, 0u);
+            __threadfence();
+            atomicAdd(barrier + 1, 1u);
+        } else {
+            unsigned now = gen;
+            for (long long spins = 0; now == gen; ++spins) {
+                if (spins > (1ll << 26)) __trap();  // seconds: a grid that is not co-resident
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(barrier + 1) : "memory");
+            }
+        }
+        __threadfence();
     }
-    const size_t slot = static_cast<size_t>(blockIdx.x) * n_splits + sp;
-    if (lane == 0) {
-        pm[slot] = mx;
-        pl[slot] = sum;
+    __syncthreads();
+}
+
+// This block's weight rows of phase ph into L1 (a hint, as the kernels' prefetch before their
+// PDL wait): issued before the barrier that precedes the phase.
+__device__ __forceinline__ void phase_prefetch(const Phase& ph) {
+    if (ph.kind == kPhaseAtt) return;
+    for (int bx = blockIdx.x; bx < ph.blocks; bx += gridDim.x) {
+        if (ph.kind == kPhaseMat) {
+            const MatArgs& m = *reinterpret_cast<const MatArgs*>(ph.body);
+            matmul_prefetch(m, ph.variant % 3 == kSwiglu, bx);
+        } else if (ph.kind == kPhaseComb) {
+            const CombArgs& c = *reinterpret_cast<const CombArgs*>(ph.body);
+            prefetch_row(c.W, bx * kWarps + (threadIdx.x >> 5), threadIdx.x & 31);
+        } else {
+            qkv_prefetch(*reinterpret_cast<const QkvArgs*>(ph.body), bx);
+        }
     }
-#pragma unroll
-    for (int j = 0; j < DPL; ++j) {
-        const int d = lane + 32 * j;
-        if (d < hd) pacc[slot * hd + d] = o[j];
+}
+
+template <int DPL>
+__device__ __forceinline__ void attention_phase(const Phase& ph, unsigned char* att_smem) {
+    // two groups of 128 threads, each an attention block of its own (named barriers 1 and 2)
+    const int group = threadIdx.x >> 7, tid = threadIdx.x & 127;
+    AttShared<DPL>& sh = reinterpret_cast<AttShared<DPL>*>(att_smem)[group];
+    const AttArgs& x = *reinterpret_cast<const AttArgs*>(ph.body);
+    for (int v = 2 * blockIdx.x + group; v < ph.blocks; v += 2 * gridDim.x)
+        attention_body<DPL>(x, sh, tid, 1 + group, v % ph.grid_x, v / ph.grid_x);
+}
+
+// The recorded phases in order, each on every virtual block (block bx of the phase's kernel on
+// physical block bx mod gridDim.x), a grid barrier between phases. 256 threads per block.
+__global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const __grid_constant__ PhaseProgram prog) {
+    extern __shared__ float4 smem4[];
+    __shared__ float red[32];
+    __shared__ __align__(16) unsigned char att_smem[2 * sizeof(AttShared<8>)];
+    float* smem = reinterpret_cast<float*>(smem4);
+    for (int i = 0; i < prog.n; ++i) {
+        const Phase& ph = prog.ph[i];
+        if (i > 0) {
+            phase_prefetch(ph);
+            grid_barrier(prog.barrier);
+        } else {
+            phase_prefetch(ph);
+        }
+        switch (ph.kind) {
+            case kPhaseMat: {
+                const MatArgs& m = *reinterpret_cast<const MatArgs*>(ph.body);
+                for (int bx = blockIdx.x; bx < ph.blocks; bx += gridDim.x) {
+                    switch (ph.variant) {
+                        case 0: matmul_body<false, kStore>(m, smem, red, bx); break;
+                        case 1: matmul_body<false, kAccumulate>(m, smem, red, bx); break;
+                        case 2: matmul_body<false, kSwiglu>(m, smem, red, bx); break;
+                        case 3: matmul_body<true, kStore>(m, smem, red, bx); break;
+                        case 4: matmul_body<true, kAccumulate>(m, smem, red, bx); break;
+                        default: matmul_body<true, kSwiglu>(m, smem, red, bx); break;
+                    }
+                    __syncthreads();  // the shared row is free for the next virtual block
+                }
+                break;
+            }
+            case kPhaseComb: {
+                const CombArgs& c = *reinterpret_cast<const CombArgs*>(ph.body);
+                for (int bx = blockIdx.x; bx < ph.blocks; bx += gridDim.x) {
+                    switch (ph.variant) {
+                        case 0: combined_body<false, kStore>(c, smem, bx); break;
+                        case 1: combined_body<false, kAccumulate>(c, smem, bx); break;
+                        case 3: combined_body<true, kStore>(c, smem, bx); break;
+                        default: combined_body<true, kAccumulate>(c, smem, bx); break;
+                    }
+                    __syncthreads();
+                }
+                break;
+            }
+            case kPhaseQkv: {
+                const QkvArgs& a = *reinterpret_cast<const QkvArgs*>(ph.body);
+                for (int bx = blockIdx.x; bx < ph.blocks; bx += gridDim.x) {
+                    if (ph.variant) qkv_body<true>(a, smem, red, bx);
+                    else qkv_body<false>(a, smem, red, bx);
+                    __syncthreads();
+                }
+                break;
+            }
+            default:
+                switch (ph.variant) {
+                    case 1: attention_phase<1>(ph, att_smem); break;
+                    case 2: attention_phase<2>(ph, att_smem); break;
+                    case 4: attention_phase<4>(ph, att_smem); break;
+                    default: attention_phase<8>(ph, att_smem); break;
+                }
+                break;
+        }
     }
 }
 
@@ -391,6 +555,26 @@ void launch_ex(Context& ctx, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3
     TL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
 }
 
+// With the context's persistence on, the launch is recorded as a phase (run by the next
+// cooperative launch, flush_phases) and true is returned; else nothing happens.
+template <class Args>
+bool record(Context& ctx, PhaseKind kind, int variant, dim3 grid, size_t smem, const Args& args) {
+    static_assert(sizeof(Args) <= sizeof(Phase::body), "phase body");
+    PhaseQueue& q = ctx.impl().phases;
+    if (!q.on) return false;
+    ctx.impl().rules.check(StreamOp::Launch);
+    Phase ph;
+    ph.kind = kind;
+    ph.variant = variant;
+    ph.blocks = static_cast<int>(grid.x * grid.y);
+    ph.grid_x = static_cast<int>(grid.x);
+    ph.smem_floats = static_cast<int>(smem / sizeof(float));
+    std::memcpy(ph.body, &args, sizeof(Args));
+    q.pending.push_back(ph);
+    if (q.pending.size() == static_cast<size_t>(kMaxPhases)) flush_phases(ctx);
+    return true;
+}
+
 bool vector_ok(const WeightView& W) { return pack8_ok(W) && reinterpret_cast<uintptr_t>(W.data) % 16 == 0; }
 
 // Whether the unfused product's input (x, or the folded norm's output row) is 16-byte aligned:
@@ -417,10 +601,10 @@ void fast_product(Context& ctx, const FoldedNorm& norm, const WeightView& W, con
     // the vector path exactly when matmul would take it on the unfused op's input (the norm's
     // output row when folded); the kernel itself reads its shared copy, always aligned
     const bool pack = vector_ok(W) && (kMode != kSwiglu || vector_ok(U)) && reference_input_aligned(norm, x);
-    if (pack)
-        launch_ex(ctx, pdl, fast_matmul_kernel<true, kMode>, grid, block, smem, W, U, x, norm.g, norm.eps, norm.out, y);
-    else
-        launch_ex(ctx, pdl, fast_matmul_kernel<false, kMode>, grid, block, smem, W, U, x, norm.g, norm.eps, norm.out, y);
+    const MatArgs m{W, U, x, norm.g, norm.eps, norm.out, y};
+    if (record(ctx, kPhaseMat, (pack ? 3 : 0) + kMode, grid, smem, m)) return;
+    if (pack) launch_ex(ctx, pdl, fast_matmul_kernel<true, kMode>, grid, block, smem, m);
+    else launch_ex(ctx, pdl, fast_matmul_kernel<false, kMode>, grid, block, smem, m);
 }
 
 }  // namespace
@@ -453,13 +637,14 @@ void fast_qkv_rope_store(Context& ctx, const FoldedNorm& norm, const WeightView&
                          float* v_cache, const int* cache_row, bool pdl) {
     if (!fast_qkv_fits(Wq, Wk, Wv, n_heads, n_kv_heads, head_dim))
         throw CudaError("fast_qkv_rope_store: the q/k/v weights do not fit the fused kernel (fast_qkv_fits)", false);
-    QkvArgs a{Wq, Wk, Wv, x, norm.g, norm.eps, norm.out, n_heads, n_kv_heads, head_dim, position,
-              reinterpret_cast<const float2*>(table), q, k, v, k_cache, v_cache, cache_row};
+    const QkvArgs a{Wq, Wk, Wv, x, norm.g, norm.eps, norm.out, n_heads, n_kv_heads, head_dim, position,
+                    reinterpret_cast<const float2*>(table), q, k, v, k_cache, v_cache, cache_row};
     const size_t items = static_cast<size_t>(n_heads + n_kv_heads) * (head_dim / 2) +
                          static_cast<size_t>(n_kv_heads) * head_dim;
     const dim3 grid(blocks_for(items, kWarps)), block(kThreads);
     const size_t smem = static_cast<size_t>(Wq.cols) * sizeof(float);
     const bool pack = vector_ok(Wq) && reference_input_aligned(norm, x);
+    if (record(ctx, kPhaseQkv, pack ? 1 : 0, grid, smem, a)) return;
     if (pack) launch_ex(ctx, pdl, fast_qkv_rope_store_kernel<true>, grid, block, smem, a);
     else launch_ex(ctx, pdl, fast_qkv_rope_store_kernel<false>, grid, block, smem, a);
 }
@@ -501,12 +686,14 @@ SplitPartials attention_split_partials(Context& ctx, const AttentionArgs& a, int
     p.m = pm;
     p.l = pl;
     p.acc = pacc;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+    const AttArgs x{a, 1.0f / std::sqrt(static_cast<float>(a.head_dim)), n_splits, pm, pl, pacc};
     const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>(n_splits)), block(32 * kAttWarps);
-    if (a.head_dim <= 32) launch_ex(ctx, pdl, attention_split_kernel<1>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
-    else if (a.head_dim <= 64) launch_ex(ctx, pdl, attention_split_kernel<2>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
-    else if (a.head_dim <= 128) launch_ex(ctx, pdl, attention_split_kernel<4>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
-    else launch_ex(ctx, pdl, attention_split_kernel<8>, grid, block, 0, a, scale, n_splits, pm, pl, pacc);
+    const int dpl = a.head_dim <= 32 ? 1 : a.head_dim <= 64 ? 2 : a.head_dim <= 128 ? 4 : 8;
+    if (record(ctx, kPhaseAtt, dpl, grid, 0, x)) return p;
+    if (dpl == 1) launch_ex(ctx, pdl, attention_split_kernel<1>, grid, block, 0, x);
+    else if (dpl == 2) launch_ex(ctx, pdl, attention_split_kernel<2>, grid, block, 0, x);
+    else if (dpl == 4) launch_ex(ctx, pdl, attention_split_kernel<4>, grid, block, 0, x);
+    else launch_ex(ctx, pdl, attention_split_kernel<8>, grid, block, 0, x);
     return p;
 }
 
@@ -547,16 +734,88 @@ void fast_matmul_combined(Context& ctx, const SplitPartials& p, float* att_out, 
                             std::to_string(p.n_splits) + " splits)", false);
     // matmul's path on the unfused input (the attention row, att_out)
     const bool pack = vector_ok(W) && (!att_out || reinterpret_cast<uintptr_t>(att_out) % 16 == 0);
-    auto go = [&](auto kernel) {
-        launch_ex(ctx, pdl, kernel, grid, block, smem, W, p.m, p.l, p.acc, p.n_splits, p.head_dim, att_out, y);
-    };
+    const CombArgs c{W, p.m, p.l, p.acc, p.n_splits, p.head_dim, att_out, y};
+    if (record(ctx, kPhaseComb, (pack ? 3 : 0) + (accumulate ? kAccumulate : kStore), grid, smem, c)) return;
     if (accumulate) {
-        if (pack) go(fast_combined_matmul_kernel<true, kAccumulate>);
-        else go(fast_combined_matmul_kernel<false, kAccumulate>);
+        if (pack) launch_ex(ctx, pdl, fast_combined_matmul_kernel<true, kAccumulate>, grid, block, smem, c);
+        else launch_ex(ctx, pdl, fast_combined_matmul_kernel<false, kAccumulate>, grid, block, smem, c);
     } else {
-        if (pack) go(fast_combined_matmul_kernel<true, kStore>);
-        else go(fast_combined_matmul_kernel<false, kStore>);
+        if (pack) launch_ex(ctx, pdl, fast_combined_matmul_kernel<true, kStore>, grid, block, smem, c);
+        else launch_ex(ctx, pdl, fast_combined_matmul_kernel<false, kStore>, grid, block, smem, c);
     }
+}
+
+// ---- the persistent step: recording and the cooperative launch ----
+
+void set_persist(Context& ctx, bool on) {
+    Context::Impl& c = ctx.impl();
+    PhaseQueue& q = c.phases;
+    if (!on) {
+        if (!q.pending.empty()) flush_phases(ctx);
+        q.on = false;
+        return;
+    }
+    if (q.on) return;
+    c.rules.check(StreamOp::Alloc);  // the barrier's memory: not during capture
+    int coop = 0;
+    TL_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, c.device));
+    if (!coop)
+        throw CudaError("the persistent step needs cooperative launches, which this device does not support", false);
+    if (!q.barrier) {
+        TL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&q.barrier), 2 * sizeof(unsigned)));
+        TL_CUDA_CHECK(cudaMemsetAsync(q.barrier, 0, 2 * sizeof(unsigned), c.stream));
+        TL_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+    }
+    q.on = true;
+}
+
+bool persist_on(const Context& ctx) { return ctx.impl().phases.on; }
+
+size_t persist_launches(const Context& ctx) { return ctx.impl().phases.launches; }
+
+void flush_phases(Context& ctx) {
+    Context::Impl& c = ctx.impl();
+    PhaseQueue& q = c.phases;
+    if (q.pending.empty()) return;
+    auto prog = std::make_unique<PhaseProgram>();
+    size_t smem_floats = 0;
+    int need = 1;
+    for (const Phase& ph : q.pending) {
+        smem_floats = std::max(smem_floats, static_cast<size_t>(ph.smem_floats));
+        need = std::max(need, ph.kind == kPhaseAtt ? (ph.blocks + 1) / 2 : ph.blocks);
+    }
+    prog->n = static_cast<int>(q.pending.size());
+    prog->barrier = q.barrier;
+    std::copy(q.pending.begin(), q.pending.end(), prog->ph);
+    q.pending.clear();  // before the launch, which may throw
+    const size_t smem = smem_floats * sizeof(float);
+    if (smem > 48 * 1024)
+        TL_CUDA_CHECK(cudaFuncSetAttribute(persistent_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)));
+    // the cooperative grid: every block co-resident (the barrier waits for all of them); at most
+    // TINYLOOP_CUDA_PERSIST_PER_SM blocks per multiprocessor (default 1), never more than the
+    // largest phase needs
+    int sms = 0, per_sm = 0;
+    TL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c.device));
+    TL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_step_kernel, kThreads, smem));
+    if (per_sm < 1)
+        throw CudaError("the persistent step: no block of " + std::to_string(kThreads) + " threads with " +
+                            std::to_string(smem) + " bytes of shared memory fits a multiprocessor", false);
+    int cap = 1;
+    if (const char* e = std::getenv("TINYLOOP_CUDA_PERSIST_PER_SM")) cap = std::max(1, std::min(8, std::atoi(e)));
+    const int grid = std::min(need, sms * std::min(per_sm, cap));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c.stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    TL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_step_kernel, *prog));
+    ++q.launches;
 }
 
 }  // namespace tinyloop::kern::cuda

@@ -380,6 +380,60 @@ TEST_P(CudaFastStep, WholeFastStepAgreesWithTheReferenceUpToANearTie) {
     }
 }
 
+// persist (the fused launches as phases of one cooperative kernel, grid barriers between them)
+// changes no bit: with fuse alone (the reference attention launched between the phases: a
+// flush per layer) it gives the reference step's bits, and with every part the fast step's,
+// step for step, graph-replayed and direct; the captured step holds a handful of nodes (the
+// embedding, the cooperative kernel, the argmax and its copies) instead of ~86.
+TEST_P(CudaFastStep, PersistentStepGivesTheFastStepsBits) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle m = tinyloop::load_model_handle(fast_case_model(GetParam()), cpu());
+    const tinyloop::HParams& hp = tinyloop::model_hparams(m.get());
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 300; ++i) prompt.push_back((i * 131 + 7) % 256);
+    tinyloop::CudaWeights w(*m.get(), probe().device);
+    auto same_bits = [&](const tltest::GreedyTrace& want, const tltest::GreedyTrace& got, const std::string& what) {
+        EXPECT_EQ(got.tokens, want.tokens) << what;
+        ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
+        for (size_t i = 0; i < want.tokens.size(); ++i)
+            ASSERT_EQ(0, std::memcmp(got.logits.data() + i * hp.vocab_size, want.logits.data() + i * hp.vocab_size,
+                                     size_t(hp.vocab_size) * 4))
+                << what << ": step " << i << "'s logits differ";
+    };
+    for (int L : {1, hp.max_loops}) {
+        tinyloop::CudaSessionOptions ref;
+        ref.loops = L;
+        ref.gemm_min_tokens = 1 << 30;
+        tinyloop::CudaSessionOptions fused = ref;
+        fused.fast.fuse = true;
+        tinyloop::CudaSessionOptions fast = ref;
+        fast.fast = tinyloop::CudaFastPath::all();
+        const tltest::GreedyTrace want_ref = session_trace(w, ref, prompt, 48);
+        const tltest::GreedyTrace want_fast = session_trace(w, fast, prompt, 48);
+        for (bool graph : {true, false}) {
+            const std::string at = "loops " + std::to_string(L) + (graph ? ", graph" : ", direct");
+            tinyloop::CudaSessionOptions o = fused;
+            o.use_graph = graph;
+            o.fast.persist = true;
+            same_bits(want_ref, session_trace(w, o, prompt, 48), "fuse+persist vs the reference, " + at);
+            o = fast;
+            o.use_graph = graph;
+            o.fast.persist = true;
+            same_bits(want_fast, session_trace(w, o, prompt, 48), "all+persist vs all, " + at);
+        }
+    }
+    tinyloop::CudaSessionOptions o;
+    o.loops = hp.max_loops;
+    o.capacity = 64;
+    o.fast = tinyloop::CudaFastPath::persistent();
+    tinyloop::CudaSession s(w, o);
+    int32_t t = s.prefill(prompt.data(), 8);
+    t = s.decode(t);
+    s.decode(t);
+    EXPECT_LE(s.step_nodes(), 8u) << "the persistent step's graph";
+    std::printf("[ NOTE     ] %s: the persistent step's graph holds %zu nodes\n", GetParam().name, s.step_nodes());
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaFastStep,
                          ::testing::Values(FastCase{"kjv_f32", kDir + "model-f32.tinyloop"},
                                            FastCase{"kjv_q8", kDir + "model-q8.tinyloop"},

@@ -289,8 +289,13 @@ TEST(CudaFastSwitch, PartsParseAndABadPartIsNamed) {
     EXPECT_EQ(parse_cuda_fast("1"), CudaFastPath::all());
     EXPECT_EQ(parse_cuda_fast("all"), CudaFastPath::all());
     const CudaFastPath f = parse_cuda_fast("fuse,pdl");
-    EXPECT_TRUE(f.fuse && f.pdl && !f.split_attention && !f.pinned_logits);
+    EXPECT_TRUE(f.fuse && f.pdl && !f.split_attention && !f.pinned_logits && !f.persist);
     EXPECT_EQ(tinyloop::describe(parse_cuda_fast("split,pinned")), "split+pinned");
+    // persist is named, never implied by all; "all" inside a list sets the four and keeps it
+    EXPECT_FALSE(CudaFastPath::all().persist);
+    EXPECT_EQ(parse_cuda_fast("all,persist"), CudaFastPath::persistent());
+    EXPECT_EQ(parse_cuda_fast("persist,all"), CudaFastPath::persistent());
+    EXPECT_EQ(tinyloop::describe(parse_cuda_fast("fuse,persist")), "fuse+persist");
     EXPECT_EQ(tinyloop::describe(CudaFastPath{}), "reference");
     for (const char* bad : {"fuse,", "2", "fuse,splat", "FUSE"}) {
         try {
@@ -299,7 +304,7 @@ TEST(CudaFastSwitch, PartsParseAndABadPartIsNamed) {
         } catch (const tinyloop::Error& e) {
             EXPECT_EQ(e.code(), tinyloop::ErrorCode::InvalidArgument);
             EXPECT_NE(std::string(e.what()).find("TINYLOOP_CUDA_FAST"), std::string::npos) << e.what();
-            EXPECT_NE(std::string(e.what()).find("fuse, split, pdl, pinned"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("fuse, split, pdl, pinned, persist"), std::string::npos) << e.what();
         }
     }
 }

@@ -148,6 +148,7 @@ std::vector<BackendEntry> backend_entries() {
     kern::force_simd_level(saved.c_str());
     out.push_back(cuda_backend_entry());
     out.push_back(cuda_fast_backend_entry());
+    out.push_back(cuda_persist_backend_entry());
     return out;
 }
 

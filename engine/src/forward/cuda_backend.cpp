@@ -57,6 +57,19 @@ BackendEntry cuda_fast_backend_entry() {
     return e;
 }
 
+BackendEntry cuda_persist_backend_entry() {
+    BackendEntry e = cuda_backend_entry();
+    e.name = "cuda-persist";
+    if (e.make)
+        e.make = [](const std::string&, kern::ThreadPool*) -> std::unique_ptr<BackendOps> {
+            auto ops = std::make_unique<CudaOps>(cached_probe().device);
+            ops->set_fast(true, true, false);
+            kern::cuda::set_persist(ops->context(), true);
+            return ops;
+        };
+    return e;
+}
+
 // ---- CudaOps ---------------------------------------------------------------------------------
 
 namespace {
@@ -361,6 +374,12 @@ BackendEntry cuda_backend_entry() {
 BackendEntry cuda_fast_backend_entry() {
     BackendEntry e = cuda_backend_entry();
     e.name = "cuda-fast";
+    return e;
+}
+
+BackendEntry cuda_persist_backend_entry() {
+    BackendEntry e = cuda_backend_entry();
+    e.name = "cuda-persist";
     return e;
 }
 

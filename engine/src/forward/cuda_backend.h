@@ -40,6 +40,9 @@ BackendEntry cuda_backend_entry();
 // "cuda-fast": the same device with the fast decode step's ops on (CudaOps::set_fast with fuse,
 // split and pdl), for the op table to compare with "cuda".
 BackendEntry cuda_fast_backend_entry();
+// "cuda-persist": cuda-fast's ops recorded as phases of one cooperative kernel
+// (kern::cuda::set_persist), launched when the table reads a result: the same bits as cuda-fast.
+BackendEntry cuda_persist_backend_entry();
 
 // Runs fn and rethrows a kern::cuda::CudaError as Error(OutOfMemory) when the device ran out of
 // memory, else Error(Backend), with `what` in front of the message.

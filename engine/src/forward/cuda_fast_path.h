@@ -11,6 +11,10 @@
 //     pdl     programmatic dependent launch of the fast kernels (sm_90+, ignored before)
 //     pinned  the step's logits copied to pinned host memory inside the captured graph, so
 //             reading them after a step costs no second download and sync
+//     persist the fused launches of a step recorded as phases of one cooperative kernel, a
+//             grid barrier between them (kernels/cuda/phases.cuh; the same bits as without;
+//             needs fuse to have anything to record; not part of "all" until measured)
+//   "all,persist" (or any list naming all): every part above and persist
 //
 // Plain C++ (no CUDA): the host tests check the parsing in every build.
 #pragma once
@@ -28,15 +32,18 @@ struct CudaFastPath {
     bool split_attention = false;
     bool pdl = false;
     bool pinned_logits = false;
-    bool any() const { return fuse || split_attention || pdl || pinned_logits; }
+    bool persist = false;
+    bool any() const { return fuse || split_attention || pdl || pinned_logits || persist; }
     bool operator==(const CudaFastPath& o) const {
-        return fuse == o.fuse && split_attention == o.split_attention && pdl == o.pdl && pinned_logits == o.pinned_logits;
+        return fuse == o.fuse && split_attention == o.split_attention && pdl == o.pdl &&
+               pinned_logits == o.pinned_logits && persist == o.persist;
     }
     bool operator!=(const CudaFastPath& o) const { return !(*this == o); }
-    static CudaFastPath all() { return CudaFastPath{true, true, true, true}; }
+    static CudaFastPath all() { return CudaFastPath{true, true, true, true, false}; }
+    static CudaFastPath persistent() { return CudaFastPath{true, true, true, true, true}; }
 };
 
-// "0" / "" / "1" / "all" / a comma list of fuse, split, pdl, pinned. Throws
+// "0" / "" / "1" / "all" / a comma list of all, fuse, split, pdl, pinned, persist. Throws
 // Error(InvalidArgument) naming the variable, the part and the allowed values.
 inline CudaFastPath parse_cuda_fast(const std::string& v) {
     if (v.empty() || v == "0") return {};
@@ -46,14 +53,19 @@ inline CudaFastPath parse_cuda_fast(const std::string& v) {
     while (at <= v.size()) {
         const size_t end = std::min(v.find(',', at), v.size());
         const std::string part = v.substr(at, end - at);
-        if (part == "fuse") f.fuse = true;
+        if (part == "all") {
+            const bool keep = f.persist;
+            f = CudaFastPath::all();
+            f.persist = keep;
+        } else if (part == "fuse") f.fuse = true;
         else if (part == "split") f.split_attention = true;
         else if (part == "pdl") f.pdl = true;
         else if (part == "pinned") f.pinned_logits = true;
+        else if (part == "persist") f.persist = true;
         else
             throw Error(ErrorCode::InvalidArgument,
                         "TINYLOOP_CUDA_FAST: '" + part + "' in '" + v +
-                            "' is not a part; use 0, 1, all, or a comma list of fuse, split, pdl, pinned");
+                            "' is not a part; use 0, 1, all, or a comma list of all, fuse, split, pdl, pinned, persist");
         at = end + 1;
     }
     return f;
@@ -78,6 +90,7 @@ inline std::string describe(const CudaFastPath& f) {
     add(f.split_attention, "split");
     add(f.pdl, "pdl");
     add(f.pinned_logits, "pinned");
+    add(f.persist, "persist");
     return s;
 }
 

@@ -146,6 +146,8 @@ struct CudaSession::Impl {
             partial = kc::DeviceBuffer(ctx, kc::attention_split_floats(rows, hp.n_heads, hp.head_dim, splits) * F);
         }
         if (o.fast.pinned_logits) ctx.reserve_staged_floats(V);
+        // fast.persist: the fused launches recorded as phases of one cooperative kernel
+        if (o.fast.persist && o.fast.fuse) kc::set_persist(ctx, true);
         if (o.gemm_min_tokens <= rows) {  // cuBLAS needs f32 operands: scratch for the largest
             size_t s = 0;
             auto need = [&](const kern::WeightView& W) { s = std::max(s, kc::gemm_scratch_bytes(W)); };
