@@ -111,7 +111,7 @@ if [ "${1:-}" = "--rehearse" ]; then
   check "the sanitizer row says how the op tests ran" 'grep -qE "^\| test +\| ops .*(memcheck|plain)" "$work/stdout.txt"'
   check "bench_cuda rows for kjv and d512 at f32/q8/q4" 'for c in kjv-f32 kjv-q8 kjv-q4 d512-f32 d512-q8 d512-q4; do grep -qE "^\| bench_cuda +\| $c " "$work/stdout.txt" || exit 1; done'
   check "bench_cuda rows show the fast step beside the reference" 'grep -qE "^\| bench_cuda +\| d512-q4 .*fast 4000.0 .*86 launches" "$work/stdout.txt"'
-  check "bench_cuda rows show the persistent step" 'grep -qE "^\| bench_cuda +\| d512-q4 .*persist 5000.0 \(2/SM 4500.0\) \| 6 launches" "$work/stdout.txt"'
+  check "bench_cuda rows show the persistent step" 'grep -qE "^\| bench_cuda +\| d512-q4 .*persist 5000.0 \(no prefetch 4500.0\) \| 6 launches \| barrier 1.50 us \(2/SM 2.00\)" "$work/stdout.txt"'
   check "bench_cuda rows name the shape, a shrunk prompt said" 'grep -qE "^\| bench_cuda +\| kjv-q4 +\| p512 t128 \(shrunk\) \| prefill" "$work/stdout.txt" && grep -qE "^\| bench_cuda +\| d512-q4 +\| p512 t128 \| prefill" "$work/stdout.txt"'
   check "no raw JSON and no negative rate in the table" '! grep -E "^\| bench_cuda" "$work/stdout.txt" | grep -qE "\{|[ :]-[0-9]"'
   check "tinyloop bench rows (cuda, the CPU beside it, the fast step)" 'for c in kjv-cuda d512-cuda kjv-cpu2 d512-fast kjv-fast d512-pers kjv-pers; do grep -qE "^\| tinyloop bench +\| $c " "$work/stdout.txt" || exit 1; done'
@@ -142,7 +142,7 @@ if [ "${1:-}" = "--stub" ]; then
     bench_cuda)
       m=$(basename "$1" .tinyloop)
       note=""; case $m in model-*) note="prompt 512 shrunk to 256: the model's context is 512" ;; esac
-      echo "{\"model\":\"$1\",\"device\":\"stub\",\"loops\":4,\"prompt\":512,\"tokens\":128,\"note\":\"$note\",\"prefill_tok_s\":1000.0,\"prefill_kernel_tok_s\":500.0,\"cublas_only_tok_s\":1500.0,\"prefill_vs_cublas\":0.667,\"decode_graph_tok_s\":2000.0,\"decode_direct_tok_s\":1000.0,\"bytes_per_token\":1000000,\"decode_gb_s\":2.0,\"launches_per_token\":134,\"decode_fast_tok_s\":4000.0,\"fast_gb_s\":4.0,\"fast_launches_per_token\":86,\"decode_logits_tok_s\":1500.0,\"decode_fast_logits_tok_s\":3500.0,\"decode_persist_tok_s\":5000.0,\"decode_persist2_tok_s\":4500.0,\"persist_launches_per_token\":6,\"weights_device_bytes\":1,\"session_device_bytes\":1}" ;;
+      echo "{\"model\":\"$1\",\"device\":\"stub\",\"loops\":4,\"prompt\":512,\"tokens\":128,\"note\":\"$note\",\"prefill_tok_s\":1000.0,\"prefill_kernel_tok_s\":500.0,\"cublas_only_tok_s\":1500.0,\"prefill_vs_cublas\":0.667,\"decode_graph_tok_s\":2000.0,\"decode_direct_tok_s\":1000.0,\"bytes_per_token\":1000000,\"decode_gb_s\":2.0,\"launches_per_token\":134,\"decode_fast_tok_s\":4000.0,\"fast_gb_s\":4.0,\"fast_launches_per_token\":86,\"decode_logits_tok_s\":1500.0,\"decode_fast_logits_tok_s\":3500.0,\"decode_persist_tok_s\":5000.0,\"decode_persist_nopf_tok_s\":4500.0,\"persist_launches_per_token\":6,\"barrier_us_1sm\":1.50,\"barrier_us_2sm\":2.00,\"weights_device_bytes\":1,\"session_device_bytes\":1}" ;;
     tinyloop)
       if [ "$1" = make-random ]; then echo "(stub) wrote $2"; exit 0; fi
       echo "dtype thr mode         depth  prefill/s  decode/s  speedup    GB/s   %bw  bound/s  GFLOP/s  %peak  accept  acc/cyc  same"
@@ -311,15 +311,17 @@ bench_cuda_case() {  # NAME MODEL
     local f
     f=$(echo "$j" | sed -E 's/.*"prefill_tok_s":([0-9.]+).*"cublas_only_tok_s":([0-9.]+),"prefill_vs_cublas":([0-9.]+),"decode_graph_tok_s":([0-9.]+),"decode_direct_tok_s":([0-9.]+).*"decode_gb_s":([0-9.]+),"launches_per_token":([0-9]+),"decode_fast_tok_s":([0-9.]+),"fast_gb_s":([0-9.]+),"fast_launches_per_token":([0-9]+),"decode_logits_tok_s":([0-9.]+),"decode_fast_logits_tok_s":([0-9.]+).*/prefill \1 | cuBLAS-only \2 | ratio \3 | decode graph \4 | direct \5 | \6 GB\/s | \7 launches | fast \8 | \9 GB\/s | FASTL launches | +logits ref LREF fast LFAST/' )
     # sed -E has nine groups: the last three fields by name
-    local fl lr lf p1 p2 pl
+    local fl lr lf p1 p2 pl b1 b2
     fl=$(echo "$j" | sed -nE 's/.*"fast_launches_per_token":([0-9]+).*/\1/p')
     lr=$(echo "$j" | sed -nE 's/.*"decode_logits_tok_s":([0-9.]+).*/\1/p')
     lf=$(echo "$j" | sed -nE 's/.*"decode_fast_logits_tok_s":([0-9.]+).*/\1/p')
     p1=$(echo "$j" | sed -nE 's/.*"decode_persist_tok_s":([0-9.]+).*/\1/p')
-    p2=$(echo "$j" | sed -nE 's/.*"decode_persist2_tok_s":([0-9.]+).*/\1/p')
+    p2=$(echo "$j" | sed -nE 's/.*"decode_persist_nopf_tok_s":([0-9.]+).*/\1/p')
+    b1=$(echo "$j" | sed -nE 's/.*"barrier_us_1sm":([0-9.]+).*/\1/p')
+    b2=$(echo "$j" | sed -nE 's/.*"barrier_us_2sm":([0-9.]+).*/\1/p')
     pl=$(echo "$j" | sed -nE 's/.*"persist_launches_per_token":([0-9]+).*/\1/p')
     f=${f/FASTL/$fl}; f=${f/LREF/$lr}; f=${f/LFAST/$lf}
-    f="$f | persist ${p1:-?} (2/SM ${p2:-?}) | ${pl:-?} launches"
+    f="$f | persist ${p1:-?} (no prefetch ${p2:-?}) | ${pl:-?} launches | barrier ${b1:-?} us (2/SM ${b2:-?})"
     # a line the pattern did not match (a field missing, a non-number) is named, not printed raw
     [ "${f:0:1}" = "{" ] && f="unparsed bench_cuda JSON: see the log"
     local pt; pt=$(echo "$j" | sed -nE 's/.*"prompt":([0-9]+),"tokens":([0-9]+).*/p\1 t\2/p')

@@ -316,5 +316,8 @@ void set_persist(Context& ctx, bool on);
 bool persist_on(const Context& ctx);
 // Cooperative launches issued by the context so far.
 size_t persist_launches(const Context& ctx);
+// Microseconds per grid barrier of the persistent kernel alone (programs of kMaxPhases empty
+// phases on a full grid of per_sm blocks per multiprocessor, reps launches timed with events).
+double persist_barrier_probe(Context& ctx, int per_sm, int reps);
 
 }  // namespace tinyloop::kern::cuda

@@ -56,7 +56,8 @@ struct AttArgs {
     float *pm, *pl, *pacc;
 };
 
-enum PhaseKind : int { kPhaseMat = 0, kPhaseComb = 1, kPhaseQkv = 2, kPhaseAtt = 3 };
+// kPhaseNop: nothing (persist_barrier_probe times the barriers alone).
+enum PhaseKind : int { kPhaseMat = 0, kPhaseComb = 1, kPhaseQkv = 2, kPhaseAtt = 3, kPhaseNop = 4 };
 
 // One recorded launch. `variant`: kPhaseMat: pack * 3 + mode (store, accumulate, swiglu);
 // kPhaseComb: pack * 3 + mode (store, accumulate); kPhaseQkv: pack; kPhaseAtt: values per lane
@@ -76,6 +77,7 @@ constexpr int kMaxPhases = 96;
 struct PhaseProgram {
     int n = 0;
     unsigned* barrier = nullptr;  // [2]: arrivals, generation (device memory, zeroed once)
+    int prefetch = 1;             // each block's next weight rows into L1 before the barrier
     Phase ph[kMaxPhases];
 };
 

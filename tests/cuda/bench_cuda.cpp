@@ -128,15 +128,16 @@ int main(int argc, char** argv) {
         // TINYLOOP_CUDA_FAST=1) graph-replayed; then each with the logits read after every
         // step, as the engine's host pipeline does (a download, or the fast step's pinned copy)
         // and the persistent step (every part + persist: one cooperative kernel for the fused
-        // launches) with one and with two blocks per multiprocessor
+        // launches; two blocks per multiprocessor) with and without the weight rows prefetched
+        // into L1 before each grid barrier
         struct Run {
             bool graph, fast, logits;
-            int persist_per_sm = 0;  // 0: no persist
+            int persist_prefetch = -1;  // -1: no persist
             double tok_s = 0;
             size_t nodes = 0;
         };
         Run runs[] = {{true, false, false}, {false, false, false}, {true, true, false}, {true, false, true}, {true, true, true},
-                      {true, true, false, 1},  {true, true, false, 2}};
+                      {true, true, false, 1},  {true, true, false, 0}};
         size_t session_bytes = 0;
         for (Run& r : runs) {
             tinyloop::CudaSessionOptions o;
@@ -144,9 +145,9 @@ int main(int argc, char** argv) {
             o.capacity = n_prompt + n_tok;
             o.use_graph = r.graph;
             if (r.fast) o.fast = tinyloop::CudaFastPath::all();
-            if (r.persist_per_sm > 0) {
+            if (r.persist_prefetch >= 0) {
                 o.fast.persist = true;
-                setenv("TINYLOOP_CUDA_PERSIST_PER_SM", std::to_string(r.persist_per_sm).c_str(), 1);
+                setenv("TINYLOOP_CUDA_PERSIST_PREFETCH", std::to_string(r.persist_prefetch).c_str(), 1);
             }
             tinyloop::CudaSession s(w, o);
             if (!r.fast) session_bytes = s.device_bytes();
@@ -162,7 +163,16 @@ int main(int argc, char** argv) {
             }
             r.tok_s = tltest::bench_rate(n, now() - t0);
         }
+        unsetenv("TINYLOOP_CUDA_PERSIST_PREFETCH");
         const double dec_graph = runs[0].tok_s, dec_direct = runs[1].tok_s, dec_fast = runs[2].tok_s;
+        // the persistent kernel's grid barrier alone (empty phases), one and two blocks per SM
+        double barrier_us[2] = {0, 0};
+        {
+            kc::Context bctx(p.device);
+            kc::set_persist(bctx, true);
+            barrier_us[0] = kc::persist_barrier_probe(bctx, 1, 50);
+            barrier_us[1] = kc::persist_barrier_probe(bctx, 2, 50);
+        }
 
         // bytes one decode token reads: every matrix of the pre blocks once, the loop block L
         // times, the head, one embedding row
@@ -183,12 +193,13 @@ int main(int argc, char** argv) {
             "\"bytes_per_token\":%.0f,\"decode_gb_s\":%.1f,\"launches_per_token\":%zu,"
             "\"decode_fast_tok_s\":%.1f,\"fast_gb_s\":%.1f,\"fast_launches_per_token\":%zu,"
             "\"decode_logits_tok_s\":%.1f,\"decode_fast_logits_tok_s\":%.1f,"
-            "\"decode_persist_tok_s\":%.1f,\"decode_persist2_tok_s\":%.1f,\"persist_launches_per_token\":%zu,"
+            "\"decode_persist_tok_s\":%.1f,\"decode_persist_nopf_tok_s\":%.1f,\"persist_launches_per_token\":%zu,"
+            "\"barrier_us_1sm\":%.2f,\"barrier_us_2sm\":%.2f,"
             "\"weights_device_bytes\":%zu,\"session_device_bytes\":%zu}\n",
             argv[1], kc::describe(p).c_str(), L, n_prompt, n_tok, note.c_str(), n_prompt / best_gemm, n_prompt / best_kernel,
             n_prompt / best_blas, best_blas / best_gemm, dec_graph, dec_direct, per_token, per_token * dec_graph / 1e9,
             launches, dec_fast, per_token * dec_fast / 1e9, fast_launches, runs[3].tok_s, runs[4].tok_s,
-            runs[5].tok_s, runs[6].tok_s, runs[5].nodes, w.device_bytes(), session_bytes);
+            runs[5].tok_s, runs[6].tok_s, runs[5].nodes, barrier_us[0], barrier_us[1], w.device_bytes(), session_bytes);
         tinyloop::free_model(m);
         return 0;
     } catch (const std::exception& e) {
