@@ -186,6 +186,85 @@ TEST(CudaEngine, EscalationOnTheDeviceMatchesTheCpu) {
     }
 }
 
+// Early exit on the device (the CUDA executor's row stepper, CudaSession::row_*): the per-pass
+// signals of every criterion (early_exit_signals) within float rounding of the CPU's; scoring
+// with early exit (teacher-forced, so one input for both) exits at the same pass at every
+// position but where a signal is within rounding of its threshold, with the CPU's
+// log-probabilities there; decoding with it (greedy) emits the CPU's tokens at the CPU's depths
+// until a near tie. A criterion needing logits (logit_margin) and one that does not (hidden_l2).
+TEST(CudaEngine, EarlyExitOnTheDeviceMatchesTheCpu) {
+    TL_REQUIRE_DEVICE();
+    using tinyloop::EarlyExitCriterion;
+    tinyloop::ModelHandle cpu = tinyloop::load_model_handle(kModel, on(Backend::Cpu));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    const tinyloop::HParams& hp = tinyloop::model_hparams(cpu.get());
+    std::string text;
+    while (text.size() < 300) text += "And God said, Let there be light: and there was light. ";
+    std::vector<int32_t> toks = tinyloop::tokenize(cpu.get(), text);
+    toks.resize(std::min<size_t>(toks.size(), 64));
+    const int n = int(toks.size());
+    const int L = hp.max_loops;
+
+    const tinyloop::ExitSignals sw = tinyloop::early_exit_signals(cpu.get(), toks.data(), n, L);
+    const tinyloop::ExitSignals sg = tinyloop::early_exit_signals(gpu.get(), toks.data(), n, L);
+    ASSERT_EQ(sg.values.size(), sw.values.size());
+    int argmax_flips = 0;
+    for (int c = 0; c < 5; ++c)
+        for (int p = 0; p < n; ++p)
+            for (int pass = 1; pass <= L; ++pass) {
+                const auto crit = static_cast<EarlyExitCriterion>(c);
+                const float want = sw.at(crit, p, pass), got = sg.at(crit, p, pass);
+                if (crit == EarlyExitCriterion::ArgmaxStable) {
+                    argmax_flips += want != got;  // 0 or 1: flips only at a near tie of the top two
+                    continue;
+                }
+                EXPECT_NEAR(got, want, 1e-4 + 2e-3 * std::fabs(want))
+                    << "criterion " << c << " position " << p << " pass " << pass;
+            }
+    EXPECT_LE(argmax_flips, n * L / 50) << "argmax_stable differs at more than 2% of the probes";
+
+    for (const auto& [crit, threshold] : {std::pair{EarlyExitCriterion::HiddenL2, 0.05f},
+                                          std::pair{EarlyExitCriterion::LogitMargin, 2.0f}}) {
+        SCOPED_TRACE("criterion " + std::to_string(int(crit)));
+        tinyloop::GenerateConfig g = greedy(48, L);
+        g.early_exit.patience = 1;
+        g.early_exit.criterion = crit;
+        g.early_exit.threshold = threshold;
+        std::vector<int> dw, dg;
+        const tinyloop::ScoreResult want = tinyloop::score_early_exit(cpu.get(), toks.data(), n, g, &dw);
+        const tinyloop::ScoreResult got = tinyloop::score_early_exit(gpu.get(), toks.data(), n, g, &dg);
+        ASSERT_EQ(dg.size(), dw.size());
+        ASSERT_EQ(got.token_logprobs.size(), want.token_logprobs.size());
+        int depth_differs = 0, exits = 0;
+        for (size_t i = 0; i < dw.size(); ++i) {
+            exits += dw[i] < L;
+            if (dw[i] != dg[i]) {
+                ++depth_differs;
+                continue;
+            }
+            if (i + 1 < dw.size()) {
+                EXPECT_NEAR(got.token_logprobs[i], want.token_logprobs[i], 5e-3 + 1e-3 * std::fabs(want.token_logprobs[i]))
+                    << "position " << i;
+            }
+        }
+        EXPECT_GT(exits, 0) << "the threshold never let a position exit: the test would not test the exit";
+        EXPECT_LE(depth_differs, n / 16) << "score_early_exit's depths differ at " << depth_differs << " of " << n;
+
+        const auto prompt = prompt_of(cpu.get());
+        const tinyloop::GenerateResult rw = tinyloop::generate_ex(cpu.get(), prompt.data(), int(prompt.size()), g);
+        const tinyloop::GenerateResult rg = tinyloop::generate_ex(gpu.get(), prompt.data(), int(prompt.size()), g);
+        size_t same = 0;
+        while (same < rw.tokens.size() && same < rg.tokens.size() && rw.tokens[same] == rg.tokens[same]) ++same;
+        EXPECT_GE(same, prompt.size() + 16) << "decoding with early exit parted from the CPU's within 16 tokens";
+        const auto& pw = rw.stats.depth_per_token;
+        const auto& pg = rg.stats.depth_per_token;
+        const size_t k = std::min({pw.size(), pg.size(), same - prompt.size()});
+        int dd = 0;
+        for (size_t i = 0; i < k; ++i) dd += pw[i] != pg[i];
+        EXPECT_LE(dd, 1) << "per-token depths differ at " << dd << " of the " << k << " tokens both emitted alike";
+    }
+}
+
 TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     TL_REQUIRE_DEVICE();
     tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
@@ -201,10 +280,10 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     };
     const int n = int(prompt.size());
     expect_refused("INT8 KV cache", [&] { tinyloop::score(gpu.get(), prompt.data(), n, 0, tinyloop::KVCacheType::Int8); });
-    expect_refused("score_early_exit", [&] {
-        tinyloop::GenerateConfig g = greedy(8, 0);
-        g.early_exit.patience = 1;
-        tinyloop::score_early_exit(gpu.get(), prompt.data(), n, g);
+    expect_refused("the lens", [&] {
+        tinyloop::GenerateOptions o;
+        o.lens = true;
+        tinyloop::generate_ex(gpu.get(), prompt.data(), n, greedy(8, 0), o);
     });
     expect_refused("chain self-speculation", [&] {
         tinyloop::SpeculativeConfig sc;

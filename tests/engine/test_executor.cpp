@@ -29,7 +29,9 @@ TEST(ExecutorRule, AutoRunsAWholeCallOnOneBackEnd) {
     EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits}), ExecKind::Cuda);
     // Greedy steps the device has plus speculation it lacks: all of it on the CPU, never a mix.
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::ChainSpeculation}), ExecKind::Cpu);
-    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit}), ExecKind::Cpu);
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit, ExecOp::PassReadouts}), ExecKind::Cpu);
+    // Early exit the device has (its row stepper): decoding with it stays there.
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit}), ExecKind::Cuda);
     EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits, ExecOp::Int8Cache}), ExecKind::Cpu);
     // Weights on the host: the CPU, whatever the call needs.
     EXPECT_EQ(choose_executor(false, false, {ExecOp::Decode}), ExecKind::Cpu);
@@ -56,6 +58,7 @@ TEST(ExecutorRule, TheCpuRunsEveryOpAndTheDeviceItsRows) {
         EXPECT_NE(std::string(exec_op_name(op)), "?");
     }
     EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::Decode));
+    EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::EarlyExit));
     EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::TreeSpeculation));
     EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::HostForward));
 }

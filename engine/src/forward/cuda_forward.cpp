@@ -94,6 +94,8 @@ struct CudaSession::Impl {
     kc::DeviceBuffer crow, extra_rows, extra_offsets;      // forward_rows only
     kc::DeviceBuffer rope_tab;                            // RoPE cos/sin [max_seq_len, head_dim/2, 2]
     kc::DeviceBuffer partial;                             // fast.split_attention: the splits' states
+    kc::DeviceBuffer row_in, row_out;                     // the row stepper: a host row [d] in, its logits [vocab]
+    int row_pos = -1;                                     // the row stepper's position (-1: none begun)
     int splits = 0;                                       // attention splits per (row, head)
     bool pdl = false;                                     // fast.pdl on a device that has it (sm_90+)
     bool logits_pinned = false;  // the context's staged floats hold the last row's logits (last_logits)
@@ -129,6 +131,8 @@ struct CudaSession::Impl {
         u = kc::DeviceBuffer(ctx, R * ff * F);
         logits = kc::DeviceBuffer(ctx, R * V * F);
         if (injects_input(hp)) e_in = kc::DeviceBuffer(ctx, R * d * F);
+        row_in = kc::DeviceBuffer(ctx, d * F);
+        row_out = kc::DeviceBuffer(ctx, V * F);
         ids = kc::DeviceBuffer(ctx, R * sizeof(int));
         pos = kc::DeviceBuffer(ctx, R * sizeof(int));
         kvb = kc::DeviceBuffer(ctx, R * sizeof(int));
@@ -218,10 +222,9 @@ struct CudaSession::Impl {
     // one forward (run_layers) on the device.
     void rows_forward(int n) {
         Cache cache(*this);
-        const BlockScratch scratch{a.f32(), q.f32(), kk.f32(), vv.f32(), att.f32(), o_.f32(), g.f32(), u.f32()};
         PassPlan plan;
         plan.loops = o.loops;
-        run_layers(ops, hp, LayerStack{&w.embed, &w.pre, &w.loop}, cache, scratch, ids.i32(), h.f32(), e_in.f32(), n,
+        run_layers(ops, hp, LayerStack{&w.embed, &w.pre, &w.loop}, cache, block_scratch(), ids.i32(), h.f32(), e_in.f32(), n,
                    plan);
     }
 
@@ -232,6 +235,48 @@ struct CudaSession::Impl {
         ops.matmul(w.head, a.f32(), n, logits.f32());
         last_row = n - 1;
         ops.argmax(logits.f32() + size_t(n - 1) * hp.vocab_size, 1, hp.vocab_size, n_valid, chosen.i32());
+    }
+
+    // The row stepper's pieces: run_layers' own parts (forward.h) over row 0.
+    void row_prelude() {
+        Cache cache(*this);
+        PassPlan plan;
+        plan.loops = 0;  // the embedding and the prelude only
+        run_layers(ops, hp, LayerStack{&w.embed, &w.pre, &w.loop}, cache, block_scratch(), ids.i32(), h.f32(), e_in.f32(), 1,
+                   plan);
+    }
+    void row_pass(int pass) {
+        Cache cache(*this);
+        const BlockScratch s = block_scratch();
+        const LayerStack st{&w.embed, &w.pre, &w.loop};
+        begin_pass(ops, hp, st, s, h.f32(), e_in.f32(), 1, pass);
+        int layer = loop_layer_index(hp, pass, 0);
+        for (const LayerWeights& l : w.loop) block_forward(ops, hp, l, cache, layer++, s, h.f32(), 1);
+        end_pass(ops, hp, st, s, h.f32(), 1);
+    }
+    // FORMAT.md §1: the frozen state as a deeper pass takes it in (+ e with "add"), then each
+    // loop layer's keys and values of it, RoPE'd at the row's position, into passes exited+1..
+    void row_propagate(int exited, int to) {
+        const int d = hp.d_model;
+        float* x = row_in.f32();
+        ops.copy(x, h.f32(), size_t(d) * sizeof(float));
+        if (injects_input(hp) && hp.loop_input == LoopInput::Add) ops.add_inplace(x, e_in.f32(), size_t(d));
+        for (int j = 0; j < hp.n_loop_layers; ++j) {
+            const LayerWeights& l = w.loop[size_t(j)];
+            ops.rmsnorm(x, l.attn_norm, 1, d, hp.norm_eps, a.f32());
+            ops.matmul(l.wk, a.f32(), 1, kk.f32());
+            ops.matmul(l.wv, a.f32(), 1, vv.f32());
+            ops.rope(kk.f32(), 1, hp.n_kv_heads, hp.head_dim, pos.i32(), hp.rope_theta);
+            for (int p = exited + 1; p <= to; ++p) {
+                const size_t at = size_t(row_pos) * kv_row;
+                const int layer = loop_layer_index(hp, p, j);
+                ops.copy(k_layer(layer) + at, kk.f32(), size_t(kv_row) * sizeof(float));
+                ops.copy(v_layer(layer) + at, vv.f32(), size_t(kv_row) * sizeof(float));
+            }
+        }
+    }
+    BlockScratch block_scratch() const {
+        return BlockScratch{a.f32(), q.f32(), kk.f32(), vv.f32(), att.f32(), o_.f32(), g.f32(), u.f32()};
     }
 
     void set_rows(const int32_t* tokens, int pos0, int n) {
@@ -290,7 +335,7 @@ size_t CudaSession::device_bytes() const {
     size_t n = 0;
     for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.h, &s.a, &s.q, &s.kk, &s.vv, &s.att, &s.o_, &s.g, &s.u, &s.logits,
                                       &s.e_in, &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
-                                      &s.extra_offsets, &s.rope_tab, &s.partial})
+                                      &s.extra_offsets, &s.rope_tab, &s.partial, &s.row_in, &s.row_out})
         n += b->size();
     return n + s.ctx.device_bytes();
 }
@@ -373,6 +418,82 @@ std::vector<float> CudaSession::last_logits() {
         s.ctx.download(out.data(), s.logits.f32() + size_t(s.last_row) * out.size(), out.size() * sizeof(float));
     });
     return out;
+}
+
+void CudaSession::row_begin(int32_t token, int pos) {
+    Impl& s = *impl_;
+    if (pos < 0 || pos >= s.o.capacity)
+        throw Error(ErrorCode::InvalidArgument, "row pos: " + std::to_string(pos) + " is outside [0, " +
+                                                    std::to_string(s.o.capacity) + ")");
+    with_cuda_errors("cuda row", [&] {
+        s.set_rows(&token, pos, 1);
+        s.row_pos = pos;
+        s.primed = false;
+        s.logits_pinned = false;
+        s.row_prelude();
+    });
+}
+
+void CudaSession::row_pass(int pass) {
+    Impl& s = *impl_;
+    if (s.row_pos < 0) throw Error(ErrorCode::Internal, "row_pass: no row begun");
+    if (pass < 1 || pass > s.o.loops)
+        throw Error(ErrorCode::InvalidArgument, "pass: " + std::to_string(pass) + " is outside [1, " +
+                                                    std::to_string(s.o.loops) + "] (the session's loops)");
+    with_cuda_errors("cuda row pass", [&] { s.row_pass(pass); });
+}
+
+void CudaSession::row_state(float* h) {
+    Impl& s = *impl_;
+    with_cuda_errors("cuda row state", [&] {
+        s.ops.synchronize();
+        s.ctx.download(h, s.h.f32(), size_t(s.hp.d_model) * sizeof(float));
+    });
+}
+
+void CudaSession::row_set_state(const float* h) {
+    Impl& s = *impl_;
+    with_cuda_errors("cuda row state", [&] {
+        s.ops.synchronize();
+        s.ctx.upload(s.h.f32(), h, size_t(s.hp.d_model) * sizeof(float));
+    });
+}
+
+void CudaSession::row_logits(const float* r, float* out) {
+    Impl& s = *impl_;
+    const int d = s.hp.d_model, V = s.hp.vocab_size;
+    with_cuda_errors("cuda row logits", [&] {
+        s.ops.synchronize();
+        s.ctx.upload(s.row_in.get(), r, size_t(d) * sizeof(float));
+        s.ops.rmsnorm(s.row_in.f32(), s.w.final_norm, 1, d, s.hp.norm_eps, s.a.f32());
+        s.ops.matmul(s.w.head, s.a.f32(), 1, s.row_out.f32());  // not the logits buffer: last_logits stays
+        s.ops.synchronize();
+        s.ctx.download(out, s.row_out.f32(), size_t(V) * sizeof(float));
+    });
+}
+
+void CudaSession::row_propagate(int exited, int loops) {
+    Impl& s = *impl_;
+    if (s.row_pos < 0) throw Error(ErrorCode::Internal, "row_propagate: no row begun");
+    if (exited >= loops) return;
+    if (exited < 1 || loops > s.o.loops)
+        throw Error(ErrorCode::InvalidArgument, "propagate: passes " + std::to_string(exited + 1) + ".." +
+                                                    std::to_string(loops) + " are outside [2, " +
+                                                    std::to_string(s.o.loops) + "]");
+    with_cuda_errors("cuda row propagate", [&] { s.row_propagate(exited, loops); });
+}
+
+void CudaSession::row_finish() {
+    Impl& s = *impl_;
+    if (s.row_pos < 0) throw Error(ErrorCode::Internal, "row_finish: no row begun");
+    with_cuda_errors("cuda row finish", [&] {
+        s.head_rows(0, 1);
+        s.ops.synchronize();
+    });
+    pos_ = s.row_pos + 1;
+    s.row_pos = -1;
+    s.primed = false;
+    s.logits_pinned = false;
 }
 
 void CudaSession::set_pos(int p) {
@@ -492,8 +613,44 @@ size_t cuda_model_bytes(const CudaWeights& w) { return w.device_bytes() + w.sess
 
 namespace {
 
+// The CUDA executor's one-row stepper (executor.h ExecRow): the session's row_* calls; the state
+// is brought to host memory only when asked for (state()), once per change.
+class CudaRow final : public ExecRow {
+public:
+    CudaRow(CudaSession& s, int d) : s_(s), h_(size_t(d)) {}
+    void begin(int32_t token, int pos) override {
+        s_.row_begin(token, pos);
+        held_ = false;
+    }
+    void pass(int pass) override {
+        s_.row_pass(pass);
+        held_ = false;
+    }
+    const float* state() override {
+        if (!held_) s_.row_state(h_.data());
+        held_ = true;
+        return h_.data();
+    }
+    void set_state(const float* h) override {
+        s_.row_set_state(h);
+        if (h != h_.data()) std::copy(h, h + h_.size(), h_.begin());
+        held_ = true;
+    }
+    // No coda on the device (ExecOp::Coda is the CPU's): the readout input is the state itself.
+    const float* readout(const float* h) override { return h; }
+    void logits(const float* r, float* out) override { s_.row_logits(r, out); }
+    void propagate(int exited, int loops) override { s_.row_propagate(exited, loops); }
+    void finish() override { s_.row_finish(); }
+
+private:
+    CudaSession& s_;
+    std::vector<float> h_;
+    bool held_ = false;  // h_ holds the device's state
+};
+
 // The CUDA executor's sequence (executor.h): a device session; a run of one row at the session's
-// position is its captured decode step, any other run a prefill from pos0.
+// position is its captured decode step, any other run a prefill from pos0; row() steps one row a
+// pass at a time (early exit).
 class CudaSequence final : public ExecSequence {
 public:
     CudaSequence(const CudaWeights& w, const SequenceSpec& spec) : hp_(w.model().hp), o_(options(spec)), s_(w, o_) {}  // the kept session when it fits: no set-up, no capture
@@ -514,6 +671,13 @@ public:
         const std::vector<float> l = s_->last_logits();
         std::copy(l.begin(), l.end(), out);
     }
+    ExecRow& row(int window) override {
+        if (window != o_.window)
+            throw Error(ErrorCode::Internal, "row: window " + std::to_string(window) + ", the sequence's is " +
+                                                 std::to_string(o_.window));
+        if (!row_) row_ = std::make_unique<CudaRow>(*s_, hp_.d_model);
+        return *row_;
+    }
 
 private:
     static CudaSessionOptions options(const SequenceSpec& spec) {
@@ -528,6 +692,7 @@ private:
     const HParams& hp_;
     CudaSessionOptions o_;
     CudaSessionLease s_;
+    std::unique_ptr<CudaRow> row_;
 };
 
 class CudaExecutor final : public Executor {

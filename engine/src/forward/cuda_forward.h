@@ -107,6 +107,23 @@ public:
     // logits are bit-identical to those of the same row run alone or as a decode step. Does
     // not move pos(); the caller sets it with set_pos() after accepting rows.
     void forward_rows(const CudaRows& rows, std::vector<float>& logits);
+    // One row a pass at a time (the CUDA executor's ExecRow: early exit, score_early_exit,
+    // early_exit_signals), the row's state in the session's h (row 0):
+    //   row_begin      the token at `pos` through the embedding and the prelude (h_0)
+    //   row_pass       pass `pass` over the state, its keys/values into the cache
+    //   row_state      the state to host memory [d]; row_set_state from host memory
+    //   row_logits     the head (final norm, head) of a host row [d] into out [vocab]
+    //   row_propagate  early exit's state propagation (FORMAT.md §1): the keys/values of the
+    //                  loop layers of passes exited+1 .. loops from the frozen state
+    //   row_finish     the state's logits become last_logits(); pos() moves past the row
+    // pos < capacity, 1 <= pass <= the session's loops (Error(InvalidArgument) otherwise).
+    void row_begin(int32_t token, int pos);
+    void row_pass(int pass);
+    void row_state(float* h);
+    void row_set_state(const float* h);
+    void row_logits(const float* r, float* out);
+    void row_propagate(int exited, int loops);
+    void row_finish();
     // Where the next prefill/decode writes (after a verification accepted some rows).
     void set_pos(int pos);
     int pos() const { return pos_; }

@@ -46,10 +46,12 @@ const char* exec_kind_name(ExecKind kind) { return kind == ExecKind::Cuda ? "cud
 
 bool exec_supports(ExecKind kind, ExecOp op) {
     if (kind == ExecKind::Cpu) return op != ExecOp::Count;
-    // The CUDA executor (cuda_forward.cpp): a device session with an f32 cache, full-depth rows.
+    // The CUDA executor (cuda_forward.cpp): a device session with an f32 cache, full-depth rows,
+    // and its one-row stepper (CudaSession::row_*: early exit between passes).
     switch (op) {
         case ExecOp::Decode:
-        case ExecOp::SequenceLogits: return true;
+        case ExecOp::SequenceLogits:
+        case ExecOp::EarlyExit: return true;
         default: return false;
     }
 }
