@@ -324,6 +324,16 @@ std::string fast_case_model(const FastCase& c) {
 
 class CudaFastStep : public ::testing::TestWithParam<FastCase> {};
 
+// The same tokens and, step for step, the same logits to the bit.
+void expect_same_bits(const tltest::GreedyTrace& want, const tltest::GreedyTrace& got, int vocab,
+                      const std::string& what) {
+    EXPECT_EQ(got.tokens, want.tokens) << what;
+    ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
+    for (size_t i = 0; i < want.tokens.size(); ++i)
+        ASSERT_EQ(0, std::memcmp(got.logits.data() + i * vocab, want.logits.data() + i * vocab, size_t(vocab) * 4))
+            << what << ": step " << i << "'s logits differ";
+}
+
 // fuse (norms folded, q/k/v + RoPE + KV store in one launch, SwiGLU and residual epilogues),
 // pdl and pinned logits change no bit: the same tokens and logits as the reference step, step
 // for step, graph-replayed and direct, after a prompt longer than a prefill chunk.
@@ -342,13 +352,8 @@ TEST_P(CudaFastStep, FusedStepGivesTheReferenceBits) {
         tinyloop::CudaSessionOptions o = ref;
         o.use_graph = graph;
         o.fast.fuse = o.fast.pdl = o.fast.pinned_logits = true;
-        const tltest::GreedyTrace got = session_trace(w, o, prompt, 32);
-        EXPECT_EQ(got.tokens, want.tokens) << (graph ? "graph" : "direct");
-        ASSERT_EQ(got.logits.size(), want.logits.size());
-        for (size_t i = 0; i < want.tokens.size(); ++i)
-            ASSERT_EQ(0, std::memcmp(got.logits.data() + i * hp.vocab_size, want.logits.data() + i * hp.vocab_size,
-                                     size_t(hp.vocab_size) * 4))
-                << (graph ? "graph" : "direct") << ": step " << i << "'s logits differ from the reference step's";
+        expect_same_bits(want, session_trace(w, o, prompt, 32), hp.vocab_size,
+                         std::string(graph ? "graph" : "direct") + " against the reference step");
     }
 }
 
@@ -393,12 +398,7 @@ TEST_P(CudaFastStep, PersistentStepGivesTheFastStepsBits) {
     for (int i = 0; i < 300; ++i) prompt.push_back((i * 131 + 7) % 256);
     tinyloop::CudaWeights w(*m.get(), probe().device);
     auto same_bits = [&](const tltest::GreedyTrace& want, const tltest::GreedyTrace& got, const std::string& what) {
-        EXPECT_EQ(got.tokens, want.tokens) << what;
-        ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
-        for (size_t i = 0; i < want.tokens.size(); ++i)
-            ASSERT_EQ(0, std::memcmp(got.logits.data() + i * hp.vocab_size, want.logits.data() + i * hp.vocab_size,
-                                     size_t(hp.vocab_size) * 4))
-                << what << ": step " << i << "'s logits differ";
+        expect_same_bits(want, got, hp.vocab_size, what);
     };
     for (int L : {1, hp.max_loops}) {
         tinyloop::CudaSessionOptions ref;

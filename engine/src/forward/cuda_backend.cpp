@@ -45,30 +45,24 @@ BackendEntry cuda_backend_entry() {
     return e;
 }
 
-BackendEntry cuda_fast_backend_entry() {
+namespace {
+// The CUDA entry with the fast step's ops on (and, with persist, recorded as phases).
+BackendEntry cuda_fast_entry(const char* name, bool persist) {
     BackendEntry e = cuda_backend_entry();
-    e.name = "cuda-fast";
+    e.name = name;
     if (e.make)
-        e.make = [](const std::string&, kern::ThreadPool*) -> std::unique_ptr<BackendOps> {
+        e.make = [persist](const std::string&, kern::ThreadPool*) -> std::unique_ptr<BackendOps> {
             auto ops = std::make_unique<CudaOps>(cached_probe().device);
-            ops->set_fast(true, true, ops->context().compute_capability() >= 90);
+            ops->set_fast(true, true, !persist && ops->context().compute_capability() >= 90);
+            if (persist) kern::cuda::set_persist(ops->context(), true);
             return ops;
         };
     return e;
 }
+}  // namespace
 
-BackendEntry cuda_persist_backend_entry() {
-    BackendEntry e = cuda_backend_entry();
-    e.name = "cuda-persist";
-    if (e.make)
-        e.make = [](const std::string&, kern::ThreadPool*) -> std::unique_ptr<BackendOps> {
-            auto ops = std::make_unique<CudaOps>(cached_probe().device);
-            ops->set_fast(true, true, false);
-            kern::cuda::set_persist(ops->context(), true);
-            return ops;
-        };
-    return e;
-}
+BackendEntry cuda_fast_backend_entry() { return cuda_fast_entry("cuda-fast", false); }
+BackendEntry cuda_persist_backend_entry() { return cuda_fast_entry("cuda-persist", true); }
 
 // ---- CudaOps ---------------------------------------------------------------------------------
 
