@@ -46,23 +46,25 @@ BackendEntry cuda_backend_entry() {
 }
 
 namespace {
-// The CUDA entry with the fast step's ops on (and, with persist, recorded as phases).
-BackendEntry cuda_fast_entry(const char* name, bool persist) {
+// The CUDA entry with the fast step's ops on (and, with kPersist, recorded as phases).
+template <bool kPersist>
+std::unique_ptr<BackendOps> make_cuda_fast(const std::string&, kern::ThreadPool*) {
+    auto ops = std::make_unique<CudaOps>(cached_probe().device);
+    ops->set_fast(true, true, !kPersist && ops->context().compute_capability() >= 90);
+    if (kPersist) kern::cuda::set_persist(ops->context(), true);
+    return ops;
+}
+template <bool kPersist>
+BackendEntry cuda_fast_entry(const char* name) {
     BackendEntry e = cuda_backend_entry();
     e.name = name;
-    if (e.make)
-        e.make = [persist](const std::string&, kern::ThreadPool*) -> std::unique_ptr<BackendOps> {
-            auto ops = std::make_unique<CudaOps>(cached_probe().device);
-            ops->set_fast(true, true, !persist && ops->context().compute_capability() >= 90);
-            if (persist) kern::cuda::set_persist(ops->context(), true);
-            return ops;
-        };
+    if (e.make) e.make = make_cuda_fast<kPersist>;
     return e;
 }
 }  // namespace
 
-BackendEntry cuda_fast_backend_entry() { return cuda_fast_entry("cuda-fast", false); }
-BackendEntry cuda_persist_backend_entry() { return cuda_fast_entry("cuda-persist", true); }
+BackendEntry cuda_fast_backend_entry() { return cuda_fast_entry<false>("cuda-fast"); }
+BackendEntry cuda_persist_backend_entry() { return cuda_fast_entry<true>("cuda-persist"); }
 
 // ---- CudaOps ---------------------------------------------------------------------------------
 
