@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda/device_probe.h"
@@ -265,6 +266,36 @@ TEST(CudaEngine, EarlyExitOnTheDeviceMatchesTheCpu) {
     }
 }
 
+// Chain self-speculation on the device (draft passes 1..D of one row, verification of the
+// drafted rows from their states, CudaSession::run_passes): greedy, it emits exactly the
+// device's own plain greedy decoding at the verify depth (the verification rows are the decode
+// step's bits, VerificationRowsEqualDecodeSteps), and its acceptance is the CPU's within the
+// near ties where the two back ends may part (both accept drafts at all).
+TEST(CudaEngine, ChainSpeculationOnTheDeviceEqualsItsGreedyDecoding) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle cpu = tinyloop::load_model_handle(kModel, on(Backend::Cpu));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    const auto prompt = prompt_of(gpu.get());
+    const tinyloop::HParams& hp = tinyloop::model_hparams(gpu.get());
+    for (const auto& [D, L, K] : {std::tuple{1, hp.default_loops, 4}, std::tuple{2, hp.max_loops, 3}}) {
+        SCOPED_TRACE("draft " + std::to_string(D) + " verify " + std::to_string(L) + " ahead " + std::to_string(K));
+        tinyloop::SpeculativeConfig sc;
+        sc.max_tokens = 48;
+        sc.draft_loops = D;
+        sc.verify_loops = L;
+        sc.draft_ahead = K;
+        sc.temperature = 0.0f;
+        sc.ignore_eos = true;
+        const tinyloop::GenerateResult got = tinyloop::generate_speculative_ex(gpu.get(), prompt.data(), int(prompt.size()), sc);
+        const std::vector<int32_t> plain = tinyloop::generate(gpu.get(), prompt.data(), int(prompt.size()), greedy(48, L));
+        EXPECT_EQ(got.tokens, plain) << "greedy chain speculation on the device differs from its plain greedy decoding";
+        const tinyloop::GenerateResult ref = tinyloop::generate_speculative_ex(cpu.get(), prompt.data(), int(prompt.size()), sc);
+        EXPECT_GT(got.stats.spec_drafted, 0);
+        EXPECT_GT(got.stats.spec_accepted, 0) << "no draft accepted: the verification compared nothing";
+        EXPECT_GT(ref.stats.spec_accepted, 0);
+    }
+}
+
 TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     TL_REQUIRE_DEVICE();
     tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
@@ -285,9 +316,10 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
         o.lens = true;
         tinyloop::generate_ex(gpu.get(), prompt.data(), n, greedy(8, 0), o);
     });
-    expect_refused("chain self-speculation", [&] {
-        tinyloop::SpeculativeConfig sc;
-        tinyloop::generate_speculative(gpu.get(), prompt.data(), n, sc);
+    expect_refused("tree self-speculation", [&] {
+        tinyloop::TreeSpeculativeConfig sc;
+        sc.verify_loops = 4;
+        tinyloop::generate_tree_speculative(gpu.get(), prompt.data(), n, sc);
     });
     expect_refused("beam search", [&] {
         tinyloop::GenerateConfig g = greedy(8, 0);

@@ -96,6 +96,8 @@ struct CudaSession::Impl {
     kc::DeviceBuffer partial;                             // fast.split_attention: the splits' states
     kc::DeviceBuffer row_in, row_out;                     // the row stepper: a host row [d] in, its logits [vocab]
     int row_pos = -1;                                     // the row stepper's position (-1: none begun)
+    int passes_n = 0;                                     // rows of the last run_passes (their states in h)
+    bool head_stale = false;  // run_passes left states whose head last_logits has not computed
     int splits = 0;                                       // attention splits per (row, head)
     bool pdl = false;                                     // fast.pdl on a device that has it (sm_90+)
     bool logits_pinned = false;  // the context's staged floats hold the last row's logits (last_logits)
@@ -363,6 +365,7 @@ int32_t CudaSession::prefill(const int32_t* tokens, int n, std::vector<float>* l
         s.ctx.stage_ints(s.chosen.i32(), 1);
         s.ctx.synchronize();
         pos_ += n;
+        s.head_stale = false;
         s.primed = false;
         s.logits_pinned = false;
         account();  // the first cuBLAS chunk created the context's handle
@@ -398,6 +401,7 @@ int32_t CudaSession::decode(int32_t token) {
         s.ctx.synchronize();
         const int32_t next = s.ctx.staged()[0];
         s.last_row = 0;  // a replayed graph ran head_rows(0, 1) without the host seeing it
+        s.head_stale = false;
         s.logits_pinned = s.o.fast.pinned_logits;
         pos_ += 1;
         s.primed = true;
@@ -409,6 +413,10 @@ int32_t CudaSession::decode(int32_t token) {
 std::vector<float> CudaSession::last_logits() {
     Impl& s = *impl_;
     std::vector<float> out(size_t(s.hp.vocab_size));
+    if (s.head_stale) {  // after run_passes: the head of its last row
+        with_cuda_errors("cuda logits", [&] { s.head_rows(s.passes_n - 1, 1); });
+        s.head_stale = false;
+    }
     if (s.logits_pinned) {  // the decode step copied them inside its graph, and the host synced since
         const float* p = s.ctx.staged_floats();
         std::copy(p, p + out.size(), out.begin());
@@ -492,8 +500,69 @@ void CudaSession::row_finish() {
     });
     pos_ = s.row_pos + 1;
     s.row_pos = -1;
+    s.head_stale = false;
     s.primed = false;
     s.logits_pinned = false;
+}
+
+void CudaSession::run_passes(const int32_t* tokens, int n, int pos0, int first, int last, const float* h_in,
+                             const float* e_in, float* out_h, float* out_e) {
+    Impl& s = *impl_;
+    const int d = s.hp.d_model;
+    if (n < 1 || n > s.rows)
+        throw Error(ErrorCode::InvalidArgument, "run_passes: n " + std::to_string(n) + " is outside [1, " +
+                                                    std::to_string(s.rows) + "] (the prefill chunk)");
+    if (pos0 < 0 || pos0 + n > s.o.capacity)
+        throw Error(ErrorCode::InvalidArgument, "run_passes: positions " + std::to_string(pos0) + ".." +
+                                                    std::to_string(pos0 + n - 1) + " are outside [0, " +
+                                                    std::to_string(s.o.capacity) + ")");
+    if (first < 1 || last < first || last > s.o.loops)
+        throw Error(ErrorCode::InvalidArgument, "run_passes: passes " + std::to_string(first) + ".." +
+                                                    std::to_string(last) + " are outside [1, " +
+                                                    std::to_string(s.o.loops) + "] (the session's loops)");
+    const bool inject = injects_input(s.hp);
+    if (first > 1 && (!h_in || (inject && !e_in)))
+        throw Error(ErrorCode::InvalidArgument, "run_passes: resuming at pass " + std::to_string(first) +
+                                                    " needs the rows' states (h_in" + (inject ? ", e_in)" : ")"));
+    with_cuda_errors("cuda run_passes", [&] {
+        s.ops.synchronize();
+        s.set_rows(tokens, pos0, n);
+        const size_t bytes = size_t(n) * d * sizeof(float);
+        if (first > 1) {
+            s.ctx.upload(s.h.get(), h_in, bytes);
+            if (inject) s.ctx.upload(s.e_in.get(), e_in, bytes);
+        }
+        Impl::Cache cache(s);
+        PassPlan plan;
+        plan.start_pass = first;
+        plan.loops = last;
+        run_layers(s.ops, s.hp, LayerStack{&s.w.embed, &s.w.pre, &s.w.loop}, cache, s.block_scratch(), s.ids.i32(),
+                   s.h.f32(), s.e_in.f32(), n, plan);
+        s.ops.synchronize();
+        if (out_h) s.ctx.download(out_h, s.h.get(), bytes);
+        if (out_e && inject && first <= 1) s.ctx.download(out_e, s.e_in.get(), bytes);
+    });
+    s.passes_n = n;
+    s.head_stale = true;
+    pos_ = pos0 + n;
+    s.primed = false;
+    s.logits_pinned = false;
+}
+
+void CudaSession::rows_logits(int row0, int n, float* out) {
+    Impl& s = *impl_;
+    if (row0 < 0 || n < 1 || row0 + n > s.passes_n)
+        throw Error(ErrorCode::InvalidArgument, "logits: rows " + std::to_string(row0) + ".." +
+                                                    std::to_string(row0 + n - 1) + " are outside the last run's 0.." +
+                                                    std::to_string(s.passes_n - 1));
+    with_cuda_errors("cuda rows logits", [&] {
+        s.head_rows(row0, n);
+        s.ops.synchronize();
+        s.ctx.download(out, s.logits.get(), size_t(n) * s.hp.vocab_size * sizeof(float));
+    });
+    // head_rows left the last of these rows as last_logits' row; the run's own last row is
+    // what last_logits gives (computed again when asked for)
+    s.head_stale = row0 + n != s.passes_n;
 }
 
 void CudaSession::set_pos(int p) {
@@ -653,7 +722,8 @@ private:
 // pass at a time (early exit).
 class CudaSequence final : public ExecSequence {
 public:
-    CudaSequence(const CudaWeights& w, const SequenceSpec& spec) : hp_(w.model().hp), o_(options(spec)), s_(w, o_) {}  // the kept session when it fits: no set-up, no capture
+    CudaSequence(const CudaWeights& w, const SequenceSpec& spec)
+        : hp_(w.model().hp), o_(options(spec, w.model().max_seq_len)), s_(w, o_) {}  // the kept session when it fits: no set-up, no capture
     size_t cache_bytes() const override {
         return size_t(2) * exec_layers(hp_, o_.loops) * o_.capacity * hp_.n_kv_heads * hp_.head_dim * sizeof(float);
     }
@@ -671,6 +741,16 @@ public:
         const std::vector<float> l = s_->last_logits();
         std::copy(l.begin(), l.end(), out);
     }
+    // Chain self-speculation's draft (passes 1..D of one row) and verification (passes D+1..L of
+    // the drafted rows from their states). Not the tree's laid-out rows, nor per-pass hooks.
+    void run_passes(const PassRun& r) override {
+        if (r.layout) unsupported(ExecKind::Cuda, ExecOp::TreeSpeculation);
+        if (r.on_readout) unsupported(ExecKind::Cuda, ExecOp::PassReadouts);
+        if (r.on_state) unsupported(ExecKind::Cuda, ExecOp::PassStates);
+        s_->run_passes(r.tokens, r.n, r.pos0, r.first, r.last > 0 ? r.last : o_.loops, r.h_in, r.e_in, r.out_h,
+                       r.out_e);
+    }
+    void logits(int row0, int n, float* out) override { s_->rows_logits(row0, n, out); }
     ExecRow& row(int window) override {
         if (window != o_.window)
             throw Error(ErrorCode::Internal, "row: window " + std::to_string(window) + ", the sequence's is " +
@@ -680,11 +760,14 @@ public:
     }
 
 private:
-    static CudaSessionOptions options(const SequenceSpec& spec) {
+    // The capacity at most the model's context (the device's cache and RoPE table hold
+    // max_seq_len positions; a call's positions are validated against it: speculation asks for
+    // its drafting room past the last position, which it never writes past max_seq_len).
+    static CudaSessionOptions options(const SequenceSpec& spec, int max_seq_len) {
         if (spec.kv_cache != KVCacheType::F32) unsupported(ExecKind::Cuda, ExecOp::Int8Cache);
         CudaSessionOptions o;
         o.loops = spec.loops;
-        o.capacity = spec.capacity;
+        o.capacity = std::min(spec.capacity, max_seq_len);
         o.window = spec.window;
         o.fast = cuda_fast_from_env();
         return o;

@@ -124,6 +124,16 @@ public:
     void row_logits(const float* r, float* out);
     void row_propagate(int exited, int loops);
     void row_finish();
+    // Passes first..last over n rows at positions pos0.. (the executor's run_passes: chain
+    // self-speculation's draft and its verification from the draft's states). With first > 1 the
+    // rows start from h_in (and e_in for an injecting model), host memory [n, d]; out_h / out_e
+    // receive the rows' states and prelude outputs. n <= the prefill chunk, pos0 + n <= capacity,
+    // 1 <= first <= last <= the session's loops (Error(InvalidArgument) otherwise). pos() moves
+    // to pos0 + n; last_logits() then gives the last row's.
+    void run_passes(const int32_t* tokens, int n, int pos0, int first, int last, const float* h_in, const float* e_in,
+                    float* out_h, float* out_e);
+    // The logits of rows row0 .. row0+n-1 of the last run_passes ([n, vocab], host memory).
+    void rows_logits(int row0, int n, float* out);
     // Where the next prefill/decode writes (after a verification accepted some rows).
     void set_pos(int pos);
     int pos() const { return pos_; }

@@ -47,11 +47,13 @@ const char* exec_kind_name(ExecKind kind) { return kind == ExecKind::Cuda ? "cud
 bool exec_supports(ExecKind kind, ExecOp op) {
     if (kind == ExecKind::Cpu) return op != ExecOp::Count;
     // The CUDA executor (cuda_forward.cpp): a device session with an f32 cache, full-depth rows,
-    // and its one-row stepper (CudaSession::row_*: early exit between passes).
+    // its one-row stepper (CudaSession::row_*: early exit between passes) and passes p..q over
+    // rows from given states (CudaSession::run_passes: chain self-speculation).
     switch (op) {
         case ExecOp::Decode:
         case ExecOp::SequenceLogits:
-        case ExecOp::EarlyExit: return true;
+        case ExecOp::EarlyExit:
+        case ExecOp::ChainSpeculation: return true;
         default: return false;
     }
 }

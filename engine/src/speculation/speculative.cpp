@@ -131,7 +131,9 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
                                        const GenerateOptions& options) {
     const auto t0 = Clock::now();
     const Model& m = checked(model);
-    const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::ChainSpeculation});
+    std::vector<ExecOp> needs{ExecOp::ChainSpeculation};
+    if (options.lens) needs.push_back(ExecOp::PassReadouts);  // the passes' readouts of every row
+    const std::unique_ptr<Executor> ex = run_executor(m, needs);
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, c.draft_ahead, c.temperature);
     const bool greedy = is_greedy(c.temperature);
     if (!greedy) {
