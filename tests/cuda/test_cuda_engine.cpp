@@ -296,6 +296,39 @@ TEST(CudaEngine, ChainSpeculationOnTheDeviceEqualsItsGreedyDecoding) {
     }
 }
 
+// Tree self-speculation on the device (laid-out rows: each candidate at its position in a scratch
+// row past the sequence's, attending the committed rows and its ancestors; accepted nodes
+// copied to their positions): greedy, it emits exactly the device's own plain greedy decoding,
+// near the end of the context too (the candidates' rows past max_seq_len: the scratch rows).
+TEST(CudaEngine, TreeSpeculationOnTheDeviceEqualsItsGreedyDecoding) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    const tinyloop::HParams& hp = tinyloop::model_hparams(gpu.get());
+    const int ctx = hp.max_seq_len;
+    std::vector<int32_t> prompt = prompt_of(gpu.get());
+    for (const bool at_the_end : {false, true}) {
+        SCOPED_TRACE(at_the_end ? "ending at max_seq_len" : "a short prompt");
+        std::vector<int32_t> p = prompt;
+        int n_tok = 40;
+        if (at_the_end) {  // a prompt that leaves exactly n_tok positions
+            while (int(p.size()) < ctx - n_tok) p.insert(p.end(), prompt.begin(), prompt.end());
+            p.resize(size_t(ctx - n_tok));
+        }
+        tinyloop::TreeSpeculativeConfig sc;
+        sc.max_tokens = n_tok;
+        sc.draft_loops = 1;
+        sc.verify_loops = hp.default_loops;
+        sc.draft_ahead = 4;
+        sc.K_branches = 2;
+        sc.ignore_eos = true;
+        const tinyloop::GenerateResult got = tinyloop::generate_tree_speculative_ex(gpu.get(), p.data(), int(p.size()), sc);
+        const std::vector<int32_t> plain =
+            tinyloop::generate(gpu.get(), p.data(), int(p.size()), greedy(n_tok, hp.default_loops));
+        EXPECT_EQ(got.tokens, plain) << "greedy tree speculation on the device differs from its plain greedy decoding";
+        EXPECT_GT(got.stats.spec_accepted, 0) << "no candidate accepted: nothing was copied to its position";
+    }
+}
+
 TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     TL_REQUIRE_DEVICE();
     tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
@@ -315,11 +348,6 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
         tinyloop::GenerateOptions o;
         o.lens = true;
         tinyloop::generate_ex(gpu.get(), prompt.data(), n, greedy(8, 0), o);
-    });
-    expect_refused("tree self-speculation", [&] {
-        tinyloop::TreeSpeculativeConfig sc;
-        sc.verify_loops = 4;
-        tinyloop::generate_tree_speculative(gpu.get(), prompt.data(), n, sc);
     });
     expect_refused("beam search", [&] {
         tinyloop::GenerateConfig g = greedy(8, 0);

@@ -28,7 +28,7 @@ TEST(ExecutorRule, AutoRunsAWholeCallOnOneBackEnd) {
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode}), ExecKind::Cuda);
     EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits}), ExecKind::Cuda);
     // Greedy steps the device has plus speculation it lacks: all of it on the CPU, never a mix.
-    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::TreeSpeculation}), ExecKind::Cpu);
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::DraftSpeculation}), ExecKind::Cpu);
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit, ExecOp::PassReadouts}), ExecKind::Cpu);
     // Early exit the device has (its row stepper): decoding with it stays there.
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit}), ExecKind::Cuda);
@@ -59,7 +59,8 @@ TEST(ExecutorRule, TheCpuRunsEveryOpAndTheDeviceItsRows) {
     }
     EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::Decode));
     EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::EarlyExit));
-    EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::TreeSpeculation));
+    EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::TreeSpeculation));
+    EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::DraftSpeculation));
     EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::HostForward));
 }
 

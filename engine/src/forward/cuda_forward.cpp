@@ -87,7 +87,8 @@ struct CudaSession::Impl {
     int rows = 0;  // workspace rows (prefill chunk)
     int layers = 0, kv_row = 0, n_valid = 0;
     kc::Context ctx;
-    kc::DeviceBuffer k, v;                                // [layers, capacity, kv_row]
+    kc::DeviceBuffer k, v;                                // [layers, cache_rows, kv_row]
+    int cache_rows = 0;                                   // capacity + scratch_rows
     kc::DeviceBuffer h, a, q, kk, vv, att, o_, g, u, logits, scratch;
     kc::DeviceBuffer e_in;                                // input injection (§1a): prelude output [rows, d]
     kc::DeviceBuffer ids, pos, kvb, kve, chosen;          // [rows] ints (chosen: [1])
@@ -120,8 +121,9 @@ struct CudaSession::Impl {
         n_valid = m.tokenizer.n_ids();
         const size_t d = hp.d_model, H = size_t(hp.n_heads) * hp.head_dim, ff = hp.d_ff, V = hp.vocab_size;
         const size_t R = rows, F = sizeof(float);
-        k = kc::DeviceBuffer(ctx, size_t(layers) * o.capacity * kv_row * F);
-        v = kc::DeviceBuffer(ctx, size_t(layers) * o.capacity * kv_row * F);
+        cache_rows = o.capacity + o.scratch_rows;
+        k = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * kv_row * F);
+        v = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * kv_row * F);
         h = kc::DeviceBuffer(ctx, R * d * F);
         a = kc::DeviceBuffer(ctx, R * d * F);
         q = kc::DeviceBuffer(ctx, R * H * F);
@@ -217,8 +219,8 @@ struct CudaSession::Impl {
         Impl& s_;
     };
 
-    float* k_layer(int layer) const { return k.f32() + size_t(layer) * o.capacity * kv_row; }
-    float* v_layer(int layer) const { return v.f32() + size_t(layer) * o.capacity * kv_row; }
+    float* k_layer(int layer) const { return k.f32() + size_t(layer) * cache_rows * kv_row; }
+    float* v_layer(int layer) const { return v.f32() + size_t(layer) * cache_rows * kv_row; }
 
     // Embedding and every layer at depth loops for the n rows set up in ids/pos/kvb/kve: the
     // one forward (run_layers) on the device.
@@ -277,6 +279,25 @@ struct CudaSession::Impl {
             }
         }
     }
+    // Passes first..last over the n rows set up in ids/pos/kvb/kve (and a layout's cache rows):
+    // with first > 1 from h_in / e_in (host, [n, d]); the states to out_h / out_e.
+    void pass_rows(int n, int first, int last, const float* h_in, const float* e_in_host, float* out_h, float* out_e) {
+        const bool inject = injects_input(hp);
+        const size_t bytes = size_t(n) * hp.d_model * sizeof(float);
+        if (first > 1) {
+            ctx.upload(h.get(), h_in, bytes);
+            if (inject) ctx.upload(e_in.get(), e_in_host, bytes);
+        }
+        Cache cache(*this);
+        PassPlan plan;
+        plan.start_pass = first;
+        plan.loops = last;
+        run_layers(ops, hp, LayerStack{&w.embed, &w.pre, &w.loop}, cache, block_scratch(), ids.i32(), h.f32(),
+                   e_in.f32(), n, plan);
+        ops.synchronize();
+        if (out_h) ctx.download(out_h, h.get(), bytes);
+        if (out_e && inject && first <= 1) ctx.download(out_e, e_in.get(), bytes);
+    }
     BlockScratch block_scratch() const {
         return BlockScratch{a.f32(), q.f32(), kk.f32(), vv.f32(), att.f32(), o_.f32(), g.f32(), u.f32()};
     }
@@ -288,7 +309,7 @@ struct CudaSession::Impl {
             e[t] = p[t] + 1;
             b[t] = o.window > 0 ? std::max(0, e[t] - o.window) : 0;
         }
-        ctx.upload(ids.get(), tokens, size_t(n) * sizeof(int));
+        if (tokens) ctx.upload(ids.get(), tokens, size_t(n) * sizeof(int));  // none: rows resumed from states
         ctx.upload(pos.get(), p.data(), size_t(n) * sizeof(int));
         ctx.upload(kvb.get(), b.data(), size_t(n) * sizeof(int));
         ctx.upload(kve.get(), e.data(), size_t(n) * sizeof(int));
@@ -318,6 +339,8 @@ CudaSession::CudaSession(const CudaWeights& w, const CudaSessionOptions& opt) {
         throw Error(ErrorCode::InvalidArgument, "capacity: " + std::to_string(o.capacity) + " is outside [1, " +
                                                     std::to_string(w.model().max_seq_len) + "]");
     if (o.window < 0) throw Error(ErrorCode::InvalidArgument, "window: must be >= 0");
+    if (o.scratch_rows < 0 || o.scratch_rows > 1024)
+        throw Error(ErrorCode::InvalidArgument, "scratch_rows: " + std::to_string(o.scratch_rows) + " is outside [0, 1024]");
     with_cuda_errors("cuda session", [&] { impl_ = std::make_unique<Impl>(w, o); });
     account();
 }
@@ -508,7 +531,6 @@ void CudaSession::row_finish() {
 void CudaSession::run_passes(const int32_t* tokens, int n, int pos0, int first, int last, const float* h_in,
                              const float* e_in, float* out_h, float* out_e) {
     Impl& s = *impl_;
-    const int d = s.hp.d_model;
     if (n < 1 || n > s.rows)
         throw Error(ErrorCode::InvalidArgument, "run_passes: n " + std::to_string(n) + " is outside [1, " +
                                                     std::to_string(s.rows) + "] (the prefill chunk)");
@@ -527,20 +549,12 @@ void CudaSession::run_passes(const int32_t* tokens, int n, int pos0, int first, 
     with_cuda_errors("cuda run_passes", [&] {
         s.ops.synchronize();
         s.set_rows(tokens, pos0, n);
-        const size_t bytes = size_t(n) * d * sizeof(float);
-        if (first > 1) {
-            s.ctx.upload(s.h.get(), h_in, bytes);
-            if (inject) s.ctx.upload(s.e_in.get(), e_in, bytes);
-        }
-        Impl::Cache cache(s);
-        PassPlan plan;
-        plan.start_pass = first;
-        plan.loops = last;
-        run_layers(s.ops, s.hp, LayerStack{&s.w.embed, &s.w.pre, &s.w.loop}, cache, s.block_scratch(), s.ids.i32(),
-                   s.h.f32(), s.e_in.f32(), n, plan);
-        s.ops.synchronize();
-        if (out_h) s.ctx.download(out_h, s.h.get(), bytes);
-        if (out_e && inject && first <= 1) s.ctx.download(out_e, s.e_in.get(), bytes);
+        struct Kernels {  // the batch-invariant kernels, as laid-out rows: a row's bits alone or in a batch
+            Impl& s;
+            ~Kernels() { s.ops.force_kernels(false); }
+        } kernels{s};
+        s.ops.force_kernels(true);
+        s.pass_rows(n, first, last, h_in, e_in, out_h, out_e);
     });
     s.passes_n = n;
     s.head_stale = true;
@@ -575,23 +589,28 @@ void CudaSession::set_pos(int p) {
     s.logits_pinned = false;
 }
 
-void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
-    Impl& s = *impl_;
-    if (r.n < 1 || r.n > s.rows)
+namespace {
+
+// Laid-out rows (CudaRows) checked against the session: n within the chunk, every cache row,
+// range end and extra row within the cache's rows (capacity + scratch), positions within the
+// model's context. Throws Error(InvalidArgument) naming the field.
+int check_rows(const CudaRows& r, int max_n, int cache_rows, int max_seq_len, bool need_tokens) {
+    if (r.n < 1 || r.n > max_n)
         throw Error(ErrorCode::InvalidArgument, "rows.n: " + std::to_string(r.n) + " is outside [1, " +
-                                                    std::to_string(s.rows) + "] (the prefill chunk)");
-    if (!r.tokens || !r.positions || !r.kv_begin || !r.kv_end)
-        throw Error(ErrorCode::InvalidArgument, "rows: tokens, positions, kv_begin and kv_end are required");
-    const int n = r.n, cap = s.o.capacity;
-    int n_extra = 0;
+                                                    std::to_string(max_n) + "] (the prefill chunk)");
+    if ((need_tokens && !r.tokens) || !r.positions || !r.kv_begin || !r.kv_end)
+        throw Error(ErrorCode::InvalidArgument, std::string("rows: ") + (need_tokens ? "tokens, " : "") +
+                                                    "positions, kv_begin and kv_end are required");
+    const int n = r.n, cap = cache_rows;
     for (int t = 0; t < n; ++t) {
         const int row = r.cache_rows ? r.cache_rows[t] : r.positions[t];
-        if (row < 0 || row >= cap || r.positions[t] < 0 || r.positions[t] >= s.w.model().max_seq_len || r.kv_begin[t] < 0 || r.kv_end[t] > cap ||
-            r.kv_begin[t] > r.kv_end[t])
+        if (row < 0 || row >= cap || r.positions[t] < 0 || r.positions[t] >= max_seq_len || r.kv_begin[t] < 0 ||
+            r.kv_end[t] > cap || r.kv_begin[t] > r.kv_end[t])
             throw Error(ErrorCode::InvalidArgument, "rows[" + std::to_string(t) + "]: a cache row or range is outside [0, " +
                                                         std::to_string(cap) + ") or the position outside [0, max_seq_len " +
-                                                        std::to_string(s.w.model().max_seq_len) + ")");
+                                                        std::to_string(max_seq_len) + ")");
     }
+    int n_extra = 0;
     if (r.extra_offsets) {
         if (!r.extra_rows && r.extra_offsets[n] > 0)
             throw Error(ErrorCode::InvalidArgument, "rows.extra_rows: required with extra_offsets");
@@ -604,12 +623,21 @@ void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
                 throw Error(ErrorCode::InvalidArgument, "rows.extra_rows[" + std::to_string(i) + "]: outside [0, " +
                                                             std::to_string(cap) + ")");
     }
-    const int V = s.hp.vocab_size;
-    logits.assign(size_t(n) * V, 0.0f);
-    with_cuda_errors("cuda forward_rows", [&] {
+    return n_extra;
+}
+
+}  // namespace
+
+// The rows' ids (when given), positions, ranges, cache rows and extras on the device, the
+// cache side set to them (store_at, extras) and the batch-invariant kernels forced until the
+// returned guard goes (forward_rows' bits: a row gives what it gives as a decode step).
+struct CudaSession::LaidOut {
+    Impl& s;
+    LaidOut(Impl& s_, const CudaRows& r, int n_extra) : s(s_) {
+        const int n = r.n;
         std::vector<int> crow(r.cache_rows ? r.cache_rows : r.positions, (r.cache_rows ? r.cache_rows : r.positions) + n);
         if (s.crow.size() < size_t(s.rows) * sizeof(int)) s.crow = kc::DeviceBuffer(s.ctx, size_t(s.rows) * sizeof(int));
-        s.ctx.upload(s.ids.get(), r.tokens, size_t(n) * sizeof(int));
+        if (r.tokens) s.ctx.upload(s.ids.get(), r.tokens, size_t(n) * sizeof(int));
         s.ctx.upload(s.pos.get(), r.positions, size_t(n) * sizeof(int));
         s.ctx.upload(s.kvb.get(), r.kv_begin, size_t(n) * sizeof(int));
         s.ctx.upload(s.kve.get(), r.kv_end, size_t(n) * sizeof(int));
@@ -626,21 +654,71 @@ void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
         }
         s.store_at = s.crow.i32();
         s.ops.force_kernels(true);
-        struct Reset {
-            Impl& s;
-            ~Reset() {
-                s.store_at = nullptr;
-                s.d_extra_rows = s.d_extra_offsets = nullptr;
-                s.ops.force_kernels(false);
-            }
-        } reset{s};
+    }
+    ~LaidOut() {
+        s.store_at = nullptr;
+        s.d_extra_rows = s.d_extra_offsets = nullptr;
+        s.ops.force_kernels(false);
+    }
+};
+
+void CudaSession::forward_rows(const CudaRows& r, std::vector<float>& logits) {
+    Impl& s = *impl_;
+    const int n_extra = check_rows(r, s.rows, s.cache_rows, s.w.model().max_seq_len, true);
+    const int n = r.n;
+    const int V = s.hp.vocab_size;
+    logits.assign(size_t(n) * V, 0.0f);
+    with_cuda_errors("cuda forward_rows", [&] {
+        LaidOut lay(s, r, n_extra);
         s.rows_forward(n);
         s.head_rows(0, n);
         s.ctx.download(logits.data(), s.logits.get(), logits.size() * sizeof(float));
         s.primed = false;
         s.logits_pinned = false;
     });
+    s.head_stale = false;
     account();  // the verification buffers may have grown
+}
+
+void CudaSession::run_passes(const CudaRows& r, int first, int last, const float* h_in, const float* e_in,
+                             float* out_h, float* out_e) {
+    Impl& s = *impl_;
+    const int n_extra = check_rows(r, s.rows, s.cache_rows, s.w.model().max_seq_len, first <= 1);
+    if (first < 1 || last < first || last > s.o.loops)
+        throw Error(ErrorCode::InvalidArgument, "run_passes: passes " + std::to_string(first) + ".." +
+                                                    std::to_string(last) + " are outside [1, " +
+                                                    std::to_string(s.o.loops) + "] (the session's loops)");
+    const bool inject = injects_input(s.hp);
+    if (first > 1 && (!h_in || (inject && !e_in)))
+        throw Error(ErrorCode::InvalidArgument, "run_passes: resuming at pass " + std::to_string(first) +
+                                                    " needs the rows' states (h_in" + (inject ? ", e_in)" : ")"));
+    const int n = r.n;
+    with_cuda_errors("cuda run_passes", [&] {
+        s.ops.synchronize();
+        LaidOut lay(s, r, n_extra);
+        s.pass_rows(n, first, last, h_in, e_in, out_h, out_e);
+    });
+    s.passes_n = n;
+    s.head_stale = true;
+    s.primed = false;
+    s.logits_pinned = false;
+    account();
+}
+
+void CudaSession::copy_position(int from, int to) {
+    Impl& s = *impl_;
+    if (from < 0 || from >= s.cache_rows || to < 0 || to >= s.cache_rows)
+        throw Error(ErrorCode::InvalidArgument, "copy_position: rows " + std::to_string(from) + " -> " +
+                                                    std::to_string(to) + " are outside [0, " +
+                                                    std::to_string(s.cache_rows) + ")");
+    with_cuda_errors("cuda copy_position", [&] {
+        s.ops.synchronize();
+        const size_t bytes = size_t(s.kv_row) * sizeof(float);
+        for (int e = 0; e < s.layers; ++e) {
+            s.ctx.copy(s.k_layer(e) + size_t(to) * s.kv_row, s.k_layer(e) + size_t(from) * s.kv_row, bytes);
+            s.ctx.copy(s.v_layer(e) + size_t(to) * s.kv_row, s.v_layer(e) + size_t(from) * s.kv_row, bytes);
+        }
+    });
 }
 
 CudaSessionLease::CudaSessionLease(const CudaWeights& w, const CudaSessionOptions& opt)
@@ -725,7 +803,8 @@ public:
     CudaSequence(const CudaWeights& w, const SequenceSpec& spec)
         : hp_(w.model().hp), o_(options(spec, w.model().max_seq_len)), s_(w, o_) {}  // the kept session when it fits: no set-up, no capture
     size_t cache_bytes() const override {
-        return size_t(2) * exec_layers(hp_, o_.loops) * o_.capacity * hp_.n_kv_heads * hp_.head_dim * sizeof(float);
+        return size_t(2) * exec_layers(hp_, o_.loops) * (o_.capacity + o_.scratch_rows) * hp_.n_kv_heads * hp_.head_dim *
+               sizeof(float);
     }
     int capacity() const override { return o_.capacity; }
     void run(const int32_t* tokens, int n, int pos0, const PassHook* on_readout) override {
@@ -744,13 +823,32 @@ public:
     // Chain self-speculation's draft (passes 1..D of one row) and verification (passes D+1..L of
     // the drafted rows from their states). Not the tree's laid-out rows, nor per-pass hooks.
     void run_passes(const PassRun& r) override {
-        if (r.layout) unsupported(ExecKind::Cuda, ExecOp::TreeSpeculation);
         if (r.on_readout) unsupported(ExecKind::Cuda, ExecOp::PassReadouts);
         if (r.on_state) unsupported(ExecKind::Cuda, ExecOp::PassStates);
-        s_->run_passes(r.tokens, r.n, r.pos0, r.first, r.last > 0 ? r.last : o_.loops, r.h_in, r.e_in, r.out_h,
-                       r.out_e);
+        const int last = r.last > 0 ? r.last : o_.loops;
+        if (!r.layout) {
+            s_->run_passes(r.tokens, r.n, r.pos0, r.first, last, r.h_in, r.e_in, r.out_h, r.out_e);
+            return;
+        }
+        // tree rows: each its position, cache row, visible rows [0, visible_end) and extras
+        const RowLayout& lay = *r.layout;
+        if (int(lay.pos.size()) != r.n || int(lay.cache_row.size()) != r.n || int(lay.visible_end.size()) != r.n ||
+            int(lay.extra_offsets.size()) != r.n + 1)
+            throw Error(ErrorCode::Internal, "run_passes: a row layout needs n positions, rows, ends and n + 1 offsets");
+        const std::vector<int> begin(size_t(r.n), 0);
+        CudaRows rows;
+        rows.tokens = r.tokens;
+        rows.n = r.n;
+        rows.positions = lay.pos.data();
+        rows.cache_rows = lay.cache_row.data();
+        rows.kv_begin = begin.data();
+        rows.kv_end = lay.visible_end.data();
+        rows.extra_rows = lay.extra_rows.data();
+        rows.extra_offsets = lay.extra_offsets.data();
+        s_->run_passes(rows, r.first, last, r.h_in, r.e_in, r.out_h, r.out_e);
     }
     void logits(int row0, int n, float* out) override { s_->rows_logits(row0, n, out); }
+    void copy_position(int from, int to) override { s_->copy_position(from, to); }
     ExecRow& row(int window) override {
         if (window != o_.window)
             throw Error(ErrorCode::Internal, "row: window " + std::to_string(window) + ", the sequence's is " +
@@ -760,14 +858,15 @@ public:
     }
 
 private:
-    // The capacity at most the model's context (the device's cache and RoPE table hold
-    // max_seq_len positions; a call's positions are validated against it: speculation asks for
-    // its drafting room past the last position, which it never writes past max_seq_len).
+    // The capacity at most the model's context (the RoPE table holds max_seq_len positions); the
+    // rows a call asks for past it are scratch rows (tree speculation's candidates follow the
+    // sequence's own rows; chain speculation's drafting room is never written past the context).
     static CudaSessionOptions options(const SequenceSpec& spec, int max_seq_len) {
         if (spec.kv_cache != KVCacheType::F32) unsupported(ExecKind::Cuda, ExecOp::Int8Cache);
         CudaSessionOptions o;
         o.loops = spec.loops;
         o.capacity = std::min(spec.capacity, max_seq_len);
+        o.scratch_rows = std::min(spec.capacity - o.capacity, 1024);
         o.window = spec.window;
         o.fast = cuda_fast_from_env();
         return o;

@@ -66,6 +66,10 @@ struct CudaSessionOptions {
     int window = 0;           // cache_window (0 = attend to every earlier position)
     int gemm_min_tokens = 64; // prefill chunks with at least this many rows use cuBLAS
     bool use_graph = true;    // capture the decode step once and replay it
+    // Cache rows past `capacity` that only laid-out rows (forward_rows, run_passes with rows)
+    // write and read: tree speculation's candidates, whose rows follow the sequence's own
+    // positions even when those reach max_seq_len. 0 .. 1024.
+    int scratch_rows = 0;
     // The fast decode step's parts (cuda_fast_path.h); all off: the reference step. The engine's
     // calls (the CUDA executor) take them from TINYLOOP_CUDA_FAST.
     CudaFastPath fast;
@@ -132,8 +136,15 @@ public:
     // to pos0 + n; last_logits() then gives the last row's.
     void run_passes(const int32_t* tokens, int n, int pos0, int first, int last, const float* h_in, const float* e_in,
                     float* out_h, float* out_e);
+    // run_passes over laid-out rows (tree speculation: each row its position, cache row, range
+    // and extras, as forward_rows; tokens may be null when first > 1).
+    void run_passes(const CudaRows& rows, int first, int last, const float* h_in, const float* e_in, float* out_h,
+                    float* out_e);
     // The logits of rows row0 .. row0+n-1 of the last run_passes ([n, vocab], host memory).
     void rows_logits(int row0, int n, float* out);
+    // The keys/values of cache row `from` copied to row `to` in every layer (an accepted tree
+    // node's scratch row to its position). Both < capacity + scratch_rows.
+    void copy_position(int from, int to);
     // Where the next prefill/decode writes (after a verification accepted some rows).
     void set_pos(int pos);
     int pos() const { return pos_; }
@@ -147,6 +158,7 @@ public:
 
 private:
     struct Impl;
+    struct LaidOut;  // laid-out rows on the device for one call (forward_rows, run_passes with rows)
     void account();  // the weights' session_bytes follow device_bytes()
     std::unique_ptr<Impl> impl_;
     int pos_ = 0;

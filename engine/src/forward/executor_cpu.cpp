@@ -47,13 +47,15 @@ const char* exec_kind_name(ExecKind kind) { return kind == ExecKind::Cuda ? "cud
 bool exec_supports(ExecKind kind, ExecOp op) {
     if (kind == ExecKind::Cpu) return op != ExecOp::Count;
     // The CUDA executor (cuda_forward.cpp): a device session with an f32 cache, full-depth rows,
-    // its one-row stepper (CudaSession::row_*: early exit between passes) and passes p..q over
-    // rows from given states (CudaSession::run_passes: chain self-speculation).
+    // its one-row stepper (CudaSession::row_*: early exit between passes), passes p..q over rows
+    // from given states, laid out or not (CudaSession::run_passes: chain and tree
+    // self-speculation) and a row copy (copy_position: an accepted tree node to its position).
     switch (op) {
         case ExecOp::Decode:
         case ExecOp::SequenceLogits:
         case ExecOp::EarlyExit:
-        case ExecOp::ChainSpeculation: return true;
+        case ExecOp::ChainSpeculation:
+        case ExecOp::TreeSpeculation: return true;
         default: return false;
     }
 }
