@@ -379,8 +379,19 @@ def test_speculative_equals_greedy(model):
     assert t["output_ids"] == want
     stream = tl.generate_speculative(model, PROMPT, verify_loops=5, max_tokens=30, stream=True)
     assert [e["token"] for e in stream] == want
+    # Knobs left out are the engine resolver's (resolve_run), not defaults of the binding's own:
+    # verify at the model's default depth with the resolved draft depth and draft length.
+    run = tl.resolve_run(model, "speculative")["speculation"]
+    assert run["verify_loops"] == model.info["hparams"]["default_loops"]
+    dflt = tl.generate_speculative(model, PROMPT, max_tokens=12)
+    assert dflt["stats"]["loops_used"] == run["verify_loops"]
+    assert len(dflt["stats"]["spec_accept_hist"]) == run["draft_ahead"] + 1
+    tree_run = tl.resolve_run(model, "tree")["speculation"]
+    tree = tl.generate_tree_speculative(model, PROMPT, max_tokens=12)
+    assert tree["stats"]["loops_used"] == tree_run["verify_loops"]
+    assert tree["output_ids"] == dflt["output_ids"]  # greedy at the same depth
     with pytest.raises(ValueError, match="verify_loops"):
-        tl.generate_speculative(model, PROMPT)  # the C++ default verify_loops 8 > max_loops 6
+        tl.generate_speculative(model, PROMPT, verify_loops=8)  # > max_loops 6
     sampled = tl.generate_speculative(model, PROMPT, verify_loops=4, temperature=0.8, seed=3, max_tokens=20)
     assert sampled["output_ids"] == tl.generate_speculative(model, PROMPT, verify_loops=4, temperature=0.8, seed=3,
                                                             max_tokens=20)["output_ids"]
