@@ -461,6 +461,32 @@ def test_hugging_face_knobs(model):
     assert len(r["output_ids"]) >= 3
 
 
+def test_token_id_rule_takes_ints_of_any_size(model):
+    """The engine's one token-id rule (check_token_id), as the server's request fields use it."""
+    vocab = model.info["hparams"]["vocab_size"]
+    tl.check_token_id(0, vocab, "prompt")
+    tl.check_token_id(vocab - 1, vocab, "prompt")
+    tl.check_token_ids([0, vocab - 1], vocab, "suppress_tokens")
+    tl.check_token_ids([], vocab, "suppress_tokens")
+    for bad_id in (vocab, -1, 2**31, 2**63, 2**64, 2**70, -(2**70)):
+        want = "prompt: token id %d is outside the vocabulary [0, %d)" % (bad_id, vocab)
+        with pytest.raises(ValueError) as err:
+            tl.check_token_id(bad_id, vocab, "prompt")
+        assert str(err.value) == want
+    with pytest.raises(ValueError) as err:
+        tl.check_token_ids([1, vocab - 1, 2**70], vocab, "suppress_tokens")
+    assert str(err.value) == "suppress_tokens[2]: token id %d is outside the vocabulary [0, %d)" % (2**70, vocab)
+    # The same words as the engine's own refusal of a config's ids.
+    with pytest.raises(ValueError) as engine:
+        tl.generate(model, PROMPT, max_tokens=1, suppress_tokens=[5, vocab])
+    with pytest.raises(ValueError) as binding:
+        tl.check_token_ids([5, vocab], vocab, "suppress_tokens")
+    assert str(engine.value) == str(binding.value)
+    for not_int in (True, 1.0, "3", None):
+        with pytest.raises(TypeError, match="prompt: expected an int token id"):
+            tl.check_token_id(not_int, vocab, "prompt")
+
+
 def test_hugging_face_sampling_knobs(model):
     c = tl.GenerateConfig(suppress_tokens=[3, 9], begin_suppress_tokens=[5], forced_eos_token_id=7,
                           exponential_decay_length_penalty=(4, 1.5), typical_p=0.9, epsilon_cutoff=0.01,
