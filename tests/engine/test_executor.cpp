@@ -16,8 +16,10 @@ namespace {
 
 const std::string kF32 = TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-f32.tinyloop";
 
+// On the CPU whatever the machine has: these tests compare the CPU executor's primitives with
+// the public calls, which with backend auto would run on a CUDA device where there is one.
 Model* bundled() {
-    static tinyloop::ModelHandle m = tinyloop::load_model_handle(kF32);
+    static tinyloop::ModelHandle m = tinyloop::load_model_handle(kF32, LoadOptions{.backend = Backend::Cpu});
     return m.get();
 }
 
