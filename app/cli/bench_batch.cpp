@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "tinyloop/mode_rules.h"
 
 namespace tinyloop::cli {
 
@@ -126,7 +127,7 @@ int run_bench_batch(const Args& args) {
     LoadOptions lo = load_options(args);
     ModelHandle model = open_model(model_path, lo);
     const HParams& hp = model_hparams(model.get());
-    const int L = loops_flag.value_or(hp.default_loops);
+    const int L = loops_flag ? *loops_flag : resolve_loops(hp, 0);  // absent: the model's default depth
     if (L > hp.max_loops)
         throw UsageError("--loops: " + std::to_string(L) + " is deeper than the model's max_loops " +
                          std::to_string(hp.max_loops));

@@ -15,6 +15,7 @@
 #include "bench_machine.h"
 #include "commands.h"
 #include "common.h"
+#include "tinyloop/mode_rules.h"
 
 namespace tinyloop::cli {
 
@@ -533,7 +534,7 @@ Runs run_rows(const BenchFlags& f, const std::vector<Variant>& variants, const s
             ModelHandle model = open_model(v.path, lo);
             const HParams& hp = model_hparams(model.get());
             out.hp = hp;
-            const int L = out.L = f.loops_flag.value_or(hp.default_loops);
+            const int L = out.L = f.loops_flag ? *f.loops_flag : resolve_loops(hp, 0);  // absent: the default depth
             if (L > hp.max_loops)
                 throw UsageError("--loops: " + std::to_string(L) + " is deeper than the model's max_loops " +
                                  std::to_string(hp.max_loops));

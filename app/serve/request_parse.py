@@ -254,9 +254,23 @@ CRITERIA = {"hidden_l2", "l2", "logit_margin", "margin", "kl", "entropy_delta", 
             "gate_stop", "gate", "gate_select", "reverse_kl", "minp_kl"}
 
 
+def check_token_ids(param: str, ids: list, vocab_size: int, field: str, each: bool = True) -> None:
+    """The engine's one token-id rule (tl.check_token_ids / tl.check_token_id: FIELD[i], or FIELD
+    with each=False, "token id X is outside the vocabulary [0, V)"; ints of any size) as a 400 naming
+    `param`."""
+    try:
+        if each:
+            tl.check_token_ids(ids, vocab_size, field)
+        else:
+            for t in ids:
+                tl.check_token_id(t, vocab_size, field)
+    except ValueError as exc:
+        raise bad(param, str(exc)) from None
+
+
 def check_force_words(words: Any, vocab_size: int) -> None:
-    """force_words in HF's form, every id in the vocabulary (checked here: an id past 64 bits
-    would otherwise fail the binding's cast)."""
+    """force_words in HF's form, every id in the vocabulary (checked here, by the engine's rule:
+    an id past 64 bits would otherwise fail the binding's cast)."""
     form = "force_words: expected a list whose entries are [token ids] or [[token ids], [token ids], ...]"
     if not isinstance(words, list):
         raise bad("force_words", form)
@@ -268,9 +282,7 @@ def check_force_words(words: Any, vocab_size: int) -> None:
             for t in a:
                 if not _is_int(t):
                     raise bad("force_words", "%s; force_words[%d] holds %s" % (form, i, json_type(t)))
-                if not 0 <= t < vocab_size:
-                    raise bad("force_words", "force_words[%d]: token id %d is outside the vocabulary [0, %d)"
-                              % (i, t, vocab_size))
+            check_token_ids("force_words", a, vocab_size, "force_words[%d]" % i, each=False)
 
 
 def _beam_outputs(body: dict, c: Completion, vocab_size: int) -> None:
@@ -329,9 +341,7 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
         if isinstance(q, str) and q == "":
             raise bad("prompt", "prompt%s: must not be empty" % ("" if len(prompts) == 1 else "[%d]" % i))
         if isinstance(q, list):
-            for t in q:
-                if t < 0 or t >= vocab_size:
-                    raise bad("prompt", "prompt: token id %d is outside the vocabulary [0, %d)" % (t, vocab_size))
+            check_token_ids("prompt", q, vocab_size, "prompt", each=False)
 
     c = Completion(prompts=prompts)
     cfg = c.config
@@ -387,8 +397,7 @@ def parse_completion(body: Any, vocab_size: int) -> Completion:
                 raise bad("logit_bias", "logit_bias: key %s is not a token id (expected a decimal number such "
                           "as \"42\", no sign, blanks or leading zeros)" % json.dumps(k))
             tid = int(k)
-            if tid < 0 or tid >= vocab_size:
-                raise bad("logit_bias", "logit_bias: token id %d is outside the vocabulary [0, %d)" % (tid, vocab_size))
+            check_token_ids("logit_bias", [tid], vocab_size, "logit_bias", each=False)
             if not _is_num(v) or v < -100 or v > 100:
                 raise bad("logit_bias", "logit_bias: bias for token %d must be a number in [-100, 100], got %s"
                           % (tid, json.dumps(v)))
@@ -485,9 +494,7 @@ def _token_ids(body: dict, name: str, vocab_size: int) -> list[int] | None:
         return None
     if not isinstance(v, list) or not all(_is_int(x) for x in v):
         raise bad(name, "%s: expected an array of token ids, got %s" % (name, json.dumps(v)))
-    for i, x in enumerate(v):
-        if x < 0 or x >= vocab_size:
-            raise bad(name, "%s[%d]: token id %d is outside the vocabulary [0, %d)" % (name, i, x, vocab_size))
+    check_token_ids(name, v, vocab_size, name)
     return v
 
 

@@ -324,6 +324,10 @@ def generate_batch(model: Model, prompts: Sequence[Prompt], config: GenerateConf
                    **kw: Any) -> list[GenerateResult]: ...
 def validate_config(model: Model, prompt: Prompt | int, config: GenerateConfig | None = None, **kw: Any) -> None: ...
 def write_model_metadata(in_path: str, out_path: str, metadata_json: str) -> None: ...
+# The engine's one token-id rule (check_token_id in tinyloop.h) for ints of any size: ValueError
+# "FIELD: token id X is outside the vocabulary [0, V)"; check_token_ids names the entry FIELD[i].
+def check_token_id(id: int, vocab_size: int, field: str) -> None: ...
+def check_token_ids(ids: Sequence[int], vocab_size: int, field: str) -> None: ...
 # The engine's resolver of the model's recommended settings: the caller's value, else the model's, else built-in.
 def resolve_early_exit(model: Model, **early_exit_fields: Any) -> tuple[dict[str, Any], dict[str, str]]: ...
 def resolve_speculation(model: Model, *, mode: str = "chain", loops: int = 0, verify_loops: int = 0,
@@ -335,13 +339,15 @@ def resolve_run(model: Model, mode: str = "greedy", *, speculation: dict[str, in
 # The distribution decoding draws the token after `tokens` from (the last `emitted` count as output).
 def next_token_distribution(model: Model, tokens: Prompt, emitted: int = 0, config: GenerateConfig | None = None,
                             **kw: Any) -> list[float]: ...
-def generate_speculative(model: Model, prompt: Prompt, *, max_tokens: int = 64, draft_loops: int = 2,
-                         verify_loops: int = 8, draft_ahead: int = 4, temperature: float = 0.0, seed: int = 0,
+# Speculation knobs left at 0 are the engine's resolver's (resolve_run): verify_loops the model's default
+# depth, draft_loops / draft_ahead / K_branches the model's recommendation, else the built-in ones.
+def generate_speculative(model: Model, prompt: Prompt, *, max_tokens: int = 64, draft_loops: int = 0,
+                         verify_loops: int = 0, draft_ahead: int = 0, temperature: float = 0.0, seed: int = 0,
                          top_k: int = 0, top_p: float = 1.0, ignore_eos: bool = False, stream: bool = False,
                          queue_size: int = 16, events: bool = False, lens: bool = False,
                          lens_top_k: int = 5) -> GenerateResult | GenerationStream: ...
-def generate_tree_speculative(model: Model, prompt: Prompt, *, max_tokens: int = 64, draft_loops: int = 2,
-                              verify_loops: int = 8, draft_ahead: int = 4, K_branches: int = 2,
+def generate_tree_speculative(model: Model, prompt: Prompt, *, max_tokens: int = 64, draft_loops: int = 0,
+                              verify_loops: int = 0, draft_ahead: int = 0, K_branches: int = 0,
                               temperature: float = 0.0, seed: int = 0, ignore_eos: bool = False,
                               stream: bool = False, queue_size: int = 16, events: bool = False,
                               lens: bool = False, lens_top_k: int = 5) -> GenerateResult | GenerationStream: ...

@@ -364,7 +364,9 @@ TEST(Batch, SubmitFromThreadsWhileStepping) {
 
 TEST(Batch, GenerateBatchEqualsGenerateEach) {
     const std::string path = tltest::write_random_model("batch2.tinyloop", tltest::small_hparams(), 5, DType::Q4);
-    tinyloop::ModelHandle mp = tinyloop::load_model_handle(path);
+    // the CPU whatever the machine has: with backend auto generate would run on a CUDA device,
+    // the batch engine (not routed there) on the CPU
+    tinyloop::ModelHandle mp = tinyloop::load_model_handle(path, LoadOptions{.backend = Backend::Cpu});
     Model* m = mp.get();
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 70; ++i) {  // more than one engine's 64 slots

@@ -16,8 +16,10 @@ namespace {
 
 const std::string kF32 = TL_SOURCE_DIR "/resources/models/tinyloop-kjv/model-f32.tinyloop";
 
+// On the CPU whatever the machine has: these tests compare the CPU executor's primitives with
+// the public calls, which with backend auto would run on a CUDA device where there is one.
 Model* bundled() {
-    static tinyloop::ModelHandle m = tinyloop::load_model_handle(kF32);
+    static tinyloop::ModelHandle m = tinyloop::load_model_handle(kF32, LoadOptions{.backend = Backend::Cpu});
     return m.get();
 }
 
@@ -49,6 +51,14 @@ TEST(ExecutorRule, BackendCudaRefusesAMissingOpNamingItAndTheBackEnd) {
         EXPECT_NE(msg.find("beam search"), std::string::npos) << msg;
         EXPECT_NE(msg.find("CUDA back end"), std::string::npos) << msg;
     }
+    // The batch engine's one call (create_batch_engine asks for ExecOp::Batch).
+    try {
+        choose_executor(true, true, {ExecOp::Batch});
+        FAIL() << "backend cuda ran the batch engine";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::NotSupported);
+        EXPECT_NE(std::string(e.what()).find("the batch engine"), std::string::npos) << e.what();
+    }
 }
 
 TEST(ExecutorRule, TheCpuRunsEveryOpAndTheDeviceItsRows) {
@@ -62,6 +72,7 @@ TEST(ExecutorRule, TheCpuRunsEveryOpAndTheDeviceItsRows) {
     EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::TreeSpeculation));
     EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::DraftSpeculation));
     EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::HostForward));
+    EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::Batch));
 }
 
 TEST(ExecutorRule, AModelsBlockKindsAndPassFeaturesChooseTheBackEndAtLoad) {
@@ -91,7 +102,11 @@ TEST(ExecutorCpu, ACallUnderAutoReportsOneBackEnd) {
     EXPECT_EQ(run_executor(m, {ExecOp::Decode})->name(), loaded);
     EXPECT_EQ(run_executor(m, {ExecOp::SequenceLogits})->name(), loaded);
     EXPECT_STREQ(run_executor(m, {ExecOp::Decode, ExecOp::TreeSpeculation})->name(), "cpu");
-    EXPECT_NO_THROW(require_host(m, {ExecOp::Batch}));
+    EXPECT_NO_THROW(require_host(m, {ExecOp::KVSharing}));
+    // The batch engine asks for its executor like any call: the device lacks ExecOp::Batch, so auto
+    // runs the whole engine on the CPU.
+    EXPECT_STREQ(run_executor(m, {ExecOp::Batch})->name(), "cpu");
+    EXPECT_NE(run_executor(m, {ExecOp::Batch})->batch(), nullptr);
 }
 
 TEST(ExecutorCpu, GreedyOverTheSequencePrimitivesEqualsGenerate) {
@@ -384,6 +399,109 @@ TEST(ExecutorPrimitives, AForkedSequenceGoesOnAsAFreshRunOfItsOwnTokens) {
             fresh->last_logits(want.data());
             (own ? parent : child)->last_logits(got.data());
             EXPECT_EQ(got, want) << name << (own ? ": the parent" : ": the fork");
+        }
+    }
+}
+
+// The multi-sequence run the batch engine is written over (ExecBatch): several sequences, each its
+// own paged cache, depth and positions, their rows through the same passes together. Each
+// sequence's logits are a lone sequence's bits (ExecSequence::run / last_logits), at every batch
+// size, with a prompt split over two runs (a first chunk without logits) and with decode steps
+// after; the one-row stepper over a paged cache (early exit) gives a lone row's bits too.
+TEST(ExecutorPrimitives, TheBatchRunGivesEverySequenceItsLoneBits) {
+    for (const auto& [name, mp] : models()) {
+        const Model& m = *mp;
+        const int V = m.hp.vocab_size, steps = 3;
+        const int vocab = std::min(V, m.tokenizer.n_ids() > 0 ? m.tokenizer.n_ids() : V);
+        const auto ex = make_cpu_executor(m);
+        // deepest first, as ExecBatch::run asks; prompts of different lengths and tokens
+        const std::vector<int> depth{4, 4, 3, 2};
+        std::vector<std::vector<int32_t>> prompt;
+        for (int i = 0; i < 4; ++i) {
+            std::vector<int32_t> t = some_tokens(m, 5 + 3 * i);
+            for (auto& x : t) x = static_cast<int32_t>((x + 7 * i) % std::min(256, V));
+            prompt.push_back(t);
+        }
+        for (int B = 1; B <= 4; ++B) {
+            SCOPED_TRACE(name + ": batch of " + std::to_string(B));
+            KVPagePool pool;
+            pool.allocate(m.hp, KVCacheType::F32, 256, 4);
+            std::vector<KVCache> kv(static_cast<size_t>(B));
+            std::vector<std::unique_ptr<ExecSequence>> lone;
+            for (int i = 0; i < B; ++i) {
+                const int n = static_cast<int>(prompt[i].size());
+                pool.attach(kv[i], exec_layers(m.hp, depth[i]), n + steps + 1);
+                lone.push_back(ex->sequence({.loops = depth[i], .capacity = n + steps + 1}));
+            }
+            const auto batch = ex->batch();
+            // Runs the parts together; each wanted row's logits against its lone sequence's last
+            // logits (run beforehand); returns the next tokens (greedy) of those sequences.
+            auto check = [&](const std::vector<BatchPart>& parts) {
+                int k = 0;
+                for (const BatchPart& p : parts) k += p.logits ? 1 : 0;
+                for (const BatchPart& p : parts) pool.ensure(*p.rows.kv, p.rows.pos0 + p.rows.n);
+                std::vector<float> got(static_cast<size_t>(k) * V, -1.0f);
+                batch->run(parts.data(), static_cast<int>(parts.size()), got.data());
+                std::vector<int32_t> next;
+                int j = 0;
+                for (int i = 0; i < B; ++i) {
+                    if (!parts[i].logits) continue;
+                    std::vector<float> want(static_cast<size_t>(V));
+                    lone[i]->last_logits(want.data());
+                    EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + static_cast<std::ptrdiff_t>(j) * V))
+                        << "sequence " << i;
+                    next.push_back(argmax(want.data(), vocab));
+                    ++j;
+                }
+                return next;
+            };
+            // The prompts in two runs: a first chunk whose logits nobody asks for, then the rest.
+            std::vector<BatchPart> parts(static_cast<size_t>(B));
+            for (int i = 0; i < B; ++i) {
+                const int half = static_cast<int>(prompt[i].size()) / 2;
+                parts[i] = {.rows = {.kv = &kv[i], .tokens = prompt[i].data(), .n = half, .pos0 = 0, .loops = depth[i]},
+                            .logits = false};
+                lone[i]->run(prompt[i].data(), half, 0, nullptr);
+            }
+            EXPECT_TRUE(check(parts).empty());
+            for (int i = 0; i < B; ++i) {
+                const int half = static_cast<int>(prompt[i].size()) / 2, n = static_cast<int>(prompt[i].size());
+                parts[i] = {.rows = {.kv = &kv[i], .tokens = prompt[i].data() + half, .n = n - half, .pos0 = half,
+                                     .loops = depth[i]},
+                            .logits = true};
+                lone[i]->run(prompt[i].data() + half, n - half, half, nullptr);
+            }
+            std::vector<int32_t> tok = check(parts);
+            ASSERT_EQ(static_cast<int>(tok.size()), B);
+            // Decode steps: one row per sequence.
+            for (int s = 0; s < steps - 1; ++s) {
+                for (int i = 0; i < B; ++i) {
+                    const int pos = static_cast<int>(prompt[i].size()) + s;
+                    parts[i] = {.rows = {.kv = &kv[i], .tokens = &tok[i], .n = 1, .pos0 = pos, .loops = depth[i]},
+                                .logits = true};
+                    lone[i]->run(&tok[i], 1, pos, nullptr);
+                }
+                tok = check(parts);
+            }
+            // The last step row by row, one pass at a time (early exit's stepper) over the pages.
+            for (int i = 0; i < B; ++i) {
+                const int pos = static_cast<int>(prompt[i].size()) + steps - 1;
+                pool.ensure(kv[i], pos + 1);
+                ExecRow& r = batch->row(kv[i], 0);
+                ExecRow& w = lone[i]->row(0);
+                r.begin(tok[i], pos);
+                w.begin(tok[i], pos);
+                for (int l = 1; l <= depth[i]; ++l) {
+                    r.pass(l);
+                    w.pass(l);
+                }
+                r.finish();
+                w.finish();
+                std::vector<float> got(static_cast<size_t>(V)), want(static_cast<size_t>(V));
+                batch->last_logits(got.data());
+                lone[i]->last_logits(want.data());
+                EXPECT_EQ(got, want) << "sequence " << i << ", row by row";
+            }
         }
     }
 }

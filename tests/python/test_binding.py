@@ -379,8 +379,19 @@ def test_speculative_equals_greedy(model):
     assert t["output_ids"] == want
     stream = tl.generate_speculative(model, PROMPT, verify_loops=5, max_tokens=30, stream=True)
     assert [e["token"] for e in stream] == want
+    # Knobs left out are the engine resolver's (resolve_run), not defaults of the binding's own:
+    # verify at the model's default depth with the resolved draft depth and draft length.
+    run = tl.resolve_run(model, "speculative")["speculation"]
+    assert run["verify_loops"] == model.info["hparams"]["default_loops"]
+    dflt = tl.generate_speculative(model, PROMPT, max_tokens=12)
+    assert dflt["stats"]["loops_used"] == run["verify_loops"]
+    assert len(dflt["stats"]["spec_accept_hist"]) == run["draft_ahead"] + 1
+    tree_run = tl.resolve_run(model, "tree")["speculation"]
+    tree = tl.generate_tree_speculative(model, PROMPT, max_tokens=12)
+    assert tree["stats"]["loops_used"] == tree_run["verify_loops"]
+    assert tree["output_ids"] == dflt["output_ids"]  # greedy at the same depth
     with pytest.raises(ValueError, match="verify_loops"):
-        tl.generate_speculative(model, PROMPT)  # the C++ default verify_loops 8 > max_loops 6
+        tl.generate_speculative(model, PROMPT, verify_loops=8)  # > max_loops 6
     sampled = tl.generate_speculative(model, PROMPT, verify_loops=4, temperature=0.8, seed=3, max_tokens=20)
     assert sampled["output_ids"] == tl.generate_speculative(model, PROMPT, verify_loops=4, temperature=0.8, seed=3,
                                                             max_tokens=20)["output_ids"]
@@ -448,6 +459,32 @@ def test_hugging_face_knobs(model):
         tl.generate(model, PROMPT, max_tokens=4, min_new_tokens=-1)
     r = tl.generate(model, PROMPT, max_tokens=8, config=c)
     assert len(r["output_ids"]) >= 3
+
+
+def test_token_id_rule_takes_ints_of_any_size(model):
+    """The engine's one token-id rule (check_token_id), as the server's request fields use it."""
+    vocab = model.info["hparams"]["vocab_size"]
+    tl.check_token_id(0, vocab, "prompt")
+    tl.check_token_id(vocab - 1, vocab, "prompt")
+    tl.check_token_ids([0, vocab - 1], vocab, "suppress_tokens")
+    tl.check_token_ids([], vocab, "suppress_tokens")
+    for bad_id in (vocab, -1, 2**31, 2**63, 2**64, 2**70, -(2**70)):
+        want = "prompt: token id %d is outside the vocabulary [0, %d)" % (bad_id, vocab)
+        with pytest.raises(ValueError) as err:
+            tl.check_token_id(bad_id, vocab, "prompt")
+        assert str(err.value) == want
+    with pytest.raises(ValueError) as err:
+        tl.check_token_ids([1, vocab - 1, 2**70], vocab, "suppress_tokens")
+    assert str(err.value) == "suppress_tokens[2]: token id %d is outside the vocabulary [0, %d)" % (2**70, vocab)
+    # The same words as the engine's own refusal of a config's ids.
+    with pytest.raises(ValueError) as engine:
+        tl.generate(model, PROMPT, max_tokens=1, suppress_tokens=[5, vocab])
+    with pytest.raises(ValueError) as binding:
+        tl.check_token_ids([5, vocab], vocab, "suppress_tokens")
+    assert str(engine.value) == str(binding.value)
+    for not_int in (True, 1.0, "3", None):
+        with pytest.raises(TypeError, match="prompt: expected an int token id"):
+            tl.check_token_id(not_int, vocab, "prompt")
 
 
 def test_hugging_face_sampling_knobs(model):

@@ -452,8 +452,15 @@ def test_speculative_requests_without_knobs_use_the_models(recommending, model):
             got = post(c, prompt=PROMPT, max_tokens=12, temperature=0, ignore_eos=True, speculative=sp).json()
             st = got["tinyloop_stats"][0]
             assert (st["spec_cycles"], st["spec_drafted"]) == (want["spec_cycles"], want["spec_drafted"]), sp
-            builtin = fn(recommending, ids, max_tokens=12, verify_loops=3, ignore_eos=True)["stats"]
+            # the built-in knobs (what a model without a recommendation gets) would run otherwise
+            builtin_knobs = {k: v for k, v in tl.resolve_speculation(model).items() if k != "verify_loops"}
+            builtin_knobs = dict(draft_loops=builtin_knobs["draft_loops"], draft_ahead=builtin_knobs["draft_ahead"],
+                                 **({"K_branches": builtin_knobs["branches"]} if sp else {}))
+            builtin = fn(recommending, ids, max_tokens=12, verify_loops=3, ignore_eos=True, **builtin_knobs)["stats"]
             assert (builtin["spec_cycles"], builtin["spec_drafted"]) != (want["spec_cycles"], want["spec_drafted"])
+            # the binding without knobs asks the same resolver as the server
+            bare = fn(recommending, ids, max_tokens=12, verify_loops=3, ignore_eos=True)["stats"]
+            assert (bare["spec_cycles"], bare["spec_drafted"]) == (want["spec_cycles"], want["spec_drafted"]), sp
             # an explicit knob wins
             mine = post(c, prompt=PROMPT, max_tokens=12, temperature=0, ignore_eos=True,
                         speculative=dict(sp, draft_ahead=1)).json()["tinyloop_stats"][0]

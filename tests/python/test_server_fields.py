@@ -97,6 +97,36 @@ def test_values_past_engine_range_are_named(client, body, param):
     assert r.json()["error"]["param"] == param
 
 
+@pytest.mark.parametrize("field", ["prompt", "logit_bias", "force_words", "suppress_tokens"])
+def test_token_ids_at_the_vocabulary_edges(client, model, field):
+    """Each field with token ids uses the engine's one rule (tl.check_token_id): vocab - 1 is taken,
+    vocab and 2**70 are refused naming the field, with the engine's message."""
+    vocab = model.info["hparams"]["vocab_size"]
+
+    def body(t):
+        extra = {"prompt": {"prompt": [t]}, "logit_bias": {"logit_bias": {str(t): 1}},
+                 "force_words": {"beam_size": 2, "force_words": [[t]]},
+                 "suppress_tokens": {"suppress_tokens": [1, t]}}[field]
+        return dict(COMPLETION, **extra)
+
+    assert client.post("/v1/completions", json=body(vocab - 1)).status_code == 200
+    where = {"prompt": "prompt", "logit_bias": "logit_bias", "force_words": "force_words[0]",
+             "suppress_tokens": "suppress_tokens[1]"}[field]
+    for t in (vocab, 2**70):
+        r = client.post("/v1/completions", json=body(t))
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["param"] == field, err
+        if t == vocab or field == "logit_bias":  # 2**70 elsewhere: the 64-bit check of every body comes first
+            assert err["message"] == "%s: token id %d is outside the vocabulary [0, %d)" % (where, t, vocab), err
+    # Past the body's 64-bit check (parse_completion called directly): the rule itself, no overflow.
+    if field != "logit_bias":
+        with pytest.raises(rp.ApiError) as e:
+            rp.parse_completion(body(2**70), vocab)
+        assert e.value.param == field
+        assert e.value.message == "%s: token id %d is outside the vocabulary [0, %d)" % (where, 2**70, vocab)
+
+
 @pytest.mark.parametrize("role", [[], ["user"], {"a": 1}, 5, None])
 def test_chat_role_of_wrong_type(client, role):
     r = client.post("/v1/chat/completions", json={"messages": [{"role": role, "content": "x"}]})

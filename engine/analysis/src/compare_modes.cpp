@@ -41,8 +41,8 @@ ModeSpec sampling_mode(int max_tokens, int loops) {
 }
 
 // The file's recommended modes at its default depth D. The knobs and the early-exit policy are
-// resolved by the engine's own rules (resolved_speculation, resolve_early_exit: the model's
-// value, else the built-in), so the rows run exactly what the CLI and the config panel run.
+// resolved by the engine's one resolver (resolve_run, nothing set by a user: the model's value,
+// else the built-in), so the rows run exactly what the CLI and the config panel run.
 std::vector<ModeSpec> recommended_compare_modes(const Model* model, int max_tokens) {
     const HParams& hp = model_hparams(model);
     const Recommendation& rec = model_recommendation(model);
@@ -54,18 +54,18 @@ std::vector<ModeSpec> recommended_compare_modes(const Model* model, int max_toke
     const char* whose = rec.has_speculation() ? " (model's)" : "";
     if (D >= 2) {
         ModeSpec s = mode("", DecodeMode::Speculative, max_tokens, D);
-        s.run.speculation = resolved_speculation(model, s.run);
+        s.run = resolve_run(model, s.run, {}).spec;
         s.label = format("speculative %d->%d, %d ahead%s", s.run.speculation.draft_loops, D,
                          s.run.speculation.draft_ahead, whose);
         out.push_back(s);
         ModeSpec t = mode("", DecodeMode::Tree, max_tokens, D);
-        t.run.speculation = resolved_speculation(model, t.run);
+        t.run = resolve_run(model, t.run, {}).spec;
         t.label = format("tree %d->%d K=%d%s", t.run.speculation.draft_loops, D, t.run.speculation.branches, whose);
         out.push_back(t);
     }
     if (rec.has_early_exit()) {
         ModeSpec e = mode("", DecodeMode::EarlyExit, max_tokens, D);
-        e.run.config = resolve_early_exit(model, e.run.config, {});
+        e.run = resolve_run(model, e.run, {}).spec;
         e.label = format("early exit %s%s%g (model's)", criterion_name(e.run.config.early_exit.criterion),
                          e.run.config.early_exit.criterion == EarlyExitCriterion::LogitMargin ? ">=" : "<",
                          static_cast<double>(e.run.config.early_exit.threshold));
@@ -154,11 +154,11 @@ ModeRun run_mode(Model* model, const std::vector<int32_t>& prompt, const ModeSpe
     const RunSpec& rs = spec.run;
     run.speculative = rs.mode == DecodeMode::Speculative || rs.mode == DecodeMode::Tree ||
                       rs.mode == DecodeMode::DraftModel;
-    if (run.speculative && rs.mode != DecodeMode::DraftModel)
-        run.loops = resolved_speculation(model, rs).verify_loops;
-    else
-        run.loops = tinyloop::resolve_loops(model_hparams(model), rs.config.loops);
+    if (!run.speculative) run.loops = tinyloop::resolve_loops(model_hparams(model), rs.config.loops);
     GenerateResult out = run_decode(model, prompt.data(), static_cast<int>(prompt.size()), rs, options);
+    // Speculating, the depth is the verify depth the engine resolved and ran (loops_used), not a
+    // second resolution here.
+    if (run.speculative) run.loops = out.stats.loops_used;
     run.tokens.assign(out.tokens.begin() + out.prompt_len, out.tokens.end());
     run.text = std::move(out.text);
     run.stats = std::move(out.stats);

@@ -15,6 +15,12 @@ namespace tinyloop {
 // this same function.)
 int resolve_loops(const HParams& hp, int loops);
 
+// The token-id rule's refusal (check_token_id, tinyloop.h) for an id of any size given as its
+// decimal text: a front end's integer that does not fit 32 bits (a Python int such as 2**70) is
+// outside every vocabulary and is refused with the message check_token_id gives, never cast (the
+// binding's check_token_id / check_token_ids, which the server's request fields use).
+[[noreturn]] void token_id_outside(const std::string& id, int vocab_size, const std::string& field);
+
 // The temperature sample mode starts from when the config's is greedy (<= 0.01), and the beam
 // width beam mode starts from when the config's is below 2 (the CLI's --mode sample default too).
 inline constexpr float kSampleModeTemperature = 0.8f;

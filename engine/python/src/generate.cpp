@@ -380,27 +380,29 @@ void register_generate(py::module_& m) {
          "feature not in this build). Returns None.\n\n" + cfg_doc).c_str());
 
     m.def("generate_speculative", &speculative_py, py::arg("model"), py::arg("prompt"), py::kw_only(),
-          py::arg("max_tokens") = 64, py::arg("draft_loops") = 2, py::arg("verify_loops") = 8, py::arg("draft_ahead") = 4,
+          py::arg("max_tokens") = 64, py::arg("draft_loops") = 0, py::arg("verify_loops") = 0, py::arg("draft_ahead") = 0,
           py::arg("temperature") = 0.0f, py::arg("seed") = 0, py::arg("top_k") = 0, py::arg("top_p") = 1.0f,
           py::arg("ignore_eos") = false, py::arg("stream") = false, py::arg("queue_size") = 16,
           py::arg("events") = false, py::arg("lens") = false, py::arg("lens_top_k") = 5,
-          "Chain self-speculative decoding (the seed's SpeculativeConfig, C++ defaults): draft\n"
-          "draft_ahead tokens at draft_loops (1 .. verify_loops-1), verify them at verify_loops\n"
-          "(2 .. max_loops); greedy at temperature 0 equals plain greedy decoding at verify_loops,\n"
+          "Chain self-speculative decoding: draft draft_ahead tokens at draft_loops\n"
+          "(1 .. verify_loops-1), verify them at verify_loops (2 .. max_loops). A knob left at 0 is the\n"
+          "engine's resolver's (resolve_run): verify_loops the model's default depth, draft_loops and\n"
+          "draft_ahead the model's recommendation, else the built-in ones. Greedy at temperature 0\n"
+          "equals plain greedy decoding at verify_loops,\n"
           "temperature > 0 is lossless rejection sampling (top_k 0 = off, top_p). Returns the\n"
           "generate() result dict (stats has spec_cycles, spec_drafted, spec_tested, spec_accepted,\n"
           "spec_accept_hist, draft_ms, verify_ms, spec_acceptance_rate, spec_mean_accepted; events\n"
           "carry cycle, drafted, accepted, from_verifier), or a GenerationStream when stream=True.");
     m.def("generate_tree_speculative", &tree_py, py::arg("model"), py::arg("prompt"), py::kw_only(),
-          py::arg("max_tokens") = 64, py::arg("draft_loops") = 2, py::arg("verify_loops") = 8, py::arg("draft_ahead") = 4,
-          py::arg("K_branches") = 2, py::arg("temperature") = 0.0f, py::arg("seed") = 0, py::arg("ignore_eos") = false,
+          py::arg("max_tokens") = 64, py::arg("draft_loops") = 0, py::arg("verify_loops") = 0, py::arg("draft_ahead") = 0,
+          py::arg("K_branches") = 0, py::arg("temperature") = 0.0f, py::arg("seed") = 0, py::arg("ignore_eos") = false,
           py::arg("stream") = false, py::arg("queue_size") = 16, py::arg("events") = false, py::arg("lens") = false,
           py::arg("lens_top_k") = 5,
-          "Tree self-speculative decoding (the seed's TreeSpeculativeConfig, C++ defaults), grown\n"
-          "best-first: draft_ahead nodes run per cycle (1..8), each keeping its K_branches best children\n"
-          "(1..8) as candidates, the next node the likeliest accepted path; the run nodes verified in one\n"
-          "forward. Greedy only (temperature > 0 is refused). Returns the generate() result dict,\n"
-          "or a GenerationStream when stream=True.");
+          "Tree self-speculative decoding, grown best-first: draft_ahead nodes run per cycle (1..8),\n"
+          "each keeping its K_branches best children (1..8) as candidates, the next node the likeliest\n"
+          "accepted path; the run nodes verified in one forward. Knobs left at 0 are the engine's\n"
+          "resolver's, as for generate_speculative. Greedy only (temperature > 0 is refused). Returns\n"
+          "the generate() result dict, or a GenerationStream when stream=True.");
 
     m.def("generate_draft_speculative", &draft_py, py::arg("model"), py::arg("draft"), py::arg("prompt"),
           py::arg("config") = py::none(), py::kw_only(), py::arg("gamma") = 4, py::arg("draft_loops") = 0,

@@ -1,7 +1,11 @@
 // tinyloop_py.HfTokenizer: a Hugging Face tokenizer.json read by the engine's importer entry
 // (tinyloop::tokenizer_spec_from_hf) and run by the engine's tokenizer, outside any model — what
-// the tokenizer parity test compares with the `tokenizers` package.
+// the tokenizer parity test compares with the `tokenizers` package. check_token_id(s): the
+// engine's one token-id range rule for Python ints of any size (the server's request fields).
+#include <climits>
+
 #include "common.h"
+#include "tinyloop/mode_rules.h"
 
 namespace tinyloop_py {
 
@@ -13,9 +17,37 @@ struct PyHfTokenizer {
     std::unique_ptr<tinyloop::StandaloneTokenizer> tok;
 };
 
+// A Python int against the engine's token-id rule (tinyloop::check_token_id). An int past 32 bits
+// is outside every vocabulary: refused through token_id_outside with its decimal text, never cast,
+// so 2**70 gets the message 70 would (no OverflowError, no wrap-around).
+void check_py_token_id(const py::handle& id, int vocab_size, const std::string& field) {
+    if (!PyLong_Check(id.ptr()) || PyBool_Check(id.ptr()))
+        throw py::type_error(field + ": expected an int token id, got " +
+                             std::string(Py_TYPE(id.ptr())->tp_name));
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(id.ptr(), &overflow);
+    if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+    if (overflow != 0 || v < INT32_MIN || v > INT32_MAX)
+        tinyloop::token_id_outside(py::str(id).cast<std::string>(), vocab_size, field);
+    tinyloop::check_token_id(static_cast<int32_t>(v), vocab_size, field);
+}
+
 }  // namespace
 
 void register_tokenizer(py::module_& m) {
+    m.def("check_token_id", &check_py_token_id, py::arg("id"), py::arg("vocab_size"), py::arg("field"),
+          "The engine's one token-id rule: ValueError 'FIELD: token id X is outside the vocabulary [0, V)'\n"
+          "unless 0 <= id < vocab_size. Takes an int of any size (2**70 is refused, not overflowed);\n"
+          "TypeError for a non-int (bool included).");
+    m.def(
+        "check_token_ids",
+        [](const py::sequence& ids, int vocab_size, const std::string& field) {
+            if (py::isinstance<py::str>(ids)) throw py::type_error(field + ": expected a list of int token ids, got str");
+            for (size_t i = 0; i < ids.size(); ++i)
+                check_py_token_id(ids[i], vocab_size, field + "[" + std::to_string(i) + "]");
+        },
+        py::arg("ids"), py::arg("vocab_size"), py::arg("field"),
+        "check_token_id for every entry, naming the first bad one FIELD[i].");
     py::class_<PyHfTokenizer>(m, "HfTokenizer",
                               "A tokenizer.json (+ tokenizer_config.json) as the engine reads and runs it.")
         .def(py::init([](const std::string& path, const std::string& config) {

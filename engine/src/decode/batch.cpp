@@ -1,6 +1,8 @@
 // Continuous batching (tinyloop.h, "Continuous batching"): a BatchEngine advances every active
-// sequence by one token per step through one batched forward (forward_batch), with chunked
-// prefill of new requests mixed into the same forward, and KV pages from a shared pool.
+// sequence by one token per step through one multi-sequence run of the executor (ExecBatch::run,
+// executor.h), with chunked prefill of new requests mixed into the same run, and KV pages from a
+// shared pool. The executor is chosen once, for ExecOp::Batch: a back end that lacks it is
+// refused there under backend cuda, and backend auto runs the whole engine on the CPU.
 //
 // Each sequence's token choice and stop logic is decode()'s: one TokenDecoder (emit.h) per
 // sequence runs the logits pipeline, the choice, the stop order and the callbacks. The
@@ -75,8 +77,9 @@ struct BatchEngine {
     std::vector<std::unique_ptr<Seq>> active;
     std::unique_ptr<KVPagePool> pools[2];
     int reserved[2] = {0, 0};
-    Workspace ws;
-    std::vector<float> h, hrows, lrows;
+    std::unique_ptr<Executor> exec;   // choose_executor's back end for ExecOp::Batch
+    std::unique_ptr<ExecBatch> multi;  // its multi-sequence run (the stepper's scratch)
+    std::vector<float> lrows;
 };
 
 namespace {
@@ -112,12 +115,13 @@ void close_result(Seq& s) {
 }  // namespace
 
 BatchEngine* create_batch_engine(Model* model, const BatchEngineOptions& options) {
-    require_host(checked(model), {ExecOp::Batch});
-    checked(model);
+    const Model& m = checked(model);
     check_options(options);
     auto e = std::make_unique<BatchEngine>();
     e->model = model;
     e->opt = options;
+    e->exec = run_executor(m, {ExecOp::Batch});
+    e->multi = e->exec->batch();
     return e.release();
 }
 
@@ -345,7 +349,6 @@ int batch_step(BatchEngine* engine) {
     if (!engine) throw Error(ErrorCode::InvalidArgument, "engine: must not be null");
     BatchEngine& e = *engine;
     const Model& m = *e.model;
-    const int d = m.hp.d_model;
     const int V = m.hp.vocab_size;
     std::lock_guard<std::mutex> step_lock(e.step_mu);
 
@@ -355,8 +358,7 @@ int batch_step(BatchEngine* engine) {
     // The step's rows: one per decoding sequence (early exit apart), then prompt chunks.
     struct Entry {
         Seq* s;
-        BatchSeq b;
-        bool logits;  // this entry's last row gives the sequence's next-token logits
+        BatchPart p;  // p.logits: this entry's last row gives the sequence's next-token logits
     };
     std::vector<Entry> entries;
     std::vector<Seq*> adaptive;
@@ -369,52 +371,47 @@ int batch_step(BatchEngine* engine) {
             if (budget == 0) continue;
             const int k = std::min(budget, s.prompt_len - s.prefilled);
             budget -= k;
-            Entry en{&s, {}, s.prefilled + k == s.prompt_len};
-            en.b.tokens = s.req.prompt.data() + s.prefilled;
-            en.b.n = k;
-            en.b.pos0 = s.prefilled;
+            Entry en{&s, {.rows = {}, .logits = s.prefilled + k == s.prompt_len}};
+            en.p.rows.tokens = s.req.prompt.data() + s.prefilled;
+            en.p.rows.n = k;
+            en.p.rows.pos0 = s.prefilled;
             entries.push_back(en);
             s.prefilled += k;
         } else if (s.policy.enabled()) {
             adaptive.push_back(&s);
         } else {
-            Entry en{&s, {}, true};
-            en.b.pos0 = static_cast<int>(s.res.tokens.size()) - 1;
-            en.b.tokens = &s.res.tokens.back();
-            en.b.n = 1;
+            Entry en{&s, {.rows = {}, .logits = true}};
+            en.p.rows.pos0 = static_cast<int>(s.res.tokens.size()) - 1;
+            en.p.rows.tokens = &s.res.tokens.back();
+            en.p.rows.n = 1;
             entries.push_back(en);
         }
     }
     for (Entry& en : entries) {
-        en.b.kv = &en.s->kv;
-        en.b.loops = en.s->loops;
-        en.b.window = en.s->req.config.cache_window;
-        en.s->kv.pool->ensure(en.s->kv, en.b.pos0 + en.b.n);
+        en.p.rows.kv = &en.s->kv;
+        en.p.rows.loops = en.s->loops;
+        en.p.rows.window = en.s->req.config.cache_window;
+        en.s->kv.pool->ensure(en.s->kv, en.p.rows.pos0 + en.p.rows.n);
     }
-    std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.b.loops > b.b.loops; });
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const Entry& a, const Entry& b) { return a.p.rows.loops > b.p.rows.loops; });
 
     std::vector<Seq*> ready;
     long long rows = 0;
     if (!entries.empty()) {
-        std::vector<BatchSeq> bs;
-        for (const Entry& en : entries) bs.push_back(en.b);
-        forward_batch(m, bs.data(), static_cast<int>(bs.size()), e.ws, e.h);
-        int at = 0, n_out = 0;
-        e.hrows.clear();
+        std::vector<BatchPart> parts;
+        int n_out = 0;
         for (const Entry& en : entries) {
-            at += en.b.n;
-            rows += en.b.n;
-            if (!en.logits) continue;
-            e.hrows.insert(e.hrows.end(), e.h.begin() + static_cast<std::ptrdiff_t>(at - 1) * d,
-                           e.h.begin() + static_cast<std::ptrdiff_t>(at) * d);
-            ++n_out;
+            parts.push_back(en.p);
+            rows += en.p.rows.n;
+            n_out += en.p.logits ? 1 : 0;
         }
+        e.lrows.resize(static_cast<size_t>(n_out) * V);
+        e.multi->run(parts.data(), static_cast<int>(parts.size()), e.lrows.data());
         if (n_out > 0) {
-            e.lrows.resize(static_cast<size_t>(n_out) * V);
-            compute_logits(m, e.hrows.data(), n_out, e.lrows.data(), e.ws);
             int k = 0;
             for (const Entry& en : entries) {
-                if (!en.logits) continue;
+                if (!en.p.logits) continue;
                 Seq& s = *en.s;
                 std::copy(e.lrows.begin() + static_cast<std::ptrdiff_t>(k) * V,
                           e.lrows.begin() + static_cast<std::ptrdiff_t>(k + 1) * V, s.logits.begin());
@@ -431,10 +428,10 @@ int batch_step(BatchEngine* engine) {
         Seq& s = *sp;
         const int pos = static_cast<int>(s.res.tokens.size()) - 1;
         s.kv.pool->ensure(s.kv, pos + 1);
-        // the early-exit step written once (early_exit_step) on the CPU's row over this sequence's pages
-        const std::unique_ptr<ExecRow> row = make_cpu_row(m, s.kv, e.ws, e.h, s.req.config.cache_window);
-        s.depth = early_exit_step(m, *row, s.res.tokens.back(), pos, s.loops, s.policy, nullptr);
-        compute_logits(m, e.h.data(), 1, s.logits.data(), e.ws);
+        // the early-exit step written once (early_exit_step) on the executor's row over this sequence's pages
+        ExecRow& row = e.multi->row(s.kv, s.req.config.cache_window);
+        s.depth = early_exit_step(m, row, s.res.tokens.back(), pos, s.loops, s.policy, nullptr);
+        e.multi->last_logits(s.logits.data());
         s.has_logits = true;
         ready.push_back(&s);
         ++rows;

@@ -46,7 +46,7 @@ SpeculationPolicy resolved_speculation(const Model* model, const RunSpec& spec) 
              : spec.mode == DecodeMode::DraftModel ? SpeculationKind::DraftModel
                                                    : SpeculationKind::None;
     if (spec.mode == DecodeMode::DraftModel) {
-        if (k.draft_loops == 0 && k.draft_model) k.draft_loops = checked(k.draft_model).hp.default_loops;
+        if (k.draft_loops == 0 && k.draft_model) k.draft_loops = resolve_loops(checked(k.draft_model), 0);
         return k;
     }
     // The user's knob, else the model's recommendation (model_recommendation), else the built-in.

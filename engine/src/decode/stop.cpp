@@ -13,7 +13,9 @@ TextStream::TextStream(const Model& m, const std::vector<std::string>& stop_stri
 
 bool TextStream::push(int32_t id) {
     if (cut_) return true;
-    if (m_.tokenizer.is_special(id)) return false;  // special tokens are not text
+    // Special tokens are not text, nor are a padded vocabulary's ids past the tokenizer's (a beam
+    // forced to one, force_words): bytes_of would read past its table.
+    if (m_.tokenizer.is_special(id) || !m_.tokenizer.valid_id(id)) return false;
     const size_t old = bytes_.size();
     bytes_ += m_.tokenizer.bytes_of(id);
     if (stops_.empty()) return false;

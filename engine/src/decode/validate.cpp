@@ -6,13 +6,17 @@
 
 #include "model/model.h"
 #include "tinyloop/json.h"
+#include "tinyloop/mode_rules.h"
 
 namespace tinyloop {
 
+void token_id_outside(const std::string& id, int vocab_size, const std::string& field) {
+    throw Error(ErrorCode::InvalidArgument,
+                field + ": token id " + id + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+}
+
 void check_token_id(int32_t id, int vocab_size, const std::string& field) {
-    if (id < 0 || id >= vocab_size)
-        throw Error(ErrorCode::InvalidArgument, field + ": token id " + std::to_string(id) +
-                                                    " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    if (id < 0 || id >= vocab_size) token_id_outside(std::to_string(id), vocab_size, field);
 }
 
 void check_token_ids(const int32_t* ids, size_t n, int vocab_size, const std::string& field) {

@@ -328,12 +328,8 @@ struct CudaSession::Impl {
 };
 
 CudaSession::CudaSession(const CudaWeights& w, const CudaSessionOptions& opt) {
-    const HParams& hp = w.model().hp;
     CudaSessionOptions o = opt;
-    if (o.loops == 0) o.loops = hp.default_loops;
-    if (o.loops < 1 || o.loops > hp.max_loops)
-        throw Error(ErrorCode::InvalidArgument, "loops: " + std::to_string(o.loops) + " is outside [1, " +
-                                                    std::to_string(hp.max_loops) + "]");
+    o.loops = resolve_loops(w.model(), o.loops);  // 0: the model's default depth; the range checked
     if (o.capacity == 0) o.capacity = w.model().max_seq_len;
     if (o.capacity < 1 || o.capacity > w.model().max_seq_len)
         throw Error(ErrorCode::InvalidArgument, "capacity: " + std::to_string(o.capacity) + " is outside [1, " +
@@ -725,7 +721,7 @@ CudaSessionLease::CudaSessionLease(const CudaWeights& w, const CudaSessionOption
     : w_(w), uncaught_(std::uncaught_exceptions()) {
     const Model& m = w.model();
     CudaSessionOptions o = opt;
-    if (o.loops == 0) o.loops = m.hp.default_loops;
+    o.loops = resolve_loops(m, o.loops);
     if (o.capacity == 0) o.capacity = m.max_seq_len;
     {
         std::lock_guard<std::mutex> lock(w.pool_mu_);

@@ -6,8 +6,9 @@
 // last row, and every row's logits of one sequence; beyond them the few primitives decoding needs
 // (ExecSequence: passes p..q from kept per-row states, rows with their own positions and
 // visibility, the logits of rows, a one-row stepper for early exit, a fork, a row copy, a
-// prefix import). Decode, early exit, chain / tree / draft-model speculation, beam search, the
-// prefix caches and the scoring family are written once over them. The CPU executor
+// prefix import; ExecBatch: several sequences' rows through the same passes). Decode, early exit,
+// chain / tree / draft-model speculation, beam search, the prefix caches, the batch engine and
+// the scoring family are written once over them. The CPU executor
 // (executor_cpu.cpp) runs forward.cpp on CpuOps; the CUDA executor (cuda_forward.cpp) runs the
 // same run_layers on CudaOps in a device session with its captured decode step.
 //
@@ -181,6 +182,32 @@ public:
     virtual void set_last_state(const float* h);
 };
 
+// One sequence's rows in a multi-sequence run (ExecBatch::run): BatchSeq's cache, tokens,
+// positions, depth and window, and whether its last row's logits are wanted.
+struct BatchPart {
+    BatchSeq rows;
+    bool logits = false;
+};
+
+// Several sequences on a back end at once (the batch engine, ExecOp::Batch): each sequence its
+// own cache (a paged view over a KVPagePool the caller holds: pages are taken before a run) and
+// positions; their rows run together through the same passes (the matmuls see every row, the
+// attention reads each row's own cache). A sequence's rows give the bits a lone run of them gives
+// (batch-invariant kernels), so the batch engine's tokens equal decode()'s. Scratch for one call
+// at a time.
+class ExecBatch {
+public:
+    virtual ~ExecBatch() = default;
+    // Runs every part's rows through passes 1..its depth (parts sorted by depth, deepest first),
+    // then the head on the last row of each part with `logits` set: out receives those rows'
+    // logits in the parts' order ([k, vocab], host memory, sized by the caller).
+    virtual void run(const BatchPart* parts, int n, float* out) = 0;
+    // The one-row stepper over one sequence's cache (early exit, whose passes depend on the row's
+    // own probes); after its finish(), last_logits gives the row's logits ([vocab]).
+    virtual ExecRow& row(KVCache& kv, int window) = 0;
+    virtual void last_logits(float* out) = 0;
+};
+
 class Executor {
 public:
     virtual ~Executor() = default;
@@ -194,21 +221,24 @@ public:
     virtual std::unique_ptr<ExecSequence> sequence(const SequenceSpec& spec) const = 0;
     // Every row's logits of tokens[0..n) run at depth `loops` in a fresh cache ([n, vocab]).
     virtual std::vector<float> sequence_logits(const int32_t* tokens, int n, int loops, KVCacheType kv_cache) const = 0;
+    // Several sequences at once (ExecOp::Batch). The default throws Internal: a back end that
+    // lacks it says so in exec_supports, so choose_executor never gives it the batch engine.
+    virtual std::unique_ptr<ExecBatch> batch() const;
 };
 
 // The executor of a call on `m` that needs `needs`: choose_executor's back end.
 std::unique_ptr<Executor> run_executor(const Model& m, const std::vector<ExecOp>& needs);
 
-// For a call written on the host forward so far (the batch engine's batched rows of several
-// sequences over a shared page pool): chooses the executor for `needs` and checks it is the
+// For a call written on the host forward so far (score_kv_sharing's caches with a kv_sharing
+// layout): chooses the executor for `needs` and checks it is the
 // CPU's (with backend auto on a device, the whole call then runs on the CPU; with backend cuda,
 // unsupported() refuses it).
 void require_host(const Model& m, const std::vector<ExecOp>& needs);
 
 std::unique_ptr<Executor> make_cpu_executor(const Model& m);
 
-// The CPU's one-row stepper over a host cache (what CpuSequence::row gives), for the batch engine,
-// whose sequences live in its page pool: h receives the row's state, window is its cache window.
+// The CPU's one-row stepper over a host cache (what CpuSequence::row and CpuBatch::row give), for
+// score_kv_sharing's caches: h receives the row's state, window is its cache window.
 std::unique_ptr<ExecRow> make_cpu_row(const Model& m, KVCache& kv, Workspace& ws, std::vector<float>& h, int window);
 
 }  // namespace tinyloop

@@ -1,5 +1,6 @@
-// The executor's table and rule (executor.h) and the CPU executor: forward.cpp's forward() and
-// compute_logits on host memory, the numerics every CPU test and the golden transcript pin.
+// The executor's table and rule (executor.h) and the CPU executor: forward.cpp's forward(),
+// forward_batch and compute_logits on host memory, the numerics every CPU test and the golden
+// transcript pin.
 #include "forward/executor.h"
 
 #include <algorithm>
@@ -115,6 +116,10 @@ void ExecSequence::import_prefix(const ExecSequence&, int) { lacks("import_prefi
 void ExecSequence::copy_position(int, int) { lacks("copy_position"); }
 std::unique_ptr<ExecSequence> ExecSequence::fork() const { lacks("fork"); }
 void ExecSequence::set_last_state(const float*) { lacks("set_last_state"); }
+std::unique_ptr<ExecBatch> Executor::batch() const {
+    throw Error(ErrorCode::Internal, std::string("Executor::batch: the ") + name() +
+                                         " back end does not run it (exec_supports must say so)");
+}
 
 void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
                             int e, int loops) {
@@ -339,6 +344,42 @@ private:
     std::unique_ptr<CpuRow> row_;
 };
 
+// Several sequences' rows on host memory: forward_batch over their (paged) caches, the head
+// over the wanted last rows in one compute_logits; early exit's rows through CpuRow over the same
+// workspace. The calls (and order) the batch engine has always made.
+class CpuBatch final : public ExecBatch {
+public:
+    explicit CpuBatch(const Model& m) : m_(m) {}
+    void run(const BatchPart* parts, int n, float* out) override {
+        const int d = m_.hp.d_model;
+        seqs_.clear();
+        for (int i = 0; i < n; ++i) seqs_.push_back(parts[i].rows);
+        forward_batch(m_, seqs_.data(), n, ws_, h_);
+        int at = 0, k = 0;
+        hrows_.clear();
+        for (int i = 0; i < n; ++i) {
+            at += parts[i].rows.n;
+            if (!parts[i].logits) continue;
+            hrows_.insert(hrows_.end(), h_.begin() + static_cast<std::ptrdiff_t>(at - 1) * d,
+                          h_.begin() + static_cast<std::ptrdiff_t>(at) * d);
+            ++k;
+        }
+        if (k > 0) compute_logits(m_, hrows_.data(), k, out, ws_);
+    }
+    ExecRow& row(KVCache& kv, int window) override {
+        row_ = std::make_unique<CpuRow>(m_, kv, ws_, h_, window);
+        return *row_;
+    }
+    void last_logits(float* out) override { compute_logits(m_, h_.data(), 1, out, ws_); }
+
+private:
+    const Model& m_;
+    Workspace ws_;
+    std::vector<float> h_, hrows_;
+    std::vector<BatchSeq> seqs_;
+    std::unique_ptr<CpuRow> row_;
+};
+
 class CpuExecutor final : public Executor {
 public:
     explicit CpuExecutor(const Model& m) : m_(m) {}
@@ -360,6 +401,7 @@ public:
         compute_logits(m_, h.data(), n, logits.data(), ws);
         return logits;
     }
+    std::unique_ptr<ExecBatch> batch() const override { return std::make_unique<CpuBatch>(m_); }
 
 private:
     const Model& m_;

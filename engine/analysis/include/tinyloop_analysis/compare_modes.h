@@ -29,8 +29,8 @@ std::vector<ModeSpec> default_compare_modes(const tinyloop::HParams& hp, int max
 // The default set on a loaded model. When its file recommends early exit or speculation
 // (model_recommendation): the modes as the file says they pay, at its default depth D — greedy
 // at 2D and at D (the second mode, the view's default baseline), chain and tree self-speculation
-// verified at D with the knobs resolved_speculation gives (the file's, else the built-in ones),
-// early exit with resolve_early_exit's policy (when the file has one), sampling. Otherwise the
+// verified at D with the knobs the engine's resolver (resolve_run) gives (the file's, else the
+// built-in ones), early exit with its policy (when the file has one), sampling. Otherwise the
 // set above for its hyperparameters.
 std::vector<ModeSpec> default_compare_modes(const tinyloop::Model* model, int max_tokens);
 
