@@ -101,7 +101,7 @@ TEST(ExecutorCpu, ACallUnderAutoReportsOneBackEnd) {
     // CPU for the whole of it.
     EXPECT_EQ(run_executor(m, {ExecOp::Decode})->name(), loaded);
     EXPECT_EQ(run_executor(m, {ExecOp::SequenceLogits})->name(), loaded);
-    EXPECT_STREQ(run_executor(m, {ExecOp::Decode, ExecOp::TreeSpeculation})->name(), "cpu");
+    EXPECT_STREQ(run_executor(m, {ExecOp::Decode, ExecOp::DraftSpeculation})->name(), "cpu");
     EXPECT_NO_THROW(require_host(m, {ExecOp::KVSharing}));
     // The batch engine asks for its executor like any call: the device lacks ExecOp::Batch, so auto
     // runs the whole engine on the CPU.
