@@ -728,7 +728,8 @@ CudaSessionLease::CudaSessionLease(const CudaWeights& w, const CudaSessionOption
         if (w.idle_) {
             const CudaSessionOptions& k = w.idle_->options();
             if (k.loops == o.loops && k.window == o.window && k.gemm_min_tokens == o.gemm_min_tokens &&
-                k.use_graph == o.use_graph && k.fast == o.fast && k.capacity >= o.capacity) {
+                k.use_graph == o.use_graph && k.fast == o.fast && k.capacity >= o.capacity &&
+                k.scratch_rows >= o.scratch_rows) {
                 s_ = std::move(w.idle_);
                 reused_ = true;
             } else {
