@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
+#include "tinyloop/caches.h"
 #include "tinyloop/tinyloop.h"
 
 namespace {
@@ -329,6 +330,87 @@ TEST(CudaEngine, TreeSpeculationOnTheDeviceEqualsItsGreedyDecoding) {
     }
 }
 
+// The lens streamed during generate on the device (the rows' states downloaded after every
+// pass, the readouts' heads on the host): the tokens of the device's plain greedy decoding, and
+// per token and depth the CPU's lens within rounding (the top id where its probability leads
+// the next by more than 1e-3, the emitted token's probability within 2e-3).
+TEST(CudaEngine, LensDuringGenerateOnTheDeviceMatchesTheCpu) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle cpu = tinyloop::load_model_handle(kModel, on(Backend::Cpu));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    const auto prompt = prompt_of(gpu.get());
+    const tinyloop::HParams& hp = tinyloop::model_hparams(gpu.get());
+    const int n = int(prompt.size()), L = hp.default_loops;
+    std::vector<tinyloop::TokenEvent> ew, eg;
+    tinyloop::GenerateOptions o;
+    o.lens = true;
+    o.lens_top_k = 3;
+    o.observer = [&](const tinyloop::TokenEvent& e) { return ew.push_back(e), true; };
+    const tinyloop::GenerateResult rw = tinyloop::generate_ex(cpu.get(), prompt.data(), n, greedy(24, L), o);
+    o.observer = [&](const tinyloop::TokenEvent& e) { return eg.push_back(e), true; };
+    const tinyloop::GenerateResult rg = tinyloop::generate_ex(gpu.get(), prompt.data(), n, greedy(24, L), o);
+    EXPECT_EQ(rg.tokens, tinyloop::generate(gpu.get(), prompt.data(), n, greedy(24, L)));
+    ASSERT_EQ(eg.size(), 24u);
+    size_t same = 0;
+    while (same < ew.size() && same < eg.size() && ew[same].token == eg[same].token) ++same;
+    EXPECT_GE(same, 8u) << "the device's greedy tokens parted from the CPU's within 8 tokens";
+    for (size_t i = 0; i < same; ++i) {
+        ASSERT_EQ(eg[i].lens.size(), size_t(L)) << "token " << i;
+        ASSERT_EQ(ew[i].lens.size(), size_t(L));
+        for (int l = 0; l < L; ++l) {
+            const tinyloop::LensDepth& a = ew[i].lens[size_t(l)];
+            const tinyloop::LensDepth& b = eg[i].lens[size_t(l)];
+            EXPECT_EQ(b.depth, a.depth);
+            EXPECT_NEAR(b.p_emitted, a.p_emitted, 2e-3) << "token " << i << " depth " << l + 1;
+            if (a.top_probs.size() >= 2 && a.top_probs[0] - a.top_probs[1] > 1e-3) {
+                EXPECT_EQ(b.top_ids[0], a.top_ids[0]) << "token " << i << " depth " << l + 1;
+            }
+        }
+    }
+}
+
+// Prefix caches, resume handles and prefix pools on the device (positions copied from the kept
+// sequence, the last row's state set when the prompt is wholly cached): greedy, each gives the
+// device's own plain greedy decoding of the whole prompt (prompts under one cuBLAS chunk: the
+// batch-invariant kernels on both sides), a resume at a deeper depth included.
+TEST(CudaEngine, CachesOnTheDeviceGiveItsGreedyDecoding) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    tinyloop::Model* m = gpu.get();
+    const tinyloop::HParams& hp = tinyloop::model_hparams(m);
+    const std::vector<int32_t> prefix = tinyloop::tokenize(m, "In the beginning God created the heaven");
+    std::vector<int32_t> prompt = prefix;
+    for (int32_t t : tinyloop::tokenize(m, " and the earth. And the earth was")) prompt.push_back(t);
+    ASSERT_LT(prompt.size(), 60u);
+    const int L = hp.default_loops;
+    auto plain = [&](const std::vector<int32_t>& p, int loops) {
+        return tinyloop::generate(m, p.data(), int(p.size()), greedy(24, loops));
+    };
+    {
+        tinyloop::PrefixCache* c = tinyloop::create_prefix_cache(m, prefix.data(), int(prefix.size()), L);
+        const auto longer = tinyloop::generate_with_prefix(m, c, prompt.data(), int(prompt.size()), greedy(24, L));
+        const auto exact = tinyloop::generate_with_prefix(m, c, prefix.data(), int(prefix.size()), greedy(24, L));
+        tinyloop::free_prefix_cache(c);
+        EXPECT_EQ(longer.tokens, plain(prompt, L)) << "a prompt longer than the prefix";
+        EXPECT_EQ(exact.tokens, plain(prefix, L)) << "the prefix itself (its last state set, nothing run)";
+    }
+    {
+        tinyloop::ResumeHandle* r = tinyloop::create_resume_handle(m, prompt.data(), int(prompt.size()), L);
+        const auto at = tinyloop::resume_generate(r, greedy(24, L));
+        const auto deeper = tinyloop::resume_generate(r, greedy(24, hp.max_loops));
+        tinyloop::free_resume_handle(r);
+        EXPECT_EQ(at.tokens, plain(prompt, L)) << "resume at the handle's depth";
+        EXPECT_EQ(deeper.tokens, plain(prompt, hp.max_loops)) << "resume deepened to max_loops";
+    }
+    {
+        tinyloop::PrefixPool* pool = tinyloop::create_prefix_pool(m, L);
+        tinyloop::prefix_pool_add(pool, prefix.data(), int(prefix.size()));
+        const auto got = tinyloop::generate_with_pool(pool, prompt.data(), int(prompt.size()), greedy(24, L));
+        tinyloop::free_prefix_pool(pool);
+        EXPECT_EQ(got.tokens, plain(prompt, L)) << "a prefix pool";
+    }
+}
+
 TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     TL_REQUIRE_DEVICE();
     tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
@@ -344,9 +426,10 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     };
     const int n = int(prompt.size());
     expect_refused("INT8 KV cache", [&] { tinyloop::score(gpu.get(), prompt.data(), n, 0, tinyloop::KVCacheType::Int8); });
-    expect_refused("the lens", [&] {
+    expect_refused("kv_provenance", [&] {
         tinyloop::GenerateOptions o;
-        o.lens = true;
+        tinyloop::KVProvenance prov;
+        o.kv_provenance = &prov;
         tinyloop::generate_ex(gpu.get(), prompt.data(), n, greedy(8, 0), o);
     });
     expect_refused("beam search", [&] {

@@ -31,7 +31,7 @@ TEST(ExecutorRule, AutoRunsAWholeCallOnOneBackEnd) {
     EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits}), ExecKind::Cuda);
     // Greedy steps the device has plus speculation it lacks: all of it on the CPU, never a mix.
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::DraftSpeculation}), ExecKind::Cpu);
-    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit, ExecOp::PassReadouts}), ExecKind::Cpu);
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit, ExecOp::KVProvenance}), ExecKind::Cpu);
     // Early exit the device has (its row stepper): decoding with it stays there.
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit}), ExecKind::Cuda);
     EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits, ExecOp::Int8Cache}), ExecKind::Cpu);

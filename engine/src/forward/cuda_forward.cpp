@@ -281,7 +281,8 @@ struct CudaSession::Impl {
     }
     // Passes first..last over the n rows set up in ids/pos/kvb/kve (and a layout's cache rows):
     // with first > 1 from h_in / e_in (host, [n, d]); the states to out_h / out_e.
-    void pass_rows(int n, int first, int last, const float* h_in, const float* e_in_host, float* out_h, float* out_e) {
+    void pass_rows(int n, int first, int last, const float* h_in, const float* e_in_host, float* out_h, float* out_e,
+                   const PassHook* hook = nullptr, int hook_row0 = 0) {
         const bool inject = injects_input(hp);
         const size_t bytes = size_t(n) * hp.d_model * sizeof(float);
         if (first > 1) {
@@ -292,6 +293,15 @@ struct CudaSession::Impl {
         PassPlan plan;
         plan.start_pass = first;
         plan.loops = last;
+        // the hook sees the rows' states after every pass (downloaded: one sync per pass)
+        std::vector<float> seen;
+        const std::function<void(int)> after = [&](int pass) {
+            ops.synchronize();
+            seen.resize(size_t(n) * hp.d_model);
+            ctx.download(seen.data(), h.get(), bytes);
+            (*hook)(pass, hook_row0, seen.data(), n);
+        };
+        if (hook && *hook) plan.after_pass = &after;
         run_layers(ops, hp, LayerStack{&w.embed, &w.pre, &w.loop}, cache, block_scratch(), ids.i32(), h.f32(),
                    e_in.f32(), n, plan);
         ops.synchronize();
@@ -525,7 +535,7 @@ void CudaSession::row_finish() {
 }
 
 void CudaSession::run_passes(const int32_t* tokens, int n, int pos0, int first, int last, const float* h_in,
-                             const float* e_in, float* out_h, float* out_e) {
+                             const float* e_in, float* out_h, float* out_e, const PassHook* hook, int hook_row0) {
     Impl& s = *impl_;
     if (n < 1 || n > s.rows)
         throw Error(ErrorCode::InvalidArgument, "run_passes: n " + std::to_string(n) + " is outside [1, " +
@@ -550,7 +560,7 @@ void CudaSession::run_passes(const int32_t* tokens, int n, int pos0, int first, 
             ~Kernels() { s.ops.force_kernels(false); }
         } kernels{s};
         s.ops.force_kernels(true);
-        s.pass_rows(n, first, last, h_in, e_in, out_h, out_e);
+        s.pass_rows(n, first, last, h_in, e_in, out_h, out_e, hook, hook_row0);
     });
     s.passes_n = n;
     s.head_stale = true;
@@ -701,6 +711,44 @@ void CudaSession::run_passes(const CudaRows& r, int first, int last, const float
     account();
 }
 
+void CudaSession::import_prefix(const CudaSession& src_session, int n) {
+    Impl& s = *impl_;
+    Impl& src = *src_session.impl_;
+    if (&src.w != &s.w) throw Error(ErrorCode::Internal, "import_prefix: a session on other weights");
+    if (n < 0 || n > s.o.capacity || n > src.o.capacity)
+        throw Error(ErrorCode::InvalidArgument, "import_prefix: n " + std::to_string(n) + " is outside [0, " +
+                                                    std::to_string(std::min(s.o.capacity, src.o.capacity)) + "]");
+    if (src.layers < s.layers)
+        throw Error(ErrorCode::Internal, "import_prefix: the source holds " + std::to_string(src.layers) +
+                                             " layers, this sequence needs " + std::to_string(s.layers));
+    with_cuda_errors("cuda import_prefix", [&] {
+        src.ops.synchronize();  // the source's stream idle before this one reads its memory
+        s.ops.synchronize();
+        const size_t bytes = size_t(n) * s.kv_row * sizeof(float);
+        for (int e = 0; e < s.layers && n > 0; ++e) {
+            s.ctx.copy(s.k_layer(e), src.k_layer(e), bytes);
+            s.ctx.copy(s.v_layer(e), src.v_layer(e), bytes);
+        }
+        s.ctx.synchronize();
+    });
+    pos_ = n;
+    s.primed = false;
+    s.logits_pinned = false;
+    s.head_stale = false;
+}
+
+void CudaSession::set_last_state(const float* h) {
+    Impl& s = *impl_;
+    with_cuda_errors("cuda set_last_state", [&] {
+        s.ops.synchronize();
+        s.ctx.upload(s.h.get(), h, size_t(s.hp.d_model) * sizeof(float));
+        s.head_rows(0, 1);
+        s.ops.synchronize();
+    });
+    s.head_stale = false;
+    s.logits_pinned = false;
+}
+
 void CudaSession::copy_position(int from, int to) {
     Impl& s = *impl_;
     if (from < 0 || from >= s.cache_rows || to < 0 || to >= s.cache_rows)
@@ -798,14 +846,18 @@ private:
 class CudaSequence final : public ExecSequence {
 public:
     CudaSequence(const CudaWeights& w, const SequenceSpec& spec)
-        : hp_(w.model().hp), o_(options(spec, w.model().max_seq_len)), s_(w, o_) {}  // the kept session when it fits: no set-up, no capture
+        : hp_(w.model().hp), o_(options(spec, w.model().max_seq_len)), s_(w, o_),
+          chunk_(std::max(1, w.model().prefill_chunk)) {}  // the kept session when it fits: no set-up, no capture
     size_t cache_bytes() const override {
         return size_t(2) * exec_layers(hp_, o_.loops) * (o_.capacity + o_.scratch_rows) * hp_.n_kv_heads * hp_.head_dim *
                sizeof(float);
     }
     int capacity() const override { return o_.capacity; }
     void run(const int32_t* tokens, int n, int pos0, const PassHook* on_readout) override {
-        if (on_readout) unsupported(ExecKind::Cuda, ExecOp::PassReadouts);
+        if (on_readout && *on_readout) {  // the readouts after every pass: the rows pass by pass, no graph
+            chunked(tokens, n, pos0, 1, o_.loops, nullptr, nullptr, nullptr, nullptr, on_readout);
+            return;
+        }
         if (n == 1 && pos0 == s_->pos() && pos0 > 0) {
             s_->decode(tokens[0]);  // the device's own greedy pick is not used: the host pipeline decides
             return;
@@ -820,13 +872,23 @@ public:
     // Chain self-speculation's draft (passes 1..D of one row) and verification (passes D+1..L of
     // the drafted rows from their states). Not the tree's laid-out rows, nor per-pass hooks.
     void run_passes(const PassRun& r) override {
-        if (r.on_readout) unsupported(ExecKind::Cuda, ExecOp::PassReadouts);
-        if (r.on_state) unsupported(ExecKind::Cuda, ExecOp::PassStates);
         const int last = r.last > 0 ? r.last : o_.loops;
+        // without a coda (ExecOp::Coda is the CPU's) a row's readout is its state: one hook
+        // sees both when both are asked for
+        PassHook both;
+        const PassHook* hook = r.on_readout && *r.on_readout ? r.on_readout : r.on_state;
+        if (r.on_readout && *r.on_readout && r.on_state && *r.on_state) {
+            both = [&](int pass, int row0, const float* h, int n) {
+                (*r.on_readout)(pass, row0, h, n);
+                (*r.on_state)(pass, row0, h, n);
+            };
+            hook = &both;
+        }
         if (!r.layout) {
-            s_->run_passes(r.tokens, r.n, r.pos0, r.first, last, r.h_in, r.e_in, r.out_h, r.out_e);
+            chunked(r.tokens, r.n, r.pos0, r.first, last, r.h_in, r.e_in, r.out_h, r.out_e, hook);
             return;
         }
+        if (hook && *hook) unsupported(ExecKind::Cuda, ExecOp::PassReadouts);  // laid-out rows report none (executor.h)
         // tree rows: each its position, cache row, visible rows [0, visible_end) and extras
         const RowLayout& lay = *r.layout;
         if (int(lay.pos.size()) != r.n || int(lay.cache_row.size()) != r.n || int(lay.visible_end.size()) != r.n ||
@@ -844,8 +906,19 @@ public:
         rows.extra_offsets = lay.extra_offsets.data();
         s_->run_passes(rows, r.first, last, r.h_in, r.e_in, r.out_h, r.out_e);
     }
-    void logits(int row0, int n, float* out) override { s_->rows_logits(row0, n, out); }
+    void logits(int row0, int n, float* out) override {
+        if (row0 < base_)
+            throw Error(ErrorCode::Internal, "logits: rows before the last chunk of a run (" + std::to_string(row0) +
+                                                 " < " + std::to_string(base_) + ")");
+        s_->rows_logits(row0 - base_, n, out);
+    }
     void copy_position(int from, int to) override { s_->copy_position(from, to); }
+    void import_prefix(const ExecSequence& src, int n) override {
+        const auto* c = dynamic_cast<const CudaSequence*>(&src);
+        if (!c) throw Error(ErrorCode::Internal, "import_prefix: a sequence of another back end");
+        s_->import_prefix(*c->s_, n);
+    }
+    void set_last_state(const float* h) override { s_->set_last_state(h); }
     ExecRow& row(int window) override {
         if (window != o_.window)
             throw Error(ErrorCode::Internal, "row: window " + std::to_string(window) + ", the sequence's is " +
@@ -855,6 +928,21 @@ public:
     }
 
 private:
+    // run_passes over rows in chunks of the session's prefill chunk (a prefix cache's whole
+    // prompt), each chunk all passes first..last, the hook told each chunk's first row.
+    void chunked(const int32_t* tokens, int n, int pos0, int first, int last, const float* h_in, const float* e_in,
+                 float* out_h, float* out_e, const PassHook* hook) {
+        const int chunk = chunk_;
+        const size_t d = size_t(hp_.d_model);
+        for (int c0 = 0; c0 < n; c0 += chunk) {
+            const int m = std::min(chunk, n - c0);
+            const size_t off = size_t(c0) * d;
+            s_->run_passes(tokens ? tokens + c0 : nullptr, m, pos0 + c0, first, last, h_in ? h_in + off : nullptr,
+                           e_in ? e_in + off : nullptr, out_h ? out_h + off : nullptr, out_e ? out_e + off : nullptr,
+                           hook, c0);
+            base_ = c0;
+        }
+    }
     // The capacity at most the model's context (the RoPE table holds max_seq_len positions); the
     // rows a call asks for past it are scratch rows (tree speculation's candidates follow the
     // sequence's own rows; chain speculation's drafting room is never written past the context).
@@ -872,6 +960,8 @@ private:
     CudaSessionOptions o_;
     CudaSessionLease s_;
     std::unique_ptr<CudaRow> row_;
+    int chunk_;     // rows per run_passes call (the session's workspace rows)
+    int base_ = 0;  // the row of the last run whose state is the session's row 0 (chunked runs)
 };
 
 class CudaExecutor final : public Executor {

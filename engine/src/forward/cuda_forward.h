@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "forward/cuda_fast_path.h"
+#include "forward/forward.h"
 #include "kernels/cuda/byte_share.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/model.h"
@@ -134,8 +135,10 @@ public:
     // receive the rows' states and prelude outputs. n <= the prefill chunk, pos0 + n <= capacity,
     // 1 <= first <= last <= the session's loops (Error(InvalidArgument) otherwise). pos() moves
     // to pos0 + n; last_logits() then gives the last row's.
+    // hook (optional): the rows' states after every pass, as (pass, hook_row0, h [n, d], n) in
+    // host memory (the lens' readouts and a cache's last-row states; no coda on the device).
     void run_passes(const int32_t* tokens, int n, int pos0, int first, int last, const float* h_in, const float* e_in,
-                    float* out_h, float* out_e);
+                    float* out_h, float* out_e, const PassHook* hook = nullptr, int hook_row0 = 0);
     // run_passes over laid-out rows (tree speculation: each row its position, cache row, range
     // and extras, as forward_rows; tokens may be null when first > 1).
     void run_passes(const CudaRows& rows, int first, int last, const float* h_in, const float* e_in, float* out_h,
@@ -145,6 +148,11 @@ public:
     // The keys/values of cache row `from` copied to row `to` in every layer (an accepted tree
     // node's scratch row to its position). Both < capacity + scratch_rows.
     void copy_position(int from, int to);
+    // Positions [0, n) of every layer of another session on the same weights (a prefix cache's,
+    // a resume handle's: at least this session's layers) copied into this one's cache; pos()
+    // becomes n. Then set_last_state(h) ([d], host) makes h the last row (last_logits: its head).
+    void import_prefix(const CudaSession& src, int n);
+    void set_last_state(const float* h);
     // Where the next prefill/decode writes (after a verification accepted some rows).
     void set_pos(int pos);
     int pos() const { return pos_; }

@@ -50,13 +50,18 @@ bool exec_supports(ExecKind kind, ExecOp op) {
     // The CUDA executor (cuda_forward.cpp): a device session with an f32 cache, full-depth rows,
     // its one-row stepper (CudaSession::row_*: early exit between passes), passes p..q over rows
     // from given states, laid out or not (CudaSession::run_passes: chain and tree
-    // self-speculation) and a row copy (copy_position: an accepted tree node to its position).
+    // self-speculation) and a row copy (copy_position: an accepted tree node to its position);
+    // the rows' states after every pass (the lens, a cache's last-row states: downloaded per
+    // pass) and positions copied from a kept sequence (prefix caches, resume handles, pools).
     switch (op) {
         case ExecOp::Decode:
         case ExecOp::SequenceLogits:
         case ExecOp::EarlyExit:
         case ExecOp::ChainSpeculation:
-        case ExecOp::TreeSpeculation: return true;
+        case ExecOp::TreeSpeculation:
+        case ExecOp::PassReadouts:
+        case ExecOp::PassStates:
+        case ExecOp::CacheImport: return true;
         default: return false;
     }
 }
