@@ -81,9 +81,11 @@ shot dark-theme-lens      --demo-run "In the beginning God created" --max-tokens
 # readable at these shapes): Ouro-1.4B's 24 layers x 4 steps, with its learned exit gate (preset
 # "Exit gate", written below); Huginn-0125's prelude 2, core 4 x 32 steps, coda 2 (no gate: its
 # latent-difference exit, preset "Latent exit"). Their lens shows KL to the final pass: a random
-# model's emitted-token probabilities are all near 1/vocab, a dark map.
+# model's emitted-token probabilities are all near 1/vocab, a dark map. Ouro's depth shot shows,
+# under the bars, the exit gate of token 2 (--gate-token), which stops at pass 3 of 4: λ per pass,
+# the cumulative exit probability reaching q = 0.5 there.
 shot_model ouro-24x4   ouro-lens         --demo-run "In the beginning God created" --max-tokens 32 --tab lens --lens-metric kl
-shot_model ouro-24x4   ouro-depth-gate   --demo-run "In the beginning God created" --preset "Exit gate" --max-tokens 48 --tab depth
+shot_model ouro-24x4   ouro-depth-gate   --demo-run "In the beginning God created" --preset "Exit gate" --max-tokens 48 --tab depth --gate-token 2
 shot_model ouro-24x4   ouro-kv           --view kv      --prompt "In the beginning" --max-tokens 24
 shot_model ouro-24x4   ouro-compare      --view compare --prompt "In the beginning God created" --max-tokens 24
 shot_model huginn-4x32 huginn-lens       --demo-run "In the beginning God created" --max-tokens 32 --tab lens --lens-metric kl

@@ -15,6 +15,15 @@ void print_events_table(const Model* model, const std::vector<TokenEvent>& event
         std::snprintf(line, sizeof(line), "%5d %6d %7d %6d %8.4f  ", ev.index, ev.position,
                       ev.token, ev.depth, static_cast<double>(ev.prob));
         o << line << "\"" << display_text(ev.piece) << "\"\n";
+        if (!ev.exit_gate.empty()) {  // the exit gate per pass run: lambda (cumulative)
+            o << "        gate:";
+            for (size_t t = 0; t < ev.exit_gate.size(); ++t) {
+                std::snprintf(line, sizeof(line), " %.3f (%.3f)", static_cast<double>(ev.exit_gate[t]),
+                              t < ev.exit_gate_cdf.size() ? static_cast<double>(ev.exit_gate_cdf[t]) : 0.0);
+                o << line;
+            }
+            o << "\n";
+        }
         for (const auto& l : ev.lens) {
             std::snprintf(line, sizeof(line), "        depth %2d  p=%.4f  H=%.3f  top:", l.depth,
                           static_cast<double>(l.p_emitted), static_cast<double>(l.entropy));

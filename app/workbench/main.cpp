@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "main/config_panel.h"
+#include "plots/depth_plot.h"
 #include "plots/layout_audit.h"
 #include "plots/lens_heatmap.h"
 #include "main/main_window.h"
@@ -122,6 +123,8 @@ int main(int argc, char** argv) {
     QCommandLineOption shotOpt("screenshot", "After the run (or the load, without --autorun), save the window as PNG and quit.", "OUT.png");
     QCommandLineOption tabOpt("tab", "Plot tab to show: lens, depth, speculative, timing.", "NAME", "lens");
     QCommandLineOption metricOpt("lens-metric", "Heatmap metric: final, emitted, entropy, kl.", "NAME", "emitted");
+    QCommandLineOption gateTokenOpt("gate-token", "Depth plot of a model with an exit gate: show the gate of emitted "
+                                                  "token N (0-based; default the latest, or the hovered one).", "N");
     QCommandLineOption presetOpt("preset", "Apply a named preset at start.", "NAME");
     QCommandLineOption maxTokOpt("max-tokens", "Override max_tokens of the config.", "N");
     QCommandLineOption sizeOpt("size", "Window size WxH (screenshots), at most the screen's available area.", "WxH", "1400x900");
@@ -129,7 +132,7 @@ int main(int argc, char** argv) {
                                                "is remembered).").arg(tlui::Zoom::kMin).arg(tlui::Zoom::kMax), "F");
     QCommandLineOption presentOpt("presentation", "Start in presentation mode (View > Presentation mode, F5).");
     QCommandLineOption themeOpt("theme", "Theme for this run: light or dark (View > Theme is remembered).", "NAME");
-    cli.addOptions({promptOpt, autorunOpt, demoOpt, shotOpt, tabOpt, metricOpt, presetOpt, maxTokOpt, sizeOpt,
+    cli.addOptions({promptOpt, autorunOpt, demoOpt, shotOpt, tabOpt, metricOpt, gateTokenOpt, presetOpt, maxTokOpt, sizeOpt,
                     zoomOpt, presentOpt, themeOpt});
     QCommandLineOption viewOpt("view", "Open an Analysis-menu window (compare, scrubber, agreement, sweep, step, calibration, compute, kv, quant), fill it by a run on --prompt and, with --screenshot, save that window and quit.", "NAME");
     cli.addOption(viewOpt);
@@ -189,7 +192,8 @@ int main(int argc, char** argv) {
 
     const QString shot = cli.value(shotOpt);
     int exitCode = 0;
-    auto grabAndQuit = [&w, &shot, &exitCode] {
+    auto grabAndQuit = [&w, &shot, &exitCode, &cli, &gateTokenOpt] {
+        if (cli.isSet(gateTokenOpt)) w.depthPlot()->selectToken(cli.value(gateTokenOpt).toInt());
         // let the 30 Hz frame timer draw the last tokens and plots first
         QTimer::singleShot(400, &w, [&w, &shot, &exitCode] {
             QDir().mkpath(QFileInfo(shot).absolutePath());

@@ -46,6 +46,8 @@ class TokenEvent(_TokenEventBase, total=False):
     drafted: list[int]
     accepted: int
     from_verifier: bool
+    exit_gate: list[float]         # a model with the exit gate (Ouro): lambda per pass run
+    exit_gate_cdf: list[float]     # 1 - prod(1 - lambda) after each of those passes
 
 
 class GenerateStats(TypedDict):

@@ -228,14 +228,19 @@ TEST(JsonCodec, EventRoundTripsWithLensAndCycle) {
     ev.drafted = {42, 7};
     ev.accepted = 1;
     ev.from_verifier = true;
+    ev.exit_gate = {0.25f, 0.5f};
+    ev.exit_gate_cdf = {0.25f, 0.625f};
     const json j = event_to_json(ev);
     EXPECT_EQ(j["prob"].dump(), "0.3");
+    EXPECT_EQ(j["exit_gate_cdf"].dump(), "[0.25,0.625]");
     EXPECT_EQ(j["lens"].size(), 2u);
     EXPECT_EQ(j["cycle"], 1);
     const TokenEvent back = event_from_json(json::parse(j.dump()));
     EXPECT_EQ(back.prob, ev.prob);
     EXPECT_EQ(back.lens[1].top_probs, ev.lens[1].top_probs);
     EXPECT_EQ(back.drafted, ev.drafted);
+    EXPECT_EQ(back.exit_gate, ev.exit_gate);
+    EXPECT_EQ(back.exit_gate_cdf, ev.exit_gate_cdf);
     EXPECT_EQ(event_to_json(back), j);
 
     // outside speculation and without a lens the event has neither
@@ -243,8 +248,14 @@ TEST(JsonCodec, EventRoundTripsWithLensAndCycle) {
     const json p = event_to_json(plain);
     EXPECT_FALSE(p.contains("cycle"));
     EXPECT_FALSE(p.contains("lens"));
+    EXPECT_FALSE(p.contains("exit_gate"));  // a model without the exit gate
     EXPECT_EQ(event_to_json(event_from_json(p)), p);
     EXPECT_TRUE(starts_with(refusal([] { event_from_json(json{{"lens", 3}}); }), "lens:"));
+    // the gate's two rows go together, and hold probabilities
+    EXPECT_TRUE(starts_with(refusal([] { event_from_json(json{{"exit_gate", {0.5}}, {"exit_gate_cdf", json::array()}}); }),
+                            "exit_gate_cdf:"));
+    EXPECT_TRUE(starts_with(refusal([] { event_from_json(json{{"exit_gate", {1.5}}, {"exit_gate_cdf", {0.5}}}); }),
+                            "exit_gate:"));
 }
 
 // A real speculative run with a lens: its events and stats survive the trip unchanged.

@@ -30,6 +30,7 @@
 #include "test_util.h"
 #include "tinyloop/batch.h"
 #include "tinyloop/caches.h"
+#include "tinyloop/json.h"
 #include "tinyloop/scoring.h"
 #include "tinyloop/speculation.h"
 
@@ -834,6 +835,123 @@ TEST(LoopedArchitectures, GateSelectEqualsTheFullRunReadAtTheExitPass) {
         plain.loops = T;
         EXPECT_EQ(all.token_logprobs, score_early_exit(L.m, ids.data(), n, plain).token_logprobs) << s.name;
     }
+}
+
+// TokenEvent::exit_gate / exit_gate_cdf: the gate of the row behind each emitted token (the
+// prompt's last row for the first, then each emitted token's), at every pass that ran, against
+// the reference over prompt + output: plain decoding and gate_select run every pass (the
+// full-depth run; bit for bit what exit_gate_per_pass reads), gate_stop runs passes 1..e (the
+// reference run with the decode's own exit depths, deeper passes from the frozen state). The
+// cumulative row is 1 − Π(1 − λ_j), and a gate run exits at the first pass where it reaches q.
+TEST(LoopedArchitectures, TokenEventsRecordTheGateOfThePassesRun) {
+    for (const Shape& s : gated_shapes()) {
+        Loaded L(std::string(s.name) + "_gate_events.tinyloop", s.hp, 71);
+        const RModel r = fetch_model(L.m);
+        const int P = 6, N = 10, T = s.hp.default_loops;
+        const auto prompt = tokens_of(P, 43);
+        auto run = [&](const GenerateConfig& base) {
+            GenerateConfig g = base;
+            g.max_tokens = N;
+            g.loops = T;
+            g.ignore_eos = true;
+            std::vector<TokenEvent> evs;
+            GenerateOptions o;
+            o.observer = [&evs](const TokenEvent& ev) {
+                evs.push_back(ev);
+                return true;
+            };
+            const GenerateResult res = generate_ex(L.m, prompt.data(), P, g, o);
+            EXPECT_EQ(evs.size(), static_cast<size_t>(N)) << s.name;
+            return std::make_pair(res.tokens, evs);
+        };
+        // The threshold whose gate_stop run exits at the most distinct passes, no cumulative
+        // probability within 1e-4 of it (float state against the double reference).
+        float q = 0;
+        size_t kinds = 0;
+        for (float c : {0.2f, 0.35f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 0.95f}) {
+            const auto [ids, evs] = run(gate_config(EarlyExitCriterion::GateStop, c, T));
+            double margin = 1.0;
+            std::vector<int> depths;
+            for (const TokenEvent& ev : evs) {
+                depths.push_back(ev.depth);
+                for (float x : ev.exit_gate_cdf) margin = std::min(margin, std::fabs(double(x) - c));
+            }
+            std::sort(depths.begin(), depths.end());
+            const size_t k = static_cast<size_t>(std::unique(depths.begin(), depths.end()) - depths.begin());
+            if (margin > 1e-4 && k > kinds) {
+                q = c;
+                kinds = k;
+            }
+        }
+        ASSERT_GE(kinds, 2u) << s.name << ": no threshold spreads the exits";
+        GenerateConfig plain;
+        const std::pair<const char*, GenerateConfig> cases[] = {
+            {"plain", plain},
+            {"gate_select", gate_config(EarlyExitCriterion::GateSelect, q, T)},
+            {"gate_stop", gate_config(EarlyExitCriterion::GateStop, q, T)}};
+        for (const auto& [name, config] : cases) {
+            const auto [ids, evs] = run(config);
+            const bool stop = config.early_exit.criterion == EarlyExitCriterion::GateStop && config.early_exit.enabled();
+            const bool gated = config.early_exit.enabled();
+            const int n = static_cast<int>(ids.size());
+            // the exit depth of every position run (the prompt's rows: a full-depth prefill)
+            std::vector<int> exits(static_cast<size_t>(n), T);
+            for (size_t i = 1; i < evs.size(); ++i) exits[static_cast<size_t>(P) - 1 + i] = evs[i].depth;
+            const RefRun ref = reference(r, ids, T, stop ? &exits : nullptr);
+            const std::vector<float> engine_gate = exit_gate_per_pass(L.m, ids.data(), n, T);
+            std::string passes;
+            for (size_t i = 0; i < evs.size(); ++i) {
+                const TokenEvent& ev = evs[i];
+                const size_t p = static_cast<size_t>(P) - 1 + i;
+                const int ran = stop ? ev.depth : T;
+                ASSERT_EQ(ev.exit_gate.size(), static_cast<size_t>(ran)) << s.name << " " << name << " token " << i;
+                ASSERT_EQ(ev.exit_gate_cdf.size(), ev.exit_gate.size()) << s.name << " " << name;
+                double remaining = 1.0;
+                std::vector<double> lam;
+                for (int l = 1; l <= ran; ++l) {
+                    const double ref_l = ref.gate[static_cast<size_t>(l - 1)][p];
+                    lam.push_back(ref_l);
+                    remaining *= 1.0 - ref_l;
+                    EXPECT_NEAR(ev.exit_gate[l - 1], ref_l, 1e-5) << s.name << " " << name << " token " << i << " pass " << l;
+                    EXPECT_NEAR(ev.exit_gate_cdf[l - 1], 1.0 - remaining, 1e-5) << s.name << " " << name << " pass " << l;
+                    if (!stop) {  // every pass ran with its own keys/values: the full run's states, bit for bit
+                        EXPECT_EQ(ev.exit_gate[l - 1], engine_gate[static_cast<size_t>(l - 1) * n + p])
+                            << s.name << " " << name << " token " << i << " pass " << l;
+                    }
+                }
+                if (gated && i > 0) {  // the first token's row is the prefill's, at full depth
+                    double margin = 1.0;
+                    EXPECT_EQ(ev.depth, ouro_threshold_exit(lam, q, &margin)) << s.name << " " << name << " token " << i;
+                    if (ev.depth < T) {
+                        EXPECT_GE(ev.exit_gate_cdf[ev.depth - 1], q);
+                    }
+                    if (ev.depth > 1) {
+                        EXPECT_LT(ev.exit_gate_cdf[ev.depth - 2], q);
+                    }
+                }
+                const TokenEvent back = event_from_json(nlohmann::json::parse(event_to_json(ev).dump()));
+                EXPECT_EQ(back.exit_gate, ev.exit_gate);
+                EXPECT_EQ(back.exit_gate_cdf, ev.exit_gate_cdf);
+                passes += " " + std::to_string(ev.exit_gate.size());
+            }
+            std::printf("[ %s %s q=%g ] passes recorded per token:%s\n", s.name, name, q, passes.c_str());
+        }
+    }
+    // A model without the gate records nothing.
+    Loaded P("plain_gate_events.tinyloop", huginn_hparams(false), 71);
+    const auto ids = tokens_of(4, 9);
+    GenerateConfig g;
+    g.max_tokens = 3;
+    g.ignore_eos = true;
+    GenerateOptions o;
+    size_t seen = 0;
+    o.observer = [&seen](const TokenEvent& ev) {
+        EXPECT_TRUE(ev.exit_gate.empty() && ev.exit_gate_cdf.empty());
+        ++seen;
+        return true;
+    };
+    generate_ex(P.m, ids.data(), 4, g, o);
+    EXPECT_EQ(seen, 3u);
 }
 
 // The gate criteria on a model without a gate, and a q outside (0, 1], are refused by name.

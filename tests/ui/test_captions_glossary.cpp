@@ -143,7 +143,8 @@ private slots:
               << "tree width" << "KV cache" << "int8 KV" << "q8" << "q4" << "top-k" << "top-p" << "min-p" << "temperature"
               << "repetition penalty" << "beam" << "length penalty" << "entropy" << "prefill" << "decode" << "tok/s"
               << "first token" << "NLL" << "predicted acceptance" << "measured acceptance" << "prefix cache" << "speedup"
-              << "cycle" << "bonus token" << "argmax" << "EOS" << "logit" << "hidden state" << "perplexity";
+              << "cycle" << "bonus token" << "argmax" << "EOS" << "logit" << "hidden state" << "perplexity"
+              << "exit gate" << "exit probability" << "cumulative exit probability" << "threshold q";
         // the axes and the model panel
         terms << "execution layer" << "nats" << "position" << "loop_input" << "d_model" << "vocab_size" << "max_seq_len"
               << "default_loops" << "max_loops" << "n_loop_layers" << "n_pre_blocks" << "tokenizer" << "back end"

@@ -13,15 +13,21 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QStackedWidget>
+#include <QTabWidget>
 #include <QTest>
 #include <QThread>
 
 #include <fstream>
 
+#include <qcustomplot.h>
+
 #include <nlohmann/json.hpp>
 
 #include "hf_folder_fixture.h"
+#include "main/config_panel.h"
 #include "main/main_window.h"
+#include "plots/depth_plot.h"
 #include "worker/engine_host.h"
 #include "ui_test_util.h"
 #include "window_test_util.h"
@@ -69,6 +75,13 @@ QString writeTinyOuroFolder(const QString& parent) {
     tlimport::write_tiny_ouro(dir, tlimport::tiny_ouro_config(), tlimport::tiny_ouro_tensors());
     writeByteTokenizer(dir);
     return QString::fromStdString(dir.string());
+}
+
+// The tab page that holds a plot (the captioned box withCaption made around it).
+QWidget* captionedBox(QWidget* plot) {
+    QWidget* w = plot;
+    while (w->parentWidget() && !qobject_cast<QStackedWidget*>(w->parentWidget())) w = w->parentWidget();
+    return w;
 }
 
 QStringList cacheEntries(const QString& cache) {
@@ -199,6 +212,95 @@ private slots:
         auto* cancel = w.findChild<QPushButton*>("cancelImportButton");
         QVERIFY(cancel && cancel->isHidden());
         QVERIFY(bar->maximum() == 0);  // back to the busy indicator for runs
+        qunsetenv("TINYLOOP_IMPORT_CACHE");
+    }
+
+    // The depth plot of the gated model (Ouro's exit gate): under gate_stop, the hovered token's
+    // gate per pass that ran, its cumulative curve, the threshold q and the exit pass, equal to
+    // what the engine's events recorded; a model without the gate shows no gate plot.
+    void depthPlotShowsTheExitGate() {
+        qputenv("TINYLOOP_IMPORT_CACHE", (m_dir.path() + "/window-cache").toUtf8());
+        MainWindow w(tltest::quietWindow(m_dir));
+        QVERIFY(tltest::loadModel(w, m_folder));
+        const float q = 0.5f;
+        auto c = *w.configPanel()->config();
+        c.max_tokens = 12;
+        c.ignore_eos = true;
+        c.early_exit.patience = 1;
+        c.early_exit.min_L = 1;
+        c.early_exit.criterion = tinyloop::EarlyExitCriterion::GateStop;
+        c.early_exit.threshold = q;
+        w.configPanel()->setMode(DecodeMode::EarlyExit);
+        w.configPanel()->setConfig(c);
+        w.setPrompt("In the beginning");
+        QSignalSpy settled(&w, &MainWindow::sessionSettled);
+        auto state = [&w] { return w.findChild<QLabel*>("stateLabel")->text() + " / " + w.lastError(); };
+        QVERIFY2(w.generate(), qPrintable(state()));
+        QVERIFY(tltest::waitFor([&] { return settled.count() == 1; }));
+        const auto& events = w.session().events;
+        QCOMPARE(int(events.size()), 12);
+        DepthPlot* depth = w.depthPlot();
+        QVERIFY(depth->hasGate());
+        QCustomPlot* gate = depth->gatePlot();
+        QVERIFY(!gate->isHidden());
+        QCOMPARE(depth->gateToken(), 11);  // the latest token until one is hovered
+        auto* lambda = qobject_cast<QCPBars*>(gate->plottable(0));
+        QCPGraph* cdf = gate->graph(0);
+        QCPGraph* threshold = gate->graph(1);
+        QCPGraph* exitPass = gate->graph(2);
+        QVERIFY(lambda && cdf && threshold && exitPass);
+        const int L = w.session().run.loops;
+        QVERIFY(L >= 2);
+        for (int t : {0, 5, 11}) {
+            depth->selectToken(t);
+            const tinyloop::TokenEvent& ev = events[size_t(t)];
+            QVERIFY(!ev.exit_gate.empty());
+            QCOMPARE(depth->gateToken(), t);
+            QCOMPARE(lambda->data()->size(), int(ev.exit_gate.size()));
+            QCOMPARE(cdf->data()->size(), int(ev.exit_gate.size()));
+            for (int p = 0; p < int(ev.exit_gate.size()); ++p) {
+                QCOMPARE(lambda->data()->at(p)->key, double(p + 1));
+                QCOMPARE(lambda->data()->at(p)->value, double(ev.exit_gate[size_t(p)]));
+                QCOMPARE(cdf->data()->at(p)->value, double(ev.exit_gate_cdf[size_t(p)]));
+            }
+            // gate_stop ran passes 1..depth; the curve reaches q at the exit pass (or the last pass)
+            QCOMPARE(int(ev.exit_gate.size()), ev.depth);
+            if (t > 0 && ev.depth < L) QVERIFY(ev.exit_gate_cdf.back() >= q);
+            QVERIFY(threshold->visible() && exitPass->visible());
+            QCOMPARE(threshold->data()->at(0)->value, double(q));
+            QCOMPARE(exitPass->data()->at(0)->key, double(ev.depth));
+            QString title;
+            for (const QCPTextElement* e : gate->findChildren<QCPTextElement*>()) title += e->text();
+            QVERIFY2(title.startsWith(QString("token %1: ").arg(t)) && title.contains("q = 0.5"), qPrintable(title));
+        }
+        // hovering a bar of the depth plot selects that token's gate
+        w.resize(1280, 720);
+        w.show();
+        w.plotTabs()->setCurrentWidget(captionedBox(depth));
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        depth->plot()->replot();
+        const int x = int(depth->plot()->xAxis->coordToPixel(3));
+        const int y = int(depth->plot()->yAxis->coordToPixel(0.5));
+        QTest::mouseMove(depth->plot(), QPoint(x, y));
+        QVERIFY(tltest::waitFor([&] { return depth->gateToken() == 3; }));
+
+        // plain greedy on the same model still records the gate (every pass), with no threshold line
+        w.configPanel()->setMode(DecodeMode::Greedy);
+        QVERIFY2(w.generate(), qPrintable(state()));
+        QVERIFY(tltest::waitFor([&] { return settled.count() == 2; }));
+        QVERIFY(depth->hasGate());
+        depth->selectToken(2);
+        QCOMPARE(lambda->data()->size(), int(w.session().events[2].exit_gate.size()));
+        QVERIFY(!threshold->visible());
+
+        // a model without the gate: no gate plot
+        QVERIFY(tltest::loadModel(w, tltest::writeTinyModel(m_dir.path())));
+        QVERIFY2(w.generate(), qPrintable(state()));
+        QVERIFY(tltest::waitFor([&] { return settled.count() == 3; }));
+        QVERIFY(!w.session().events.empty());
+        QVERIFY(w.session().events[0].exit_gate.empty());
+        QVERIFY(!depth->hasGate());
+        QVERIFY(gate->isHidden());
         qunsetenv("TINYLOOP_IMPORT_CACHE");
     }
 };

@@ -143,6 +143,11 @@ const GlossaryEntry kEntries[] = {
      "The token forced at the last position allowed by max_tokens, so the text always ends."},
     {"frequency_penalty", {"frequency penalty"},
      "Lowers a token's score by this amount times the number of times it was already emitted."},
+    {"exit probability", {"λ", "lambda", "cumulative exit probability", "exit gate curve", "gate curve", "threshold q"},
+     "What a learned exit gate (Ouro) says after each pass t: λ_t, the probability that the token "
+     "should stop at this pass if it has not stopped before. The cumulative exit probability "
+     "1 - (1 - λ_1)...(1 - λ_t) grows pass by pass; the gate criteria stop the token at the first "
+     "pass where it reaches the threshold q. The depth plot draws both for the hovered token."},
     {"gate_select", {"gate select", "gate-select"},
      "An early-exit criterion for models with a learned exit gate (Ouro), as Hugging Face's code "
      "runs it: every pass is computed, and the token is read at the first pass whose cumulative "

@@ -27,6 +27,7 @@
 #include <qcustomplot.h>
 
 #include "main/config_panel.h"
+#include "base/config_json.h"
 #include "base/glossary_dialog.h"
 #include "main/model_paths.h"
 #include "main/tour.h"
@@ -59,7 +60,18 @@ const char* kLensCaption =
     "cells are small) marks the pass where the token [[early exit|exited]]. Hover a cell for the pass's top guesses.";
 const char* kDepthCaption =
     "One bar per emitted token: how many [[loop pass|passes]] it used. The dashed line is the depth asked "
-    "for; bars below it are tokens that stopped early ([[early exit]]), the passes saved.";
+    "for; bars below it are tokens that stopped early ([[early exit]]), the passes saved. A model with a "
+    "learned [[exit gate]] (Ouro) adds, below, the gate of the hovered token: its [[exit probability]] per "
+    "pass, the cumulative curve, the threshold q and the pass it exited at.";
+// The depth plot's gate: the threshold q of a run that exits by the exit gate (gate_stop /
+// gate_select), else none.
+void showGateThreshold(DepthPlot* plot, DecodeMode mode, const tinyloop::GenerateConfig& c) {
+    const tinyloop::EarlyExitPolicy p = tinyloop::effective_exit_policy(c.early_exit);
+    if (mode == DecodeMode::EarlyExit && tinyloop::is_gate_criterion(p.criterion))
+        plot->setGateThreshold(p.threshold, criterionName(p.criterion));
+    else
+        plot->setGateThreshold(0);
+}
 const char* kSpeculativeCaption =
     "Left, one bar per [[cycle]] of [[self-speculation]]: grey up to how many tokens the shallow pass "
     "[[draft|drafted]], green how many of them the full depth accepted. Right, the cycles counted by how "
@@ -613,6 +625,7 @@ void MainWindow::startShowingRun() {
     m_output->clearTokens(req.prompt);
     m_heatmap->clear(loops);
     m_depth->clear(loops);
+    showGateThreshold(m_depth, req.mode, req.config);
     m_spec->clear();
     m_liveCycles.clear();
     m_lastCycle = -1;
@@ -656,11 +669,12 @@ void MainWindow::showSession() {
     m_output->clearTokens(s.run.prompt);
     m_heatmap->clear(loops);
     m_depth->clear(loops);
+    showGateThreshold(m_depth, s.run.mode, s.run.config);
     m_spec->clear();
     for (const auto& ev : s.events) {
         m_output->addToken(ev);
         m_heatmap->addEvent(ev);
-        m_depth->addToken(ev.index, ev.depth);
+        m_depth->addEvent(ev);
     }
     if (s.lens) m_heatmap->setExactLens(*s.lens, s.run.promptLen);
     m_liveCycles = s.run.cycles;
@@ -700,7 +714,7 @@ void MainWindow::onTokenEvent(quint64 id, const tinyloop::TokenEvent& ev) {
     m_session.events.push_back(ev);
     m_output->addToken(ev);
     m_heatmap->addEvent(ev);
-    m_depth->addToken(ev.index, ev.depth);
+    m_depth->addEvent(ev);
     if (ev.cycle >= 0 && ev.cycle != m_lastCycle) {
         m_liveCycles.push_back(SpecCycle{static_cast<int>(ev.drafted.size()), ev.accepted});
         m_lastCycle = ev.cycle;

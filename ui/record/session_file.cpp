@@ -99,6 +99,8 @@ tinyloop::TokenEvent event(const json& v, const std::string& f, int maxDepth) {
     number(member(v, f, "prob"), sub(f, "prob"), 0, kProbMax);
     if (ev.index < 0 || ev.position < 0) refuse(f, "index and position must be >= 0");
     if (ev.drafted.size() > static_cast<size_t>(SessionBounds::tokens)) refuse(sub(f, "drafted"), "too many drafted tokens");
+    if (ev.exit_gate.size() > static_cast<size_t>(maxDepth))
+        refuse(sub(f, "exit_gate"), std::to_string(ev.exit_gate.size()) + " passes; at most " + std::to_string(maxDepth));
     if (ev.lens.size() > static_cast<size_t>(maxDepth))
         refuse(sub(f, "lens"), std::to_string(ev.lens.size()) + " rows; at most " + std::to_string(maxDepth));
     for (size_t d = 0; d < ev.lens.size(); ++d) {

@@ -1,6 +1,7 @@
 #include "views/analysis_window.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include <QFileDialog>
@@ -221,7 +222,16 @@ void fitCategoryLabels(QCustomPlot* plot) {
         QStringList two;
         for (const QString& l : labels) two << onTwoLines(l);
         if (fits(two)) shown = two;
-        else rotation = -30;
+        else {
+            // Slanted labels clear each other when their ticks are a line height / sin(angle)
+            // apart: the flattest of 30, 45, 60 and 90 degrees that the spacing allows (many
+            // modes in a narrow plot need steeper labels).
+            const double spacing = plot->axisRect()->width() / (labels.size() + 0.4);
+            for (double degrees : {30.0, 45.0, 60.0, 90.0}) {
+                rotation = -degrees;
+                if (fm.height() / std::sin(degrees * M_PI / 180.0) <= spacing - 1.0) break;
+            }
+        }
     }
     if (QStringList(text->ticks().values()) != shown) {
         QVector<double> ticks;

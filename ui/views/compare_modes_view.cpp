@@ -214,7 +214,7 @@ void CompareModesView::run() {
     const std::string prompt = m_prompt->text().toStdString();
     const bool concurrent = m_concurrent->isChecked();
     const int repeats = m_repeats->value();
-    // the baseline picked last time, else the second mode (greedy at the deeper depth by default)
+    // the baseline picked last time, else the second mode (greedy at the model's own depth by default)
     const int picked = m_baseline->currentIndex();
     const int baseline = picked >= 0 && picked < static_cast<int>(modes.size()) ? picked : (modes.size() > 1 ? 1 : 0);
     auto res = std::make_shared<CompareResult>();

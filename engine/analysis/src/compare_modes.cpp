@@ -40,6 +40,27 @@ ModeSpec sampling_mode(int max_tokens, int loops) {
     return smp;
 }
 
+// A model with the learned exit gate: early exit by the gate at depth D, both semantics (gate_stop
+// stops the passes, gate_select runs them all and reads the exit pass), with the threshold the
+// engine resolves (the model's policy for that criterion, else its checkpoint's config's q).
+// Inserted before the sampling row, which stays last.
+void add_gate_modes(const Model* model, int max_tokens, int D, std::vector<ModeSpec>& out) {
+    if (!model_hparams(model).exit_gate) return;
+    const Recommendation& rec = model_recommendation(model);
+    auto at = out.end();
+    if (!out.empty() && out.back().run.mode == DecodeMode::Sample) --at;
+    std::vector<ModeSpec> gates;
+    for (EarlyExitCriterion c : {EarlyExitCriterion::GateStop, EarlyExitCriterion::GateSelect}) {
+        if (rec.has_early_exit() && rec.early_exit.criterion == c) continue;  // the model's own row has it
+        ModeSpec e = mode("", DecodeMode::EarlyExit, max_tokens, D);
+        e.run.config.early_exit.criterion = c;
+        e.run.config = resolve_early_exit(model, e.run.config, {"early_exit_criterion"});
+        e.label = format("early exit %s q=%g", criterion_name(c), static_cast<double>(e.run.config.early_exit.threshold));
+        gates.push_back(std::move(e));
+    }
+    out.insert(at, gates.begin(), gates.end());
+}
+
 // The file's recommended modes at its default depth D. The knobs and the early-exit policy are
 // resolved by the engine's one resolver (resolve_run, nothing set by a user: the model's value,
 // else the built-in), so the rows run exactly what the CLI and the config panel run.
@@ -79,37 +100,41 @@ std::vector<ModeSpec> recommended_compare_modes(const Model* model, int max_toke
 
 std::vector<ModeSpec> default_compare_modes(const Model* model, int max_tokens) {
     const Recommendation& rec = model_recommendation(model);
-    if (rec.has_early_exit() || rec.has_speculation()) return recommended_compare_modes(model, max_tokens);
-    return default_compare_modes(model_hparams(model), max_tokens);
+    const HParams& hp = model_hparams(model);
+    std::vector<ModeSpec> out = rec.has_early_exit() || rec.has_speculation() ? recommended_compare_modes(model, max_tokens)
+                                                                              : default_compare_modes(hp, max_tokens);
+    add_gate_modes(model, max_tokens, std::clamp(hp.default_loops, 1, std::max(1, hp.max_loops)), out);
+    return out;
 }
 
 std::vector<ModeSpec> default_compare_modes(const HParams& hp, int max_tokens) {
+    // The model's own depth D (8 when the hyperparameters name none), and twice it for contrast.
     const int max_l = std::max(1, hp.max_loops);
-    const int deep = std::min(8, max_l);
-    const int shallow = std::min(4, max_l);
+    const int D = std::clamp(hp.default_loops > 0 ? hp.default_loops : 8, 1, max_l);
+    const int deep = std::min(2 * D, max_l);
     std::vector<ModeSpec> out;
-    out.push_back(mode(format("greedy L=%d", shallow), DecodeMode::Greedy, max_tokens, shallow));
-    out.push_back(mode(format("greedy L=%d", deep), DecodeMode::Greedy, max_tokens, deep));
-    if (deep >= 2) {
-        ModeSpec s = mode(format("speculative %d->%d", std::min(2, deep - 1), deep), DecodeMode::Speculative, max_tokens, deep);
-        s.run.speculation.draft_loops = std::min(2, deep - 1);
-        s.run.speculation.verify_loops = deep;
+    if (deep != D) out.push_back(mode(format("greedy L=%d", deep), DecodeMode::Greedy, max_tokens, deep));
+    out.push_back(mode(format("greedy L=%d", D), DecodeMode::Greedy, max_tokens, D));
+    if (D >= 2) {
+        ModeSpec s = mode(format("speculative %d->%d", std::min(2, D - 1), D), DecodeMode::Speculative, max_tokens, D);
+        s.run.speculation.draft_loops = std::min(2, D - 1);
+        s.run.speculation.verify_loops = D;
         s.run.speculation.draft_ahead = 4;
         out.push_back(s);
-        ModeSpec t = mode(format("tree %d->%d K=2", std::min(2, deep - 1), deep), DecodeMode::Tree, max_tokens, deep);
+        ModeSpec t = mode(format("tree %d->%d K=2", std::min(2, D - 1), D), DecodeMode::Tree, max_tokens, D);
         t.run.speculation = s.run.speculation;
         t.run.speculation.branches = 2;
         out.push_back(t);
     }
     for (float thr : {0.1f, 0.2f}) {
-        ModeSpec e = mode(format("early exit l2<%.2f", static_cast<double>(thr)), DecodeMode::EarlyExit, max_tokens, deep);
+        ModeSpec e = mode(format("early exit l2<%.2f", static_cast<double>(thr)), DecodeMode::EarlyExit, max_tokens, D);
         e.run.config.early_exit.patience = 1;
         e.run.config.early_exit.min_L = 2;
         e.run.config.early_exit.criterion = EarlyExitCriterion::HiddenL2;
         e.run.config.early_exit.threshold = thr;
         out.push_back(e);
     }
-    out.push_back(sampling_mode(max_tokens, deep));
+    out.push_back(sampling_mode(max_tokens, D));
     return out;
 }
 

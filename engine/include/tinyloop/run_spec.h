@@ -105,7 +105,10 @@ Recommendation builtin_early_exit();
 // "early_exit_patience", "early_exit_min_L", "early_exit_peek_every") the user set in `config`;
 // every other early-exit field is the model's, or, when the model recommends none or the user
 // chose another criterion than the model's, the built-in default. Threshold and logit margin
-// stay in step for the logit_margin criterion. Returns the config and, in `source` (optional),
+// stay in step for the logit_margin criterion. A gate criterion (gate_stop, gate_select) the model
+// has no policy for takes, unless the user set it, the threshold of the checkpoint's own config
+// (an imported Ouro's early_exit_threshold, metadata.source.config; 1.0 runs every step) as the
+// model's. Returns the config and, in `source` (optional),
 // "user", "model" or "built-in" per key.
 GenerateConfig resolve_early_exit(const Model* model, const GenerateConfig& config,
                                   const std::vector<std::string>& user_keys,

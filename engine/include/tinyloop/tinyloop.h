@@ -252,6 +252,14 @@ struct TokenEvent {
     int depth = 0;             // loop depth the token used
     float prob = 0;            // probability of the token under the final (sampling) distribution
     std::vector<LensDepth> lens;  // per depth 1..depth, when GenerateOptions::lens
+    // A model with the learned exit gate (hparams.exit_gate, Ouro; FORMAT.md §1b), with an
+    // observer: the gate of the row that produced this token, at every pass t = 1.. that ran
+    // (depth passes; every pass under gate_select and plain decoding): λ_t = σ(w·h_t + b), and
+    // the cumulative exit probability 1 − Π_{j≤t}(1 − λ_j) the gate criteria compare with q.
+    // Plain decoding and early exit fill them (the speculative modes, beam search and the batch
+    // engine do not yet); empty for a model without the gate.
+    std::vector<float> exit_gate;
+    std::vector<float> exit_gate_cdf;
     // Speculative modes: the cycle this token belongs to (-1 otherwise), the tokens drafted in
     // that cycle (the accepted path's candidates for tree), how many of them were accepted, and
     // whether this token is the verifier's own (the correction after a rejection) rather than

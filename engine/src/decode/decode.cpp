@@ -92,6 +92,10 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     if (config.beam_size >= 2) needs.push_back(ExecOp::BeamSearch);
     if (policy.enabled()) needs.push_back(ExecOp::EarlyExit);
     if (options.lens) needs.push_back(ExecOp::PassReadouts);
+    // A model with the exit gate, watched by an observer: the gate of the row behind every token
+    // (TokenEvent::exit_gate), from the rows' states after every pass.
+    const bool record_gate = m.hp.exit_gate && static_cast<bool>(options.observer);
+    if (record_gate) needs.push_back(ExecOp::PassStates);
     if (options.kv_provenance) needs.push_back(ExecOp::KVProvenance);
     if (config.kv_cache != KVCacheType::F32) needs.push_back(ExecOp::Int8Cache);
     if (start) needs.push_back(ExecOp::CacheImport);
@@ -143,6 +147,15 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         pass_states.assign(static_cast<size_t>(loops) * d, 0.0f);
         hook = last_row_hook(pass_states, d);
     }
+    GateTrace gate;
+    const PassHook gate_hook = record_gate ? gate_trace_hook(m, gate) : PassHook{};
+    // Passes 1..loops over tokens at pos0.. (with the gate recorded, through run_passes' on_state).
+    auto run_rows = [&](const int32_t* tokens, int n, int pos0) {
+        const PassHook* readouts = options.lens ? &hook : nullptr;
+        if (!record_gate) return seq->run(tokens, n, pos0, readouts);
+        gate.clear();
+        seq->run_passes({.tokens = tokens, .n = n, .pos0 = pos0, .on_readout = readouts, .on_state = &gate_hook});
+    };
 
     if (config.max_tokens > 0) {
         int cached = 0;
@@ -157,7 +170,7 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
                 std::copy(start->last_pass_states, start->last_pass_states + static_cast<size_t>(loops) * d,
                           pass_states.begin());
         } else {
-            seq->run(prompt + cached, prompt_len - cached, cached, options.lens ? &hook : nullptr);
+            run_rows(prompt + cached, prompt_len - cached, cached);
             prov.mark(0, n_layers, cached, prompt_len, KVOrigin::Computed);
         }
         seq->last_logits(logits.data());
@@ -183,7 +196,9 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
 
     for (int i = 0; i < config.max_tokens; ++i) {
         const int position = prompt_len + i;
-        if (!dec.step(logits.data(), {.depth = depth, .lens_states = options.lens ? pass_states.data() : nullptr}))
+        if (!dec.step(logits.data(), {.depth = depth,
+                                      .lens_states = options.lens ? pass_states.data() : nullptr,
+                                      .exit_gate = record_gate ? &gate : nullptr}))
             break;
         if (position >= seq->capacity()) break;
         const int32_t tok = res.tokens.back();
@@ -191,14 +206,14 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
         // Advance: run the new token at its position.
         if (policy.enabled()) {
             depth = early_exit_step(m, seq->row(config.cache_window), tok, position, loops, policy,
-                                    options.lens ? &hook : nullptr);
+                                    options.lens ? &hook : nullptr, record_gate ? &gate : nullptr);
             // passes 1..depth ran; the row's propagation wrote the layers of the passes after it
             // gate_select computes every pass (Hugging Face's Ouro semantics): nothing is propagated
             const int ran = policy.criterion == EarlyExitCriterion::GateSelect ? n_layers : exec_layers(hp, depth);
             prov.mark(0, ran, position, position + 1, KVOrigin::Computed);
             prov.mark(ran, n_layers, position, position + 1, KVOrigin::Propagated);
         } else {
-            seq->run(&res.tokens[static_cast<size_t>(position)], 1, position, options.lens ? &hook : nullptr);
+            run_rows(&res.tokens[static_cast<size_t>(position)], 1, position);
             prov.mark(0, n_layers, position, position + 1, KVOrigin::Computed);
             depth = loops;
         }

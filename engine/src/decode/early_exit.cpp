@@ -33,6 +33,29 @@ double exit_gate_lambda(const Model& m, const float* h) {
     return 1.0 / (1.0 + std::exp(-s));
 }
 
+void GateTrace::at(int pass, double l) {
+    if (static_cast<int>(lambda.size()) < pass) lambda.resize(static_cast<size_t>(pass), 0.0);
+    lambda[static_cast<size_t>(pass - 1)] = l;
+}
+
+void GateTrace::to_event(std::vector<float>& lam, std::vector<float>& cdf) const {
+    lam.clear();
+    cdf.clear();
+    double remaining = 1.0;
+    for (double l : lambda) {
+        remaining *= 1.0 - l;
+        lam.push_back(static_cast<float>(l));
+        cdf.push_back(static_cast<float>(1.0 - remaining));
+    }
+}
+
+PassHook gate_trace_hook(const Model& m, GateTrace& trace) {
+    const int d = m.hp.d_model;
+    return [&m, &trace, d](int pass, int, const float* h, int n) {
+        trace.at(pass, exit_gate_lambda(m, h + static_cast<size_t>(n - 1) * d));
+    };
+}
+
 namespace {
 
 // softmax in double, in place into p.
@@ -153,11 +176,12 @@ bool exit_after_probe(const EarlyExitPolicy& p, float signal, int& stable) {
 }
 
 int early_exit_step(const Model& m, ExecRow& row, int32_t token, int pos, int loops, const EarlyExitPolicy& policy,
-                    const PassHook* on_pass) {
+                    const PassHook* on_pass, GateTrace* gate) {
     const HParams& hp = m.hp;
     const int d = hp.d_model;
     const int V = hp.vocab_size;
     row.begin(token, pos);
+    if (gate) gate->clear();
 
     const bool need_logits = criterion_needs_logits(policy.criterion);
     std::vector<float> prev(static_cast<size_t>(d)), prev_logits, cur_logits;
@@ -183,9 +207,14 @@ int early_exit_step(const Model& m, ExecRow& row, int32_t token, int pos, int lo
         for (int pass = 1; pass <= loops; ++pass) {
             row.pass(pass);
             if (on_pass && *on_pass) (*on_pass)(pass, 0, row.readout(row.state()), 1);
-            if (pass == loops || e < loops) continue;  // select: the passes after the exit still run
+            // select: the passes after the exit still run (and are recorded), but decide nothing
+            const bool decides = pass < loops && e == loops;
+            if (!decides && !gate) continue;
             const float* h = row.state();
-            remaining *= 1.0 - exit_gate_lambda(m, h);
+            const double lambda = exit_gate_lambda(m, h);
+            if (gate) gate->at(pass, lambda);
+            if (!decides) continue;
+            remaining *= 1.0 - lambda;
             if (1.0 - remaining < policy.threshold) continue;
             e = pass;
             if (!select) {
@@ -202,6 +231,7 @@ int early_exit_step(const Model& m, ExecRow& row, int32_t token, int pos, int lo
         const float* h0 = row.state();
         std::copy(h0, h0 + d, prev.begin());
         row.pass(pass);
+        if (gate) gate->at(pass, exit_gate_lambda(m, row.state()));
         if (on_pass && *on_pass) (*on_pass)(pass, 0, row.readout(row.state()), 1);
         if (pass == loops) break;
         if (!exit_probe_at(policy, pass, loops)) {

@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "decode/early_exit.h"
 #include "scoring/lens.h"
 
 namespace tinyloop {
@@ -151,6 +152,7 @@ TokenEvent TokenEmitter::event(int32_t tok, int position, const EmitInfo& info, 
     if (info.drafted) ev.drafted = *info.drafted;
     ev.accepted = info.accepted;
     ev.from_verifier = info.from_verifier;
+    if (info.exit_gate) info.exit_gate->to_event(ev.exit_gate, ev.exit_gate_cdf);
     if (lens_top_k_ > 0 && info.lens_states) {
         const int V = m_.hp.vocab_size, d = m_.hp.d_model;
         lens_logits_.resize(static_cast<size_t>(V));

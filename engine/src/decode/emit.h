@@ -19,6 +19,8 @@
 
 namespace tinyloop {
 
+struct GateTrace;
+
 // A result holding the prompt and nothing emitted yet (stop reason MAX_TOKENS until a rule says
 // otherwise), with room for max_tokens more tokens.
 GenerateResult prompt_result(const int32_t* prompt, int prompt_len, int max_tokens);
@@ -112,6 +114,7 @@ struct EmitInfo {
     bool dead_end = false;                 // a grammar allows nothing after it
     bool grammar_at_end = false;           // the grammar is complete (EOS stops under ignore_eos)
     const float* lens_states = nullptr;    // [depth, d] states for the event's lens rows
+    const GateTrace* exit_gate = nullptr;  // the exit gate of the row behind the token (early_exit.h)
     // Speculative modes (TokenEvent's fields of the same names).
     int cycle = -1;
     const std::vector<int32_t>* drafted = nullptr;

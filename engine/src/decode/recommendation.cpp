@@ -1,6 +1,7 @@
 // The model's recommended settings as defaults: "the user's value, else the model's
 // recommendation, else the built-in default" (run_spec.h), in one place for every front end.
 #include <algorithm>
+#include <optional>
 
 #include "model/model.h"
 #include "tinyloop/json.h"
@@ -12,6 +13,22 @@ namespace {
 
 bool user_set(const std::vector<std::string>& keys, const char* key) {
     return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+// The exit gate's threshold an imported checkpoint's own config gives (Ouro's
+// early_exit_threshold, kept in metadata.source.config; 1.0 runs every step), if any.
+std::optional<float> config_gate_threshold(const Model& m) {
+    const nlohmann::json meta = nlohmann::json::parse(m.metadata_json, nullptr, false);
+    if (!meta.is_object()) return std::nullopt;
+    const auto src = meta.find("source");
+    if (src == meta.end() || !src->is_object()) return std::nullopt;
+    const auto cfg = src->find("config");
+    if (cfg == src->end() || !cfg->is_object()) return std::nullopt;
+    const auto q = cfg->find("early_exit_threshold");
+    if (q == cfg->end() || !q->is_number()) return std::nullopt;
+    const double v = q->get<double>();
+    if (!(v > 0.0 && v <= 1.0)) return std::nullopt;  // outside the gate's (0, 1]: not a threshold to use
+    return static_cast<float>(v);
 }
 
 }  // namespace
@@ -44,7 +61,17 @@ GenerateConfig resolve_early_exit(const Model* model, const GenerateConfig& conf
         if (source) source->emplace_back(key, mine ? "user" : origin);
     };
     pick("early_exit_criterion", c.early_exit.criterion, from.early_exit.criterion);
-    pick("early_exit_threshold", c.early_exit.threshold, from.early_exit.threshold);
+    // A gate criterion the model has no policy for: its checkpoint's own threshold (the config
+    // the file was imported from), not the built-in one, which is another criterion's.
+    const std::optional<float> config_q =
+        !model_applies && is_gate_criterion(c.early_exit.criterion) ? config_gate_threshold(checked(model))
+                                                                      : std::nullopt;
+    if (config_q && !user_set(user_keys, "early_exit_threshold")) {
+        c.early_exit.threshold = *config_q;
+        if (source) source->emplace_back("early_exit_threshold", "model");
+    } else {
+        pick("early_exit_threshold", c.early_exit.threshold, from.early_exit.threshold);
+    }
     pick("early_exit_patience", c.early_exit.patience, from.early_exit.patience);
     pick("early_exit_min_L", c.early_exit.min_L, from.early_exit.min_L);
     pick("early_exit_peek_every", c.early_exit.peek_every, from.early_exit.peek_every);

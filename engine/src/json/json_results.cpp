@@ -140,6 +140,10 @@ json event_to_json(const TokenEvent& ev) {
         j["accepted"] = ev.accepted;
         j["from_verifier"] = ev.from_verifier;
     }
+    if (!ev.exit_gate.empty()) {
+        j["exit_gate"] = floats(ev.exit_gate);
+        j["exit_gate_cdf"] = floats(ev.exit_gate_cdf);
+    }
     if (!ev.lens.empty()) {
         json lens = json::array();
         for (const auto& l : ev.lens)
@@ -166,6 +170,16 @@ TokenEvent event_from_json(const json& j) {
     take(j, "drafted", ev.drafted);
     take(j, "accepted", ev.accepted);
     take(j, "from_verifier", ev.from_verifier);
+    take(j, "exit_gate", ev.exit_gate);
+    take(j, "exit_gate_cdf", ev.exit_gate_cdf);
+    if (ev.exit_gate_cdf.size() != ev.exit_gate.size())
+        bad("exit_gate_cdf", std::to_string(ev.exit_gate_cdf.size()) + " entries; expected one per exit_gate entry (" +
+                                 std::to_string(ev.exit_gate.size()) + ")");
+    for (const std::vector<float>* v : {&ev.exit_gate, &ev.exit_gate_cdf})
+        for (float x : *v)
+            if (!(x >= 0.0f && x <= 1.0f))
+                bad(v == &ev.exit_gate ? "exit_gate" : "exit_gate_cdf",
+                    "a value " + std::to_string(x) + " is outside [0, 1] (a probability)");
     auto lens = j.find("lens");
     if (lens == j.end()) return ev;
     if (!lens->is_array()) bad("lens", "expected an array of rows");
