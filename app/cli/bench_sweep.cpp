@@ -75,7 +75,9 @@ DecodeRun run_forced(Model* m, const std::vector<int32_t>& prompt, int N, int L,
         if (ev.index > 0 && ev.from_verifier) ++rejected;  // a correction: the verifier disagreed
         return true;
     };
-    return finish_run(generate_speculative_ex(m, prompt.data(), static_cast<int>(prompt.size()), c, o), rejected);
+    // The observer counts while the call runs: read `rejected` only after it returns.
+    const GenerateResult r = generate_speculative_ex(m, prompt.data(), static_cast<int>(prompt.size()), c, o);
+    return finish_run(r, rejected);
 }
 
 }  // namespace

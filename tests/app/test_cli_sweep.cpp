@@ -71,6 +71,9 @@ TEST(CliSweep, SweepAndForcedAcceptanceInOneRun) {
     for (const auto& row : f) EXPECT_TRUE(row["identical"].get<bool>()) << row.dump();
     EXPECT_DOUBLE_EQ(f[1]["acceptance"].get<double>(), 0.0);
     EXPECT_DOUBLE_EQ(f[3]["acceptance"].get<double>(), 1.0);
+    // Rate 0.5: both accepted and rejected drafts were counted.
+    EXPECT_GT(f[2]["acceptance"].get<double>(), 0.2);
+    EXPECT_LT(f[2]["acceptance"].get<double>(), 0.8);
     // Rate 1 with draft 1 of L, 4 drafted per cycle: 4 tokens per 4 + (L - 1) sweeps.
     EXPECT_GT(f[3]["tokens_per_sweep"].get<double>(), f[0]["tokens_per_sweep"].get<double>());
 }
