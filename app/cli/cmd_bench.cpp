@@ -78,6 +78,14 @@ CommandSpec bench_spec() {
          "a list of batch sizes in [1, 256]", false, MO},
         {"--kv-cache", "T", "KV cache of the plain / early-exit / batch runs: f32 | int8 (default f32)",
          "one of f32, int8", false, MO},
+        {"--sweep", "K,...",
+         "verification's weight sweep instead: ms of one pass (and of the head) over K rows at once,\n"
+         "                              for each K (e.g. 1,2,4,8) and --threads count, side by side",
+         "a list of row counts in [1, 64]", false, MO},
+        {"--forced-acceptance", "R,...",
+         "chain speculation with the draft forced to agree with plain greedy at rate R (e.g.\n"
+         "                              0.5,0.7,0.9): tokens per weight sweep, decode speedup over plain",
+         "a list of numbers in [0, 1]", false, MO},
     };
     for (auto& o : common_options())
         if (o.name != "--threads") s.options.push_back(o);
@@ -94,6 +102,26 @@ CommandSpec bench_spec() {
         "repeat, batches[{batch, decode_tok_s, per_sequence_tok_s, speedup_vs_first,\n"
         "decode_tokens, decode_ms, decode_cpu_ms, cpu_tok_s, prefill_ms, steps, kv_cache_bytes,\n"
         "runs_tok_s}].\n"
+        "\n"
+        "--sweep K,... and --forced-acceptance R,... (either or both, in one run) take MODEL,\n"
+        "--threads (a list), --repeat, --prompt-tokens (default 64: the context before the rows)\n"
+        "and, for forced acceptance, --tokens (default 64), --loops, --draft-loops (default 1) and\n"
+        "--draft-ahead (default 4). --sweep: one pass of the loop block (pass 2, resumed from the\n"
+        "rows' pass-1 states: what a verify cycle runs per pass over its K drafted rows) and the\n"
+        "head over the K rows, the K interleaved after a warm-up round, median of R rounds, in wall\n"
+        "and in process CPU milliseconds (all threads; steadier on a busy machine); ratios are to\n"
+        "the first K. --forced-acceptance: plain greedy decoding of N tokens (EOS ignored) gives the\n"
+        "reference; chain speculation then runs with GenerateOptions::forced_draft (the draft\n"
+        "proposes the reference token with probability R, seeded, else another token; the verifier\n"
+        "decides, so the output must equal plain greedy: 'same'). Plain and the rates interleaved,\n"
+        "median of R runs. Acceptance = accepted / (accepted + rejections), per compared token;\n"
+        "weight sweeps = passes over the loop block, a batched pass over many rows counting once\n"
+        "(plain: L per token; chain: D per drafted row + L - D per cycle; the head is not counted);\n"
+        "decode ms excludes the prompt and the first token. --json: model, loops, context_tokens,\n"
+        "tokens, draft_loops, draft_ahead, repeat, sweep[{threads, rows, pass_ms, pass_vs_first,\n"
+        "pass_cpu_ms, pass_cpu_vs_first, head_ms, head_vs_first, pass_runs_ms}], forced[{threads,\n"
+        "rate (null: plain), acceptance, tokens_per_cycle, tokens_per_sweep, decode_ms,\n"
+        "speedup_vs_plain, identical}].\n"
         "\n"
         "--random SPEC defaults: d_model=512, n_heads=8, d_ff=1408, vocab=4096, n_pre=2, n_loop=2,\n"
         "loops=7, n_kv_heads=n_heads, head_dim=d_model/n_heads, max_loops=max(16, 2*loops),\n"
@@ -746,11 +774,13 @@ int report(const Args& args, const BenchFlags& f, const Machine& machine, const 
 }  // namespace
 
 int run_bench_batch(const Args& args);  // bench_batch.cpp
+int run_bench_sweep(const Args& args);  // bench_sweep.cpp
 
 // The modes run through the engine's one entry (run_decode), so bench measures exactly what
 // generate runs.
 int run_bench(const Args& args) {
     if (args.has("--batch")) return run_bench_batch(args);
+    if (args.has("--sweep") || args.has("--forced-acceptance")) return run_bench_sweep(args);
     BenchFlags f = read_bench_flags(args);
     const Machine machine = measure_machine(args, f);
     TempDir tmp;

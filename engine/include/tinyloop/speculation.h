@@ -50,6 +50,25 @@ std::vector<int32_t> generate_speculative(Model* model, const int32_t* prompt, i
 std::vector<int32_t> generate_tree_speculative(Model* model, const int32_t* prompt, int prompt_len,
                                                const TreeSpeculativeConfig& config);
 
+// The cost of verification's weight sweep (tinyloop bench --sweep). A verify cycle runs each of
+// its passes over all the drafted rows at once; on a memory-bound CPU that pass costs about what
+// one row's does when the kernels stream the weights once for all rows. Measured here for every
+// k in `rows`: one pass of the loop block (pass 2, from the rows' pass-1 states) over k rows that
+// follow a `context`-token prefix in the cache, and the head over those k rows. One warm-up
+// round, then `repeat` rounds with the k interleaved; medians reported. Throws InvalidArgument
+// for rows outside [1, 64], context outside [1, max_seq_len - max(rows)], repeat outside
+// [1, 1000]; NotSupported for a model whose max_loops is 1.
+struct SweepCost {
+    int rows = 0;
+    double pass_ms = 0;                // median milliseconds of one pass over the rows
+    double pass_cpu_ms = 0;            // median process CPU milliseconds of that pass (all threads):
+                                       // the work's cost, steadier than wall time on a busy machine
+    double head_ms = 0;                // median milliseconds of the head (logits) over the rows
+    std::vector<double> pass_runs_ms;  // every timed round's pass
+};
+std::vector<SweepCost> measure_sweep_cost(Model* model, const std::vector<int>& rows, int context = 64,
+                                          int repeat = 5);
+
 // ---------------------------------------------------------------------------------------------
 // Draft-model speculative decoding (seed 002's SpeculativeDecodingBackend, Leviathan et al. 2023)
 // ---------------------------------------------------------------------------------------------

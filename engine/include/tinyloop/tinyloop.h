@@ -295,6 +295,21 @@ struct KVProvenance {
     }
 };
 
+// A measurement hook for self-speculation (chain and tree, greedy only): random weights give a
+// shallow draft no meaningful acceptance, so `tinyloop bench --forced-acceptance` and the tests
+// force one. The draft still runs its passes; only its proposal changes: the token it drafts at
+// continuation index i (0 = the first token after the prompt) is reference[i] with probability
+// `rate` (one seeded coin per drafted token) and otherwise a token other than reference[i] (the
+// draft's own choice when it differs). The verifier still decides and every emitted token is the
+// verifier's, so the output is always exactly what the speculative mode emits without the hook;
+// with reference = plain greedy decoding's output the acceptance is real and equals `rate` per
+// compared token. Past the end of reference the draft proposes its own choice.
+struct ForcedDraft {
+    std::vector<int32_t> reference;  // the tokens to propose (ids in the vocabulary)
+    double rate = 0.0;               // probability of proposing reference[i], [0, 1]
+    uint64_t seed = 0;               // the coins' seed
+};
+
 struct GenerateOptions {
     GenerateTokenCallback on_token;  // the seed's callback (optional)
     TokenObserver observer;          // TokenEvents (optional); return false to abort
@@ -304,6 +319,9 @@ struct GenerateOptions {
     // resume_generate and generate_with_pool (plain decoding, early exit included). Beam search
     // refuses it (NotSupported); the speculative entries do not fill it.
     KVProvenance* kv_provenance = nullptr;
+    // Optional: ForcedDraft, honoured by generate_speculative_ex and generate_tree_speculative_ex
+    // at temperature 0 (refused with NotSupported when sampling; other entries ignore it).
+    const ForcedDraft* forced_draft = nullptr;
 };
 
 // One of the outputs of a run with num_return_sequences > 1 (GenerateResult::sequences).

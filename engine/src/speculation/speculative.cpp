@@ -120,6 +120,40 @@ void validate_spec_common(const Model& m, int prompt_len, int max_tokens, int dr
     if (!std::isfinite(temperature) || temperature < 0) bad("temperature: must be a finite number >= 0");
 }
 
+DraftForcer::DraftForcer(const Model& m, const ForcedDraft* hook, int prompt_len, bool greedy)
+    : hook_(hook), prompt_len_(prompt_len), n_ids_(std::min(m.hp.vocab_size, m.tokenizer.n_ids())),
+      rng_(hook ? hook->seed : 0) {
+    if (!hook) return;
+    if (!greedy)
+        throw Error(ErrorCode::NotSupported,
+                    "forced_draft: a measurement hook of greedy speculation only (temperature must be 0)");
+    if (!(hook->rate >= 0.0 && hook->rate <= 1.0))
+        bad("forced_draft.rate: " + std::to_string(hook->rate) + " is outside [0, 1]");
+    check_token_ids(hook->reference.data(), hook->reference.size(), n_ids_, "forced_draft.reference");
+}
+
+int32_t DraftForcer::reference_at(int pos) const {
+    const long long i = static_cast<long long>(pos) - prompt_len_;
+    if (!hook_ || i < 0 || i >= static_cast<long long>(hook_->reference.size())) return -1;
+    return hook_->reference[static_cast<size_t>(i)];
+}
+
+bool DraftForcer::propose_reference(int pos) {
+    if (reference_at(pos) < 0) return false;
+    return rng_.uniform() < hook_->rate;
+}
+
+int32_t DraftForcer::other_than(int32_t avoid, int32_t own) const {
+    if (own != avoid) return own;
+    return static_cast<int32_t>((avoid + 1) % n_ids_);
+}
+
+int32_t DraftForcer::draft(int pos, int32_t own) {
+    const int32_t ref = reference_at(pos);
+    if (ref < 0) return own;
+    return propose_reference(pos) ? ref : other_than(ref, own);
+}
+
 GenerateResult speculative_result(const int32_t* prompt, int prompt_len, int max_tokens, int loops, int hist_bins) {
     GenerateResult res = prompt_result(prompt, prompt_len, max_tokens);
     res.stats.loops_used = loops;
@@ -143,6 +177,8 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
     check_prompt_ids(m, prompt, prompt_len);
     if (options.lens && (options.lens_top_k < 1 || options.lens_top_k > 64))
         bad("lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
+
+    DraftForcer forcer(m, options.forced_draft, prompt_len, greedy);
 
     const HParams& hp = m.hp;
     const int V = hp.vocab_size, d = hp.d_model;
@@ -212,6 +248,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
                              .on_readout = options.lens ? &rh : nullptr});
             seq->logits(0, 1, one.data());
             x[i + 1] = choose(one.data(), &q_probs[i]).token;
+            if (forcer.active()) x[i + 1] = forcer.draft(p + i + 1, x[i + 1]);
             ++drafted;
             if (m.tokenizer.is_stop(x[i + 1]) && !c.ignore_eos) break;  // nothing to draft past EOS
         }

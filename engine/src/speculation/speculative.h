@@ -6,6 +6,7 @@
 
 #include "decode/decode.h"
 #include "decode/emit.h"
+#include "decode/sampling.h"
 
 namespace tinyloop {
 
@@ -24,5 +25,29 @@ void count_cycle(GenerateStats& st, int drafted, int tested, int accepted);
 // Lossless rejection sampling's draw after a rejection: from norm(max(0, p - q)); from p itself
 // when p == q (the rejection then has probability 0; this keeps the draw valid).
 int32_t draw_residual(const std::vector<float>& p, const std::vector<float>& q, Rng& rng);
+
+// GenerateOptions::forced_draft applied to a call's drafts (null hook: every call returns the
+// draft's own choice). The coins are drawn in the order the drafts are made.
+class DraftForcer {
+public:
+    // Validates the hook (rate in [0, 1], reference ids in the vocabulary; NotSupported when the
+    // call samples).
+    DraftForcer(const Model& m, const ForcedDraft* hook, int prompt_len, bool greedy);
+    bool active() const { return hook_ != nullptr; }
+    // The reference token at absolute position `pos`, or -1 past the reference's end.
+    int32_t reference_at(int pos) const;
+    // One coin: whether the draft at `pos` proposes the reference token (false past its end).
+    bool propose_reference(int pos);
+    // Chain: the token drafted at position `pos` in place of the draft's own choice `own`.
+    int32_t draft(int pos, int32_t own);
+    // A token other than `avoid`, `own` when it differs (the forced rejection's proposal).
+    int32_t other_than(int32_t avoid, int32_t own) const;
+
+private:
+    const ForcedDraft* hook_;
+    int prompt_len_;
+    int n_ids_;
+    Rng rng_;
+};
 
 }  // namespace tinyloop

@@ -111,6 +111,38 @@ void top_children(const Model& m, const float* logits, int k, std::vector<int32_
         prob[j] = std::isfinite(top) && sum > 0 ? std::exp(static_cast<double>(key(out[j])) - top) / sum : 0.0;
 }
 
+// ForcedDraft on one run node's candidates at position `pos` (kids: the draft's K + 1 best): the
+// reference token is the first candidate when its coin says so and no candidate otherwise, so
+// the verifier's agreement at this node happens with the hook's rate.
+void force_children(DraftForcer& forcer, int pos, int K, std::vector<int32_t>& kids, std::vector<double>& prob) {
+    const int32_t ref = forcer.reference_at(pos);
+    if (ref < 0) {
+        if (static_cast<int>(kids.size()) > K) {
+            kids.resize(static_cast<size_t>(K));
+            prob.resize(static_cast<size_t>(K));
+        }
+        return;
+    }
+    const bool take = forcer.propose_reference(pos);
+    std::vector<int32_t> k2;
+    std::vector<double> p2;
+    if (take) {
+        k2.push_back(ref);
+        p2.push_back(prob.empty() ? 1.0 : prob[0]);
+    }
+    for (size_t j = 0; j < kids.size() && static_cast<int>(k2.size()) < K; ++j) {
+        if (kids[j] == ref) continue;
+        k2.push_back(kids[j]);
+        p2.push_back(prob[j]);
+    }
+    if (k2.empty()) {  // a one-id vocabulary's only candidate was the reference
+        k2.push_back(forcer.other_than(ref, ref));
+        p2.push_back(0.0);
+    }
+    kids = std::move(k2);
+    prob = std::move(p2);
+}
+
 }  // namespace
 
 GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
@@ -128,6 +160,8 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
         throw Error(ErrorCode::NotSupported, "temperature: tree speculation is greedy only; use generate_speculative for "
                                              "lossless sampling");
     check_prompt_ids(m, prompt, prompt_len);
+
+    DraftForcer forcer(m, options.forced_draft, prompt_len, true);
 
     const HParams& hp = m.hp;
     const int V = hp.vocab_size, d = hp.d_model;
@@ -190,7 +224,8 @@ GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt,
             seq->logits(0, 1, logits.data());
             hd.insert(hd.end(), one_h.begin(), one_h.end());
             runnable.push_back(at);
-            top_children(m, logits.data(), K, kids, kid_p);
+            top_children(m, logits.data(), forcer.active() ? K + 1 : K, kids, kid_p);
+            if (forcer.active()) force_children(forcer, p + nodes[static_cast<size_t>(at)].level + 1, K, kids, kid_p);
             for (size_t j = 0; j < kids.size(); ++j) {
                 Node ch;
                 ch.token = kids[j];
