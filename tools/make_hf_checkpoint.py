@@ -10,6 +10,10 @@ package, tokenizer_config.json (a chat template) and generation_config.json.
   make_hf_checkpoint.py ouro OUT_DIR --full-size ouro-1.4b
                                                   Ouro-1.4B's shapes (1.4 B parameters, BF16,
                                                   49,152-token tokenizer)
+  make_hf_checkpoint.py huginn OUT_DIR --full-size huginn-0125
+                                                  Huginn-0125's shapes (3.56 B parameters plus the
+                                                  duplicate lm_head, F32 as published: 15.6 GB in 4
+                                                  shards; 65,536-token tokenizer)
   make_hf_checkpoint.py ouro OUT_DIR --layers 24 --steps 4
   make_hf_checkpoint.py huginn OUT_DIR --core 4 --steps 32
                                                   the small width with a published model's depth
@@ -35,6 +39,8 @@ SMALL = {
 }
 FULL = {
     "ouro-1.4b": dict(vocab=49152, d=2048, heads=16, kv=16, hd=128, ff=5632, layers=24, steps=4, ctx=65536),
+    # raven_config_minimal.json: n_embd 5280, 55 heads (head_dim 96), 2 + 4 + 2 layers, mean_recurrence 32
+    "huginn-0125": dict(vocab=65536, d=5280, heads=55, ff=17920, prelude=2, core=4, coda=2, steps=32, ctx=4096),
 }
 
 # ------------------------------------------------------------------------------ safetensors
@@ -324,8 +330,8 @@ def main():
     ap.add_argument("--steps", type=int,
                     help="the loop count: total_ut_steps (ouro) or mean_recurrence (huginn), 1 to 128")
     a = ap.parse_args()
-    if a.full_size and a.arch != "ouro":
-        ap.error("--full-size ouro-1.4b goes with arch ouro")
+    if a.full_size and not a.full_size.startswith(a.arch):
+        ap.error(f"--full-size {a.full_size} goes with arch {a.full_size.split('-')[0]}")
     c = dict(FULL[a.full_size] if a.full_size else SMALL[a.arch])
     # Depth overrides: absent, the presets (and so their bytes) are unchanged.
     for opt, key, arch, hi in (("layers", "layers", "ouro", 64), ("core", "core", "huginn", 64),
@@ -344,7 +350,7 @@ def main():
         c["state_gain"] = a.state_gain
     dtype = a.dtype or ("BF16" if a.arch == "ouro" else "F32")
     n_words = 400000 if a.full_size else 20000
-    n = write_folder(a.arch, a.out, c, a.seed, dtype, a.shards if not a.full_size else max(a.shards, 3), n_words)
+    n = write_folder(a.arch, a.out, c, a.seed, dtype, a.shards if not a.full_size else max(a.shards, 4 if a.arch == "huginn" else 3), n_words)
     print(f"wrote {a.out}: {a.arch}, {n:,} parameters, {dtype}")
 
 

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -130,8 +132,9 @@ CommandSpec bench_spec() {
         "--modes draft: a second model (--draft-model, default MODEL quantized to q4) drafts\n"
         "--gamma tokens per cycle at --draft-loops (default min(2, L-1)) and MODEL verifies them.\n"
         "\n"
-        "Bytes per token = prelude + loop block x depth + head (the matrices as stored) + the keys\n"
-        "and values every layer pass reads at the mean context (as the KV cache stores them);\n"
+        "Bytes per token = prelude (and coda) + loop block (and adapter) x depth + head (the\n"
+        "matrices as stored) + the keys and values every layer pass reads at the mean context (as\n"
+        "the KV cache stores them);\n"
         "FLOPs per token = 2 x (matrix MACs at that depth + attention MACs at the mean context).\n"
         "GB/s and GFLOP/s are those per-token figures x decode tokens/s (plain and early-exit only:\n"
         "speculation reads the weights once per verified batch). Fractions use the machine figures\n"
@@ -142,11 +145,13 @@ CommandSpec bench_spec() {
         "--json prints one object: model, random_spec, hparams, prompt_tokens, tokens, loops,\n"
         "repeat, group_size, machine{hardware_threads, fma_isa, per_threads[{threads, read_gbs,\n"
         "cache_read_gbs, fma_gflops}]} (null with --no-machine), rows[{dtype, threads, mode, loops,\n"
-        "weight_bytes, prefill_tok_s, decode_tok_s, total_ms, tokens_emitted, mean_depth,\n"
-        "speedup_vs_plain, bytes_per_token, kv_bytes_per_token, flops_per_token, gb_s, gflop_s,\n"
-        "bw_fraction, cache_bound_tok_s, peak_fraction, acceptance_rate, mean_accepted, identical,\n"
-        "draft_loops, draft_ahead, branches, early_exit, early_exit_threshold}] (fields that do not\n"
-        "apply are null).\n";
+        "weight_bytes, load_ms, resident_bytes, prefill_tok_s, decode_tok_s, total_ms, tokens_emitted,\n"
+        "mean_depth, speedup_vs_plain, bytes_per_token, kv_bytes_per_token, flops_per_token, gb_s,\n"
+        "gflop_s, bw_fraction, cache_bound_tok_s, peak_fraction, acceptance_rate, mean_accepted,\n"
+        "identical, draft_loops, draft_ahead, branches, early_exit, early_exit_threshold}] (fields\n"
+        "that do not apply are null). load_ms: opening the file for that dtype x thread count\n"
+        "(its pages already read once by bench); resident_bytes: the process's resident set after\n"
+        "that cell's runs, the model still open.\n";
     return s;
 }
 
@@ -226,9 +231,11 @@ Costs model_costs(const ModelInfo& info) {
     std::map<std::string, uint64_t> dtype_bytes;
     for (const auto& t : info.tensors) {
         const double macs = t.shape.size() == 2 ? double(t.shape[0]) * double(t.shape[1]) : 0.0;
-        if (t.name.rfind("pre.", 0) == 0) {
+        // Unshared blocks (the prelude, Huginn's coda) run once per token; the loop block and
+        // Huginn's adapter (it multiplies [state; e] at the start of every pass) once per pass.
+        if (t.name.rfind("pre.", 0) == 0 || t.name.rfind("coda.", 0) == 0) {
             c.pre_bytes += double(t.bytes), c.pre_macs += macs;
-        } else if (t.name.rfind("loop.", 0) == 0) {
+        } else if (t.name.rfind("loop.", 0) == 0 || t.name == "adapter") {
             c.loop_bytes += double(t.bytes), c.loop_macs += macs;
         } else if (t.name == "head" || (t.name == "embed" && !has_head)) {
             c.head_bytes += double(t.bytes), c.head_macs += macs;
@@ -492,7 +499,18 @@ struct Row {
     int threads;
     std::vector<Sample> samples;
     Costs costs;
+    double load_ms = 0;           // open_model of this dtype x thread count (the file already read once)
+    uint64_t resident_bytes = 0;  // the process's VmRSS after this cell's runs, the model still open
 };
+
+// This process's resident set (VmRSS of /proc/self/status) in bytes; 0 where there is none.
+uint64_t resident_bytes_now() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+    return 0;
+}
 
 struct Runs {
     std::vector<Row> table;
@@ -559,7 +577,10 @@ Runs run_rows(const BenchFlags& f, const std::vector<Variant>& variants, const s
         for (int t : f.threads) {
             LoadOptions lo = f.base_load;
             lo.threads = t;
+            const auto load_start = std::chrono::steady_clock::now();
             ModelHandle model = open_model(v.path, lo);
+            const double load_ms =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
             const HParams& hp = model_hparams(model.get());
             out.hp = hp;
             const int L = out.L = f.loops_flag ? *f.loops_flag : resolve_loops(hp, 0);  // absent: the default depth
@@ -592,7 +613,8 @@ Runs run_rows(const BenchFlags& f, const std::vector<Variant>& variants, const s
                     rows_here[k].samples.push_back(sample_of(res, P, L, reference));
                 }
             }
-            for (auto& r : rows_here) out.table.push_back(std::move(r));
+            const uint64_t rss = resident_bytes_now();
+            for (auto& r : rows_here) r.load_ms = load_ms, r.resident_bytes = rss, out.table.push_back(std::move(r));
         }
     }
     return out;
@@ -639,7 +661,7 @@ Derived derive(const Row& r, const Med& m, const Runs& runs, const BenchFlags& f
     d.weights_model = r.mode == "plain" || r.mode == "early-exit";
     d.spec = r.mode == "speculative" || r.mode == "tree" || r.mode == "draft";
     d.depth = m.depth;
-    const double layers = hp.n_pre_blocks + hp.n_loop_layers * d.depth;
+    const double layers = hp.n_pre_blocks + hp.n_coda_blocks + hp.n_loop_layers * d.depth;
     d.kv_bytes = kv_bytes_per_layer * layers;
     d.bytes = r.costs.pre_bytes + r.costs.loop_bytes * d.depth + r.costs.head_bytes + d.kv_bytes;
     d.flops = 2.0 * (r.costs.pre_macs + r.costs.loop_macs * d.depth + r.costs.head_macs + attn_macs_per_layer * layers);
@@ -663,6 +685,8 @@ nlohmann::json row_json(const Row& r, const Med& m, const Derived& d, const Runs
             {"mode", r.mode},
             {"loops", runs.L},
             {"weight_bytes", r.costs.weight_bytes},
+            {"load_ms", r.load_ms},
+            {"resident_bytes", r.resident_bytes},
             {"prefill_tok_s", m.prefill},
             {"decode_tok_s", m.decode},
             {"total_ms", m.total},

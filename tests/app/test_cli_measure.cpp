@@ -263,6 +263,9 @@ TEST_F(CliTest, BenchJsonHasMachineFiguresAndOneRowPerCell) {
         cells.insert(row["dtype"].get<std::string>() + "/" + std::to_string(row["threads"].get<int>()) + "/" + mode);
         EXPECT_GT(row["decode_tok_s"].get<double>(), 0.0);
         EXPECT_GT(row["prefill_tok_s"].get<double>(), 0.0);
+        EXPECT_GT(row["load_ms"].get<double>(), 0.0);
+        // The process holds at least the weights it decodes with.
+        EXPECT_GE(row["resident_bytes"].get<double>(), row["weight_bytes"].get<double>());
         EXPECT_EQ(row["tokens_emitted"], 8);
         EXPECT_GT(row["speedup_vs_plain"].get<double>(), 0.0);
         if (mode == "plain") {

@@ -241,10 +241,10 @@ def path_refusal(cli, source_dir, env):
 
 
 def is_timing(key):
-    """Keys that hold a measured time or rate: never recorded."""
+    """Keys that hold a measured time, rate or memory size: never recorded."""
     return (key.endswith("_ms") or key.endswith("_per_s") or key.endswith("tok_s") or key == "ms"
             or key in ("runs_tok_s", "speedup_vs_plain", "speedup_vs_first", "gb_s", "gflop_s", "bw_fraction",
-                       "cache_bound_tok_s", "peak_fraction", "machine"))
+                       "cache_bound_tok_s", "peak_fraction", "machine", "resident_bytes"))
 
 
 def strip_timings(v):

@@ -30,3 +30,13 @@ else()
       "SKIPPED: the published code of Ouro and Huginn is not here (TINYLOOP_LOOPED_PEER_DIR='${TINYLOOP_LOOPED_PEER_DIR}' has no ouro/modeling_ouro.py and huginn/raven_modeling_minimal.py; see tests/import/looped_peer.py)")
   set_tests_properties(import.looped_peer PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED:")
 endif()
+
+# tools/bench_fullsize.py (the README's full-size speed rows against the published code) at a tiny
+# shape, so that it keeps running: the engine side always; the peer side with
+# TINYLOOP_LOOPED_PEER_DIR, else the test reports Skipped once the engine side passed.
+add_test(NAME import.bench_fullsize
+  COMMAND ${CMAKE_COMMAND} -E env TINYLOOP_LOOPED_PEER_DIR=${TINYLOOP_LOOPED_PEER_DIR}
+    ${CMAKE_BINARY_DIR}/pyenv/bin/python ${CMAKE_CURRENT_LIST_DIR}/bench_fullsize_tiny.py
+    $<TARGET_FILE:tinyloop_cli> ${CMAKE_BINARY_DIR}/tests/bench-fullsize-tmp
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(import.bench_fullsize PROPERTIES TIMEOUT 1200 SKIP_REGULAR_EXPRESSION "SKIPPED:")

@@ -7,6 +7,8 @@ greedy tokens. The published code stays outside the repository (PEER_DIR):
   PEER_DIR/ouro/configuration_ouro.py      the small configuration class it imports (not published)
   PEER_DIR/huginn/raven_modeling_minimal.py, raven_config_minimal.py   (seal-rg/recurrent-pretraining)
   PEER_DIR/site/                           transformers 4.54.x (pip install --no-deps --target)
+  PEER_DIR/huginn-site/                    transformers 4.53.x, only for tools/bench_fullsize.py: Huginn's
+                                           caches (HuginnDynamicCache, HuginnStaticCache) fail on 4.54
 
 torch comes from the running interpreter (the venv's, tests/python/requirements-peer.txt).
 
