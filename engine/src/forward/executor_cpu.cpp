@@ -51,8 +51,12 @@ bool exec_supports(ExecKind kind, ExecOp op) {
     // its one-row stepper (CudaSession::row_*: early exit between passes), passes p..q over rows
     // from given states, laid out or not (CudaSession::run_passes: chain and tree
     // self-speculation) and a row copy (copy_position: an accepted tree node to its position);
-    // the rows' states after every pass (the lens, a cache's last-row states: downloaded per
-    // pass) and positions copied from a kept sequence (prefix caches, resume handles, pools).
+    // the rows' states after every pass (the lens during generate, a cache's last-row states:
+    // downloaded per pass) and positions copied from a kept sequence (prefix caches, resume
+    // handles, pools). Not PassStates: the scoring lens and escalation read "supports
+    // PassStates" as "keeps every pass's states of a whole sequence on the host" and then run
+    // host forwards (H200 run 12: refused under backend cuda); on the device they run a
+    // sequence_logits per depth instead.
     switch (op) {
         case ExecOp::Decode:
         case ExecOp::SequenceLogits:
@@ -60,7 +64,6 @@ bool exec_supports(ExecKind kind, ExecOp op) {
         case ExecOp::ChainSpeculation:
         case ExecOp::TreeSpeculation:
         case ExecOp::PassReadouts:
-        case ExecOp::PassStates:
         case ExecOp::CacheImport: return true;
         default: return false;
     }
