@@ -120,7 +120,7 @@ case "$mode" in
     lcpp=tests/python/requirements-llama-cpp.txt
     lver=$(sed -n 's/^llama-cpp-python==//p' "$lcpp")
     lwheels="$wheels/llama-cpp-x86-64-v3"
-    lwheel=$(ls "$lwheels/llama_cpp_python-$lver-"*.whl 2>/dev/null | head -n 1)
+    lwheel=$(ls "$lwheels/llama_cpp_python-$lver-"*.whl 2>/dev/null | head -n 1 || true)
     if [ -z "$lwheel" ]; then
       echo "== building llama-cpp-python $lver's wheel into $lwheels (once per machine)"
       mkdir -p "$lwheels"
@@ -129,7 +129,7 @@ case "$mode" in
         CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
         "${pipq[@]}" wheel --no-deps --no-binary llama-cpp-python -w "$lwheels" -r "$lcpp" ||
         echo "== warning: llama-cpp-python did not build; test_llama_cpp_peer.py will fail"
-      lwheel=$(ls "$lwheels/llama_cpp_python-$lver-"*.whl 2>/dev/null | head -n 1)
+      lwheel=$(ls "$lwheels/llama_cpp_python-$lver-"*.whl 2>/dev/null | head -n 1 || true)
     fi
     # Its dependencies (numpy, diskcache, jinja2, typing-extensions) through the ordinary cache.
     if [ -n "$lwheel" ] && ! "${pipq[@]}" install --no-index --find-links "$wheels" "$lwheel" 2>/dev/null; then
