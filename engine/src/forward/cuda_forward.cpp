@@ -308,6 +308,17 @@ struct CudaSession::Impl {
         if (out_h) ctx.download(out_h, h.get(), bytes);
         if (out_e && inject && first <= 1) ctx.download(out_e, e_in.get(), bytes);
     }
+    // run_passes' pass range and, when resuming, the rows' states: Error(InvalidArgument) naming them.
+    void check_passes(int first, int last, const float* h_in, const float* e_in_host) const {
+        if (first < 1 || last < first || last > o.loops)
+            throw Error(ErrorCode::InvalidArgument, "run_passes: passes " + std::to_string(first) + ".." +
+                                                        std::to_string(last) + " are outside [1, " +
+                                                        std::to_string(o.loops) + "] (the session's loops)");
+        const bool inject = injects_input(hp);
+        if (first > 1 && (!h_in || (inject && !e_in_host)))
+            throw Error(ErrorCode::InvalidArgument, "run_passes: resuming at pass " + std::to_string(first) +
+                                                        " needs the rows' states (h_in" + (inject ? ", e_in)" : ")"));
+    }
     BlockScratch block_scratch() const {
         return BlockScratch{a.f32(), q.f32(), kk.f32(), vv.f32(), att.f32(), o_.f32(), g.f32(), u.f32()};
     }
@@ -544,14 +555,7 @@ void CudaSession::run_passes(const int32_t* tokens, int n, int pos0, int first, 
         throw Error(ErrorCode::InvalidArgument, "run_passes: positions " + std::to_string(pos0) + ".." +
                                                     std::to_string(pos0 + n - 1) + " are outside [0, " +
                                                     std::to_string(s.o.capacity) + ")");
-    if (first < 1 || last < first || last > s.o.loops)
-        throw Error(ErrorCode::InvalidArgument, "run_passes: passes " + std::to_string(first) + ".." +
-                                                    std::to_string(last) + " are outside [1, " +
-                                                    std::to_string(s.o.loops) + "] (the session's loops)");
-    const bool inject = injects_input(s.hp);
-    if (first > 1 && (!h_in || (inject && !e_in)))
-        throw Error(ErrorCode::InvalidArgument, "run_passes: resuming at pass " + std::to_string(first) +
-                                                    " needs the rows' states (h_in" + (inject ? ", e_in)" : ")"));
+    s.check_passes(first, last, h_in, e_in);
     with_cuda_errors("cuda run_passes", [&] {
         s.ops.synchronize();
         s.set_rows(tokens, pos0, n);
@@ -690,14 +694,7 @@ void CudaSession::run_passes(const CudaRows& r, int first, int last, const float
                              float* out_h, float* out_e) {
     Impl& s = *impl_;
     const int n_extra = check_rows(r, s.rows, s.cache_rows, s.w.model().max_seq_len, first <= 1);
-    if (first < 1 || last < first || last > s.o.loops)
-        throw Error(ErrorCode::InvalidArgument, "run_passes: passes " + std::to_string(first) + ".." +
-                                                    std::to_string(last) + " are outside [1, " +
-                                                    std::to_string(s.o.loops) + "] (the session's loops)");
-    const bool inject = injects_input(s.hp);
-    if (first > 1 && (!h_in || (inject && !e_in)))
-        throw Error(ErrorCode::InvalidArgument, "run_passes: resuming at pass " + std::to_string(first) +
-                                                    " needs the rows' states (h_in" + (inject ? ", e_in)" : ")"));
+    s.check_passes(first, last, h_in, e_in);
     const int n = r.n;
     with_cuda_errors("cuda run_passes", [&] {
         s.ops.synchronize();
