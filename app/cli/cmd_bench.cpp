@@ -65,7 +65,7 @@ CommandSpec bench_spec() {
          "one of l2, margin, kl, entropy, argmax, gate, gate-select, reverse-kl, minp-kl, model", false, MO},
         {"--early-exit-threshold", "X", "early-exit threshold (default: the model's, else 0.05)", "a number >= 0",
          false, MO},
-        {"--draft-loops", "D", "draft depth for speculative/tree/draft (default: the model's, else min(2, L-1))",
+        {"--draft-loops", "D", "draft depth for speculative/tree, and the draft model's depth for draft (default: the model's, else min(2, L-1))",
          "an integer >= 1", false, MO},
         {"--draft-ahead", "K", "tokens drafted / tree nodes run per cycle (default: the model's, else 4)",
          "an integer >= 1", false, MO},
@@ -130,7 +130,8 @@ CommandSpec bench_spec() {
         "max_seq_len=1024, seed=1. The model is written once per dtype into a temporary directory\n"
         "(deleted after); with MODEL, --dtypes other than the model's own are made with quantize.\n"
         "--modes draft: a second model (--draft-model, default MODEL quantized to q4) drafts\n"
-        "--gamma tokens per cycle at --draft-loops (default min(2, L-1)) and MODEL verifies them.\n"
+        "--gamma tokens per cycle at --draft-loops (default: the self-speculation draft depth, the\n"
+        "model's recommendation, else min(2, L-1)) and MODEL verifies them.\n"
         "\n"
         "Bytes per token = prelude (and coda) + loop block (and adapter) x depth + head (the\n"
         "matrices as stored) + the keys and values every layer pass reads at the mean context (as\n"
@@ -295,7 +296,7 @@ struct BenchFlags {
     GenerateConfig early_exit_flags;     // the early-exit flags' values; resolved with the model
     const Args* args = nullptr;          // for cli_early_exit: which flags were given
     std::optional<int> ahead, branches;  // 0 / absent: the model's recommendation, else built-in
-    int gamma = 4;
+    int gamma = kDraftModelGamma;
     LoadOptions base_load;
     bool has_mode(const char* m) const { return std::find(modes.begin(), modes.end(), m) != modes.end(); }
 };
@@ -369,7 +370,7 @@ void read_bench_modes(const Args& args, BenchFlags& f) {
             !(f.has_mode("draft") && std::string(flag) == "--draft-loops"))
             throw UsageError(std::string(flag) + ": only used with --modes speculative or tree" +
                              (std::string(flag) == "--draft-loops" ? " (or draft)" : ""));
-    f.gamma = args.get_int("--gamma", 1, 1 << 16).value_or(4);
+    f.gamma = args.get_int("--gamma", 1, 1 << 16).value_or(kDraftModelGamma);
     for (const char* flag : {"--gamma", "--draft-model"})
         if (args.has(flag) && !f.has_mode("draft"))
             throw UsageError(std::string(flag) + ": only used with --modes draft");
@@ -546,6 +547,13 @@ void resolve_bench_defaults(const BenchFlags& f, const Model* model, int L, Runs
     std::string line;
     out.early_exit = cli_early_exit(model, *f.args, ee, &line);
     if (f.has_mode("early-exit")) out.used.push_back(line);
+    // --modes draft runs the draft model at the depth self-speculation drafts at: --draft-loops,
+    // else the model's recommendation, else the built-in (the resolver's, resolved_speculation).
+    RunSpec self;
+    self.mode = DecodeMode::Speculative;
+    self.config.loops = L;
+    self.speculation.draft_loops = f.draft_flag.value_or(0);
+    out.draft = resolved_speculation(model, self).draft_loops;
     for (bool tree : {false, true}) {
         RunSpec rs;
         rs.mode = tree ? DecodeMode::Tree : DecodeMode::Speculative;
@@ -587,7 +595,6 @@ Runs run_rows(const BenchFlags& f, const std::vector<Variant>& variants, const s
             if (L > hp.max_loops)
                 throw UsageError("--loops: " + std::to_string(L) + " is deeper than the model's max_loops " +
                                  std::to_string(hp.max_loops));
-            out.draft = f.draft_flag.value_or(std::max(1, std::min(2, L - 1)));
             resolve_bench_defaults(f, model.get(), L, out);
             if ((f.has_mode("speculative") || f.has_mode("tree")) && L < 2)
                 throw UsageError("--loops: speculative and tree modes need a depth >= 2, got " + std::to_string(L));

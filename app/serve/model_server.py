@@ -198,8 +198,8 @@ class Server:
             if sp["draft_loops"] > dmax:
                 raise bad("speculative.draft_loops", "speculative.draft_loops: %d is outside [1, %d] (the draft's "
                           "max_loops)" % (sp["draft_loops"], dmax))
-            return dict(gamma=sp["gamma"], draft_loops=sp["draft_loops"])
-        hp = self.model.hparams
+            # gamma left out: the engine's default (kDraftModelGamma); draft_loops 0: the draft's depth
+            return dict(draft_loops=sp["draft_loops"], **({"gamma": sp["gamma"]} if sp["gamma"] is not None else {}))
         # Knobs left out: the model's recommendation, else the built-in default. The engine's one
         # resolver decides, as for the CLI and the workbench: it resolves the request exactly as
         # `tinyloop generate --mode speculative|tree` with the same flags would.
@@ -216,18 +216,10 @@ class Server:
             if knob in ("verify_loops", "draft_loops", "draft_ahead", "branches"):
                 raise bad("speculative." + knob, msg if head.startswith("speculation.") else "speculative." + msg) from None
             raise engine_error(exc) from None
+        # The resolver has checked the depths' rules (verify in [2, max_loops], draft below verify:
+        # the engine's check_speculation_depths), so the knobs are the run's as they are.
         knobs = run["speculation"]
-        verify = knobs["verify_loops"] or run["config"]["loops"]
-        draft = knobs["draft_loops"]
-        if verify > hp["max_loops"]:
-            raise bad("speculative.verify_loops", "speculative.verify_loops: %d is outside [2, %d]" % (verify, hp["max_loops"]))
-        if verify < 2:
-            raise bad("speculative.verify_loops", "speculative.verify_loops: %d is outside [2, %d] (from loops or the "
-                      "model's default)" % (verify, hp["max_loops"]))
-        if draft >= verify:
-            raise bad("speculative.draft_loops", "speculative.draft_loops: %d is outside [1, %d] (below verify_loops)"
-                      % (draft, verify - 1))
-        kw = dict(max_tokens=cfg["max_tokens"], draft_loops=draft, verify_loops=verify,
+        kw = dict(max_tokens=cfg["max_tokens"], draft_loops=knobs["draft_loops"], verify_loops=knobs["verify_loops"],
                   draft_ahead=knobs["draft_ahead"], temperature=cfg["temperature"], ignore_eos=cfg["ignore_eos"])
         if sp["mode"] == "tree":
             kw["K_branches"] = knobs["branches"]

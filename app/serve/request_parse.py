@@ -546,7 +546,7 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
             raise bad("early_exit", "early_exit: not supported with speculative mode draft")
         if cfg.get("beam_size", 0) >= 2:
             raise bad("beam_size", "beam_size: not supported with speculative mode draft")
-        return {"mode": "draft", "gamma": _int(sp, "gamma", 4, 1, 32, param="speculative.gamma"),
+        return {"mode": "draft", "gamma": _int(sp, "gamma", None, 1, 32, param="speculative.gamma"),
                 "draft_loops": _int(sp, "draft_loops", 0, 1, param="speculative.draft_loops")}
     if "gamma" in sp:
         raise bad("speculative", "speculative.gamma: only with mode draft")

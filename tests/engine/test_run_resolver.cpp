@@ -7,6 +7,7 @@
 
 #include "test_util.h"
 #include "tinyloop/json.h"
+#include "tinyloop/mode_rules.h"
 
 using namespace tinyloop;
 
@@ -129,9 +130,31 @@ TEST(RunResolver, UserThenModelThenBuiltIn) {
     r = resolve_run(plain.get(), spec, {});
     EXPECT_EQ(r.spec.speculation.draft_ahead, 4);
     EXPECT_EQ(r.spec.speculation.branches, 2);
+    {  // no recommendation: every knob is builtin_speculation's at the verify depth
+        const SpeculationPolicy b = builtin_speculation(SpeculationKind::Tree, r.spec.speculation.verify_loops);
+        EXPECT_EQ(r.spec.speculation.draft_loops, b.draft_loops);
+        EXPECT_EQ(r.spec.speculation.draft_ahead, b.draft_ahead);
+        EXPECT_EQ(r.spec.speculation.branches, b.branches);
+        EXPECT_EQ(builtin_speculation(SpeculationKind::Chain, 2).draft_loops, 1);
+        EXPECT_EQ(builtin_speculation(SpeculationKind::Chain, 8).draft_loops, 2);
+    }
     EXPECT_EQ(source_of(r, "speculation.branches"), "built-in");
     spec.speculation.branches = 9;
     EXPECT_EQ(refusal(plain.get(), spec, {"speculation.branches"}).rfind("branches: 9 is outside [0, 8]", 0), 0u);
+
+    // The depths' rule (check_speculation_depths) is the resolver's too, as the run applies it:
+    // a front end shows the run's refusal before it starts.
+    spec = {};
+    spec.mode = DecodeMode::Speculative;
+    spec.speculation.verify_loops = 4;
+    spec.speculation.draft_loops = 5;
+    EXPECT_EQ(refusal(plain.get(), spec, {"speculation.draft_loops"}), "draft_loops: 5 is outside [1, verify_loops - 1 = 3]");
+    spec.speculation = {};
+    spec.config.loops = 1;  // the verify depth from loops
+    EXPECT_EQ(refusal(plain.get(), spec, {"loops"}), "verify_loops: 1 is outside [2, 8]");
+    EXPECT_THROW(check_speculation_depths(1, 9, 8), Error);
+    EXPECT_NO_THROW(check_speculation_depths(1, 9, 0));  // max_loops unknown: only draft < verify
+    EXPECT_THROW(check_speculation_depths(9, 9, 0), Error);
 }
 
 TEST(RunResolver, ResolvedRunDecodesAsTheGivenOne) {

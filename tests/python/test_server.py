@@ -360,6 +360,7 @@ def test_speculative_matches_greedy(client, model):
         assert "".join(c["choices"][0]["text"] for c in chunks) == want
     for body, param in [({"speculative": {"verify_loops": 9}}, "speculative.verify_loops"),
                         ({"speculative": {"draft_loops": 5, "verify_loops": 4}}, "speculative.draft_loops"),
+                        ({"speculative": {}, "loops": 1}, "speculative.verify_loops"),
                         ({"speculative": {"mode": "tree"}, "temperature": 0.5}, "temperature"),
                         ({"speculative": {}, "stop": "x"}, "stop"),
                         ({"speculative": {}, "typical_p": 0.5}, "typical_p"),

@@ -116,14 +116,15 @@ std::vector<ModeSpec> default_compare_modes(const HParams& hp, int max_tokens) {
     if (deep != D) out.push_back(mode(format("greedy L=%d", deep), DecodeMode::Greedy, max_tokens, deep));
     out.push_back(mode(format("greedy L=%d", D), DecodeMode::Greedy, max_tokens, D));
     if (D >= 2) {
-        ModeSpec s = mode(format("speculative %d->%d", std::min(2, D - 1), D), DecodeMode::Speculative, max_tokens, D);
-        s.run.speculation.draft_loops = std::min(2, D - 1);
-        s.run.speculation.verify_loops = D;
-        s.run.speculation.draft_ahead = 4;
+        // The engine's built-in knobs at depth D: what the run would resolve without a recommendation.
+        const SpeculationPolicy chain = builtin_speculation(SpeculationKind::Chain, D);
+        const SpeculationPolicy tree = builtin_speculation(SpeculationKind::Tree, D);
+        ModeSpec s = mode(format("speculative %d->%d", chain.draft_loops, D), DecodeMode::Speculative, max_tokens, D);
+        s.run.speculation = {.verify_loops = D, .draft_loops = chain.draft_loops, .draft_ahead = chain.draft_ahead};
         out.push_back(s);
-        ModeSpec t = mode(format("tree %d->%d K=2", std::min(2, D - 1), D), DecodeMode::Tree, max_tokens, D);
-        t.run.speculation = s.run.speculation;
-        t.run.speculation.branches = 2;
+        ModeSpec t = mode(format("tree %d->%d K=%d", tree.draft_loops, D, tree.branches), DecodeMode::Tree, max_tokens, D);
+        t.run.speculation = {.verify_loops = D, .draft_loops = tree.draft_loops, .draft_ahead = tree.draft_ahead,
+                             .branches = tree.branches};
         out.push_back(t);
     }
     for (float thr : {0.1f, 0.2f}) {

@@ -118,8 +118,7 @@ SweepResult run_sweep(tinyloop::Model* model, const SweepSpec& spec, const std::
     SweepResult r;
     r.spec = spec;
     r.verify_loops = tinyloop::resolve_loops(hp, spec.verify_loops);
-    if (r.verify_loops < 2 || r.verify_loops > hp.max_loops)
-        bad_arg("verify_loops: " + std::to_string(r.verify_loops) + " is outside [2, " + std::to_string(hp.max_loops) + "]");
+    tinyloop::check_speculation_depths(1, r.verify_loops, hp.max_loops);  // the verify depth's range (draft 1 is below any)
     for (int d : spec.draft_loops)
         if (d < 1 || d > hp.max_loops) bad_arg("draft_loops: " + std::to_string(d) + " is outside [1, " + std::to_string(hp.max_loops) + "]");
     for (int k : spec.draft_ahead)

@@ -36,11 +36,18 @@ inline constexpr int kBeamModeWidth = 4;
 // `rec` is the model's recommendation (model_recommendation; empty = none, as before a model is open).
 GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const Recommendation& rec = {});
 
+// The self-speculation depths' rule, the one place it is written: verify_loops in [2, max_loops],
+// then draft_loops in [1, verify_loops - 1]. Throws InvalidArgument "verify_loops: V is outside
+// [2, M]" or "draft_loops: D is outside [1, verify_loops - 1 = V-1]". max_loops <= 0: the model is
+// not known yet, the verify depth's upper bound is not checked. The speculative decoders, the
+// resolver (resolve_run), validate_mode_speculation and the speculation sweep all call it.
+void check_speculation_depths(int draft_loops, int verify_loops, int max_loops);
+
 // The speculation knobs' rules that tie two fields, as run_decode will apply them, checked before
 // a run: in Speculative and Tree mode a draft_loops set (> 0) must be below the verify depth
-// (verify_loops, else config.loops when set); Tree's draft_ahead is at most 8 (nodes run per
-// cycle). Throws InvalidArgument naming the field ("draft_loops: ..."). Ranges of single knobs are
-// validate_speculation's (json.h).
+// (verify_loops, else config.loops when set: check_speculation_depths); Tree's draft_ahead is at
+// most 8 (nodes run per cycle). Throws InvalidArgument naming the field ("draft_loops: ...").
+// Ranges of single knobs are validate_speculation's (json.h).
 void validate_mode_speculation(const RunSpec& spec);
 
 }  // namespace tinyloop

@@ -47,7 +47,7 @@ struct SpeculationPolicy {
                            // 0 = the model's recommendation, else 4
     int branches = 0;      // Tree: candidates per node, 1 .. 8; 0 = the model's recommendation, else 2
     Model* draft_model = nullptr;  // DraftModel: a model with the same vocabulary (not owned)
-    int gamma = 4;         // DraftModel: tokens drafted per cycle, 1 .. 32
+    int gamma = kDraftModelGamma;  // DraftModel: tokens drafted per cycle, 1 .. 32
 };
 
 struct RunSpec {
@@ -60,6 +60,13 @@ struct RunSpec {
 // resolved: the model's recommendation (model_recommendation) when it has one, else the built-in
 // default (draft_loops of DraftModel needs speculation.draft_model).
 SpeculationPolicy resolved_speculation(const Model* model, const RunSpec& spec);
+
+// The built-in self-speculation knobs at verify depth `verify_loops`, the last word of
+// resolved_speculation when neither the user nor the model's recommendation sets a knob:
+// draft_loops min(2, verify_loops - 1) (at least 1), draft_ahead 4, branches 2; kind and
+// verify_loops as given. Where no model is open (the compare view's modes from hyperparameters)
+// this is the same policy a run would resolve.
+SpeculationPolicy builtin_speculation(SpeculationKind kind, int verify_loops);
 
 // ---------------------------------------------------------------------------------------------
 // The model's recommended settings: user value, else the model's, else the built-in default
@@ -148,8 +155,9 @@ GenerateResult run_decode(Model* model, const int32_t* prompt, int prompt_len, c
 //   Speculative, Tree, DraftModel: the speculation policy as resolved_speculation gives it (user >
 //                model > built-in; kind from the mode); Tree is greedy only (a user temperature
 //                > 0.01 is refused, else temperature 0); other modes' conflicts: the run refuses
-// then the knob ranges: validate_speculation, validate_early_exit (InvalidArgument naming the
-// field and its range). run_decode(model, ..., resolve_run(model, spec, keys).spec) runs what
+// then the knob ranges: validate_speculation, validate_early_exit, and for Speculative and Tree
+// the depths' rule check_speculation_depths and validate_mode_speculation (mode_rules.h)
+// (InvalidArgument naming the field and its range). run_decode(model, ..., resolve_run(model, spec, keys).spec) runs what
 // run_decode(model, ..., spec) runs, with every default written out.
 struct ResolvedRun {
     RunSpec spec;  // complete: config.loops >= 1, the mode's rules applied, every knob resolved

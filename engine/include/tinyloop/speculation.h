@@ -85,8 +85,12 @@ std::vector<SweepCost> measure_sweep_cost(Model* model, const std::vector<int>& 
 // config.kv_cache applies to both caches and kv_cache_bytes counts both.
 // beam_size >= 2 and early exit are refused (NotSupported); a null or vocabulary-mismatched
 // draft is refused (InvalidArgument, "draft: ...").
+// The tokens a draft model proposes per cycle when a front end leaves gamma out (CLI, binding,
+// server, bench: the one default).
+inline constexpr int kDraftModelGamma = 4;
+
 struct DraftSpeculativeConfig {
-    int gamma = 4;         // tokens the draft proposes per cycle, 1 .. 32
+    int gamma = kDraftModelGamma;  // tokens the draft proposes per cycle, 1 .. 32
     int draft_loops = 0;   // the draft model's loop depth, 1 .. its max_loops; 0 = its default_loops
 };
 

@@ -405,7 +405,7 @@ void register_generate(py::module_& m) {
           "the generate() result dict, or a GenerationStream when stream=True.");
 
     m.def("generate_draft_speculative", &draft_py, py::arg("model"), py::arg("draft"), py::arg("prompt"),
-          py::arg("config") = py::none(), py::kw_only(), py::arg("gamma") = 4, py::arg("draft_loops") = 0,
+          py::arg("config") = py::none(), py::kw_only(), py::arg("gamma") = tl::kDraftModelGamma, py::arg("draft_loops") = 0,
           py::arg("stream") = false, py::arg("queue_size") = 16,
           ("Draft-model speculative decoding (seed 002's SpeculativeDecodingBackend): `draft`, a Model\n"
            "with the same vocabulary, drafts gamma (1..32) tokens per cycle at draft_loops (0 = its\n"

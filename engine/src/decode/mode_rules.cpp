@@ -36,14 +36,23 @@ GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const 
     return c;
 }
 
+void check_speculation_depths(int draft_loops, int verify_loops, int max_loops) {
+    if (verify_loops < 2 || (max_loops > 0 && verify_loops > max_loops))
+        throw Error(ErrorCode::InvalidArgument,
+                    "verify_loops: " + std::to_string(verify_loops) + " is outside [2, " +
+                        (max_loops > 0 ? std::to_string(max_loops) : std::string("max_loops")) + "]");
+    if (draft_loops < 1 || draft_loops >= verify_loops)
+        throw Error(ErrorCode::InvalidArgument, "draft_loops: " + std::to_string(draft_loops) +
+                                                    " is outside [1, verify_loops - 1 = " +
+                                                    std::to_string(verify_loops - 1) + "]");
+}
+
 void validate_mode_speculation(const RunSpec& spec) {
     if (spec.mode != DecodeMode::Speculative && spec.mode != DecodeMode::Tree) return;
     const SpeculationPolicy& k = spec.speculation;
     const int verify = k.verify_loops > 0 ? k.verify_loops : spec.config.loops;
-    if (verify > 0 && k.draft_loops > 0 && k.draft_loops >= verify)
-        throw Error(ErrorCode::InvalidArgument, "draft_loops: " + std::to_string(k.draft_loops) +
-                                                    " must be below the verify depth " + std::to_string(verify) +
-                                                    (k.verify_loops > 0 ? " (verify_loops)" : " (loops)"));
+    // Only what is set: a verify depth or draft depth left at 0 is the resolver's to fill.
+    if (verify > 0 && k.draft_loops > 0) check_speculation_depths(k.draft_loops, verify, 0);
     if (spec.mode == DecodeMode::Tree && k.draft_ahead > 8)
         throw Error(ErrorCode::InvalidArgument, "draft_ahead: " + std::to_string(k.draft_ahead) +
                                                     " is outside [1, 8] (tree: nodes run per cycle; 0 = the model's "

@@ -153,6 +153,12 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
         ConfigLimits limits;
         limits.max_loops = hp.max_loops;
         validate_speculation(spec.speculation, limits);
+        // The rules tying two knobs, as the run will apply them (a front end shows these
+        // refusals before it starts; the server names its request's fields by them).
+        if (mode != DecodeMode::DraftModel) {
+            check_speculation_depths(spec.speculation.draft_loops, spec.speculation.verify_loops, hp.max_loops);
+            validate_mode_speculation(spec);
+        }
         const Recommendation& recommended = model_recommendation(model);
         const SpeculationPolicy& rec = recommended.speculation(spec.speculation.kind);
         const bool tree = mode == DecodeMode::Tree;

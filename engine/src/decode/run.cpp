@@ -52,12 +52,21 @@ SpeculationPolicy resolved_speculation(const Model* model, const RunSpec& spec) 
     // The user's knob, else the model's recommendation (model_recommendation), else the built-in.
     const SpeculationPolicy& rec = m.recommended.speculation(k.kind);
     if (k.verify_loops == 0) k.verify_loops = resolve_loops(m, spec.config.loops);
+    const SpeculationPolicy builtin = builtin_speculation(k.kind, k.verify_loops);
     if (k.draft_loops == 0)
-        k.draft_loops = rec.draft_loops > 0 && rec.draft_loops < k.verify_loops
-                            ? rec.draft_loops
-                            : std::max(1, std::min(2, k.verify_loops - 1));
-    if (k.draft_ahead == 0) k.draft_ahead = rec.draft_ahead > 0 ? rec.draft_ahead : 4;
-    if (k.branches == 0) k.branches = m.recommended.tree.branches > 0 ? m.recommended.tree.branches : 2;
+        k.draft_loops = rec.draft_loops > 0 && rec.draft_loops < k.verify_loops ? rec.draft_loops : builtin.draft_loops;
+    if (k.draft_ahead == 0) k.draft_ahead = rec.draft_ahead > 0 ? rec.draft_ahead : builtin.draft_ahead;
+    if (k.branches == 0) k.branches = m.recommended.tree.branches > 0 ? m.recommended.tree.branches : builtin.branches;
+    return k;
+}
+
+SpeculationPolicy builtin_speculation(SpeculationKind kind, int verify_loops) {
+    SpeculationPolicy k;
+    k.kind = kind;
+    k.verify_loops = verify_loops;
+    k.draft_loops = std::max(1, std::min(2, verify_loops - 1));
+    k.draft_ahead = 4;
+    k.branches = 2;
     return k;
 }
 

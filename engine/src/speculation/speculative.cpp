@@ -9,6 +9,7 @@
 //           first disagreement. Rows past the accepted ones are simply overwritten later.
 // When all K drafts are accepted, xK becomes the next cycle's x0 (its passes are not wasted).
 #include "speculation/speculative.h"
+#include "tinyloop/mode_rules.h"
 #include "forward/executor.h"
 
 #include <algorithm>
@@ -111,11 +112,7 @@ void validate_spec_common(const Model& m, int prompt_len, int max_tokens, int dr
     if (static_cast<long long>(prompt_len) + max_tokens > m.max_seq_len)
         bad("max_tokens: prompt_len + max_tokens = " + std::to_string(static_cast<long long>(prompt_len) + max_tokens) +
             " exceeds max_seq_len " + std::to_string(m.max_seq_len));
-    if (verify_loops < 2 || verify_loops > m.hp.max_loops)
-        bad("verify_loops: " + std::to_string(verify_loops) + " is outside [2, " + std::to_string(m.hp.max_loops) + "]");
-    if (draft_loops < 1 || draft_loops >= verify_loops)
-        bad("draft_loops: " + std::to_string(draft_loops) + " is outside [1, verify_loops - 1 = " +
-            std::to_string(verify_loops - 1) + "]");
+    check_speculation_depths(draft_loops, verify_loops, m.hp.max_loops);
     if (draft_ahead < 1 || draft_ahead > 32) bad("draft_ahead: " + std::to_string(draft_ahead) + " is outside [1, 32]");
     if (!std::isfinite(temperature) || temperature < 0) bad("temperature: must be a finite number >= 0");
 }
