@@ -200,15 +200,24 @@ size_t f32_panel_bytes(const WeightView& W) {
     return panels * 16 * static_cast<size_t>(W.cols) * (W.type == WType::BF16 ? 2 : 4);
 }
 
+namespace {
+template <typename E>
+void pack_float_panels(const E* src, int rows, int cols, E* out) {
+    const size_t c = static_cast<size_t>(cols);
+    std::memset(out, 0, (static_cast<size_t>(rows) + 15) / 16 * 16 * c * sizeof(E));
+    for (int r = 0; r < rows; ++r) {
+        const E* s = src + static_cast<size_t>(r) * c;
+        E* d = out + static_cast<size_t>(r / 16) * c * 16 + r % 16;
+        for (size_t k = 0; k < c; ++k) d[k * 16] = s[k];
+    }
+}
+}  // namespace
+
 void f32_pack_panels(const WeightView& W, uint8_t* out) {
-    const size_t es = W.type == WType::BF16 ? 2 : 4;
-    const size_t panels = (static_cast<size_t>(W.rows) + 15) / 16;
-    const size_t cols = static_cast<size_t>(W.cols);
-    std::memset(out, 0, panels * 16 * cols * es);
-    for (size_t r = 0; r < static_cast<size_t>(W.rows); ++r) {
-        const uint8_t* src = W.data + r * cols * es;
-        uint8_t* dst = out + ((r / 16) * cols * 16 + r % 16) * es;
-        for (size_t k = 0; k < cols; ++k) std::memcpy(dst + k * 16 * es, src + k * es, es);
+    if (W.type == WType::BF16) {
+        pack_float_panels(reinterpret_cast<const uint16_t*>(W.data), W.rows, W.cols, reinterpret_cast<uint16_t*>(out));
+    } else {
+        pack_float_panels(reinterpret_cast<const float*>(W.data), W.rows, W.cols, reinterpret_cast<float*>(out));
     }
 }
 

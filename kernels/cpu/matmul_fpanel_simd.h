@@ -131,15 +131,21 @@ void fpanel_pass_rest(const WeightView& W, const float* x, float* y, int t, int 
     }
 }
 
-// Tiles of TT tokens (kPanelTok). Panels in blocks of about kBlockBytes, every token tile over one block before the next: with
-// many tokens the block stays in L2 instead of streaming the matrix once per tile.
+// Tiles of TT tokens (kPanelTok). Panels in blocks of about kBlockBytes, every token tile over
+// one block before the next: with many tokens the block stays in L2 instead of streaming the
+// matrix once per tile.
 template <WType K, int TT>
 void fpanel_kind(const WeightView& W, const float* x, int n_tok, float* y, int r0, int r1) {
     constexpr size_t kBlockBytes = 512 * 1024;  // 256 KiB to 1 MiB measured alike (L2: 2 MiB)
     const size_t panel_bytes = static_cast<size_t>(W.cols) * 16 * (K == WType::BF16 ? 2 : 4);
     const int pa = r0 / 16, pb = (r1 + 15) / 16;
-    int block = n_tok <= TT ? pb - pa : static_cast<int>(kBlockBytes / panel_bytes);
-    if (block < 2) block = 2;
+    constexpr int P = panel_tile(TT);
+    // One token tile: all panels in one block. Else whole tiles of P panels (no single-panel rest).
+    int block = pb - pa;
+    if (n_tok > TT) {
+        block = static_cast<int>(kBlockBytes / panel_bytes) / P * P;
+        if (block < P) block = P;
+    }
     const float* xs = pack_tokens(x, n_tok, W.cols, TT);
     for (int b0 = pa; b0 < pb; b0 += block) {
         const int b1 = pb - b0 < block ? pb : b0 + block;
