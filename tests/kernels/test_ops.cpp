@@ -284,7 +284,11 @@ TEST(Ops, FloatPanelsFollowTheirReferenceBitForBit) {
     Levels lv;
     Rng rng(36);
     ThreadPool pool2(2), pool3(3);
-    ASSERT_TRUE(f32_panels()) << "TINYLOOP_F32_PANELS=0 in the test's environment";
+    struct Switch {  // on for the test whatever TINYLOOP_F32_PANELS says; restored after
+        bool was = f32_panels();
+        Switch() { set_f32_panels(true); }
+        ~Switch() { set_f32_panels(was); }
+    } on;
     const std::vector<int> counts = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 23, 24, 25, 36, 70};
     const int n_max = 70;
     int checked = 0, differs_from_rows = 0;
@@ -353,7 +357,7 @@ TEST(Ops, FloatPanelsFollowTheirReferenceBitForBit) {
         }
     }
     EXPECT_GT(differs_from_rows, 0);
-    set_f32_panels(false);
+    set_f32_panels(false);  // the switch: no panels to pack
     EXPECT_EQ(f32_panel_bytes(Weights(WType::F32, 16, 32, 32, rng).view()), 0u);
     set_f32_panels(true);
     EXPECT_EQ(f32_panel_bytes(Weights(WType::F16, 16, 32, 32, rng).view()), 0u);  // F16 keeps the row kernels
