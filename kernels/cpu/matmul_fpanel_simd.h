@@ -109,7 +109,16 @@ inline const float* pack_tokens(const float* x, int n_tok, int cols, int tt) {
         if (buf == nullptr) abort();
         cap = n;
     }
-    for (int t = 0; t < n_tok; t += tt) {
+    int t = 0;
+    for (; t + kPanelTok <= n_tok && tt == kPanelTok; t += kPanelTok) {  // full tiles: writes in order
+        float* out = buf + static_cast<size_t>(t) * cols;
+        const float* xt = x + static_cast<size_t>(t) * cols;
+        for (int k = 0; k < cols; ++k) {
+            float* o = out + static_cast<size_t>(k) * kPanelTok;
+            for (int j = 0; j < kPanelTok; ++j) o[j] = xt[static_cast<size_t>(j) * cols + k];
+        }
+    }
+    for (; t < n_tok; t += tt) {
         const int T = n_tok - t < tt ? n_tok - t : tt;
         float* out = buf + static_cast<size_t>(t) * cols;
         for (int j = 0; j < T; ++j) {
