@@ -83,7 +83,20 @@ void fpanel_tile(const WeightView& W, const float* xs, float* y, int p, int t) {
     }
 }
 
-// Tokens [t, t + T) over panels [p0, p1): tiles of panel_tile(T) panels, then single panels.
+// The last n < panel_tile(T) panels of a pass in one tile of n panels (n chains per token: a
+// thread's few panels of a decode step still overlap their FMA latencies).
+template <WType K, int T, int Q>
+void fpanel_rest(const WeightView& W, const float* xt, float* y, int p, int t, int n) {
+    if constexpr (Q >= 1) {
+        if (n == Q) {
+            fpanel_tile<K, Q, T>(W, xt, y, p, t);
+        } else {
+            fpanel_rest<K, T, Q - 1>(W, xt, y, p, t, n);
+        }
+    }
+}
+
+// Tokens [t, t + T) over panels [p0, p1): tiles of panel_tile(T) panels, then one smaller tile.
 // xs: the packed activations of all tokens (pack_tokens); this tile's start at t * cols.
 template <WType K, int T>
 void fpanel_pass(const WeightView& W, const float* xs, float* y, int t, int p0, int p1) {
@@ -91,7 +104,7 @@ void fpanel_pass(const WeightView& W, const float* xs, float* y, int t, int p0, 
     const float* xt = xs + static_cast<size_t>(t) * W.cols;
     int p = p0;
     for (; p + P <= p1; p += P) fpanel_tile<K, P, T>(W, xt, y, p, t);
-    for (; p < p1; ++p) fpanel_tile<K, 1, T>(W, xt, y, p, t);
+    if (p < p1) fpanel_rest<K, T, P - 1>(W, xt, y, p, t, p1 - p);
 }
 
 // x [n_tok, cols] with each tile of tt tokens (the last one shorter) interleaved: the tile at t
