@@ -314,6 +314,23 @@ void matmul(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool
     }
     if (W.fpanels != nullptr && (W.type == WType::F32 || W.type == WType::BF16)) {
         const detail::IsaTable& isa = detail::active_isa();
+        // The activations in the kernel's token tiles (cpu_internal.h), once per call for all
+        // threads: a tile's broadcasts of one column are then adjacent.
+        const int tt = detail::fpanel_token_tile(detail::active_simd());
+        thread_local std::vector<float> packed;
+        if (tt > 1 && n_tok > 1) {
+            const size_t cols = static_cast<size_t>(W.cols);
+            if (packed.size() < static_cast<size_t>(n_tok) * cols) packed.resize(static_cast<size_t>(n_tok) * cols);
+            for (int t = 0; t < n_tok; t += tt) {
+                const int T = std::min(tt, n_tok - t);
+                float* out = packed.data() + static_cast<size_t>(t) * cols;
+                const float* xt = x + static_cast<size_t>(t) * cols;
+                for (size_t k = 0; k < cols; ++k) {
+                    for (int j = 0; j < T; ++j) out[k * T + j] = xt[static_cast<size_t>(j) * cols + k];
+                }
+            }
+            x = packed.data();
+        }
         const int threads = pool ? pool->size() : 1;
         const double work = static_cast<double>(W.rows) * W.cols * n_tok;
         if (threads == 1 || work < 64.0 * 1024 || W.rows <= 16) {

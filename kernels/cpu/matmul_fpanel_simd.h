@@ -11,7 +11,6 @@
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/simd.h"
-#include <stdlib.h>
 
 namespace tinyloop::kern::detail {
 namespace {
@@ -19,7 +18,8 @@ namespace {
 constexpr int kPanelVecs = 16 / V::W;  // vectors per panel row-set (1 on AVX-512, 2 on AVX2)
 // Accumulators a tile may hold (the rest: the panels' weight vectors and one broadcast).
 constexpr int kPanelAcc = V::kRegs >= 32 ? 24 : 12;
-// Tokens of a full tile: 2 panels x 12 tokens on AVX-512 (24 accumulators, 2 weight loads and 12
+// Tokens of a full tile (fpanel_token_tile in cpu_internal.h says the same to matmul, which packs
+// the activations in tiles of this many): 2 panels x 12 tokens on AVX-512 (24 accumulators, 2 weight loads and 12
 // broadcasts per 24 FMAs; measured ahead of 3 x 8 and 4 x 6 by ~10% on the d512 matrices).
 constexpr int kPanelTok = V::kRegs >= 32 ? 12 : 6;
 constexpr int kPanelMax = V::kRegs >= 32 ? 8 : 3;   // panels of a tile at most (decode)
@@ -40,7 +40,7 @@ V::T load_panel(const uint8_t* pan, size_t idx) {
 }
 
 // Panels [p, p + P) x tokens [t, t + T); rows past W.rows (the zero padding) are not stored.
-// xs: the tile's activations interleaved, xs[k * T + j] = x[t + j, k] (pack_tokens).
+// xs: the tile's activations interleaved, xs[k * T + j] = x[t + j, k] (matmul.cpp packs them).
 template <WType K, int P, int T>
 void fpanel_tile(const WeightView& W, const float* xs, float* y, int p, int t) {
     const int cols = W.cols;
@@ -97,7 +97,7 @@ void fpanel_rest(const WeightView& W, const float* xt, float* y, int p, int t, i
 }
 
 // Tokens [t, t + T) over panels [p0, p1): tiles of panel_tile(T) panels, then one smaller tile.
-// xs: the packed activations of all tokens (pack_tokens); this tile's start at t * cols.
+// xs: the packed activations of all tokens; this tile's start at t * cols.
 template <WType K, int T>
 void fpanel_pass(const WeightView& W, const float* xs, float* y, int t, int p0, int p1) {
     constexpr int P = panel_tile(T);
@@ -105,41 +105,6 @@ void fpanel_pass(const WeightView& W, const float* xs, float* y, int t, int p0, 
     int p = p0;
     for (; p + P <= p1; p += P) fpanel_tile<K, P, T>(W, xt, y, p, t);
     if (p < p1) fpanel_rest<K, T, P - 1>(W, xt, y, p, t, p1 - p);
-}
-
-// x [n_tok, cols] with each tile of tt tokens (the last one shorter) interleaved: the tile at t
-// starts at t * cols and holds x[t + j, k] at k * T + j, so the broadcasts of one column of a tile
-// are adjacent. One token needs no packing. The buffer is the calling thread's (malloc'd here:
-// these instruction-set files avoid the standard library's templates).
-inline const float* pack_tokens(const float* x, int n_tok, int cols, int tt) {
-    if (n_tok == 1) return x;
-    thread_local float* buf = nullptr;
-    thread_local size_t cap = 0;
-    const size_t n = static_cast<size_t>(n_tok) * cols;
-    if (cap < n) {
-        free(buf);
-        buf = static_cast<float*>(malloc(n * sizeof(float)));
-        if (buf == nullptr) abort();
-        cap = n;
-    }
-    int t = 0;
-    for (; t + kPanelTok <= n_tok && tt == kPanelTok; t += kPanelTok) {  // full tiles: writes in order
-        float* out = buf + static_cast<size_t>(t) * cols;
-        const float* xt = x + static_cast<size_t>(t) * cols;
-        for (int k = 0; k < cols; ++k) {
-            float* o = out + static_cast<size_t>(k) * kPanelTok;
-            for (int j = 0; j < kPanelTok; ++j) o[j] = xt[static_cast<size_t>(j) * cols + k];
-        }
-    }
-    for (; t < n_tok; t += tt) {
-        const int T = n_tok - t < tt ? n_tok - t : tt;
-        float* out = buf + static_cast<size_t>(t) * cols;
-        for (int j = 0; j < T; ++j) {
-            const float* xj = x + static_cast<size_t>(t + j) * cols;
-            for (int k = 0; k < cols; ++k) out[static_cast<size_t>(k) * T + j] = xj[k];
-        }
-    }
-    return buf;
 }
 
 template <WType K, int T>
@@ -168,7 +133,7 @@ void fpanel_kind(const WeightView& W, const float* x, int n_tok, float* y, int r
         block = static_cast<int>(kBlockBytes / panel_bytes) / P * P;
         if (block < P) block = P;
     }
-    const float* xs = pack_tokens(x, n_tok, W.cols, TT);
+    const float* xs = x;  // packed by matmul (pack_float_panel_tokens) in tiles of TT tokens
     for (int b0 = pa; b0 < pb; b0 += block) {
         const int b1 = pb - b0 < block ? pb : b0 + block;
         int t = 0;
