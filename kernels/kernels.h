@@ -53,6 +53,9 @@ struct WeightView {
     // i8_pack_panels (below), owned by whoever owns `data`. Where set and the CPU runs the
     // AVX-512 VNNI level, the int8-activation matmul reads the panels instead of `data`.
     const uint8_t* panels = nullptr;
+    // Optional, F32/BF16 only: the values repacked into float panels by f32_pack_panels (below),
+    // owned by whoever owns `data`. Where set, matmul reads them instead of `data` (every level).
+    const uint8_t* fpanels = nullptr;
 };
 
 // IEEE binary16 <-> binary32 (round to nearest even; inf/nan preserved).
@@ -150,6 +153,26 @@ void matmul_i8_panel_ref(const WeightView& W, const float* x, int n_tok, float* 
 // Whether calls over panels with 16 tokens or more use AMX tiles (AMX-INT8, granted by Linux,
 // TINYLOOP_AMX not 0 at start-up): the same bits as the VNNI panel kernel, faster on prompts.
 bool int8_amx_active();
+
+// Float panels (matmul.cpp, "Float panels"): an F32 or BF16 matrix's values in panels of 16
+// rows, [panel][column][16 rows], in the stored type (the last panel zero-padded), so that one
+// AVX-512 lane holds one output row and a broadcast activation serves 16 rows. Where
+// W.fpanels is set, matmul computes every output as one fused-multiply-add chain over the
+// columns in order (matmul_f32_panel_ref), the same bits for any token count, thread count and
+// SIMD level. Bytes needed for W's panels; 0 when W is not F32/BF16 or the environment variable
+// TINYLOOP_F32_PANELS=0 was set at start-up (then matmul keeps the row-major kernels).
+size_t f32_panel_bytes(const WeightView& W);
+// Writes W's panels to out (f32_panel_bytes(W) bytes, or the same size computed with the
+// switch on; 64-byte alignment advised).
+void f32_pack_panels(const WeightView& W, uint8_t* out);
+// Whether f32_panel_bytes packs (the TINYLOOP_F32_PANELS switch); set_f32_panels for tests.
+// Not thread-safe: call before work starts.
+void set_f32_panels(bool on);
+bool f32_panels();
+// The panel kernel's order in scalar code, from W.data (the bit-for-bit reference of the tests):
+// y[t, r] = acc after acc = +0; for c = 0 .. cols-1: acc = fma(W[r, c], x[t, c], acc), W[r, c]
+// widened exactly (bf16: a shift).
+void matmul_f32_panel_ref(const WeightView& W, const float* x, int n_tok, float* y);
 
 // bf16 activations for BF16 weights (opt-in; off by default): with set_bf16_dot(true), or the
 // environment variable TINYLOOP_BF16_DOT=1 at start-up, on a CPU with AVX512-BF16 (and

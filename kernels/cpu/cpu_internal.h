@@ -74,9 +74,18 @@ struct IsaTable {
     void (*matmul_rows_i8_panels)(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1);
     // quantize_row_int8 (the same codes and dx, bit for bit) plus dsx_b = dx_b * sum of block b's codes.
     void (*quantize_row_i8)(const float* x, int cols, int8_t* q, float* dx, float* dsx);
+    // F32/BF16 over W.fpanels (matmul_fpanel_simd.h; matmul.cpp, "Float panels"): y[t*W.rows + r]
+    // for r in [r0, r1), all t < n_tok, r0 a multiple of 16 and r1 one too or W.rows. x packed in
+    // tiles of fpanel_token_tile(level) tokens (below).
+    void (*matmul_rows_fpanels)(const WeightView& W, const float* x, int n_tok, float* y, int r0, int r1);
 };
 
 I8Layout i8_layout(WType type, Simd level);
+// Tokens per tile of the float panel kernel at a level (matmul_fpanel_simd.h, kPanelTok; 1: the
+// scalar kernel). matmul hands it x with each tile of that many tokens (the last one shorter)
+// interleaved: the tile at token t starts at t * cols and holds x[t + j, k] at k * T + j (with
+// T = 1, or one token, that is x itself).
+inline int fpanel_token_tile(Simd level) { return level == Simd::Avx512 ? 12 : level == Simd::Avx2 ? 6 : 1; }
 void matmul_rows_i8_scalar(const WeightView& W, const ActI8& a, int n_tok, float* y, int r0, int r1);
 void quantize_row_i8_scalar(const float* x, int cols, int8_t* q, float* dx, float* dsx);
 // matmul's int8-activation path (uses_int8_activations(W) is true).
@@ -127,6 +136,7 @@ const int* matmul_block_perm(WType type, Simd level);
 
 // The scalar-level entries (also the building blocks of the scalar table).
 void matmul_rows_scalar(const WeightView& W, const float* x, int n_tok, float* y, int r0, int r1);
+void matmul_rows_fpanels_scalar(const WeightView& W, const float* x, int n_tok, float* y, int r0, int r1);
 void rmsnorm_scalar(const float* x, const float* g, int n_tok, int d, float eps, float* y);
 void rope_token_scalar(float* x, int n_heads, int head_dim, const float* cs, const float* sn);
 void silu_mul_scalar(const float* gate, const float* up, float* out, size_t n);

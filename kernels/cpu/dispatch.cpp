@@ -103,7 +103,8 @@ bool avx512_vnni_active() { return cpu_has_avx512_vnni() && !g_no_vnni.load(std:
 const IsaTable& isa_scalar() {
     static const IsaTable t{matmul_rows_scalar, rmsnorm_scalar,     rope_token_scalar,
                             silu_mul_scalar,    add_inplace_scalar, attend_one_scalar, nullptr,
-                            matmul_rows_i8_scalar, nullptr, quantize_row_i8_scalar};
+                            matmul_rows_i8_scalar, nullptr, quantize_row_i8_scalar,
+                            matmul_rows_fpanels_scalar};
     return t;
 }
 

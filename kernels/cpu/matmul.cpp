@@ -13,10 +13,27 @@
 // then one fixed horizontal sum) whatever n_tok, the token tile, the row chunk or the thread
 // count, so decode, prefill and verification agree bit for bit.
 //
+// Float panels (F32 and BF16 matrices whose view has `fpanels`, packed at load by the model
+// loader; the default where TINYLOOP_F32_PANELS is not 0): the values repacked [panel][k][16]
+// in the stored type, panel p holding rows 16p .. 16p+15 (the last one zero-padded), one vector
+// lane per output row. Every output is then one fused-multiply-add chain over the columns in order,
+//
+//   acc = +0;  for k = 0 .. cols-1:  acc = fma(W[r, k], x[t, k], acc);  y[t, r] = acc
+//
+// (matmul_f32_panel_ref), with no horizontal sum: the same bits for one token or many, any tile,
+// any thread split (threads take whole panels), and at every level — AVX-512 (one zmm per
+// panel), AVX2 (two ymm halves) and scalar (std::fma) alike. BF16 panels hold bf16 and widen
+// them in registers by the shift, so a bf16 matrix still gives the bits of its widened f32
+// matrix. The trade against the row-major kernels above: a second copy of these matrices in
+// memory (as llama.cpp's repacked CPU buffers) and other rounding (one chain instead of lane sums
+// and a horizontal sum), in return for no horizontal sums and one weight load per 12 tokens.
+// F16 matrices keep the row-major kernels. The opt-in TINYLOOP_BF16_DOT path comes first.
+//
 // Q8/Q4 weights take the int8-activation path (matmul_int8.cpp) unless set_int8_activations(false)
 // selected these float-activation kernels; matmul_ref is the reference of the float path only.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -135,7 +152,87 @@ void matmul_rows_scalar(const WeightView& W, const float* x, int n_tok, float* y
     }
 }
 
+// The float panel kernel at the scalar level: the documented chain with std::fma.
+void matmul_rows_fpanels_scalar(const WeightView& W, const float* x, int n_tok, float* y, int r0, int r1) {
+    const int cols = W.cols;
+    const size_t pstride = static_cast<size_t>(cols) * 16;
+    for (int p = r0 / 16; p * 16 < r1; ++p) {
+        const int nr = std::min(16, W.rows - p * 16);
+        for (int t = 0; t < n_tok; ++t) {
+            const float* xt = x + static_cast<size_t>(t) * cols;
+            float acc[16] = {};
+            for (int k = 0; k < cols; ++k) {
+                const size_t at = static_cast<size_t>(p) * pstride + static_cast<size_t>(k) * 16;
+                for (int l = 0; l < 16; ++l) {
+                    const float w = W.type == WType::BF16
+                                        ? bf16_to_f32(reinterpret_cast<const uint16_t*>(W.fpanels)[at + l])
+                                        : reinterpret_cast<const float*>(W.fpanels)[at + l];
+                    acc[l] = std::fma(w, xt[k], acc[l]);
+                }
+            }
+            for (int l = 0; l < nr; ++l) y[static_cast<size_t>(t) * W.rows + p * 16 + l] = acc[l];
+        }
+    }
+}
+
+namespace {
+std::atomic<bool> g_f32_panels{[] {
+    const char* e = std::getenv("TINYLOOP_F32_PANELS");
+    return !(e != nullptr && std::strcmp(e, "0") == 0);
+}()};
+
+// Rows per task for the float panels: whole panels, about 4 tasks per thread.
+int rows_per_task_fpanels(int rows, int threads) {
+    const int panels = (rows + 15) / 16;
+    const int per = std::max(1, (panels + 4 * threads - 1) / (4 * threads));
+    return per * 16;
+}
+}  // namespace
+
 }  // namespace detail
+
+void set_f32_panels(bool on) { detail::g_f32_panels.store(on, std::memory_order_relaxed); }
+bool f32_panels() { return detail::g_f32_panels.load(std::memory_order_relaxed); }
+
+size_t f32_panel_bytes(const WeightView& W) {
+    if (!f32_panels() || (W.type != WType::F32 && W.type != WType::BF16) || W.rows <= 0 || W.cols <= 0) return 0;
+    const size_t panels = (static_cast<size_t>(W.rows) + 15) / 16;
+    return panels * 16 * static_cast<size_t>(W.cols) * (W.type == WType::BF16 ? 2 : 4);
+}
+
+namespace {
+template <typename E>
+void pack_float_panels(const E* src, int rows, int cols, E* out) {
+    const size_t c = static_cast<size_t>(cols);
+    std::memset(out, 0, (static_cast<size_t>(rows) + 15) / 16 * 16 * c * sizeof(E));
+    for (int r = 0; r < rows; ++r) {
+        const E* s = src + static_cast<size_t>(r) * c;
+        E* d = out + static_cast<size_t>(r / 16) * c * 16 + r % 16;
+        for (size_t k = 0; k < c; ++k) d[k * 16] = s[k];
+    }
+}
+}  // namespace
+
+void f32_pack_panels(const WeightView& W, uint8_t* out) {
+    if (W.type == WType::BF16) {
+        pack_float_panels(reinterpret_cast<const uint16_t*>(W.data), W.rows, W.cols, reinterpret_cast<uint16_t*>(out));
+    } else {
+        pack_float_panels(reinterpret_cast<const float*>(W.data), W.rows, W.cols, reinterpret_cast<float*>(out));
+    }
+}
+
+void matmul_f32_panel_ref(const WeightView& W, const float* x, int n_tok, float* y) {
+    std::vector<float> w(static_cast<size_t>(W.cols));
+    for (int r = 0; r < W.rows; ++r) {
+        dequant_row(W, r, w.data());
+        for (int t = 0; t < n_tok; ++t) {
+            const float* xt = x + static_cast<size_t>(t) * W.cols;
+            float acc = 0.0f;
+            for (int c = 0; c < W.cols; ++c) acc = std::fma(w[c], xt[c], acc);
+            y[static_cast<size_t>(t) * W.rows + r] = acc;
+        }
+    }
+}
 
 void dequant_row(const WeightView& W, int row, float* out) {
     if (wtype_is_float(W.type)) {
@@ -213,6 +310,39 @@ void matmul(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool
     }
     if (W.type == WType::BF16 && detail::bf16_dot_usable()) {
         detail::matmul_bf16_dot(W, x, n_tok, y, pool);
+        return;
+    }
+    if (W.fpanels != nullptr && (W.type == WType::F32 || W.type == WType::BF16)) {
+        const detail::IsaTable& isa = detail::active_isa();
+        // The activations in the kernel's token tiles (cpu_internal.h), once per call for all
+        // threads: a tile's broadcasts of one column are then adjacent.
+        const int tt = detail::fpanel_token_tile(detail::active_simd());
+        thread_local std::vector<float> packed;
+        if (tt > 1 && n_tok > 1) {
+            const size_t cols = static_cast<size_t>(W.cols);
+            if (packed.size() < static_cast<size_t>(n_tok) * cols) packed.resize(static_cast<size_t>(n_tok) * cols);
+            for (int t = 0; t < n_tok; t += tt) {
+                const int T = std::min(tt, n_tok - t);
+                float* out = packed.data() + static_cast<size_t>(t) * cols;
+                const float* xt = x + static_cast<size_t>(t) * cols;
+                for (size_t k = 0; k < cols; ++k) {
+                    for (int j = 0; j < T; ++j) out[k * T + j] = xt[static_cast<size_t>(j) * cols + k];
+                }
+            }
+            x = packed.data();
+        }
+        const int threads = pool ? pool->size() : 1;
+        const double work = static_cast<double>(W.rows) * W.cols * n_tok;
+        if (threads == 1 || work < 64.0 * 1024 || W.rows <= 16) {
+            isa.matmul_rows_fpanels(W, x, n_tok, y, 0, W.rows);
+            return;
+        }
+        const int chunk = detail::rows_per_task_fpanels(W.rows, threads);
+        const int n_tasks = (W.rows + chunk - 1) / chunk;
+        pool->parallel_for(n_tasks, [&](int task) {
+            const int r0 = task * chunk;
+            isa.matmul_rows_fpanels(W, x, n_tok, y, r0, std::min(W.rows, r0 + chunk));
+        });
         return;
     }
     // The SIMD kernels work in 32-column blocks inside a group; any other group size (the loader

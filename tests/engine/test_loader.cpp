@@ -213,6 +213,20 @@ TEST_P(RoundTrip, ViewsDecodeToTheWrittenValues) {
         SCOPED_TRACE(name);
         EXPECT_GE(v.data, m->file.data());
         EXPECT_LT(v.data, m->file.data() + m->file.size());
+        // F32/BF16 matrices that matmul multiplies carry float panels (not vectors, not an untied
+        // embedding), packed from their values.
+        const size_t fb = (v.rows <= 1 || (name == "embed" && !m->hp.tie_embeddings)) ? 0 : kern::f32_panel_bytes(v);
+        if (fb == 0) {
+            EXPECT_EQ(v.fpanels, nullptr);
+        } else {
+            ASSERT_NE(v.fpanels, nullptr);
+            EXPECT_EQ(reinterpret_cast<uintptr_t>(v.fpanels) % 64, 0u);
+            EXPECT_GE(v.fpanels, m->panels.data());
+            EXPECT_LE(v.fpanels + fb, m->panels.data() + m->panels.size());
+            std::vector<uint8_t> want(fb);
+            kern::f32_pack_panels(v, want.data());
+            EXPECT_EQ(std::memcmp(want.data(), v.fpanels, fb), 0);
+        }
         const size_t pb = kern::i8_panel_bytes(v);
         if (pb == 0) {
             EXPECT_EQ(v.panels, nullptr);
@@ -227,6 +241,7 @@ TEST_P(RoundTrip, ViewsDecodeToTheWrittenValues) {
         EXPECT_EQ(std::memcmp(want.data(), v.panels, pb), 0);
     }
     EXPECT_EQ(m->loop[1].w_up.panels, m->find_tensor("loop.1.w_up")->panels);
+    EXPECT_EQ(m->loop[1].w_up.fpanels, m->find_tensor("loop.1.w_up")->fpanels);
     if (dtype == DType::Q8 || dtype == DType::Q4)
         std::printf("[ info ] %s: %zu bytes of row panels\n", dtype_name(dtype), m->panels.size());
 }

@@ -274,6 +274,96 @@ TEST(Ops, Bf16MatmulHasTheBitsOfTheWidenedF32Matrix) {
     std::printf("[ info ] %d bf16 matmul outputs equal the f32 ones of the widened weights bit for bit\n", checked);
 }
 
+// Float panels (kernels.h: f32_pack_panels; matmul.cpp, "Float panels"): the packed layout is
+// [panel][column][16 rows] with zero padding; every output of the panel kernel equals
+// matmul_f32_panel_ref (one fma chain over the columns in order) bit for bit at every level, for
+// 1..70 tokens, 1..3 threads and partial panels; a bf16 matrix gives the bits of its widened f32
+// matrix; and a prompt in one call gives the rows of one token per call.
+TEST(Ops, FloatPanelsFollowTheirReferenceBitForBit) {
+    TL_SEED_TRACE;
+    Levels lv;
+    Rng rng(36);
+    ThreadPool pool2(2), pool3(3);
+    struct Switch {  // on for the test whatever TINYLOOP_F32_PANELS says; restored after
+        bool was = f32_panels();
+        Switch() { set_f32_panels(true); }
+        ~Switch() { set_f32_panels(was); }
+    } on;
+    const std::vector<int> counts = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 23, 24, 25, 36, 70};
+    const int n_max = 70;
+    int checked = 0, differs_from_rows = 0;
+    for (int cols : {1, 37, 512}) {
+        for (int rows : {1, 17, 33, 70}) {
+            const Weights b(WType::BF16, rows, cols, 32, rng);
+            const Weights f(WType::F32, rows, cols, 32, rng);
+            std::vector<float> widened(static_cast<size_t>(rows) * cols);
+            for (int r = 0; r < rows; ++r)
+                for (int c = 0; c < cols; ++c) widened[static_cast<size_t>(r) * cols + c] = b.at(r, c);
+            WeightView wv;
+            wv.type = WType::F32;
+            wv.rows = rows;
+            wv.cols = cols;
+            wv.data = reinterpret_cast<const uint8_t*>(widened.data());
+            auto x = rng.normals(static_cast<size_t>(n_max) * cols);
+            for (int c = 0; c < cols; c += 5) x[static_cast<size_t>(3) * cols + c] *= 1e4f;  // token 3: large terms
+            const WeightView fv = f.view(), bv = b.view();
+            for (const WeightView* src : {&fv, &bv, static_cast<const WeightView*>(&wv)}) {
+                const char* what = src == &wv ? "widened bf16 as f32" : type_name(src->type);
+                SCOPED_TRACE(std::string(what) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+                // Exactly the panels' bytes: a read past them is an error under ASan.
+                std::vector<uint8_t> pk(f32_panel_bytes(*src));
+                ASSERT_EQ(pk.size(), static_cast<size_t>((rows + 15) / 16) * 16 * cols *
+                                         (src->type == WType::BF16 ? 2 : 4));
+                f32_pack_panels(*src, pk.data());
+                const size_t es = src->type == WType::BF16 ? 2 : 4;
+                for (int r = 0; r < (rows + 15) / 16 * 16; ++r) {  // the layout, padding zero
+                    for (int c = 0; c < cols; c += 1 + cols / 7) {
+                        const uint8_t* got = pk.data() + ((static_cast<size_t>(r / 16) * cols + c) * 16 + r % 16) * es;
+                        const uint8_t zeros[4] = {0, 0, 0, 0};
+                        const uint8_t* want = r < rows ? src->data + (static_cast<size_t>(r) * cols + c) * es : zeros;
+                        ASSERT_EQ(std::memcmp(got, want, es), 0) << "row " << r << " col " << c;
+                    }
+                }
+                WeightView pv = *src;
+                pv.fpanels = pk.data();
+                std::vector<float> ref(static_cast<size_t>(n_max) * rows, kNaN);
+                matmul_f32_panel_ref(*src, x.data(), n_max, ref.data());
+                if (src == &wv) {  // bf16 == f32 of the widened values, reference and kernel alike
+                    std::vector<float> refb(ref.size(), kNaN);
+                    matmul_f32_panel_ref(bv, x.data(), n_max, refb.data());
+                    ASSERT_TRUE(bits_equal(ref.data(), refb.data(), ref.size()));
+                }
+                for (const auto& level : lv.list) {
+                    ASSERT_TRUE(force_simd_level(level.c_str()));
+                    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+                        SCOPED_TRACE(level + " threads " + std::to_string(p ? p->size() : 1));
+                        for (int n : counts) {
+                            const auto y = run_matmul(pv, x.data(), n, p);
+                            ASSERT_TRUE(bits_equal(y.data(), ref.data(), y.size())) << n << " tokens";
+                            checked += static_cast<int>(y.size());
+                        }
+                        // Decode: one token per call, the rows of the prompt's call.
+                        for (int t = 0; t < n_max; t += 7) {
+                            const auto y = run_matmul(pv, x.data() + static_cast<size_t>(t) * cols, 1, p);
+                            ASSERT_TRUE(bits_equal(y.data(), ref.data() + static_cast<size_t>(t) * rows, rows))
+                                << "token " << t << " alone";
+                        }
+                    }
+                }
+                // Evidence that the panels ran: the row-major kernels round differently somewhere.
+                const auto yr = run_matmul(*src, x.data(), n_max, nullptr);
+                if (!bits_equal(yr.data(), ref.data(), yr.size())) ++differs_from_rows;
+            }
+        }
+    }
+    EXPECT_GT(differs_from_rows, 0);
+    set_f32_panels(false);  // the switch: no panels to pack
+    EXPECT_EQ(f32_panel_bytes(Weights(WType::F32, 16, 32, 32, rng).view()), 0u);
+    set_f32_panels(true);
+    EXPECT_EQ(f32_panel_bytes(Weights(WType::F16, 16, 32, 32, rng).view()), 0u);  // F16 keeps the row kernels
+    std::printf("[ info ] %d float panel outputs equal their reference bit for bit\n", checked);
+}
+
 // Attention over many queries at once (a prompt: causal ranges, GQA, queries that share their
 // first row and some that do not, an empty range) gives every query the bits of a call with that
 // query alone, at every level and thread count: the several-query kernel (attend_multi) keeps

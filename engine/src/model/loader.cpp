@@ -132,19 +132,33 @@ private:
     uint64_t place(const json& t, const std::string& field, const char* key, uint64_t bytes);
     // The CPU int8 kernel's row panels for every Q8/Q4 matrix (kern::i8_pack_panels); none where
 // this CPU's kernels do not use them. Costs a second copy of those matrices' codes in memory
-// (as llama.cpp's repacked CPU buffers do) and a pass over them at load.
+// (as llama.cpp's repacked CPU buffers do) and a pass over them at load. Likewise the float
+// panels of every F32/BF16 matrix that matmul multiplies (kern::f32_pack_panels; none with
+// TINYLOOP_F32_PANELS=0): not the vectors (one row) and not an untied embedding (only looked up).
 void pack_panels(Model& m) {
+    const auto fbytes = [&](const std::string& name, const kern::WeightView& v) -> size_t {
+        if (v.rows <= 1 || (name == "embed" && !m.hp.tie_embeddings)) return 0;
+        return kern::f32_panel_bytes(v);
+    };
     size_t total = 0;
-    for (const auto& nv : m.views) total += (kern::i8_panel_bytes(nv.second) + 63) / 64 * 64;
+    for (const auto& nv : m.views) {
+        total += (kern::i8_panel_bytes(nv.second) + 63) / 64 * 64;
+        total += (fbytes(nv.first, nv.second) + 63) / 64 * 64;
+    }
     if (total == 0) return;
     m.panels = AlignedBuffer(total);
     size_t at = 0;
     for (auto& nv : m.views) {
-        const size_t n = kern::i8_panel_bytes(nv.second);
-        if (n == 0) continue;
-        kern::i8_pack_panels(nv.second, m.panels.data() + at);
-        nv.second.panels = m.panels.data() + at;
-        at += (n + 63) / 64 * 64;
+        if (const size_t n = kern::i8_panel_bytes(nv.second); n != 0) {
+            kern::i8_pack_panels(nv.second, m.panels.data() + at);
+            nv.second.panels = m.panels.data() + at;
+            at += (n + 63) / 64 * 64;
+        }
+        if (const size_t n = fbytes(nv.first, nv.second); n != 0) {
+            kern::f32_pack_panels(nv.second, m.panels.data() + at);
+            nv.second.fpanels = m.panels.data() + at;
+            at += (n + 63) / 64 * 64;
+        }
     }
 }
 

@@ -54,7 +54,8 @@ struct Model {
 
     AlignedBuffer file;  // the file's bytes; every WeightView points into it
     // Q8/Q4 matrices repacked into row panels for the CPU's int8 kernel (kern::i8_pack_panels),
-    // built at load where this CPU uses them; WeightView::panels points into it.
+    // built at load where this CPU uses them; WeightView::panels points into it. Also the F32/BF16
+    // matrices in float panels (kern::f32_pack_panels) unless TINYLOOP_F32_PANELS=0; WeightView::fpanels.
     AlignedBuffer panels;
 
     kern::WeightView embed;      // [vocab, d]
