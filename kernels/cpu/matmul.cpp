@@ -260,6 +260,25 @@ void matmul_ref(const WeightView& W, const float* x, int n_tok, float* y) {
 namespace detail {
 namespace {
 
+// run(r0, r1) over rows [0, rows): on this thread when the call is small (one thread, under 64 Ki
+// multiply-adds, or rows <= small_rows), else on the pool in tasks of `chunk` rows. The one split
+// of the float, bf16-dot and float-panel kernels (each passes its own chunk and small_rows).
+template <class Run>
+void over_rows(ThreadPool* pool, const WeightView& W, int n_tok, int small_rows, int (*chunk_of)(int, int), Run run) {
+    const int threads = pool ? pool->size() : 1;
+    const double work = static_cast<double>(W.rows) * W.cols * n_tok;
+    if (threads == 1 || work < 64.0 * 1024 || W.rows <= small_rows) {
+        run(0, W.rows);
+        return;
+    }
+    const int chunk = chunk_of(W.rows, threads);
+    const int n_tasks = (W.rows + chunk - 1) / chunk;
+    pool->parallel_for(n_tasks, [&](int task) {
+        const int r0 = task * chunk;
+        run(r0, std::min(W.rows, r0 + chunk));
+    });
+}
+
 std::atomic<bool> g_bf16_dot{[] {
     const char* e = std::getenv("TINYLOOP_BF16_DOT");
     return e != nullptr && std::strcmp(e, "1") == 0;
@@ -273,19 +292,8 @@ void matmul_bf16_dot(const WeightView& W, const float* x, int n_tok, float* y, T
     if (xb.size() < n) xb.resize(n);
     for (size_t i = 0; i < n; ++i) xb[i] = f32_to_bf16(x[i]);
     g_bf16_dot_calls.fetch_add(1, std::memory_order_relaxed);
-    const int threads = pool ? pool->size() : 1;
-    const double work = static_cast<double>(W.rows) * W.cols * n_tok;
-    if (threads == 1 || work < 64.0 * 1024 || W.rows < 16) {
-        matmul_rows_bf16dot(W, xb.data(), n_tok, y, 0, W.rows);
-        return;
-    }
-    const int chunk = rows_per_task(W.rows, threads);
-    const int n_tasks = (W.rows + chunk - 1) / chunk;
     const uint16_t* xp = xb.data();
-    pool->parallel_for(n_tasks, [&](int task) {
-        const int r0 = task * chunk;
-        matmul_rows_bf16dot(W, xp, n_tok, y, r0, std::min(W.rows, r0 + chunk));
-    });
+    over_rows(pool, W, n_tok, 15, rows_per_task, [&](int r0, int r1) { matmul_rows_bf16dot(W, xp, n_tok, y, r0, r1); });
 }
 
 }  // namespace
@@ -331,18 +339,8 @@ void matmul(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool
             }
             x = packed.data();
         }
-        const int threads = pool ? pool->size() : 1;
-        const double work = static_cast<double>(W.rows) * W.cols * n_tok;
-        if (threads == 1 || work < 64.0 * 1024 || W.rows <= 16) {
-            isa.matmul_rows_fpanels(W, x, n_tok, y, 0, W.rows);
-            return;
-        }
-        const int chunk = detail::rows_per_task_fpanels(W.rows, threads);
-        const int n_tasks = (W.rows + chunk - 1) / chunk;
-        pool->parallel_for(n_tasks, [&](int task) {
-            const int r0 = task * chunk;
-            isa.matmul_rows_fpanels(W, x, n_tok, y, r0, std::min(W.rows, r0 + chunk));
-        });
+        detail::over_rows(pool, W, n_tok, 16, detail::rows_per_task_fpanels,
+                          [&](int r0, int r1) { isa.matmul_rows_fpanels(W, x, n_tok, y, r0, r1); });
         return;
     }
     // The SIMD kernels work in 32-column blocks inside a group; any other group size (the loader
@@ -364,18 +362,8 @@ void matmul(const WeightView& W, const float* x, int n_tok, float* y, ThreadPool
         xs = permuted.data();
     }
 
-    const int threads = pool ? pool->size() : 1;
-    const double work = static_cast<double>(W.rows) * W.cols * n_tok;
-    if (threads == 1 || work < 64.0 * 1024 || W.rows < 16) {
-        isa.matmul_rows(W, xs, n_tok, y, 0, W.rows);
-        return;
-    }
-    const int chunk = detail::rows_per_task(W.rows, threads);
-    const int n_tasks = (W.rows + chunk - 1) / chunk;
-    pool->parallel_for(n_tasks, [&](int task) {
-        const int r0 = task * chunk;
-        isa.matmul_rows(W, xs, n_tok, y, r0, std::min(W.rows, r0 + chunk));
-    });
+    detail::over_rows(pool, W, n_tok, 15, detail::rows_per_task,
+                      [&](int r0, int r1) { isa.matmul_rows(W, xs, n_tok, y, r0, r1); });
 }
 
 }  // namespace tinyloop::kern
