@@ -1,7 +1,8 @@
 // tinyloop bench MODEL --sweep 1,2,4,8 --forced-acceptance 0.5,0.7,0.9: what one weight sweep of
 // verification costs over K rows (measure_sweep_cost), and what chain speculation gains at a
-// forced acceptance rate (GenerateOptions::forced_draft), per thread count, side by side in one
-// run (bench's notes: the flags and fields).
+// forced acceptance rate (GenerateOptions::forced_draft) and, with --pipelined, what self-speculation
+// pipelined over depth gains at the same rates, per thread count, side by side in one run (bench's
+// notes: the flags and fields).
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -39,6 +40,7 @@ struct DecodeRun {
     double decode_ms = 0;
     int tokens = 0;  // emitted after the first
     int cycles = 0, drafted = 0, accepted = 0, rejected = 0;
+    int sweeps = 0;  // pipelined: the sweeps the wave ran
 };
 
 DecodeRun finish_run(const GenerateResult& r, int rejected) {
@@ -50,6 +52,7 @@ DecodeRun finish_run(const GenerateResult& r, int rejected) {
     d.drafted = r.stats.spec_drafted;
     d.accepted = r.stats.spec_accepted;
     d.rejected = rejected;
+    d.sweeps = r.stats.spec_sweeps;
     return d;
 }
 
@@ -80,6 +83,18 @@ DecodeRun run_forced(Model* m, const std::vector<int32_t>& prompt, int N, int L,
     return finish_run(r, rejected);
 }
 
+DecodeRun run_pipelined(Model* m, const std::vector<int32_t>& prompt, int N, int L, int D, const ForcedDraft& fd) {
+    SpeculativeConfig c;
+    c.max_tokens = N;
+    c.draft_loops = D;
+    c.verify_loops = L;
+    c.ignore_eos = true;
+    GenerateOptions o;
+    o.forced_draft = &fd;
+    const GenerateResult r = generate_pipelined_ex(m, prompt.data(), static_cast<int>(prompt.size()), c, o);
+    return finish_run(r, r.stats.spec_tested - r.stats.spec_accepted);
+}
+
 }  // namespace
 
 int run_bench_sweep(const Args& args) {
@@ -87,8 +102,9 @@ int run_bench_sweep(const Args& args) {
                           "--branches", "--batch", "--kv-cache", "--draft-model", "--gamma", "--no-machine"})
         if (args.has(f)) throw UsageError(std::string(f) + ": not used with --sweep / --forced-acceptance");
     const bool forced_mode = args.has("--forced-acceptance");
+    const bool pipelined = args.has("--pipelined");
     if (!forced_mode)
-        for (const char* f : {"--tokens", "--loops", "--draft-loops", "--draft-ahead"})
+        for (const char* f : {"--tokens", "--loops", "--draft-loops", "--draft-ahead", "--pipelined"})
             if (args.has(f)) throw UsageError(std::string(f) + ": only used with --forced-acceptance");
     const std::string model_path = args.single_positional("MODEL");
     std::vector<int> ks;
@@ -168,11 +184,16 @@ int run_bench_sweep(const Args& args) {
                 std::vector<ForcedDraft> fds;
                 for (size_t i = 0; i < rates.size(); ++i) fds.push_back({ref.output, rates[i], 1 + i});
                 run_forced(model.get(), prompt, std::min(N, 8), L, D, K, fds[0]);
-                std::vector<std::vector<DecodeRun>> runs(rates.size() + 1);
+                if (pipelined) run_pipelined(model.get(), prompt, std::min(N, 8), L, D, fds[0]);
+                // runs[0] plain, then chain at each rate, then (--pipelined) pipelined at each rate
+                const size_t R = rates.size();
+                std::vector<std::vector<DecodeRun>> runs(1 + R * (pipelined ? 2 : 1));
                 for (int r = 0; r < repeat; ++r) {
                     runs[0].push_back(run_plain(model.get(), prompt, N, L));
-                    for (size_t i = 0; i < rates.size(); ++i)
+                    for (size_t i = 0; i < R; ++i) {
                         runs[i + 1].push_back(run_forced(model.get(), prompt, N, L, D, K, fds[i]));
+                        if (pipelined) runs[1 + R + i].push_back(run_pipelined(model.get(), prompt, N, L, D, fds[i]));
+                    }
                 }
                 auto med_ms = [](const std::vector<DecodeRun>& v) {
                     std::vector<double> ms;
@@ -180,15 +201,18 @@ int run_bench_sweep(const Args& args) {
                     return median(ms);
                 };
                 const double plain_ms = med_ms(runs[0]);
-                for (size_t i = 0; i <= rates.size(); ++i) {
+                for (size_t i = 0; i < runs.size(); ++i) {
                     const DecodeRun& d = runs[i].front();  // the counters are the same every run (seeded)
+                    const bool wave = i > R;
                     bool same = true;
                     for (const auto& x : runs[i]) same = same && x.output == ref.output;
                     const double sweeps = i == 0 ? static_cast<double>(d.tokens) * L
+                                          : wave ? static_cast<double>(d.sweeps)
                                                  : static_cast<double>(D) * d.drafted + static_cast<double>(L - D) * d.cycles;
                     const double ms = med_ms(runs[i]);
                     nlohmann::json row = {{"threads", nthreads},
-                                          {"rate", i == 0 ? nlohmann::json(nullptr) : nlohmann::json(rates[i - 1])},
+                                          {"mode", i == 0 ? "plain" : wave ? "pipelined" : "chain"},
+                                          {"rate", i == 0 ? nlohmann::json(nullptr) : nlohmann::json(rates[(i - 1) % R])},
                                           {"acceptance", nullptr},
                                           {"tokens_per_cycle", nullptr},
                                           {"tokens_per_sweep", sweeps > 0 ? d.tokens / sweeps : 0.0},
@@ -198,7 +222,7 @@ int run_bench_sweep(const Args& args) {
                     if (i > 0) {
                         const int compared = d.accepted + d.rejected;
                         row["acceptance"] = compared > 0 ? static_cast<double>(d.accepted) / compared : 0.0;
-                        row["tokens_per_cycle"] = d.cycles > 0 ? static_cast<double>(d.tokens) / d.cycles : 0.0;
+                        if (!wave) row["tokens_per_cycle"] = d.cycles > 0 ? static_cast<double>(d.tokens) / d.cycles : 0.0;
                     }
                     forced_rows.push_back(row);
                 }
@@ -233,11 +257,11 @@ int run_bench_sweep(const Args& args) {
     }
     if (forced_mode) {
         if (!ks.empty()) std::printf("\n");
-        std::printf("forced acceptance: %s, chain speculation, draft %d of %d passes, %d drafted per cycle, "
+        std::printf("forced acceptance: %s, chain speculation%s, draft %d of %d passes, %d drafted per cycle, "
                     "%d greedy tokens after %d, median of %d (interleaved)\n",
-                    model_path.c_str(), D, L, K, N, P, repeat);
-        std::printf("%7s %6s %11s %10s %10s %10s %9s %5s\n", "threads", "rate", "acceptance", "tok/cycle", "tok/sweep",
-                    "decode ms", "speedup", "same");
+                    model_path.c_str(), pipelined ? " and pipelined" : "", D, L, K, N, P, repeat);
+        std::printf("%7s %9s %6s %11s %10s %10s %10s %9s %5s\n", "threads", "mode", "rate", "acceptance", "tok/cycle",
+                    "tok/sweep", "decode ms", "speedup", "same");
         for (const auto& r : forced_rows) {
             const bool plain = r["rate"].is_null();
             char rate[16], acc[16], tpc[16];
@@ -247,9 +271,11 @@ int run_bench_sweep(const Args& args) {
             std::snprintf(tpc, sizeof tpc, "%s", "-");
             if (!plain) {
                 std::snprintf(acc, sizeof acc, "%.3f", r["acceptance"].get<double>());
-                std::snprintf(tpc, sizeof tpc, "%.2f", r["tokens_per_cycle"].get<double>());
+                if (!r["tokens_per_cycle"].is_null())
+                    std::snprintf(tpc, sizeof tpc, "%.2f", r["tokens_per_cycle"].get<double>());
             }
-            std::printf("%7d %6s %11s %10s %10.3f %10.1f %8.2fx %5s\n", r["threads"].get<int>(), rate, acc, tpc,
+            std::printf("%7d %9s %6s %11s %10s %10.3f %10.1f %8.2fx %5s\n", r["threads"].get<int>(),
+                        r["mode"].get<std::string>().c_str(), rate, acc, tpc,
                         r["tokens_per_sweep"].get<double>(), r["decode_ms"].get<double>(),
                         r["speedup_vs_plain"].get<double>(), r["identical"].get<bool>() ? "yes" : "NO");
         }

@@ -88,6 +88,10 @@ CommandSpec bench_spec() {
          "chain speculation with the draft forced to agree with plain greedy at rate R (e.g.\n"
          "                              0.5,0.7,0.9): tokens per weight sweep, decode speedup over plain",
          "a list of numbers in [0, 1]", false, MO},
+        {"--pipelined", "",
+         "with --forced-acceptance: also self-speculation pipelined over depth at each rate (the\n"
+         "                              next token drafted while the current one runs its deeper passes)",
+         "", false, MO},
     };
     for (auto& o : common_options())
         if (o.name != "--threads") s.options.push_back(o);
@@ -119,10 +123,13 @@ CommandSpec bench_spec() {
         "median of R runs. Acceptance = accepted / (accepted + rejections), per compared token;\n"
         "weight sweeps = passes over the loop block, a batched pass over many rows counting once\n"
         "(plain: L per token; chain: D per drafted row + L - D per cycle; the head is not counted);\n"
-        "decode ms excludes the prompt and the first token. --json: model, loops, context_tokens,\n"
+        "decode ms excludes the prompt and the first token. --pipelined adds, after chain's rows,\n"
+        "pipelined speculation at each rate (generate_pipelined_ex; weight sweeps = the sweeps its\n"
+        "wave ran, all rows in flight counting once). --json: model, loops, context_tokens,\n"
         "tokens, draft_loops, draft_ahead, repeat, sweep[{threads, rows, pass_ms, pass_vs_first,\n"
         "pass_cpu_ms, pass_cpu_vs_first, head_ms, head_vs_first, pass_runs_ms}], forced[{threads,\n"
-        "rate (null: plain), acceptance, tokens_per_cycle, tokens_per_sweep, decode_ms,\n"
+        "mode (plain, chain, pipelined), rate (null: plain), acceptance, tokens_per_cycle (null:\n"
+        "pipelined), tokens_per_sweep, decode_ms,\n"
         "speedup_vs_plain, identical}].\n"
         "\n"
         "--random SPEC defaults: d_model=512, n_heads=8, d_ff=1408, vocab=4096, n_pre=2, n_loop=2,\n"

@@ -23,7 +23,7 @@ CommandSpec generate_spec() {
         "Generates a continuation of the prompt. Text streams to stdout as tokens arrive and ends\n"
         "with a newline; timing goes to stderr; --json prints one object instead.";
     const std::string P = "Prompt", D = "Decoding", S = "Stopping",
-                      SP = "Self-speculation (--mode speculative and --mode tree)",
+                      SP = "Self-speculation (--mode speculative, tree and pipelined)",
                       DM = "Draft-model speculation (greedy or sample)",
                       B = "Beam search (--mode beam)", E = "Early exit (adaptive loop depth)",
                       G = "Constrained decoding", O = "Output";
@@ -38,8 +38,8 @@ CommandSpec generate_spec() {
         {"--loops", "L", "loop depth, 1..max_loops (default: the model's default_loops)",
          "an integer in [1, max_loops]", false, D},
         {"--mode", "M",
-         "greedy|sample|speculative|tree|beam (default: by --temperature)",
-         "one of greedy, sample, speculative, tree, beam", false, D},
+         "greedy|sample|speculative|tree|pipelined|beam (default: by --temperature)",
+         "one of greedy, sample, speculative, tree, pipelined, beam", false, D},
         {"--temperature", "T",
          ">= 0; <= 0.01 is greedy (default 0; 0.8 with --mode sample)",
          "a number >= 0", false, D},
@@ -169,6 +169,10 @@ CommandSpec generate_spec() {
         "tree drafts --branches candidates per step, --draft-ahead steps deep, and verifies the\n"
         "whole tree in one forward; greedy only (exact greedy output at --verify-loops; to sample\n"
         "with self-speculation use --mode speculative --temperature T).\n"
+        "pipelined drafts the next token at --draft-loops while the current one runs its deeper\n"
+        "passes, all rows in flight sharing each sweep of the loop block's weights (a wavefront\n"
+        "over tokens and passes); greedy only (exact greedy output at --verify-loops); no\n"
+        "--draft-ahead (the depths decide how many tokens are in flight).\n"
         "--grammar FILE (GBNF: rule ::= ..., \"literals\", [classes], ( ), |, ?, *, +, start rule\n"
         "root) allows only tokens that keep the output inside the grammar; a malformed file is\n"
         "refused with FILE:LINE:COL; the stop reason GRAMMAR_DEAD_END means nothing was allowed.\n"
@@ -188,8 +192,8 @@ CommandSpec generate_spec() {
         "text, stats{prefill_ms, first_token_ms, decode_ms, total_ms, prompt_tokens,\n"
         "tokens_emitted, stop_reason, loops_used, decode_tokens_per_s, depth_per_token,\n"
         "kv_cache_bytes, spec_cycles, spec_drafted, spec_tested, spec_accepted, spec_accept_hist,\n"
-        "spec_acceptance_rate, spec_mean_accepted, draft_ms, verify_ms (zero when not\n"
-        "speculating)}, config (every GenerateConfig field by its engine name, as the engine's\n"
+        "spec_acceptance_rate, spec_mean_accepted, draft_ms, verify_ms, spec_sweeps (pipelined: the\n"
+        "sweeps of the loop block after the prompt) (zero when not speculating)}, config (every GenerateConfig field by its engine name, as the engine's\n"
         "JSON codec writes it, with the mode and the depth used), and with --events:\n"
         "events[{token, position, index, piece, depth, prob, lens?[{depth, top_ids, top_probs,\n"
         "p_emitted, entropy}], and for speculative modes cycle, drafted, accepted,\n"
@@ -309,9 +313,11 @@ void check_speculative_flags(const Args& args, const std::string& mode) {
                           "--typical-p", "--epsilon-cutoff", "--eta-cutoff", "--early-exit",
                           "--early-exit-patience", "--grammar"})
         if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode " + mode);
-    if (mode == "tree")
+    if (mode == "tree" || mode == "pipelined")
         for (const char* f : {"--top-k", "--top-p", "--seed"})
-            if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode tree (greedy only)");
+            if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode " + mode + " (greedy only)");
+    if (mode == "pipelined" && args.has("--draft-ahead"))
+        throw UsageError("--draft-ahead: not used by --mode pipelined (the depths decide the tokens in flight)");
     auto loops = loops_flag(args), verify = args.get_int("--verify-loops");
     if (loops && verify && *loops != *verify)
         throw UsageError("--loops " + std::to_string(*loops) + " and --verify-loops " +
@@ -328,6 +334,7 @@ RunSpec run_spec_of(const std::string& mode, const SpeculativeFlags& flags, cons
     rs.config = cfg;
     if (mode == "speculative") rs.mode = DecodeMode::Speculative;
     else if (mode == "tree") rs.mode = DecodeMode::Tree;
+    else if (mode == "pipelined") rs.mode = DecodeMode::Pipelined;
     else if (draft) rs.mode = DecodeMode::DraftModel;
     else rs.mode = config_mode(cfg);
     SpeculationPolicy& k = rs.speculation;
@@ -345,7 +352,8 @@ nlohmann::json speculation_echo(const RunSpec& rs, const std::optional<std::stri
     const SpeculationPolicy& k = rs.speculation;
     if (rs.mode == DecodeMode::DraftModel)
         return {{"draft_model", *draft_path}, {"gamma", k.gamma}, {"draft_loops", k.draft_loops}};
-    if (rs.mode != DecodeMode::Speculative && rs.mode != DecodeMode::Tree) return nlohmann::json::object();
+    if (!self_speculative(rs.mode)) return nlohmann::json::object();
+    if (rs.mode == DecodeMode::Pipelined) return {{"draft_loops", k.draft_loops}, {"verify_loops", k.verify_loops}};
     nlohmann::json echo = {{"draft_loops", k.draft_loops}, {"verify_loops", k.verify_loops}, {"draft_ahead", k.draft_ahead}};
     if (rs.mode == DecodeMode::Tree) echo["branches"] = k.branches;
     return echo;
@@ -436,7 +444,7 @@ GenerateConfig read_decoding_flags(const Args& args) {
 // The decoding mode and the flags only some modes take.
 struct ModeFlags {
     std::string mode;          // as given; "" without --mode
-    bool speculative = false;  // --mode speculative or --mode tree
+    bool speculative = false;  // --mode speculative, tree or pipelined
     SpeculativeFlags spec;
     std::optional<std::string> draft_path;  // --draft-model
     std::optional<int> gamma;
@@ -450,8 +458,8 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
     const std::string& mode = m.mode;
     if (args.has("--mode") && (mode.empty() || (mode != "greedy" && mode != "sample" &&
                                                 mode != "speculative" && mode != "tree" &&
-                                                mode != "beam")))
-        throw UsageError("--mode: expected one of greedy, sample, speculative, tree, beam, got '" +
+                                                mode != "pipelined" && mode != "beam")))
+        throw UsageError("--mode: expected one of greedy, sample, speculative, tree, pipelined, beam, got '" +
                          mode + "'");
     const std::optional<float> temperature = args.get_float("--temperature");
     const auto tstr = [&] { return *args.value("--temperature"); };
@@ -466,9 +474,9 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
                              " (use --mode greedy for argmax decoding)");
         cfg.temperature = temperature ? *temperature : mode_config(DecodeMode::Sample, cfg).temperature;
     } else if (temperature) {
-        if (mode == "tree" && *temperature > 0.01f)
-            throw UsageError("--temperature " + tstr() +
-                             ": --mode tree is greedy only; use --mode speculative to sample "
+        if ((mode == "tree" || mode == "pipelined") && *temperature > 0.01f)
+            throw UsageError("--temperature " + tstr() + ": --mode " + mode +
+                             " is greedy only; use --mode speculative to sample "
                              "with self-speculation");
         cfg.temperature = *temperature;
     }
@@ -485,7 +493,7 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
                          " is outside [1, 32] (tree: [1, 8])");
     if (m.spec.branches && *m.spec.branches < 1)
         throw UsageError("--branches: " + std::to_string(*m.spec.branches) + " is outside [1, 8]");
-    m.speculative = mode == "speculative" || mode == "tree";
+    m.speculative = mode == "speculative" || mode == "tree" || mode == "pipelined";
     if (m.speculative) check_speculative_flags(args, mode);
     m.draft_path = args.value("--draft-model");
     if (m.draft_path) {
@@ -498,7 +506,7 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
     if (m.gamma && !m.draft_path) throw UsageError("--gamma: only used with --draft-model");
     for (const char* f : {"--draft-loops", "--verify-loops", "--draft-ahead"})
         if (args.has(f) && !m.speculative && !(m.draft_path && std::string(f) == "--draft-loops"))
-            throw UsageError(std::string(f) + ": only used with --mode speculative or --mode tree" +
+            throw UsageError(std::string(f) + ": only used with --mode speculative, tree or pipelined" +
                              (m.draft_path ? "" : " (--draft-loops also with --draft-model)"));
     if (args.has("--branches") && mode != "tree")
         throw UsageError("--branches: only used with --mode tree");

@@ -438,7 +438,9 @@ std::string speculation_used_line(const ResolvedRun& run) {
     bool from_model = false;
     for (const auto& [key, from] : run.source) from_model |= key.rfind("speculation.", 0) == 0 && from == "model";
     std::string s = "speculation: draft " + std::to_string(k.draft_loops) + " -> verify " +
-                    std::to_string(k.verify_loops) + ", draft_ahead " + std::to_string(k.draft_ahead);
+                    std::to_string(k.verify_loops);
+    if (run.spec.mode == DecodeMode::Pipelined) s += ", pipelined";
+    else s += ", draft_ahead " + std::to_string(k.draft_ahead);
     if (k.kind == SpeculationKind::Tree) s += ", branches " + std::to_string(k.branches);
     return s + (from_model ? " (recommended by the model)" : "");
 }

@@ -68,7 +68,14 @@ void print_timing(const GenerateStats& st, const std::string& mode_used, bool sp
                      emitted.c_str(), st.decode_ms, st.decode_tokens_per_s(), st.total_ms,
                      stop_reason_name(st.stop_reason), st.loops_used, tail);
     }
-    if (speculating) {
+    if (speculating && mode_used == "pipelined") {
+        std::fprintf(stderr,
+                     "tinyloop: pipelined speculation, %s of the loop block, %d/%d drafted tokens accepted "
+                     "(%.1f%%), %.2f tokens per sweep\n",
+                     plural(st.spec_sweeps, "sweep").c_str(), st.spec_accepted, st.spec_tested,
+                     100.0 * st.spec_acceptance_rate(),
+                     st.spec_sweeps > 0 ? std::max(0, st.tokens_emitted - 1) / static_cast<double>(st.spec_sweeps) : 0.0);
+    } else if (speculating) {
         const std::string kind = mode_used == "tree" ? "tree speculation" : "speculative";
         std::fprintf(stderr,
                      "tinyloop: %s %s, %d/%d drafted tokens accepted (%.1f%%, %.2f per cycle), "

@@ -206,8 +206,9 @@ class Server:
         given = {k: sp[k] for k in ("verify_loops", "draft_loops", "draft_ahead") if sp.get(k)}
         if sp.get("K_branches"):
             given["branches"] = sp["K_branches"]
+        mode = {"tree": "tree", "pipelined": "pipelined"}.get(sp["mode"], "speculative")
         try:
-            run = tl.resolve_run(self.model, "tree" if sp["mode"] == "tree" else "speculative",
+            run = tl.resolve_run(self.model, mode,
                                  speculation=given, **({"loops": cfg["loops"]} if cfg.get("loops") else {}))
         except ValueError as exc:  # name the request's field: speculative.<knob> or loops
             msg = str(exc)
@@ -219,6 +220,9 @@ class Server:
         # The resolver has checked the depths' rules (verify in [2, max_loops], draft below verify:
         # the engine's check_speculation_depths), so the knobs are the run's as they are.
         knobs = run["speculation"]
+        if sp["mode"] == "pipelined":
+            return dict(max_tokens=cfg["max_tokens"], draft_loops=knobs["draft_loops"],
+                        verify_loops=knobs["verify_loops"], ignore_eos=cfg["ignore_eos"])
         kw = dict(max_tokens=cfg["max_tokens"], draft_loops=knobs["draft_loops"], verify_loops=knobs["verify_loops"],
                   draft_ahead=knobs["draft_ahead"], temperature=cfg["temperature"], ignore_eos=cfg["ignore_eos"])
         if sp["mode"] == "tree":
@@ -306,6 +310,9 @@ class Server:
             if req.grammar is not None:
                 kw["grammar"] = req.grammar
             return tl.generate_draft_speculative(self.model, self.draft, ids, stream=True, queue_size=8, **kw, **lens)
+        if req.speculative is not None and req.speculative["mode"] == "pipelined":
+            # greedy, no seed; no lens: logprobs are the emitted tokens' own probabilities
+            return tl.generate_pipelined(self.model, ids, stream=True, queue_size=8, **self.speculative_kw(req))
         if req.speculative is not None:
             kw = self.speculative_kw(req)
             kw["seed"] = seed

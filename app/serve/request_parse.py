@@ -526,7 +526,7 @@ def parse_hf_sampling(body: dict, cfg: dict, vocab_size: int) -> None:
 
 
 def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
-    """speculative {mode: chain|tree, draft_loops, verify_loops, draft_ahead, branches}: the
+    """speculative {mode: chain|tree|pipelined, draft_loops, verify_loops, draft_ahead, branches}: the
     engine's self-speculative decoding. verify_loops defaults to `loops` (or the model's default);
     draft_loops, draft_ahead and branches left out are None here and become the model's
     recommendation, else the engine's built-in defaults (Server.speculative_kw)."""
@@ -536,8 +536,8 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
     mode = sp.get("mode")
     if mode is None:
         mode = "tree" if ("branches" in sp or "K_branches" in sp) else "chain"
-    if mode not in ("chain", "tree", "draft"):
-        raise bad("speculative", "speculative.mode: %s is not one of chain, tree, draft" % json.dumps(mode))
+    if mode not in ("chain", "tree", "pipelined", "draft"):
+        raise bad("speculative", "speculative.mode: %s is not one of chain, tree, pipelined, draft" % json.dumps(mode))
     if mode == "draft":  # draft-model speculation takes the whole config; only its own knobs here
         for k in ("verify_loops", "draft_ahead", "branches", "K_branches"):
             if k in sp:
@@ -562,8 +562,14 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
     out = {"mode": mode}
     out["verify_loops"] = _int(sp, "verify_loops", None, 2, param="speculative.verify_loops")
     out["draft_loops"] = _int(sp, "draft_loops", None, 1, param="speculative.draft_loops")
-    out["draft_ahead"] = _int(sp, "draft_ahead", None, 1, 32 if mode == "chain" else 8,
-                              param="speculative.draft_ahead")
+    if mode == "pipelined":  # the depths decide the tokens in flight; greedy only
+        if "draft_ahead" in sp:
+            raise bad("speculative", "speculative.draft_ahead: not used by mode pipelined (draft_loops, verify_loops)")
+        if cfg["temperature"] > 0.01:
+            raise bad("temperature", "temperature: pipelined speculative decoding is greedy only (temperature 0)")
+    else:
+        out["draft_ahead"] = _int(sp, "draft_ahead", None, 1, 32 if mode == "chain" else 8,
+                                  param="speculative.draft_ahead")
     br = sp.get("branches", sp.get("K_branches"))
     if mode == "tree":
         out["K_branches"] = _int({"b": br}, "b", None, 1, 8, param="speculative.branches")

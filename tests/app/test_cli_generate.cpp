@@ -199,6 +199,10 @@ TEST_F(CliTest, BadValuesNameTheFlag) {
         {{"--mode", "tree", "--temperature", "0.8"}, "temperature"},
         {{"--mode", "tree", "--top-k", "5"}, "--top-k"},
         {{"--mode", "tree", "--branches", "0"}, "--branches"},
+        {{"--mode", "pipelined", "--temperature", "0.8"}, "temperature"},
+        {{"--mode", "pipelined", "--draft-ahead", "3"}, "--draft-ahead"},
+        {{"--mode", "pipelined", "--seed", "3"}, "--seed"},
+        {{"--mode", "pipelined", "--draft-loops", "4", "--verify-loops", "4"}, "draft_loops"},
         {{"--mode", "speculative", "--grammar", "x.gbnf"}, "--grammar"},
     };
     for (const auto& c : cases) {
@@ -429,6 +433,33 @@ TEST_F(CliTest, GreedyTreeSpeculationEqualsGreedyDecoding) {
 
     CliRun text = generate({"--max-tokens", "8", "--mode", "tree", "--loops", "4"});
     ASSERT_EQ(text.status, 0) << text.err;
+    EXPECT_NE(text.err.find("accepted"), std::string::npos) << text.err;
+}
+
+// --mode pipelined: the wave's tokens are plain greedy's; the echo names the mode and its depths,
+// the stats its sweeps, and without --json stderr says how many drafts were accepted.
+TEST_F(CliTest, PipelinedSpeculationEqualsGreedyDecoding) {
+    CliRun plain = generate({"--max-tokens", "20", "--loops", "4", "--ignore-eos", "--json"});
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    CliRun wave = generate({"--max-tokens", "20", "--mode", "pipelined", "--draft-loops", "1", "--verify-loops", "4",
+                            "--ignore-eos", "--events", "--json"});
+    ASSERT_EQ(wave.status, 0) << wave.err;
+    json p = parse_json(plain), j = parse_json(wave);
+    EXPECT_EQ(j["output_ids"], p["output_ids"]);
+    EXPECT_EQ(j["text"], p["text"]);
+    EXPECT_EQ(j["config"]["mode"], "pipelined");
+    EXPECT_EQ(j["config"]["draft_loops"], 1);
+    EXPECT_EQ(j["config"]["verify_loops"], 4);
+    EXPECT_FALSE(j["config"].contains("draft_ahead")) << j["config"].dump();
+    const int sweeps = j["stats"]["spec_sweeps"].get<int>(), accepted = j["stats"]["spec_accepted"].get<int>();
+    const int tested = j["stats"]["spec_tested"].get<int>();
+    EXPECT_EQ(tested, 18);  // rows at the prompt's end .. 18 later: each but the last had its draft compared
+    EXPECT_EQ(sweeps, 4 + accepted * 1 + (tested - accepted) * 4);
+    ASSERT_EQ(j["events"].size(), j["output_ids"].size());
+
+    CliRun text = generate({"--max-tokens", "8", "--mode", "pipelined", "--loops", "4"});
+    ASSERT_EQ(text.status, 0) << text.err;
+    EXPECT_NE(text.err.find("pipelined speculation"), std::string::npos) << text.err;
     EXPECT_NE(text.err.find("accepted"), std::string::npos) << text.err;
 }
 

@@ -78,6 +78,36 @@ TEST(CliSweep, SweepAndForcedAcceptanceInOneRun) {
     EXPECT_GT(f[3]["tokens_per_sweep"].get<double>(), f[0]["tokens_per_sweep"].get<double>());
 }
 
+// --pipelined: after chain's rows, the pipelined wave at each rate; its output is plain greedy's,
+// its acceptance the forced one, and at rate 1 it spends V sweeps on the first row and D = 1 on
+// every later token: 15 tokens after the first in 4 + 14 sweeps on the bundled model (L = 4).
+TEST(CliSweep, PipelinedRowsAfterChainsRows) {
+    const CliResult r = cli({"bench", kModel, "--forced-acceptance", "0,1", "--pipelined", "--tokens", "16",
+                             "--repeat", "1", "--threads", "1", "--json"});
+    ASSERT_EQ(r.status, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    const auto& f = j["forced"];
+    ASSERT_EQ(f.size(), 5u);  // plain, chain at 0 and 1, pipelined at 0 and 1
+    const int L = j["loops"].get<int>();
+    ASSERT_EQ(L, 4);
+    EXPECT_EQ(f[0]["mode"], "plain");
+    EXPECT_EQ(f[1]["mode"], "chain");
+    EXPECT_EQ(f[3]["mode"], "pipelined");
+    EXPECT_EQ(f[4]["mode"], "pipelined");
+    for (const auto& row : f) EXPECT_TRUE(row["identical"].get<bool>()) << row.dump();
+    EXPECT_DOUBLE_EQ(f[3]["acceptance"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(f[4]["acceptance"].get<double>(), 1.0);
+    EXPECT_TRUE(f[4]["tokens_per_cycle"].is_null());
+    EXPECT_DOUBLE_EQ(f[3]["tokens_per_sweep"].get<double>(), 1.0 / L);  // every draft rejected: plain's cost
+    EXPECT_DOUBLE_EQ(f[4]["tokens_per_sweep"].get<double>(), 15.0 / 18.0);
+    EXPECT_GT(f[4]["tokens_per_sweep"].get<double>(), f[2]["tokens_per_sweep"].get<double>());
+    // --pipelined belongs to --forced-acceptance
+    const CliResult bad = cli({"bench", kModel, "--sweep", "1", "--pipelined"});
+    EXPECT_EQ(bad.status, 2) << bad.out;
+    EXPECT_NE(bad.out.find("--pipelined"), std::string::npos) << bad.out;
+}
+
 TEST(CliSweep, BadValuesExitTwoNamingTheFlag) {
     const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
         {{"bench", kModel, "--sweep", "0"}, "--sweep"},

@@ -163,7 +163,7 @@ TEST(JsonCodec, RunSpecRoundTrips) {
     EXPECT_EQ(config_to_json(back.config), config_to_json(spec.config));
     EXPECT_EQ(speculation_to_json(back.speculation), speculation_to_json(spec.speculation));
     for (DecodeMode m : {DecodeMode::Greedy, DecodeMode::Sample, DecodeMode::EarlyExit, DecodeMode::Beam,
-                         DecodeMode::Speculative, DecodeMode::Tree, DecodeMode::DraftModel}) {
+                         DecodeMode::Speculative, DecodeMode::Tree, DecodeMode::DraftModel, DecodeMode::Pipelined}) {
         DecodeMode p;
         ASSERT_TRUE(parse_decode_mode(decode_mode_name(m), &p));
         EXPECT_EQ(p, m);

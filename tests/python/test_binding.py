@@ -395,6 +395,14 @@ def test_speculative_equals_greedy(model):
     sampled = tl.generate_speculative(model, PROMPT, verify_loops=4, temperature=0.8, seed=3, max_tokens=20)
     assert sampled["output_ids"] == tl.generate_speculative(model, PROMPT, verify_loops=4, temperature=0.8, seed=3,
                                                             max_tokens=20)["output_ids"]
+    # Pipelined over depth: plain greedy's tokens; the wave's sweeps in the stats, events streamed.
+    wave = tl.generate_pipelined(model, PROMPT, verify_loops=5, draft_loops=1, max_tokens=30)
+    assert wave["output_ids"] == want
+    assert wave["stats"]["spec_sweeps"] >= 5 and wave["stats"]["spec_tested"] >= wave["stats"]["spec_accepted"]
+    assert [e["token"] for e in tl.generate_pipelined(model, PROMPT, verify_loops=5, max_tokens=30, stream=True)] == want
+    assert tl.resolve_run(model, "pipelined")["speculation"]["verify_loops"] == run["verify_loops"]
+    with pytest.raises(ValueError, match="draft_loops"):
+        tl.generate_pipelined(model, PROMPT, verify_loops=3, draft_loops=3)
 
 
 def test_stub_and_docstrings_cover_the_module():

@@ -14,7 +14,7 @@ import tinyloop_py as tl
 from conftest import ROOT, run_cli
 
 MODELS = sorted(ROOT.glob("resources/models/*/model-q4.tinyloop"))  # q4: the smallest file
-MODES = ["greedy", "sample", "early-exit", "beam", "speculative", "tree"]
+MODES = ["greedy", "sample", "early-exit", "beam", "speculative", "tree", "pipelined"]
 
 
 def cli_flags(mode: str) -> list[str]:
@@ -30,9 +30,11 @@ def decided(mode: str, config: dict, speculation: dict) -> dict:
     if config["early_exit_patience"] > 0:
         for k in ("early_exit_criterion", "early_exit_threshold", "early_exit_min_L", "early_exit_peek_every"):
             out[k] = config[k]
-    if mode in ("speculative", "tree"):
-        for k in ("draft_loops", "verify_loops", "draft_ahead"):
+    if mode in ("speculative", "tree", "pipelined"):
+        for k in ("draft_loops", "verify_loops"):
             out[k] = speculation[k]
+    if mode in ("speculative", "tree"):
+        out["draft_ahead"] = speculation["draft_ahead"]
     if mode == "tree":
         out["branches"] = speculation["branches"]
     return out

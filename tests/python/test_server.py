@@ -349,11 +349,14 @@ def test_queue_full_answers_503(start_server):
 def test_speculative_matches_greedy(client, model):
     assert hasattr(tl, "generate_speculative")
     want = pieces_text(model, PROMPT, max_tokens=20, loops=5)
-    for sp in ({"draft_loops": 2, "draft_ahead": 3}, {"mode": "tree", "branches": 2, "draft_ahead": 2}):
+    for sp in ({"draft_loops": 2, "draft_ahead": 3}, {"mode": "tree", "branches": 2, "draft_ahead": 2},
+               {"mode": "pipelined", "draft_loops": 1}):
         j = post(client, prompt=PROMPT, max_tokens=20, temperature=0, loops=5, speculative=sp).json()
         assert j["choices"][0]["text"] == want, sp
         st = j["tinyloop_stats"][0]
         assert st["spec_cycles"] > 0 and st["spec_tested"] >= st["spec_accepted"]
+        if sp.get("mode") == "pipelined":
+            assert st["spec_sweeps"] > 0, st
         with client.stream("POST", "/v1/completions", json=dict(prompt=PROMPT, max_tokens=20, temperature=0, loops=5,
                                                                  stream=True, speculative=sp)) as r:
             chunks = sse(r.iter_lines())
@@ -362,6 +365,8 @@ def test_speculative_matches_greedy(client, model):
                         ({"speculative": {"draft_loops": 5, "verify_loops": 4}}, "speculative.draft_loops"),
                         ({"speculative": {}, "loops": 1}, "speculative.verify_loops"),
                         ({"speculative": {"mode": "tree"}, "temperature": 0.5}, "temperature"),
+                        ({"speculative": {"mode": "pipelined"}, "temperature": 0.5}, "temperature"),
+                        ({"speculative": {"mode": "pipelined", "draft_ahead": 2}}, "speculative"),
                         ({"speculative": {}, "stop": "x"}, "stop"),
                         ({"speculative": {}, "typical_p": 0.5}, "typical_p"),
                         ({"speculative": {"bogus": 1}}, "speculative")]:

@@ -168,7 +168,7 @@ private slots:
             QVERIFY2(e->toolTip().contains(QString(f.tooltip).left(20).toHtmlEscaped()), f.key);
         }
         QVERIFY(p.editor("temperature")->toolTip().contains("means greedy argmax"));
-        QCOMPARE(p.modeSelector()->count(), 6);
+        QCOMPARE(p.modeSelector()->count(), 7);
     }
 
     void refusesOutOfRangeInPlace() {

@@ -38,8 +38,9 @@ json decided(const json& config, DecodeMode mode) {
     if (config.at("early_exit_patience").get<int>() > 0)
         for (const char* k : {"early_exit_criterion", "early_exit_threshold", "early_exit_min_L", "early_exit_peek_every"})
             out[k] = config.at(k);
-    if (mode == DecodeMode::Speculative || mode == DecodeMode::Tree)
-        for (const char* k : {"draft_loops", "verify_loops", "draft_ahead"}) out[k] = config.at(k);
+    if (tinyloop::self_speculative(mode))
+        for (const char* k : {"draft_loops", "verify_loops"}) out[k] = config.at(k);
+    if (mode == DecodeMode::Speculative || mode == DecodeMode::Tree) out["draft_ahead"] = config.at("draft_ahead");
     if (mode == DecodeMode::Tree) out["branches"] = config.at("branches");
     return out;
 }

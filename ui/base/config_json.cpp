@@ -19,7 +19,7 @@ using tinyloop::GenerateConfig;
 const std::vector<DecodeMode>& allModes() {
     static const std::vector<DecodeMode> v = {DecodeMode::Greedy, DecodeMode::Sample,
                                               DecodeMode::Speculative, DecodeMode::Tree,
-                                              DecodeMode::Beam, DecodeMode::EarlyExit};
+                                              DecodeMode::Pipelined, DecodeMode::Beam, DecodeMode::EarlyExit};
     return v;
 }
 
@@ -34,6 +34,7 @@ const char* modeLabel(DecodeMode m) {
     case DecodeMode::Beam: return "Beam search";
     case DecodeMode::EarlyExit: return "Early exit";
     case DecodeMode::DraftModel: return "Draft model";
+    case DecodeMode::Pipelined: return "Speculative (pipelined)";
     }
     return "Greedy";
 }

@@ -226,6 +226,11 @@ const GlossaryEntry kEntries[] = {
      "draft (the drafts after it are built on a wrong token and count as tested but rejected), and "
      "the draft reads keys and values from shallow passes. 'Replayed' runs the chain rule on the "
      "map: close to measured means the chain rule explains the gap."},
+    {"pipelined speculation", {"speculative (pipelined)", "pipelined", "wavefront"},
+     "Self-speculation pipelined over depth: while a token runs its deeper passes, the next token "
+     "drafted from its shallow pass already starts, and every token in flight is computed in the "
+     "same sweep of the shared block's weights. A token whose draft was right costs draft_loops "
+     "sweeps instead of the full depth; a wrong one starts over. The text is plain greedy's."},
     {"prefill", {"prompt processing"},
      "Reading the whole prompt in one go before the first new token. Measured in milliseconds."},
     {"prefix cache", {"prefix", "cached prefix"},

@@ -57,7 +57,7 @@ Preset presetFromJson(const json& j, const ConfigLimits& lim) {
             p.description = QString::fromStdString(v.get<std::string>());
         } else if (k == "mode") {
             if (!v.is_string() || !parseMode(v.get<std::string>(), &p.mode))
-                throw ConfigError("mode", "expected one of greedy, sample, speculative, tree, beam, early-exit");
+                throw ConfigError("mode", "expected one of greedy, sample, speculative, tree, pipelined, beam, early-exit");
         } else if (k == "config") {
             p.config = configFromJson(v, lim, "config.");
             for (auto f = v.begin(); f != v.end(); ++f) p.namedKeys << QString::fromStdString(f.key());

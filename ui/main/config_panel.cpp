@@ -189,7 +189,7 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
         emit changed();
     });
     connect(m_mode, &QComboBox::currentIndexChanged, this, [this](int) {
-        m_specBox->setEnabled(mode() == DecodeMode::Speculative || mode() == DecodeMode::Tree);
+        m_specBox->setEnabled(tinyloop::self_speculative(mode()));
         placeModeGroups();
         revalidate();
     });
@@ -210,7 +210,7 @@ bool ConfigPanel::eventFilter(QObject* watched, QEvent* e) {
 void ConfigPanel::placeModeGroups() {
     // The chosen mode's own group first (early exit, speculative / tree), then GenerateConfig, then
     // the other group; the panel scrolls back to the top, where the mode's switches now are.
-    const bool spec = mode() == DecodeMode::Speculative || mode() == DecodeMode::Tree;
+    const bool spec = tinyloop::self_speculative(mode());
     const bool ee = mode() == DecodeMode::EarlyExit;
     QList<QWidget*> order = {m_genBox, m_eeBox, m_specBox};
     if (ee) order = {m_eeBox, m_genBox, m_specBox};

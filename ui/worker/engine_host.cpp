@@ -189,7 +189,7 @@ void EngineHost::generate(const RunRequest& req) {
         spec.config = cfg;
         const tinyloop::ResolvedRun resolved = resolvedRun(model, spec);
         for (const std::string& line : resolved.messages) res.resolvedNotes << QString::fromStdString(line);
-        if (req.mode == DecodeMode::Speculative || req.mode == DecodeMode::Tree) {
+        if (tinyloop::self_speculative(req.mode)) {
             res.loops = resolved.spec.speculation.verify_loops;  // the depth the lens reads
             res.hasSpeculative = true;
         }

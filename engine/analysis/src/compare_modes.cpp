@@ -178,8 +178,7 @@ ModeRun run_mode(Model* model, const std::vector<int32_t>& prompt, const ModeSpe
     ModeRun run;
     run.spec = spec;
     const RunSpec& rs = spec.run;
-    run.speculative = rs.mode == DecodeMode::Speculative || rs.mode == DecodeMode::Tree ||
-                      rs.mode == DecodeMode::DraftModel;
+    run.speculative = self_speculative(rs.mode) || rs.mode == DecodeMode::DraftModel;
     if (!run.speculative) run.loops = tinyloop::resolve_loops(model_hparams(model), rs.config.loops);
     GenerateResult out = run_decode(model, prompt.data(), static_cast<int>(prompt.size()), rs, options);
     // Speculating, the depth is the verify depth the engine resolved and ran (loops_used), not a

@@ -23,13 +23,19 @@ namespace tinyloop {
 //                sampling); the config's other fields are unused
 //   Tree         generate_tree_speculative_ex (greedy only: temperature > 0.01 is NotSupported)
 //   DraftModel   draft_speculative_generate_ex with speculation.draft_model and gamma
+//   Pipelined    generate_pipelined_ex with the chain's knobs (draft and verify depth; greedy only:
+//                temperature > 0.01 is NotSupported): self-speculation pipelined over depth
 // A broken rule throws InvalidArgument naming the field ("beam_size: ...").
-enum class DecodeMode { Greedy, Sample, EarlyExit, Beam, Speculative, Tree, DraftModel };
-// "greedy", "sample", "early-exit", "beam", "speculative", "tree", "draft-model"
+enum class DecodeMode { Greedy, Sample, EarlyExit, Beam, Speculative, Tree, DraftModel, Pipelined };
+// "greedy", "sample", "early-exit", "beam", "speculative", "tree", "draft-model", "pipelined"
 const char* decode_mode_name(DecodeMode mode);
+// Whether the mode drafts from the model's own shallow passes (Speculative, Tree, Pipelined): the
+// modes whose knobs are draft and verify depth.
+bool self_speculative(DecodeMode mode);
 
 // Which self-speculation a run uses. In a RunSpec the mode decides (resolved_speculation sets
-// kind from it: Speculative -> Chain, Tree -> Tree, DraftModel -> DraftModel, else None).
+// kind from it: Speculative and Pipelined -> Chain, Tree -> Tree, DraftModel -> DraftModel, else
+// None).
 enum class SpeculationKind { None, Chain, Tree, DraftModel };
 // "none", "chain", "tree", "draft-model"
 const char* speculation_kind_name(SpeculationKind kind);

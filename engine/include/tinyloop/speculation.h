@@ -45,6 +45,18 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
 GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
                                             const TreeSpeculativeConfig& config,
                                             const GenerateOptions& options = {});
+// Self-speculation pipelined over depth (greedy only): a wavefront over (token, pass). The row
+// of the token at position q drafts the token at q + 1 from its lens at draft_loops; that row
+// starts one sweep later and then runs beside q's deeper passes, every sweep reading the loop
+// block's weights once for all rows in flight (at passes V, V - D, V - 2D, ...; V =
+// verify_loops, D = draft_loops). A token is emitted when its row reaches V, from V's logits; a
+// rejected draft's rows are dropped and the verifier's token starts over. Output equals plain
+// greedy decoding at verify_loops; at full acceptance a token costs D sweeps instead of V.
+// draft_ahead is unused (the depths decide the rows in flight); temperature > 0 and
+// GenerateOptions.lens are NotSupported. Stats: spec_sweeps (sweeps after the prefill),
+// spec_tested / spec_accepted (drafts compared / accepted), one cycle per compared draft.
+GenerateResult generate_pipelined_ex(Model* model, const int32_t* prompt, int prompt_len,
+                                     const SpeculativeConfig& config, const GenerateOptions& options = {});
 std::vector<int32_t> generate_speculative(Model* model, const int32_t* prompt, int prompt_len,
                                           const SpeculativeConfig& config);
 std::vector<int32_t> generate_tree_speculative(Model* model, const int32_t* prompt, int prompt_len,

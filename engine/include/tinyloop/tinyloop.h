@@ -221,6 +221,7 @@ struct GenerateStats {
     int spec_accepted = 0;             // drafted tokens accepted
     std::vector<int> spec_accept_hist; // [k] = cycles that accepted k drafted tokens
     double draft_ms = 0;               // time drafting
+    int spec_sweeps = 0;               // pipelined speculation: sweeps of the loop block after the prefill
     double verify_ms = 0;              // time verifying
     size_t kv_cache_bytes = 0;         // bytes the call's KV cache held (batch engine: its pages)
     double spec_acceptance_rate() const { return spec_tested > 0 ? double(spec_accepted) / spec_tested : 0.0; }

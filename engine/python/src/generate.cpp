@@ -272,6 +272,15 @@ py::object tree_py(const PyModel& model, const py::object& prompt, int max_token
     return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, lens, lens_top_k, nullptr});
 }
 
+py::object pipelined_py(const PyModel& model, const py::object& prompt, int max_tokens, int draft_loops,
+                        int verify_loops, bool ignore_eos, bool stream, int queue_size, bool events) {
+    SpecCall c;
+    c.spec.mode = tl::DecodeMode::Pipelined;
+    c.spec.config = speculative_config(max_tokens, 0.0f, 0, ignore_eos);
+    c.spec.speculation = {.verify_loops = verify_loops, .draft_loops = draft_loops};
+    return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, false, 5, nullptr});
+}
+
 // Draft-model speculation: the target's GenerateConfig, the draft model and its knobs.
 py::object draft_py(const PyModel& model, const PyModel& draft, const py::object& prompt, const py::object& config,
                     int gamma, int draft_loops, bool stream, int queue_size, py::kwargs kw) {
@@ -404,6 +413,16 @@ void register_generate(py::module_& m) {
           "resolver's, as for generate_speculative. Greedy only (temperature > 0 is refused). Returns\n"
           "the generate() result dict, or a GenerationStream when stream=True.");
 
+    m.def("generate_pipelined", &pipelined_py, py::arg("model"), py::arg("prompt"), py::kw_only(),
+          py::arg("max_tokens") = 64, py::arg("draft_loops") = 0, py::arg("verify_loops") = 0,
+          py::arg("ignore_eos") = false, py::arg("stream") = false, py::arg("queue_size") = 16,
+          py::arg("events") = false,
+          "Self-speculation pipelined over depth (greedy): the next token is drafted at draft_loops\n"
+          "while the current one runs its deeper passes, every row in flight sharing each sweep of\n"
+          "the loop block's weights; a token is emitted when its row reaches verify_loops. Equals\n"
+          "plain greedy decoding at verify_loops. Knobs left at 0 are the engine's resolver's, as\n"
+          "for generate_speculative. Returns the generate() result dict (stats has spec_sweeps,\n"
+          "spec_tested, spec_accepted), or a GenerationStream when stream=True.");
     m.def("generate_draft_speculative", &draft_py, py::arg("model"), py::arg("draft"), py::arg("prompt"),
           py::arg("config") = py::none(), py::kw_only(), py::arg("gamma") = tl::kDraftModelGamma, py::arg("draft_loops") = 0,
           py::arg("stream") = false, py::arg("queue_size") = 16,

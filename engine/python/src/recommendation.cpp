@@ -49,8 +49,8 @@ py::dict resolve_speculation_py(const PyModel& model, const std::string& mode, i
     const SharedModel m = model.get();
     tl::RunSpec spec;
     if (!tl::parse_decode_mode(mode, &spec.mode) ||
-        (spec.mode != tl::DecodeMode::Speculative && spec.mode != tl::DecodeMode::Tree))
-        throw py::value_error("mode: '" + mode + "' is not one of chain, tree");
+        !tl::self_speculative(spec.mode))
+        throw py::value_error("mode: '" + mode + "' is not one of chain, tree, pipelined");
     spec.config.loops = loops;
     spec.speculation.verify_loops = verify_loops;
     spec.speculation.draft_loops = draft_loops;
@@ -70,7 +70,8 @@ py::dict resolve_run_py(const PyModel& model, const std::string& mode, const py:
     const SharedModel m = model.get();
     tl::RunSpec spec;
     if (!tl::parse_decode_mode(mode, &spec.mode))
-        throw py::value_error("mode: '" + mode + "' is not one of greedy, sample, early-exit, beam, speculative, tree");
+        throw py::value_error("mode: '" + mode +
+                              "' is not one of greedy, sample, early-exit, beam, speculative, tree, pipelined");
     if (spec.mode == tl::DecodeMode::DraftModel)
         throw py::value_error("mode: 'draft-model' needs a draft model: generate_draft() resolves its own");
     std::vector<std::string> user;

@@ -28,7 +28,6 @@ namespace tinyloop {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 int type_index(KVCacheType t) { return t == KVCacheType::Int8 ? 1 : 0; }
 

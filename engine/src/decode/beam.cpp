@@ -20,7 +20,6 @@ namespace beam {
 
 namespace {
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // x -= logsumexp(x), in place (a row that is all -inf stays so).

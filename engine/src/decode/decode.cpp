@@ -13,7 +13,6 @@ namespace tinyloop {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // KV provenance (GenerateOptions::kv_provenance): marked at each place decode writes the cache,
 // [layer][capacity] while decoding, trimmed to the positions the result holds at the end.

@@ -11,10 +11,6 @@ namespace tinyloop {
 
 namespace {
 
-double ms_since(TokenEmitter::Clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(TokenEmitter::Clock::now() - t).count();
-}
-
 // Whether the grammar's mask (none: everything) allows `id`.
 bool allowed_by(const std::vector<char>* mask, int32_t id) {
     return !mask || (static_cast<size_t>(id) < mask->size() && (*mask)[static_cast<size_t>(id)]);

@@ -19,6 +19,11 @@
 
 namespace tinyloop {
 
+// Milliseconds since t: every decode mode's timings (prefill, draft, verify, total).
+inline double ms_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
 struct GateTrace;
 
 // A result holding the prompt and nothing emitted yet (stop reason MAX_TOKENS until a rule says

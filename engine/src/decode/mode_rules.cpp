@@ -29,6 +29,7 @@ GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const 
         case DecodeMode::Speculative:
         case DecodeMode::Tree:
         case DecodeMode::DraftModel:
+        case DecodeMode::Pipelined:
             c.beam_size = 0;
             c.early_exit.patience = 0;
             break;
@@ -48,7 +49,7 @@ void check_speculation_depths(int draft_loops, int verify_loops, int max_loops) 
 }
 
 void validate_mode_speculation(const RunSpec& spec) {
-    if (spec.mode != DecodeMode::Speculative && spec.mode != DecodeMode::Tree) return;
+    if (!self_speculative(spec.mode)) return;
     const SpeculationPolicy& k = spec.speculation;
     const int verify = k.verify_loops > 0 ? k.verify_loops : spec.config.loops;
     // Only what is set: a verify depth or draft depth left at 0 is the resolver's to fill.

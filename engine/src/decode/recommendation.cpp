@@ -148,7 +148,7 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
         c.early_exit.logit_margin = 0.0f;
         out.source.emplace_back("early_exit_patience", "mode");
     }
-    if (mode == DecodeMode::Speculative || mode == DecodeMode::Tree || mode == DecodeMode::DraftModel) {
+    if (self_speculative(mode) || mode == DecodeMode::DraftModel) {
         spec.speculation = resolved_speculation(model, spec);
         ConfigLimits limits;
         limits.max_loops = hp.max_loops;

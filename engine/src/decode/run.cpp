@@ -34,14 +34,19 @@ const char* decode_mode_name(DecodeMode mode) {
         case DecodeMode::Speculative: return "speculative";
         case DecodeMode::Tree: return "tree";
         case DecodeMode::DraftModel: return "draft-model";
+        case DecodeMode::Pipelined: return "pipelined";
     }
     return "?";
+}
+
+bool self_speculative(DecodeMode mode) {
+    return mode == DecodeMode::Speculative || mode == DecodeMode::Tree || mode == DecodeMode::Pipelined;
 }
 
 SpeculationPolicy resolved_speculation(const Model* model, const RunSpec& spec) {
     const Model& m = checked(model);
     SpeculationPolicy k = spec.speculation;
-    k.kind = spec.mode == DecodeMode::Speculative ? SpeculationKind::Chain
+    k.kind = spec.mode == DecodeMode::Speculative || spec.mode == DecodeMode::Pipelined ? SpeculationKind::Chain
              : spec.mode == DecodeMode::Tree      ? SpeculationKind::Tree
              : spec.mode == DecodeMode::DraftModel ? SpeculationKind::DraftModel
                                                    : SpeculationKind::None;
@@ -82,13 +87,12 @@ GenerateResult run_decode(Model* model, const int32_t* prompt, int prompt_len, c
                           const GenerateOptions& options) {
     checked(model);
     GenerateConfig c = spec.config;
-    const bool one_output =
-        spec.mode == DecodeMode::Speculative || spec.mode == DecodeMode::Tree || spec.mode == DecodeMode::Greedy;
+    const bool one_output = self_speculative(spec.mode) || spec.mode == DecodeMode::Greedy;
     if (one_output && c.num_return_sequences > 1)
         bad("num_return_sequences: " + std::to_string(c.num_return_sequences) + " needs sample or beam mode (" +
             decode_mode_name(spec.mode) + " returns one output; use 1)");
     // Speculation keeps per-pass keys/values (its configs have no kv_sharing to drop it into).
-    if (!c.kv_sharing.exact() && (spec.mode == DecodeMode::Speculative || spec.mode == DecodeMode::Tree))
+    if (!c.kv_sharing.exact() && self_speculative(spec.mode))
         bad("kv_sharing: " + kv_sharing_name(c.kv_sharing) + " runs with plain decoding; mode " +
             decode_mode_name(spec.mode) + " keeps per-pass (use per-pass)");
     switch (spec.mode) {
@@ -115,6 +119,9 @@ GenerateResult run_decode(Model* model, const int32_t* prompt, int prompt_len, c
         case DecodeMode::Tree:
             return generate_tree_speculative_ex(model, prompt, prompt_len,
                                                 tree_config(c, resolved_speculation(model, spec)), options);
+        case DecodeMode::Pipelined:
+            return generate_pipelined_ex(model, prompt, prompt_len, chain_config(c, resolved_speculation(model, spec)),
+                                         options);
         case DecodeMode::DraftModel: {
             DraftSpeculativeConfig dc;
             dc.gamma = spec.speculation.gamma;

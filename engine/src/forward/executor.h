@@ -54,6 +54,7 @@ enum class ExecOp : int {
     StateInit,         // a seeded initial state
     ExitGate,          // the exit gate's per-pass probability
     KVSharing,         // kv_sharing other than per-pass (FORMAT.md §1c: the KV slot a pass reads and writes)
+    PipelinedSpeculation,  // self-speculation pipelined over depth (ExecSequence::run_wave)
     Count
 };
 const char* exec_op_name(ExecOp op);
@@ -123,6 +124,24 @@ struct PassRun {
     const RowLayout* layout = nullptr;
 };
 
+// One sweep of a wavefront (ExecSequence::run_wave, pipelined self-speculation): forward.h's
+// WaveRows on the back end (n rows at consecutive positions pos0.., row t running its one pass
+// pass[t], non-increasing; rows at pass 1 start from tokens[t]), states h and prelude outputs e
+// in host memory ([n, d], in place), then the head on rows heads[0 .. n_heads) (indices into the
+// rows, in that order; with a coda each row's readout runs first, writing its coda keys/values)
+// into logits ([n_heads, vocab], host memory).
+struct WaveRun {
+    const int32_t* tokens = nullptr;
+    const int* pass = nullptr;
+    int n = 0;
+    int pos0 = 0;
+    float* h = nullptr;
+    float* e = nullptr;
+    const int* heads = nullptr;
+    int n_heads = 0;
+    float* logits = nullptr;
+};
+
 // One row, one pass at a time (early exit asks its criterion between passes): the row's state is
 // held by the back end; state() brings it to host memory for the criterion.
 class ExecRow {
@@ -164,6 +183,8 @@ public:
     virtual void last_logits(float* out) = 0;
     // Passes first..last over rows (PassRun); the rows' readouts are then what logits() reads.
     virtual void run_passes(const PassRun& r);
+    // One sweep of a wavefront (WaveRun; ExecOp::PipelinedSpeculation).
+    virtual void run_wave(const WaveRun& r);
     // The logits of rows row0 .. row0+n-1 of the last run_passes/run ([n, vocab], host memory).
     virtual void logits(int row0, int n, float* out);
     // The sequence's one-row stepper (early exit); its finish() sets the last row.

@@ -38,6 +38,7 @@ const char* exec_op_name(ExecOp op) {
         case ExecOp::StateInit: return "a seeded state_init (FORMAT.md §1b)";
         case ExecOp::ExitGate: return "the exit gate (FORMAT.md §1b)";
         case ExecOp::KVSharing: return "kv_sharing other than per-pass (FORMAT.md §1c)";
+        case ExecOp::PipelinedSpeculation: return "pipelined self-speculation";
         case ExecOp::Count: break;
     }
     return "?";
@@ -119,6 +120,7 @@ namespace {
 }  // namespace
 void ExecSequence::run_passes(const PassRun&) { lacks("run_passes"); }
 void ExecSequence::logits(int, int, float*) { lacks("logits"); }
+void ExecSequence::run_wave(const WaveRun&) { lacks("run_wave"); }
 ExecRow& ExecSequence::row(int) { lacks("row"); }
 void ExecSequence::import_prefix(const ExecSequence&, int) { lacks("import_prefix"); }
 void ExecSequence::copy_position(int, int) { lacks("copy_position"); }
@@ -263,6 +265,25 @@ public:
     }
     void logits(int row0, int n, float* out) override {
         compute_logits(m_, st_.h.data() + static_cast<size_t>(row0) * m_.hp.d_model, n, out, st_.ws);
+    }
+    void run_wave(const WaveRun& r) override {
+        const int d = m_.hp.d_model;
+        Workspace& ws = st_.ws;
+        forward_wave(m_, st_.kv, ws, {.tokens = r.tokens, .pass = r.pass, .n = r.n, .pos0 = r.pos0,
+                                      .window = spec_.window, .x = r.h, .e = r.e});
+        if (r.n_heads == 0) return;
+        st_.h.resize(static_cast<size_t>(r.n_heads) * d);
+        for (int i = 0; i < r.n_heads; ++i) {
+            const int t = r.heads[i];
+            const float* src = r.h + static_cast<size_t>(t) * d;
+            if (m_.hp.n_coda_blocks > 0) {  // the row's coda readout, its rows set alone (§1b)
+                set_rows(ws, r.pos0 + t, 1, spec_.window);
+                src = readout_rows(m_, st_.kv, ws, src, 1, rbuf_);
+            }
+            std::copy(src, src + d, st_.h.begin() + static_cast<std::ptrdiff_t>(i) * d);
+        }
+        st_.last_row = r.n_heads - 1;
+        compute_logits(m_, st_.h.data(), r.n_heads, r.logits, ws);
     }
     std::unique_ptr<ExecSequence> fork() const override {
         // the cache and the last rows; the workspace is scratch, a fresh one serves

@@ -374,6 +374,89 @@ void run_pass(const Model& m, KVCache& kv, Workspace& ws, int pass, float* x, co
     end_pass(be, hp, w, s, x, n);
 }
 
+namespace {
+
+// The cache side of a wave's loop block (forward_wave): rows at different passes share the
+// block's weights, and row t's keys/values go to (and its query reads) the execution layer of its
+// own pass at the loop layer j the block runs. Runs of rows at one pass attend in one kernel call.
+class WaveCache final : public LayerCache {
+public:
+    WaveCache(const Model& m, KVCache& kv, Workspace& ws, const int* pass) : m_(m), kv_(kv), ws_(ws), pass_(pass) {}
+    void rope_store(int j, float* q, float* k, const float* v, int n) override {
+        const HParams& hp = m_.hp;
+        const size_t Hkv = static_cast<size_t>(hp.n_kv_heads) * hp.head_dim;
+        kern::rope(q, n, hp.n_heads, hp.head_dim, ws_.pos.data(), hp.rope_theta);
+        kern::rope(k, n, hp.n_kv_heads, hp.head_dim, ws_.pos.data(), hp.rope_theta);
+        for (int t = 0; t < n; ++t)
+            kv_.store(loop_layer_index(hp, pass_[t], j), ws_.row[t], k + static_cast<size_t>(t) * Hkv,
+                      v + static_cast<size_t>(t) * Hkv);
+    }
+    void attend(int j, const float* q, int n, float* out) override {
+        const HParams& hp = m_.hp;
+        const size_t H = static_cast<size_t>(hp.n_heads) * hp.head_dim;
+        for (int t0 = 0; t0 < n;) {
+            int t1 = t0 + 1;
+            while (t1 < n && pass_[t1] == pass_[t0]) ++t1;
+            kern::AttentionArgs at;
+            at.n_heads = hp.n_heads;
+            at.n_kv_heads = hp.n_kv_heads;
+            at.head_dim = hp.head_dim;
+            set_kv_source(at, kv_.own, static_cast<size_t>(loop_layer_index(hp, pass_[t0], j)) * kv_.capacity);
+            at.q = q + static_cast<size_t>(t0) * H;
+            at.n_tok = t1 - t0;
+            at.kv_begin = ws_.kv_begin.data() + t0;
+            at.kv_end = ws_.kv_end.data() + t0;
+            at.out = out + static_cast<size_t>(t0) * H;
+            kern::attention(at, m_.pool.get());
+            t0 = t1;
+        }
+    }
+
+private:
+    const Model& m_;
+    KVCache& kv_;
+    Workspace& ws_;
+    const int* pass_;
+};
+
+}  // namespace
+
+void forward_wave(const Model& m, KVCache& kv, Workspace& ws, const WaveRows& r) {
+    const HParams& hp = m.hp;
+    const int n = r.n, d = hp.d_model;
+    if (n < 1 || kv.paged() || kv.shared())
+        throw Error(ErrorCode::Internal, "forward_wave: rows over an exact per-pass cache of one sequence");
+    int fresh = n;  // rows [fresh, n) start at pass 1 (a suffix: passes are non-increasing)
+    for (int t = 0; t < n; ++t) {
+        if (r.pass[t] < 1 || (t > 0 && r.pass[t] > r.pass[t - 1]))
+            throw Error(ErrorCode::Internal, "forward_wave: passes must be >= 1 and non-increasing");
+        if (r.pass[t] == 1 && fresh == n) fresh = t;
+    }
+    ws.reserve(hp, n);
+    const bool inject = injects_input(hp);
+    if (fresh < n) {  // the new rows' embedding and prelude, their prelude outputs kept in e
+        set_rows(ws, r.pos0 + fresh, n - fresh, r.window);
+        run_prelude(m, kv, ws, r.tokens + fresh, n - fresh, r.x + static_cast<size_t>(fresh) * d,
+                    inject ? r.e + static_cast<size_t>(fresh) * d : nullptr);
+    }
+    set_rows(ws, r.pos0, n, r.window);
+    CpuOps be(m.pool.get());
+    WaveCache cache(m, kv, ws, r.pass);
+    const BlockScratch s = scratch_of(ws);
+    const LayerStack w = layers_of(m);
+    // begin_pass per run of rows that take the input alike (add: pass > 1 only; adapter: every pass)
+    for (int t0 = 0; t0 < n;) {
+        int t1 = t0 + 1;
+        while (t1 < n && (r.pass[t1] > 1) == (r.pass[t0] > 1)) ++t1;
+        const size_t off = static_cast<size_t>(t0) * d;
+        begin_pass(be, hp, w, s, r.x + off, inject ? r.e + off : nullptr, t1 - t0, r.pass[t0]);
+        t0 = t1;
+    }
+    int j = 0;
+    for (const LayerWeights& l : m.loop) block_forward(be, hp, l, cache, j++, s, r.x, n);
+    end_pass(be, hp, w, s, r.x, n);
+}
+
 const float* readout_rows(const Model& m, KVCache& kv, Workspace& ws, const float* h, int n, std::vector<float>& buf) {
     if (m.hp.n_coda_blocks == 0) return h;
     const size_t floats = static_cast<size_t>(n) * m.hp.d_model;

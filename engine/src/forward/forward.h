@@ -174,6 +174,24 @@ void run_pass(const Model& m, KVCache& kv, Workspace& ws, int pass, float* x, co
 void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const float* h_e, const float* input, int pos,
                             int e, int loops);
 
+// One sweep of a wavefront (pipelined self-speculation, speculation/pipelined.cpp): n rows at
+// consecutive positions pos0.., row t running the one pass pass[t] (pass[] >= 1, non-increasing
+// in t). The loop block's weights are read once for all of them while each row stores and attends
+// its own pass's keys and values. Rows at pass 1 start from tokens[t] (embedding, prelude; their
+// prelude outputs into e); the others from their state after their previous pass in x (and e).
+// x, e: [n, d], x in place (e unused without input injection). The cache must be one sequence's,
+// exact per pass (not paged, kv_sharing per-pass). The rows' readouts are not run here.
+struct WaveRows {
+    const int32_t* tokens = nullptr;
+    const int* pass = nullptr;
+    int n = 0;
+    int pos0 = 0;
+    int window = 0;
+    float* x = nullptr;
+    float* e = nullptr;
+};
+void forward_wave(const Model& m, KVCache& kv, Workspace& ws, const WaveRows& r);
+
 // The readout input of §1b for n rows whose positions and attention are set in ws (set_rows, or
 // a tree's rows): h itself without a coda; with one r = coda(RMSNorm(h, final_norm)) in `buf`
 // ([n, d]), the rows' coda keys and values written into kv (the last coda run of a row is what

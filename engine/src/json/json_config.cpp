@@ -475,7 +475,7 @@ SpeculationPolicy speculation_from_json(const json& j, const ConfigLimits& limit
 
 bool parse_decode_mode(const std::string& name, DecodeMode* out) {
     for (DecodeMode m : {DecodeMode::Greedy, DecodeMode::Sample, DecodeMode::EarlyExit, DecodeMode::Beam,
-                         DecodeMode::Speculative, DecodeMode::Tree, DecodeMode::DraftModel})
+                         DecodeMode::Speculative, DecodeMode::Tree, DecodeMode::DraftModel, DecodeMode::Pipelined})
         if (name == decode_mode_name(m)) {
             *out = m;
             return true;

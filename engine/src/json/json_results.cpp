@@ -82,6 +82,7 @@ json stats_to_json(const GenerateStats& s) {
         {"spec_mean_accepted", s.spec_mean_accepted()},
         {"draft_ms", s.draft_ms},
         {"verify_ms", s.verify_ms},
+        {"spec_sweeps", s.spec_sweeps},
     };
 }
 
@@ -104,6 +105,7 @@ GenerateStats stats_from_json(const json& j) {
     take(j, "spec_accept_hist", s.spec_accept_hist);
     take(j, "draft_ms", s.draft_ms);
     take(j, "verify_ms", s.verify_ms);
+    take(j, "spec_sweeps", s.spec_sweeps);
     take_stop_reason(j, s.stop_reason);
     return s;
 }

@@ -26,7 +26,6 @@ namespace tinyloop {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 [[noreturn]] void bad(const std::string& m) { throw Error(ErrorCode::InvalidArgument, m); }
 
