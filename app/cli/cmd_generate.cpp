@@ -313,7 +313,8 @@ void check_speculative_flags(const Args& args, const std::string& mode) {
                           "--typical-p", "--epsilon-cutoff", "--eta-cutoff", "--early-exit",
                           "--early-exit-patience", "--grammar"})
         if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode " + mode);
-    if (mode == "tree" || mode == "pipelined")
+    DecodeMode dm = DecodeMode::Greedy;
+    if (parse_decode_mode(mode, &dm) && greedy_only(dm))
         for (const char* f : {"--top-k", "--top-p", "--seed"})
             if (args.has(f)) throw UsageError(std::string(f) + ": not used by --mode " + mode + " (greedy only)");
     if (mode == "pipelined" && args.has("--draft-ahead"))
@@ -474,11 +475,7 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
                              " (use --mode greedy for argmax decoding)");
         cfg.temperature = temperature ? *temperature : mode_config(DecodeMode::Sample, cfg).temperature;
     } else if (temperature) {
-        if ((mode == "tree" || mode == "pipelined") && *temperature > 0.01f)
-            throw UsageError("--temperature " + tstr() + ": --mode " + mode +
-                             " is greedy only; use --mode speculative to sample "
-                             "with self-speculation");
-        cfg.temperature = *temperature;
+        cfg.temperature = *temperature;  // tree and pipelined refuse > 0.01 in the resolver (greedy_only)
     }
 
     // 0 is "the default" to the engine: given depths are >= 1 (--draft-loops 0 with

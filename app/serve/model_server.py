@@ -208,8 +208,8 @@ class Server:
             given["branches"] = sp["K_branches"]
         mode = {"tree": "tree", "pipelined": "pipelined"}.get(sp["mode"], "speculative")
         try:
-            run = tl.resolve_run(self.model, mode,
-                                 speculation=given, **({"loops": cfg["loops"]} if cfg.get("loops") else {}))
+            run = tl.resolve_run(self.model, mode, speculation=given, temperature=cfg["temperature"],
+                                 **({"loops": cfg["loops"]} if cfg.get("loops") else {}))
         except ValueError as exc:  # name the request's field: speculative.<knob> or loops
             msg = str(exc)
             head = msg.split(":", 1)[0].strip()

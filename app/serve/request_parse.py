@@ -562,19 +562,16 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
     out = {"mode": mode}
     out["verify_loops"] = _int(sp, "verify_loops", None, 2, param="speculative.verify_loops")
     out["draft_loops"] = _int(sp, "draft_loops", None, 1, param="speculative.draft_loops")
-    if mode == "pipelined":  # the depths decide the tokens in flight; greedy only
+    # tree and pipelined are greedy only: the engine's resolver refuses a temperature (Server.speculative_kw)
+    if mode == "pipelined":  # the depths decide the tokens in flight
         if "draft_ahead" in sp:
             raise bad("speculative", "speculative.draft_ahead: not used by mode pipelined (draft_loops, verify_loops)")
-        if cfg["temperature"] > 0.01:
-            raise bad("temperature", "temperature: pipelined speculative decoding is greedy only (temperature 0)")
     else:
         out["draft_ahead"] = _int(sp, "draft_ahead", None, 1, 32 if mode == "chain" else 8,
                                   param="speculative.draft_ahead")
     br = sp.get("branches", sp.get("K_branches"))
     if mode == "tree":
         out["K_branches"] = _int({"b": br}, "b", None, 1, 8, param="speculative.branches")
-        if cfg["temperature"] > 0.01:
-            raise bad("temperature", "temperature: tree speculative decoding is greedy only (temperature 0)")
     elif br is not None:
         raise bad("speculative", "speculative.branches: only with mode tree")
     return out

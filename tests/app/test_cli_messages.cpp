@@ -176,7 +176,8 @@ TEST_F(CliMessages, EveryRefusalHasOnePrefixAndExitStatusTwo) {
         EXPECT_NE(unknown.err.find(c), std::string::npos) << c << ": " << unknown.err;
     expect_refusal(run({"help", "nope"}), "tinyloop help", "depths, reuse");
     // Tree speculation is greedy only: the message names the mode that samples.
-    expect_refusal(generate({"--mode", "tree", "--temperature", "0.7"}), "tinyloop generate", "--mode speculative");
+    expect_refusal(generate({"--mode", "tree", "--temperature", "0.7"}), "tinyloop generate", "use speculative to sample");
+    expect_refusal(generate({"--mode", "pipelined", "--temperature", "0.7"}), "tinyloop generate", "pipelined is greedy only");
 }
 
 TEST_F(CliMessages, LoopsAndThreadsNameTheirRangeEverywhere) {

@@ -42,7 +42,7 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
     m_mode = new QComboBox;
     for (DecodeMode m : allModes()) m_mode->addItem(modeLabel(m), QString(modeName(m)));
     m_mode->setToolTip("Decode mode. Greedy and sampling use generate; early exit adapts the depth per "
-                       "token; speculative (chain, tree) drafts at draft_loops and verifies at "
+                       "token; speculative (chain, tree, pipelined) drafts at draft_loops and verifies at "
                        "verify_loops; beam search needs beam_size >= 2.");
     m_mode->setObjectName("mode");
     modeRow->addRow("mode", m_mode);
@@ -77,7 +77,7 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
     m_specBox->setToolTip("SpeculativeConfig, TreeSpeculativeConfig");
     auto* specForm = new QFormLayout(m_specBox);
     specForm->setRowWrapPolicy(QFormLayout::WrapLongRows);
-    auto* specNote = new QLabel("max_tokens, temperature (tree: 0 only), sample_seed, top_k, top_p and "
+    auto* specNote = new QLabel("max_tokens, temperature (tree, pipelined: 0 only), sample_seed, top_k, top_p and "
                                 "ignore_eos come from GenerateConfig above.");
     specNote->setWordWrap(true);
     specNote->setForegroundRole(QPalette::PlaceholderText);

@@ -32,9 +32,14 @@ inline constexpr int kBeamModeWidth = 4;
 //   Beam         beam_size kBeamModeWidth when < 2
 //   EarlyExit    early_exit_patience `rec`'s when it recommends a policy, else builtin_early_exit()'s,
 //                when < 1; beam_size 0
-//   Speculative, Tree, DraftModel   beam_size 0, early exit off
+//   Speculative, Tree, DraftModel, Pipelined   beam_size 0, early exit off
 // `rec` is the model's recommendation (model_recommendation; empty = none, as before a model is open).
 GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const Recommendation& rec = {});
+
+// Whether the mode decodes greedily only (Greedy, Tree, Pipelined): the resolver (resolve_run)
+// sets their temperature to 0 and refuses a user's temperature above 0.01, and a front end asks
+// here which sampling flags a mode leaves unused.
+bool greedy_only(DecodeMode mode);
 
 // The self-speculation depths' rule, the one place it is written: verify_loops in [2, max_loops],
 // then draft_loops in [1, verify_loops - 1]. Throws InvalidArgument "verify_loops: V is outside

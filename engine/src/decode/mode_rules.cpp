@@ -37,6 +37,10 @@ GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const 
     return c;
 }
 
+bool greedy_only(DecodeMode mode) {
+    return mode == DecodeMode::Greedy || mode == DecodeMode::Tree || mode == DecodeMode::Pipelined;
+}
+
 void check_speculation_depths(int draft_loops, int verify_loops, int max_loops) {
     if (verify_loops < 2 || (max_loops > 0 && verify_loops > max_loops))
         throw Error(ErrorCode::InvalidArgument,

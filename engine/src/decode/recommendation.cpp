@@ -111,12 +111,11 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
     if (c.loops == 0) c.loops = hp.default_loops;
     out.source.emplace_back("loops", mine("loops") && given.config.loops > 0 ? "user" : "model");
 
-    const bool greedy_only = mode == DecodeMode::Greedy || mode == DecodeMode::Tree;
-    if (greedy_only) {
+    if (greedy_only(mode)) {
         if (mine("temperature") && !(c.temperature >= 0.0f && c.temperature <= 0.01f))
             refuse("temperature: " + num(c.temperature) + " conflicts with mode " + mode_name + " (" + mode_name +
-                   (mode == DecodeMode::Tree ? " is greedy only; use speculative to sample with self-speculation)"
-                                             : " decoding is temperature 0)"));
+                   (mode != DecodeMode::Greedy ? " is greedy only; use speculative to sample with self-speculation)"
+                                               : " decoding is temperature 0)"));
         c.temperature = 0.0f;
         note("temperature", "mode");
     } else if (mode == DecodeMode::Sample) {
@@ -129,7 +128,7 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
         if (!mine("beam_size")) c.beam_size = kBeamModeWidth;
         if (c.beam_size < 2) refuse("beam_size: " + std::to_string(c.beam_size) + " is outside [2, 64] for mode beam");
         note("beam_size", "built-in");
-    } else if (c.beam_size != 0 && (greedy_only || mode == DecodeMode::Sample || mode == DecodeMode::EarlyExit)) {
+    } else if (c.beam_size != 0 && (greedy_only(mode) || mode == DecodeMode::Sample || mode == DecodeMode::EarlyExit)) {
         // run_decode's rule for these modes; the others leave it for the run to refuse
         c.beam_size = 0;
         note("beam_size", "mode");
