@@ -463,20 +463,20 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
         throw UsageError("--mode: expected one of greedy, sample, speculative, tree, pipelined, beam, got '" +
                          mode + "'");
     const std::optional<float> temperature = args.get_float("--temperature");
-    const auto tstr = [&] { return *args.value("--temperature"); };
-    if (mode == "greedy") {
-        if (temperature && *temperature > 0.01f)
-            throw UsageError("--mode greedy conflicts with --temperature " + tstr() +
-                             " (greedy decoding is temperature 0)");
-        cfg = mode_config(DecodeMode::Greedy, cfg);  // the engine's mode rule: temperature 0
-    } else if (mode == "sample") {
-        if (temperature && *temperature >= 0.0f && *temperature <= 0.01f)
-            throw UsageError("--mode sample needs --temperature > 0.01, got " + tstr() +
-                             " (use --mode greedy for argmax decoding)");
-        cfg.temperature = temperature ? *temperature : mode_config(DecodeMode::Sample, cfg).temperature;
-    } else if (temperature) {
-        cfg.temperature = *temperature;  // tree and pipelined refuse > 0.01 in the resolver (greedy_only)
+    // The mode's rules are the engine's: check_mode_temperature refuses a temperature the named
+    // mode does not take (greedy, tree and pipelined above 0.01, sample at or below it; the
+    // resolver applies the same function), mode_config gives the defaults.
+    DecodeMode named = DecodeMode::Greedy;
+    if (temperature && parse_decode_mode(mode, &named)) {
+        try {
+            check_mode_temperature(named, *temperature);
+        } catch (const Error& e) {
+            throw UsageError(std::string("--temperature: ") + e.what());
+        }
     }
+    if (mode == "greedy") cfg = mode_config(DecodeMode::Greedy, cfg);
+    if (temperature) cfg.temperature = *temperature;
+    else if (mode == "sample") cfg.temperature = mode_config(DecodeMode::Sample, cfg).temperature;
 
     // 0 is "the default" to the engine: given depths are >= 1 (--draft-loops 0 with
     // --draft-model is the draft's default_loops).

@@ -40,6 +40,10 @@ GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const 
 // sets their temperature to 0 and refuses a user's temperature above 0.01, and a front end asks
 // here which sampling flags a mode leaves unused.
 bool greedy_only(DecodeMode mode);
+// The temperature rule of a mode, the one place it is written: a greedy_only mode refuses a
+// temperature above 0.01, Sample one in [0, 0.01]. Throws InvalidArgument "temperature: ...". The
+// resolver calls it for a temperature the user set; the CLI for its --mode with --temperature.
+void check_mode_temperature(DecodeMode mode, float temperature);
 
 // The self-speculation depths' rule, the one place it is written: verify_loops in [2, max_loops],
 // then draft_loops in [1, verify_loops - 1]. Throws InvalidArgument "verify_loops: V is outside

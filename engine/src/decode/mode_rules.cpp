@@ -3,6 +3,10 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "tinyloop/json.h"
+
 namespace tinyloop {
 
 GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const Recommendation& rec) {
@@ -39,6 +43,20 @@ GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const 
 
 bool greedy_only(DecodeMode mode) {
     return mode == DecodeMode::Greedy || mode == DecodeMode::Tree || mode == DecodeMode::Pipelined;
+}
+
+void check_mode_temperature(DecodeMode mode, float t) {
+    const std::string name = decode_mode_name(mode);
+    const std::string num = nlohmann::json(json_float(t)).dump();
+    const bool argmax = t >= 0.0f && t <= 0.01f;
+    if (greedy_only(mode) && !argmax)
+        throw Error(ErrorCode::InvalidArgument,
+                    "temperature: " + num + " conflicts with mode " + name + " (" + name +
+                        (mode != DecodeMode::Greedy ? " is greedy only; use speculative to sample with self-speculation)"
+                                                    : " decoding is temperature 0)"));
+    if (mode == DecodeMode::Sample && argmax)
+        throw Error(ErrorCode::InvalidArgument,
+                    "temperature: " + num + " is outside (0.01, inf) for mode sample (use greedy for argmax)");
 }
 
 void check_speculation_depths(int draft_loops, int verify_loops, int max_loops) {

@@ -101,9 +101,7 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
         out.source.emplace_back(key, mine(key) ? "user" : decided);
     };
     auto refuse = [](const std::string& m) -> void { throw Error(ErrorCode::InvalidArgument, m); };
-    auto num = [](float x) { return nlohmann::json(json_float(x)).dump(); };
     const DecodeMode mode = spec.mode;
-    const char* mode_name = decode_mode_name(mode);
 
     if (c.loops < 0 || c.loops > hp.max_loops)
         refuse("loops: " + std::to_string(c.loops) + " is outside [1, " + std::to_string(hp.max_loops) +
@@ -111,17 +109,12 @@ ResolvedRun resolve_run(const Model* model, const RunSpec& given, const std::vec
     if (c.loops == 0) c.loops = hp.default_loops;
     out.source.emplace_back("loops", mine("loops") && given.config.loops > 0 ? "user" : "model");
 
+    if (mine("temperature")) check_mode_temperature(mode, c.temperature);
     if (greedy_only(mode)) {
-        if (mine("temperature") && !(c.temperature >= 0.0f && c.temperature <= 0.01f))
-            refuse("temperature: " + num(c.temperature) + " conflicts with mode " + mode_name + " (" + mode_name +
-                   (mode != DecodeMode::Greedy ? " is greedy only; use speculative to sample with self-speculation)"
-                                               : " decoding is temperature 0)"));
         c.temperature = 0.0f;
         note("temperature", "mode");
     } else if (mode == DecodeMode::Sample) {
         if (!mine("temperature")) c.temperature = kSampleModeTemperature;
-        else if (c.temperature >= 0.0f && c.temperature <= 0.01f)
-            refuse("temperature: " + num(c.temperature) + " is outside (0.01, inf) for mode sample (use greedy for argmax)");
         note("temperature", "built-in");
     }
     if (mode == DecodeMode::Beam) {
