@@ -336,6 +336,7 @@ RunSpec run_spec_of(const std::string& mode, const SpeculativeFlags& flags, cons
     if (mode == "speculative") rs.mode = DecodeMode::Speculative;
     else if (mode == "tree") rs.mode = DecodeMode::Tree;
     else if (mode == "pipelined") rs.mode = DecodeMode::Pipelined;
+    else if (mode == "beam") rs.mode = DecodeMode::Beam;  // the resolver refuses a beam_size below 2
     else if (draft) rs.mode = DecodeMode::DraftModel;
     else rs.mode = config_mode(cfg);
     SpeculationPolicy& k = rs.speculation;
@@ -513,12 +514,7 @@ ModeFlags read_mode_flags(const Args& args, GenerateConfig& cfg) {
             throw UsageError("--beam-size: only used with --mode beam, not --mode " + mode);
         cfg.beam_size = *v;
     }
-    if (mode == "beam") {
-        if (!args.has("--beam-size")) cfg.beam_size = mode_config(DecodeMode::Beam, cfg).beam_size;
-        if (cfg.beam_size < 2)
-            throw UsageError("--mode beam needs --beam-size >= 2, got " +
-                             std::to_string(cfg.beam_size));
-    }
+    if (mode == "beam" && !args.has("--beam-size")) cfg.beam_size = mode_config(DecodeMode::Beam, cfg).beam_size;
     if (auto v = args.get_float("--length-penalty")) {
         if (mode != "beam" && !args.has("--beam-size"))
             throw UsageError("--length-penalty: only used with --mode beam");
