@@ -86,6 +86,47 @@ private slots:
         delete worker;
     }
 
+    // The workbench's pipelined mode runs (its request asks for lens rows by default, which the
+    // wave does not report): the run finishes with plain greedy's tokens, the wave's sweeps in the
+    // stats, and the exact lens after it.
+    void pipelinedModeRunsInTheWorker() {
+        QThread thread;
+        auto* worker = new EngineHost;
+        worker->moveToThread(&thread);
+        thread.start();
+        bool loaded = false, lens = false;
+        std::vector<RunResult> results;
+        QString failure;
+        QObject ctx;
+        connect(worker, &EngineHost::modelLoaded, &ctx, [&](const ModelLoaded&) { loaded = true; }, Qt::QueuedConnection);
+        connect(worker, &EngineHost::runFinished, &ctx, [&](const RunResult& r) { results.push_back(r); },
+                Qt::QueuedConnection);
+        connect(worker, &EngineHost::runFailed, &ctx, [&](quint64, const QString& m) { failure = m; },
+                Qt::QueuedConnection);
+        connect(worker, &EngineHost::lensReady, &ctx, [&](const LensReady& l) { lens = l.id == 2; },
+                Qt::QueuedConnection);
+        QMetaObject::invokeMethod(worker, "loadModel", Qt::QueuedConnection, Q_ARG(QString, m_model));
+        QVERIFY(tltest::waitFor([&] { return loaded; }));
+        for (const auto mode : {tinyloop::DecodeMode::Greedy, tinyloop::DecodeMode::Pipelined}) {
+            RunRequest req;
+            req.id = mode == tinyloop::DecodeMode::Greedy ? 1 : 2;
+            req.mode = mode;
+            req.prompt = "In the beginning";
+            req.config.max_tokens = 16;
+            req.config.ignore_eos = true;
+            QMetaObject::invokeMethod(worker, "generate", Qt::QueuedConnection, Q_ARG(tlui::RunRequest, req));
+            QVERIFY(tltest::waitFor([&] { return !failure.isEmpty() || int(results.size()) == int(req.id); }));
+            QVERIFY2(failure.isEmpty(), qPrintable(failure));
+        }
+        QVERIFY(tltest::waitFor([&] { return lens; }));
+        QCOMPARE(results[1].tokens, results[0].tokens);
+        QVERIFY(results[1].stats.spec_sweeps > 0);
+        QCOMPARE(results[0].stats.spec_sweeps, 0);
+        thread.quit();
+        thread.wait();
+        delete worker;
+    }
+
     void aFailedExactLensIsReportedNotAwaitedForEver() {
         // the exact lens after a run can fail (here: top_k beyond score_logit_lens's 64); the
         // worker says so, with the engine's reason, so the window stops waiting for it

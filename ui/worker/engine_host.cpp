@@ -7,6 +7,7 @@
 
 #include <QFileInfo>
 #include <QThread>
+#include <tinyloop/mode_rules.h>
 
 namespace tlui {
 
@@ -162,7 +163,7 @@ void EngineHost::generate(const RunRequest& req) {
         auto lastReport = t0;
         int emitted = 0;
         tinyloop::GenerateOptions opts;
-        opts.lens = req.lens;
+        opts.lens = req.lens && tinyloop::mode_reports_lens(req.mode);  // else the exact lens after the run
         opts.lens_top_k = req.lensTopK;
         int lastCycle = -1;
         opts.observer = [&](const tinyloop::TokenEvent& ev) {

@@ -40,6 +40,11 @@ GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const 
 // sets their temperature to 0 and refuses a user's temperature above 0.01, and a front end asks
 // here which sampling flags a mode leaves unused.
 bool greedy_only(DecodeMode mode);
+// Whether the mode's decoder reports the per-token lens rows (GenerateOptions.lens): every mode
+// but Pipelined, whose wave refuses the option (a front end then leaves it off and reads the
+// exact lens after the run, score_logit_lens).
+bool mode_reports_lens(DecodeMode mode);
+
 // The temperature rule of a mode, the one place it is written: a greedy_only mode refuses a
 // temperature above 0.01, Sample one in [0, 0.01]. Throws InvalidArgument "temperature: ...". The
 // resolver calls it for a temperature the user set; the CLI for its --mode with --temperature.

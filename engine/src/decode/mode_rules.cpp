@@ -45,6 +45,8 @@ bool greedy_only(DecodeMode mode) {
     return mode == DecodeMode::Greedy || mode == DecodeMode::Tree || mode == DecodeMode::Pipelined;
 }
 
+bool mode_reports_lens(DecodeMode mode) { return mode != DecodeMode::Pipelined; }
+
 void check_mode_temperature(DecodeMode mode, float t) {
     const std::string name = decode_mode_name(mode);
     const std::string num = nlohmann::json(json_float(t)).dump();
