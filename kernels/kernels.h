@@ -157,9 +157,9 @@ bool int8_amx_active();
 // Float panels (matmul.cpp, "Float panels"): an F32 or BF16 matrix's values in panels of 16
 // rows, [panel][column][16 rows], in the stored type (the last panel zero-padded), so that one
 // AVX-512 lane holds one output row and a broadcast activation serves 16 rows. Where
-// W.fpanels is set, matmul computes every output as one fused-multiply-add chain over the
-// columns in order (matmul_f32_panel_ref), the same bits for any token count, thread count and
-// SIMD level. Bytes needed for W's panels; 0 when W is not F32/BF16 or the environment variable
+// W.fpanels is set, matmul computes every output as fused-multiply-add chains over blocks of
+// 128 columns in order, the blocks' sums added in order (matmul_f32_panel_ref), the same bits for
+// any token count, thread count and SIMD level. Bytes needed for W's panels; 0 when W is not F32/BF16 or the environment variable
 // TINYLOOP_F32_PANELS=0 was set at start-up (then matmul keeps the row-major kernels).
 size_t f32_panel_bytes(const WeightView& W);
 // Writes W's panels to out (f32_panel_bytes(W) bytes, or the same size computed with the

@@ -11,6 +11,12 @@
 
 #include "kernels/kernels.h"
 
+namespace tinyloop::kern {
+// Columns per block of a float-panel output's sum (matmul_fpanel_simd.h, matmul_f32_panel_ref):
+// each block one fma chain from 0, the blocks' sums added in order.
+constexpr int kFPanelBlock = 128;
+}  // namespace tinyloop::kern
+
 namespace tinyloop::kern::detail {
 
 enum class Simd : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };

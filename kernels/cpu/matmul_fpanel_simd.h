@@ -4,8 +4,9 @@
 // A panel is 16 output rows, stored [k][16]: one AVX-512 vector (two AVX2 vectors) holds the 16
 // rows' weights at column k, and lane l of an accumulator is output row 16 p + l. Per column k
 // the tile broadcasts x[t, k] of each of its T tokens and multiplies it by the vectors of its P
-// panels: P * T independent chains, each one output's fma chain over k in order. No horizontal
-// sum, no reordering: every output has the bits of matmul_f32_panel_ref for any P, T, row block
+// panels: P * T independent chains, each one output's fma chain over the block's k in order;
+// after each block of kFPanelBlock columns the tile adds its chains to the outputs' running sums
+// (tot), in block order. No horizontal sum, no reordering: every output has the bits of matmul_f32_panel_ref for any P, T, row block
 // or thread split, and at every SIMD level.
 #pragma once
 
@@ -47,23 +48,40 @@ void fpanel_tile(const WeightView& W, const float* xs, float* y, int p, int t) {
     const size_t pstride = static_cast<size_t>(cols) * 16;  // elements per panel
     const uint8_t* pan = W.fpanels;
     V::T acc[P][T][kPanelVecs];
-    for (int i = 0; i < P; ++i) {
-        for (int j = 0; j < T; ++j) {
-            for (int v = 0; v < kPanelVecs; ++v) acc[i][j][v] = V::zero();
+    alignas(64) float tot[P][T][16];  // the blocks' sums so far (kFPanelBlock columns each)
+    for (int k0 = 0; k0 < cols; k0 += kFPanelBlock) {
+        for (int i = 0; i < P; ++i) {
+            for (int j = 0; j < T; ++j) {
+                for (int v = 0; v < kPanelVecs; ++v) acc[i][j][v] = V::zero();
+            }
+        }
+        const int k1 = cols < k0 + kFPanelBlock ? cols : k0 + kFPanelBlock;
+        for (int k = k0; k < k1; ++k) {
+            V::T w[P][kPanelVecs];
+            for (int i = 0; i < P; ++i) {
+                for (int v = 0; v < kPanelVecs; ++v) {
+                    w[i][v] = load_panel<K>(pan, static_cast<size_t>(p + i) * pstride + static_cast<size_t>(k) * 16 + v * V::W);
+                }
+            }
+            for (int j = 0; j < T; ++j) {
+                const V::T xb = V::set1(xs[static_cast<size_t>(k) * T + j]);
+                for (int i = 0; i < P; ++i) {
+                    for (int v = 0; v < kPanelVecs; ++v) acc[i][j][v] = V::fma(w[i][v], xb, acc[i][j][v]);
+                }
+            }
+        }
+        for (int i = 0; i < P; ++i) {
+            for (int j = 0; j < T; ++j) {
+                for (int v = 0; v < kPanelVecs; ++v) {
+                    float* s = &tot[i][j][v * V::W];
+                    V::store(s, k0 == 0 ? acc[i][j][v] : V::add(V::load(s), acc[i][j][v]));
+                }
+            }
         }
     }
-    for (int k = 0; k < cols; ++k) {
-        V::T w[P][kPanelVecs];
-        for (int i = 0; i < P; ++i) {
-            for (int v = 0; v < kPanelVecs; ++v) {
-                w[i][v] = load_panel<K>(pan, static_cast<size_t>(p + i) * pstride + static_cast<size_t>(k) * 16 + v * V::W);
-            }
-        }
+    for (int i = 0; i < P; ++i) {
         for (int j = 0; j < T; ++j) {
-            const V::T xb = V::set1(xs[static_cast<size_t>(k) * T + j]);
-            for (int i = 0; i < P; ++i) {
-                for (int v = 0; v < kPanelVecs; ++v) acc[i][j][v] = V::fma(w[i][v], xb, acc[i][j][v]);
-            }
+            for (int v = 0; v < kPanelVecs; ++v) acc[i][j][v] = V::load(&tot[i][j][v * V::W]);
         }
     }
     for (int i = 0; i < P; ++i) {

@@ -276,7 +276,7 @@ TEST(Ops, Bf16MatmulHasTheBitsOfTheWidenedF32Matrix) {
 
 // Float panels (kernels.h: f32_pack_panels; matmul.cpp, "Float panels"): the packed layout is
 // [panel][column][16 rows] with zero padding; every output of the panel kernel equals
-// matmul_f32_panel_ref (one fma chain over the columns in order) bit for bit at every level, for
+// matmul_f32_panel_ref (fma chains over blocks of 128 columns) bit for bit at every level, for
 // 1..70 tokens, 1..3 threads and partial panels; a bf16 matrix gives the bits of its widened f32
 // matrix; and a prompt in one call gives the rows of one token per call.
 TEST(Ops, FloatPanelsFollowTheirReferenceBitForBit) {
@@ -292,7 +292,7 @@ TEST(Ops, FloatPanelsFollowTheirReferenceBitForBit) {
     const std::vector<int> counts = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 23, 24, 25, 36, 70};
     const int n_max = 70;
     int checked = 0, differs_from_rows = 0;
-    for (int cols : {1, 37, 512}) {
+    for (int cols : {1, 37, 300, 512}) {  // 300: two full blocks of 128 and a partial one
         for (int rows : {1, 17, 33, 70}) {
             const Weights b(WType::BF16, rows, cols, 32, rng);
             const Weights f(WType::F32, rows, cols, 32, rng);
@@ -362,6 +362,42 @@ TEST(Ops, FloatPanelsFollowTheirReferenceBitForBit) {
     set_f32_panels(true);
     EXPECT_EQ(f32_panel_bytes(Weights(WType::F16, 16, 32, 32, rng).view()), 0u);  // F16 keeps the row kernels
     std::printf("[ info ] %d float panel outputs equal their reference bit for bit\n", checked);
+}
+
+// The float panels' documented order (matmul.cpp, "Float panels"), written out here from the
+// documentation and not from the kernel: per output an fma chain from +0 over each block of 128
+// columns, the blocks' sums added in order. matmul_f32_panel_ref (which the kernels equal bit for
+// bit, above) must give exactly these bits; and the order matters: one chain over all columns
+// (the order before issue 36's fix) differs somewhere on these inputs.
+TEST(Ops, FloatPanelOrderIsChainsOverBlocksOf128Columns) {
+    TL_SEED_TRACE;
+    Rng rng(3605);
+    const int rows = 21, n_tok = 5;
+    int single_chain_differs = 0;
+    for (int cols : {1, 127, 128, 129, 300, 1000}) {
+        SCOPED_TRACE("cols " + std::to_string(cols));
+        const Weights f(WType::F32, rows, cols, 32, rng);
+        const auto x = rng.normals(static_cast<size_t>(n_tok) * cols);
+        std::vector<float> ref(static_cast<size_t>(n_tok) * rows, kNaN);
+        matmul_f32_panel_ref(f.view(), x.data(), n_tok, ref.data());
+        for (int t = 0; t < n_tok; ++t) {
+            const float* xt = x.data() + static_cast<size_t>(t) * cols;
+            for (int r = 0; r < rows; ++r) {
+                float tot = 0.0f, chain = 0.0f;
+                for (int b = 0; b < cols; b += 128) {
+                    float acc = 0.0f;
+                    for (int k = b; k < std::min(cols, b + 128); ++k) acc = std::fma(f.at(r, k), xt[k], acc);
+                    tot = b == 0 ? acc : tot + acc;
+                }
+                for (int k = 0; k < cols; ++k) chain = std::fma(f.at(r, k), xt[k], chain);
+                const float got = ref[static_cast<size_t>(t) * rows + r];
+                ASSERT_TRUE(bits_equal(&got, &tot, 1)) << "token " << t << " row " << r << ": " << got << " vs " << tot;
+                if (!bits_equal(&chain, &tot, 1)) ++single_chain_differs;
+            }
+        }
+    }
+    EXPECT_GT(single_chain_differs, 0);
+    std::printf("[ info ] %d of %d outputs differ from one chain over all columns\n", single_chain_differs, 6 * 21 * 5);
 }
 
 // Attention over many queries at once (a prompt: causal ranges, GQA, queries that share their
