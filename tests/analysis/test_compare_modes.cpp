@@ -38,13 +38,13 @@ TEST(CompareModes, ComparisonEqualsEachModeAlone) {
 
     const auto& hp = tinyloop::model_hparams(m_model);
     const std::vector<ModeSpec> modes = default_compare_modes(hp, 16);
-    EXPECT_EQ(modes.size(), size_t(7));
+    EXPECT_EQ(modes.size(), size_t(8));
     const std::string prompt = "And God said";
     int runs_done = 0;
     const CompareResult conc = run_comparison(m_model, prompt, modes, 1, true, 3);
     const CompareResult seq = run_comparison(m_model, prompt, modes, 1, false, 3, nullptr, [&](int) { ++runs_done; });
     EXPECT_TRUE(conc.concurrent && !seq.concurrent);
-    EXPECT_EQ(runs_done, 7 * 3);  // every mode, every repeat
+    EXPECT_EQ(runs_done, 8 * 3);  // every mode, every repeat
     for (const ModeRun& m : seq.runs) {
         EXPECT_EQ(m.time.samples.size(), size_t(3));  // each mode timed three times
         EXPECT_EQ(m.first_token.samples.size(), size_t(3));
@@ -73,10 +73,18 @@ TEST(CompareModes, ComparisonEqualsEachModeAlone) {
     EXPECT_EQ(conc.divergence[3], -1);
     EXPECT_EQ(conc.divergence[0], first_divergence(conc.runs[0].tokens, conc.runs[1].tokens));
     EXPECT_TRUE(conc.runs[2].speculative && conc.runs[2].stats.spec_tested > 0);
+    // Pipelined over depth (the chain's knobs): greedy's tokens at D, in weight sweeps that carry
+    // the next token's draft.
+    EXPECT_EQ(modes[4].run.mode, tinyloop::DecodeMode::Pipelined);
+    EXPECT_EQ(modes[4].label, "pipelined " + std::to_string(modes[2].run.speculation.draft_loops) + "->" + std::to_string(D));
+    EXPECT_EQ(conc.divergence[4], -1);
+    EXPECT_TRUE(conc.runs[4].speculative);
+    EXPECT_GT(conc.runs[4].stats.spec_sweeps, 0);
+    EXPECT_EQ(conc.runs[4].stats.tokens_emitted, conc.runs[1].stats.tokens_emitted);
     // Early exit (hidden-state change below 0.1 and 0.2) runs at most the depth D, and at the looser
     // threshold fewer passes (at D = 4 the bundled model's states change by more than 0.1 per pass).
-    EXPECT_LE(conc.runs[4].mean_depth(), D);
-    EXPECT_LT(conc.runs[5].mean_depth(), D);
+    EXPECT_LE(conc.runs[5].mean_depth(), D);
+    EXPECT_LT(conc.runs[6].mean_depth(), D);
     // Re-basing only recomputes the divergences.
     CompareResult r = conc;
     set_baseline(r, 0);
@@ -86,7 +94,8 @@ TEST(CompareModes, ComparisonEqualsEachModeAlone) {
     const nlohmann::json j = compare_to_json(conc);
     EXPECT_EQ(j["runs"].size(), modes.size());
     EXPECT_EQ(j["runs"][2]["stats"]["spec_accepted"].get<int>(), conc.runs[2].stats.spec_accepted);
-    EXPECT_EQ(j["runs"][6]["text"].get<std::string>(), conc.runs[6].text);
+    EXPECT_EQ(j["runs"][7]["text"].get<std::string>(), conc.runs[7].text);
+    EXPECT_EQ(j["runs"][4]["mode"]["mode"].get<std::string>(), "pipelined");
 }
 
 TEST(CompareModes, RefusedModeKeepsItsError) {
@@ -161,25 +170,28 @@ TEST(CompareModes, DefaultsFollowTheModelsRecommendation) {
     tinyloop::HParams hp;
     hp.default_loops = 4;
     hp.max_loops = 16;
-    EXPECT_EQ(default_compare_modes(hp, 16).size(), size_t(7));
+    EXPECT_EQ(default_compare_modes(hp, 16).size(), size_t(8));
     tinyloop::ModelHandle plain_file =
         tinyloop::load_model_handle(tltest::write_random_model("compare_plain.tinyloop", tltest::small_hparams()));
     ASSERT_FALSE(tinyloop::model_recommendation(plain_file.get()).has_speculation());
     ASSERT_FALSE(tinyloop::model_recommendation(plain_file.get()).has_early_exit());
-    EXPECT_EQ(default_compare_modes(plain_file.get(), 16).size(), size_t(7));
+    EXPECT_EQ(default_compare_modes(plain_file.get(), 16).size(), size_t(8));
 
     // a file that recommends nothing runs at its own default depth, not a fixed one (Huginn: 32 steps)
     tinyloop::HParams huginn = hp;
     huginn.default_loops = 32;
     huginn.max_loops = 128;
     const std::vector<ModeSpec> h = default_compare_modes(huginn, 16);
-    ASSERT_EQ(h.size(), size_t(7));
+    ASSERT_EQ(h.size(), size_t(8));
     EXPECT_EQ(h[0].label, "greedy L=64");
     EXPECT_EQ(h[0].run.config.loops, 64);
     EXPECT_EQ(h[1].label, "greedy L=32");
     for (size_t i = 1; i < h.size(); ++i) EXPECT_EQ(h[i].run.config.loops, 32) << h[i].label;
     EXPECT_EQ(h[2].run.speculation.verify_loops, 32);
     EXPECT_EQ(h[3].run.speculation.verify_loops, 32);
+    EXPECT_EQ(h[4].run.mode, tinyloop::DecodeMode::Pipelined);
+    EXPECT_EQ(h[4].run.speculation.verify_loops, 32);
+    EXPECT_EQ(h[4].run.speculation.draft_loops, h[2].run.speculation.draft_loops);
 
     // the bundled f32 file recommends early exit and speculation: its modes at its default depth
     tinyloop::Model* model = bundled();
@@ -187,7 +199,7 @@ TEST(CompareModes, DefaultsFollowTheModelsRecommendation) {
     ASSERT_TRUE(rec.has_speculation() && rec.has_early_exit());
     const int D = tinyloop::model_hparams(model).default_loops;
     const std::vector<ModeSpec> m = default_compare_modes(model, 16);
-    ASSERT_EQ(m.size(), size_t(6));
+    ASSERT_EQ(m.size(), size_t(7));
     EXPECT_EQ(m[0].label, "greedy L=" + std::to_string(2 * D));
     EXPECT_EQ(m[1].label, "greedy L=" + std::to_string(D));  // the view's default baseline: what speculation verifies at
     EXPECT_EQ(m[2].run.mode, tinyloop::DecodeMode::Speculative);
@@ -197,14 +209,18 @@ TEST(CompareModes, DefaultsFollowTheModelsRecommendation) {
     EXPECT_EQ(m[3].run.mode, tinyloop::DecodeMode::Tree);
     EXPECT_EQ(m[3].run.speculation.draft_ahead, rec.tree.draft_ahead);
     EXPECT_EQ(m[3].run.speculation.branches, rec.tree.branches);
-    EXPECT_EQ(m[4].run.mode, tinyloop::DecodeMode::EarlyExit);
-    EXPECT_EQ(m[4].run.config.loops, D);
-    EXPECT_EQ(m[4].run.config.early_exit.min_L, rec.early_exit.min_L);
-    EXPECT_FLOAT_EQ(m[4].run.config.early_exit.threshold, rec.early_exit.threshold);
-    EXPECT_EQ(m[4].label, "early exit hidden_l2<0.5 (model's)");
-    EXPECT_EQ(m[5].run.mode, tinyloop::DecodeMode::Sample);
+    EXPECT_EQ(m[4].run.mode, tinyloop::DecodeMode::Pipelined);
+    EXPECT_EQ(m[4].run.speculation.verify_loops, D);
+    EXPECT_EQ(m[4].run.speculation.draft_loops, rec.chain.draft_loops);
+    EXPECT_EQ(m[4].label, "pipelined " + std::to_string(rec.chain.draft_loops) + "->" + std::to_string(D) + " (model's)");
+    EXPECT_EQ(m[5].run.mode, tinyloop::DecodeMode::EarlyExit);
+    EXPECT_EQ(m[5].run.config.loops, D);
+    EXPECT_EQ(m[5].run.config.early_exit.min_L, rec.early_exit.min_L);
+    EXPECT_FLOAT_EQ(m[5].run.config.early_exit.threshold, rec.early_exit.threshold);
+    EXPECT_EQ(m[5].label, "early exit hidden_l2<0.5 (model's)");
+    EXPECT_EQ(m[6].run.mode, tinyloop::DecodeMode::Sample);
     for (const ModeSpec& s : m) EXPECT_EQ(s.run.config.max_tokens, 16);
-    for (int i : {2, 3}) EXPECT_NE(m[size_t(i)].label.find("(model's)"), std::string::npos);
+    for (int i : {2, 3, 4}) EXPECT_NE(m[size_t(i)].label.find("(model's)"), std::string::npos);
 
     // its q8 file recommends early exit only: speculation with the built-in knobs, labelled as such
     tinyloop::ModelHandle q8 = tinyloop::load_model_handle(kQ8);
@@ -212,7 +228,8 @@ TEST(CompareModes, DefaultsFollowTheModelsRecommendation) {
     const std::vector<ModeSpec> e = default_compare_modes(q8.get(), 16);
     EXPECT_EQ(e[2].label, "speculative 2->" + std::to_string(D) + ", 4 ahead");
     EXPECT_EQ(e[3].run.speculation.branches, 2);
-    EXPECT_EQ(e[4].run.mode, tinyloop::DecodeMode::EarlyExit);
+    EXPECT_EQ(e[4].label, "pipelined 2->" + std::to_string(D));
+    EXPECT_EQ(e[5].run.mode, tinyloop::DecodeMode::EarlyExit);
 }
 
 // A model with the learned exit gate (Ouro) gets early exit by the gate, both semantics, at its
@@ -231,19 +248,19 @@ TEST(CompareModes, GatedModelComparesTheExitGate) {
         tinyloop::save_model(path, spec);
         tinyloop::ModelHandle model = tinyloop::load_model_handle(path);
         const std::vector<ModeSpec> m = default_compare_modes(model.get(), 8);
-        ASSERT_EQ(m.size(), size_t(9));
+        ASSERT_EQ(m.size(), size_t(10));
         const float q = std::string(meta) == "{}" ? tinyloop::builtin_early_exit().early_exit.threshold : 0.7f;
         const tinyloop::EarlyExitCriterion want[] = {tinyloop::EarlyExitCriterion::GateStop,
                                                      tinyloop::EarlyExitCriterion::GateSelect};
         for (int k = 0; k < 2; ++k) {
-            const ModeSpec& g = m[size_t(6 + k)];
+            const ModeSpec& g = m[size_t(7 + k)];
             EXPECT_EQ(g.run.mode, tinyloop::DecodeMode::EarlyExit);
             EXPECT_EQ(g.run.config.loops, 4);
             EXPECT_EQ(g.run.config.early_exit.criterion, want[k]);
             EXPECT_FLOAT_EQ(g.run.config.early_exit.threshold, q) << meta;
             EXPECT_GT(g.run.config.early_exit.patience, 0);
         }
-        EXPECT_EQ(m[6].label, std::string("early exit gate_stop q=") + (q == 0.7f ? "0.7" : "0.05"));
+        EXPECT_EQ(m[7].label, std::string("early exit gate_stop q=") + (q == 0.7f ? "0.7" : "0.05"));
         EXPECT_EQ(m.back().run.mode, tinyloop::DecodeMode::Sample);
         // the resolver's rule behind those rows: the checkpoint's q as the model's, a user's q kept
         tinyloop::GenerateConfig c;
@@ -260,7 +277,7 @@ TEST(CompareModes, GatedModelComparesTheExitGate) {
         c.early_exit.criterion = tinyloop::EarlyExitCriterion::HiddenL2;  // not a gate: the built-in threshold
         EXPECT_FLOAT_EQ(tinyloop::resolve_early_exit(model.get(), c, {"early_exit_criterion"}).early_exit.threshold,
                         tinyloop::builtin_early_exit().early_exit.threshold);
-        const CompareResult r = run_comparison(model.get(), "ab", {m[6], m[7]}, 0, false, kMinRepeats);
+        const CompareResult r = run_comparison(model.get(), "ab", {m[7], m[8]}, 0, false, kMinRepeats);
         for (const ModeRun& run : r.runs) {
             ASSERT_TRUE(run.error.empty()) << run.error;
             EXPECT_GT(run.stats.tokens_emitted, 0);

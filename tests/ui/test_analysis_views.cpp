@@ -164,11 +164,12 @@ private slots:
         QVERIFY2(cmp->lastError().isEmpty(), qPrintable(cmp->lastError()));
         QVERIFY(cmp->result());
         // the bundled file recommends early exit and speculation: its modes as it recommends them
-        // (greedy at 2D and D, chain and tree verified at D with its knobs, its early exit, sampling)
+        // (greedy at 2D and D, chain, tree and pipelined verified at D with its knobs, its early exit,
+        // sampling)
         const tinyloop::Recommendation& rec = tinyloop::model_recommendation(m_model);
         const int D = tinyloop::model_hparams(m_model).default_loops;
         QVERIFY(rec.has_early_exit() && rec.has_speculation());
-        QCOMPARE(cmp->result()->runs.size(), size_t(6));
+        QCOMPARE(cmp->result()->runs.size(), size_t(7));
         const auto& runs = cmp->result()->runs;
         QCOMPARE(runs[1].spec.label, "greedy L=" + std::to_string(D));
         QCOMPARE(runs[2].spec.run.mode, tinyloop::DecodeMode::Speculative);
@@ -176,10 +177,13 @@ private slots:
         QCOMPARE(runs[2].spec.run.speculation.draft_ahead, rec.chain.draft_ahead);
         QCOMPARE(runs[3].spec.run.mode, tinyloop::DecodeMode::Tree);
         QCOMPARE(runs[3].spec.run.speculation.branches, rec.tree.branches);
-        QCOMPARE(runs[4].spec.run.mode, tinyloop::DecodeMode::EarlyExit);
-        QCOMPARE(runs[4].spec.run.config.early_exit.threshold, rec.early_exit.threshold);
-        for (int i : {2, 3, 4}) QVERIFY(runs[size_t(i)].spec.label.find("(model's)") != std::string::npos);
-        QVERIFY(runs[4].mean_depth() < D);
+        QCOMPARE(runs[4].spec.run.mode, tinyloop::DecodeMode::Pipelined);
+        QCOMPARE(runs[4].spec.run.speculation.draft_loops, rec.chain.draft_loops);
+        QVERIFY(runs[4].stats.spec_sweeps > 0);
+        QCOMPARE(runs[5].spec.run.mode, tinyloop::DecodeMode::EarlyExit);
+        QCOMPARE(runs[5].spec.run.config.early_exit.threshold, rec.early_exit.threshold);
+        for (int i : {2, 3, 4, 5}) QVERIFY(runs[size_t(i)].spec.label.find("(model's)") != std::string::npos);
+        QVERIFY(runs[5].mean_depth() < D);
         // honest timings by default: one after another, each mode repeated, medians drawn
         QVERIFY(!cmp->result()->concurrent);
         QCOMPARE(cmp->result()->repeats, kDefaultRepeats);
@@ -198,13 +202,14 @@ private slots:
         }
         const std::vector<int32_t> ids = prompt_ids(m_model, "In the beginning");
         for (const ModeRun& r : cmp->result()->runs) sameRun(r, run_mode(m_model, ids, r.spec));
-        QCOMPARE(cmp->table()->rowCount(), 6);
+        QCOMPARE(cmp->table()->rowCount(), 7);
         // the aligned texts mark where each mode leaves the baseline (by default the second mode,
-        // greedy at the default depth): chain and tree are greedy at that depth, token for token
+        // greedy at the default depth): chain, tree and pipelined are greedy at that depth, token for token
         const QString shown = cmp->textsView()->toPlainText();
         QCOMPARE(cmp->result()->baseline, 1);
         QCOMPARE(cmp->result()->divergence[2], -1);
         QCOMPARE(cmp->result()->divergence[3], -1);
+        QCOMPARE(cmp->result()->divergence[4], -1);
         for (size_t i = 0; i < cmp->result()->runs.size(); ++i) {
             if (i == 1) continue;
             const int div = cmp->result()->divergence[i];

@@ -226,10 +226,18 @@ void fitCategoryLabels(QCustomPlot* plot) {
             // Slanted labels clear each other when their ticks are a line height / sin(angle)
             // apart: the flattest of 30, 45, 60 and 90 degrees that the spacing allows (many
             // modes in a narrow plot need steeper labels).
+            // The axis rect's width as this replot will lay it out: the last layout may predate an
+            // axis shown since (the depth plot's right axis, shown after its bars are drawn), and
+            // the layout audit measures the final one. The line height as the audit measures it.
+            QCPLayout* layout = plot->plotLayout();
+            for (auto phase : {QCPLayoutElement::upPreparation, QCPLayoutElement::upMargins, QCPLayoutElement::upLayout})
+                layout->update(phase);
             const double spacing = plot->axisRect()->width() / (labels.size() + 0.4);
+            int line = fm.height();
+            for (const QString& l : labels) line = std::max(line, fm.boundingRect(QRect(), Qt::TextDontClip, l).height());
             for (double degrees : {30.0, 45.0, 60.0, 90.0}) {
                 rotation = -degrees;
-                if (fm.height() / std::sin(degrees * M_PI / 180.0) <= spacing - 1.0) break;
+                if (line / std::sin(degrees * M_PI / 180.0) <= spacing - 1.0) break;
             }
         }
     }

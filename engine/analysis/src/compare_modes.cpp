@@ -83,6 +83,10 @@ std::vector<ModeSpec> recommended_compare_modes(const Model* model, int max_toke
         t.run = resolve_run(model, t.run, {}).spec;
         t.label = format("tree %d->%d K=%d%s", t.run.speculation.draft_loops, D, t.run.speculation.branches, whose);
         out.push_back(t);
+        ModeSpec w = mode("", DecodeMode::Pipelined, max_tokens, D);
+        w.run = resolve_run(model, w.run, {}).spec;
+        w.label = format("pipelined %d->%d%s", w.run.speculation.draft_loops, D, whose);
+        out.push_back(w);
     }
     if (rec.has_early_exit()) {
         ModeSpec e = mode("", DecodeMode::EarlyExit, max_tokens, D);
@@ -126,6 +130,10 @@ std::vector<ModeSpec> default_compare_modes(const HParams& hp, int max_tokens) {
         t.run.speculation = {.verify_loops = D, .draft_loops = tree.draft_loops, .draft_ahead = tree.draft_ahead,
                              .branches = tree.branches};
         out.push_back(t);
+        // Pipelined over depth with the chain's knobs (run_spec.h: Pipelined).
+        ModeSpec w = mode(format("pipelined %d->%d", chain.draft_loops, D), DecodeMode::Pipelined, max_tokens, D);
+        w.run.speculation = s.run.speculation;
+        out.push_back(w);
     }
     for (float thr : {0.1f, 0.2f}) {
         ModeSpec e = mode(format("early exit l2<%.2f", static_cast<double>(thr)), DecodeMode::EarlyExit, max_tokens, D);

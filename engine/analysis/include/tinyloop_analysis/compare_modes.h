@@ -23,14 +23,16 @@ struct ModeSpec {
     tinyloop::RunSpec run;
 };
 
-// The comparison's default set on a model: greedy at 4 and 8 loops, speculative 2->8, tree 2->8
-// (K=2), early exit at two thresholds, sampling with a seed. Depths are clamped to max_loops.
+// The comparison's default set for hyperparameters: at the default depth D (8 when they name none),
+// greedy at 2D and at D, and from D >= 2 chain, tree and pipelined self-speculation verified at D
+// with the engine's built-in knobs (builtin_speculation), then early exit (hidden_l2 below 0.1 and
+// 0.2), sampling with a seed. Depths are clamped to max_loops.
 std::vector<ModeSpec> default_compare_modes(const tinyloop::HParams& hp, int max_tokens);
 // The default set on a loaded model. When its file recommends early exit or speculation
 // (model_recommendation): the modes as the file says they pay, at its default depth D — greedy
 // at 2D and at D (the second mode, the view's default baseline), chain and tree self-speculation
-// verified at D with the knobs the engine's resolver (resolve_run) gives (the file's, else the
-// built-in ones), early exit with its policy (when the file has one), sampling. Otherwise the
+// verified at D and pipelined self-speculation with the chain's knobs, with the knobs the
+// engine's resolver (resolve_run) gives (the file's, else the built-in ones), early exit with its policy (when the file has one), sampling. Otherwise the
 // set above for its hyperparameters.
 std::vector<ModeSpec> default_compare_modes(const tinyloop::Model* model, int max_tokens);
 
