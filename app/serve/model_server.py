@@ -220,11 +220,10 @@ class Server:
         # The resolver has checked the depths' rules (verify in [2, max_loops], draft below verify:
         # the engine's check_speculation_depths), so the knobs are the run's as they are.
         knobs = run["speculation"]
-        if sp["mode"] == "pipelined":
-            return dict(max_tokens=cfg["max_tokens"], draft_loops=knobs["draft_loops"],
-                        verify_loops=knobs["verify_loops"], ignore_eos=cfg["ignore_eos"])
         kw = dict(max_tokens=cfg["max_tokens"], draft_loops=knobs["draft_loops"], verify_loops=knobs["verify_loops"],
-                  draft_ahead=knobs["draft_ahead"], temperature=cfg["temperature"], ignore_eos=cfg["ignore_eos"])
+                  temperature=cfg["temperature"], ignore_eos=cfg["ignore_eos"])
+        if sp["mode"] != "pipelined":  # the depths decide the pipelined wave's tokens in flight
+            kw["draft_ahead"] = knobs["draft_ahead"]
         if sp["mode"] == "tree":
             kw["K_branches"] = knobs["branches"]
         else:
@@ -311,8 +310,8 @@ class Server:
                 kw["grammar"] = req.grammar
             return tl.generate_draft_speculative(self.model, self.draft, ids, stream=True, queue_size=8, **kw, **lens)
         if req.speculative is not None and req.speculative["mode"] == "pipelined":
-            # greedy, no seed; no lens: logprobs are the emitted tokens' own probabilities
-            return tl.generate_pipelined(self.model, ids, stream=True, queue_size=8, **self.speculative_kw(req))
+            # no lens: logprobs are the emitted tokens' own probabilities
+            return tl.generate_pipelined(self.model, ids, stream=True, queue_size=8, seed=seed, **self.speculative_kw(req))
         if req.speculative is not None:
             kw = self.speculative_kw(req)
             kw["seed"] = seed

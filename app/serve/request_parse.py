@@ -562,7 +562,7 @@ def parse_speculative(body: dict, sp: Any, cfg: dict) -> dict:
     out = {"mode": mode}
     out["verify_loops"] = _int(sp, "verify_loops", None, 2, param="speculative.verify_loops")
     out["draft_loops"] = _int(sp, "draft_loops", None, 1, param="speculative.draft_loops")
-    # tree and pipelined are greedy only: the engine's resolver refuses a temperature (Server.speculative_kw)
+    # tree is greedy only: the engine's resolver refuses a temperature (Server.speculative_kw)
     if mode == "pipelined":  # the depths decide the tokens in flight
         if "draft_ahead" in sp:
             raise bad("speculative", "speculative.draft_ahead: not used by mode pipelined (draft_loops, verify_loops)")

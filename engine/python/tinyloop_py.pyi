@@ -354,7 +354,8 @@ def generate_tree_speculative(model: Model, prompt: Prompt, *, max_tokens: int =
                               stream: bool = False, queue_size: int = 16, events: bool = False,
                               lens: bool = False, lens_top_k: int = 5) -> GenerateResult | GenerationStream: ...
 def generate_pipelined(model: Model, prompt: Prompt, *, max_tokens: int = 64, draft_loops: int = 0,
-                       verify_loops: int = 0, ignore_eos: bool = False, stream: bool = False,
+                       verify_loops: int = 0, temperature: float = 0.0, seed: int = 0, top_k: int = 0,
+                       top_p: float = 1.0, ignore_eos: bool = False, stream: bool = False,
                        queue_size: int = 16, events: bool = False) -> GenerateResult | GenerationStream: ...
 def generate_draft_speculative(model: Model, draft: Model, prompt: Prompt, config: GenerateConfig | None = None, *,
                                gamma: int = 4, draft_loops: int = 0, stream: bool = False, queue_size: int = 16,

@@ -199,9 +199,7 @@ TEST_F(CliTest, BadValuesNameTheFlag) {
         {{"--mode", "tree", "--temperature", "0.8"}, "temperature"},
         {{"--mode", "tree", "--top-k", "5"}, "--top-k"},
         {{"--mode", "tree", "--branches", "0"}, "--branches"},
-        {{"--mode", "pipelined", "--temperature", "0.8"}, "temperature"},
         {{"--mode", "pipelined", "--draft-ahead", "3"}, "--draft-ahead"},
-        {{"--mode", "pipelined", "--seed", "3"}, "--seed"},
         {{"--mode", "pipelined", "--draft-loops", "4", "--verify-loops", "4"}, "draft_loops"},
         {{"--mode", "speculative", "--grammar", "x.gbnf"}, "--grammar"},
     };
@@ -461,6 +459,24 @@ TEST_F(CliTest, PipelinedSpeculationEqualsGreedyDecoding) {
     ASSERT_EQ(text.status, 0) << text.err;
     EXPECT_NE(text.err.find("pipelined speculation"), std::string::npos) << text.err;
     EXPECT_NE(text.err.find("accepted"), std::string::npos) << text.err;
+
+    // Sampled: --temperature, --seed, --top-k and --top-p reach the wave; the seed decides.
+    const std::vector<std::string> sampled = {"--max-tokens", "16", "--mode", "pipelined", "--draft-loops", "1",
+                                              "--verify-loops", "4", "--temperature", "0.9", "--top-k", "20",
+                                              "--top-p", "0.95", "--ignore-eos", "--json"};
+    auto with_seed = [&](const char* seed) {
+        std::vector<std::string> a = sampled;
+        a.insert(a.end(), {"--seed", seed});
+        CliRun r = generate(a);
+        EXPECT_EQ(r.status, 0) << r.err;
+        return parse_json(r);
+    };
+    const json s1 = with_seed("5"), s1b = with_seed("5"), s2 = with_seed("6");
+    EXPECT_EQ(s1["output_ids"], s1b["output_ids"]);
+    EXPECT_NE(s1["output_ids"], s2["output_ids"]);  // 16 sampled tokens at T=0.9: another seed differs
+    EXPECT_FLOAT_EQ(s1["config"]["temperature"].get<float>(), 0.9f);
+    EXPECT_EQ(s1["config"]["mode"], "pipelined");
+    EXPECT_GT(s1["stats"]["spec_sweeps"].get<int>(), 0);
 }
 
 // Whether `t` can be continued into a sentence of resources/grammars/answer.gbnf:

@@ -177,7 +177,6 @@ TEST_F(CliMessages, EveryRefusalHasOnePrefixAndExitStatusTwo) {
     expect_refusal(run({"help", "nope"}), "tinyloop help", "depths, reuse");
     // Tree speculation is greedy only: the message names the mode that samples.
     expect_refusal(generate({"--mode", "tree", "--temperature", "0.7"}), "tinyloop generate", "use speculative to sample");
-    expect_refusal(generate({"--mode", "pipelined", "--temperature", "0.7"}), "tinyloop generate", "pipelined is greedy only");
 }
 
 TEST_F(CliMessages, LoopsAndThreadsNameTheirRangeEverywhere) {

@@ -365,13 +365,20 @@ def test_speculative_matches_greedy(client, model):
                         ({"speculative": {"draft_loops": 5, "verify_loops": 4}}, "speculative.draft_loops"),
                         ({"speculative": {}, "loops": 1}, "speculative.verify_loops"),
                         ({"speculative": {"mode": "tree"}, "temperature": 0.5}, "temperature"),
-                        ({"speculative": {"mode": "pipelined"}, "temperature": 0.5}, "temperature"),
                         ({"speculative": {"mode": "pipelined", "draft_ahead": 2}}, "speculative"),
                         ({"speculative": {}, "stop": "x"}, "stop"),
                         ({"speculative": {}, "typical_p": 0.5}, "typical_p"),
                         ({"speculative": {"bogus": 1}}, "speculative")]:
         r = post(client, prompt=PROMPT, max_tokens=4, **body)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+    # pipelined samples too: the request's seed, temperature, top_k and top_p reach the wave
+    sp = {"mode": "pipelined", "draft_loops": 1}
+    j = post(client, prompt=PROMPT, max_tokens=20, temperature=0.9, top_k=40, top_p=0.95, seed=11, loops=5,
+             ignore_eos=True, speculative=sp).json()
+    want = tl.generate_pipelined(model, PROMPT, max_tokens=20, draft_loops=1, verify_loops=5, temperature=0.9,
+                                 seed=11, top_k=40, top_p=0.95, ignore_eos=True)
+    assert j["choices"][0]["text"] == want["text"], (j, want["text"])
+    assert j["tinyloop_stats"][0]["spec_sweeps"] == want["stats"]["spec_sweeps"] > 0
 
 
 def test_hugging_face_sampling_extensions(client, model):

@@ -230,7 +230,8 @@ const GlossaryEntry kEntries[] = {
      "Self-speculation pipelined over depth: while a token runs its deeper passes, the next token "
      "drafted from its shallow pass already starts, and every token in flight is computed in the "
      "same sweep of the shared block's weights. A token whose draft was right costs draft_loops "
-     "sweeps instead of the full depth; a wrong one starts over. The text is plain greedy's."},
+     "sweeps instead of the full depth; a wrong one starts over. The text is plain greedy's (sampling: "
+     "plain sampling's, drafts tested as in speculative decoding)."},
     {"prefill", {"prompt processing"},
      "Reading the whole prompt in one go before the first new token. Measured in milliseconds."},
     {"prefix cache", {"prefix", "cached prefix"},

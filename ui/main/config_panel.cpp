@@ -77,7 +77,7 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
     m_specBox->setToolTip("SpeculativeConfig, TreeSpeculativeConfig");
     auto* specForm = new QFormLayout(m_specBox);
     specForm->setRowWrapPolicy(QFormLayout::WrapLongRows);
-    auto* specNote = new QLabel("max_tokens, temperature (tree, pipelined: 0 only), sample_seed, top_k, top_p and "
+    auto* specNote = new QLabel("max_tokens, temperature (tree: 0 only), sample_seed, top_k, top_p and "
                                 "ignore_eos come from GenerateConfig above.");
     specNote->setWordWrap(true);
     specNote->setForegroundRole(QPalette::PlaceholderText);

@@ -36,7 +36,7 @@ inline constexpr int kBeamModeWidth = 4;
 // `rec` is the model's recommendation (model_recommendation; empty = none, as before a model is open).
 GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const Recommendation& rec = {});
 
-// Whether the mode decodes greedily only (Greedy, Tree, Pipelined): the resolver (resolve_run)
+// Whether the mode decodes greedily only (Greedy, Tree): the resolver (resolve_run)
 // sets their temperature to 0 and refuses a user's temperature above 0.01, and a front end asks
 // here which sampling flags a mode leaves unused.
 bool greedy_only(DecodeMode mode);

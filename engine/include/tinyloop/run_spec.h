@@ -23,8 +23,8 @@ namespace tinyloop {
 //                sampling); the config's other fields are unused
 //   Tree         generate_tree_speculative_ex (greedy only: temperature > 0.01 is NotSupported)
 //   DraftModel   draft_speculative_generate_ex with speculation.draft_model and gamma
-//   Pipelined    generate_pipelined_ex with the chain's knobs (draft and verify depth; greedy only:
-//                temperature > 0.01 is NotSupported): self-speculation pipelined over depth
+//   Pipelined    generate_pipelined_ex with the chain's knobs (draft and verify depth, and the
+//                chain's sampling fields): self-speculation pipelined over depth
 // A broken rule throws InvalidArgument naming the field ("beam_size: ...").
 enum class DecodeMode { Greedy, Sample, EarlyExit, Beam, Speculative, Tree, DraftModel, Pipelined };
 // "greedy", "sample", "early-exit", "beam", "speculative", "tree", "draft-model", "pipelined"

@@ -45,15 +45,17 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
 GenerateResult generate_tree_speculative_ex(Model* model, const int32_t* prompt, int prompt_len,
                                             const TreeSpeculativeConfig& config,
                                             const GenerateOptions& options = {});
-// Self-speculation pipelined over depth (greedy only): a wavefront over (token, pass). The row
+// Self-speculation pipelined over depth: a wavefront over (token, pass). The row
 // of the token at position q drafts the token at q + 1 from its lens at draft_loops; that row
 // starts one sweep later and then runs beside q's deeper passes, every sweep reading the loop
 // block's weights once for all rows in flight (at passes V, V - D, V - 2D, ...; V =
 // verify_loops, D = draft_loops). A token is emitted when its row reaches V, from V's logits; a
-// rejected draft's rows are dropped and the verifier's token starts over. Output equals plain
-// greedy decoding at verify_loops; at full acceptance a token costs D sweeps instead of V.
-// draft_ahead is unused (the depths decide the rows in flight); temperature > 0 and
-// GenerateOptions.lens are NotSupported. Stats: spec_sweeps (sweeps after the prefill),
+// rejected draft's rows are dropped and the verifier's token starts over. Greedy, the output
+// equals plain greedy decoding at verify_loops; sampling (temperature > 0, with top_k, top_p and
+// seed as the chain uses them), each draft is tested by lossless rejection sampling, so the
+// output follows plain sampling's distribution at verify_loops. At full acceptance a token costs
+// D sweeps instead of V. draft_ahead is unused (the depths decide the rows in flight);
+// GenerateOptions.lens is NotSupported, and forced_draft is greedy only as in the chain. Stats: spec_sweeps (sweeps after the prefill),
 // spec_tested / spec_accepted (drafts compared / accepted), one cycle per compared draft.
 GenerateResult generate_pipelined_ex(Model* model, const int32_t* prompt, int prompt_len,
                                      const SpeculativeConfig& config, const GenerateOptions& options = {});

@@ -273,10 +273,13 @@ py::object tree_py(const PyModel& model, const py::object& prompt, int max_token
 }
 
 py::object pipelined_py(const PyModel& model, const py::object& prompt, int max_tokens, int draft_loops,
-                        int verify_loops, bool ignore_eos, bool stream, int queue_size, bool events) {
+                        int verify_loops, float temperature, uint64_t seed, int top_k, float top_p, bool ignore_eos,
+                        bool stream, int queue_size, bool events) {
     SpecCall c;
     c.spec.mode = tl::DecodeMode::Pipelined;
-    c.spec.config = speculative_config(max_tokens, 0.0f, 0, ignore_eos);
+    c.spec.config = speculative_config(max_tokens, temperature, seed, ignore_eos);
+    c.spec.config.top_k = top_k;
+    c.spec.config.top_p = top_p;
     c.spec.speculation = {.verify_loops = verify_loops, .draft_loops = draft_loops};
     return speculative_call(model, prompt, c, stream, queue_size, CallOptions{events, false, 5, nullptr});
 }
@@ -415,12 +418,15 @@ void register_generate(py::module_& m) {
 
     m.def("generate_pipelined", &pipelined_py, py::arg("model"), py::arg("prompt"), py::kw_only(),
           py::arg("max_tokens") = 64, py::arg("draft_loops") = 0, py::arg("verify_loops") = 0,
+          py::arg("temperature") = 0.0f, py::arg("seed") = 0, py::arg("top_k") = 0, py::arg("top_p") = 1.0f,
           py::arg("ignore_eos") = false, py::arg("stream") = false, py::arg("queue_size") = 16,
           py::arg("events") = false,
-          "Self-speculation pipelined over depth (greedy): the next token is drafted at draft_loops\n"
+          "Self-speculation pipelined over depth: the next token is drafted at draft_loops\n"
           "while the current one runs its deeper passes, every row in flight sharing each sweep of\n"
-          "the loop block's weights; a token is emitted when its row reaches verify_loops. Equals\n"
-          "plain greedy decoding at verify_loops. Knobs left at 0 are the engine's resolver's, as\n"
+          "the loop block's weights; a token is emitted when its row reaches verify_loops. Greedy at\n"
+          "temperature 0 equals plain greedy decoding at verify_loops; temperature > 0 tests each\n"
+          "draft by lossless rejection sampling (top_k 0 = off, top_p), as generate_speculative.\n"
+          "Knobs left at 0 are the engine's resolver's, as\n"
           "for generate_speculative. Returns the generate() result dict (stats has spec_sweeps,\n"
           "spec_tested, spec_accepted), or a GenerationStream when stream=True.");
     m.def("generate_draft_speculative", &draft_py, py::arg("model"), py::arg("draft"), py::arg("prompt"),

@@ -42,7 +42,7 @@ GenerateConfig mode_config(DecodeMode mode, const GenerateConfig& config, const 
 }
 
 bool greedy_only(DecodeMode mode) {
-    return mode == DecodeMode::Greedy || mode == DecodeMode::Tree || mode == DecodeMode::Pipelined;
+    return mode == DecodeMode::Greedy || mode == DecodeMode::Tree;
 }
 
 bool mode_reports_lens(DecodeMode mode) { return mode != DecodeMode::Pipelined; }

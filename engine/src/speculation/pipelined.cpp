@@ -1,4 +1,4 @@
-// Self-speculation pipelined over depth: a wavefront over (token, pass), greedy only.
+// Self-speculation pipelined over depth: a wavefront over (token, pass), greedy or sampled.
 //
 // Every pass of a looped model reads the same weights, so rows at different passes can share one
 // sweep of them. With draft depth D and verify depth V, the row of token x at position q reads
@@ -16,6 +16,14 @@
 // floor((V - 1) / D) + 1 rows. The emitted tokens are the verify depth's greedy choices over keys
 // and values computed from the emitted tokens, so the output equals plain greedy decoding at
 // depth V (bit for bit with the CPU's row-invariant kernels).
+//
+// Sampling (temperature > 0): the draft at D is a draw from the draft's distribution q (the
+// chain's pipeline: temperature, top-k, top-p), kept with its row; when the row before it reaches
+// V, the draft is tested as the chain tests it (accept_sampled: accepted with probability
+// min(1, p/q), else the token is drawn from norm(max(0, p - q))). A row with no draft behind it
+// samples its next token from p. Every draft is tested against the prefix it was drawn after (a
+// row's draft is only tested once every token before it was accepted), so the emitted tokens
+// follow plain sampling's distribution at depth V.
 #include "speculation/speculative.h"
 #include "tinyloop/mode_rules.h"
 #include "forward/executor.h"
@@ -33,10 +41,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A row in flight: its token (at position pos0 + its index) and the passes it has run.
+// A row in flight: its token (at position pos0 + its index), the passes it has run and, sampling,
+// the draft distribution its token was drawn from (empty for a verifier's token).
 struct WaveRow {
     int32_t token = 0;
     int done = 0;
+    std::vector<float> q;
 };
 
 }  // namespace
@@ -47,15 +57,13 @@ GenerateResult generate_pipelined_ex(Model* model, const int32_t* prompt, int pr
     const Model& m = checked(model);
     const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::PipelinedSpeculation});
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, c.draft_ahead, c.temperature);
-    if (!is_greedy(c.temperature))
-        throw Error(ErrorCode::NotSupported,
-                    "pipelined speculation: greedy only (temperature " + std::to_string(c.temperature) +
-                        " must be 0; use chain speculation to sample)");
+    const bool greedy = is_greedy(c.temperature);
+    check_spec_sampling(c);
     if (options.lens)
         throw Error(ErrorCode::NotSupported, "pipelined speculation: the lens (GenerateOptions.lens) is not reported; "
                                              "use chain speculation or plain decoding for it");
     check_prompt_ids(m, prompt, prompt_len);
-    DraftForcer forcer(m, options.forced_draft, prompt_len, true);
+    DraftForcer forcer(m, options.forced_draft, prompt_len, greedy);
 
     const HParams& hp = m.hp;
     const int V = hp.vocab_size, d = hp.d_model;
@@ -80,7 +88,17 @@ GenerateResult generate_pipelined_ex(Model* model, const int32_t* prompt, int pr
 
     TokenEmitter out(m, res, StopPolicy{c.max_tokens, c.ignore_eos, {}, {}, 0.0}, options.on_token, options.observer, 0,
                      t0);
-    const TokenChoice first = greedy_choice(m, logits.data());
+    Rng rng(c.seed);
+    const GenerateConfig sampling = spec_sampling_config(m, c);  // the pipeline keeps a reference to it
+    const LogitsPipeline pipe(m, sampling);
+    std::vector<float> z;
+    // The choice from one row's logits; `probs` receives the sampling distribution.
+    auto choose = [&](const float* row, std::vector<float>* probs) {
+        if (greedy) return greedy_choice(m, row);
+        pipe.process(row, {}, {}, nullptr, z);
+        return pipe.pick(z, rng, probs);
+    };
+    const TokenChoice first = choose(logits.data(), nullptr);
     bool done = !out.emit(first.token, EmitInfo{.prob = first.prob, .depth = L, .from_verifier = true});
 
     auto spawns = [&](int pos, int32_t tok) {  // whether a row for `tok` at `pos` is worth running
@@ -88,7 +106,7 @@ GenerateResult generate_pipelined_ex(Model* model, const int32_t* prompt, int pr
     };
     std::vector<WaveRow> rows;
     int pos0 = prompt_len;  // position of rows[0]
-    if (!done && spawns(pos0, first.token)) rows.push_back({first.token, 0});
+    if (!done && spawns(pos0, first.token)) rows.push_back({first.token, 0, {}});
     std::vector<float> h(static_cast<size_t>(most) * d), e(injects_input(hp) ? h.size() : 0);
     std::vector<int32_t> tokens(static_cast<size_t>(most));
     std::vector<int> pass(static_cast<size_t>(most)), heads;
@@ -119,9 +137,17 @@ GenerateResult generate_pipelined_ex(Model* model, const int32_t* prompt, int pr
         for (WaveRow& r : rows) ++r.done;
         bool drafted_row_alive = draft;
         if (verify) {
-            const TokenChoice y = greedy_choice(m, logits.data());
             const bool tested = n > 1;
-            const bool accepted = tested && rows[1].token == y.token;
+            TokenChoice y;
+            bool accepted = false;
+            if (greedy || !tested) {  // greedy, or sampling with no draft to test: the verifier's own choice
+                y = choose(logits.data(), nullptr);
+                accepted = tested && rows[1].token == y.token;
+            } else {
+                const SampledVerdict v = accept_sampled(pipe, rng, logits.data(), rows[1].token, rows[1].q, z);
+                y = {v.token, v.prob};
+                accepted = v.accepted;
+            }
             const std::vector<int32_t> proposed = tested ? std::vector<int32_t>{rows[1].token} : std::vector<int32_t>{};
             if (tested) count_cycle(st, 1, 1, accepted ? 1 : 0);
             done = !out.emit(y.token, EmitInfo{.prob = y.prob, .depth = L, .cycle = tested ? verdicts : -1,
@@ -134,13 +160,14 @@ GenerateResult generate_pipelined_ex(Model* model, const int32_t* prompt, int pr
                 rows.resize(1);
             }
             drop_front();
-            if (rows.empty() && spawns(pos0, y.token)) rows.push_back({y.token, 0});
+            if (rows.empty() && spawns(pos0, y.token)) rows.push_back({y.token, 0, {}});
         }
         if (drafted_row_alive) {
             const int q = pos0 + static_cast<int>(rows.size()) - 1;  // the drafting row's position
-            int32_t x = greedy_choice(m, logits.data() + static_cast<size_t>(verify ? 1 : 0) * V).token;
+            std::vector<float> qd;
+            int32_t x = choose(logits.data() + static_cast<size_t>(verify ? 1 : 0) * V, greedy ? nullptr : &qd).token;
             if (forcer.active()) x = forcer.draft(q + 1, x);
-            if (spawns(q + 1, x)) rows.push_back({x, 0});
+            if (spawns(q + 1, x)) rows.push_back({x, 0, std::move(qd)});
         }
     }
     out.finish(L);

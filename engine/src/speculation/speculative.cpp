@@ -29,17 +29,6 @@ using Clock = std::chrono::steady_clock;
 
 [[noreturn]] void bad(const std::string& m) { throw Error(ErrorCode::InvalidArgument, m); }
 
-// Self-speculation's logits pipeline: no penalties, bias, bans or grammar (the config's defaults
-// leave them off), so it masks the undecodable ids and samples with temperature, top-k (0: the
-// whole vocabulary), top-p and no min-p. Greedy choices take the raw logits (greedy_choice).
-GenerateConfig sampling_config(const Model& m, const SpeculativeConfig& c) {
-    GenerateConfig g;
-    g.temperature = c.temperature;
-    g.top_k = c.top_k > 0 ? c.top_k : m.hp.vocab_size;
-    g.top_p = c.top_p;
-    g.min_p = 0.0f;
-    return g;
-}
 
 // The verifier's verdict on one cycle's drafts x[1 .. drafted] (row i of ver_logits follows x[i]).
 struct ChainVerdict {
@@ -70,23 +59,47 @@ ChainVerdict accept_chain(const Model& m, const LogitsPipeline& pipe, Rng& rng, 
             v.corr_prob = y.prob;
             break;
         }
-        pipe.process(row, {}, {}, nullptr, z);
-        const std::vector<float> pp = pipe.probs(z);
-        const int32_t xi = x[i + 1];
-        const double ratio = q_probs[i][xi] > 0 ? static_cast<double>(pp[xi]) / q_probs[i][xi] : 0.0;
-        if (rng.uniform() < ratio) {
-            v.accept_prob[i] = pp[xi];
+        const SampledVerdict s = accept_sampled(pipe, rng, row, x[i + 1], q_probs[i], z);
+        if (s.accepted) {
+            v.accept_prob[i] = s.prob;
             ++v.accepted;
             continue;
         }
-        v.correction = draw_residual(pp, q_probs[i], rng);
-        v.corr_prob = pp[v.correction];
+        v.correction = s.token;
+        v.corr_prob = s.prob;
         break;
     }
     return v;
 }
 
 }  // namespace
+
+GenerateConfig spec_sampling_config(const Model& m, const SpeculativeConfig& c) {
+    GenerateConfig g;
+    g.temperature = c.temperature;
+    g.top_k = c.top_k > 0 ? c.top_k : m.hp.vocab_size;
+    g.top_p = c.top_p;
+    g.min_p = 0.0f;
+    return g;
+}
+
+void check_spec_sampling(const SpeculativeConfig& c) {
+    if (is_greedy(c.temperature)) return;
+    if (c.top_k < 0) bad("top_k: " + std::to_string(c.top_k) + " must be >= 0 (0 = off)");
+    if (!(c.top_p > 0.0f && c.top_p <= 1.0f)) bad("top_p: must be in (0, 1]");
+}
+
+SampledVerdict accept_sampled(const LogitsPipeline& pipe, Rng& rng, const float* ver_row, int32_t drafted,
+                              const std::vector<float>& q, std::vector<float>& z) {
+    pipe.process(ver_row, {}, {}, nullptr, z);
+    const std::vector<float> pp = pipe.probs(z);
+    const double ratio = q[static_cast<size_t>(drafted)] > 0 ? static_cast<double>(pp[static_cast<size_t>(drafted)]) / q[static_cast<size_t>(drafted)] : 0.0;
+    SampledVerdict v;
+    v.accepted = rng.uniform() < ratio;
+    v.token = v.accepted ? drafted : draw_residual(pp, q, rng);
+    v.prob = pp[static_cast<size_t>(v.token)];
+    return v;
+}
 
 void count_cycle(GenerateStats& st, int drafted, int tested, int accepted) {
     st.spec_cycles++;
@@ -166,10 +179,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
     const std::unique_ptr<Executor> ex = run_executor(m, needs);
     validate_spec_common(m, prompt_len, c.max_tokens, c.draft_loops, c.verify_loops, c.draft_ahead, c.temperature);
     const bool greedy = is_greedy(c.temperature);
-    if (!greedy) {
-        if (c.top_k < 0) bad("top_k: " + std::to_string(c.top_k) + " must be >= 0 (0 = off)");
-        if (!(c.top_p > 0.0f && c.top_p <= 1.0f)) bad("top_p: must be in (0, 1]");
-    }
+    check_spec_sampling(c);
     check_prompt_ids(m, prompt, prompt_len);
     if (options.lens && (options.lens_top_k < 1 || options.lens_top_k > 64))
         bad("lens_top_k: " + std::to_string(options.lens_top_k) + " is outside [1, 64]");
@@ -199,7 +209,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
     st.prefill_ms = ms_since(t0);
 
     Rng rng(c.seed);
-    const GenerateConfig sampling = sampling_config(m, c);
+    const GenerateConfig sampling = spec_sampling_config(m, c);
     const LogitsPipeline pipe(m, sampling);
     std::vector<float> z;
     // The choice from one row's logits; `probs` receives the sampling distribution.

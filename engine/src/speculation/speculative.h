@@ -22,6 +22,26 @@ GenerateResult speculative_result(const int32_t* prompt, int prompt_len, int max
 // the verifier, those accepted.
 void count_cycle(GenerateStats& st, int drafted, int tested, int accepted);
 
+// Self-speculation's logits pipeline: no penalties, bias, bans or grammar (the config's defaults
+// leave them off), so it masks the undecodable ids and samples with temperature, top-k (0: the
+// whole vocabulary), top-p and no min-p. Greedy choices take the raw logits (greedy_choice).
+GenerateConfig spec_sampling_config(const Model& m, const SpeculativeConfig& c);
+// The sampling knobs' ranges when the config samples (top_k >= 0, top_p in (0, 1]); nothing when
+// it is greedy. InvalidArgument naming the field.
+void check_spec_sampling(const SpeculativeConfig& c);
+
+// Lossless rejection sampling's test of one drafted token (Leviathan et al. 2023): the verifier's
+// row through `pipe` gives p; the draft `drafted` was drawn from q. Accepted with probability
+// min(1, p/q); else the token is a draw from norm(max(0, p - q)). `prob` is p of the token given.
+// z is scratch.
+struct SampledVerdict {
+    bool accepted = false;
+    int32_t token = -1;
+    float prob = 0;
+};
+SampledVerdict accept_sampled(const LogitsPipeline& pipe, Rng& rng, const float* ver_row, int32_t drafted,
+                              const std::vector<float>& q, std::vector<float>& z);
+
 // Lossless rejection sampling's draw after a rejection: from norm(max(0, p - q)); from p itself
 // when p == q (the rejection then has probability 0; this keeps the draw valid).
 int32_t draw_residual(const std::vector<float>& p, const std::vector<float>& q, Rng& rng);
