@@ -7,7 +7,8 @@ recurrence settles to a fixed point as the trained model's does (--state-gain 0.
 the published float32 code within 1e-5 at every count up to 32; and one at the default gain, whose
 random core never settles and amplifies float32 rounding, compared with the published code run in
 float64 (the exact value; both float32 runs' distances printed) within 1e-5 up to T+2 passes and,
-at 32, no farther than 3x the published float32 code is.
+at 32, no farther than 3x the published float32 code is. And Ouro's gate: `--early-exit
+gate-select` equals the published forward(exit_threshold=q) (tools/ouro_gate_select_peer.py).
 
 The published code lives outside the repository (tests/import/looped_peer.py says how to lay out
 TINYLOOP_LOOPED_PEER_DIR); without it the test is skipped (CTest reports import.looped_peer
@@ -103,3 +104,14 @@ def test_published_code_per_step_and_greedy(case, tmp_path):
             assert ours_err[s] <= bound, (f"{arch} at {s} passes: ours {ours_err[s]:.3g} from float64, "
                                           f"the published f32 {pub_err[s]:.3g}; bound {bound:.3g}")
     assert greedy == peer["greedy"]
+
+
+def test_gate_select_is_the_published_threshold_exit(tmp_path):
+    """`--early-exit gate-select` against Ouro's published forward(exit_threshold=q), teacher-forced
+    on a random Ouro folder (tools/ouro_gate_select_peer.py): at q = 0.3, 0.5, 0.7, 0.9, 0.99, 1 the
+    same exit pass at every position and log-probabilities within 1e-4 (the tool exits 1 otherwise)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "tools/ouro_gate_select_peer.py"), PEER, str(CLI), str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    print(proc.stdout, proc.stderr[-2000:])
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    assert proc.stdout.count("exit passes equal at 32/32") == 6, proc.stdout
