@@ -12,6 +12,7 @@
 
 #include "cuda/device_probe.h"
 #include "cuda/greedy_agreement.h"
+#include "looped_shapes.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -409,6 +410,243 @@ TEST(CudaEngine, CachesOnTheDeviceGiveItsGreedyDecoding) {
         tinyloop::free_prefix_pool(pool);
         EXPECT_EQ(got.tokens, plain(prompt, L)) << "a prefix pool";
     }
+}
+
+// The published looped architectures' block kinds and pass features (FORMAT.md §1b) on the
+// device, small random f32 files of their shapes (tests/looped_shapes.h):
+// Ouro's (sandwich_branch blocks, the final norm after every pass, the exit gate, no prelude) and
+// Huginn's without its coda (sandwich_sum blocks, qk_bias, embed_scale sqrt(d), two prelude blocks,
+// the adapter from a seeded and from a zero initial state). Against the CPU: every row's logits at
+// depths 1, T and max within float rounding; greedy decoding by greedy_agreement.h's rule; decoding
+// with early exit (the gate's two criteria on Ouro, hidden_l2 on Huginn: the state propagation
+// through the adapter and the k bias) the CPU's tokens and depths; the gate's trace during generate.
+// Chain and tree self-speculation give the device's own greedy decoding (resumed states, laid-out
+// rows gathering their initial states by position).
+namespace {
+
+struct KindCase {
+    std::string name;
+    tinyloop::HParams hp;
+};
+
+// tests/looped_shapes.h's shapes, with room for an 80-token sequence.
+std::vector<KindCase> block_kind_cases() {
+    std::vector<KindCase> c{{"ouro", tltest::ouro_hparams()},
+                            {"huginn-seeded", tltest::huginn_hparams(false, true)},
+                            {"huginn-zeros", tltest::huginn_hparams(false, false)}};
+    for (KindCase& k : c) k.hp.max_seq_len = 96;
+    return c;
+}
+
+std::vector<int32_t> byte_ids(int n, uint64_t seed) {
+    std::vector<int32_t> t(size_t(n), 0);
+    uint64_t x = seed;
+    for (auto& v : t) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        v = int32_t((x >> 33) % 256);
+    }
+    return t;
+}
+
+// The threshold whose decoding with early exit on `cpu` exits at the most distinct depths (the
+// one that exercises the exit best on this random model: the values that do depend on its
+// weights), g's own when none exits.
+float spread_threshold(tinyloop::Model* cpu, const std::vector<int32_t>& prompt, tinyloop::GenerateConfig g,
+                       const std::vector<float>& candidates) {
+    float best = g.early_exit.threshold;
+    size_t kinds = 1;
+    for (float th : candidates) {
+        g.early_exit.threshold = th;
+        const tinyloop::GenerateResult r = tinyloop::generate_ex(cpu, prompt.data(), int(prompt.size()), g);
+        std::vector<int> d = r.stats.depth_per_token;
+        std::sort(d.begin(), d.end());
+        const size_t k = size_t(std::unique(d.begin(), d.end()) - d.begin());
+        if (k > kinds) {
+            kinds = k;
+            best = th;
+        }
+    }
+    return best;
+}
+
+// Decoding with early exit on both back ends: the same tokens for at least `agree` of them, and
+// the same per-token depths where both emitted alike (one difference allowed: a criterion at its
+// threshold), with at least one token exiting early on the CPU.
+void expect_early_exit_agrees(tinyloop::Model* cpu, tinyloop::Model* gpu, const std::vector<int32_t>& prompt,
+                              tinyloop::GenerateConfig g, const std::vector<float>& thresholds, size_t agree) {
+    g.early_exit.threshold = spread_threshold(cpu, prompt, g, thresholds);
+    SCOPED_TRACE("threshold " + std::to_string(g.early_exit.threshold));
+    const tinyloop::GenerateResult rw = tinyloop::generate_ex(cpu, prompt.data(), int(prompt.size()), g);
+    const tinyloop::GenerateResult rg = tinyloop::generate_ex(gpu, prompt.data(), int(prompt.size()), g);
+    size_t same = 0;
+    while (same < rw.tokens.size() && same < rg.tokens.size() && rw.tokens[same] == rg.tokens[same]) ++same;
+    EXPECT_GE(same, prompt.size() + agree) << "decoding with early exit parted from the CPU's";
+    const auto& pw = rw.stats.depth_per_token;
+    const auto& pg = rg.stats.depth_per_token;
+    const size_t k = std::min({pw.size(), pg.size(), same - prompt.size()});
+    int dd = 0, exits = 0;
+    for (size_t i = 0; i < k; ++i) {
+        dd += pw[i] != pg[i];
+        exits += pw[i] < g.loops;
+    }
+    EXPECT_GT(exits, 0) << "no token exited early: the test would not test the exit";
+    EXPECT_LE(dd, 1) << "per-token depths differ at " << dd << " of the " << k << " tokens both emitted alike";
+}
+
+}  // namespace
+
+TEST(CudaEngine, PublishedBlockKindsOnTheDeviceMatchTheCpu) {
+    TL_REQUIRE_DEVICE();
+    using tinyloop::EarlyExitCriterion;
+    for (const KindCase& kc_ : block_kind_cases()) {
+        SCOPED_TRACE(kc_.name);
+        const tinyloop::HParams& hp = kc_.hp;
+        const std::string path = tltest::write_random_model("kinds_" + kc_.name + ".tinyloop", hp, 11);
+        tinyloop::ModelHandle cpu = tinyloop::load_model_handle(path, on(Backend::Cpu));
+        tinyloop::ModelHandle gpu = tinyloop::load_model_handle(path, on(Backend::Cuda));
+        ASSERT_EQ(tinyloop::model_info(gpu.get()).backend, "cuda");
+        const int V = hp.vocab_size, T = hp.default_loops;
+
+        // every row's logits (80 rows: a cuBLAS chunk of 64 and a kernel tail)
+        const std::vector<int32_t> toks = byte_ids(80, 3);
+        for (int L : {1, T, hp.max_loops}) {
+            const std::vector<float> want = tinyloop::forward_logits(cpu.get(), toks.data(), int(toks.size()), L);
+            const std::vector<float> got = tinyloop::forward_logits(gpu.get(), toks.data(), int(toks.size()), L);
+            ASSERT_EQ(got.size(), want.size());
+            size_t bad = 0, first_bad = 0;
+            for (size_t i = 0; i < want.size(); ++i)
+                if (!(std::fabs(got[i] - want[i]) <= 1e-3f + 1e-3f * std::fabs(want[i])) && bad++ == 0) first_bad = i;
+            EXPECT_EQ(bad, 0u) << "loops " << L << ": " << bad << " logits differ, the first at row " << first_bad / V
+                               << " id " << first_bad % V << ": " << got[first_bad] << " against " << want[first_bad];
+        }
+
+        // greedy decoding at T
+        const std::vector<int32_t> prompt = byte_ids(12, 5);
+        const auto want = tinyloop::generate(cpu.get(), prompt.data(), int(prompt.size()), greedy(32, T));
+        const auto got = tinyloop::generate(gpu.get(), prompt.data(), int(prompt.size()), greedy(32, T));
+        ASSERT_EQ(got.size(), prompt.size() + 32);
+        const tltest::GreedyAgreement a = tltest::compare_greedy(trace_of(cpu.get(), want, prompt.size(), T),
+                                                                 trace_of(gpu.get(), got, prompt.size(), T), V);
+        EXPECT_TRUE(a.ok) << a.why;
+
+        // chain and tree self-speculation: the device's own greedy decoding at the verify depth
+        {
+            tinyloop::SpeculativeConfig sc;
+            sc.max_tokens = 24;
+            sc.draft_loops = 1;
+            sc.verify_loops = T;
+            sc.draft_ahead = 3;
+            sc.temperature = 0.0f;
+            sc.ignore_eos = true;
+            const tinyloop::GenerateResult r = tinyloop::generate_speculative_ex(gpu.get(), prompt.data(), int(prompt.size()), sc);
+            EXPECT_EQ(r.tokens, tinyloop::generate(gpu.get(), prompt.data(), int(prompt.size()), greedy(24, T)))
+                << "chain speculation";
+            EXPECT_GT(r.stats.spec_drafted, 0);
+            tinyloop::TreeSpeculativeConfig tc;
+            tc.max_tokens = 24;
+            tc.draft_loops = 1;
+            tc.verify_loops = T;
+            tc.draft_ahead = 3;
+            tc.K_branches = 2;
+            tc.ignore_eos = true;
+            const tinyloop::GenerateResult t = tinyloop::generate_tree_speculative_ex(gpu.get(), prompt.data(), int(prompt.size()), tc);
+            EXPECT_EQ(t.tokens, r.tokens) << "tree speculation";
+        }
+
+        if (hp.exit_gate) {
+            // the gate's trace of every token during generate (observer set): the CPU's within rounding
+            std::vector<tinyloop::TokenEvent> ew, eg;
+            tinyloop::GenerateOptions o;
+            o.observer = [&](const tinyloop::TokenEvent& e) { return ew.push_back(e), true; };
+            tinyloop::generate_ex(cpu.get(), prompt.data(), int(prompt.size()), greedy(16, T), o);
+            o.observer = [&](const tinyloop::TokenEvent& e) { return eg.push_back(e), true; };
+            tinyloop::generate_ex(gpu.get(), prompt.data(), int(prompt.size()), greedy(16, T), o);
+            ASSERT_EQ(eg.size(), ew.size());
+            for (size_t i = 0; i < ew.size() && ew[i].token == eg[i].token; ++i) {
+                ASSERT_EQ(eg[i].exit_gate.size(), size_t(T)) << "token " << i;
+                ASSERT_EQ(ew[i].exit_gate.size(), size_t(T));
+                for (int l = 0; l < T; ++l)
+                    EXPECT_NEAR(eg[i].exit_gate[size_t(l)], ew[i].exit_gate[size_t(l)], 1e-4) << "token " << i << " pass " << l + 1;
+            }
+            // the gate's criteria (threshold q on the cumulative exit probability)
+            for (const auto crit : {EarlyExitCriterion::GateStop, EarlyExitCriterion::GateSelect}) {
+                SCOPED_TRACE(crit == EarlyExitCriterion::GateStop ? "gate_stop" : "gate_select");
+                tinyloop::GenerateConfig g = greedy(24, hp.max_loops);
+                g.early_exit.patience = 1;  // turns the policy on (the gate has no patience of its own)
+                g.early_exit.criterion = crit;
+                g.early_exit.threshold = 0.5f;
+                expect_early_exit_agrees(cpu.get(), gpu.get(), prompt, g,
+                                         {0.05f, 0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 0.95f, 0.99f}, 8);
+            }
+        } else {
+            tinyloop::GenerateConfig g = greedy(24, hp.max_loops);
+            g.early_exit.criterion = EarlyExitCriterion::HiddenL2;
+            g.early_exit.patience = 1;
+            g.early_exit.threshold = 0.3f;
+            std::vector<float> ths;
+            for (float th = 4.0f; th > 1e-3f; th *= 0.7f) ths.push_back(th);
+            expect_early_exit_agrees(cpu.get(), gpu.get(), prompt, g, ths, 8);
+        }
+    }
+}
+
+// A coda model (FORMAT.md §1b, Huginn's whole shape) on the device: its whole-sequence calls,
+// the coda over the last pass's states (every row's logits at a depth, score, decoding at a fixed
+// depth) against the CPU; the calls that stop or read out between passes (a position's coda keys
+// and values are then those of the depth it was read at) refused under backend cuda naming the
+// call and the coda, and under auto run on the CPU: the CPU's own result.
+TEST(CudaEngine, ACodaModelRunsItsWholeSequenceCallsOnTheDevice) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::HParams hp = block_kind_cases()[1].hp;  // huginn-seeded
+    hp.n_coda_blocks = 2;
+    const std::string path = tltest::write_random_model("kinds_coda.tinyloop", hp, 11);
+    tinyloop::ModelHandle cpu = tinyloop::load_model_handle(path, on(Backend::Cpu));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(path, on(Backend::Cuda));
+    tinyloop::ModelHandle any = tinyloop::load_model_handle(path, on(Backend::Auto));
+    ASSERT_EQ(tinyloop::model_info(gpu.get()).backend, "cuda");
+    const tinyloop::ModelInfo info = tinyloop::model_info(any.get());
+    EXPECT_EQ(info.backend, "cuda");
+    EXPECT_NE(info.backend_note.find("coda"), std::string::npos) << info.backend_note;
+    const int V = hp.vocab_size, T = hp.default_loops;
+
+    const std::vector<int32_t> toks = byte_ids(80, 3);
+    const int n = int(toks.size());
+    for (int L : {1, T, hp.max_loops}) {
+        const std::vector<float> want = tinyloop::forward_logits(cpu.get(), toks.data(), n, L);
+        const std::vector<float> got = tinyloop::forward_logits(gpu.get(), toks.data(), n, L);
+        ASSERT_EQ(got.size(), want.size());
+        size_t bad = 0;
+        for (size_t i = 0; i < want.size(); ++i) bad += !(std::fabs(got[i] - want[i]) <= 1e-3f + 1e-3f * std::fabs(want[i]));
+        EXPECT_EQ(bad, 0u) << "loops " << L;
+        const tinyloop::ScoreResult sw = tinyloop::score(cpu.get(), toks.data(), n, L, tinyloop::KVCacheType::F32);
+        const tinyloop::ScoreResult sg = tinyloop::score(gpu.get(), toks.data(), n, L, tinyloop::KVCacheType::F32);
+        ASSERT_EQ(sg.token_logprobs.size(), sw.token_logprobs.size());
+        for (size_t i = 0; i < sw.token_logprobs.size(); ++i)
+            EXPECT_NEAR(sg.token_logprobs[i], sw.token_logprobs[i], 2e-3 + 1e-3 * std::fabs(sw.token_logprobs[i]))
+                << "loops " << L << " token " << i;
+    }
+    const std::vector<int32_t> prompt = byte_ids(12, 5);
+    const auto want = tinyloop::generate(cpu.get(), prompt.data(), int(prompt.size()), greedy(32, T));
+    const auto got = tinyloop::generate(gpu.get(), prompt.data(), int(prompt.size()), greedy(32, T));
+    const tltest::GreedyAgreement a = tltest::compare_greedy(trace_of(cpu.get(), want, prompt.size(), T),
+                                                             trace_of(gpu.get(), got, prompt.size(), T), V);
+    EXPECT_TRUE(a.ok) << a.why;
+
+    tinyloop::GenerateConfig g = greedy(16, hp.max_loops);
+    g.early_exit.criterion = tinyloop::EarlyExitCriterion::HiddenL2;
+    g.early_exit.patience = 1;
+    g.early_exit.threshold = 0.3f;
+    try {
+        tinyloop::generate_ex(gpu.get(), prompt.data(), int(prompt.size()), g);
+        ADD_FAILURE() << "early exit ran on the device on a coda model";
+    } catch (const tinyloop::Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
+        EXPECT_NE(std::string(e.what()).find("early exit"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("coda"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(tinyloop::generate_ex(any.get(), prompt.data(), int(prompt.size()), g).tokens,
+              tinyloop::generate_ex(cpu.get(), prompt.data(), int(prompt.size()), g).tokens)
+        << "auto: early exit on a coda model is the CPU's";
 }
 
 TEST(CudaEngine, UnroutedCallsNameTheFeature) {

@@ -78,19 +78,61 @@ TEST(ExecutorRule, TheCpuRunsEveryOpAndTheDeviceItsRows) {
 TEST(ExecutorRule, AModelsBlockKindsAndPassFeaturesChooseTheBackEndAtLoad) {
     // FORMAT.md §1's pre-norm block: nothing beyond what every back end runs.
     EXPECT_TRUE(model_math_ops(bundled()->hp).empty());
-    HParams hp = bundled()->hp;
-    hp.block = BlockKind::SandwichSum;
-    hp.qk_bias = true;
-    const std::vector<ExecOp> ops = model_math_ops(hp);
-    EXPECT_EQ(ops, (std::vector<ExecOp>{ExecOp::SandwichNorms, ExecOp::QkBias}));
-    // The device lacks them: auto loads such a model on the CPU, backend cuda refuses naming the kind.
-    EXPECT_EQ(choose_executor(true, false, ops), ExecKind::Cpu);
-    try {
-        choose_executor(true, true, ops);
-        FAIL() << "backend cuda accepted sandwich norms";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("sandwich"), std::string::npos) << e.what();
+    // Ouro's shape (sandwich_branch blocks, the norm after every pass, the exit gate): the device
+    // runs it (the one forward on CudaOps; the gate read on the host from the downloaded states).
+    HParams ouro = bundled()->hp;
+    ouro.block = BlockKind::SandwichBranch;
+    ouro.pass_norm = true;
+    ouro.exit_gate = true;
+    const std::vector<ExecOp> o_ops = model_math_ops(ouro);
+    EXPECT_EQ(o_ops, (std::vector<ExecOp>{ExecOp::SandwichNorms, ExecOp::PassNorm, ExecOp::ExitGate}));
+    EXPECT_EQ(choose_executor(true, false, o_ops), ExecKind::Cuda);
+    EXPECT_EQ(choose_executor(true, true, o_ops), ExecKind::Cuda);
+    // Huginn's: sandwich_sum, qk_bias, embed_scale, the adapter from a seeded state, and coda blocks.
+    HParams huginn = bundled()->hp;
+    huginn.block = BlockKind::SandwichSum;
+    huginn.qk_bias = true;
+    huginn.embed_scale = 8.0f;
+    huginn.loop_input = LoopInput::Adapter;
+    huginn.state_init.kind = StateInit::Kind::TruncNormal;
+    const std::vector<ExecOp> h_ops = model_math_ops(huginn);
+    EXPECT_EQ(h_ops, (std::vector<ExecOp>{ExecOp::SandwichNorms, ExecOp::QkBias, ExecOp::EmbedScale, ExecOp::Adapter,
+                                          ExecOp::StateInit}));
+    EXPECT_EQ(choose_executor(true, true, h_ops), ExecKind::Cuda);
+    // With its coda: the device runs the model's whole-sequence calls (the coda after the last
+    // pass), not those that stop or read out between passes. auto runs such a call on the CPU,
+    // backend cuda refuses it naming the call and the coda.
+    huginn.n_coda_blocks = 2;
+    const std::vector<ExecOp> c_ops = model_math_ops(huginn);
+    EXPECT_NE(std::find(c_ops.begin(), c_ops.end(), ExecOp::Coda), c_ops.end());
+    EXPECT_EQ(choose_executor(true, true, c_ops), ExecKind::Cuda);
+    for (ExecOp call : {ExecOp::Decode, ExecOp::SequenceLogits}) {
+        std::vector<ExecOp> needs{call};
+        needs.insert(needs.end(), c_ops.begin(), c_ops.end());
+        EXPECT_EQ(choose_executor(true, true, needs), ExecKind::Cuda) << exec_op_name(call);
     }
+    for (ExecOp call : {ExecOp::EarlyExit, ExecOp::ChainSpeculation, ExecOp::TreeSpeculation, ExecOp::PassReadouts,
+                        ExecOp::CacheImport}) {
+        std::vector<ExecOp> needs{ExecOp::Decode, call};
+        needs.insert(needs.end(), c_ops.begin(), c_ops.end());
+        EXPECT_EQ(choose_executor(true, false, needs), ExecKind::Cpu) << exec_op_name(call);
+        try {
+            choose_executor(true, true, needs);
+            ADD_FAILURE() << "backend cuda accepted " << exec_op_name(call) << " on a coda model";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::NotSupported);
+            const std::string what = e.what();
+            EXPECT_NE(what.find(exec_op_name(call)), std::string::npos) << what;
+            EXPECT_NE(what.find("coda"), std::string::npos) << what;
+        }
+        // apart, the device runs each
+        EXPECT_TRUE(exec_supports(ExecKind::Cuda, call));
+        EXPECT_TRUE(exec_supports_together(ExecKind::Cpu, call, ExecOp::Coda));
+    }
+    // Decoding watched by an observer reads the exit gate through the per-pass hooks, which the
+    // device has (decode.cpp asks for PassReadouts); keeping every pass's states (PassStates) it lacks.
+    EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::PassReadouts));
+    EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::PassStates));
 }
 
 TEST(ExecutorCpu, ACallUnderAutoReportsOneBackEnd) {

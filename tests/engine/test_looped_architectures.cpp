@@ -26,6 +26,7 @@
 #include "forward/forward.h"
 #include "forward/kv_cache.h"
 #include "engine/reference_f64.h"
+#include "looped_shapes.h"
 #include "scoring/scoring.h"
 #include "test_util.h"
 #include "tinyloop/batch.h"
@@ -43,52 +44,9 @@ namespace {
 // first norm left out) is of order 1.
 constexpr double kRelTol = 1e-5;
 
-HParams base_hparams() {
-    HParams hp;
-    hp.vocab_size = 300;
-    hp.d_model = 64;
-    hp.n_heads = 4;
-    hp.n_kv_heads = 2;
-    hp.head_dim = 16;
-    hp.d_ff = 96;
-    hp.n_pre_blocks = 0;
-    hp.n_loop_layers = 2;
-    hp.default_loops = 4;
-    hp.max_loops = 6;  // T + 2 with T = default_loops
-    hp.max_seq_len = 64;
-    hp.rope_theta = 10000.0f;
-    hp.norm_eps = 1e-6f;
-    return hp;
-}
-
-HParams ouro_hparams() {
-    HParams hp = base_hparams();
-    hp.architecture = "ouro";
-    hp.block = BlockKind::SandwichBranch;
-    hp.pass_norm = true;
-    hp.exit_gate = true;
-    hp.tie_embeddings = false;
-    return hp;
-}
-
-HParams huginn_hparams(bool coda = true, bool seeded_state = false) {
-    HParams hp = base_hparams();
-    hp.architecture = "huginn";
-    hp.block = BlockKind::SandwichSum;
-    hp.qk_bias = true;
-    hp.embed_scale = std::sqrt(static_cast<float>(hp.d_model));
-    hp.n_pre_blocks = 2;
-    hp.n_coda_blocks = coda ? 2 : 0;
-    hp.loop_input = LoopInput::Adapter;
-    hp.n_kv_heads = hp.n_heads;  // MHA, as Huginn
-    if (seeded_state) {
-        hp.state_init.kind = StateInit::Kind::TruncNormal;
-        hp.state_init.std = std::sqrt(2.0f / (5.0f * hp.d_model));
-        hp.state_init.scale = hp.embed_scale;
-        hp.state_init.seed = 0x5eedf00dull;
-    }
-    return hp;
-}
+using tltest::huginn_hparams;
+using tltest::ouro_hparams;
+HParams base_hparams() { return tltest::looped_base_hparams(); }
 
 struct Loaded {
     std::string path;

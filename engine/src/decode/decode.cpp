@@ -92,9 +92,10 @@ GenerateResult decode(const Model& m, const int32_t* prompt, int prompt_len, con
     if (policy.enabled()) needs.push_back(ExecOp::EarlyExit);
     if (options.lens) needs.push_back(ExecOp::PassReadouts);
     // A model with the exit gate, watched by an observer: the gate of the row behind every token
-    // (TokenEvent::exit_gate), from the rows' states after every pass.
+    // (TokenEvent::exit_gate), from the rows' states after every pass (run_passes' on_state: the
+    // per-pass hook the lens during generate uses too).
     const bool record_gate = m.hp.exit_gate && static_cast<bool>(options.observer);
-    if (record_gate) needs.push_back(ExecOp::PassStates);
+    if (record_gate) needs.push_back(ExecOp::PassReadouts);
     if (options.kv_provenance) needs.push_back(ExecOp::KVProvenance);
     if (config.kv_cache != KVCacheType::F32) needs.push_back(ExecOp::Int8Cache);
     if (start) needs.push_back(ExecOp::CacheImport);

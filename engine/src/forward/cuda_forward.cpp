@@ -63,6 +63,11 @@ CudaWeights::CudaWeights(const Model& m, int device) : m_(&m), device_(device) {
         d.w_gate = view(l.w_gate);
         d.w_up = view(l.w_up);
         d.w_down = view(l.w_down);
+        // FORMAT.md §1b (null where the block kind does not use them)
+        d.attn_post_norm = reinterpret_cast<const float*>(rebase(l.attn_post_norm));
+        d.mlp_post_norm = reinterpret_cast<const float*>(rebase(l.mlp_post_norm));
+        d.bq = reinterpret_cast<const float*>(rebase(l.bq));
+        d.bk = reinterpret_cast<const float*>(rebase(l.bk));
         return d;
     };
     embed = view(m.embed);
@@ -70,13 +75,42 @@ CudaWeights::CudaWeights(const Model& m, int device) : m_(&m), device_(device) {
     final_norm = reinterpret_cast<const float*>(rebase(m.final_norm));
     for (const LayerWeights& l : m.pre) pre.push_back(layer(l));
     for (const LayerWeights& l : m.loop) loop.push_back(layer(l));
+    for (const LayerWeights& l : m.coda) coda.push_back(layer(l));
+    if (m.hp.loop_input == LoopInput::Adapter) {
+        adapter = view(m.adapter);
+        // §1b's initial state of every position the model's context has, [max_seq_len, d]: a
+        // row is gathered by position (an f32 "embedding" indexed by the rows' positions), on
+        // the device and inside a captured step. The host's generator computes it once here,
+        // so the device's s0 is the CPU's bits. A zero state needs no table (the session's s0 rows stay zero).
+        if (m.hp.state_init.kind != StateInit::Kind::Zeros) {
+            const int n = m.max_seq_len, d = m.hp.d_model;
+            std::vector<int> positions(static_cast<size_t>(n));
+            for (int p = 0; p < n; ++p) positions[static_cast<size_t>(p)] = p;
+            std::vector<float> tab(static_cast<size_t>(n) * d);
+            initial_state(m.hp, positions.data(), n, tab.data());
+            with_cuda_errors("cuda weights", [&] {
+                kc::Context upload(device);
+                s0_table_ = kc::DeviceBuffer(upload, tab.size() * sizeof(float));
+                upload.upload(s0_table_.get(), tab.data(), tab.size() * sizeof(float));
+            });
+            s0_table.type = kern::WType::F32;
+            s0_table.rows = n;
+            s0_table.cols = d;
+            s0_table.data = static_cast<const uint8_t*>(s0_table_.get());
+        }
+    }
+}
+
+LayerStack CudaWeights::stack() const {
+    const bool adapt = m_->hp.loop_input == LoopInput::Adapter;
+    return LayerStack{&embed, &pre, &loop, &coda, adapt ? &adapter : nullptr, final_norm};
 }
 
 CudaWeights::~CudaWeights() {
     idle_.reset();  // before session_bytes, which its ByteShare gives back to
 }
 
-size_t CudaWeights::device_bytes() const { return file_.size(); }
+size_t CudaWeights::device_bytes() const { return file_.size() + s0_table_.size(); }
 
 // ---- CudaSession -----------------------------------------------------------------------------
 
@@ -91,6 +125,7 @@ struct CudaSession::Impl {
     int cache_rows = 0;                                   // capacity + scratch_rows
     kc::DeviceBuffer h, a, q, kk, vv, att, o_, g, u, logits, scratch;
     kc::DeviceBuffer e_in;                                // input injection (§1a): prelude output [rows, d]
+    kc::DeviceBuffer cat, s0;                             // loop_input adapter (§1b): [rows, 2d] input, [rows, d] initial state
     kc::DeviceBuffer ids, pos, kvb, kve, chosen;          // [rows] ints (chosen: [1])
     kc::DeviceBuffer crow, extra_rows, extra_offsets;      // forward_rows only
     kc::DeviceBuffer rope_tab;                            // RoPE cos/sin [max_seq_len, head_dim/2, 2]
@@ -135,6 +170,14 @@ struct CudaSession::Impl {
         u = kc::DeviceBuffer(ctx, R * ff * F);
         logits = kc::DeviceBuffer(ctx, R * V * F);
         if (injects_input(hp)) e_in = kc::DeviceBuffer(ctx, R * d * F);
+        if (hp.loop_input == LoopInput::Adapter) {
+            cat = kc::DeviceBuffer(ctx, R * 2 * d * F);
+            s0 = kc::DeviceBuffer(ctx, R * d * F);
+            if (hp.state_init.kind == StateInit::Kind::Zeros) {  // §1b's zero state: written once, only read
+                const std::vector<float> zeros(R * d, 0.0f);
+                ctx.upload(s0.get(), zeros.data(), zeros.size() * F);
+            }
+        }
         row_in = kc::DeviceBuffer(ctx, d * F);
         row_out = kc::DeviceBuffer(ctx, V * F);
         ids = kc::DeviceBuffer(ctx, R * sizeof(int));
@@ -159,10 +202,11 @@ struct CudaSession::Impl {
         if (o.gemm_min_tokens <= rows) {  // cuBLAS needs f32 operands: scratch for the largest
             size_t s = 0;
             auto need = [&](const kern::WeightView& W) { s = std::max(s, kc::gemm_scratch_bytes(W)); };
-            for (const auto* set : {&w.pre, &w.loop})
+            for (const auto* set : {&w.pre, &w.loop, &w.coda})
                 for (const LayerWeights& l : *set)
                     for (const auto* W : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) need(*W);
             need(w.head);
+            if (hp.loop_input == LoopInput::Adapter) need(w.adapter);
             scratch = kc::DeviceBuffer(ctx, s);
             ops.use_gemm(scratch.f32(), o.gemm_min_tokens);
         }
@@ -222,21 +266,41 @@ struct CudaSession::Impl {
     float* k_layer(int layer) const { return k.f32() + size_t(layer) * cache_rows * kv_row; }
     float* v_layer(int layer) const { return v.f32() + size_t(layer) * cache_rows * kv_row; }
 
-    // Embedding and every layer at depth loops for the n rows set up in ids/pos/kvb/kve: the
-    // one forward (run_layers) on the device.
+    // The initial state of the n rows set up in pos (loop_input adapter, §1b; else null): the
+    // seeded table's rows gathered by position on the device, or the zero rows.
+    const float* initial_rows(int n) {
+        if (hp.loop_input != LoopInput::Adapter) return nullptr;
+        if (hp.state_init.kind != StateInit::Kind::Zeros) ops.embedding(w.s0_table, pos.i32(), n, s0.f32());
+        return s0.f32();
+    }
+
+    // Embedding and every layer at depth loops for the n rows set up in ids/pos/kvb/kve, then a
+    // coda model's coda over the last pass's states (their keys and values those of depth loops,
+    // FORMAT.md §1b; h then holds the readouts the head reads): the one forward (run_layers) on the
+    // device.
     void rows_forward(int n) {
         Cache cache(*this);
         PassPlan plan;
         plan.loops = o.loops;
-        run_layers(ops, hp, LayerStack{&w.embed, &w.pre, &w.loop}, cache, block_scratch(), ids.i32(), h.f32(), e_in.f32(), n,
-                   plan);
+        plan.s0 = initial_rows(n);
+        plan.readout = hp.n_coda_blocks > 0;
+        run_layers(ops, hp, w.stack(), cache, block_scratch(), ids.i32(), h.f32(), e_in.f32(), n, plan);
+    }
+
+    // The head over n rows of x into out [n, vocab]: the final norm, then the head (compute_logits:
+    // without it where pass_norm already normed the state and no coda follows, §1b).
+    void head(const float* x, int n, float* out) {
+        if (!readout_norms(hp)) {
+            ops.matmul(w.head, x, n, out);
+            return;
+        }
+        ops.rmsnorm(x, w.final_norm, n, hp.d_model, hp.norm_eps, a.f32());
+        ops.matmul(w.head, a.f32(), n, out);
     }
 
     // Logits of rows [r0, r0 + n) into logits[0..n), and the greedy choice of the last into chosen.
     void head_rows(int r0, int n) {
-        const int d = hp.d_model;
-        ops.rmsnorm(h.f32() + size_t(r0) * d, w.final_norm, n, d, hp.norm_eps, a.f32());
-        ops.matmul(w.head, a.f32(), n, logits.f32());
+        head(h.f32() + size_t(r0) * hp.d_model, n, logits.f32());
         last_row = n - 1;
         ops.argmax(logits.f32() + size_t(n - 1) * hp.vocab_size, 1, hp.vocab_size, n_valid, chosen.i32());
     }
@@ -245,31 +309,34 @@ struct CudaSession::Impl {
     void row_prelude() {
         Cache cache(*this);
         PassPlan plan;
-        plan.loops = 0;  // the embedding and the prelude only
-        run_layers(ops, hp, LayerStack{&w.embed, &w.pre, &w.loop}, cache, block_scratch(), ids.i32(), h.f32(), e_in.f32(), 1,
-                   plan);
+        plan.loops = 0;  // the embedding and the prelude (and an adapter model's initial state) only
+        plan.s0 = initial_rows(1);
+        run_layers(ops, hp, w.stack(), cache, block_scratch(), ids.i32(), h.f32(), e_in.f32(), 1, plan);
     }
     void row_pass(int pass) {
         Cache cache(*this);
         const BlockScratch s = block_scratch();
-        const LayerStack st{&w.embed, &w.pre, &w.loop};
+        const LayerStack st = w.stack();
         begin_pass(ops, hp, st, s, h.f32(), e_in.f32(), 1, pass);
         int layer = loop_layer_index(hp, pass, 0);
         for (const LayerWeights& l : w.loop) block_forward(ops, hp, l, cache, layer++, s, h.f32(), 1);
         end_pass(ops, hp, st, s, h.f32(), 1);
     }
-    // FORMAT.md §1: the frozen state as a deeper pass takes it in (+ e with "add"), then each
-    // loop layer's keys and values of it, RoPE'd at the row's position, into passes exited+1..
+    // FORMAT.md §1a/§1b (propagate_exited_state): the frozen state as a deeper pass takes it in
+    // (+ e with "add", adapter·[h; e] with "adapter": begin_pass of pass exited+1), then each loop
+    // layer's keys (+ bk with qk_bias) and values of it, RoPE'd at the row's position, into
+    // passes exited+1..
     void row_propagate(int exited, int to) {
         const int d = hp.d_model;
         float* x = row_in.f32();
         ops.copy(x, h.f32(), size_t(d) * sizeof(float));
-        if (injects_input(hp) && hp.loop_input == LoopInput::Add) ops.add_inplace(x, e_in.f32(), size_t(d));
+        begin_pass(ops, hp, w.stack(), block_scratch(), x, e_in.f32(), 1, exited + 1);
         for (int j = 0; j < hp.n_loop_layers; ++j) {
             const LayerWeights& l = w.loop[size_t(j)];
             ops.rmsnorm(x, l.attn_norm, 1, d, hp.norm_eps, a.f32());
             ops.matmul(l.wk, a.f32(), 1, kk.f32());
             ops.matmul(l.wv, a.f32(), 1, vv.f32());
+            if (l.bk) ops.add_rows(kk.f32(), l.bk, 1, l.wk.rows);  // qk_bias (§1b): before RoPE
             ops.rope(kk.f32(), 1, hp.n_kv_heads, hp.head_dim, pos.i32(), hp.rope_theta);
             for (int p = exited + 1; p <= to; ++p) {
                 const size_t at = size_t(row_pos) * kv_row;
@@ -302,14 +369,23 @@ struct CudaSession::Impl {
             (*hook)(pass, hook_row0, seen.data(), n);
         };
         if (hook && *hook) plan.after_pass = &after;
-        run_layers(ops, hp, LayerStack{&w.embed, &w.pre, &w.loop}, cache, block_scratch(), ids.i32(), h.f32(),
-                   e_in.f32(), n, plan);
+        if (first <= 1) plan.s0 = initial_rows(n);
+        run_layers(ops, hp, w.stack(), cache, block_scratch(), ids.i32(), h.f32(), e_in.f32(), n, plan);
         ops.synchronize();
         if (out_h) ctx.download(out_h, h.get(), bytes);
         if (out_e && inject && first <= 1) ctx.download(out_e, e_in.get(), bytes);
     }
+    // The calls that stop, read out or resume between passes hold a state the head reads directly:
+    // not on a coda model (exec_supports_together keeps such calls on the CPU).
+    void no_coda(const char* call) const {
+        if (hp.n_coda_blocks > 0)
+            throw Error(ErrorCode::Internal, std::string(call) +
+                                                 ": a coda model's calls between passes are the CPU's (exec_supports_together)");
+    }
+
     // run_passes' pass range and, when resuming, the rows' states: Error(InvalidArgument) naming them.
     void check_passes(int first, int last, const float* h_in, const float* e_in_host) const {
+        no_coda("run_passes");
         if (first < 1 || last < first || last > o.loops)
             throw Error(ErrorCode::InvalidArgument, "run_passes: passes " + std::to_string(first) + ".." +
                                                         std::to_string(last) + " are outside [1, " +
@@ -320,7 +396,7 @@ struct CudaSession::Impl {
                                                         " needs the rows' states (h_in" + (inject ? ", e_in)" : ")"));
     }
     BlockScratch block_scratch() const {
-        return BlockScratch{a.f32(), q.f32(), kk.f32(), vv.f32(), att.f32(), o_.f32(), g.f32(), u.f32()};
+        return BlockScratch{a.f32(), q.f32(), kk.f32(), vv.f32(), att.f32(), o_.f32(), g.f32(), u.f32(), cat.f32()};
     }
 
     void set_rows(const int32_t* tokens, int pos0, int n) {
@@ -376,7 +452,7 @@ size_t CudaSession::device_bytes() const {
     const Impl& s = *impl_;
     size_t n = 0;
     for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.h, &s.a, &s.q, &s.kk, &s.vv, &s.att, &s.o_, &s.g, &s.u, &s.logits,
-                                      &s.e_in, &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
+                                      &s.e_in, &s.cat, &s.s0, &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
                                       &s.extra_offsets, &s.rope_tab, &s.partial, &s.row_in, &s.row_out})
         n += b->size();
     return n + s.ctx.device_bytes();
@@ -470,6 +546,7 @@ std::vector<float> CudaSession::last_logits() {
 
 void CudaSession::row_begin(int32_t token, int pos) {
     Impl& s = *impl_;
+    s.no_coda("row_begin");
     if (pos < 0 || pos >= s.o.capacity)
         throw Error(ErrorCode::InvalidArgument, "row pos: " + std::to_string(pos) + " is outside [0, " +
                                                     std::to_string(s.o.capacity) + ")");
@@ -513,8 +590,7 @@ void CudaSession::row_logits(const float* r, float* out) {
     with_cuda_errors("cuda row logits", [&] {
         s.ops.synchronize();
         s.ctx.upload(s.row_in.get(), r, size_t(d) * sizeof(float));
-        s.ops.rmsnorm(s.row_in.f32(), s.w.final_norm, 1, d, s.hp.norm_eps, s.a.f32());
-        s.ops.matmul(s.w.head, s.a.f32(), 1, s.row_out.f32());  // not the logits buffer: last_logits stays
+        s.head(s.row_in.f32(), 1, s.row_out.f32());  // not the logits buffer: last_logits stays
         s.ops.synchronize();
         s.ctx.download(out, s.row_out.f32(), size_t(V) * sizeof(float));
     });
@@ -712,6 +788,7 @@ void CudaSession::import_prefix(const CudaSession& src_session, int n) {
     Impl& s = *impl_;
     Impl& src = *src_session.impl_;
     if (&src.w != &s.w) throw Error(ErrorCode::Internal, "import_prefix: a session on other weights");
+    s.no_coda("import_prefix");
     if (n < 0 || n > s.o.capacity || n > src.o.capacity)
         throw Error(ErrorCode::InvalidArgument, "import_prefix: n " + std::to_string(n) + " is outside [0, " +
                                                     std::to_string(std::min(s.o.capacity, src.o.capacity)) + "]");
@@ -736,6 +813,7 @@ void CudaSession::import_prefix(const CudaSession& src_session, int n) {
 
 void CudaSession::set_last_state(const float* h) {
     Impl& s = *impl_;
+    s.no_coda("set_last_state");
     with_cuda_errors("cuda set_last_state", [&] {
         s.ops.synchronize();
         s.ctx.upload(s.h.get(), h, size_t(s.hp.d_model) * sizeof(float));
@@ -825,7 +903,7 @@ public:
         if (h != h_.data()) std::copy(h, h + h_.size(), h_.begin());
         held_ = true;
     }
-    // No coda on the device (ExecOp::Coda is the CPU's): the readout input is the state itself.
+    // Not on a coda model (exec_supports_together): the readout input is the state itself.
     const float* readout(const float* h) override { return h; }
     void logits(const float* r, float* out) override { s_.row_logits(r, out); }
     void propagate(int exited, int loops) override { s_.row_propagate(exited, loops); }
@@ -870,8 +948,8 @@ public:
     // the drafted rows from their states). Not the tree's laid-out rows, nor per-pass hooks.
     void run_passes(const PassRun& r) override {
         const int last = r.last > 0 ? r.last : o_.loops;
-        // without a coda (ExecOp::Coda is the CPU's) a row's readout is its state: one hook
-        // sees both when both are asked for
+        // without a coda (a coda model's calls between passes are the CPU's) a row's readout is
+        // its state: one hook sees both when both are asked for
         PassHook both;
         const PassHook* hook = r.on_readout && *r.on_readout ? r.on_readout : r.on_state;
         if (r.on_readout && *r.on_readout && r.on_state && *r.on_state) {

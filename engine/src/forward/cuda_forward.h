@@ -47,13 +47,18 @@ public:
 
     kern::WeightView embed, head;
     const float* final_norm = nullptr;
-    std::vector<LayerWeights> pre, loop;  // device pointers
+    std::vector<LayerWeights> pre, loop, coda;  // device pointers (coda: §1b)
+    kern::WeightView adapter;   // loop_input adapter (§1b): [d, 2d]
+    kern::WeightView s0_table;  // a seeded state_init (§1b): every position's initial state, f32 [max_seq_len, d]
+    // The model's layers as forward.cpp's run_layers reads them (device pointers).
+    LayerStack stack() const;
 
 private:
     friend class CudaSessionLease;
     const Model* m_;
     int device_;
     kern::cuda::DeviceBuffer file_;
+    kern::cuda::DeviceBuffer s0_table_;
     // The last session a generate / score call finished with, kept for the next call (its
     // stream, buffers and captured decode step), so a call pays neither their set-up nor a
     // graph capture again. One at most; a call that finds it busy or unfit makes its own.
@@ -136,7 +141,8 @@ public:
     // 1 <= first <= last <= the session's loops (Error(InvalidArgument) otherwise). pos() moves
     // to pos0 + n; last_logits() then gives the last row's.
     // hook (optional): the rows' states after every pass, as (pass, hook_row0, h [n, d], n) in
-    // host memory (the lens' readouts and a cache's last-row states; no coda on the device).
+    // host memory (the lens' readouts and a cache's last-row states; never on a coda model:
+    // Error(Internal), the executor keeps such calls on the CPU).
     void run_passes(const int32_t* tokens, int n, int pos0, int first, int last, const float* h_in, const float* e_in,
                     float* out_h, float* out_e, const PassHook* hook = nullptr, int hook_row0 = 0);
     // run_passes over laid-out rows (tree speculation: each row its position, cache row, range

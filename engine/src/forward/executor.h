@@ -32,7 +32,8 @@ namespace tinyloop {
 enum class ExecOp : int {
     Decode,            // prefill, one full-depth step per token, the head (generate, generate_stream)
     SequenceLogits,    // every row's logits of one sequence at a depth (forward_logits, score, lens, escalation)
-    PassReadouts,      // the readout of the decoded row after every pass (GenerateOptions.lens)
+    PassReadouts,      // per-pass hooks during generate: the decoded row's readouts (GenerateOptions.lens), its
+                       // states (the exit gate's trace, PassRun.on_state)
     EarlyExit,         // steps that stop between passes (early exit, score_early_exit, early_exit_signals)
     PassStates,        // every pass's states of a sequence kept at once (exit_gate_per_pass, the lens' signals)
     Int8Cache,         // kv_cache int8
@@ -70,10 +71,19 @@ bool exec_supports(ExecKind kind, ExecOp op);
 // and the back end.
 [[noreturn]] void unsupported(ExecKind kind, ExecOp op);
 
+// The table's pairs: whether back end `kind` runs ops a and b in one call (each of which it runs).
+// The device runs a coda model's whole-sequence calls (decode, every row's logits at a depth) but
+// not those that stop, read out or resume between passes (ExecOp::Coda with EarlyExit, the
+// speculations, PassReadouts, CacheImport, ...). unsupported_together refuses such a pair:
+// Error(NotSupported) naming both ("early exit (...) on a model with coda blocks (...)").
+bool exec_supports_together(ExecKind kind, ExecOp a, ExecOp b);
+[[noreturn]] void unsupported_together(ExecKind kind, ExecOp op, ExecOp with);
+
 // The rule of backend auto (and cuda). on_device: the model's weights are on the device;
 // device_required: the user asked for backend cuda. Returns the one back end that runs every op
-// in `needs` (the device when it can, else the CPU), or throws through unsupported() when the
-// device is required and lacks one of them.
+// in `needs`, and every pair of them (the device when it can, else the CPU), or throws through
+// unsupported() / unsupported_together() when the device is required and lacks one of them.
+// run_executor adds the model's own math (model_math_ops) to a call's needs.
 ExecKind choose_executor(bool on_device, bool device_required, const std::vector<ExecOp>& needs);
 
 // The ops a model's math needs beyond §1's pre-norm block (FORMAT.md §1b; empty for version-1/2
@@ -118,7 +128,7 @@ struct PassRun {
     float* out_h = nullptr;  // receives the rows' states h_last (before a coda's readout, §1b)
     float* out_e = nullptr;  // receives the rows' prelude outputs (first = 1, injecting models)
     const PassHook* on_readout = nullptr;
-    const PassHook* on_state = nullptr;  // sees the rows' states after every pass (PassStates)
+    const PassHook* on_state = nullptr;  // sees the rows' states after every pass (PassReadouts' hooks)
     // When set, the rows' positions and visibility (pos0 is then unused). With a layout the
     // readouts are not reported (on_readout must be null).
     const RowLayout* layout = nullptr;

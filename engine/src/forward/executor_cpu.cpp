@@ -17,7 +17,7 @@ const char* exec_op_name(ExecOp op) {
     switch (op) {
         case ExecOp::Decode: return "decode (generate, generate_stream)";
         case ExecOp::SequenceLogits: return "forward_logits / score";
-        case ExecOp::PassReadouts: return "the lens (GenerateOptions.lens)";
+        case ExecOp::PassReadouts: return "the lens (GenerateOptions.lens) and the exit gate's trace during generate";
         case ExecOp::EarlyExit: return "early exit (decoding with it, score_early_exit, early_exit_signals)";
         case ExecOp::PassStates: return "per-pass states (exit_gate_per_pass, the lens' signals)";
         case ExecOp::Int8Cache: return "an INT8 KV cache (kv_cache int8)";
@@ -58,6 +58,11 @@ bool exec_supports(ExecKind kind, ExecOp op) {
     // PassStates" as "keeps every pass's states of a whole sequence on the host" and then run
     // host forwards (H200 run 12: refused under backend cuda); on the device they run a
     // sequence_logits per depth instead.
+    // The block kinds and pass features of FORMAT.md §1b are forward.cpp's run_layers on CudaOps
+    // (sandwich norms, qk_bias, embed_scale, pass_norm, the adapter with its initial state gathered
+    // from a table of every position's, cuda_forward.cpp); the exit gate is read on the host from
+    // the states the row stepper and the per-pass hooks download. The coda runs after the last
+    // pass of a whole-sequence call only (exec_supports_together).
     switch (op) {
         case ExecOp::Decode:
         case ExecOp::SequenceLogits:
@@ -65,9 +70,53 @@ bool exec_supports(ExecKind kind, ExecOp op) {
         case ExecOp::ChainSpeculation:
         case ExecOp::TreeSpeculation:
         case ExecOp::PassReadouts:
-        case ExecOp::CacheImport: return true;
+        case ExecOp::CacheImport:
+        case ExecOp::SandwichNorms:
+        case ExecOp::QkBias:
+        case ExecOp::EmbedScale:
+        case ExecOp::PassNorm:
+        case ExecOp::Adapter:
+        case ExecOp::StateInit:
+        case ExecOp::ExitGate:
+        case ExecOp::Coda: return true;
         default: return false;
     }
+}
+
+namespace {
+// What a coda model's call may need on the device: its whole-sequence calls at one depth (decode,
+// every row's logits: the coda over the last pass's states, its keys and values those of that
+// depth) and the model's math. Not the calls that read out or stop between passes, or resume from
+// kept states: there a position's coda keys and values are those of the depth it was read at
+// (FORMAT.md §1b), which the device's sessions do not keep yet.
+bool runs_beside_a_coda_on_the_device(ExecOp op) {
+    switch (op) {
+        case ExecOp::Decode:
+        case ExecOp::SequenceLogits:
+        case ExecOp::SandwichNorms:
+        case ExecOp::QkBias:
+        case ExecOp::EmbedScale:
+        case ExecOp::PassNorm:
+        case ExecOp::Coda:
+        case ExecOp::Adapter:
+        case ExecOp::StateInit:
+        case ExecOp::ExitGate: return true;
+        default: return false;
+    }
+}
+}  // namespace
+
+bool exec_supports_together(ExecKind kind, ExecOp a, ExecOp b) {
+    if (kind == ExecKind::Cpu) return true;
+    if (a == ExecOp::Coda) return runs_beside_a_coda_on_the_device(b);
+    if (b == ExecOp::Coda) return runs_beside_a_coda_on_the_device(a);
+    return true;
+}
+
+void unsupported_together(ExecKind kind, ExecOp op, ExecOp with) {
+    throw Error(ErrorCode::NotSupported, std::string(exec_op_name(op)) + " on a model with " + exec_op_name(with) +
+                                             ": does not run on the " + (kind == ExecKind::Cuda ? "CUDA" : "CPU") +
+                                             " back end yet (backend cuda was asked for); use backend cpu or auto");
 }
 
 std::vector<ExecOp> model_math_ops(const HParams& hp) {
@@ -99,11 +148,26 @@ ExecKind choose_executor(bool on_device, bool device_required, const std::vector
             if (device_required) unsupported(ExecKind::Cuda, op);
             return ExecKind::Cpu;  // auto: the whole call on the CPU
         }
+    for (size_t i = 0; i < needs.size(); ++i)
+        for (size_t j = i + 1; j < needs.size(); ++j)
+            if (!exec_supports_together(ExecKind::Cuda, needs[i], needs[j])) {
+                // named as the call's op "on a model with" the model's feature (model_math_ops come last)
+                if (device_required) unsupported_together(ExecKind::Cuda, needs[i], needs[j]);
+                return ExecKind::Cpu;
+            }
     return ExecKind::Cuda;
 }
 
+namespace {
+// A call's needs and the model's math (the pairs a back end runs only apart, exec_supports_together).
+std::vector<ExecOp> with_model_math(const Model& m, std::vector<ExecOp> needs) {
+    for (ExecOp op : model_math_ops(m.hp)) needs.push_back(op);
+    return needs;
+}
+}  // namespace
+
 void require_host(const Model& m, const std::vector<ExecOp>& needs) {
-    const ExecKind k = choose_executor(m.cuda != nullptr, m.cuda_required, needs);
+    const ExecKind k = choose_executor(m.cuda != nullptr, m.cuda_required, with_model_math(m, needs));
     // A call that says it runs on the host must name an op the device lacks.
     if (k != ExecKind::Cpu)
         throw Error(ErrorCode::Internal, "require_host: the call's ops all run on the device; route it there");
@@ -445,7 +509,7 @@ std::unique_ptr<ExecRow> make_cpu_row(const Model& m, KVCache& kv, Workspace& ws
 }
 
 std::unique_ptr<Executor> run_executor(const Model& m, const std::vector<ExecOp>& needs) {
-    const ExecKind k = choose_executor(m.cuda != nullptr, m.cuda_required, needs);
+    const ExecKind k = choose_executor(m.cuda != nullptr, m.cuda_required, with_model_math(m, needs));
 #ifdef TINYLOOP_HAVE_CUDA
     if (k == ExecKind::Cuda) return make_cuda_executor(m);
 #endif

@@ -55,9 +55,16 @@ Model* load_model(const std::string& path, const LoadOptions& options) {
         } catch (const Error& e) {
             throw Error(e.code(), path + ": backend cuda: " + e.what());
         }
-        if (!on_device)
-            m->backend_note = choice.note + "; the file-version-3 architecture runs on the CPU (" + kern::simd_level() +
-                              ", " + std::to_string(threads) + " threads)";
+        if (!on_device) {
+            std::string lacking;  // the first of the file's features the device lacks (auto: the CPU runs them all)
+            for (ExecOp op : model_math_ops(m->hp))
+                if (!exec_supports(ExecKind::Cuda, op)) {
+                    lacking = exec_op_name(op);
+                    break;
+                }
+            m->backend_note = choice.note + "; " + lacking + " does not run on the device yet: the model runs on the CPU (" +
+                              kern::simd_level() + ", " + std::to_string(threads) + " threads)";
+        }
     }
     if (on_device) {
         m->cuda = upload_weights(*m, choice.device);
@@ -67,6 +74,10 @@ Model* load_model(const std::string& path, const LoadOptions& options) {
                                                              "not routed to it yet are refused"
                                                            : "; generate, generate_stream, score, forward_logits and the lens run on the device, the "
                                                              "other calls on the CPU until routed");
+        if (m->hp.n_coda_blocks > 0)  // exec_supports_together: the coda after the last pass only
+            m->backend_note += std::string("; with its coda blocks, the calls that stop, read out or resume between passes (early "
+                                           "exit, speculation, the lens during generate, caches) ") +
+                               (m->cuda_required ? "are refused" : "run on the CPU");
     }
 #endif
     return m.release();
