@@ -670,11 +670,38 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
         o.kv_provenance = &prov;
         tinyloop::generate_ex(gpu.get(), prompt.data(), n, greedy(8, 0), o);
     });
-    expect_refused("beam search", [&] {
-        tinyloop::GenerateConfig g = greedy(8, 0);
-        g.beam_size = 2;
-        tinyloop::generate(gpu.get(), prompt.data(), n, g);
-    });
+}
+
+// Beam search on the device (each beam that parts from its parent a session of its own: the
+// parent's positions copied in and its last logits, CudaSequence::fork): its hypotheses against
+// the CPU's, beam_size 4, all four returned. A hypothesis both back ends found has the same score
+// within float rounding; the best is the CPU's best unless the CPU's two best are within 1e-3
+// (a near tie that rounding may order either way); at least two of the four are found by both.
+TEST(CudaEngine, BeamSearchOnTheDeviceMatchesTheCpu) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle cpu = tinyloop::load_model_handle(kModel, on(Backend::Cpu));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    const auto prompt = prompt_of(gpu.get());
+    const int n = int(prompt.size());
+    tinyloop::GenerateConfig g = greedy(24, 0);
+    g.beam_size = 4;
+    g.num_return_sequences = 4;
+    const tinyloop::GenerateResult want = tinyloop::generate_ex(cpu.get(), prompt.data(), n, g);
+    const tinyloop::GenerateResult got = tinyloop::generate_ex(gpu.get(), prompt.data(), n, g);
+    ASSERT_EQ(want.sequences.size(), 4u);
+    ASSERT_EQ(got.sequences.size(), 4u);
+    const bool near_tie = want.sequences[0].score - want.sequences[1].score < 1e-3;
+    if (!near_tie) {
+        EXPECT_EQ(got.sequences[0].output, want.sequences[0].output) << "the best hypothesis";
+    }
+    int found = 0;
+    for (const auto& h : got.sequences)
+        for (const auto& w : want.sequences)
+            if (h.output == w.output) {
+                ++found;
+                EXPECT_NEAR(h.score, w.score, 1e-3 + 1e-4 * std::fabs(w.score));
+            }
+    EXPECT_GE(found, 2) << "fewer than two of the device's hypotheses are the CPU's";
 }
 
 // vram_usage_bytes against what the device lost (cudaMemGetInfo), within 5%: after the load

@@ -43,14 +43,16 @@ TEST(ExecutorRule, AutoRunsAWholeCallOnOneBackEnd) {
 TEST(ExecutorRule, BackendCudaRefusesAMissingOpNamingItAndTheBackEnd) {
     EXPECT_EQ(choose_executor(true, true, {ExecOp::Decode}), ExecKind::Cuda);
     try {
-        choose_executor(true, true, {ExecOp::Decode, ExecOp::BeamSearch});
-        FAIL() << "backend cuda ran a call with beam search";
+        choose_executor(true, true, {ExecOp::Decode, ExecOp::KVProvenance});
+        FAIL() << "backend cuda ran a call with kv_provenance";
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::NotSupported);
         const std::string msg = e.what();
-        EXPECT_NE(msg.find("beam search"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("kv_provenance"), std::string::npos) << msg;
         EXPECT_NE(msg.find("CUDA back end"), std::string::npos) << msg;
     }
+    // Beam search forks device sessions (CudaSequence::fork): it runs there.
+    EXPECT_EQ(choose_executor(true, true, {ExecOp::Decode, ExecOp::BeamSearch}), ExecKind::Cuda);
     // The batch engine's one call (create_batch_engine asks for ExecOp::Batch).
     try {
         choose_executor(true, true, {ExecOp::Batch});

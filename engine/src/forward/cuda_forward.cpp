@@ -824,6 +824,18 @@ void CudaSession::set_last_state(const float* h) {
     s.logits_pinned = false;
 }
 
+void CudaSession::set_last_logits(const float* logits) {
+    Impl& s = *impl_;
+    with_cuda_errors("cuda set_last_logits", [&] {
+        s.ops.synchronize();
+        s.ctx.upload(s.logits.get(), logits, size_t(s.hp.vocab_size) * sizeof(float));
+    });
+    s.last_row = 0;
+    s.head_stale = false;
+    s.logits_pinned = false;
+    s.primed = false;
+}
+
 void CudaSession::copy_position(int from, int to) {
     Impl& s = *impl_;
     if (from < 0 || from >= s.cache_rows || to < 0 || to >= s.cache_rows)
@@ -920,9 +932,10 @@ private:
 // pass at a time (early exit).
 class CudaSequence final : public ExecSequence {
 public:
-    CudaSequence(const CudaWeights& w, const SequenceSpec& spec)
-        : hp_(w.model().hp), o_(options(spec, w.model().max_seq_len)), s_(w, o_),
-          chunk_(std::max(1, w.model().prefill_chunk)) {}  // the kept session when it fits: no set-up, no capture
+    CudaSequence(const CudaWeights& w, const SequenceSpec& spec) : CudaSequence(w, options(spec, w.model().max_seq_len)) {}
+    // The kept session when it fits: no set-up, no capture.
+    CudaSequence(const CudaWeights& w, const CudaSessionOptions& o)
+        : w_(w), hp_(w.model().hp), o_(o), s_(w, o_), chunk_(std::max(1, w.model().prefill_chunk)) {}
     size_t cache_bytes() const override {
         return size_t(2) * exec_layers(hp_, o_.loops) * (o_.capacity + o_.scratch_rows) * hp_.n_kv_heads * hp_.head_dim *
                sizeof(float);
@@ -994,6 +1007,16 @@ public:
         s_->import_prefix(*c->s_, n);
     }
     void set_last_state(const float* h) override { s_->set_last_state(h); }
+    // A beam of its own (beam search): a session on the same weights with every position of this
+    // one's cache copied in and its last logits, so the two decode apart from here.
+    std::unique_ptr<ExecSequence> fork() const override {
+        const std::vector<float> last = s_->last_logits();
+        auto f = std::make_unique<CudaSequence>(w_, o_);
+        f->s_->import_prefix(*s_, s_->pos());
+        f->s_->set_last_logits(last.data());
+        f->base_ = base_;
+        return f;
+    }
     ExecRow& row(int window) override {
         if (window != o_.window)
             throw Error(ErrorCode::Internal, "row: window " + std::to_string(window) + ", the sequence's is " +
@@ -1031,6 +1054,7 @@ private:
         o.fast = cuda_fast_from_env();
         return o;
     }
+    const CudaWeights& w_;
     const HParams& hp_;
     CudaSessionOptions o_;
     CudaSessionLease s_;

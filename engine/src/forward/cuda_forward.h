@@ -159,6 +159,8 @@ public:
     // becomes n. Then set_last_state(h) ([d], host) makes h the last row (last_logits: its head).
     void import_prefix(const CudaSession& src, int n);
     void set_last_state(const float* h);
+    // `logits` ([vocab], host) become last_logits() (a forked beam's, taken from its parent).
+    void set_last_logits(const float* logits);
     // Where the next prefill/decode writes (after a verification accepted some rows).
     void set_pos(int pos);
     int pos() const { return pos_; }

@@ -57,7 +57,8 @@ bool exec_supports(ExecKind kind, ExecOp op) {
     // handles, pools). Not PassStates: the scoring lens and escalation read "supports
     // PassStates" as "keeps every pass's states of a whole sequence on the host" and then run
     // host forwards (H200 run 12: refused under backend cuda); on the device they run a
-    // sequence_logits per depth instead.
+    // sequence_logits per depth instead. Beam search forks a sequence as a new session with the
+    // parent's positions copied in (CudaSession::import_prefix) and its last logits.
     // The block kinds and pass features of FORMAT.md §1b are forward.cpp's run_layers on CudaOps
     // (sandwich norms, qk_bias, embed_scale, pass_norm, the adapter with its initial state gathered
     // from a table of every position's, cuda_forward.cpp); the exit gate is read on the host from
@@ -71,6 +72,7 @@ bool exec_supports(ExecKind kind, ExecOp op) {
         case ExecOp::TreeSpeculation:
         case ExecOp::PassReadouts:
         case ExecOp::CacheImport:
+        case ExecOp::BeamSearch:
         case ExecOp::SandwichNorms:
         case ExecOp::QkBias:
         case ExecOp::EmbedScale:
