@@ -664,12 +664,60 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     };
     const int n = int(prompt.size());
     expect_refused("INT8 KV cache", [&] { tinyloop::score(gpu.get(), prompt.data(), n, 0, tinyloop::KVCacheType::Int8); });
-    expect_refused("kv_provenance", [&] {
-        tinyloop::GenerateOptions o;
-        tinyloop::KVProvenance prov;
-        o.kv_provenance = &prov;
-        tinyloop::generate_ex(gpu.get(), prompt.data(), n, greedy(8, 0), o);
+    expect_refused("pipelined self-speculation", [&] {
+        tinyloop::SpeculativeConfig sc;
+        sc.max_tokens = 8;
+        sc.draft_loops = 1;
+        sc.temperature = 0.0f;
+        tinyloop::generate_pipelined_ex(gpu.get(), prompt.data(), n, sc);
     });
+}
+
+// KV provenance on the device (the decode loop's own record of what it ran): the CPU's for the
+// rows of the tokens and depths both back ends chose alike, in plain decoding (every row computed)
+// and with early exit (a row's layers past its exit depth propagated).
+TEST(CudaEngine, KVProvenanceOnTheDeviceIsTheCpus) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle cpu = tinyloop::load_model_handle(kModel, on(Backend::Cpu));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    const auto prompt = prompt_of(gpu.get());
+    const int n = int(prompt.size());
+    const int L = tinyloop::model_hparams(gpu.get()).max_loops;
+    for (const bool exits : {false, true}) {
+        SCOPED_TRACE(exits ? "early exit" : "plain");
+        tinyloop::GenerateConfig g = greedy(24, L);
+        if (exits) {
+            g.early_exit.criterion = tinyloop::EarlyExitCriterion::HiddenL2;
+            g.early_exit.patience = 1;
+            g.early_exit.threshold = 0.1f;
+        }
+        tinyloop::KVProvenance pw, pg;
+        tinyloop::GenerateOptions o;
+        o.kv_provenance = &pw;
+        const tinyloop::GenerateResult rw = tinyloop::generate_ex(cpu.get(), prompt.data(), n, g, o);
+        o.kv_provenance = &pg;
+        const tinyloop::GenerateResult rg = tinyloop::generate_ex(gpu.get(), prompt.data(), n, g, o);
+        ASSERT_EQ(pg.n_layers, pw.n_layers);
+        ASSERT_GT(pg.n_positions, n);
+        size_t same = 0;  // emitted tokens alike, with their depths
+        const auto& dw = rw.stats.depth_per_token;
+        const auto& dg = rg.stats.depth_per_token;
+        while (same + 1 < dw.size() && same + 1 < dg.size() && rw.tokens[size_t(n) + same] == rg.tokens[size_t(n) + same] &&
+               dw[same] == dg[same])
+            ++same;
+        EXPECT_GE(same, 8u) << "the device parted from the CPU within 8 tokens";
+        int propagated = 0;
+        for (int layer = 0; layer < pw.n_layers; ++layer)
+            for (int p = 0; p < n + int(same) && p < pw.n_positions && p < pg.n_positions; ++p) {
+                EXPECT_EQ(pg.at(layer, p), pw.at(layer, p)) << "layer " << layer << " position " << p;
+                propagated += pg.at(layer, p) == tinyloop::KVOrigin::Propagated;
+            }
+        if (exits) {
+            EXPECT_GT(propagated, 0) << "no row propagated: the test would not test early exit's record";
+        }
+        EXPECT_GT(pg.kv_bytes_written, 0u);
+        EXPECT_LE(pg.kv_bytes_written, pg.kv_bytes_allocated);
+    }
 }
 
 // Beam search on the device (each beam that parts from its parent a session of its own: the

@@ -31,7 +31,7 @@ TEST(ExecutorRule, AutoRunsAWholeCallOnOneBackEnd) {
     EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits}), ExecKind::Cuda);
     // Greedy steps the device has plus speculation it lacks: all of it on the CPU, never a mix.
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::DraftSpeculation}), ExecKind::Cpu);
-    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit, ExecOp::KVProvenance}), ExecKind::Cpu);
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit, ExecOp::PipelinedSpeculation}), ExecKind::Cpu);
     // Early exit the device has (its row stepper): decoding with it stays there.
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit}), ExecKind::Cuda);
     EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits, ExecOp::Int8Cache}), ExecKind::Cpu);
@@ -43,16 +43,18 @@ TEST(ExecutorRule, AutoRunsAWholeCallOnOneBackEnd) {
 TEST(ExecutorRule, BackendCudaRefusesAMissingOpNamingItAndTheBackEnd) {
     EXPECT_EQ(choose_executor(true, true, {ExecOp::Decode}), ExecKind::Cuda);
     try {
-        choose_executor(true, true, {ExecOp::Decode, ExecOp::KVProvenance});
-        FAIL() << "backend cuda ran a call with kv_provenance";
+        choose_executor(true, true, {ExecOp::Decode, ExecOp::Int8Cache});
+        FAIL() << "backend cuda ran a call with an INT8 KV cache";
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::NotSupported);
         const std::string msg = e.what();
-        EXPECT_NE(msg.find("kv_provenance"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("INT8 KV cache"), std::string::npos) << msg;
         EXPECT_NE(msg.find("CUDA back end"), std::string::npos) << msg;
     }
-    // Beam search forks device sessions (CudaSequence::fork): it runs there.
+    // Beam search forks device sessions (CudaSequence::fork), KV provenance is the decode loop's
+    // own record: both run there.
     EXPECT_EQ(choose_executor(true, true, {ExecOp::Decode, ExecOp::BeamSearch}), ExecKind::Cuda);
+    EXPECT_EQ(choose_executor(true, true, {ExecOp::Decode, ExecOp::KVProvenance}), ExecKind::Cuda);
     // The batch engine's one call (create_batch_engine asks for ExecOp::Batch).
     try {
         choose_executor(true, true, {ExecOp::Batch});

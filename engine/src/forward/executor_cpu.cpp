@@ -58,7 +58,8 @@ bool exec_supports(ExecKind kind, ExecOp op) {
     // PassStates" as "keeps every pass's states of a whole sequence on the host" and then run
     // host forwards (H200 run 12: refused under backend cuda); on the device they run a
     // sequence_logits per depth instead. Beam search forks a sequence as a new session with the
-    // parent's positions copied in (CudaSession::import_prefix) and its last logits.
+    // parent's positions copied in (CudaSession::import_prefix) and its last logits. KV provenance
+    // is the decode loop's own record of what it ran (decode.cpp), whichever back end ran it.
     // The block kinds and pass features of FORMAT.md §1b are forward.cpp's run_layers on CudaOps
     // (sandwich norms, qk_bias, embed_scale, pass_norm, the adapter with its initial state gathered
     // from a table of every position's, cuda_forward.cpp); the exit gate is read on the host from
@@ -73,6 +74,7 @@ bool exec_supports(ExecKind kind, ExecOp op) {
         case ExecOp::PassReadouts:
         case ExecOp::CacheImport:
         case ExecOp::BeamSearch:
+        case ExecOp::KVProvenance:
         case ExecOp::SandwichNorms:
         case ExecOp::QkBias:
         case ExecOp::EmbedScale:
