@@ -8,7 +8,9 @@
 // online softmax (running max, sum and weighted v; each lane holds head_dim/32 dimensions);
 // the four partial states are merged in warp order. The order depends only on the row list,
 // so decode, chunked prefill and tree verification of the same rows give the same bits, and a
-// query with no rows gets zeros.
+// query with no rows gets zeros. With an INT8 cache (AttentionArgs.kq) each key and value element
+// is its (row, kv head)'s scale times its code, one rounded product (kern::dequantize_kv_row's),
+// then the same arithmetic.
 #include "kernels/cuda/common.cuh"
 
 namespace tinyloop::kern::cuda {
@@ -17,7 +19,14 @@ namespace {
 
 constexpr int kWarps = 4;
 
-template <int DPL>  // dimensions per lane: head_dim <= 32 * DPL
+// A key or value element: f[at] of an f32 cache, or its scale times its code (INT8).
+template <bool kInt8>
+__device__ __forceinline__ float kv_elem(const float* f, const int8_t* codes, float sc, size_t at) {
+    if (!kInt8) return f[at];
+    return __fmul_rn(sc, static_cast<float>(codes[at]));
+}
+
+template <int DPL, bool kInt8>  // dimensions per lane: head_dim <= 32 * DPL
 __global__ void attention_kernel(AttentionArgs a, float scale) {
     __shared__ float s_m[kWarps], s_l[kWarps];
     __shared__ float s_acc[kWarps][32 * DPL];
@@ -50,16 +59,22 @@ __global__ void attention_kernel(AttentionArgs a, float scale) {
         qv[j] = d < hd ? q[d] : 0.0f;
         acc[j] = 0.0f;
     }
+    // the cache's pointers by value (no reference to the kernel's parameter: it could be
+    // copied to local memory)
+    const float *kf = a.k, *vf = a.v, *ksc = a.ks, *vsc = a.vs;
+    const int8_t *kq = a.kq, *vq = a.vq;
+    const int stride = a.kv_stride, sstride = a.scale_stride;
     float m = -INFINITY, l = 0.0f;
     for (int i = warp; i < n; i += kWarps) {
         const int p = i < nr ? b + i : extra[i - nr];
-        const float* kp = a.k + static_cast<size_t>(p) * a.kv_stride + koff;
-        const float* vp = a.v + static_cast<size_t>(p) * a.kv_stride + koff;
+        const size_t row = static_cast<size_t>(p) * stride + koff;
+        const float k_sc = kInt8 ? ksc[static_cast<size_t>(p) * sstride + kh] : 0.0f;
+        const float v_sc = kInt8 ? vsc[static_cast<size_t>(p) * sstride + kh] : 0.0f;
         float part = 0.0f;
 #pragma unroll
         for (int j = 0; j < DPL; ++j) {
             const int d = lane + 32 * j;
-            if (d < hd) part = fmaf(qv[j], kp[d], part);
+            if (d < hd) part = fmaf(qv[j], kv_elem<kInt8>(kf, kq, k_sc, row + d), part);
         }
         const float s = warp_sum(part) * scale;
         const float m_new = fmaxf(m, s);
@@ -68,7 +83,7 @@ __global__ void attention_kernel(AttentionArgs a, float scale) {
 #pragma unroll
         for (int j = 0; j < DPL; ++j) {
             const int d = lane + 32 * j;
-            acc[j] = acc[j] * corr + (d < hd ? w * vp[d] : 0.0f);
+            acc[j] = acc[j] * corr + (d < hd ? w * kv_elem<kInt8>(vf, vq, v_sc, row + d) : 0.0f);
         }
         m = m_new;
     }
@@ -113,10 +128,17 @@ void attention(Context& ctx, const AttentionArgs& a) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
     const dim3 grid(static_cast<unsigned>(a.n_tok) * a.n_heads), block(32 * kWarps);
     cudaStream_t s = stream_of(ctx);
-    if (a.head_dim <= 32) attention_kernel<1><<<grid, block, 0, s>>>(a, scale);
-    else if (a.head_dim <= 64) attention_kernel<2><<<grid, block, 0, s>>>(a, scale);
-    else if (a.head_dim <= 128) attention_kernel<4><<<grid, block, 0, s>>>(a, scale);
-    else attention_kernel<8><<<grid, block, 0, s>>>(a, scale);
+    if (a.kq) {  // the INT8 cache
+        if (!a.vq || !a.ks || !a.vs || a.scale_stride < a.n_kv_heads)
+            throw CudaError("attention: an INT8 cache needs kq, vq, ks, vs and scale_stride >= n_kv_heads", false);
+        if (a.head_dim <= 32) attention_kernel<1, true><<<grid, block, 0, s>>>(a, scale);
+        else if (a.head_dim <= 64) attention_kernel<2, true><<<grid, block, 0, s>>>(a, scale);
+        else if (a.head_dim <= 128) attention_kernel<4, true><<<grid, block, 0, s>>>(a, scale);
+        else attention_kernel<8, true><<<grid, block, 0, s>>>(a, scale);
+    } else if (a.head_dim <= 32) attention_kernel<1, false><<<grid, block, 0, s>>>(a, scale);
+    else if (a.head_dim <= 64) attention_kernel<2, false><<<grid, block, 0, s>>>(a, scale);
+    else if (a.head_dim <= 128) attention_kernel<4, false><<<grid, block, 0, s>>>(a, scale);
+    else attention_kernel<8, false><<<grid, block, 0, s>>>(a, scale);
     TL_CUDA_LAUNCHED();
 }
 

@@ -230,6 +230,15 @@ void store_rows(Context& ctx, const float* src, int n, int row_floats, float* ds
 void rope_store(Context& ctx, float* q, float* k, const float* v, int n_tok, int n_heads, int n_kv_heads, int head_dim,
                 const int* positions, const float* table, float* k_cache, float* v_cache, const int* dst_rows);
 
+// rope_store for the INT8 KV cache: the same rotation (none when table is null; q may then be
+// null), then each (row, kv head) of k and v quantized as kern::quantize_kv_row: codes into row
+// dst_rows[t] of the layer's k_codes / v_codes ([rows, n_kv_heads * head_dim] int8), scales into
+// k_scales / v_scales at [dst_rows[t] * n_kv_heads + head]. attention() reads them through
+// AttentionArgs' kq / vq / ks / vs (scale_stride n_kv_heads).
+void rope_store_int8(Context& ctx, float* q, float* k, const float* v, int n_tok, int n_heads, int n_kv_heads,
+                     int head_dim, const int* positions, const float* table, int8_t* k_codes, int8_t* v_codes,
+                     float* k_scales, float* v_scales, const int* dst_rows);
+
 // One decode step's bookkeeping on the device (single sequence): ids[0] = chosen[0];
 // pos[0] += 1; kv_end[0] = pos[0] + 1; kv_begin[0] = window ? max(0, pos[0] + 1 - window) : 0.
 void advance(Context& ctx, const int* chosen, int* ids, int* pos, int* kv_begin, int* kv_end, int window);

@@ -7,6 +7,7 @@
 //   rope_cos_sin              vs the CPU's RoPE table (kern::rope_ref's angle, cos and sin)
 //   split_range, attn_combine vs kern::attention_ref (flash-decoding: partial softmax per
 //                             split of the row list, then the max/sum rescaling combine)
+//   kv_int8_scale / _code     vs kern::quantize_kv_row (the INT8 KV cache's codes and scales)
 // The device code compiles to what it did before (the same loads through __ldg, the same
 // intrinsics); only the host branch is new.
 #pragma once
@@ -199,6 +200,22 @@ inline std::vector<float> rope_table(int n_pos, int head_dim, float theta) {
             rope_cos_sin(p, i, head_dim, theta, &t[at], &t[at + 1]);
         }
     return t;
+}
+
+// ---- the INT8 KV cache (kern::quantize_kv_row; rope_store_int8 in rope.cu) -----------------
+//
+// One (row, kv head) of head_dim values x: scale s = amax|x| / 127, inverse 1/s (0 when s is 0),
+// code_j = clamp(round-half-even(x_j * inv), -127, 127); value = s * code. Float throughout, in
+// the CPU's order, so the device stores the CPU's codes and scales bit for bit.
+TL_HD float kv_int8_scale(float amax) { return amax / 127.0f; }
+TL_HD float kv_int8_inverse(float s) { return s > 0.0f ? 1.0f / s : 0.0f; }
+TL_HD int8_t kv_int8_code(float x, float inv) {
+#if defined(__CUDA_ARCH__)
+    const float r = rintf(__fmul_rn(x, inv));  // round half to even, as nearbyint in the default mode
+#else
+    const float r = std::nearbyint(x * inv);
+#endif
+    return static_cast<int8_t>(r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r));
 }
 
 // ---- flash-decoding attention (decode_fast.cu's attention_split) ---------------------------

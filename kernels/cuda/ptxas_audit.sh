@@ -18,7 +18,7 @@
 # otherwise pass on nothing). The other kernels are printed for information.
 set -u
 logdir=${1:?usage: ptxas_audit.sh LOGDIR}
-hot="embedding_kernel rmsnorm_kernel matmul_kernel matmul3_kernel rope_store_kernel attention_kernel argmax_kernel advance_kernel
+hot="embedding_kernel rmsnorm_kernel matmul_kernel matmul3_kernel rope_store_kernel rope_store_int8_kernel attention_kernel argmax_kernel advance_kernel
 fast_matmul_kernel fast_combined_matmul_kernel fast_qkv_rope_store_kernel attention_split_kernel attention_combine_kernel
 persistent_step_kernel"
 shopt -s nullglob

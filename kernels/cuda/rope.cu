@@ -59,7 +59,58 @@ __global__ void rope_store_kernel(float* q, float* k, const float* v, int n_head
     }
 }
 
+// rope_store's INT8 twin (the INT8 KV cache): the rotation as rope_store (none when table is
+// null: the rows already rotated, q unused), then each (row, kv head) of k and of v quantized
+// as kern::quantize_kv_row (kv_int8_* of device_helpers.h, one warp each): codes at row rows[t] of
+// the layer's [rows, n_kv_heads * head_dim] codes, scales at [rows[t] * n_kv_heads + head].
+__global__ void rope_store_int8_kernel(float* q, float* k, const float* v, int n_heads, int n_kv_heads, int head_dim,
+                                       const int* positions, const float2* table, int8_t* k_codes, int8_t* v_codes,
+                                       float* k_scales, float* v_scales, const int* rows) {
+    const int t = blockIdx.x, half = head_dim / 2;
+    if (table) {
+        const float2* cs = table + static_cast<size_t>(positions[t]) * half;
+        const int nq = n_heads * half, nk = n_kv_heads * half;
+        for (int idx = threadIdx.x; idx < nq + nk; idx += blockDim.x) {
+            const bool is_q = idx < nq;
+            const int j = is_q ? idx : idx - nq;
+            const int h = j / half, i = j % half;
+            const float2 r = cs[i];
+            float* xh = is_q ? q + (static_cast<size_t>(t) * n_heads + h) * head_dim
+                             : k + (static_cast<size_t>(t) * n_kv_heads + h) * head_dim;
+            const float x0 = xh[i], x1 = xh[i + half];
+            xh[i] = __fsub_rn(__fmul_rn(x0, r.x), __fmul_rn(x1, r.y));
+            xh[i + half] = __fadd_rn(__fmul_rn(x0, r.y), __fmul_rn(x1, r.x));
+        }
+    }
+    __syncthreads();
+    const int row = n_kv_heads * head_dim;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    const size_t dst = static_cast<size_t>(rows[t]);
+    for (int job = warp; job < 2 * n_kv_heads; job += n_warps) {
+        const bool is_v = job >= n_kv_heads;
+        const int h = is_v ? job - n_kv_heads : job;
+        const float* x = (is_v ? v : k) + static_cast<size_t>(t) * row + static_cast<size_t>(h) * head_dim;
+        float amax = 0.0f;
+        for (int j = lane; j < head_dim; j += 32) amax = fmaxf(amax, fabsf(x[j]));
+        amax = warp_max(amax);  // a max: the same in any order
+        const float sc = kv_int8_scale(amax), inv = kv_int8_inverse(sc);
+        int8_t* c = (is_v ? v_codes : k_codes) + dst * row + static_cast<size_t>(h) * head_dim;
+        for (int j = lane; j < head_dim; j += 32) c[j] = kv_int8_code(x[j], inv);
+        if (lane == 0) (is_v ? v_scales : k_scales)[dst * n_kv_heads + h] = sc;
+    }
+}
+
 }  // namespace
+
+void rope_store_int8(Context& ctx, float* q, float* k, const float* v, int n_tok, int n_heads, int n_kv_heads,
+                     int head_dim, const int* positions, const float* table, int8_t* k_codes, int8_t* v_codes,
+                     float* k_scales, float* v_scales, const int* dst_rows) {
+    if (n_tok <= 0 || head_dim < 2 || n_kv_heads <= 0) return;
+    rope_store_int8_kernel<<<n_tok, 256, 0, stream_of(ctx)>>>(q, k, v, n_heads, n_kv_heads, head_dim, positions,
+                                                              reinterpret_cast<const float2*>(table), k_codes, v_codes,
+                                                              k_scales, v_scales, dst_rows);
+    TL_CUDA_LAUNCHED();
+}
 
 void rope_store(Context& ctx, float* q, float* k, const float* v, int n_tok, int n_heads, int n_kv_heads, int head_dim,
                 const int* positions, const float* table, float* k_cache, float* v_cache, const int* dst_rows) {

@@ -48,12 +48,14 @@ tinyloop::GenerateConfig greedy(int n, int loops) {
     return g;
 }
 
-// The logits each token of `all[prompt_len..]` was chosen from, by one prefill on `m`.
-tltest::GreedyTrace trace_of(tinyloop::Model* m, const std::vector<int32_t>& all, size_t prompt_len, int L) {
+// The logits each token of `all[prompt_len..]` was chosen from, by one prefill on `m` (with the
+// decoding's cache type).
+tltest::GreedyTrace trace_of(tinyloop::Model* m, const std::vector<int32_t>& all, size_t prompt_len, int L,
+                             tinyloop::KVCacheType kv = tinyloop::KVCacheType::F32) {
     const int V = tinyloop::model_hparams(m).vocab_size;
     tltest::GreedyTrace t;
     t.tokens.assign(all.begin() + long(prompt_len), all.end());
-    const std::vector<float> z = tinyloop::forward_logits(m, all.data(), int(all.size()) - 1, L);
+    const std::vector<float> z = tinyloop::forward_logits(m, all.data(), int(all.size()) - 1, L, kv);
     t.logits.assign(z.begin() + long(prompt_len - 1) * V, z.end());
     return t;
 }
@@ -663,7 +665,6 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
         }
     };
     const int n = int(prompt.size());
-    expect_refused("INT8 KV cache", [&] { tinyloop::score(gpu.get(), prompt.data(), n, 0, tinyloop::KVCacheType::Int8); });
     expect_refused("pipelined self-speculation", [&] {
         tinyloop::SpeculativeConfig sc;
         sc.max_tokens = 8;
@@ -671,6 +672,62 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
         sc.temperature = 0.0f;
         tinyloop::generate_pipelined_ex(gpu.get(), prompt.data(), n, sc);
     });
+}
+
+// The INT8 KV cache on the device (rope_store_int8: the CPU cache's codes and scales; attention
+// over the dequantized rows): score's log-probabilities at three depths within float rounding of
+// the CPU's INT8 cache, greedy decoding with it by greedy_agreement.h's rule (against traces with
+// the INT8 cache), and decoding with early exit (the exited row's keys and values quantized into
+// the deeper passes' layers) the CPU's tokens and depths.
+TEST(CudaEngine, Int8CacheOnTheDeviceMatchesTheCpu) {
+    TL_REQUIRE_DEVICE();
+    using tinyloop::KVCacheType;
+    tinyloop::ModelHandle cpu = tinyloop::load_model_handle(kModel, on(Backend::Cpu));
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    const tinyloop::HParams& hp = tinyloop::model_hparams(cpu.get());
+    std::string text;
+    while (text.size() < 700) text += "And God said, Let there be light: and there was light. ";
+    std::vector<int32_t> toks = tinyloop::tokenize(cpu.get(), text);
+    toks.resize(std::min<size_t>(toks.size(), 150));
+    const int n = int(toks.size());
+    for (int L : {1, hp.default_loops, hp.max_loops}) {
+        const tinyloop::ScoreResult want = tinyloop::score(cpu.get(), toks.data(), n, L, KVCacheType::Int8);
+        const tinyloop::ScoreResult got = tinyloop::score(gpu.get(), toks.data(), n, L, KVCacheType::Int8);
+        ASSERT_EQ(got.token_logprobs.size(), want.token_logprobs.size());
+        for (size_t i = 0; i < want.token_logprobs.size(); ++i)
+            EXPECT_NEAR(got.token_logprobs[i], want.token_logprobs[i], 2e-3 + 1e-3 * std::fabs(want.token_logprobs[i]))
+                << "loops " << L << " token " << i;
+    }
+    const auto prompt = prompt_of(cpu.get());
+    const int L = hp.default_loops;
+    tinyloop::GenerateConfig g = greedy(48, L);
+    g.kv_cache = KVCacheType::Int8;
+    const auto want = tinyloop::generate(cpu.get(), prompt.data(), int(prompt.size()), g);
+    const auto got = tinyloop::generate(gpu.get(), prompt.data(), int(prompt.size()), g);
+    ASSERT_EQ(got.size(), prompt.size() + 48);
+    const tltest::GreedyAgreement a =
+        tltest::compare_greedy(trace_of(cpu.get(), want, prompt.size(), L, KVCacheType::Int8),
+                               trace_of(gpu.get(), got, prompt.size(), L, KVCacheType::Int8), hp.vocab_size);
+    EXPECT_TRUE(a.ok) << a.why;
+
+    g = greedy(32, hp.max_loops);
+    g.kv_cache = KVCacheType::Int8;
+    g.early_exit.criterion = tinyloop::EarlyExitCriterion::HiddenL2;
+    g.early_exit.patience = 1;
+    g.early_exit.threshold = 0.1f;
+    const tinyloop::GenerateResult rw = tinyloop::generate_ex(cpu.get(), prompt.data(), int(prompt.size()), g);
+    const tinyloop::GenerateResult rg = tinyloop::generate_ex(gpu.get(), prompt.data(), int(prompt.size()), g);
+    size_t same = 0;
+    while (same < rw.tokens.size() && same < rg.tokens.size() && rw.tokens[same] == rg.tokens[same]) ++same;
+    EXPECT_GE(same, prompt.size() + 12) << "decoding with early exit and the INT8 cache parted from the CPU's";
+    const size_t k = std::min({rw.stats.depth_per_token.size(), rg.stats.depth_per_token.size(), same - prompt.size()});
+    int dd = 0, exits = 0;
+    for (size_t i = 0; i < k; ++i) {
+        dd += rw.stats.depth_per_token[i] != rg.stats.depth_per_token[i];
+        exits += rw.stats.depth_per_token[i] < hp.max_loops;
+    }
+    EXPECT_GT(exits, 0) << "no token exited early: the propagation into the INT8 cache went untested";
+    EXPECT_LE(dd, 1);
 }
 
 // KV provenance on the device (the decode loop's own record of what it ran): the CPU's for the

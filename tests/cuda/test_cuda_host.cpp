@@ -169,6 +169,45 @@ TEST(CudaHostHelpers, RopeCosSinEqualTheCpuRope) {
     }
 }
 
+// ---- the INT8 KV cache: the device's codes and scales against the CPU cache's ----------------
+
+// rope_store_int8's per (row, kv head) quantization, written with the helpers as the kernel uses
+// them (the head's amax, then scale, inverse and codes), against kern::quantize_kv_row: the same
+// codes and scales bit for bit, ties at half a step (round half to even) and zero heads included.
+TEST(CudaHostHelpers, KvInt8CodesAndScalesEqualTheCpuCache) {
+    std::mt19937 g(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int hd : {16, 64, 128}) {
+        for (int heads : {1, 4}) {
+            for (int kind = 0; kind < 5; ++kind) {
+                std::vector<float> x(size_t(heads) * hd);
+                for (size_t i = 0; i < x.size(); ++i) {
+                    switch (kind) {
+                        case 0: x[i] = normal(g); break;                              // typical
+                        case 1: x[i] = normal(g) * 1e-30f; break;                     // tiny
+                        case 2: x[i] = float(int(g() % 255) - 127) * 0.5f + 0.25f; break;  // many half steps
+                        case 3: x[i] = (i % hd == 0) ? 127.0f : float(int(g() % 254) - 127) + 0.5f; break;  // ties at s = 1
+                        default: x[i] = (i / hd) % 2 ? 0.0f : normal(g) * 40.0f; break;  // zero heads
+                    }
+                }
+                std::vector<int8_t> want(x.size());
+                std::vector<float> want_s(static_cast<size_t>(heads));
+                tinyloop::kern::quantize_kv_row(x.data(), heads, hd, want.data(), want_s.data());
+                for (int h = 0; h < heads; ++h) {
+                    const float* xh = x.data() + size_t(h) * hd;
+                    float amax = 0.0f;
+                    for (int j = 0; j < hd; ++j) amax = std::fmax(amax, std::fabs(xh[j]));
+                    const float sc = kc::kv_int8_scale(amax), inv = kc::kv_int8_inverse(sc);
+                    ASSERT_EQ(sc, want_s[size_t(h)]) << "hd " << hd << " kind " << kind << " head " << h;
+                    for (int j = 0; j < hd; ++j)
+                        ASSERT_EQ(kc::kv_int8_code(xh[j], inv), want[size_t(h) * hd + j])
+                            << "hd " << hd << " kind " << kind << " head " << h << " x " << xh[j];
+                }
+            }
+        }
+    }
+}
+
 // ---- flash-decoding: split ranges and the combine against the CPU's attention --------------
 
 TEST(CudaHostHelpers, SplitRangesCoverTheRowListOnceInOrder) {

@@ -168,6 +168,50 @@ std::vector<OpCase> cases() {
                      }});
     }
 
+    // the INT8 cache's store: RoPE as rope_store, then each (row, kv head) quantized; the CPU's
+    // rope_ref and quantize_kv_row bit for bit (codes and scales), and with no table (the state
+    // propagation's rows, already rotated) the rows as given
+    for (const bool rotate : {true, false}) {
+        v.push_back({std::string("rope_store_int8") + (rotate ? "" : "_no_rotation"), [rotate](Rng& rng) {
+                         const int heads = 6, kv_heads = 2, hd = 64, cap = 40, n = 5;
+                         const size_t nq = size_t(n) * heads * hd, nk = size_t(n) * kv_heads * hd, kvr = size_t(kv_heads) * hd;
+                         auto q = rng.normals(nq), k = rng.normals(nk, 3.0f), val = rng.normals(nk);
+                         for (int j = 0; j < hd; ++j) k[kvr + j] = 0.0f;  // a zero head: scale 0, codes 0
+                         std::vector<int> pos(n), rows(n);
+                         for (int i = 0; i < n; ++i) {
+                             pos[i] = rng.integer(0, 3000);
+                             rows[i] = (7 * i + 3) % cap;
+                         }
+                         auto dq = up(q), dk = up(k), dv = up(val), dp = up(pos), dr = up(rows);
+                         auto table = up(kc::rope_table(3001, hd, 10000.0f));
+                         auto kq = poisoned(size_t(cap) * kvr), vq = poisoned(size_t(cap) * kvr);
+                         auto ks = poisoned(size_t(cap) * kv_heads * 4), vs = poisoned(size_t(cap) * kv_heads * 4);
+                         kc::rope_store_int8(ctx(), rotate ? dq.f32() : nullptr, dk.f32(), dv.f32(), n, rotate ? heads : 0,
+                                             kv_heads, hd, dp.i32(), rotate ? table.f32() : nullptr,
+                                             static_cast<int8_t*>(kq.get()), static_cast<int8_t*>(vq.get()), ks.f32(),
+                                             vs.f32(), dr.i32());
+                         std::vector<float> q1 = q, k1 = k;
+                         if (rotate) {
+                             tinyloop::kern::rope_ref(q1.data(), n, heads, hd, pos.data(), 10000.0f);
+                             tinyloop::kern::rope_ref(k1.data(), n, kv_heads, hd, pos.data(), 10000.0f);
+                             EXPECT_EQ(down<float>(dq, nq), q1) << "q rotated";
+                         }
+                         const auto gkq = down<int8_t>(kq, size_t(cap) * kvr), gvq = down<int8_t>(vq, size_t(cap) * kvr);
+                         const auto gks = down<float>(ks, size_t(cap) * kv_heads), gvs = down<float>(vs, size_t(cap) * kv_heads);
+                         for (int i = 0; i < n; ++i) {
+                             std::vector<int8_t> wk(kvr), wv(kvr);
+                             std::vector<float> wks(kv_heads), wvs(kv_heads);
+                             tinyloop::kern::quantize_kv_row(k1.data() + i * kvr, kv_heads, hd, wk.data(), wks.data());
+                             tinyloop::kern::quantize_kv_row(val.data() + i * kvr, kv_heads, hd, wv.data(), wvs.data());
+                             const size_t r = size_t(rows[i]);
+                             EXPECT_EQ(std::vector<int8_t>(gkq.begin() + r * kvr, gkq.begin() + (r + 1) * kvr), wk) << "k codes, row " << i;
+                             EXPECT_EQ(std::vector<int8_t>(gvq.begin() + r * kvr, gvq.begin() + (r + 1) * kvr), wv) << "v codes, row " << i;
+                             EXPECT_EQ(std::vector<float>(gks.begin() + r * kv_heads, gks.begin() + (r + 1) * kv_heads), wks) << "k scales, row " << i;
+                             EXPECT_EQ(std::vector<float>(gvs.begin() + r * kv_heads, gvs.begin() + (r + 1) * kv_heads), wvs) << "v scales, row " << i;
+                         }
+                     }});
+    }
+
     // gemm (cuBLAS) for prefill: f32 accumulate, and TF32 with its looser bound.
     for (WType t : types) {
         for (bool tf32 : {false, true}) {

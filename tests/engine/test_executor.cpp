@@ -34,7 +34,7 @@ TEST(ExecutorRule, AutoRunsAWholeCallOnOneBackEnd) {
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit, ExecOp::PipelinedSpeculation}), ExecKind::Cpu);
     // Early exit the device has (its row stepper): decoding with it stays there.
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit}), ExecKind::Cuda);
-    EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits, ExecOp::Int8Cache}), ExecKind::Cpu);
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits, ExecOp::PassStates}), ExecKind::Cpu);
     // Weights on the host: the CPU, whatever the call needs.
     EXPECT_EQ(choose_executor(false, false, {ExecOp::Decode}), ExecKind::Cpu);
     EXPECT_EQ(choose_executor(false, true, {ExecOp::BeamSearch}), ExecKind::Cpu);
@@ -43,18 +43,19 @@ TEST(ExecutorRule, AutoRunsAWholeCallOnOneBackEnd) {
 TEST(ExecutorRule, BackendCudaRefusesAMissingOpNamingItAndTheBackEnd) {
     EXPECT_EQ(choose_executor(true, true, {ExecOp::Decode}), ExecKind::Cuda);
     try {
-        choose_executor(true, true, {ExecOp::Decode, ExecOp::Int8Cache});
-        FAIL() << "backend cuda ran a call with an INT8 KV cache";
+        choose_executor(true, true, {ExecOp::Decode, ExecOp::DraftSpeculation});
+        FAIL() << "backend cuda ran a call with draft-model speculation";
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::NotSupported);
         const std::string msg = e.what();
-        EXPECT_NE(msg.find("INT8 KV cache"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("draft-model speculation"), std::string::npos) << msg;
         EXPECT_NE(msg.find("CUDA back end"), std::string::npos) << msg;
     }
     // Beam search forks device sessions (CudaSequence::fork), KV provenance is the decode loop's
-    // own record: both run there.
+    // own record, an INT8 cache the device's codes and scales: each runs there.
     EXPECT_EQ(choose_executor(true, true, {ExecOp::Decode, ExecOp::BeamSearch}), ExecKind::Cuda);
     EXPECT_EQ(choose_executor(true, true, {ExecOp::Decode, ExecOp::KVProvenance}), ExecKind::Cuda);
+    EXPECT_EQ(choose_executor(true, true, {ExecOp::SequenceLogits, ExecOp::Int8Cache}), ExecKind::Cuda);
     // The batch engine's one call (create_batch_engine asks for ExecOp::Batch).
     try {
         choose_executor(true, true, {ExecOp::Batch});

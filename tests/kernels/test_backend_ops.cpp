@@ -358,6 +358,7 @@ struct AttnShape {
     const char* name;
     int n_tok, heads, kv_heads, hd, ctx_len, window;
     bool tree;
+    bool int8 = false;  // the INT8 cache: codes and per (row, kv head) scales (quantize_kv_row)
 };
 
 void check_attention(Dev& dev, Rng& rng, const AttnShape& c) {
@@ -396,11 +397,37 @@ void check_attention(Dev& dev, Rng& rng, const AttnShape& c) {
         a.extra_rows = extra.data();
         a.extra_offsets = offs.data();
     }
+    std::vector<int8_t> kq, vq;
+    std::vector<float> ks, vs;
+    if (c.int8) {  // every row of the cache quantized as the CPU's KV cache stores it
+        kq.assign(k.size(), 0);
+        vq.assign(vv.size(), 0);
+        ks.assign(static_cast<size_t>(cap) * c.kv_heads, 0.0f);
+        vs.assign(ks.size(), 0.0f);
+        for (int p = 0; p < cap; ++p) {
+            const size_t at = static_cast<size_t>(p) * stride, sat = static_cast<size_t>(p) * c.kv_heads;
+            quantize_kv_row(k.data() + at, c.kv_heads, c.hd, kq.data() + at, ks.data() + sat);
+            quantize_kv_row(vv.data() + at, c.kv_heads, c.hd, vq.data() + at, vs.data() + sat);
+        }
+        a.k = a.v = nullptr;
+        a.kq = kq.data();
+        a.vq = vq.data();
+        a.ks = ks.data();
+        a.vs = vs.data();
+        a.scale_stride = c.kv_heads;
+    }
     attention_ref(a);
     AttentionArgs g = a;
     g.q = dev.up(q);
-    g.k = dev.up(k);
-    g.v = dev.up(vv);
+    if (c.int8) {
+        g.kq = dev.up(kq);
+        g.vq = dev.up(vq);
+        g.ks = dev.up(ks);
+        g.vs = dev.up(vs);
+    } else {
+        g.k = dev.up(k);
+        g.v = dev.up(vv);
+    }
     g.kv_begin = dev.up(b);
     g.kv_end = dev.up(e);
     g.out = dev.poisoned<float>(q.size());
@@ -445,7 +472,10 @@ void add_attention_and_argmax_cases(std::vector<OpCase>& v) {
                         AttnShape{"prefill_gqa_hd18", 9, 2, 1, 18, 33, 0, false},
                         AttnShape{"prefill_window_hd40", 17, 6, 3, 40, 70, 16, false},
                         AttnShape{"prefill_hd128", 17, 8, 2, 128, 129, 0, false},
-                        AttnShape{"tree_gqa_hd64", 6, 4, 2, 64, 50, 0, true}}) {
+                        AttnShape{"tree_gqa_hd64", 6, 4, 2, 64, 50, 0, true},
+                        AttnShape{"int8_decode_gqa_hd64", 1, 8, 2, 64, 300, 0, false, true},
+                        AttnShape{"int8_prefill_window_hd40", 9, 6, 3, 40, 70, 16, false, true},
+                        AttnShape{"int8_tree_mha_hd128", 5, 2, 2, 128, 40, 0, true, true}}) {
         v.push_back({std::string("attention_") + c.name, [c](Dev& dev, Rng& rng) { check_attention(dev, rng, c); }});
     }
     v.push_back({"argmax", [](Dev& dev, Rng& rng) {

@@ -121,7 +121,9 @@ struct CudaSession::Impl {
     int rows = 0;  // workspace rows (prefill chunk)
     int layers = 0, kv_row = 0, n_valid = 0;
     kc::Context ctx;
-    kc::DeviceBuffer k, v;                                // [layers, cache_rows, kv_row]
+    kc::DeviceBuffer k, v;                                // [layers, cache_rows, kv_row] (f32 cache)
+    kc::DeviceBuffer kq, vq, ks, vs;                      // INT8 cache: codes as k/v, scales [layers, cache_rows, kv_heads]
+    bool int8 = false;
     int cache_rows = 0;                                   // capacity + scratch_rows
     kc::DeviceBuffer h, a, q, kk, vv, att, o_, g, u, logits, scratch;
     kc::DeviceBuffer e_in;                                // input injection (§1a): prelude output [rows, d]
@@ -157,8 +159,16 @@ struct CudaSession::Impl {
         const size_t d = hp.d_model, H = size_t(hp.n_heads) * hp.head_dim, ff = hp.d_ff, V = hp.vocab_size;
         const size_t R = rows, F = sizeof(float);
         cache_rows = o.capacity + o.scratch_rows;
-        k = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * kv_row * F);
-        v = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * kv_row * F);
+        int8 = o.kv_cache == KVCacheType::Int8;
+        if (int8) {
+            kq = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * kv_row);
+            vq = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * kv_row);
+            ks = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * hp.n_kv_heads * F);
+            vs = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * hp.n_kv_heads * F);
+        } else {
+            k = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * kv_row * F);
+            v = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * kv_row * F);
+        }
         h = kc::DeviceBuffer(ctx, R * d * F);
         a = kc::DeviceBuffer(ctx, R * d * F);
         q = kc::DeviceBuffer(ctx, R * H * F);
@@ -219,6 +229,13 @@ struct CudaSession::Impl {
         explicit Cache(Impl& s) : s_(s) {}
         void rope_store(int layer, float* q, float* k, const float* v, int n) override {
             const HParams& hp = s_.hp;
+            if (s_.int8) {  // the reference step only (fuse off: nothing deferred)
+                s_.ops.flush();
+                kc::rope_store_int8(s_.ctx, q, k, v, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, s_.pos.i32(),
+                                    s_.rope_tab.f32(), s_.kq_layer(layer), s_.vq_layer(layer), s_.ks_layer(layer),
+                                    s_.vs_layer(layer), s_.store_at ? s_.store_at : s_.pos.i32());
+                return;
+            }
             CudaOps::PendingQkv p;
             if (s_.ops.take_qkv(q, k, v, hp.n_heads, hp.n_kv_heads, hp.head_dim, &p)) {  // fast.fuse, one row
                 kc::fast_qkv_rope_store(s_.ctx, p.norm, p.wq, p.wk, p.wv, p.x, hp.n_heads, hp.n_kv_heads, hp.head_dim,
@@ -238,8 +255,16 @@ struct CudaSession::Impl {
             at.n_heads = hp.n_heads;
             at.n_kv_heads = hp.n_kv_heads;
             at.head_dim = hp.head_dim;
-            at.k = s_.k_layer(layer);
-            at.v = s_.v_layer(layer);
+            if (s_.int8) {
+                at.kq = s_.kq_layer(layer);
+                at.vq = s_.vq_layer(layer);
+                at.ks = s_.ks_layer(layer);
+                at.vs = s_.vs_layer(layer);
+                at.scale_stride = hp.n_kv_heads;
+            } else {
+                at.k = s_.k_layer(layer);
+                at.v = s_.v_layer(layer);
+            }
             at.kv_stride = s_.kv_row;
             at.kv_begin = s_.kvb.i32();
             at.kv_end = s_.kve.i32();
@@ -265,6 +290,15 @@ struct CudaSession::Impl {
 
     float* k_layer(int layer) const { return k.f32() + size_t(layer) * cache_rows * kv_row; }
     float* v_layer(int layer) const { return v.f32() + size_t(layer) * cache_rows * kv_row; }
+    int8_t* kq_layer(int layer) const { return static_cast<int8_t*>(kq.get()) + size_t(layer) * cache_rows * kv_row; }
+    int8_t* vq_layer(int layer) const { return static_cast<int8_t*>(vq.get()) + size_t(layer) * cache_rows * kv_row; }
+    float* ks_layer(int layer) const { return ks.f32() + size_t(layer) * cache_rows * hp.n_kv_heads; }
+    float* vs_layer(int layer) const { return vs.f32() + size_t(layer) * cache_rows * hp.n_kv_heads; }
+    // The calls that copy cache rows as f32 (prefix imports, a tree node's row copy): not on an
+    // INT8 cache (the CPU's take f32 caches only too).
+    void f32_cache(const char* call) const {
+        if (int8) throw Error(ErrorCode::Internal, std::string(call) + ": an f32 cache only (the session's is INT8)");
+    }
 
     // The initial state of the n rows set up in pos (loop_input adapter, §1b; else null): the
     // seeded table's rows gathered by position on the device, or the zero rows.
@@ -341,6 +375,13 @@ struct CudaSession::Impl {
             for (int p = exited + 1; p <= to; ++p) {
                 const size_t at = size_t(row_pos) * kv_row;
                 const int layer = loop_layer_index(hp, p, j);
+                if (int8) {  // quantized into the layer's row pos[0] = row_pos (no rotation: done above)
+                    ops.flush();
+                    kc::rope_store_int8(ctx, nullptr, kk.f32(), vv.f32(), 1, 0, hp.n_kv_heads, hp.head_dim, pos.i32(),
+                                        nullptr, kq_layer(layer), vq_layer(layer), ks_layer(layer), vs_layer(layer),
+                                        pos.i32());
+                    continue;
+                }
                 ops.copy(k_layer(layer) + at, kk.f32(), size_t(kv_row) * sizeof(float));
                 ops.copy(v_layer(layer) + at, vv.f32(), size_t(kv_row) * sizeof(float));
             }
@@ -424,6 +465,14 @@ struct CudaSession::Impl {
     }
 };
 
+namespace {
+// An INT8 cache runs the reference step: the fused kernels (fuse, split, persist; pdl with them)
+// write and read f32 rows.
+void reference_step_for_int8(CudaSessionOptions& o) {
+    if (o.kv_cache == KVCacheType::Int8) o.fast.fuse = o.fast.split_attention = o.fast.persist = o.fast.pdl = false;
+}
+}  // namespace
+
 CudaSession::CudaSession(const CudaWeights& w, const CudaSessionOptions& opt) {
     CudaSessionOptions o = opt;
     o.loops = resolve_loops(w.model(), o.loops);  // 0: the model's default depth; the range checked
@@ -434,6 +483,10 @@ CudaSession::CudaSession(const CudaWeights& w, const CudaSessionOptions& opt) {
     if (o.window < 0) throw Error(ErrorCode::InvalidArgument, "window: must be >= 0");
     if (o.scratch_rows < 0 || o.scratch_rows > 1024)
         throw Error(ErrorCode::InvalidArgument, "scratch_rows: " + std::to_string(o.scratch_rows) + " is outside [0, 1024]");
+    if (o.kv_cache != KVCacheType::F32 && o.kv_cache != KVCacheType::Int8)
+        throw Error(ErrorCode::InvalidArgument, "kv_cache: " + std::to_string(static_cast<int>(o.kv_cache)) +
+                                                    " is not one of f32 (0), int8 (1)");
+    reference_step_for_int8(o);
     with_cuda_errors("cuda session", [&] { impl_ = std::make_unique<Impl>(w, o); });
     account();
 }
@@ -451,7 +504,7 @@ size_t CudaSession::step_nodes() const {
 size_t CudaSession::device_bytes() const {
     const Impl& s = *impl_;
     size_t n = 0;
-    for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.h, &s.a, &s.q, &s.kk, &s.vv, &s.att, &s.o_, &s.g, &s.u, &s.logits,
+    for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.kq, &s.vq, &s.ks, &s.vs, &s.h, &s.a, &s.q, &s.kk, &s.vv, &s.att, &s.o_, &s.g, &s.u, &s.logits,
                                       &s.e_in, &s.cat, &s.s0, &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
                                       &s.extra_offsets, &s.rope_tab, &s.partial, &s.row_in, &s.row_out})
         n += b->size();
@@ -789,6 +842,8 @@ void CudaSession::import_prefix(const CudaSession& src_session, int n) {
     Impl& src = *src_session.impl_;
     if (&src.w != &s.w) throw Error(ErrorCode::Internal, "import_prefix: a session on other weights");
     s.no_coda("import_prefix");
+    s.f32_cache("import_prefix");
+    src.f32_cache("import_prefix");
     if (n < 0 || n > s.o.capacity || n > src.o.capacity)
         throw Error(ErrorCode::InvalidArgument, "import_prefix: n " + std::to_string(n) + " is outside [0, " +
                                                     std::to_string(std::min(s.o.capacity, src.o.capacity)) + "]");
@@ -842,6 +897,7 @@ void CudaSession::copy_position(int from, int to) {
         throw Error(ErrorCode::InvalidArgument, "copy_position: rows " + std::to_string(from) + " -> " +
                                                     std::to_string(to) + " are outside [0, " +
                                                     std::to_string(s.cache_rows) + ")");
+    s.f32_cache("copy_position");
     with_cuda_errors("cuda copy_position", [&] {
         s.ops.synchronize();
         const size_t bytes = size_t(s.kv_row) * sizeof(float);
@@ -858,12 +914,13 @@ CudaSessionLease::CudaSessionLease(const CudaWeights& w, const CudaSessionOption
     CudaSessionOptions o = opt;
     o.loops = resolve_loops(m, o.loops);
     if (o.capacity == 0) o.capacity = m.max_seq_len;
+    reference_step_for_int8(o);  // as the session resolves it, so a kept INT8 session fits
     {
         std::lock_guard<std::mutex> lock(w.pool_mu_);
         if (w.idle_) {
             const CudaSessionOptions& k = w.idle_->options();
             if (k.loops == o.loops && k.window == o.window && k.gemm_min_tokens == o.gemm_min_tokens &&
-                k.use_graph == o.use_graph && k.fast == o.fast && k.capacity >= o.capacity &&
+                k.use_graph == o.use_graph && k.fast == o.fast && k.kv_cache == o.kv_cache && k.capacity >= o.capacity &&
                 k.scratch_rows >= o.scratch_rows) {
                 s_ = std::move(w.idle_);
                 reused_ = true;
@@ -936,9 +993,11 @@ public:
     // The kept session when it fits: no set-up, no capture.
     CudaSequence(const CudaWeights& w, const CudaSessionOptions& o)
         : w_(w), hp_(w.model().hp), o_(o), s_(w, o_), chunk_(std::max(1, w.model().prefill_chunk)) {}
-    size_t cache_bytes() const override {
-        return size_t(2) * exec_layers(hp_, o_.loops) * (o_.capacity + o_.scratch_rows) * hp_.n_kv_heads * hp_.head_dim *
-               sizeof(float);
+    size_t cache_bytes() const override {  // keys and values (INT8: codes and a scale per kv head)
+        const size_t row = o_.kv_cache == KVCacheType::Int8
+                               ? size_t(hp_.n_kv_heads) * hp_.head_dim + size_t(hp_.n_kv_heads) * sizeof(float)
+                               : size_t(hp_.n_kv_heads) * hp_.head_dim * sizeof(float);
+        return size_t(2) * exec_layers(hp_, o_.loops) * (o_.capacity + o_.scratch_rows) * row;
     }
     int capacity() const override { return o_.capacity; }
     void run(const int32_t* tokens, int n, int pos0, const PassHook* on_readout) override {
@@ -1045,8 +1104,8 @@ private:
     // rows a call asks for past it are scratch rows (tree speculation's candidates follow the
     // sequence's own rows; chain speculation's drafting room is never written past the context).
     static CudaSessionOptions options(const SequenceSpec& spec, int max_seq_len) {
-        if (spec.kv_cache != KVCacheType::F32) unsupported(ExecKind::Cuda, ExecOp::Int8Cache);
         CudaSessionOptions o;
+        o.kv_cache = spec.kv_cache;
         o.loops = spec.loops;
         o.capacity = std::min(spec.capacity, max_seq_len);
         o.scratch_rows = std::min(spec.capacity - o.capacity, 1024);
@@ -1073,8 +1132,8 @@ public:
     // The sequence's prefill on the device at depth `loops` (f32 KV cache; prefill chunks of >= 64
     // rows through cuBLAS), every row's logits downloaded.
     std::vector<float> sequence_logits(const int32_t* tokens, int n, int loops, KVCacheType kv_cache) const override {
-        if (kv_cache != KVCacheType::F32) unsupported(ExecKind::Cuda, ExecOp::Int8Cache);
         CudaSessionOptions o;
+        o.kv_cache = kv_cache;
         o.loops = loops;
         o.capacity = n;
         o.fast = cuda_fast_from_env();

@@ -79,6 +79,10 @@ struct CudaSessionOptions {
     // The fast decode step's parts (cuda_fast_path.h); all off: the reference step. The engine's
     // calls (the CUDA executor) take them from TINYLOOP_CUDA_FAST.
     CudaFastPath fast;
+    // The cache's rows: f32, or INT8 codes with one scale per (row, kv head) (kern::quantize_kv_row,
+    // the CPU's kv_cache int8). An INT8 session runs the reference step (fuse, split and persist
+    // off: the fused kernels write f32 rows); prefix imports and row copies take f32 caches only.
+    KVCacheType kv_cache = KVCacheType::F32;
 };
 
 // Rows with explicit positions and attention ranges: speculative verification (a chain of
