@@ -674,6 +674,38 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     });
 }
 
+// Draft-model speculation on the device (the q4 file drafting for the f32 one, both loaded with
+// backend cuda: the draft's and the target's sequences through run, run_passes and logits):
+// greedy, it emits the device's own plain greedy decoding of the target (verification rows are the
+// decode step's bits), with drafts accepted; a draft left on the CPU is refused naming both back
+// ends.
+TEST(CudaEngine, DraftModelSpeculationOnTheDeviceEqualsItsGreedyDecoding) {
+    TL_REQUIRE_DEVICE();
+    const std::string q4 = std::string(TL_SOURCE_DIR) + "/resources/models/tinyloop-kjv/model-q4.tinyloop";
+    tinyloop::ModelHandle target = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    tinyloop::ModelHandle draft = tinyloop::load_model_handle(q4, on(Backend::Cuda));
+    const auto prompt = prompt_of(target.get());
+    const int n = int(prompt.size());
+    const tinyloop::GenerateConfig c = greedy(40, 0);
+    const std::vector<int32_t> plain = tinyloop::generate(target.get(), prompt.data(), n, c);
+    for (int gamma : {1, 4}) {
+        tinyloop::DraftSpeculativeConfig sc;
+        sc.gamma = gamma;
+        const tinyloop::GenerateResult r =
+            tinyloop::draft_speculative_generate_ex(target.get(), draft.get(), prompt.data(), n, c, sc);
+        EXPECT_EQ(r.tokens, plain) << "gamma " << gamma;
+        EXPECT_GT(r.stats.spec_accepted, 0) << "gamma " << gamma << ": no draft accepted";
+    }
+    tinyloop::ModelHandle on_cpu = tinyloop::load_model_handle(q4, on(Backend::Cpu));
+    try {
+        tinyloop::draft_speculative_generate_ex(target.get(), on_cpu.get(), prompt.data(), n, c, {});
+        ADD_FAILURE() << "a draft on the CPU ran with a target on the device";
+    } catch (const tinyloop::Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
+        EXPECT_NE(std::string(e.what()).find("same backend"), std::string::npos) << e.what();
+    }
+}
+
 // The INT8 KV cache on the device (rope_store_int8: the CPU cache's codes and scales; attention
 // over the dequantized rows): score's log-probabilities at three depths within float rounding of
 // the CPU's INT8 cache, greedy decoding with it by greedy_agreement.h's rule (against traces with

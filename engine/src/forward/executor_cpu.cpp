@@ -61,7 +61,9 @@ bool exec_supports(ExecKind kind, ExecOp op) {
     // parent's positions copied in (CudaSession::import_prefix) and its last logits. KV provenance
     // is the decode loop's own record of what it ran (decode.cpp), whichever back end ran it. An
     // INT8 cache is the CPU's codes and scales (kern::cuda::rope_store_int8), its attention
-    // the dequantized rows (kern::cuda::attention with kq), in the reference step.
+    // the dequantized rows (kern::cuda::attention with kq), in the reference step. Draft-model
+    // speculation runs two sequences (the draft's and the target's, both models on the device)
+    // through run, run_passes and logits.
     // The block kinds and pass features of FORMAT.md §1b are forward.cpp's run_layers on CudaOps
     // (sandwich norms, qk_bias, embed_scale, pass_norm, the adapter with its initial state gathered
     // from a table of every position's, cuda_forward.cpp); the exit gate is read on the host from
@@ -78,6 +80,7 @@ bool exec_supports(ExecKind kind, ExecOp op) {
         case ExecOp::BeamSearch:
         case ExecOp::KVProvenance:
         case ExecOp::Int8Cache:
+        case ExecOp::DraftSpeculation:
         case ExecOp::SandwichNorms:
         case ExecOp::QkBias:
         case ExecOp::EmbedScale:
