@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
+#include "tinyloop/batch.h"
 #include "tinyloop/caches.h"
 #include "tinyloop/tinyloop.h"
 
@@ -300,6 +301,42 @@ TEST(CudaEngine, ChainSpeculationOnTheDeviceEqualsItsGreedyDecoding) {
     }
 }
 
+// Pipelined self-speculation on the device (CudaSession::run_wave: rows at different passes in one
+// sweep, each row's keys and values into its own pass's layer, new rows through the prelude):
+// greedy, it emits the device's own plain greedy decoding at the verify depth, drafts accepted;
+// sampled, one seed gives one continuation.
+TEST(CudaEngine, PipelinedSpeculationOnTheDeviceEqualsItsGreedyDecoding) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    const auto prompt = prompt_of(gpu.get());
+    const int n = int(prompt.size());
+    const tinyloop::HParams& hp = tinyloop::model_hparams(gpu.get());
+    for (const auto& [D, L] : {std::pair{1, hp.default_loops}, std::pair{2, hp.max_loops}}) {
+        SCOPED_TRACE("draft " + std::to_string(D) + " verify " + std::to_string(L));
+        tinyloop::SpeculativeConfig sc;
+        sc.max_tokens = 48;
+        sc.draft_loops = D;
+        sc.verify_loops = L;
+        sc.temperature = 0.0f;
+        sc.ignore_eos = true;
+        const tinyloop::GenerateResult got = tinyloop::generate_pipelined_ex(gpu.get(), prompt.data(), n, sc);
+        EXPECT_EQ(got.tokens, tinyloop::generate(gpu.get(), prompt.data(), n, greedy(48, L)));
+        EXPECT_GT(got.stats.spec_sweeps, 0);
+        EXPECT_GT(got.stats.spec_accepted, 0) << "no draft accepted: the wave never carried a second row";
+    }
+    tinyloop::SpeculativeConfig sc;
+    sc.max_tokens = 32;
+    sc.draft_loops = 1;
+    sc.verify_loops = hp.default_loops;
+    sc.temperature = 0.8f;
+    sc.seed = 7;
+    sc.ignore_eos = true;
+    const auto a = tinyloop::generate_pipelined_ex(gpu.get(), prompt.data(), n, sc);
+    const auto b = tinyloop::generate_pipelined_ex(gpu.get(), prompt.data(), n, sc);
+    EXPECT_EQ(a.tokens, b.tokens) << "sampled pipelined speculation: one seed, two continuations";
+    EXPECT_EQ(a.tokens.size(), size_t(n) + 32);
+}
+
 // Tree self-speculation on the device (laid-out rows: each candidate at its position in a scratch
 // row past the sequence's, attending the committed rows and its ancestors; accepted nodes
 // copied to their positions): greedy, it emits exactly the device's own plain greedy decoding,
@@ -422,8 +459,8 @@ TEST(CudaEngine, CachesOnTheDeviceGiveItsGreedyDecoding) {
 // depths 1, T and max within float rounding; greedy decoding by greedy_agreement.h's rule; decoding
 // with early exit (the gate's two criteria on Ouro, hidden_l2 on Huginn: the state propagation
 // through the adapter and the k bias) the CPU's tokens and depths; the gate's trace during generate.
-// Chain and tree self-speculation give the device's own greedy decoding (resumed states, laid-out
-// rows gathering their initial states by position).
+// Chain, tree and pipelined self-speculation give the device's own greedy decoding (resumed states,
+// laid-out rows gathering their initial states by position, a wave's rows at several passes).
 namespace {
 
 struct KindCase {
@@ -553,6 +590,10 @@ TEST(CudaEngine, PublishedBlockKindsOnTheDeviceMatchTheCpu) {
             tc.ignore_eos = true;
             const tinyloop::GenerateResult t = tinyloop::generate_tree_speculative_ex(gpu.get(), prompt.data(), int(prompt.size()), tc);
             EXPECT_EQ(t.tokens, r.tokens) << "tree speculation";
+            // the wave: rows at different passes, new rows through the prelude and initial state
+            const tinyloop::GenerateResult w = tinyloop::generate_pipelined_ex(gpu.get(), prompt.data(), int(prompt.size()), sc);
+            EXPECT_EQ(w.tokens, r.tokens) << "pipelined speculation";
+            EXPECT_GT(w.stats.spec_sweeps, 0);
         }
 
         if (hp.exit_gate) {
@@ -654,7 +695,6 @@ TEST(CudaEngine, ACodaModelRunsItsWholeSequenceCallsOnTheDevice) {
 TEST(CudaEngine, UnroutedCallsNameTheFeature) {
     TL_REQUIRE_DEVICE();
     tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
-    const auto prompt = prompt_of(gpu.get());
     auto expect_refused = [](const char* feature, const auto& call) {
         try {
             call();
@@ -664,14 +704,7 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
             EXPECT_NE(std::string(e.what()).find(feature), std::string::npos) << e.what();
         }
     };
-    const int n = int(prompt.size());
-    expect_refused("pipelined self-speculation", [&] {
-        tinyloop::SpeculativeConfig sc;
-        sc.max_tokens = 8;
-        sc.draft_loops = 1;
-        sc.temperature = 0.0f;
-        tinyloop::generate_pipelined_ex(gpu.get(), prompt.data(), n, sc);
-    });
+    expect_refused("the batch engine", [&] { tinyloop::free_batch_engine(tinyloop::create_batch_engine(gpu.get())); });
 }
 
 // Draft-model speculation on the device (the q4 file drafting for the f32 one, both loaded with

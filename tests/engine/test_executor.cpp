@@ -29,9 +29,10 @@ TEST(ExecutorRule, AutoRunsAWholeCallOnOneBackEnd) {
     // Weights on the device, backend auto: the device only when it runs every op of the call.
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode}), ExecKind::Cuda);
     EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits}), ExecKind::Cuda);
-    // Greedy steps the device has plus speculation it lacks: all of it on the CPU, never a mix.
-    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::PipelinedSpeculation}), ExecKind::Cpu);
-    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit, ExecOp::PipelinedSpeculation}), ExecKind::Cpu);
+    // Steps the device has plus an op it lacks (the batch engine, every pass's states kept on the
+    // host): all of it on the CPU, never a mix.
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::Batch}), ExecKind::Cpu);
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit, ExecOp::PassStates}), ExecKind::Cpu);
     // Early exit the device has (its row stepper): decoding with it stays there.
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit}), ExecKind::Cuda);
     EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits, ExecOp::PassStates}), ExecKind::Cpu);
@@ -43,12 +44,12 @@ TEST(ExecutorRule, AutoRunsAWholeCallOnOneBackEnd) {
 TEST(ExecutorRule, BackendCudaRefusesAMissingOpNamingItAndTheBackEnd) {
     EXPECT_EQ(choose_executor(true, true, {ExecOp::Decode}), ExecKind::Cuda);
     try {
-        choose_executor(true, true, {ExecOp::Decode, ExecOp::PipelinedSpeculation});
-        FAIL() << "backend cuda ran a call with pipelined speculation";
+        choose_executor(true, true, {ExecOp::SequenceLogits, ExecOp::PassStates});
+        FAIL() << "backend cuda ran a call keeping every pass's states";
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::NotSupported);
         const std::string msg = e.what();
-        EXPECT_NE(msg.find("pipelined self-speculation"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("per-pass states"), std::string::npos) << msg;
         EXPECT_NE(msg.find("CUDA back end"), std::string::npos) << msg;
     }
     // Beam search forks device sessions (CudaSequence::fork), KV provenance is the decode loop's
@@ -76,7 +77,7 @@ TEST(ExecutorRule, TheCpuRunsEveryOpAndTheDeviceItsRows) {
     EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::EarlyExit));
     EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::TreeSpeculation));
     EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::DraftSpeculation));
-    EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::PipelinedSpeculation));
+    EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::PipelinedSpeculation));
     EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::HostForward));
     EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::Batch));
 }
@@ -149,7 +150,7 @@ TEST(ExecutorCpu, ACallUnderAutoReportsOneBackEnd) {
     // CPU for the whole of it.
     EXPECT_EQ(run_executor(m, {ExecOp::Decode})->name(), loaded);
     EXPECT_EQ(run_executor(m, {ExecOp::SequenceLogits})->name(), loaded);
-    EXPECT_STREQ(run_executor(m, {ExecOp::Decode, ExecOp::PipelinedSpeculation})->name(), "cpu");
+    EXPECT_STREQ(run_executor(m, {ExecOp::SequenceLogits, ExecOp::PassStates})->name(), "cpu");
     EXPECT_NO_THROW(require_host(m, {ExecOp::KVSharing}));
     // The batch engine asks for its executor like any call: the device lacks ExecOp::Batch, so auto
     // runs the whole engine on the CPU.

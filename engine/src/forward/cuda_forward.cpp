@@ -222,6 +222,60 @@ struct CudaSession::Impl {
         }
     }
 
+    // RoPE and the cache writes of n rows into execution layer `layer`: the rows' positions (and
+    // store_at's cache rows) from row r0 of the session's buffers on (the reference kernels; the
+    // fused one-row path is Cache::rope_store's).
+    void rope_store_rows(int layer, float* q, float* k, const float* v, int n, int r0) {
+        const int* p = pos.i32() + r0;
+        const int* rows = (store_at ? store_at : pos.i32()) + r0;
+        ops.flush();
+        if (int8) {
+            kc::rope_store_int8(ctx, q, k, v, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, p, rope_tab.f32(),
+                                kq_layer(layer), vq_layer(layer), ks_layer(layer), vs_layer(layer), rows);
+            return;
+        }
+        kc::rope_store(ctx, q, k, v, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, p, rope_tab.f32(), k_layer(layer),
+                       v_layer(layer), rows);
+    }
+    // Attention of n rows over execution layer `layer`, their ranges (and tree extras) from row r0
+    // of the session's buffers on. defer: a one-row split attention's combine may be deferred into
+    // the wo product (fast.fuse).
+    void attend_rows(int layer, const float* q, int n, float* out, int r0, bool defer) {
+        kern::AttentionArgs at;
+        at.q = q;
+        at.n_tok = n;
+        at.n_heads = hp.n_heads;
+        at.n_kv_heads = hp.n_kv_heads;
+        at.head_dim = hp.head_dim;
+        if (int8) {
+            at.kq = kq_layer(layer);
+            at.vq = vq_layer(layer);
+            at.ks = ks_layer(layer);
+            at.vs = vs_layer(layer);
+            at.scale_stride = hp.n_kv_heads;
+        } else {
+            at.k = k_layer(layer);
+            at.v = v_layer(layer);
+        }
+        at.kv_stride = kv_row;
+        at.kv_begin = kvb.i32() + r0;
+        at.kv_end = kve.i32() + r0;
+        at.out = out;
+        at.extra_rows = d_extra_rows;
+        at.extra_offsets = d_extra_offsets ? d_extra_offsets + r0 : nullptr;
+        ops.flush();
+        if (defer && o.fast.split_attention && o.fast.fuse && n == 1) {
+            // the combine deferred into the wo product that reads `out` (one launch less)
+            const kc::SplitPartials sp =
+                kc::attention_split_partials(ctx, at, splits, partial.f32(), partial.size() / sizeof(float), pdl);
+            ops.defer_combine(sp, out);
+        } else if (o.fast.split_attention) {
+            kc::attention_split(ctx, at, splits, partial.f32(), partial.size() / sizeof(float), pdl);
+        } else {
+            kc::attention(ctx, at);
+        }
+    }
+
     // The session's cache side of a block: RoPE and the K/V writes in one launch (at the rows'
     // positions, or store_at for verification rows), attention over the device cache.
     class Cache final : public LayerCache {
@@ -229,63 +283,55 @@ struct CudaSession::Impl {
         explicit Cache(Impl& s) : s_(s) {}
         void rope_store(int layer, float* q, float* k, const float* v, int n) override {
             const HParams& hp = s_.hp;
-            if (s_.int8) {  // the reference step only (fuse off: nothing deferred)
-                s_.ops.flush();
-                kc::rope_store_int8(s_.ctx, q, k, v, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, s_.pos.i32(),
-                                    s_.rope_tab.f32(), s_.kq_layer(layer), s_.vq_layer(layer), s_.ks_layer(layer),
-                                    s_.vs_layer(layer), s_.store_at ? s_.store_at : s_.pos.i32());
-                return;
-            }
             CudaOps::PendingQkv p;
-            if (s_.ops.take_qkv(q, k, v, hp.n_heads, hp.n_kv_heads, hp.head_dim, &p)) {  // fast.fuse, one row
+            if (!s_.int8 && s_.ops.take_qkv(q, k, v, hp.n_heads, hp.n_kv_heads, hp.head_dim, &p)) {  // fast.fuse, one row
                 kc::fast_qkv_rope_store(s_.ctx, p.norm, p.wq, p.wk, p.wv, p.x, hp.n_heads, hp.n_kv_heads, hp.head_dim,
                                         // v: the session's own buffer, which the deferred product writes
                                         s_.pos.i32(), s_.rope_tab.f32(), q, k, const_cast<float*>(v), s_.k_layer(layer),
                                         s_.v_layer(layer), s_.store_at ? s_.store_at : s_.pos.i32(), s_.pdl);
                 return;
             }
-            kc::rope_store(s_.ctx, q, k, v, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, s_.pos.i32(), s_.rope_tab.f32(),
-                           s_.k_layer(layer), s_.v_layer(layer), s_.store_at ? s_.store_at : s_.pos.i32());
+            s_.rope_store_rows(layer, q, k, v, n, 0);
         }
-        void attend(int layer, const float* q, int n, float* out) override {
-            const HParams& hp = s_.hp;
-            kern::AttentionArgs at;
-            at.q = q;
-            at.n_tok = n;
-            at.n_heads = hp.n_heads;
-            at.n_kv_heads = hp.n_kv_heads;
-            at.head_dim = hp.head_dim;
-            if (s_.int8) {
-                at.kq = s_.kq_layer(layer);
-                at.vq = s_.vq_layer(layer);
-                at.ks = s_.ks_layer(layer);
-                at.vs = s_.vs_layer(layer);
-                at.scale_stride = hp.n_kv_heads;
-            } else {
-                at.k = s_.k_layer(layer);
-                at.v = s_.v_layer(layer);
-            }
-            at.kv_stride = s_.kv_row;
-            at.kv_begin = s_.kvb.i32();
-            at.kv_end = s_.kve.i32();
-            at.out = out;
-            at.extra_rows = s_.d_extra_rows;
-            at.extra_offsets = s_.d_extra_offsets;
-            s_.ops.flush();
-            if (s_.o.fast.split_attention && s_.o.fast.fuse && n == 1) {
-                // the combine deferred into the wo product that reads `out` (one launch less)
-                const kc::SplitPartials p = kc::attention_split_partials(
-                    s_.ctx, at, s_.splits, s_.partial.f32(), s_.partial.size() / sizeof(float), s_.pdl);
-                s_.ops.defer_combine(p, out);
-            } else if (s_.o.fast.split_attention) {
-                kc::attention_split(s_.ctx, at, s_.splits, s_.partial.f32(), s_.partial.size() / sizeof(float), s_.pdl);
-            } else {
-                kc::attention(s_.ctx, at);
-            }
-        }
+        void attend(int layer, const float* q, int n, float* out) override { s_.attend_rows(layer, q, n, out, 0, true); }
 
     private:
         Impl& s_;
+    };
+
+    // The cache side of a wavefront's loop block (run_wave): rows at different passes share the
+    // block's weights; row t's keys/values go to (and its query reads) the execution layer of its
+    // own pass at the loop layer j the block runs. Runs of rows at one pass in one launch each.
+    class WaveCache final : public LayerCache {
+    public:
+        WaveCache(Impl& s, const int* pass, int n) : s_(s), pass_(pass), n_(n) {}
+        void rope_store(int j, float* q, float* k, const float* v, int n) override {
+            const size_t H = size_t(s_.hp.n_heads) * s_.hp.head_dim, KV = size_t(s_.kv_row);
+            each_run(n, [&](int t0, int t1) {
+                s_.rope_store_rows(loop_layer_index(s_.hp, pass_[t0], j), q + t0 * H, k + t0 * KV, v + t0 * KV, t1 - t0, t0);
+            });
+        }
+        void attend(int j, const float* q, int n, float* out) override {
+            const size_t H = size_t(s_.hp.n_heads) * s_.hp.head_dim;
+            each_run(n, [&](int t0, int t1) {
+                s_.attend_rows(loop_layer_index(s_.hp, pass_[t0], j), q + t0 * H, t1 - t0, out + t0 * H, t0, false);
+            });
+        }
+
+    private:
+        template <class F>
+        void each_run(int n, const F& f) const {
+            if (n != n_) throw Error(ErrorCode::Internal, "wave cache: a block over other rows than the wave's");
+            for (int t0 = 0; t0 < n;) {
+                int t1 = t0 + 1;
+                while (t1 < n && pass_[t1] == pass_[t0]) ++t1;
+                f(t0, t1);
+                t0 = t1;
+            }
+        }
+        Impl& s_;
+        const int* pass_;  // host memory
+        int n_;
     };
 
     float* k_layer(int layer) const { return k.f32() + size_t(layer) * cache_rows * kv_row; }
@@ -718,6 +764,87 @@ void CudaSession::rows_logits(int row0, int n, float* out) {
     s.head_stale = row0 + n != s.passes_n;
 }
 
+void CudaSession::run_wave(const int32_t* tokens, const int* pass, int n, int pos0, float* h, float* e,
+                           const int* heads, int n_heads, float* logits) {
+    Impl& s = *impl_;
+    const HParams& hp = s.hp;
+    const int d = hp.d_model, V = hp.vocab_size;
+    s.no_coda("run_wave");
+    if (n < 1 || n > s.rows)
+        throw Error(ErrorCode::InvalidArgument, "run_wave: n " + std::to_string(n) + " is outside [1, " +
+                                                    std::to_string(s.rows) + "] (the prefill chunk)");
+    if (pos0 < 0 || pos0 + n > s.o.capacity)
+        throw Error(ErrorCode::InvalidArgument, "run_wave: positions " + std::to_string(pos0) + ".." +
+                                                    std::to_string(pos0 + n - 1) + " are outside [0, " +
+                                                    std::to_string(s.o.capacity) + ")");
+    int fresh = n;  // rows [fresh, n) start at pass 1 (a suffix: passes are non-increasing)
+    for (int t = 0; t < n; ++t) {
+        if (pass[t] < 1 || pass[t] > s.o.loops || (t > 0 && pass[t] > pass[t - 1]))
+            throw Error(ErrorCode::InvalidArgument, "run_wave: pass[" + std::to_string(t) + "] " + std::to_string(pass[t]) +
+                                                        ": passes must be in [1, " + std::to_string(s.o.loops) +
+                                                        "] and non-increasing");
+        if (pass[t] == 1 && fresh == n) fresh = t;
+    }
+    if (n_heads < 0 || n_heads > n)
+        throw Error(ErrorCode::InvalidArgument, "run_wave: n_heads " + std::to_string(n_heads) + " is outside [0, n]");
+    for (int i = 0; i < n_heads; ++i)
+        if (heads[i] < 0 || heads[i] >= n)
+            throw Error(ErrorCode::InvalidArgument, "run_wave: heads[" + std::to_string(i) + "] is outside [0, n)");
+    const bool inject = injects_input(hp);
+    if (!h || (inject && !e) || (fresh < n && !tokens) || (n_heads > 0 && !logits))
+        throw Error(ErrorCode::InvalidArgument, "run_wave: h, e (an injecting model), tokens (rows at pass 1) and "
+                                                "logits (heads) are required");
+    with_cuda_errors("cuda run_wave", [&] {
+        s.ops.synchronize();
+        struct Kernels {  // the batch-invariant kernels: a row's bits alone or in a wave
+            Impl& s;
+            ~Kernels() { s.ops.force_kernels(false); }
+        } kernels{s};
+        s.ops.force_kernels(true);
+        const size_t row_bytes = size_t(d) * sizeof(float);
+        float* x = s.h.f32();
+        float* ev = inject ? s.e_in.f32() : nullptr;
+        if (fresh > 0) {  // the rows in flight: their states (and prelude outputs) from the host
+            s.ctx.upload(x, h, size_t(fresh) * row_bytes);
+            if (inject) s.ctx.upload(ev, e, size_t(fresh) * row_bytes);
+        }
+        if (fresh < n) {  // the new rows' embedding and prelude (an adapter model's initial state), at rows fresh..
+            s.set_rows(tokens + fresh, pos0 + fresh, n - fresh);
+            Impl::Cache cache(s);
+            PassPlan plan;
+            plan.loops = 0;
+            plan.s0 = s.initial_rows(n - fresh);
+            run_layers(s.ops, hp, s.w.stack(), cache, s.block_scratch(), s.ids.i32(), x + size_t(fresh) * d,
+                       ev ? ev + size_t(fresh) * d : nullptr, n - fresh, plan);
+            s.ops.synchronize();
+        }
+        s.set_rows(nullptr, pos0, n);  // every row's position and range
+        const LayerStack st = s.w.stack();
+        const BlockScratch sc = s.block_scratch();
+        // begin_pass per run of rows that take the input alike (add: pass > 1 only; adapter: every pass)
+        for (int t0 = 0; t0 < n;) {
+            int t1 = t0 + 1;
+            while (t1 < n && (pass[t1] > 1) == (pass[t0] > 1)) ++t1;
+            begin_pass(s.ops, hp, st, sc, x + size_t(t0) * d, ev ? ev + size_t(t0) * d : nullptr, t1 - t0, pass[t0]);
+            t0 = t1;
+        }
+        Impl::WaveCache cache(s, pass, n);
+        int j = 0;
+        for (const LayerWeights& l : s.w.loop) block_forward(s.ops, hp, l, cache, j++, sc, x, n);
+        end_pass(s.ops, hp, st, sc, x, n);
+        for (int i = 0; i < n_heads; ++i) s.head(x + size_t(heads[i]) * d, 1, s.logits.f32() + size_t(i) * V);
+        s.ops.synchronize();
+        s.ctx.download(h, x, size_t(n) * row_bytes);
+        if (inject) s.ctx.download(e, ev, size_t(n) * row_bytes);
+        if (n_heads > 0) s.ctx.download(logits, s.logits.get(), size_t(n_heads) * V * sizeof(float));
+    });
+    s.last_row = n_heads > 0 ? n_heads - 1 : 0;
+    s.head_stale = false;
+    s.primed = false;
+    s.logits_pinned = false;
+    pos_ = pos0 + n;
+}
+
 void CudaSession::set_pos(int p) {
     Impl& s = *impl_;
     if (p < 0 || p > s.o.capacity)
@@ -1060,6 +1187,11 @@ public:
         s_->rows_logits(row0 - base_, n, out);
     }
     void copy_position(int from, int to) override { s_->copy_position(from, to); }
+    // Pipelined self-speculation's sweep (CudaSession::run_wave).
+    void run_wave(const WaveRun& r) override {
+        s_->run_wave(r.tokens, r.pass, r.n, r.pos0, r.h, r.e, r.heads, r.n_heads, r.logits);
+        base_ = 0;
+    }
     void import_prefix(const ExecSequence& src, int n) override {
         const auto* c = dynamic_cast<const CudaSequence*>(&src);
         if (!c) throw Error(ErrorCode::Internal, "import_prefix: a sequence of another back end");

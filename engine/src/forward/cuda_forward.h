@@ -155,6 +155,14 @@ public:
                     float* out_e);
     // The logits of rows row0 .. row0+n-1 of the last run_passes ([n, vocab], host memory).
     void rows_logits(int row0, int n, float* out);
+    // One sweep of a wavefront (the executor's run_wave: pipelined self-speculation): n rows at
+    // positions pos0.., row t running its one pass pass[t] (1..loops, non-increasing; rows at pass
+    // 1 start from tokens[t] through the embedding and the prelude), their states h and prelude
+    // outputs e in host memory ([n, d], in place); then the head on rows heads[0 .. n_heads) into
+    // logits ([n_heads, vocab], host). The batch-invariant kernels: each row gets the bits it has
+    // as a decode step. n <= the prefill chunk (Error(InvalidArgument) naming what is out of range).
+    void run_wave(const int32_t* tokens, const int* pass, int n, int pos0, float* h, float* e, const int* heads,
+                  int n_heads, float* logits);
     // The keys/values of cache row `from` copied to row `to` in every layer (an accepted tree
     // node's scratch row to its position). Both < capacity + scratch_rows.
     void copy_position(int from, int to);

@@ -63,7 +63,8 @@ bool exec_supports(ExecKind kind, ExecOp op) {
     // INT8 cache is the CPU's codes and scales (kern::cuda::rope_store_int8), its attention
     // the dequantized rows (kern::cuda::attention with kq), in the reference step. Draft-model
     // speculation runs two sequences (the draft's and the target's, both models on the device)
-    // through run, run_passes and logits.
+    // through run, run_passes and logits. Pipelined speculation's sweep is CudaSession::run_wave
+    // (each row's keys and values into its own pass's layer).
     // The block kinds and pass features of FORMAT.md §1b are forward.cpp's run_layers on CudaOps
     // (sandwich norms, qk_bias, embed_scale, pass_norm, the adapter with its initial state gathered
     // from a table of every position's, cuda_forward.cpp); the exit gate is read on the host from
@@ -81,6 +82,7 @@ bool exec_supports(ExecKind kind, ExecOp op) {
         case ExecOp::KVProvenance:
         case ExecOp::Int8Cache:
         case ExecOp::DraftSpeculation:
+        case ExecOp::PipelinedSpeculation:
         case ExecOp::SandwichNorms:
         case ExecOp::QkBias:
         case ExecOp::EmbedScale:
