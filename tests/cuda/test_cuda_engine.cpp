@@ -18,6 +18,7 @@
 #include "test_util.h"
 #include "tinyloop/batch.h"
 #include "tinyloop/caches.h"
+#include "tinyloop/scoring.h"
 #include "tinyloop/tinyloop.h"
 
 namespace {
@@ -458,7 +459,8 @@ TEST(CudaEngine, CachesOnTheDeviceGiveItsGreedyDecoding) {
 // the adapter from a seeded and from a zero initial state). Against the CPU: every row's logits at
 // depths 1, T and max within float rounding; greedy decoding by greedy_agreement.h's rule; decoding
 // with early exit (the gate's two criteria on Ouro, hidden_l2 on Huginn: the state propagation
-// through the adapter and the k bias) the CPU's tokens and depths; the gate's trace during generate.
+// through the adapter and the k bias) the CPU's tokens and depths; the gate's trace during generate
+// and exit_gate_per_pass.
 // Chain, tree and pipelined self-speculation give the device's own greedy decoding (resumed states,
 // laid-out rows gathering their initial states by position, a wave's rows at several passes).
 namespace {
@@ -597,6 +599,12 @@ TEST(CudaEngine, PublishedBlockKindsOnTheDeviceMatchTheCpu) {
         }
 
         if (hp.exit_gate) {
+            // the gate at every pass of every position (exit_gate_per_pass: the states through the
+            // per-pass hook, the gate on the host): the CPU's within rounding
+            const std::vector<float> lw = tinyloop::exit_gate_per_pass(cpu.get(), toks.data(), int(toks.size()), T);
+            const std::vector<float> lg = tinyloop::exit_gate_per_pass(gpu.get(), toks.data(), int(toks.size()), T);
+            ASSERT_EQ(lg.size(), lw.size());
+            for (size_t i = 0; i < lw.size(); ++i) EXPECT_NEAR(lg[i], lw[i], 1e-4) << "pass-major index " << i;
             // the gate's trace of every token during generate (observer set): the CPU's within rounding
             std::vector<tinyloop::TokenEvent> ew, eg;
             tinyloop::GenerateOptions o;

@@ -32,10 +32,11 @@ namespace tinyloop {
 enum class ExecOp : int {
     Decode,            // prefill, one full-depth step per token, the head (generate, generate_stream)
     SequenceLogits,    // every row's logits of one sequence at a depth (forward_logits, score, lens, escalation)
-    PassReadouts,      // per-pass hooks during generate: the decoded row's readouts (GenerateOptions.lens), its
-                       // states (the exit gate's trace, PassRun.on_state)
+    PassReadouts,      // per-pass hooks: the decoded row's readouts (GenerateOptions.lens), the rows' states
+                       // (PassRun.on_state: the exit gate's trace during generate, exit_gate_per_pass)
     EarlyExit,         // steps that stop between passes (early exit, score_early_exit, early_exit_signals)
-    PassStates,        // every pass's states of a sequence kept at once (exit_gate_per_pass, the lens' signals)
+    PassStates,        // every pass's states of a sequence kept on the host for host forwards (the scoring
+                       // lens' and escalation's CPU path)
     Int8Cache,         // kv_cache int8
     CacheImport,       // decoding from kept keys/values (prefix caches, resume handles, prefix pools)
     KVProvenance,      // GenerateOptions.kv_provenance

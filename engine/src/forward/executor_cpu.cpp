@@ -17,9 +17,9 @@ const char* exec_op_name(ExecOp op) {
     switch (op) {
         case ExecOp::Decode: return "decode (generate, generate_stream)";
         case ExecOp::SequenceLogits: return "forward_logits / score";
-        case ExecOp::PassReadouts: return "the lens (GenerateOptions.lens) and the exit gate's trace during generate";
+        case ExecOp::PassReadouts: return "per-pass hooks (the lens during generate, the exit gate's trace, exit_gate_per_pass)";
         case ExecOp::EarlyExit: return "early exit (decoding with it, score_early_exit, early_exit_signals)";
-        case ExecOp::PassStates: return "per-pass states (exit_gate_per_pass, the lens' signals)";
+        case ExecOp::PassStates: return "per-pass states kept on the host (the scoring lens' and escalation's CPU path)";
         case ExecOp::Int8Cache: return "an INT8 KV cache (kv_cache int8)";
         case ExecOp::CacheImport: return "prefix caches, resume handles and prefix pools";
         case ExecOp::KVProvenance: return "kv_provenance";

@@ -112,7 +112,9 @@ std::vector<float> exit_gate_per_pass(Model* model, const int32_t* tokens, int n
     if (!m.hp.exit_gate)
         throw Error(ErrorCode::InvalidArgument, "exit_gate_per_pass: this model has no exit gate (hparams.exit_gate "
                                                 "is false; FORMAT.md §1b)");
-    const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::PassStates});
+    // The states after every pass through run_passes' per-pass hook (the device has it too), the
+    // gate on the host.
+    const std::unique_ptr<Executor> ex = run_executor(m, {ExecOp::PassReadouts});
     const int L = resolve_loops(m, loops);
     check_score_tokens(m, tokens, n, 1);
     const int d = m.hp.d_model;
