@@ -861,25 +861,29 @@ TEST(CudaEngine, BeamSearchOnTheDeviceMatchesTheCpu) {
     tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
     const auto prompt = prompt_of(gpu.get());
     const int n = int(prompt.size());
-    tinyloop::GenerateConfig g = greedy(24, 0);
-    g.beam_size = 4;
-    g.num_return_sequences = 4;
-    const tinyloop::GenerateResult want = tinyloop::generate_ex(cpu.get(), prompt.data(), n, g);
-    const tinyloop::GenerateResult got = tinyloop::generate_ex(gpu.get(), prompt.data(), n, g);
-    ASSERT_EQ(want.sequences.size(), 4u);
-    ASSERT_EQ(got.sequences.size(), 4u);
-    const bool near_tie = want.sequences[0].score - want.sequences[1].score < 1e-3;
-    if (!near_tie) {
-        EXPECT_EQ(got.sequences[0].output, want.sequences[0].output) << "the best hypothesis";
+    for (const auto kv : {tinyloop::KVCacheType::F32, tinyloop::KVCacheType::Int8}) {  // INT8: forks copy codes and scales
+        SCOPED_TRACE(kv == tinyloop::KVCacheType::F32 ? "f32 cache" : "INT8 cache");
+        tinyloop::GenerateConfig g = greedy(24, 0);
+        g.beam_size = 4;
+        g.num_return_sequences = 4;
+        g.kv_cache = kv;
+        const tinyloop::GenerateResult want = tinyloop::generate_ex(cpu.get(), prompt.data(), n, g);
+        const tinyloop::GenerateResult got = tinyloop::generate_ex(gpu.get(), prompt.data(), n, g);
+        ASSERT_EQ(want.sequences.size(), 4u);
+        ASSERT_EQ(got.sequences.size(), 4u);
+        const bool near_tie = want.sequences[0].score - want.sequences[1].score < 1e-3;
+        if (!near_tie) {
+            EXPECT_EQ(got.sequences[0].output, want.sequences[0].output) << "the best hypothesis";
+        }
+        int found = 0;
+        for (const auto& h : got.sequences)
+            for (const auto& w : want.sequences)
+                if (h.output == w.output) {
+                    ++found;
+                    EXPECT_NEAR(h.score, w.score, 1e-3 + 1e-4 * std::fabs(w.score));
+                }
+        EXPECT_GE(found, 2) << "fewer than two of the device's hypotheses are the CPU's";
     }
-    int found = 0;
-    for (const auto& h : got.sequences)
-        for (const auto& w : want.sequences)
-            if (h.output == w.output) {
-                ++found;
-                EXPECT_NEAR(h.score, w.score, 1e-3 + 1e-4 * std::fabs(w.score));
-            }
-    EXPECT_GE(found, 2) << "fewer than two of the device's hypotheses are the CPU's";
 }
 
 // vram_usage_bytes against what the device lost (cudaMemGetInfo), within 5%: after the load

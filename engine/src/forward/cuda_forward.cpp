@@ -340,10 +340,23 @@ struct CudaSession::Impl {
     int8_t* vq_layer(int layer) const { return static_cast<int8_t*>(vq.get()) + size_t(layer) * cache_rows * kv_row; }
     float* ks_layer(int layer) const { return ks.f32() + size_t(layer) * cache_rows * hp.n_kv_heads; }
     float* vs_layer(int layer) const { return vs.f32() + size_t(layer) * cache_rows * hp.n_kv_heads; }
-    // The calls that copy cache rows as f32 (prefix imports, a tree node's row copy): not on an
-    // INT8 cache (the CPU's take f32 caches only too).
-    void f32_cache(const char* call) const {
-        if (int8) throw Error(ErrorCode::Internal, std::string(call) + ": an f32 cache only (the session's is INT8)");
+    // Rows [from, from + n) of layer e of `src` (a session on the same weights with this one's
+    // cache type) copied to rows [to, to + n) of this one's layer e: f32 rows, or INT8 codes and
+    // their scales.
+    void copy_rows(const Impl& src, int e, int from, int to, int n) {
+        if (n <= 0) return;
+        if (src.int8 != int8) throw Error(ErrorCode::Internal, "copy rows: caches of two types (f32 and INT8)");
+        if (!int8) {
+            const size_t bytes = size_t(n) * kv_row * sizeof(float);
+            ctx.copy(k_layer(e) + size_t(to) * kv_row, src.k_layer(e) + size_t(from) * kv_row, bytes);
+            ctx.copy(v_layer(e) + size_t(to) * kv_row, src.v_layer(e) + size_t(from) * kv_row, bytes);
+            return;
+        }
+        const size_t codes = size_t(n) * kv_row, scales = size_t(n) * hp.n_kv_heads * sizeof(float);
+        ctx.copy(kq_layer(e) + size_t(to) * kv_row, src.kq_layer(e) + size_t(from) * kv_row, codes);
+        ctx.copy(vq_layer(e) + size_t(to) * kv_row, src.vq_layer(e) + size_t(from) * kv_row, codes);
+        ctx.copy(ks_layer(e) + size_t(to) * hp.n_kv_heads, src.ks_layer(e) + size_t(from) * hp.n_kv_heads, scales);
+        ctx.copy(vs_layer(e) + size_t(to) * hp.n_kv_heads, src.vs_layer(e) + size_t(from) * hp.n_kv_heads, scales);
     }
 
     // The initial state of the n rows set up in pos (loop_input adapter, §1b; else null): the
@@ -969,8 +982,6 @@ void CudaSession::import_prefix(const CudaSession& src_session, int n) {
     Impl& src = *src_session.impl_;
     if (&src.w != &s.w) throw Error(ErrorCode::Internal, "import_prefix: a session on other weights");
     s.no_coda("import_prefix");
-    s.f32_cache("import_prefix");
-    src.f32_cache("import_prefix");
     if (n < 0 || n > s.o.capacity || n > src.o.capacity)
         throw Error(ErrorCode::InvalidArgument, "import_prefix: n " + std::to_string(n) + " is outside [0, " +
                                                     std::to_string(std::min(s.o.capacity, src.o.capacity)) + "]");
@@ -980,11 +991,7 @@ void CudaSession::import_prefix(const CudaSession& src_session, int n) {
     with_cuda_errors("cuda import_prefix", [&] {
         src.ops.synchronize();  // the source's stream idle before this one reads its memory
         s.ops.synchronize();
-        const size_t bytes = size_t(n) * s.kv_row * sizeof(float);
-        for (int e = 0; e < s.layers && n > 0; ++e) {
-            s.ctx.copy(s.k_layer(e), src.k_layer(e), bytes);
-            s.ctx.copy(s.v_layer(e), src.v_layer(e), bytes);
-        }
+        for (int e = 0; e < s.layers && n > 0; ++e) s.copy_rows(src, e, 0, 0, n);
         s.ctx.synchronize();
     });
     pos_ = n;
@@ -1024,14 +1031,9 @@ void CudaSession::copy_position(int from, int to) {
         throw Error(ErrorCode::InvalidArgument, "copy_position: rows " + std::to_string(from) + " -> " +
                                                     std::to_string(to) + " are outside [0, " +
                                                     std::to_string(s.cache_rows) + ")");
-    s.f32_cache("copy_position");
     with_cuda_errors("cuda copy_position", [&] {
         s.ops.synchronize();
-        const size_t bytes = size_t(s.kv_row) * sizeof(float);
-        for (int e = 0; e < s.layers; ++e) {
-            s.ctx.copy(s.k_layer(e) + size_t(to) * s.kv_row, s.k_layer(e) + size_t(from) * s.kv_row, bytes);
-            s.ctx.copy(s.v_layer(e) + size_t(to) * s.kv_row, s.v_layer(e) + size_t(from) * s.kv_row, bytes);
-        }
+        for (int e = 0; e < s.layers; ++e) s.copy_rows(s, e, from, to, 1);
     });
 }
 

@@ -81,7 +81,8 @@ struct CudaSessionOptions {
     CudaFastPath fast;
     // The cache's rows: f32, or INT8 codes with one scale per (row, kv head) (kern::quantize_kv_row,
     // the CPU's kv_cache int8). An INT8 session runs the reference step (fuse, split and persist
-    // off: the fused kernels write f32 rows); prefix imports and row copies take f32 caches only.
+    // off: the fused kernels write f32 rows); prefix imports (a forked beam's) and row copies copy
+    // codes and scales between sessions of one cache type.
     KVCacheType kv_cache = KVCacheType::F32;
 };
 
