@@ -642,8 +642,8 @@ TEST(CudaEngine, PublishedBlockKindsOnTheDeviceMatchTheCpu) {
 }
 
 // A coda model (FORMAT.md §1b, Huginn's whole shape) on the device: its whole-sequence calls,
-// the coda over the last pass's states (every row's logits at a depth, score, decoding at a fixed
-// depth) against the CPU; the calls that stop or read out between passes (a position's coda keys
+// the coda over the last pass's states (every row's logits at a depth, score with either cache,
+// decoding at a fixed depth) against the CPU; the calls that stop or read out between passes (a position's coda keys
 // and values are then those of the depth it was read at) refused under backend cuda naming the
 // call and the coda, and under auto run on the CPU: the CPU's own result.
 TEST(CudaEngine, ACodaModelRunsItsWholeSequenceCallsOnTheDevice) {
@@ -669,12 +669,14 @@ TEST(CudaEngine, ACodaModelRunsItsWholeSequenceCallsOnTheDevice) {
         size_t bad = 0;
         for (size_t i = 0; i < want.size(); ++i) bad += !(std::fabs(got[i] - want[i]) <= 1e-3f + 1e-3f * std::fabs(want[i]));
         EXPECT_EQ(bad, 0u) << "loops " << L;
-        const tinyloop::ScoreResult sw = tinyloop::score(cpu.get(), toks.data(), n, L, tinyloop::KVCacheType::F32);
-        const tinyloop::ScoreResult sg = tinyloop::score(gpu.get(), toks.data(), n, L, tinyloop::KVCacheType::F32);
-        ASSERT_EQ(sg.token_logprobs.size(), sw.token_logprobs.size());
-        for (size_t i = 0; i < sw.token_logprobs.size(); ++i)
-            EXPECT_NEAR(sg.token_logprobs[i], sw.token_logprobs[i], 2e-3 + 1e-3 * std::fabs(sw.token_logprobs[i]))
-                << "loops " << L << " token " << i;
+        for (const auto kv : {tinyloop::KVCacheType::F32, tinyloop::KVCacheType::Int8}) {
+            const tinyloop::ScoreResult sw = tinyloop::score(cpu.get(), toks.data(), n, L, kv);
+            const tinyloop::ScoreResult sg = tinyloop::score(gpu.get(), toks.data(), n, L, kv);
+            ASSERT_EQ(sg.token_logprobs.size(), sw.token_logprobs.size());
+            for (size_t i = 0; i < sw.token_logprobs.size(); ++i)
+                EXPECT_NEAR(sg.token_logprobs[i], sw.token_logprobs[i], 2e-3 + 1e-3 * std::fabs(sw.token_logprobs[i]))
+                    << "loops " << L << " token " << i << (kv == tinyloop::KVCacheType::Int8 ? " (INT8 cache)" : "");
+        }
     }
     const std::vector<int32_t> prompt = byte_ids(12, 5);
     const auto want = tinyloop::generate(cpu.get(), prompt.data(), int(prompt.size()), greedy(32, T));

@@ -113,7 +113,7 @@ TEST(ExecutorRule, AModelsBlockKindsAndPassFeaturesChooseTheBackEndAtLoad) {
     const std::vector<ExecOp> c_ops = model_math_ops(huginn);
     EXPECT_NE(std::find(c_ops.begin(), c_ops.end(), ExecOp::Coda), c_ops.end());
     EXPECT_EQ(choose_executor(true, true, c_ops), ExecKind::Cuda);
-    for (ExecOp call : {ExecOp::Decode, ExecOp::SequenceLogits}) {
+    for (ExecOp call : {ExecOp::Decode, ExecOp::SequenceLogits, ExecOp::Int8Cache, ExecOp::KVProvenance}) {
         std::vector<ExecOp> needs{call};
         needs.insert(needs.end(), c_ops.begin(), c_ops.end());
         EXPECT_EQ(choose_executor(true, true, needs), ExecKind::Cuda) << exec_op_name(call);

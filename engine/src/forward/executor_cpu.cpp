@@ -105,6 +105,8 @@ bool runs_beside_a_coda_on_the_device(ExecOp op) {
     switch (op) {
         case ExecOp::Decode:
         case ExecOp::SequenceLogits:
+        case ExecOp::Int8Cache:     // the coda's layers are cache layers like the others
+        case ExecOp::KVProvenance:  // the decode loop's own record
         case ExecOp::SandwichNorms:
         case ExecOp::QkBias:
         case ExecOp::EmbedScale:
