@@ -59,13 +59,13 @@ CommandSpec bench_spec() {
          "an integer in [1, 100]", false, W},
         {"--no-machine", "", "skip measuring the machine's bandwidth and FMA peak", "", false, W},
         {"--modes", "M,...",
-         "plain,early-exit,speculative,tree,draft (default: the first four; plain always runs)",
-         "a list of plain, early-exit, speculative, tree, draft", false, MO},
+         "plain,early-exit,speculative,tree,draft,pipelined (default: the first four; plain always runs)",
+         "a list of plain, early-exit, speculative, tree, draft, pipelined", false, MO},
         {"--early-exit", "C", "early-exit criterion: l2 | margin | kl | entropy | argmax | gate | gate-select | reverse-kl | minp-kl | model (default: the model's, else l2)",
          "one of l2, margin, kl, entropy, argmax, gate, gate-select, reverse-kl, minp-kl, model", false, MO},
         {"--early-exit-threshold", "X", "early-exit threshold (default: the model's, else 0.05)", "a number >= 0",
          false, MO},
-        {"--draft-loops", "D", "draft depth for speculative/tree, and the draft model's depth for draft (default: the model's, else min(2, L-1))",
+        {"--draft-loops", "D", "draft depth for speculative/tree/pipelined, and the draft model's depth for draft (default: the model's, else min(2, L-1))",
          "an integer >= 1", false, MO},
         {"--draft-ahead", "K", "tokens drafted / tree nodes run per cycle (default: the model's, else 4)",
          "an integer >= 1", false, MO},
@@ -138,7 +138,9 @@ CommandSpec bench_spec() {
         "(deleted after); with MODEL, --dtypes other than the model's own are made with quantize.\n"
         "--modes draft: a second model (--draft-model, default MODEL quantized to q4) drafts\n"
         "--gamma tokens per cycle at --draft-loops (default: the self-speculation draft depth, the\n"
-        "model's recommendation, else min(2, L-1)) and MODEL verifies them.\n"
+        "model's recommendation, else min(2, L-1)) and MODEL verifies them. --modes pipelined:\n"
+        "self-speculation pipelined over depth (generate --mode pipelined: a drafted token rides\n"
+        "the deeper passes' sweep) at --draft-loops, else the chain's draft depth.\n"
         "\n"
         "Bytes per token = prelude (and coda) + loop block (and adapter) x depth + head (the\n"
         "matrices as stored) + the keys and values every layer pass reads at the mean context (as\n"
@@ -351,8 +353,8 @@ void read_bench_modes(const Args& args, BenchFlags& f) {
     if (auto m = args.value("--modes")) {
         for (const auto& item : split_list("--modes", *m)) {
             if (item != "plain" && item != "early-exit" && item != "speculative" && item != "tree" &&
-                item != "draft")
-                throw UsageError("--modes: expected items among plain, early-exit, speculative, tree, draft, got '" +
+                item != "draft" && item != "pipelined")
+                throw UsageError("--modes: expected items among plain, early-exit, speculative, tree, draft, pipelined, got '" +
                                  item + "'");
             if (std::find(f.modes.begin(), f.modes.end(), item) == f.modes.end()) f.modes.push_back(item);
         }
@@ -374,9 +376,9 @@ void read_bench_modes(const Args& args, BenchFlags& f) {
             throw UsageError(std::string(flag) + ": only used with --modes early-exit");
     for (const char* flag : {"--draft-loops", "--draft-ahead"})
         if (args.has(flag) && !f.has_mode("speculative") && !f.has_mode("tree") &&
-            !(f.has_mode("draft") && std::string(flag) == "--draft-loops"))
+            !((f.has_mode("draft") || f.has_mode("pipelined")) && std::string(flag) == "--draft-loops"))
             throw UsageError(std::string(flag) + ": only used with --modes speculative or tree" +
-                             (std::string(flag) == "--draft-loops" ? " (or draft)" : ""));
+                             (std::string(flag) == "--draft-loops" ? " (or draft, pipelined)" : ""));
     f.gamma = args.get_int("--gamma", 1, 1 << 16).value_or(kDraftModelGamma);
     for (const char* flag : {"--gamma", "--draft-model"})
         if (args.has(flag) && !f.has_mode("draft"))
@@ -493,6 +495,11 @@ RunSpec bench_run_spec(const BenchFlags& f, const std::string& mode, int max_tok
         }
         return spec;
     }
+    if (mode == "pipelined") {  // the chain's draft and verify depths in one wave (no draft_ahead)
+        spec.mode = DecodeMode::Pipelined;
+        spec.speculation = {.verify_loops = L, .draft_loops = f.draft_flag.value_or(0)};
+        return spec;
+    }
     spec.mode = mode == "draft" ? DecodeMode::DraftModel : mode == "speculative" ? DecodeMode::Speculative : DecodeMode::Tree;
     // Knobs left at 0 are the model's recommendation, else the built-in (resolved_speculation).
     spec.speculation = {.verify_loops = L, .draft_loops = f.draft_flag.value_or(0), .draft_ahead = f.ahead.value_or(0),
@@ -525,7 +532,7 @@ struct Runs {
     HParams hp;
     int L = 0, draft = 0;
     GenerateConfig early_exit;           // the early-exit policy run (flags, else model, else built-in)
-    SpeculationPolicy chain, tree;        // the knobs run, resolved
+    SpeculationPolicy chain, tree, pipelined;  // the knobs run, resolved
     std::vector<std::string> used;       // "early exit: ... (recommended by the model)", per mode
 };
 
@@ -575,6 +582,16 @@ void resolve_bench_defaults(const BenchFlags& f, const Model* model, int L, Runs
         if (f.has_mode(tree ? "tree" : "speculative"))
             out.used.push_back((tree ? "tree " : "chain ") + speculation_used_line(r));
     }
+    if (L >= 2) {
+        RunSpec rs;
+        rs.mode = DecodeMode::Pipelined;
+        rs.config.loops = L;
+        rs.speculation = {.verify_loops = L, .draft_loops = f.draft_flag.value_or(0)};
+        const ResolvedRun r =
+            resolve_cli_run(model, rs, {.draft_loops = f.draft_flag.has_value(), .verify_loops = true});
+        out.pipelined = r.spec.speculation;
+        if (f.has_mode("pipelined")) out.used.push_back(speculation_used_line(r));  // "..., pipelined"
+    }
 }
 
 // Every dtype x thread count: a warm-up, then `repeat` rounds of the modes interleaved.
@@ -603,8 +620,9 @@ Runs run_rows(const BenchFlags& f, const std::vector<Variant>& variants, const s
                 throw UsageError("--loops: " + std::to_string(L) + " is deeper than the model's max_loops " +
                                  std::to_string(hp.max_loops));
             resolve_bench_defaults(f, model.get(), L, out);
-            if ((f.has_mode("speculative") || f.has_mode("tree")) && L < 2)
-                throw UsageError("--loops: speculative and tree modes need a depth >= 2, got " + std::to_string(L));
+            if ((f.has_mode("speculative") || f.has_mode("tree") || f.has_mode("pipelined")) && L < 2)
+                throw UsageError("--loops: speculative, tree and pipelined modes need a depth >= 2, got " +
+                                 std::to_string(L));
             if (P + N > hp.max_seq_len)
                 throw UsageError("--prompt-tokens " + std::to_string(P) + " + --tokens " + std::to_string(N) +
                                  " exceed the model's max_seq_len " + std::to_string(hp.max_seq_len));
@@ -673,7 +691,7 @@ Derived derive(const Row& r, const Med& m, const Runs& runs, const BenchFlags& f
     const double kv_bytes_per_layer = 2.0 * ctx * hp.n_kv_heads * hp.head_dim * kv_elem_bytes;
     Derived d{};
     d.weights_model = r.mode == "plain" || r.mode == "early-exit";
-    d.spec = r.mode == "speculative" || r.mode == "tree" || r.mode == "draft";
+    d.spec = r.mode == "speculative" || r.mode == "tree" || r.mode == "draft" || r.mode == "pipelined";
     d.depth = m.depth;
     const double layers = hp.n_pre_blocks + hp.n_coda_blocks + hp.n_loop_layers * d.depth;
     d.kv_bytes = kv_bytes_per_layer * layers;
@@ -718,8 +736,14 @@ nlohmann::json row_json(const Row& r, const Med& m, const Derived& d, const Runs
             {"acceptance_rate", num_or_null(spec, m.acc)},
             {"mean_accepted", num_or_null(spec, m.mean_acc)},
             {"identical", m.identical},
-            {"draft_loops", spec ? nlohmann::json(r.mode == "tree" ? runs.tree.draft_loops : r.mode == "draft" ? runs.draft : runs.chain.draft_loops) : null},
-            {"draft_ahead", spec ? nlohmann::json(r.mode == "draft" ? f.gamma : r.mode == "tree" ? runs.tree.draft_ahead : runs.chain.draft_ahead) : null},
+            {"draft_loops", spec ? nlohmann::json(r.mode == "tree"        ? runs.tree.draft_loops
+                                                  : r.mode == "draft"     ? runs.draft
+                                                  : r.mode == "pipelined" ? runs.pipelined.draft_loops
+                                                                          : runs.chain.draft_loops)
+                                 : null},
+            {"draft_ahead", spec && r.mode != "pipelined"  // the wave drafts one token per sweep
+                                ? nlohmann::json(r.mode == "draft" ? f.gamma : r.mode == "tree" ? runs.tree.draft_ahead : runs.chain.draft_ahead)
+                                : null},
             {"branches", r.mode == "tree" ? nlohmann::json(runs.tree.branches) : null},
             // the policy in the codec's one form (early_exit_policy_to_json), as score --json writes it
             {"early_exit", r.mode == "early-exit" ? early_exit_policy_to_json(runs.early_exit.early_exit) : null}};

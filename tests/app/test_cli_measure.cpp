@@ -318,6 +318,33 @@ TEST_F(CliTest, BenchJsonHasMachineFiguresAndOneRowPerCell) {
     EXPECT_TRUE(mj["rows"][1]["identical"].get<bool>());
 }
 
+// --modes pipelined: the wave beside plain decoding, greedy so its tokens are plain's; its row
+// names the draft depth it ran (--draft-loops) and no draft_ahead; a depth of 1 is refused.
+TEST_F(CliTest, BenchPipelinedModeMatchesPlainAndNamesItsDepth) {
+    CliRun r = run({"bench", model_, "--tokens", "16", "--prompt-tokens", "8", "--repeat", "1", "--modes",
+                    "plain,pipelined", "--draft-loops", "1", "--threads", "1", "--no-machine", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = parse_json(r);
+    ASSERT_EQ(j["rows"].size(), 2u);
+    const json& row = j["rows"][1];
+    EXPECT_EQ(row["mode"], "pipelined");
+    EXPECT_TRUE(row["identical"].get<bool>()) << row.dump();
+    EXPECT_EQ(row["draft_loops"], 1);
+    EXPECT_TRUE(row["draft_ahead"].is_null());
+    EXPECT_GE(row["acceptance_rate"].get<double>(), 0.0);
+    EXPECT_LE(row["acceptance_rate"].get<double>(), 1.0);
+    EXPECT_GT(row["speedup_vs_plain"].get<double>(), 0.0);
+    EXPECT_EQ(row["tokens_emitted"], 16);
+    CliRun text = run({"bench", model_, "--tokens", "8", "--prompt-tokens", "8", "--repeat", "1", "--modes",
+                       "pipelined", "--threads", "1", "--no-machine"});
+    ASSERT_EQ(text.status, 0) << text.err;
+    EXPECT_NE(text.out.find(", pipelined"), std::string::npos) << text.out;  // the knobs it ran, said
+    CliRun shallow = run({"bench", model_, "--tokens", "8", "--prompt-tokens", "8", "--repeat", "1", "--modes",
+                          "pipelined", "--loops", "1", "--no-machine"});
+    EXPECT_EQ(shallow.status, 2);
+    EXPECT_NE(shallow.err.find("--loops"), std::string::npos) << shallow.err;
+}
+
 TEST_F(CliTest, BenchBadFlagsNameTheFlag) {
     const std::string spec = "d_model=64,n_heads=4,d_ff=128,vocab=300,n_pre=1,n_loop=1,loops=3,max_seq_len=128";
     struct Case {
