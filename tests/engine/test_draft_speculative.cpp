@@ -10,6 +10,7 @@
 #include <random>
 
 #include "decode/sampling.h"
+#include "chi_square.h"
 #include "test_util.h"
 
 using namespace tinyloop;
@@ -356,24 +357,9 @@ TEST(DraftSpeculative, StochasticIsLossless) {
         accepted += r.stats.spec_accepted;
         tested += r.stats.spec_tested;
     }
-    double chi2 = 0, pooled_e = 0, pooled_o = 0;
-    int cells = 0;
-    for (const auto& [k, pr] : expected) {
-        const double e = pr * N;
-        const auto it = seen.find(k);
-        const double o = it == seen.end() ? 0 : it->second;
-        if (e < 5) {
-            pooled_e += e;
-            pooled_o += o;
-            continue;
-        }
-        chi2 += (o - e) * (o - e) / e;
-        ++cells;
-    }
-    if (pooled_e > 0) {
-        chi2 += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
-        ++cells;
-    }
+    const tltest::ChiSquare cs = tltest::pooled_chi_square(expected, seen, N);
+    const double chi2 = cs.chi2;
+    const int cells = cs.cells;
     for (const auto& [k, o] : seen) EXPECT_TRUE(expected.count(k)) << "a sequence plain sampling never makes";
     ASSERT_GE(cells, 10);
     EXPECT_LT(chi2, chi2_crit_001(cells - 1)) << "cells " << cells;

@@ -88,16 +88,7 @@ GenerateResult generate_pipelined_ex(Model* model, const int32_t* prompt, int pr
 
     TokenEmitter out(m, res, StopPolicy{c.max_tokens, c.ignore_eos, {}, {}, 0.0}, options.on_token, options.observer, 0,
                      t0);
-    Rng rng(c.seed);
-    const GenerateConfig sampling = spec_sampling_config(m, c);  // the pipeline keeps a reference to it
-    const LogitsPipeline pipe(m, sampling);
-    std::vector<float> z;
-    // The choice from one row's logits; `probs` receives the sampling distribution.
-    auto choose = [&](const float* row, std::vector<float>* probs) {
-        if (greedy) return greedy_choice(m, row);
-        pipe.process(row, {}, {}, nullptr, z);
-        return pipe.pick(z, rng, probs);
-    };
+    SpecChooser choose(m, c);
     const TokenChoice first = choose(logits.data(), nullptr);
     bool done = !out.emit(first.token, EmitInfo{.prob = first.prob, .depth = L, .from_verifier = true});
 
@@ -144,7 +135,8 @@ GenerateResult generate_pipelined_ex(Model* model, const int32_t* prompt, int pr
                 y = choose(logits.data(), nullptr);
                 accepted = tested && rows[1].token == y.token;
             } else {
-                const SampledVerdict v = accept_sampled(pipe, rng, logits.data(), rows[1].token, rows[1].q, z);
+                const SampledVerdict v =
+                    accept_sampled(choose.pipe, choose.rng, logits.data(), rows[1].token, rows[1].q, choose.z);
                 y = {v.token, v.prob};
                 accepted = v.accepted;
             }

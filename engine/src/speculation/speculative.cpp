@@ -208,16 +208,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
     seq->last_logits(logits.data());
     st.prefill_ms = ms_since(t0);
 
-    Rng rng(c.seed);
-    const GenerateConfig sampling = spec_sampling_config(m, c);
-    const LogitsPipeline pipe(m, sampling);
-    std::vector<float> z;
-    // The choice from one row's logits; `probs` receives the sampling distribution.
-    auto choose = [&](const float* row, std::vector<float>* probs) {
-        if (greedy) return greedy_choice(m, row);
-        pipe.process(row, {}, {}, nullptr, z);
-        return pipe.pick(z, rng, probs);
-    };
+    SpecChooser choose(m, c);
     TokenEmitter out(m, res, StopPolicy{c.max_tokens, c.ignore_eos, {}, {}, 0.0}, options.on_token,
                      options.observer, options.lens ? options.lens_top_k : 0, t0);
     // The first token, from the prefill.
@@ -276,7 +267,7 @@ GenerateResult generate_speculative_ex(Model* model, const int32_t* prompt, int 
         }
         st.verify_ms += ms_since(tv);
 
-        const ChainVerdict v = accept_chain(m, pipe, rng, ver_logits.data(), x, drafted, q_probs);
+        const ChainVerdict v = accept_chain(m, choose.pipe, choose.rng, ver_logits.data(), x, drafted, q_probs);
         const int a = v.accepted;
         count_cycle(st, drafted, drafted, a);
 

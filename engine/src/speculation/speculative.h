@@ -26,6 +26,28 @@ void count_cycle(GenerateStats& st, int drafted, int tested, int accepted);
 // leave them off), so it masks the undecodable ids and samples with temperature, top-k (0: the
 // whole vocabulary), top-p and no min-p. Greedy choices take the raw logits (greedy_choice).
 GenerateConfig spec_sampling_config(const Model& m, const SpeculativeConfig& c);
+// A speculative call's token choice from one row's logits: greedy_choice when the config is
+// greedy, else the sampling pipeline's draw from its seeded generator (`probs`, when given,
+// receives the distribution drawn from: a draft's q). pipe, rng and z are the ones verification
+// (accept_sampled) goes on with.
+struct SpecChooser {
+    SpecChooser(const Model& model, const SpeculativeConfig& c)
+        : m(model), greedy(is_greedy(c.temperature)), sampling(spec_sampling_config(model, c)), pipe(model, sampling),
+          rng(c.seed) {}
+    SpecChooser(const SpecChooser&) = delete;
+    SpecChooser& operator=(const SpecChooser&) = delete;
+    TokenChoice operator()(const float* row, std::vector<float>* probs) {
+        if (greedy) return greedy_choice(m, row);
+        pipe.process(row, {}, {}, nullptr, z);
+        return pipe.pick(z, rng, probs);
+    }
+    const Model& m;
+    const bool greedy;
+    const GenerateConfig sampling;  // before pipe, which keeps a reference to it
+    const LogitsPipeline pipe;
+    Rng rng;
+    std::vector<float> z;  // scratch
+};
 // The sampling knobs' ranges when the config samples (top_k >= 0, top_p in (0, 1]); nothing when
 // it is greedy. InvalidArgument naming the field.
 void check_spec_sampling(const SpeculativeConfig& c);
