@@ -27,12 +27,11 @@ __global__ void rope_kernel(float* x, int n_tok, int n_heads, int head_dim, cons
     }
 }
 
-// One block per token: every (head, pair) of q and of k rotated, then k's and v's rows copied
-// to the cache. A __syncthreads separates the rotation of k from its copy.
-__global__ void rope_store_kernel(float* q, float* k, const float* v, int n_heads, int n_kv_heads, int head_dim,
-                                  const int* positions, const float2* table, float* k_cache, float* v_cache,
-                                  const int* rows) {
-    const int t = blockIdx.x, half = head_dim / 2;
+// Token t's (block's) every (head, pair) of q and of k rotated by the table's cos/sin at its
+// position, the threads of the block striding over them.
+__device__ __forceinline__ void rotate_token(float* q, float* k, int t, int n_heads, int n_kv_heads, int head_dim,
+                                             const int* positions, const float2* table) {
+    const int half = head_dim / 2;
     const float2* cs = table + static_cast<size_t>(positions[t]) * half;
     const int nq = n_heads * half, nk = n_kv_heads * half;
     for (int idx = threadIdx.x; idx < nq + nk; idx += blockDim.x) {
@@ -47,6 +46,15 @@ __global__ void rope_store_kernel(float* q, float* k, const float* v, int n_head
         xh[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
         xh[i + half] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
     }
+}
+
+// One block per token: every (head, pair) of q and of k rotated, then k's and v's rows copied
+// to the cache. A __syncthreads separates the rotation of k from its copy.
+__global__ void rope_store_kernel(float* q, float* k, const float* v, int n_heads, int n_kv_heads, int head_dim,
+                                  const int* positions, const float2* table, float* k_cache, float* v_cache,
+                                  const int* rows) {
+    const int t = blockIdx.x;
+    rotate_token(q, k, t, n_heads, n_kv_heads, head_dim, positions, table);
     __syncthreads();
     const int row = n_kv_heads * head_dim;
     const float* ks = k + static_cast<size_t>(t) * row;
@@ -66,22 +74,8 @@ __global__ void rope_store_kernel(float* q, float* k, const float* v, int n_head
 __global__ void rope_store_int8_kernel(float* q, float* k, const float* v, int n_heads, int n_kv_heads, int head_dim,
                                        const int* positions, const float2* table, int8_t* k_codes, int8_t* v_codes,
                                        float* k_scales, float* v_scales, const int* rows) {
-    const int t = blockIdx.x, half = head_dim / 2;
-    if (table) {
-        const float2* cs = table + static_cast<size_t>(positions[t]) * half;
-        const int nq = n_heads * half, nk = n_kv_heads * half;
-        for (int idx = threadIdx.x; idx < nq + nk; idx += blockDim.x) {
-            const bool is_q = idx < nq;
-            const int j = is_q ? idx : idx - nq;
-            const int h = j / half, i = j % half;
-            const float2 r = cs[i];
-            float* xh = is_q ? q + (static_cast<size_t>(t) * n_heads + h) * head_dim
-                             : k + (static_cast<size_t>(t) * n_kv_heads + h) * head_dim;
-            const float x0 = xh[i], x1 = xh[i + half];
-            xh[i] = __fsub_rn(__fmul_rn(x0, r.x), __fmul_rn(x1, r.y));
-            xh[i + half] = __fadd_rn(__fmul_rn(x0, r.y), __fmul_rn(x1, r.x));
-        }
-    }
+    const int t = blockIdx.x;
+    if (table) rotate_token(q, k, t, n_heads, n_kv_heads, head_dim, positions, table);
     __syncthreads();
     const int row = n_kv_heads * head_dim;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;

@@ -483,6 +483,26 @@ struct CudaSession::Impl {
                                                  ": a coda model's calls between passes are the CPU's (exec_supports_together)");
     }
 
+    // n rows at positions pos0.. for `call`: n within the prefill chunk, the positions within the
+    // capacity (Error(InvalidArgument) naming them).
+    void check_row_range(const char* call, int n, int pos0) const {
+        if (n < 1 || n > rows)
+            throw Error(ErrorCode::InvalidArgument, std::string(call) + ": n " + std::to_string(n) + " is outside [1, " +
+                                                        std::to_string(rows) + "] (the prefill chunk)");
+        if (pos0 < 0 || pos0 + n > o.capacity)
+            throw Error(ErrorCode::InvalidArgument, std::string(call) + ": positions " + std::to_string(pos0) + ".." +
+                                                        std::to_string(pos0 + n - 1) + " are outside [0, " +
+                                                        std::to_string(o.capacity) + ")");
+    }
+    // The batch-invariant kernels (never cuBLAS) while it lives: a row's bits alone or in a batch.
+    struct ForcedKernels {
+        explicit ForcedKernels(Impl& s) : s_(s) { s_.ops.force_kernels(true); }
+        ~ForcedKernels() { s_.ops.force_kernels(false); }
+        ForcedKernels(const ForcedKernels&) = delete;
+        ForcedKernels& operator=(const ForcedKernels&) = delete;
+        Impl& s_;
+    };
+
     // run_passes' pass range and, when resuming, the rows' states: Error(InvalidArgument) naming them.
     void check_passes(int first, int last, const float* h_in, const float* e_in_host) const {
         no_coda("run_passes");
@@ -736,22 +756,12 @@ void CudaSession::row_finish() {
 void CudaSession::run_passes(const int32_t* tokens, int n, int pos0, int first, int last, const float* h_in,
                              const float* e_in, float* out_h, float* out_e, const PassHook* hook, int hook_row0) {
     Impl& s = *impl_;
-    if (n < 1 || n > s.rows)
-        throw Error(ErrorCode::InvalidArgument, "run_passes: n " + std::to_string(n) + " is outside [1, " +
-                                                    std::to_string(s.rows) + "] (the prefill chunk)");
-    if (pos0 < 0 || pos0 + n > s.o.capacity)
-        throw Error(ErrorCode::InvalidArgument, "run_passes: positions " + std::to_string(pos0) + ".." +
-                                                    std::to_string(pos0 + n - 1) + " are outside [0, " +
-                                                    std::to_string(s.o.capacity) + ")");
+    s.check_row_range("run_passes", n, pos0);
     s.check_passes(first, last, h_in, e_in);
     with_cuda_errors("cuda run_passes", [&] {
         s.ops.synchronize();
         s.set_rows(tokens, pos0, n);
-        struct Kernels {  // the batch-invariant kernels, as laid-out rows: a row's bits alone or in a batch
-            Impl& s;
-            ~Kernels() { s.ops.force_kernels(false); }
-        } kernels{s};
-        s.ops.force_kernels(true);
+        const Impl::ForcedKernels kernels(s);  // as laid-out rows
         s.pass_rows(n, first, last, h_in, e_in, out_h, out_e, hook, hook_row0);
     });
     s.passes_n = n;
@@ -783,13 +793,7 @@ void CudaSession::run_wave(const int32_t* tokens, const int* pass, int n, int po
     const HParams& hp = s.hp;
     const int d = hp.d_model, V = hp.vocab_size;
     s.no_coda("run_wave");
-    if (n < 1 || n > s.rows)
-        throw Error(ErrorCode::InvalidArgument, "run_wave: n " + std::to_string(n) + " is outside [1, " +
-                                                    std::to_string(s.rows) + "] (the prefill chunk)");
-    if (pos0 < 0 || pos0 + n > s.o.capacity)
-        throw Error(ErrorCode::InvalidArgument, "run_wave: positions " + std::to_string(pos0) + ".." +
-                                                    std::to_string(pos0 + n - 1) + " are outside [0, " +
-                                                    std::to_string(s.o.capacity) + ")");
+    s.check_row_range("run_wave", n, pos0);
     int fresh = n;  // rows [fresh, n) start at pass 1 (a suffix: passes are non-increasing)
     for (int t = 0; t < n; ++t) {
         if (pass[t] < 1 || pass[t] > s.o.loops || (t > 0 && pass[t] > pass[t - 1]))
@@ -809,11 +813,7 @@ void CudaSession::run_wave(const int32_t* tokens, const int* pass, int n, int po
                                                 "logits (heads) are required");
     with_cuda_errors("cuda run_wave", [&] {
         s.ops.synchronize();
-        struct Kernels {  // the batch-invariant kernels: a row's bits alone or in a wave
-            Impl& s;
-            ~Kernels() { s.ops.force_kernels(false); }
-        } kernels{s};
-        s.ops.force_kernels(true);
+        const Impl::ForcedKernels kernels(s);  // a row's bits alone or in a wave
         const size_t row_bytes = size_t(d) * sizeof(float);
         float* x = s.h.f32();
         float* ev = inject ? s.e_in.f32() : nullptr;
