@@ -27,8 +27,8 @@
 #      may run beside it), the golden forward's CUDA case, the fallback tests,
 #   3. runs bench_cuda (JSON line: the reference and the fast step, launches per token of each) and `tinyloop bench --backend cuda` (plain prefill and
 #      single-stream decode) on the bundled model and on the d512 shape at f32, q8 and q4, and
-#      the CPU's two threads on the bundled model beside it; the batch engine is left out (it
-#      is refused with NotSupported on CUDA until it is routed),
+#      the CPU's two threads on the bundled model beside it, and the batch engine's aggregate
+#      decode at batch 1, 8 and 32 on the device and on the CPU's two threads,
 #   4. prints the table for kernels/cuda/DEVICE_RUNS.md.
 # Every step runs under `timeout` with what is left of the budget (and its own cap), so a hang
 # costs its cap, never the session. Everything goes to ONE log file, $OUT/devcheck.log (the tool
@@ -113,8 +113,9 @@ if [ "${1:-}" = "--rehearse" ]; then
   check "bench_cuda rows show the fast step beside the reference" 'grep -qE "^\| bench_cuda +\| d512-q4 .*fast 4000.0 .*86 launches" "$work/stdout.txt"'
   check "bench_cuda rows show the persistent step" 'grep -qE "^\| bench_cuda +\| d512-q4 .*persist 5000.0 \(no prefetch 4500.0\) \| 6 launches \| barrier 1.50 us \(2/SM 2.00\)" "$work/stdout.txt"'
   check "bench_cuda rows name the shape, a shrunk prompt said" 'grep -qE "^\| bench_cuda +\| kjv-q4 +\| p512 t128 \(shrunk\) \| prefill" "$work/stdout.txt" && grep -qE "^\| bench_cuda +\| d512-q4 +\| p512 t128 \| prefill" "$work/stdout.txt"'
+  check "the batch engine's rows hold its three batch sizes" 'grep -qE "^\| tinyloop bench +\| kjv-batch +\| batch 1 100.0 tok/s \(1.00x\); batch 8 800.0 tok/s \(8.00x\); batch 32 3200.0 tok/s \(32.00x\);" "$work/stdout.txt"'
   check "no raw JSON and no negative rate in the table" '! grep -E "^\| bench_cuda" "$work/stdout.txt" | grep -qE "\{|[ :]-[0-9]"'
-  check "tinyloop bench rows (cuda, the CPU beside it, the fast step)" 'for c in kjv-cuda d512-cuda kjv-cpu2 d512-fast kjv-fast d512-pers kjv-pers; do grep -qE "^\| tinyloop bench +\| $c " "$work/stdout.txt" || exit 1; done'
+  check "tinyloop bench rows (cuda, the CPU beside it, the fast step)" 'for c in kjv-cuda d512-cuda kjv-cpu2 kjv-batch kjv-bcpu2 d512-fast kjv-fast d512-pers kjv-pers; do grep -qE "^\| tinyloop bench +\| $c " "$work/stdout.txt" || exit 1; done'
   check "the log holds every step and the table" 'grep -q "== table" "$work/out/devcheck.log" && grep -q "== bench_cuda" "$work/out/devcheck.log"'
   check "the budget line" 'grep -qE "^device time: [0-9]+ s of [0-9]+ s budget" "$work/stdout.txt"'
   echo "rehearsal wall time $wall s"
@@ -145,6 +146,12 @@ if [ "${1:-}" = "--stub" ]; then
       echo "{\"model\":\"$1\",\"device\":\"stub\",\"loops\":4,\"prompt\":512,\"tokens\":128,\"note\":\"$note\",\"prefill_tok_s\":1000.0,\"prefill_kernel_tok_s\":500.0,\"cublas_only_tok_s\":1500.0,\"prefill_vs_cublas\":0.667,\"decode_graph_tok_s\":2000.0,\"decode_direct_tok_s\":1000.0,\"bytes_per_token\":1000000,\"decode_gb_s\":2.0,\"launches_per_token\":134,\"decode_fast_tok_s\":4000.0,\"fast_gb_s\":4.0,\"fast_launches_per_token\":86,\"decode_logits_tok_s\":1500.0,\"decode_fast_logits_tok_s\":3500.0,\"decode_persist_tok_s\":5000.0,\"decode_persist_nopf_tok_s\":4500.0,\"persist_launches_per_token\":6,\"barrier_us_1sm\":1.50,\"barrier_us_2sm\":2.00,\"weights_device_bytes\":1,\"session_device_bytes\":1}" ;;
     tinyloop)
       if [ "$1" = make-random ]; then echo "(stub) wrote $2"; exit 0; fi
+      if [[ " $* " == *" --batch "* ]]; then
+        echo "continuous batching: $2, L=4, 32-token prompts, 64 greedy tokens each, kv f32, 1 thread, median of 2"
+        echo " batch   decode tok/s  per seq tok/s  vs first      tok/CPU-s  vs first   steps     KV bytes"
+        for b in 1 8 32; do printf '%6d %14.1f %14.1f %8.2fx %14.1f %8.2fx %7d %12s\n' "$b" "$((b * 100)).0" 100.0 "$b" 100.0 1.00 64 "1.0 MiB"; done
+        exit 0
+      fi
       echo "dtype thr mode         depth  prefill/s  decode/s  speedup    GB/s   %bw  bound/s  GFLOP/s  %peak  accept  acc/cyc  same"
       for d in f32 q8 q4; do echo "$d      1 plain         4.00      111.1     222.2    1.00x    1.00     -        -     1.00      -       -        -  yes"; done ;;
     *)
@@ -348,6 +355,17 @@ tl_bench() {  # NAME ARGS...: plain rows: dtype, prefill tok/s, decode tok/s
 tl_bench kjv-cuda "$models/model-f32.tinyloop" --backend cuda --dtypes f32,q8,q4
 tl_bench d512-cuda --random "d_model=512,n_heads=8,d_ff=1408,vocab=4096,n_pre=2,n_loop=2,loops=7" --backend cuda --dtypes f32,q8,q4
 tl_bench kjv-cpu2 "$models/model-f32.tinyloop" --backend cpu --threads 2 --dtypes f32,q8,q4
+tl_batch() {  # NAME ARGS...: the batch engine's aggregate decode tok/s at batch 1, 8, 32
+  local name=$1; shift
+  local before; before=$(( $(wc -l < "$log") + 1 ))
+  run_prog 75 "tinyloop bench $name" tinyloop bench "$@" --batch 1,8,32 --tokens 64 --repeat 2 --no-machine
+  local r
+  r=$(tail -n +"$before" "$log" | awk '$1 ~ /^[0-9]+$/ && NF == 9 { printf "batch %s %s tok/s (%s); ", $1, $2, $4 }')
+  [ -n "$r" ] || r=$( [ $step_rc -eq 124 ] && echo TIMEOUT || echo "no rows (exit $step_rc): see log")
+  rows+=("$(printf '| tinyloop bench | %-10s | %-68s | %4ss |' "$name" "$r" "$step_s")")
+}
+tl_batch kjv-batch "$models/model-f32.tinyloop" --backend cuda
+tl_batch kjv-bcpu2 "$models/model-f32.tinyloop" --backend cpu --threads 2
 # the engine's decode with the fast step (the executor reads TINYLOOP_CUDA_FAST): last, so a
 # spent budget skips only this row
 TINYLOOP_CUDA_FAST=1 tl_bench d512-fast --random "d_model=512,n_heads=8,d_ff=1408,vocab=4096,n_pre=2,n_loop=2,loops=7" --backend cuda --dtypes f32,q8,q4

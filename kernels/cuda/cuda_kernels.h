@@ -239,6 +239,15 @@ void rope_store_int8(Context& ctx, float* q, float* k, const float* v, int n_tok
                      int head_dim, const int* positions, const float* table, int8_t* k_codes, int8_t* v_codes,
                      float* k_scales, float* v_scales, const int* dst_rows);
 
+// The rows of a batch over paged caches (the batch engine's pools) at execution layer `layer`,
+// one block per row t: dst[t] = the storage row of position pos[t], and rows[off[t] + i] = the
+// storage row of position begin[t] + i for i < off[t + 1] - off[t] (t's attention list in the
+// order of its range, so attention() over the list gives the range's bits). Row t's page table
+// is tables + table_at[t] ([layers, blocks[t]]; device_helpers.h paged_row). All device memory;
+// every page the positions need already taken.
+void paged_rows(Context& ctx, const int* tables, const int* table_at, const int* blocks, int page_size, int layer,
+                const int* pos, const int* begin, const int* off, int n, int* dst, int* rows);
+
 // One decode step's bookkeeping on the device (single sequence): ids[0] = chosen[0];
 // pos[0] += 1; kv_end[0] = pos[0] + 1; kv_begin[0] = window ? max(0, pos[0] + 1 - window) : 0.
 void advance(Context& ctx, const int* chosen, int* ids, int* pos, int* kv_begin, int* kv_end, int window);

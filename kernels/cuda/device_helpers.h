@@ -8,6 +8,7 @@
 //   split_range, attn_combine vs kern::attention_ref (flash-decoding: partial softmax per
 //                             split of the row list, then the max/sum rescaling combine)
 //   kv_int8_scale / _code     vs kern::quantize_kv_row (the INT8 KV cache's codes and scales)
+//   paged_row                 vs KVCache::phys (the batch engine's paged caches, paged.cu)
 // The device code compiles to what it did before (the same loads through __ldg, the same
 // intrinsics); only the host branch is new.
 #pragma once
@@ -216,6 +217,15 @@ TL_HD int8_t kv_int8_code(float x, float inv) {
     const float r = std::nearbyint(x * inv);
 #endif
     return static_cast<int8_t>(r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r));
+}
+
+// ---- paged KV caches (the batch engine's pools; paged.cu) ------------------------------------
+//
+// The storage row of position p at execution layer `layer` of a sequence whose page table is
+// `table` ([layers, blocks]: the pool page holding (layer, p / page_size)), as KVCache::phys:
+// page * page_size + p % page_size. The pool's rows fit an int (CudaBatch::adopt checks).
+TL_HD int paged_row(const int* table, int blocks, int page_size, int layer, int p) {
+    return table[layer * blocks + p / page_size] * page_size + p % page_size;
 }
 
 // ---- flash-decoding attention (decode_fast.cu's attention_split) ---------------------------

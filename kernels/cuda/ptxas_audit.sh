@@ -4,7 +4,8 @@
 # embedding, rmsnorm, matmul (every weight type, the accumulate and SwiGLU forms), matmul3
 # (q/k/v), rope_store, attention, argmax, advance, and the fast step's (decode_fast.cu): the
 # fused products (the combine-fed one too), q/k/v + RoPE + cache store, split attention and
-# its combine, and the persistent step that runs them as phases. A spill or a stack frame there puts loads and stores to local memory (L1/L2
+# its combine, the persistent step that runs them as phases, and the batch engine's paged rows
+# (every layer of every batched step). A spill or a stack frame there puts loads and stores to local memory (L1/L2
 # traffic) into every layer of every token.
 #
 #   ptxas_audit.sh LOGDIR    (LOGDIR: the build's kernels/ptxas, written by ptxas_log.sh)
@@ -20,7 +21,7 @@ set -u
 logdir=${1:?usage: ptxas_audit.sh LOGDIR}
 hot="embedding_kernel rmsnorm_kernel matmul_kernel matmul3_kernel rope_store_kernel rope_store_int8_kernel attention_kernel argmax_kernel advance_kernel
 fast_matmul_kernel fast_combined_matmul_kernel fast_qkv_rope_store_kernel attention_split_kernel attention_combine_kernel
-persistent_step_kernel"
+persistent_step_kernel paged_rows_kernel"
 shopt -s nullglob
 files=("$logdir"/*.ptxas)
 if [ ${#files[@]} -eq 0 ]; then

@@ -700,6 +700,17 @@ TEST(CudaEngine, ACodaModelRunsItsWholeSequenceCallsOnTheDevice) {
     EXPECT_EQ(tinyloop::generate_ex(any.get(), prompt.data(), int(prompt.size()), g).tokens,
               tinyloop::generate_ex(cpu.get(), prompt.data(), int(prompt.size()), g).tokens)
         << "auto: early exit on a coda model is the CPU's";
+    // the batch engine (its rows' coda keys and values would be those of each sequence's depth) is
+    // the CPU's too: refused under backend cuda, on the CPU under auto
+    try {
+        tinyloop::free_batch_engine(tinyloop::create_batch_engine(gpu.get()));
+        ADD_FAILURE() << "the batch engine ran on the device on a coda model";
+    } catch (const tinyloop::Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
+        EXPECT_NE(std::string(e.what()).find("the batch engine"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("coda"), std::string::npos) << e.what();
+    }
+    tinyloop::free_batch_engine(tinyloop::create_batch_engine(any.get()));
 }
 
 TEST(CudaEngine, UnroutedCallsNameTheFeature) {
@@ -714,7 +725,74 @@ TEST(CudaEngine, UnroutedCallsNameTheFeature) {
             EXPECT_NE(std::string(e.what()).find(feature), std::string::npos) << e.what();
         }
     };
-    expect_refused("the batch engine", [&] { tinyloop::free_batch_engine(tinyloop::create_batch_engine(gpu.get())); });
+    // kv_sharing other than per-pass (FORMAT.md §1c) is the CPU's
+    const auto prompt = prompt_of(gpu.get());
+    tinyloop::GenerateConfig g = greedy(8, 0);
+    g.kv_sharing = tinyloop::parse_kv_sharing("last-pass");
+    expect_refused("kv_sharing", [&] { tinyloop::generate_ex(gpu.get(), prompt.data(), int(prompt.size()), g); });
+}
+
+// The batch engine on the device (cuda_batch.cpp: every sequence's rows of a step through the same
+// passes, each sequence's keys and values in pages of a device pool, early exit's rows through
+// the paged one-row stepper): requests at three depths, one with the INT8 cache, two with early
+// exit, submitted together with small pages and a small prefill chunk, so prompts are prefilled in
+// chunks beside the others' decode steps and a step holds rows of both pools. Each request's
+// tokens (and per-token depths) are the device's own greedy decoding of it alone (generate_ex with
+// the same config: the reference step's kernels; prompts under 64 tokens, so no prefill chunk
+// reaches cuBLAS), every page is back when the engine is idle, and the stats count the rows.
+TEST(CudaEngine, BatchEngineOnTheDeviceEqualsItsGreedyDecoding) {
+    TL_REQUIRE_DEVICE();
+    tinyloop::ModelHandle gpu = tinyloop::load_model_handle(kModel, on(Backend::Cuda));
+    const tinyloop::HParams& hp = tinyloop::model_hparams(gpu.get());
+    const std::vector<std::string> texts = {
+        "In the beginning God created the heaven and the earth. And",
+        "And God said, Let there be light: and",
+        "Blessed are the meek: for they shall",
+        "The LORD is my shepherd; I shall not want. He maketh me to lie down",
+        "And the evening and the morning were the",
+    };
+    std::vector<tinyloop::GenerateConfig> configs = {greedy(24, 1), greedy(24, hp.default_loops),
+                                                      greedy(24, hp.max_loops), greedy(24, hp.default_loops),
+                                                      greedy(24, hp.max_loops)};
+    configs[3].kv_cache = tinyloop::KVCacheType::Int8;
+    for (int i : {3, 4}) {  // early exit: one with the INT8 cache
+        configs[size_t(i)].early_exit.criterion = tinyloop::EarlyExitCriterion::HiddenL2;
+        configs[size_t(i)].early_exit.patience = 1;
+        configs[size_t(i)].early_exit.threshold = 0.1f;
+    }
+    tinyloop::BatchEngineOptions o;
+    o.page_size = 4;
+    o.kv_pages = 8192;
+    o.max_batch = 8;
+    o.prefill_chunk = 8;
+    tinyloop::BatchEngine* e = tinyloop::create_batch_engine(gpu.get(), o);
+    std::vector<uint64_t> ids;
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        prompts.push_back(tinyloop::tokenize(gpu.get(), texts[i]));
+        ASSERT_LT(prompts.back().size(), 64u);
+        tinyloop::BatchRequest r;
+        r.prompt = prompts.back();
+        r.config = configs[i];
+        ids.push_back(tinyloop::batch_submit(e, r));
+    }
+    tinyloop::batch_run_until_idle(e);
+    const tinyloop::BatchEngineStats st = tinyloop::batch_stats(e);
+    EXPECT_EQ(st.pages_free, st.pages_total) << "pages still held after every request finished";
+    EXPECT_EQ(st.pages_total, 2 * o.kv_pages) << "one pool per cache type (f32 and INT8)";
+    EXPECT_GT(st.rows, 0);
+    int exited = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        SCOPED_TRACE("request " + std::to_string(i));
+        const tinyloop::GenerateResult got = tinyloop::batch_result(e, ids[i]);
+        const tinyloop::GenerateResult want =
+            tinyloop::generate_ex(gpu.get(), prompts[i].data(), int(prompts[i].size()), configs[i]);
+        EXPECT_EQ(got.tokens, want.tokens) << "the batch engine's tokens differ from the device's lone decoding";
+        EXPECT_EQ(got.stats.depth_per_token, want.stats.depth_per_token);
+        for (int dpt : got.stats.depth_per_token) exited += configs[i].early_exit.threshold > 0 && dpt < configs[i].loops;
+    }
+    EXPECT_GT(exited, 0) << "no early-exit request exited early: the paged stepper's exit was not tested";
+    tinyloop::free_batch_engine(e);
 }
 
 // Draft-model speculation on the device (the q4 file drafting for the f32 one, both loaded with

@@ -22,6 +22,7 @@
 #include "cuda/greedy_agreement.h"
 #include "decode/sampling.h"
 #include "forward/cuda_fast_path.h"
+#include "forward/kv_cache.h"
 #include "kernels/cuda/byte_share.h"
 #include "kernels/cuda/capture_rules.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -206,6 +207,49 @@ TEST(CudaHostHelpers, KvInt8CodesAndScalesEqualTheCpuCache) {
             }
         }
     }
+}
+
+// ---- the batch engine's paged caches -----------------------------------------------------------
+
+// paged_row (what kern::cuda::paged_rows computes per row and list entry) is KVCache::phys for
+// every layer and position of caches whose pages a pool handed out interleaved, a released
+// cache's pages taken again by a third included; and a pool without host rows (a device batch's
+// bookkeeping) describes the storage allocate would have made, holding none of it.
+TEST(CudaHostHelpers, PagedRowsAreTheCachesPhysicalRows) {
+    tinyloop::HParams hp;
+    hp.n_kv_heads = 2;
+    hp.head_dim = 8;
+    for (const auto type : {tinyloop::KVCacheType::F32, tinyloop::KVCacheType::Int8}) {
+        tinyloop::KVPagePool host, book;
+        host.allocate(hp, type, 300, 3);
+        book.allocate(hp, type, 300, 3, /*host=*/false);
+        EXPECT_TRUE(host.host_storage);
+        EXPECT_FALSE(book.host_storage);
+        EXPECT_EQ(book.storage.bytes(), host.storage.bytes());
+        EXPECT_EQ(book.storage.rows, host.storage.rows);
+        EXPECT_TRUE(book.storage.k.empty() && book.storage.kq.empty() && book.storage.ks.empty());
+        EXPECT_EQ(book.page_bytes(), host.page_bytes());
+    }
+    tinyloop::KVPagePool pool;
+    pool.allocate(hp, tinyloop::KVCacheType::F32, 300, 3, /*host=*/false);
+    tinyloop::KVCache a, b, c;
+    pool.attach(a, 5, 40);
+    pool.attach(b, 5, 17);
+    for (int end = 1; end <= 40; end += 2) {
+        pool.ensure(a, end);
+        pool.ensure(b, std::min(end, 17));
+    }
+    pool.release(b);
+    pool.attach(c, 3, 25);
+    pool.ensure(c, 25);
+    int checked = 0;
+    for (const tinyloop::KVCache* kv : {&a, &c}) {
+        for (int layer = 0; layer < kv->n_layers; ++layer)
+            for (int p = 0; p < kv->capacity; ++p, ++checked)
+                ASSERT_EQ(kc::paged_row(kv->pages.data(), kv->blocks, kv->page_size, layer, p), int(kv->phys(layer, p)))
+                    << "layer " << layer << " position " << p;
+    }
+    EXPECT_EQ(checked, 5 * 40 + 3 * 25);
 }
 
 // ---- flash-decoding: split ranges and the combine against the CPU's attention --------------

@@ -26,6 +26,7 @@
 #include "kernels/kernels.h"
 #include "scoring/lens.h"
 #include "decode/sampling.h"
+#include "forward/kv_cache.h"
 #include "kernels/op_test_util.h"
 
 namespace tinyloop::kern {
@@ -211,6 +212,107 @@ std::vector<OpCase> cases() {
                          }
                      }});
     }
+
+    // The batch engine's paged caches: two sequences' pages interleaved in one pool (as the engine
+    // takes them, step by step); paged_rows gives KVCache::phys for every store row and list entry
+    // at every layer, and attention over those lists (empty ranges) gives the bits of attention
+    // over the same rows as each sequence's contiguous range, a window included.
+    v.push_back({"paged_rows_attention", [](Rng& rng) {
+                     tinyloop::HParams hp;
+                     hp.n_kv_heads = 2;
+                     hp.head_dim = 32;
+                     const int heads = 4, layers = 3, cap = 30, ps = 4, kvr = hp.n_kv_heads * hp.head_dim;
+                     tinyloop::KVPagePool pool;
+                     pool.allocate(hp, tinyloop::KVCacheType::F32, 64, ps, /*host=*/false);
+                     tinyloop::KVCache a, b;
+                     pool.attach(a, layers, cap);
+                     pool.attach(b, layers, cap);
+                     for (int end = ps; end <= cap + ps; end += ps) {
+                         pool.ensure(a, std::min(end, cap));
+                         pool.ensure(b, std::min(end, cap));
+                     }
+                     struct Row { const tinyloop::KVCache* kv; int pos, window; };
+                     const std::vector<Row> rows = {{&a, 5, 0}, {&a, 17, 0}, {&a, 29, 0}, {&b, 12, 8}, {&b, 20, 8}};
+                     const int n = int(rows.size());
+                     std::vector<int> tables(a.pages), table_at, blocks, pos, begin, off{0};
+                     tables.insert(tables.end(), b.pages.begin(), b.pages.end());
+                     for (const Row& r : rows) {
+                         table_at.push_back(r.kv == &a ? 0 : int(a.pages.size()));
+                         blocks.push_back(r.kv->blocks);
+                         pos.push_back(r.pos);
+                         begin.push_back(r.window > 0 ? std::max(0, r.pos + 1 - r.window) : 0);
+                         off.push_back(off.back() + r.pos + 1 - begin.back());
+                     }
+                     auto dt = up(tables), dat = up(table_at), db = up(blocks), dp = up(pos), dbg = up(begin), doff = up(off);
+                     auto ddst = poisoned(size_t(n) * 4), dlist = poisoned(size_t(off.back()) * 4);
+                     const size_t pool_rows = pool.storage.rows;
+                     const auto K = rng.normals(pool_rows * kvr), V = rng.normals(pool_rows * kvr);
+                     auto dK = up(K), dV = up(V);
+                     const auto q = rng.normals(size_t(n) * heads * hp.head_dim);
+                     auto dq = up(q);
+                     for (int layer = 0; layer < layers; ++layer) {
+                         kc::paged_rows(ctx(), dt.i32(), dat.i32(), db.i32(), ps, layer, dp.i32(), dbg.i32(), doff.i32(), n,
+                                        ddst.i32(), dlist.i32());
+                         const auto dst = down<int>(ddst, size_t(n)), list = down<int>(dlist, size_t(off.back()));
+                         for (int t = 0; t < n; ++t) {
+                             const tinyloop::KVCache& kv = *rows[t].kv;
+                             EXPECT_EQ(dst[t], int(kv.phys(layer, pos[t]))) << "layer " << layer << " row " << t;
+                             for (int i = 0; i < off[t + 1] - off[t]; ++i)
+                                 ASSERT_EQ(list[size_t(off[t] + i)], int(kv.phys(layer, begin[t] + i)))
+                                     << "layer " << layer << " row " << t << " entry " << i;
+                         }
+                         // attention over the lists (one call, both sequences) against each row's range over
+                         // a contiguous copy of its own sequence's rows
+                         const std::vector<int> zeros(size_t(n), 0);
+                         auto dz = up(zeros);
+                         const size_t H = size_t(heads) * hp.head_dim;
+                         auto out_list = poisoned(size_t(n) * H * 4);
+                         tinyloop::kern::AttentionArgs at;
+                         at.q = dq.f32();
+                         at.n_tok = n;
+                         at.n_heads = heads;
+                         at.n_kv_heads = hp.n_kv_heads;
+                         at.head_dim = hp.head_dim;
+                         at.k = dK.f32();
+                         at.v = dV.f32();
+                         at.kv_stride = kvr;
+                         at.kv_begin = dz.i32();
+                         at.kv_end = dz.i32();
+                         at.extra_rows = dlist.i32();
+                         at.extra_offsets = doff.i32();
+                         at.out = out_list.f32();
+                         kc::attention(ctx(), at);
+                         const auto got = down<float>(out_list, size_t(n) * H);
+                         for (int t = 0; t < n; ++t) {
+                             const tinyloop::KVCache& kv = *rows[t].kv;
+                             std::vector<float> ck(size_t(cap) * kvr), cv(size_t(cap) * kvr);
+                             for (int p = 0; p <= pos[t]; ++p) {
+                                 const size_t r = kv.phys(layer, p);
+                                 std::copy_n(K.begin() + std::ptrdiff_t(r * kvr), kvr, ck.begin() + std::ptrdiff_t(size_t(p) * kvr));
+                                 std::copy_n(V.begin() + std::ptrdiff_t(r * kvr), kvr, cv.begin() + std::ptrdiff_t(size_t(p) * kvr));
+                             }
+                             auto dck = up(ck), dcv = up(cv);
+                             const std::vector<int> b1{begin[t]}, e1{pos[t] + 1};
+                             auto dbeg = up(b1), dend = up(e1);
+                             const std::vector<float> q1(q.begin() + std::ptrdiff_t(size_t(t) * H), q.begin() + std::ptrdiff_t(size_t(t + 1) * H));
+                             auto dq1 = up(q1);
+                             auto out_range = poisoned(H * 4);
+                             tinyloop::kern::AttentionArgs ar = at;
+                             ar.q = dq1.f32();
+                             ar.n_tok = 1;
+                             ar.k = dck.f32();
+                             ar.v = dcv.f32();
+                             ar.kv_begin = dbeg.i32();
+                             ar.kv_end = dend.i32();
+                             ar.extra_rows = nullptr;
+                             ar.extra_offsets = nullptr;
+                             ar.out = out_range.f32();
+                             kc::attention(ctx(), ar);
+                             EXPECT_EQ(0, std::memcmp(down<float>(out_range, H).data(), got.data() + size_t(t) * H, H * 4))
+                                 << "layer " << layer << " row " << t << ": the list's attention is not the range's bits";
+                         }
+                     }
+                 }});
 
     // gemm (cuBLAS) for prefill: f32 accumulate, and TF32 with its looser bound.
     for (WType t : types) {

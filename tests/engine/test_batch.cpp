@@ -364,8 +364,8 @@ TEST(Batch, SubmitFromThreadsWhileStepping) {
 
 TEST(Batch, GenerateBatchEqualsGenerateEach) {
     const std::string path = tltest::write_random_model("batch2.tinyloop", tltest::small_hparams(), 5, DType::Q4);
-    // the CPU whatever the machine has: with backend auto generate would run on a CUDA device,
-    // the batch engine (not routed there) on the CPU
+    // the CPU whatever the machine has: this is the CPU's batch engine (the device's is
+    // test_cuda_engine's BatchEngineOnTheDeviceEqualsItsGreedyDecoding)
     tinyloop::ModelHandle mp = tinyloop::load_model_handle(path, LoadOptions{.backend = Backend::Cpu});
     Model* m = mp.get();
     std::vector<std::vector<int32_t>> prompts;

@@ -29,9 +29,14 @@ TEST(ExecutorRule, AutoRunsAWholeCallOnOneBackEnd) {
     // Weights on the device, backend auto: the device only when it runs every op of the call.
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode}), ExecKind::Cuda);
     EXPECT_EQ(choose_executor(true, false, {ExecOp::SequenceLogits}), ExecKind::Cuda);
-    // Steps the device has plus an op it lacks (the batch engine, every pass's states kept on the
-    // host): all of it on the CPU, never a mix.
-    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::Batch}), ExecKind::Cpu);
+    // Steps the device has plus an op it lacks (every pass's states kept on the host, kv_sharing's
+    // layouts): all of it on the CPU, never a mix.
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::KVSharing}), ExecKind::Cpu);
+    // The batch engine runs on the device (cuda_batch.cpp), but not beside a coda (its rows would
+    // read coda keys and values of several depths): then the whole engine is the CPU's.
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::Batch}), ExecKind::Cuda);
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::Batch, ExecOp::Int8Cache}), ExecKind::Cuda);
+    EXPECT_EQ(choose_executor(true, false, {ExecOp::Batch, ExecOp::Coda}), ExecKind::Cpu);
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit, ExecOp::PassStates}), ExecKind::Cpu);
     // Early exit the device has (its row stepper): decoding with it stays there.
     EXPECT_EQ(choose_executor(true, false, {ExecOp::Decode, ExecOp::EarlyExit}), ExecKind::Cuda);
@@ -57,13 +62,16 @@ TEST(ExecutorRule, BackendCudaRefusesAMissingOpNamingItAndTheBackEnd) {
     EXPECT_EQ(choose_executor(true, true, {ExecOp::Decode, ExecOp::BeamSearch}), ExecKind::Cuda);
     EXPECT_EQ(choose_executor(true, true, {ExecOp::Decode, ExecOp::KVProvenance}), ExecKind::Cuda);
     EXPECT_EQ(choose_executor(true, true, {ExecOp::SequenceLogits, ExecOp::Int8Cache}), ExecKind::Cuda);
-    // The batch engine's one call (create_batch_engine asks for ExecOp::Batch).
+    // The batch engine's one call (create_batch_engine asks for ExecOp::Batch and the model's
+    // math): the device's, except on a coda model, where backend cuda refuses it naming both.
+    EXPECT_EQ(choose_executor(true, true, {ExecOp::Batch}), ExecKind::Cuda);
     try {
-        choose_executor(true, true, {ExecOp::Batch});
-        FAIL() << "backend cuda ran the batch engine";
+        choose_executor(true, true, {ExecOp::Batch, ExecOp::Coda});
+        FAIL() << "backend cuda ran the batch engine on a coda model";
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::NotSupported);
         EXPECT_NE(std::string(e.what()).find("the batch engine"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("coda"), std::string::npos) << e.what();
     }
 }
 
@@ -79,7 +87,9 @@ TEST(ExecutorRule, TheCpuRunsEveryOpAndTheDeviceItsRows) {
     EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::DraftSpeculation));
     EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::PipelinedSpeculation));
     EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::HostForward));
-    EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::Batch));
+    EXPECT_TRUE(exec_supports(ExecKind::Cuda, ExecOp::Batch));
+    EXPECT_FALSE(exec_supports_together(ExecKind::Cuda, ExecOp::Batch, ExecOp::Coda));
+    EXPECT_FALSE(exec_supports(ExecKind::Cuda, ExecOp::KVSharing));
 }
 
 TEST(ExecutorRule, AModelsBlockKindsAndPassFeaturesChooseTheBackEndAtLoad) {
@@ -152,10 +162,13 @@ TEST(ExecutorCpu, ACallUnderAutoReportsOneBackEnd) {
     EXPECT_EQ(run_executor(m, {ExecOp::SequenceLogits})->name(), loaded);
     EXPECT_STREQ(run_executor(m, {ExecOp::SequenceLogits, ExecOp::PassStates})->name(), "cpu");
     EXPECT_NO_THROW(require_host(m, {ExecOp::KVSharing}));
-    // The batch engine asks for its executor like any call: the device lacks ExecOp::Batch, so auto
-    // runs the whole engine on the CPU.
-    EXPECT_STREQ(run_executor(m, {ExecOp::Batch})->name(), "cpu");
-    EXPECT_NE(run_executor(m, {ExecOp::Batch})->batch(), nullptr);
+    // The batch engine asks for its executor like any call: the loaded back end (the device runs
+    // it, cuda_batch.cpp), whose batch keeps its pools' rows where it reads them.
+    const auto be = run_executor(m, {ExecOp::Batch});
+    EXPECT_EQ(be->name(), loaded);
+    const auto batch = be->batch();
+    ASSERT_NE(batch, nullptr);
+    EXPECT_EQ(batch->pages_on_host(), loaded == "cpu");
 }
 
 TEST(ExecutorCpu, GreedyOverTheSequencePrimitivesEqualsGenerate) {

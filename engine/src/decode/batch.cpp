@@ -1,8 +1,10 @@
 // Continuous batching (tinyloop.h, "Continuous batching"): a BatchEngine advances every active
 // sequence by one token per step through one multi-sequence run of the executor (ExecBatch::run,
 // executor.h), with chunked prefill of new requests mixed into the same run, and KV pages from a
-// shared pool. The executor is chosen once, for ExecOp::Batch: a back end that lacks it is
-// refused there under backend cuda, and backend auto runs the whole engine on the CPU.
+// shared pool (its rows where the executor keeps them: host memory, or the device's for the
+// CUDA batch). The executor is chosen once, for ExecOp::Batch and the model's math: a back end
+// that lacks one is refused there under backend cuda, and backend auto runs the whole engine on
+// the CPU.
 //
 // Each sequence's token choice and stop logic is decode()'s: one TokenDecoder (emit.h) per
 // sequence runs the logits pipeline, the choice, the stop order and the callbacks. The
@@ -245,7 +247,8 @@ bool admit_one(BatchEngine& e) {
     if (s.need_pages > 0) {
         if (!e.pools[ti]) {
             auto pool = std::make_unique<KVPagePool>();
-            pool->allocate(m.hp, s.req.config.kv_cache, e.opt.kv_pages, e.opt.page_size);
+            pool->allocate(m.hp, s.req.config.kv_cache, e.opt.kv_pages, e.opt.page_size, e.multi->pages_on_host());
+            e.multi->adopt(*pool);  // a device batch's rows (its memory)
             e.pools[ti] = std::move(pool);
             std::lock_guard<std::mutex> lk(e.mu);
             e.counters.pages_total += e.opt.kv_pages;

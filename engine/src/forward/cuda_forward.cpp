@@ -106,6 +106,32 @@ LayerStack CudaWeights::stack() const {
     return LayerStack{&embed, &pre, &loop, &coda, adapt ? &adapter : nullptr, final_norm};
 }
 
+void cuda_head(CudaOps& ops, const CudaWeights& w, const float* x, int n, float* a, float* out) {
+    const HParams& hp = w.model().hp;
+    if (!readout_norms(hp)) {
+        ops.matmul(w.head, x, n, out);
+        return;
+    }
+    ops.rmsnorm(x, w.final_norm, n, hp.d_model, hp.norm_eps, a);
+    ops.matmul(w.head, a, n, out);
+}
+
+const float* cuda_initial_rows(CudaOps& ops, const CudaWeights& w, const int* pos, int n, float* s0) {
+    const HParams& hp = w.model().hp;
+    if (hp.loop_input != LoopInput::Adapter) return nullptr;
+    if (hp.state_init.kind != StateInit::Kind::Zeros) ops.embedding(w.s0_table, pos, n, s0);
+    return s0;
+}
+
+void cuda_propagated_kv(CudaOps& ops, const HParams& hp, const LayerWeights& l, const float* x, const int* pos,
+                        float* a, float* k, float* v) {
+    ops.rmsnorm(x, l.attn_norm, 1, hp.d_model, hp.norm_eps, a);
+    ops.matmul(l.wk, a, 1, k);
+    ops.matmul(l.wv, a, 1, v);
+    if (l.bk) ops.add_rows(k, l.bk, 1, l.wk.rows);  // qk_bias (§1b): before RoPE
+    ops.rope(k, 1, hp.n_kv_heads, hp.head_dim, pos, hp.rope_theta);
+}
+
 CudaWeights::~CudaWeights() {
     idle_.reset();  // before session_bytes, which its ByteShare gives back to
 }
@@ -114,7 +140,36 @@ size_t CudaWeights::device_bytes() const { return file_.size() + s0_table_.size(
 
 // ---- CudaSession -----------------------------------------------------------------------------
 
-struct CudaSession::Impl {
+void CudaRowBuffers::allocate(kc::Context& ctx, const HParams& hp, size_t R) {
+    const size_t d = hp.d_model, H = size_t(hp.n_heads) * hp.head_dim, ff = hp.d_ff, F = sizeof(float);
+    const size_t kv_row = size_t(hp.n_kv_heads) * hp.head_dim;
+    h = kc::DeviceBuffer(ctx, R * d * F);
+    a = kc::DeviceBuffer(ctx, R * d * F);
+    q = kc::DeviceBuffer(ctx, R * H * F);
+    kk = kc::DeviceBuffer(ctx, R * kv_row * F);
+    vv = kc::DeviceBuffer(ctx, R * kv_row * F);
+    att = kc::DeviceBuffer(ctx, R * H * F);
+    o_ = kc::DeviceBuffer(ctx, R * d * F);
+    g = kc::DeviceBuffer(ctx, R * ff * F);
+    u = kc::DeviceBuffer(ctx, R * ff * F);
+    if (injects_input(hp)) e_in = kc::DeviceBuffer(ctx, R * d * F);
+    if (hp.loop_input == LoopInput::Adapter) {
+        cat = kc::DeviceBuffer(ctx, R * 2 * d * F);
+        s0 = kc::DeviceBuffer(ctx, R * d * F);
+        if (hp.state_init.kind == StateInit::Kind::Zeros) {  // §1b's zero state: written once, only read
+            const std::vector<float> zeros(R * d, 0.0f);
+            ctx.upload(s0.get(), zeros.data(), zeros.size() * F);
+        }
+    }
+}
+
+size_t CudaRowBuffers::bytes() const {
+    size_t n = 0;
+    for (const kc::DeviceBuffer* b : {&h, &a, &q, &kk, &vv, &att, &o_, &g, &u, &e_in, &cat, &s0}) n += b->size();
+    return n;
+}
+
+struct CudaSession::Impl : CudaRowBuffers {
     const CudaWeights& w;
     const HParams& hp;
     CudaSessionOptions o;
@@ -125,9 +180,7 @@ struct CudaSession::Impl {
     kc::DeviceBuffer kq, vq, ks, vs;                      // INT8 cache: codes as k/v, scales [layers, cache_rows, kv_heads]
     bool int8 = false;
     int cache_rows = 0;                                   // capacity + scratch_rows
-    kc::DeviceBuffer h, a, q, kk, vv, att, o_, g, u, logits, scratch;
-    kc::DeviceBuffer e_in;                                // input injection (§1a): prelude output [rows, d]
-    kc::DeviceBuffer cat, s0;                             // loop_input adapter (§1b): [rows, 2d] input, [rows, d] initial state
+    kc::DeviceBuffer logits, scratch;                     // (the rows' activations: CudaRowBuffers)
     kc::DeviceBuffer ids, pos, kvb, kve, chosen;          // [rows] ints (chosen: [1])
     kc::DeviceBuffer crow, extra_rows, extra_offsets;      // forward_rows only
     kc::DeviceBuffer rope_tab;                            // RoPE cos/sin [max_seq_len, head_dim/2, 2]
@@ -156,7 +209,7 @@ struct CudaSession::Impl {
         layers = exec_layers(hp, o.loops);
         kv_row = hp.n_kv_heads * hp.head_dim;
         n_valid = m.tokenizer.n_ids();
-        const size_t d = hp.d_model, H = size_t(hp.n_heads) * hp.head_dim, ff = hp.d_ff, V = hp.vocab_size;
+        const size_t d = hp.d_model, V = hp.vocab_size;
         const size_t R = rows, F = sizeof(float);
         cache_rows = o.capacity + o.scratch_rows;
         int8 = o.kv_cache == KVCacheType::Int8;
@@ -169,25 +222,8 @@ struct CudaSession::Impl {
             k = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * kv_row * F);
             v = kc::DeviceBuffer(ctx, size_t(layers) * cache_rows * kv_row * F);
         }
-        h = kc::DeviceBuffer(ctx, R * d * F);
-        a = kc::DeviceBuffer(ctx, R * d * F);
-        q = kc::DeviceBuffer(ctx, R * H * F);
-        kk = kc::DeviceBuffer(ctx, R * kv_row * F);
-        vv = kc::DeviceBuffer(ctx, R * kv_row * F);
-        att = kc::DeviceBuffer(ctx, R * H * F);
-        o_ = kc::DeviceBuffer(ctx, R * d * F);
-        g = kc::DeviceBuffer(ctx, R * ff * F);
-        u = kc::DeviceBuffer(ctx, R * ff * F);
+        allocate(ctx, hp, R);
         logits = kc::DeviceBuffer(ctx, R * V * F);
-        if (injects_input(hp)) e_in = kc::DeviceBuffer(ctx, R * d * F);
-        if (hp.loop_input == LoopInput::Adapter) {
-            cat = kc::DeviceBuffer(ctx, R * 2 * d * F);
-            s0 = kc::DeviceBuffer(ctx, R * d * F);
-            if (hp.state_init.kind == StateInit::Kind::Zeros) {  // §1b's zero state: written once, only read
-                const std::vector<float> zeros(R * d, 0.0f);
-                ctx.upload(s0.get(), zeros.data(), zeros.size() * F);
-            }
-        }
         row_in = kc::DeviceBuffer(ctx, d * F);
         row_out = kc::DeviceBuffer(ctx, V * F);
         ids = kc::DeviceBuffer(ctx, R * sizeof(int));
@@ -361,11 +397,7 @@ struct CudaSession::Impl {
 
     // The initial state of the n rows set up in pos (loop_input adapter, §1b; else null): the
     // seeded table's rows gathered by position on the device, or the zero rows.
-    const float* initial_rows(int n) {
-        if (hp.loop_input != LoopInput::Adapter) return nullptr;
-        if (hp.state_init.kind != StateInit::Kind::Zeros) ops.embedding(w.s0_table, pos.i32(), n, s0.f32());
-        return s0.f32();
-    }
+    const float* initial_rows(int n) { return cuda_initial_rows(ops, w, pos.i32(), n, s0.f32()); }
 
     // Embedding and every layer at depth loops for the n rows set up in ids/pos/kvb/kve, then a
     // coda model's coda over the last pass's states (their keys and values those of depth loops,
@@ -382,14 +414,7 @@ struct CudaSession::Impl {
 
     // The head over n rows of x into out [n, vocab]: the final norm, then the head (compute_logits:
     // without it where pass_norm already normed the state and no coda follows, §1b).
-    void head(const float* x, int n, float* out) {
-        if (!readout_norms(hp)) {
-            ops.matmul(w.head, x, n, out);
-            return;
-        }
-        ops.rmsnorm(x, w.final_norm, n, hp.d_model, hp.norm_eps, a.f32());
-        ops.matmul(w.head, a.f32(), n, out);
-    }
+    void head(const float* x, int n, float* out) { cuda_head(ops, w, x, n, a.f32(), out); }
 
     // Logits of rows [r0, r0 + n) into logits[0..n), and the greedy choice of the last into chosen.
     void head_rows(int r0, int n) {
@@ -425,12 +450,7 @@ struct CudaSession::Impl {
         ops.copy(x, h.f32(), size_t(d) * sizeof(float));
         begin_pass(ops, hp, w.stack(), block_scratch(), x, e_in.f32(), 1, exited + 1);
         for (int j = 0; j < hp.n_loop_layers; ++j) {
-            const LayerWeights& l = w.loop[size_t(j)];
-            ops.rmsnorm(x, l.attn_norm, 1, d, hp.norm_eps, a.f32());
-            ops.matmul(l.wk, a.f32(), 1, kk.f32());
-            ops.matmul(l.wv, a.f32(), 1, vv.f32());
-            if (l.bk) ops.add_rows(kk.f32(), l.bk, 1, l.wk.rows);  // qk_bias (§1b): before RoPE
-            ops.rope(kk.f32(), 1, hp.n_kv_heads, hp.head_dim, pos.i32(), hp.rope_theta);
+            cuda_propagated_kv(ops, hp, w.loop[size_t(j)], x, pos.i32(), a.f32(), kk.f32(), vv.f32());
             for (int p = exited + 1; p <= to; ++p) {
                 const size_t at = size_t(row_pos) * kv_row;
                 const int layer = loop_layer_index(hp, p, j);
@@ -515,9 +535,6 @@ struct CudaSession::Impl {
             throw Error(ErrorCode::InvalidArgument, "run_passes: resuming at pass " + std::to_string(first) +
                                                         " needs the rows' states (h_in" + (inject ? ", e_in)" : ")"));
     }
-    BlockScratch block_scratch() const {
-        return BlockScratch{a.f32(), q.f32(), kk.f32(), vv.f32(), att.f32(), o_.f32(), g.f32(), u.f32(), cat.f32()};
-    }
 
     void set_rows(const int32_t* tokens, int pos0, int n) {
         std::vector<int> p(n), b(n), e(n);
@@ -583,8 +600,7 @@ size_t CudaSession::step_nodes() const {
 size_t CudaSession::device_bytes() const {
     const Impl& s = *impl_;
     size_t n = 0;
-    for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.kq, &s.vq, &s.ks, &s.vs, &s.h, &s.a, &s.q, &s.kk, &s.vv, &s.att, &s.o_, &s.g, &s.u, &s.logits,
-                                      &s.e_in, &s.cat, &s.s0, &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
+    for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.kq, &s.vq, &s.ks, &s.vs, &s.logits, &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
                                       &s.extra_offsets, &s.rope_tab, &s.partial, &s.row_in, &s.row_out})
         n += b->size();
     return n + s.ctx.device_bytes();
@@ -1276,6 +1292,8 @@ public:
         s->prefill(tokens, n, &logits);
         return logits;
     }
+    // The batch engine's run over device pools (cuda_batch.cpp).
+    std::unique_ptr<ExecBatch> batch() const override { return make_cuda_batch(*m_.cuda); }
 
 private:
     const Model& m_;

@@ -26,7 +26,9 @@
 namespace tinyloop {
 
 class CudaSession;
-class Executor;  // executor.h
+class CudaOps;    // cuda_backend.h
+class Executor;   // executor.h
+class ExecBatch;  // executor.h
 
 // The model's weights in device memory: the file's bytes uploaded as they are (quantized
 // weights stay packed), every WeightView rebased onto the device copy. Immutable after
@@ -216,6 +218,39 @@ private:
 // The CUDA executor (executor.h) on a model whose weights are on the device (m.cuda): decode
 // sequences on device sessions, every row's logits of a sequence from one device prefill.
 std::unique_ptr<Executor> make_cuda_executor(const Model& m);
+
+// The batch engine on the device (executor.h ExecBatch, cuda_batch.cpp): several sequences' rows
+// through the same passes in one run, each sequence's keys and values in pages of a device pool
+// laid out as the host's KVPagePool (the pool keeps the page bookkeeping, the batch the rows).
+std::unique_ptr<ExecBatch> make_cuda_batch(const CudaWeights& w);
+
+// The rows' activations on the device, what a session and a batch each hold for up to `rows`
+// rows: the state h, the block's scratch (forward.h BlockScratch: a, q, kk, vv, att, o_, g, u,
+// and the adapter's input cat), the prelude output e_in (input injection, §1a) and the initial
+// state s0 (the adapter, §1b; zeroed for a zero state_init, only read then).
+struct CudaRowBuffers {
+    kern::cuda::DeviceBuffer h, a, q, kk, vv, att, o_, g, u, e_in, cat, s0;
+    void allocate(kern::cuda::Context& ctx, const HParams& hp, size_t rows);
+    BlockScratch block_scratch() const {
+        return BlockScratch{a.f32(), q.f32(), kk.f32(), vv.f32(), att.f32(), o_.f32(), g.f32(), u.f32(), cat.f32()};
+    }
+    size_t bytes() const;
+};
+
+// Pieces the session and the batch share, issued on ops' stream over device rows:
+//   cuda_head           the head over n rows of x into out [n, vocab] (compute_logits: the final
+//                       norm into a, then the head; without the norm where pass_norm already
+//                       normed the state and no coda follows, FORMAT.md §1b)
+//   cuda_initial_rows   the initial state of n rows at device positions pos for the loop_input
+//                       adapter (§1b): the zero rows of s0 (written at allocation) or the seeded
+//                       table's rows gathered by position into s0; null without the adapter
+//   cuda_propagated_kv  early exit's state propagation (FORMAT.md §1) at loop layer l: the keys
+//                       (RoPE'd at pos[0], + bk with qk_bias) and values of the one row x into
+//                       k, v [n_kv_heads * head_dim]; a is [d] scratch
+void cuda_head(CudaOps& ops, const CudaWeights& w, const float* x, int n, float* a, float* out);
+const float* cuda_initial_rows(CudaOps& ops, const CudaWeights& w, const int* pos, int n, float* s0);
+void cuda_propagated_kv(CudaOps& ops, const HParams& hp, const LayerWeights& l, const float* x, const int* pos,
+                        float* a, float* k, float* v);
 
 // Uploads the model's weights to `device` for load_model (backend cuda).
 std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device);

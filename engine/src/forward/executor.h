@@ -230,6 +230,13 @@ struct BatchPart {
 class ExecBatch {
 public:
     virtual ~ExecBatch() = default;
+    // Where the pools' rows live: true, the pool's host storage (the CPU); false, the back end's
+    // own memory (a device batch): the engine then makes its pools as page bookkeeping only
+    // (KVPagePool::allocate with host = false) and hands each to adopt() before any run reads it.
+    virtual bool pages_on_host() const { return true; }
+    // A new pool of the engine's: a back end with its own rows allocates them here (Error(OutOfMemory)
+    // fails the admission that made the pool). The pool outlives every run that reads it.
+    virtual void adopt(const KVPagePool& pool) { (void)pool; }
     // Runs every part's rows through passes 1..its depth (parts sorted by depth, deepest first),
     // then the head on the last row of each part with `logits` set: out receives those rows'
     // logits in the parts' order ([k, vocab], host memory, sized by the caller).

@@ -64,7 +64,9 @@ bool exec_supports(ExecKind kind, ExecOp op) {
     // the dequantized rows (kern::cuda::attention with kq), in the reference step. Draft-model
     // speculation runs two sequences (the draft's and the target's, both models on the device)
     // through run, run_passes and logits. Pipelined speculation's sweep is CudaSession::run_wave
-    // (each row's keys and values into its own pass's layer).
+    // (each row's keys and values into its own pass's layer). The batch engine's runs are
+    // forward_batch on the device (cuda_batch.cpp: every sequence's rows through the same passes,
+    // its keys and values in pages of a device pool laid out as the host's); not on a coda model.
     // The block kinds and pass features of FORMAT.md §1b are forward.cpp's run_layers on CudaOps
     // (sandwich norms, qk_bias, embed_scale, pass_norm, the adapter with its initial state gathered
     // from a table of every position's, cuda_forward.cpp); the exit gate is read on the host from
@@ -83,6 +85,7 @@ bool exec_supports(ExecKind kind, ExecOp op) {
         case ExecOp::Int8Cache:
         case ExecOp::DraftSpeculation:
         case ExecOp::PipelinedSpeculation:
+        case ExecOp::Batch:
         case ExecOp::SandwichNorms:
         case ExecOp::QkBias:
         case ExecOp::EmbedScale:
@@ -460,7 +463,12 @@ public:
     void run(const BatchPart* parts, int n, float* out) override {
         const int d = m_.hp.d_model;
         seqs_.clear();
-        for (int i = 0; i < n; ++i) seqs_.push_back(parts[i].rows);
+        for (int i = 0; i < n; ++i) {
+            const KVCache* kv = parts[i].rows.kv;
+            if (kv && kv->pool && !kv->pool->host_storage)
+                throw Error(ErrorCode::Internal, "batch run: a page pool without host rows (another back end's)");
+            seqs_.push_back(parts[i].rows);
+        }
         forward_batch(m_, seqs_.data(), n, ws_, h_);
         int at = 0, k = 0;
         hrows_.clear();

@@ -331,10 +331,11 @@ void run_layers(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCac
         }
     }
     for (int pass = std::max(1, plan.start_pass); pass <= plan.loops; ++pass) {
-        begin_pass(be, hp, w, s, x, e, n, pass);
+        const int np = plan.pass_rows ? plan.pass_rows[pass] : n;
+        begin_pass(be, hp, w, s, x, e, np, pass);
         layer = loop_layer_index(hp, pass, 0);
-        for (const LayerWeights& l : *w.loop) block_forward(be, hp, l, cache, layer++, s, x, n);
-        end_pass(be, hp, w, s, x, n);
+        for (const LayerWeights& l : *w.loop) block_forward(be, hp, l, cache, layer++, s, x, np);
+        end_pass(be, hp, w, s, x, np);
         if (plan.after_pass && *plan.after_pass) (*plan.after_pass)(pass);
     }
     if (plan.readout) run_coda(be, hp, w, cache, s, x, n);

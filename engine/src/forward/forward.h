@@ -70,6 +70,9 @@ struct PassPlan {
     const std::function<void(int pass)>* after_pass = nullptr;
     const float* s0 = nullptr;  // loop_input adapter: the initial state of the n rows
     bool readout = false;       // run the coda after the last pass (models with n_coda_blocks > 0)
+    // Continuous batching: pass p runs rows [0, pass_rows[p]) only (the rows of the sequences at
+    // least p deep, a prefix of the n; indices 1..loops). Null: every pass runs all n rows.
+    const int* pass_rows = nullptr;
 };
 // A pass's entry and exit (§1a, §1b): begin_pass feeds e in (add: x += e for pass > 1;
 // adapter: x = adapter · [x; e] every pass); end_pass applies pass_norm (x = RMSNorm(x, final_norm)).

@@ -25,11 +25,7 @@ KVCacheType parse_kv_cache_type(const std::string& name) {
 }
 
 void KVStorage::allocate(KVCacheType t, size_t n_rows, int n_kv_heads, int dim) {
-    type = t;
-    kv_heads = n_kv_heads;
-    head_dim = dim;
-    row = n_kv_heads * dim;
-    rows = n_rows;
+    describe(t, n_rows, n_kv_heads, dim);
     const size_t n = n_rows * static_cast<size_t>(row);
     try {
         if (t == KVCacheType::F32) {
@@ -52,6 +48,14 @@ void KVStorage::allocate(KVCacheType t, size_t n_rows, int n_kv_heads, int dim) 
                                                 " bytes (" + kv_cache_type_name(t) + ") for " +
                                                 std::to_string(n_rows) + " rows");
     }
+}
+
+void KVStorage::describe(KVCacheType t, size_t n_rows, int n_kv_heads, int dim) {
+    type = t;
+    kv_heads = n_kv_heads;
+    head_dim = dim;
+    row = n_kv_heads * dim;
+    rows = n_rows;
 }
 
 void KVStorage::store(size_t r, const float* key, const float* val) {
@@ -264,11 +268,16 @@ size_t KVCache::bytes() const {
     return held * pool->page_bytes();
 }
 
-void KVPagePool::allocate(const HParams& hp, KVCacheType type, int pages, int positions_per_page) {
+void KVPagePool::allocate(const HParams& hp, KVCacheType type, int pages, int positions_per_page, bool host) {
     page_size = positions_per_page;
     n_pages = pages;
-    storage.allocate(type, static_cast<size_t>(pages) * static_cast<size_t>(positions_per_page), hp.n_kv_heads,
-                     hp.head_dim);
+    host_storage = host;
+    const size_t rows = static_cast<size_t>(pages) * static_cast<size_t>(positions_per_page);
+    if (host) storage.allocate(type, rows, hp.n_kv_heads, hp.head_dim);
+    else {
+        storage = KVStorage{};  // no host rows
+        storage.describe(type, rows, hp.n_kv_heads, hp.head_dim);
+    }
     free_list.clear();
     for (int p = pages - 1; p >= 0; --p) free_list.push_back(p);  // page 0 handed out first
 }

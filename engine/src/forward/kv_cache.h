@@ -27,6 +27,10 @@ struct KVStorage {
 
     // Throws Error(OutOfMemory) naming the size when the allocation fails.
     void allocate(KVCacheType t, size_t n_rows, int n_kv_heads, int dim);
+    // The shape only (type, rows, heads; bytes() as allocate's, which starts with it), the
+    // vectors untouched: on an empty storage, rows that live elsewhere (a device batch's page
+    // pool, ExecBatch::pages_on_host).
+    void describe(KVCacheType t, size_t n_rows, int n_kv_heads, int dim);
     // Writes one row's key and value ([kv_heads, head_dim] each), quantizing for Int8.
     void store(size_t r, const float* key, const float* val);
     void copy_row(size_t dst, size_t src);
@@ -119,13 +123,16 @@ private:
 
 // A shared pool of KV pages for the continuous-batching engine: page p holds storage rows
 // [p * page_size, (p + 1) * page_size). Not thread-safe: one engine step at a time uses it.
+// With host_storage false the pool is the page bookkeeping only (storage described, not
+// allocated): the rows live on the back end that runs the batch (a device batch's own memory).
 struct KVPagePool {
     int page_size = 0;
     int n_pages = 0;
+    bool host_storage = true;
     KVStorage storage;
     std::vector<int> free_list;
 
-    void allocate(const HParams& hp, KVCacheType type, int pages, int positions_per_page);
+    void allocate(const HParams& hp, KVCacheType type, int pages, int positions_per_page, bool host = true);
     int n_free() const { return static_cast<int>(free_list.size()); }
     size_t page_bytes() const { return static_cast<size_t>(page_size) * storage.row_bytes(); }
     // Makes `kv` a paged view for `layers` execution layers and up to `positions` positions; it

@@ -76,7 +76,7 @@ Model* load_model(const std::string& path, const LoadOptions& options) {
                                                              "other calls on the CPU until routed");
         if (m->hp.n_coda_blocks > 0)  // exec_supports_together: the coda after the last pass only
             m->backend_note += std::string("; with its coda blocks, the calls that stop, read out or resume between passes (early "
-                                           "exit, speculation, the lens during generate, caches) ") +
+                                           "exit, speculation, the lens during generate, caches, the batch engine) ") +
                                (m->cuda_required ? "are refused" : "run on the CPU");
     }
 #endif
