@@ -75,6 +75,8 @@ class CudaBatch final : public ExecBatch {
 public:
     explicit CudaBatch(const CudaWeights& w)
         : w_(w), hp_(w.model().hp), ctx_(w.device()), ops_(ctx_), share_(w.session_bytes) {
+        // run() has no coda readout: such a model's engine is the CPU's (exec_supports_together)
+        if (hp_.n_coda_blocks > 0) bad("a model with coda blocks");
         kv_row_ = hp_.n_kv_heads * hp_.head_dim;
         const std::vector<float> tab = kc::rope_table(w.model().max_seq_len, hp_.head_dim, hp_.rope_theta);
         rope_tab_ = kc::DeviceBuffer(ctx_, tab.size() * sizeof(float));
@@ -279,8 +281,8 @@ private:
     // The store rows (dst) and attention lists of rows [0, n) at execution layer `layer`, once per
     // layer (rope_store and attend of a block both read them).
     void expand(int layer, int n) {
+        ops_.flush();  // the kernels below read what the ops wrote (nothing is deferred without fuse)
         if (layer == expanded_layer_ && n <= expanded_n_) return;
-        ops_.flush();
         kc::paged_rows(ctx_, tables_.i32(), table_at(), blocks(), page_size_, layer, pos(), begins(), offs(), n, dst_.i32(),
                        list_.i32());
         expanded_layer_ = layer;

@@ -603,7 +603,7 @@ size_t CudaSession::device_bytes() const {
     for (const kc::DeviceBuffer* b : {&s.k, &s.v, &s.kq, &s.vq, &s.ks, &s.vs, &s.logits, &s.scratch, &s.ids, &s.pos, &s.kvb, &s.kve, &s.chosen, &s.crow, &s.extra_rows,
                                       &s.extra_offsets, &s.rope_tab, &s.partial, &s.row_in, &s.row_out})
         n += b->size();
-    return n + s.ctx.device_bytes();
+    return n + s.bytes() + s.ctx.device_bytes();  // s.bytes(): the rows' activations (CudaRowBuffers)
 }
 
 int32_t CudaSession::prefill(const int32_t* tokens, int n, std::vector<float>* logits) {
