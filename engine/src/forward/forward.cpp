@@ -624,47 +624,38 @@ void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& 
     ws.reserve(hp, total);
     ws.extra_offsets.clear();
     ws.row_kv.assign(static_cast<size_t>(total), nullptr);
-    std::vector<int> rows_at_depth(static_cast<size_t>(max_loops) + 1, 0);  // rows of sequences with loops >= l
+    std::vector<int32_t> ids(static_cast<size_t>(total));
+    std::vector<int> pass_rows(static_cast<size_t>(max_loops) + 1, 0);  // rows of sequences with loops >= l
     int t = 0;
     for (int s = 0; s < n_seqs; ++s) {
         const BatchSeq& q = seqs[s];
         for (int i = 0; i < q.n; ++i, ++t) {
             const int p = q.pos0 + i;
+            ids[static_cast<size_t>(t)] = q.tokens[i];
             ws.pos[t] = p;
             ws.row[t] = p;
             ws.kv_end[t] = p + 1;
             ws.kv_begin[t] = q.window > 0 ? std::max(0, p + 1 - q.window) : 0;
             ws.row_kv[static_cast<size_t>(t)] = q.kv;
-            float* row = out_h.data() + static_cast<size_t>(t) * d;
-            kern::dequant_row(m.embed, q.tokens[i], row);
-            if (hp.embed_scale != 1.0f)
-                for (int c = 0; c < d; ++c) row[c] *= hp.embed_scale;  // CpuOps::scale's one product
         }
-        for (int l = 1; l <= q.loops; ++l) rows_at_depth[static_cast<size_t>(l)] = t;
+        for (int l = 1; l <= q.loops; ++l) pass_rows[static_cast<size_t>(l)] = t;
     }
-    float* x = out_h.data();
-    int layer = 0;
-    // Every sequence's first cache's kv argument is only a fallback: rows name their own caches.
-    KVCache& any = *seqs[0].kv;
-    for (const LayerWeights& w : m.pre) run_block(m, w, any, layer++, ws, x, total);
-    if (injects_input(hp)) std::copy(x, x + static_cast<size_t>(total) * d, ws.e.begin());
-    if (hp.loop_input == LoopInput::Adapter) initial_state(hp, ws.pos.data(), total, x);
-    for (int pass = 1; pass <= max_loops; ++pass) {
-        const int n = rows_at_depth[static_cast<size_t>(pass)];
-        inject_input(m, pass, x, ws.e.data(), n, ws);
-        layer = loop_layer_index(hp, pass, 0);
-        for (const LayerWeights& w : m.loop) run_block(m, w, any, layer++, ws, x, n);
-        finish_pass(m, x, n, ws);
+    // run_layers over every row, pass l over the rows of the sequences at least l deep (a prefix:
+    // seqs sorted deepest first). §1b: each sequence's coda reads its own state after its own last
+    // pass; one coda over every row after the deepest pass is that, since a shallower sequence's
+    // rows still hold its h_{loops}, and its coda keys and values go to (and are read from) its own
+    // cache. The cache's kv argument is only a fallback: rows name their own caches (ws.row_kv).
+    CpuOps be(m.pool.get());
+    CpuCache cache(m, *seqs[0].kv, ws);
+    PassPlan plan;
+    plan.loops = max_loops;
+    plan.pass_rows = pass_rows.data();
+    plan.readout = hp.n_coda_blocks > 0;
+    if (hp.loop_input == LoopInput::Adapter) {
+        initial_state(hp, ws.pos.data(), total, ws.s0.data());
+        plan.s0 = ws.s0.data();
     }
-    // §1b: each sequence's coda reads its own state after its own last pass. One coda over every
-    // row after the deepest pass is that: a pass l touches only the rows of sequences with
-    // loops >= l, so a shallower sequence's rows still hold its h_{loops}, and its coda keys and
-    // values go to (and are read from) its own cache.
-    if (hp.n_coda_blocks > 0) {
-        CpuOps be(m.pool.get());
-        CpuCache cache(m, any, ws);
-        run_coda(be, hp, layers_of(m), cache, scratch_of(ws), x, total);
-    }
+    run_layers(be, hp, layers_of(m), cache, scratch_of(ws), ids.data(), out_h.data(), ws.e.data(), total, plan);
     ws.row_kv.clear();
 }
 
