@@ -267,20 +267,12 @@ std::vector<OpCase> cases() {
                          auto dz = up(zeros);
                          const size_t H = size_t(heads) * hp.head_dim;
                          auto out_list = poisoned(size_t(n) * H * 4);
-                         tinyloop::kern::AttentionArgs at;
-                         at.q = dq.f32();
-                         at.n_tok = n;
-                         at.n_heads = heads;
-                         at.n_kv_heads = hp.n_kv_heads;
-                         at.head_dim = hp.head_dim;
-                         at.k = dK.f32();
-                         at.v = dV.f32();
-                         at.kv_stride = kvr;
-                         at.kv_begin = dz.i32();
-                         at.kv_end = dz.i32();
-                         at.extra_rows = dlist.i32();
-                         at.extra_offsets = doff.i32();
-                         at.out = out_list.f32();
+                         const tinyloop::kern::AttentionArgs at{.q = dq.f32(), .n_tok = n, .n_heads = heads,
+                                                                .n_kv_heads = hp.n_kv_heads, .head_dim = hp.head_dim,
+                                                                .k = dK.f32(), .v = dV.f32(), .kv_stride = kvr,
+                                                                .kv_begin = dz.i32(), .kv_end = dz.i32(),
+                                                                .out = out_list.f32(), .extra_rows = dlist.i32(),
+                                                                .extra_offsets = doff.i32()};
                          kc::attention(ctx(), at);
                          const auto got = down<float>(out_list, size_t(n) * H);
                          for (int t = 0; t < n; ++t) {
@@ -297,16 +289,11 @@ std::vector<OpCase> cases() {
                              const std::vector<float> q1(q.begin() + std::ptrdiff_t(size_t(t) * H), q.begin() + std::ptrdiff_t(size_t(t + 1) * H));
                              auto dq1 = up(q1);
                              auto out_range = poisoned(H * 4);
-                             tinyloop::kern::AttentionArgs ar = at;
-                             ar.q = dq1.f32();
-                             ar.n_tok = 1;
-                             ar.k = dck.f32();
-                             ar.v = dcv.f32();
-                             ar.kv_begin = dbeg.i32();
-                             ar.kv_end = dend.i32();
-                             ar.extra_rows = nullptr;
-                             ar.extra_offsets = nullptr;
-                             ar.out = out_range.f32();
+                             const tinyloop::kern::AttentionArgs ar{.q = dq1.f32(), .n_tok = 1, .n_heads = heads,
+                                                                    .n_kv_heads = hp.n_kv_heads, .head_dim = hp.head_dim,
+                                                                    .k = dck.f32(), .v = dcv.f32(), .kv_stride = kvr,
+                                                                    .kv_begin = dbeg.i32(), .kv_end = dend.i32(),
+                                                                    .out = out_range.f32()};
                              kc::attention(ctx(), ar);
                              EXPECT_EQ(0, std::memcmp(down<float>(out_range, H).data(), got.data() + size_t(t) * H, H * 4))
                                  << "layer " << layer << " row " << t << ": the list's attention is not the range's bits";
