@@ -69,13 +69,6 @@ void inject_input(const Model& m, int pass, float* x, const float* e, int n, Wor
     begin_pass(be, m.hp, layers_of(m), scratch_of(ws), x, e, n, pass);
 }
 
-void finish_pass(const Model& m, float* x, int n, Workspace& ws) {
-    if (!m.hp.pass_norm) return;
-    ws.reserve(m.hp, n);
-    CpuOps be(m.pool.get());
-    end_pass(be, m.hp, layers_of(m), scratch_of(ws), x, n);
-}
-
 void initial_state(const HParams& hp, const int* pos, int n, float* out) {
     const int d = hp.d_model;
     const StateInit& si = hp.state_init;
@@ -339,12 +332,6 @@ void run_layers(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCac
         if (plan.after_pass && *plan.after_pass) (*plan.after_pass)(pass);
     }
     if (plan.readout) run_coda(be, hp, w, cache, s, x, n);
-}
-
-void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Workspace& ws, float* x, int n) {
-    CpuOps be(m.pool.get());
-    CpuCache cache(m, kv, ws);
-    block_forward(be, m.hp, w, cache, layer, scratch_of(ws), x, n);
 }
 
 void run_prelude(const Model& m, KVCache& kv, Workspace& ws, const int32_t* ids, int n, float* x, float* e) {

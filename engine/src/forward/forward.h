@@ -203,8 +203,6 @@ const float* readout_rows(const Model& m, KVCache& kv, Workspace& ws, const floa
 
 // Sets the rows' positions and attention ranges in ws for tokens at pos0 .. pos0+n-1.
 void set_rows(Workspace& ws, int pos0, int n, int window);
-// block_forward on the CPU back end over n rows of x at execution layer `layer`, rows as set_rows.
-void run_block(const Model& m, const LayerWeights& w, KVCache& kv, int layer, Workspace& ws, float* x, int n);
 
 // logits[t] = head · RMSNorm(h[t], final_norm) for n rows; logits is [n, vocab].
 void compute_logits(const Model& m, const float* h, int n, float* logits, Workspace& ws);
@@ -216,8 +214,6 @@ inline bool injects_input(const HParams& hp) { return hp.loop_input != LoopInput
 // pass > 1), x = adapter · [x; e] (adapter, every pass; uses ws.cat); nothing otherwise (e may
 // then be null).
 void inject_input(const Model& m, int pass, float* x, const float* e, int n, Workspace& ws);
-// pass_norm on the CPU after a pass (end_pass); nothing when the model has none.
-void finish_pass(const Model& m, float* x, int n, Workspace& ws);
 
 // The initial state s0 (§1b state_init) of the rows at positions pos[0..n) into out ([n, d]):
 // zeros, or the seeded truncated normal of hp.state_init (a per-call seed is a copy of hp with
