@@ -389,14 +389,19 @@ std::string score_summary(Model* model, const std::vector<int32_t>& ids, const S
         out << line;
     }
     if (f.early) {
+        // Where the policy came from, on the same line: cli_early_exit's line ends with it
+        // ("(recommended by the model)", "(the fields not given: recommended by the model)").
+        std::string from;
+        if (const size_t at = f.ee_used.rfind(" ("); at != std::string::npos &&
+            f.ee_used.find("recommended by the model", at) != std::string::npos)
+            from = f.ee_used.substr(at);
         std::snprintf(line, sizeof(line),
                       "early exit: %s, threshold %g, patience %d, first probe at depth %d: mean "
-                      "depth %.2f of %d, %d of %zu positions exited early\n",
+                      "depth %.2f of %d, %d of %zu positions exited early%s\n",
                       f.crit_name.c_str(), static_cast<double>(f.ee.early_exit.threshold),
                       f.ee.early_exit.patience, f.ee.early_exit.min_L, o.ee_mean_depth, o.r.loops,
-                      o.n_exited, o.ee_depth.size());
+                      o.n_exited, o.ee_depth.size(), from.c_str());
         out << line;
-        if (f.ee_used.find("recommended by the model") != std::string::npos) out << f.ee_used << "\n";
         if (o.n_exited == 0)
             out << "early exit: no position exited before depth " << o.r.loops
                 << " (the criterion never met the threshold): every logprob above is the full "

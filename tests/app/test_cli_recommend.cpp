@@ -102,6 +102,12 @@ TEST_F(CliRecommendTest, GenerateAndScoreUseTheModelsEarlyExitPolicy) {
     EXPECT_EQ(e["criterion"], "kl");
     EXPECT_EQ(e["patience"], 2);
     EXPECT_EQ(e["min_L"], 1);
+    // In text, one summary line that says where the policy came from.
+    CliRun score_text = run({"score", recommended(), "--text", "In the beginning was the word", "--early-exit", "model"});
+    ASSERT_EQ(score_text.status, 0) << score_text.err;
+    const std::string all_text = score_text.out + score_text.err;
+    EXPECT_NE(all_text.find("positions exited early (recommended by the model)\n"), std::string::npos) << all_text;
+    EXPECT_EQ(all_text.find("early exit:"), all_text.rfind("early exit:")) << all_text;
     CliRun scored = run({"score", recommended(), "--text", "In the beginning", "--early-exit", "kl",
                          "--early-exit-threshold", "0.1", "--json"});
     ASSERT_EQ(scored.status, 0) << scored.err;
