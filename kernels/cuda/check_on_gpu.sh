@@ -111,7 +111,7 @@ if [ "${1:-}" = "--rehearse" ]; then
   check "the sanitizer row says how the op tests ran" 'grep -qE "^\| test +\| ops .*(memcheck|plain)" "$work/stdout.txt"'
   check "bench_cuda rows for kjv and d512 at f32/q8/q4" 'for c in kjv-f32 kjv-q8 kjv-q4 d512-f32 d512-q8 d512-q4; do grep -qE "^\| bench_cuda +\| $c " "$work/stdout.txt" || exit 1; done'
   check "bench_cuda rows show the fast step beside the reference" 'grep -qE "^\| bench_cuda +\| d512-q4 .*fast 4000.0 .*86 launches" "$work/stdout.txt"'
-  check "bench_cuda rows show the persistent step" 'grep -qE "^\| bench_cuda +\| d512-q4 .*persist 5000.0 \(no prefetch 4500.0\) \| 6 launches \| barrier 1.50 us \(2/SM 2.00\)" "$work/stdout.txt"'
+  check "bench_cuda rows show the persistent step" 'grep -qE "^\| bench_cuda +\| d512-q4 .*persist 5000.0 \(no prefetch 4500.0\) \| 6 launches \| barrier 1.50 us \(2/SM 2.00\) \| cluster barrier 8: 0.40 us, 16: refused" "$work/stdout.txt"'
   check "bench_cuda rows name the shape, a shrunk prompt said" 'grep -qE "^\| bench_cuda +\| kjv-q4 +\| p512 t128 \(shrunk\) \| prefill" "$work/stdout.txt" && grep -qE "^\| bench_cuda +\| d512-q4 +\| p512 t128 \| prefill" "$work/stdout.txt"'
   check "the batch engine's rows hold its three batch sizes" 'grep -qE "^\| tinyloop bench +\| kjv-batch +\| batch 1 100.0 tok/s \(1.00x\); batch 8 800.0 tok/s \(8.00x\); batch 32 3200.0 tok/s \(32.00x\);" "$work/stdout.txt"'
   check "no raw JSON and no negative rate in the table" '! grep -E "^\| bench_cuda" "$work/stdout.txt" | grep -qE "\{|[ :]-[0-9]"'
@@ -143,7 +143,7 @@ if [ "${1:-}" = "--stub" ]; then
     bench_cuda)
       m=$(basename "$1" .tinyloop)
       note=""; case $m in model-*) note="prompt 512 shrunk to 256: the model's context is 512" ;; esac
-      echo "{\"model\":\"$1\",\"device\":\"stub\",\"loops\":4,\"prompt\":512,\"tokens\":128,\"note\":\"$note\",\"prefill_tok_s\":1000.0,\"prefill_kernel_tok_s\":500.0,\"cublas_only_tok_s\":1500.0,\"prefill_vs_cublas\":0.667,\"decode_graph_tok_s\":2000.0,\"decode_direct_tok_s\":1000.0,\"bytes_per_token\":1000000,\"decode_gb_s\":2.0,\"launches_per_token\":134,\"decode_fast_tok_s\":4000.0,\"fast_gb_s\":4.0,\"fast_launches_per_token\":86,\"decode_logits_tok_s\":1500.0,\"decode_fast_logits_tok_s\":3500.0,\"decode_persist_tok_s\":5000.0,\"decode_persist_nopf_tok_s\":4500.0,\"persist_launches_per_token\":6,\"barrier_us_1sm\":1.50,\"barrier_us_2sm\":2.00,\"weights_device_bytes\":1,\"session_device_bytes\":1}" ;;
+      echo "{\"model\":\"$1\",\"device\":\"stub\",\"loops\":4,\"prompt\":512,\"tokens\":128,\"note\":\"$note\",\"prefill_tok_s\":1000.0,\"prefill_kernel_tok_s\":500.0,\"cublas_only_tok_s\":1500.0,\"prefill_vs_cublas\":0.667,\"decode_graph_tok_s\":2000.0,\"decode_direct_tok_s\":1000.0,\"bytes_per_token\":1000000,\"decode_gb_s\":2.0,\"launches_per_token\":134,\"decode_fast_tok_s\":4000.0,\"fast_gb_s\":4.0,\"fast_launches_per_token\":86,\"decode_logits_tok_s\":1500.0,\"decode_fast_logits_tok_s\":3500.0,\"decode_persist_tok_s\":5000.0,\"decode_persist_nopf_tok_s\":4500.0,\"persist_launches_per_token\":6,\"barrier_us_1sm\":1.50,\"barrier_us_2sm\":2.00,\"cluster_barrier_us_8\":0.40,\"cluster_barrier_us_16\":-1.00,\"weights_device_bytes\":1,\"session_device_bytes\":1}" ;;
     tinyloop)
       if [ "$1" = make-random ]; then echo "(stub) wrote $2"; exit 0; fi
       if [[ " $* " == *" --batch "* ]]; then
@@ -327,8 +327,13 @@ bench_cuda_case() {  # NAME MODEL
     b1=$(echo "$j" | sed -nE 's/.*"barrier_us_1sm":([0-9.]+).*/\1/p')
     b2=$(echo "$j" | sed -nE 's/.*"barrier_us_2sm":([0-9.]+).*/\1/p')
     pl=$(echo "$j" | sed -nE 's/.*"persist_launches_per_token":([0-9]+).*/\1/p')
+    local c8 c16  # the cluster barrier alone (-1: the device refused that cluster size)
+    c8=$(echo "$j" | sed -nE 's/.*"cluster_barrier_us_8":(-?[0-9.]+).*/\1/p')
+    c16=$(echo "$j" | sed -nE 's/.*"cluster_barrier_us_16":(-?[0-9.]+).*/\1/p')
+    if [ "${c8:0:1}" = "-" ]; then c8=refused; elif [ -n "$c8" ]; then c8="$c8 us"; fi
+    if [ "${c16:0:1}" = "-" ]; then c16=refused; elif [ -n "$c16" ]; then c16="$c16 us"; fi
     f=${f/FASTL/$fl}; f=${f/LREF/$lr}; f=${f/LFAST/$lf}
-    f="$f | persist ${p1:-?} (no prefetch ${p2:-?}) | ${pl:-?} launches | barrier ${b1:-?} us (2/SM ${b2:-?})"
+    f="$f | persist ${p1:-?} (no prefetch ${p2:-?}) | ${pl:-?} launches | barrier ${b1:-?} us (2/SM ${b2:-?}) | cluster barrier 8: ${c8:-?}, 16: ${c16:-?}"
     # a line the pattern did not match (a field missing, a non-number) is named, not printed raw
     [ "${f:0:1}" = "{" ] && f="unparsed bench_cuda JSON: see the log"
     local pt; pt=$(echo "$j" | sed -nE 's/.*"prompt":([0-9]+),"tokens":([0-9]+).*/p\1 t\2/p')

@@ -337,5 +337,10 @@ size_t persist_launches(const Context& ctx);
 // Microseconds per grid barrier of the persistent kernel alone (programs of kMaxPhases empty
 // phases on a full grid of per_sm blocks per multiprocessor, reps launches timed with events).
 double persist_barrier_probe(Context& ctx, int per_sm, int reps);
+// Microseconds per barrier.cluster round of one thread-block cluster of `cluster` blocks (2..16;
+// over 8 only where the device allows non-portable sizes) of 256 threads, alone (kMaxPhases
+// rounds per launch, reps launches timed with events): the floor of a step run by one cluster.
+// Throws CudaError (not fatal) below compute capability 9.0 or where no such cluster fits.
+double cluster_barrier_probe(Context& ctx, int cluster, int reps);
 
 }  // namespace tinyloop::kern::cuda

@@ -872,4 +872,69 @@ double persist_barrier_probe(Context& ctx, int per_sm, int reps) {
     return 1000.0 * ms / (static_cast<double>(reps) * (kMaxPhases - 1));
 }
 
+// ---- the cluster barrier, timed alone ----
+//
+// A step run by one thread-block cluster (sm_90: up to 16 blocks, co-scheduled by the hardware)
+// would meet at barrier.cluster between phases instead of the persistent kernel's grid barrier
+// (H200 run 9: 1.6 us, most of the ~2.5 us a phase would have to take for 5,000 tok/s at d512).
+// Before such a step is written, this measures its floor: `n` arrive-release / wait-acquire
+// rounds of the whole cluster, nothing else.
+__global__ void __launch_bounds__(kThreads) cluster_barrier_probe_kernel(int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    for (int i = 0; i < n; ++i) {
+        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+        asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    }
+#else
+    __trap();  // the PTX for older devices: the host refuses them before launching
+#endif
+}
+
+double cluster_barrier_probe(Context& ctx, int cluster, int reps) {
+    Context::Impl& c = ctx.impl();
+    if (cluster < 2 || cluster > 16)
+        throw CudaError("cluster_barrier_probe: cluster " + std::to_string(cluster) + " is outside [2, 16]", false);
+    if (reps < 1) throw CudaError("cluster_barrier_probe: reps must be >= 1", false);
+    int major = 0, clusters_ok = 0;
+    TL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c.device));
+    TL_CUDA_CHECK(cudaDeviceGetAttribute(&clusters_ok, cudaDevAttrClusterLaunch, c.device));
+    if (major < 9 || !clusters_ok)
+        throw CudaError("cluster_barrier_probe: thread-block clusters need compute capability 9.0 or later", false);
+    if (cluster > 8)  // past the portable size: allowed per kernel, where the device has it
+        TL_CUDA_CHECK(cudaFuncSetAttribute(cluster_barrier_probe_kernel,
+                                           cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(cluster));
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = stream_of(ctx);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int fits = 0;
+    TL_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fits, cluster_barrier_probe_kernel, &cfg));
+    if (fits < 1)
+        throw CudaError("cluster_barrier_probe: no cluster of " + std::to_string(cluster) + " blocks of " +
+                            std::to_string(kThreads) + " threads fits this device",
+                        false);
+    const int n = kMaxPhases;  // barriers per launch, as persist_barrier_probe's programs
+    TL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cluster_barrier_probe_kernel, n));  // warm
+    ctx.synchronize();
+    cudaEvent_t a = nullptr, b = nullptr;
+    TL_CUDA_CHECK(cudaEventCreate(&a));
+    TL_CUDA_CHECK(cudaEventCreate(&b));
+    TL_CUDA_CHECK(cudaEventRecord(a, cfg.stream));
+    for (int r = 0; r < reps; ++r) TL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cluster_barrier_probe_kernel, n));
+    TL_CUDA_CHECK(cudaEventRecord(b, cfg.stream));
+    TL_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0.0f;
+    TL_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return 1000.0 * ms / (static_cast<double>(reps) * n);
+}
+
 }  // namespace tinyloop::kern::cuda

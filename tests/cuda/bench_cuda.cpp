@@ -173,6 +173,17 @@ int main(int argc, char** argv) {
             barrier_us[0] = kc::persist_barrier_probe(bctx, 1, 50);
             barrier_us[1] = kc::persist_barrier_probe(bctx, 2, 50);
         }
+        // the barrier a step run by one thread-block cluster would pay (8: the portable size,
+        // 16: the largest); -1 where the device refuses the cluster (the reason on stderr)
+        double cluster_us[2] = {-1, -1};
+        for (int i = 0; i < 2; ++i) {
+            try {
+                kc::Context cctx(p.device);
+                cluster_us[i] = kc::cluster_barrier_probe(cctx, i == 0 ? 8 : 16, 50);
+            } catch (const kc::CudaError& e) {
+                std::fprintf(stderr, "bench_cuda: cluster barrier probe: %s\n", e.what());
+            }
+        }
 
         // bytes one decode token reads: every matrix of the pre blocks once, the loop block L
         // times, the head, one embedding row
@@ -194,12 +205,12 @@ int main(int argc, char** argv) {
             "\"decode_fast_tok_s\":%.1f,\"fast_gb_s\":%.1f,\"fast_launches_per_token\":%zu,"
             "\"decode_logits_tok_s\":%.1f,\"decode_fast_logits_tok_s\":%.1f,"
             "\"decode_persist_tok_s\":%.1f,\"decode_persist_nopf_tok_s\":%.1f,\"persist_launches_per_token\":%zu,"
-            "\"barrier_us_1sm\":%.2f,\"barrier_us_2sm\":%.2f,"
+            "\"barrier_us_1sm\":%.2f,\"barrier_us_2sm\":%.2f,\"cluster_barrier_us_8\":%.2f,\"cluster_barrier_us_16\":%.2f,"
             "\"weights_device_bytes\":%zu,\"session_device_bytes\":%zu}\n",
             argv[1], kc::describe(p).c_str(), L, n_prompt, n_tok, note.c_str(), n_prompt / best_gemm, n_prompt / best_kernel,
             n_prompt / best_blas, best_blas / best_gemm, dec_graph, dec_direct, per_token, per_token * dec_graph / 1e9,
             launches, dec_fast, per_token * dec_fast / 1e9, fast_launches, runs[3].tok_s, runs[4].tok_s,
-            runs[5].tok_s, runs[6].tok_s, runs[5].nodes, barrier_us[0], barrier_us[1], w.device_bytes(), session_bytes);
+            runs[5].tok_s, runs[6].tok_s, runs[5].nodes, barrier_us[0], barrier_us[1], cluster_us[0], cluster_us[1], w.device_bytes(), session_bytes);
         tinyloop::free_model(m);
         return 0;
     } catch (const std::exception& e) {
