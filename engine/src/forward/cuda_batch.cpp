@@ -403,12 +403,7 @@ void CudaPagedRow::pass(int pass) {
         throw Error(ErrorCode::InvalidArgument, "pass: " + std::to_string(pass) + " is past the sequence's cache");
     with_cuda_errors("cuda batch row pass", [&] {
         CudaBatch::PagedCache cache(b);
-        const BlockScratch s = b.scratch();
-        const LayerStack st = b.w_.stack();
-        begin_pass(b.ops_, hp, st, s, b.rb_.h.f32(), b.rb_.e_in.f32(), 1, pass);
-        int layer = loop_layer_index(hp, pass, 0);
-        for (const LayerWeights& l : b.w_.loop) block_forward(b.ops_, hp, l, cache, layer++, s, b.rb_.h.f32(), 1);
-        end_pass(b.ops_, hp, st, s, b.rb_.h.f32(), 1);
+        loop_pass(b.ops_, hp, b.w_.stack(), cache, b.scratch(), b.rb_.h.f32(), b.rb_.e_in.f32(), 1, pass);
     });
     held_ = false;
 }
@@ -460,10 +455,9 @@ void CudaPagedRow::propagate(int exited, int loops) {
         b.ops_.copy(x, b.rb_.h.f32(), h_.size() * sizeof(float));
         begin_pass(b.ops_, hp, b.w_.stack(), b.scratch(), x, b.rb_.e_in.f32(), 1, exited + 1);
         for (int j = 0; j < hp.n_loop_layers; ++j) {
-            cuda_propagated_kv(b.ops_, hp, b.w_.loop[size_t(j)], x, b.pos(), b.rb_.a.f32(), b.rb_.kk.f32(), b.rb_.vv.f32());
+            propagated_kv(b.ops_, hp, b.w_.loop[size_t(j)], x, b.pos(), b.rb_.a.f32(), b.rb_.kk.f32(), b.rb_.vv.f32());
             for (int pass = exited + 1; pass <= loops; ++pass) {
-                b.expand(loop_layer_index(hp, pass, j), 1);
-                b.ops_.flush();
+                b.expand(loop_layer_index(hp, pass, j), 1);  // flushes the ops
                 if (p.int8) {  // quantized (no rotation: done above)
                     kc::rope_store_int8(b.ctx_, nullptr, b.rb_.kk.f32(), b.rb_.vv.f32(), 1, 0, hp.n_kv_heads, hp.head_dim,
                                         b.pos(), nullptr, static_cast<int8_t*>(p.kq.get()),

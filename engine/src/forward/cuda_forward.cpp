@@ -107,13 +107,7 @@ LayerStack CudaWeights::stack() const {
 }
 
 void cuda_head(CudaOps& ops, const CudaWeights& w, const float* x, int n, float* a, float* out) {
-    const HParams& hp = w.model().hp;
-    if (!readout_norms(hp)) {
-        ops.matmul(w.head, x, n, out);
-        return;
-    }
-    ops.rmsnorm(x, w.final_norm, n, hp.d_model, hp.norm_eps, a);
-    ops.matmul(w.head, a, n, out);
+    head_logits(ops, w.model().hp, w.head, w.final_norm, x, n, a, out);
 }
 
 const float* cuda_initial_rows(CudaOps& ops, const CudaWeights& w, const int* pos, int n, float* s0) {
@@ -123,14 +117,6 @@ const float* cuda_initial_rows(CudaOps& ops, const CudaWeights& w, const int* po
     return s0;
 }
 
-void cuda_propagated_kv(CudaOps& ops, const HParams& hp, const LayerWeights& l, const float* x, const int* pos,
-                        float* a, float* k, float* v) {
-    ops.rmsnorm(x, l.attn_norm, 1, hp.d_model, hp.norm_eps, a);
-    ops.matmul(l.wk, a, 1, k);
-    ops.matmul(l.wv, a, 1, v);
-    if (l.bk) ops.add_rows(k, l.bk, 1, l.wk.rows);  // qk_bias (§1b): before RoPE
-    ops.rope(k, 1, hp.n_kv_heads, hp.head_dim, pos, hp.rope_theta);
-}
 
 CudaWeights::~CudaWeights() {
     idle_.reset();  // before session_bytes, which its ByteShare gives back to
@@ -433,12 +419,7 @@ struct CudaSession::Impl : CudaRowBuffers {
     }
     void row_pass(int pass) {
         Cache cache(*this);
-        const BlockScratch s = block_scratch();
-        const LayerStack st = w.stack();
-        begin_pass(ops, hp, st, s, h.f32(), e_in.f32(), 1, pass);
-        int layer = loop_layer_index(hp, pass, 0);
-        for (const LayerWeights& l : w.loop) block_forward(ops, hp, l, cache, layer++, s, h.f32(), 1);
-        end_pass(ops, hp, st, s, h.f32(), 1);
+        loop_pass(ops, hp, w.stack(), cache, block_scratch(), h.f32(), e_in.f32(), 1, pass);
     }
     // FORMAT.md §1a/§1b (propagate_exited_state): the frozen state as a deeper pass takes it in
     // (+ e with "add", adapter·[h; e] with "adapter": begin_pass of pass exited+1), then each loop
@@ -450,7 +431,7 @@ struct CudaSession::Impl : CudaRowBuffers {
         ops.copy(x, h.f32(), size_t(d) * sizeof(float));
         begin_pass(ops, hp, w.stack(), block_scratch(), x, e_in.f32(), 1, exited + 1);
         for (int j = 0; j < hp.n_loop_layers; ++j) {
-            cuda_propagated_kv(ops, hp, w.loop[size_t(j)], x, pos.i32(), a.f32(), kk.f32(), vv.f32());
+            propagated_kv(ops, hp, w.loop[size_t(j)], x, pos.i32(), a.f32(), kk.f32(), vv.f32());
             for (int p = exited + 1; p <= to; ++p) {
                 const size_t at = size_t(row_pos) * kv_row;
                 const int layer = loop_layer_index(hp, p, j);

@@ -238,19 +238,13 @@ struct CudaRowBuffers {
 };
 
 // Pieces the session and the batch share, issued on ops' stream over device rows:
-//   cuda_head           the head over n rows of x into out [n, vocab] (compute_logits: the final
-//                       norm into a, then the head; without the norm where pass_norm already
-//                       normed the state and no coda follows, FORMAT.md §1b)
+//   cuda_head           the head over n rows of x into out [n, vocab] (forward.h head_logits with
+//                       the device copies of the head and the final norm)
 //   cuda_initial_rows   the initial state of n rows at device positions pos for the loop_input
 //                       adapter (§1b): the zero rows of s0 (written at allocation) or the seeded
 //                       table's rows gathered by position into s0; null without the adapter
-//   cuda_propagated_kv  early exit's state propagation (FORMAT.md §1) at loop layer l: the keys
-//                       (RoPE'd at pos[0], + bk with qk_bias) and values of the one row x into
-//                       k, v [n_kv_heads * head_dim]; a is [d] scratch
 void cuda_head(CudaOps& ops, const CudaWeights& w, const float* x, int n, float* a, float* out);
 const float* cuda_initial_rows(CudaOps& ops, const CudaWeights& w, const int* pos, int n, float* s0);
-void cuda_propagated_kv(CudaOps& ops, const HParams& hp, const LayerWeights& l, const float* x, const int* pos,
-                        float* a, float* k, float* v);
 
 // Uploads the model's weights to `device` for load_model (backend cuda).
 std::shared_ptr<const CudaWeights> upload_weights(const Model& m, int device);

@@ -225,13 +225,9 @@ void propagate_exited_state(const Model& m, KVCache& kv, Workspace& ws, const fl
         inject_input(m, e + 1, injected.data(), input, 1, ws);
         h_e = injected.data();
     }
+    CpuOps be(m.pool.get());
     for (int j = 0; j < hp.n_loop_layers; ++j) {
-        const LayerWeights& w = m.loop[static_cast<size_t>(j)];
-        kern::rmsnorm(h_e, w.attn_norm, 1, hp.d_model, hp.norm_eps, ws.a.data());
-        kern::matmul(w.wk, ws.a.data(), 1, ws.k.data(), m.pool.get());
-        kern::matmul(w.wv, ws.a.data(), 1, ws.v.data(), m.pool.get());
-        if (w.bk) kern::add_inplace(ws.k.data(), w.bk, static_cast<size_t>(w.wk.rows));  // qk_bias (§1b)
-        kern::rope(ws.k.data(), 1, hp.n_kv_heads, hp.head_dim, &pos, hp.rope_theta);
+        propagated_kv(be, hp, m.loop[static_cast<size_t>(j)], h_e, &pos, ws.a.data(), ws.k.data(), ws.v.data());
         for (int l = e + 1; l <= loops; ++l) kv.store(loop_layer_index(hp, l, j), pos, ws.k.data(), ws.v.data());
     }
 }

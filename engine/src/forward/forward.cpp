@@ -299,6 +299,33 @@ void end_pass(BackendOps& be, const HParams& hp, const LayerStack& w, const Bloc
     be.copy(x, s.a, static_cast<size_t>(n) * hp.d_model * sizeof(float));
 }
 
+void head_logits(BackendOps& be, const HParams& hp, const kern::WeightView& head, const float* final_norm,
+                 const float* x, int n, float* a, float* out) {
+    if (!readout_norms(hp)) {  // pass_norm without a coda: the head reads h_L directly (§1b)
+        be.matmul(head, x, n, out);
+        return;
+    }
+    be.rmsnorm(x, final_norm, n, hp.d_model, hp.norm_eps, a);
+    be.matmul(head, a, n, out);
+}
+
+void propagated_kv(BackendOps& be, const HParams& hp, const LayerWeights& l, const float* x, const int* pos, float* a,
+                   float* k, float* v) {
+    be.rmsnorm(x, l.attn_norm, 1, hp.d_model, hp.norm_eps, a);
+    be.matmul(l.wk, a, 1, k);
+    be.matmul(l.wv, a, 1, v);
+    if (l.bk) be.add_rows(k, l.bk, 1, l.wk.rows);  // qk_bias (§1b): before RoPE
+    be.rope(k, 1, hp.n_kv_heads, hp.head_dim, pos, hp.rope_theta);
+}
+
+void loop_pass(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCache& cache, const BlockScratch& s,
+               float* x, const float* e, int n, int pass) {
+    begin_pass(be, hp, w, s, x, e, n, pass);
+    int layer = loop_layer_index(hp, pass, 0);
+    for (const LayerWeights& l : *w.loop) block_forward(be, hp, l, cache, layer++, s, x, n);
+    end_pass(be, hp, w, s, x, n);
+}
+
 void run_coda(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCache& cache, const BlockScratch& s,
               float* x, int n) {
     if (!w.coda || w.coda->empty()) return;
@@ -324,11 +351,7 @@ void run_layers(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCac
         }
     }
     for (int pass = std::max(1, plan.start_pass); pass <= plan.loops; ++pass) {
-        const int np = plan.pass_rows ? plan.pass_rows[pass] : n;
-        begin_pass(be, hp, w, s, x, e, np, pass);
-        layer = loop_layer_index(hp, pass, 0);
-        for (const LayerWeights& l : *w.loop) block_forward(be, hp, l, cache, layer++, s, x, np);
-        end_pass(be, hp, w, s, x, np);
+        loop_pass(be, hp, w, cache, s, x, e, plan.pass_rows ? plan.pass_rows[pass] : n, pass);
         if (plan.after_pass && *plan.after_pass) (*plan.after_pass)(pass);
     }
     if (plan.readout) run_coda(be, hp, w, cache, s, x, n);
@@ -354,12 +377,7 @@ void run_pass(const Model& m, KVCache& kv, Workspace& ws, int pass, float* x, co
     ws.reserve(hp, n);
     CpuOps be(m.pool.get());
     CpuCache cache(m, kv, ws);
-    const BlockScratch s = scratch_of(ws);
-    const LayerStack w = layers_of(m);
-    begin_pass(be, hp, w, s, x, e, n, pass);
-    int layer = loop_layer_index(hp, pass, 0);
-    for (const LayerWeights& l : m.loop) block_forward(be, hp, l, cache, layer++, s, x, n);
-    end_pass(be, hp, w, s, x, n);
+    loop_pass(be, hp, layers_of(m), cache, scratch_of(ws), x, e, n, pass);
 }
 
 namespace {
@@ -502,10 +520,7 @@ void forward_pass_major(const Model& m, KVCache& kv, Workspace& ws, const Forwar
     const int first = std::max(1, args.start_pass);
     for (int pass = first; pass <= args.loops; ++pass) {
         each_chunk([&](int c0, int n, float* x, float* e) {
-            begin_pass(be, hp, w, s, x, e, n, pass);
-            int layer = loop_layer_index(hp, pass, 0);
-            for (const LayerWeights& l : m.loop) block_forward(be, hp, l, cache, layer++, s, x, n);
-            end_pass(be, hp, w, s, x, n);
+            loop_pass(be, hp, w, cache, s, x, e, n, pass);
             if (args.on_pass && *args.on_pass) (*args.on_pass)(pass, c0, x, n);
         });
         each_chunk([&](int c0, int n, float* x, float*) {
@@ -649,12 +664,7 @@ void forward_batch(const Model& m, const BatchSeq* seqs, int n_seqs, Workspace& 
 void compute_logits(const Model& m, const float* h, int n, float* logits, Workspace& ws) {
     ws.reserve(m.hp, n);
     CpuOps be(m.pool.get());
-    if (!readout_norms(m.hp)) {  // pass_norm without a coda: the head reads h_L directly (§1b)
-        be.matmul(m.head, h, n, logits);
-        return;
-    }
-    be.rmsnorm(h, m.final_norm, n, m.hp.d_model, m.hp.norm_eps, ws.a.data());
-    be.matmul(m.head, ws.a.data(), n, logits);
+    head_logits(be, m.hp, m.head, m.final_norm, h, n, ws.a.data(), logits);
 }
 
 }  // namespace tinyloop

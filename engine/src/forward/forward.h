@@ -79,6 +79,20 @@ struct PassPlan {
 void begin_pass(BackendOps& be, const HParams& hp, const LayerStack& w, const BlockScratch& s, float* x,
                 const float* e, int n, int pass);
 void end_pass(BackendOps& be, const HParams& hp, const LayerStack& w, const BlockScratch& s, float* x, int n);
+// The head over n rows of x into out [n, vocab] (compute_logits on every back end): the final norm
+// into a ([n, d] scratch), then the head; without the norm where pass_norm already normed the
+// state and no coda follows (readout_norms, FORMAT.md §1b).
+void head_logits(BackendOps& be, const HParams& hp, const kern::WeightView& head, const float* final_norm,
+                 const float* x, int n, float* a, float* out);
+// Early exit's state propagation (FORMAT.md §1) at loop layer l: the keys (+ bk with qk_bias,
+// then RoPE at pos[0]) and values of the one row x into k, v [n_kv_heads * head_dim]; a is [d]
+// scratch. Every back end's propagation computes them so, then stores them in its own cache.
+void propagated_kv(BackendOps& be, const HParams& hp, const LayerWeights& l, const float* x, const int* pos, float* a,
+                   float* k, float* v);
+// Pass `pass` over n rows in place: begin_pass, the loop layers (execution layers
+// loop_layer_index(hp, pass, 0) ..), end_pass. Every back end's pass is this.
+void loop_pass(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCache& cache, const BlockScratch& s,
+               float* x, const float* e, int n, int pass);
 // The coda readout of §1b over n rows in place: x = coda(RMSNorm(x, final_norm)), coda block j at
 // execution layer n_pre_blocks + j.
 void run_coda(BackendOps& be, const HParams& hp, const LayerStack& w, LayerCache& cache, const BlockScratch& s,
